@@ -1,0 +1,511 @@
+"""Kafka record batches, magic v2 (the only format produce v3+ / fetch v4+ carry).
+
+The broker moves batches around as opaque ``bytes``: it reads headers (``iter_batches``,
+``parse_header``), checks CRCs and rewrites the base offset, none of which touches the records.
+``decode_records`` / ``build_batch`` exist for the places that really need record contents
+(query topics, control records, tests).
+
+Batch layout (61-byte header, then the records, compressed as a whole when attributes say so)::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 | crc uint32
+    attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64
+    producerId int64 | producerEpoch int16 | baseSequence int32 | recordCount int32 | records...
+
+The CRC is CRC-32C from ``attributes`` to the end, so the base offset and leader epoch can be
+rewritten without recomputing it.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
+
+from crc32c import crc32c
+
+from protocol.compression import (
+    DEFAULT_MAX_DECOMPRESSED,
+    CorruptRecord,
+    DecompressedTooLarge,
+    compress,
+    decompress,
+)
+
+__all__ = [
+    "BatchHeader",
+    "CorruptRecord",
+    "DecompressedTooLarge",
+    "DEFAULT_MAX_DECOMPRESSED",
+    "HEADER_SIZE",
+    "Record",
+    "build_batch",
+    "decode_records",
+    "iter_batches",
+    "max_record_size",
+    "parse_header",
+    "verify_crc",
+    "with_base_offset",
+]
+
+# ---------------------------------------------------------------------------- constants
+
+MAGIC = 2
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the part batchLength does not count
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+_CRC_OFFSET = 17
+_ATTRIBUTES_OFFSET = 21
+_MAGIC_OFFSET = 16
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+NO_TIMESTAMP = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_PREFIX = struct.Struct(">qiibI")  # baseOffset .. crc: the part outside the CRC
+_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordCount: the CRC'd part of the header
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+assert _HEADER.size == HEADER_SIZE == _PREFIX.size + _TAIL.size
+
+_tuple_new = tuple.__new__
+
+
+class BatchHeader(NamedTuple):
+    """A parsed batch header; the batch is ``data[offset:offset + size]`` of the walked blob."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    offset: int = 0
+    size: int = 0
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 CreateTime, 1 LogAppendTime."""
+        return (self.attributes & TIMESTAMP_TYPE_MASK) >> 3
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_MASK)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+
+class Record(NamedTuple):
+    """One decoded record; ``offset`` is absolute (base offset + offset delta)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+# ---------------------------------------------------------------------------- headers
+
+def _header_at(data: bytes | bytearray | memoryview, pos: int, end: int) -> BatchHeader:
+    """Parse and sanity-check the batch header at ``pos``; never reads past ``end``."""
+    if end - pos < _MIN_BATCH_LENGTH + LOG_OVERHEAD:
+        if end - pos > _MAGIC_OFFSET and data[pos + _MAGIC_OFFSET] != MAGIC:
+            raise CorruptRecord(f"unsupported record batch magic {data[pos + _MAGIC_OFFSET]}")
+        raise CorruptRecord(f"truncated record batch header at {pos}: {end - pos} bytes")
+    f = _HEADER.unpack_from(data, pos)
+    if f[3] != MAGIC:
+        raise CorruptRecord(f"unsupported record batch magic {f[3]} at {pos}")
+    batch_length = f[1]
+    if batch_length < _MIN_BATCH_LENGTH:
+        raise CorruptRecord(f"record batch length {batch_length} below the header size")
+    size = batch_length + LOG_OVERHEAD
+    if pos + size > end:
+        raise CorruptRecord(f"truncated record batch at {pos}: needs {size}, has {end - pos}")
+    if f[5] & COMPRESSION_MASK > 4:
+        raise CorruptRecord(f"unknown compression codec {f[5] & COMPRESSION_MASK}")
+    if f[12] < 0 or f[6] < 0:
+        raise CorruptRecord("negative record count or last offset delta")
+    return _tuple_new(BatchHeader, (*f, pos, size))
+
+
+def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[BatchHeader]:
+    """Walk a records blob batch by batch, reading headers only (no CRC, no decompression).
+
+    Raises :class:`CorruptRecord` on a truncated or impossible batch, including a partial
+    batch at the end: a produce request must not carry one.
+    """
+    pos, end = 0, len(data)
+    while pos < end:
+        h = _header_at(data, pos, end)
+        yield h
+        pos += h.size
+
+
+def parse_header(batch: bytes | bytearray | memoryview) -> BatchHeader:
+    """Header of the batch at the start of ``batch`` (record count, timestamps, producer...)."""
+    return _header_at(batch, 0, len(batch))
+
+
+def verify_crc(batch: bytes | bytearray | memoryview) -> bool:
+    """True if the CRC-32C of the (first) batch matches; False for anything malformed."""
+    n = len(batch)
+    if n < HEADER_SIZE:
+        return False
+    (batch_length,) = _I32.unpack_from(batch, 8)
+    end = batch_length + LOG_OVERHEAD
+    if batch_length < _MIN_BATCH_LENGTH or end > n:
+        return False
+    (stored,) = _U32.unpack_from(batch, _CRC_OFFSET)
+    return crc32c(memoryview(batch)[_ATTRIBUTES_OFFSET:end]) == stored
+
+
+def with_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) -> bytes:
+    """A copy of ``batch`` with its base offset replaced; the CRC stays valid (it starts later)."""
+    if len(batch) < HEADER_SIZE:
+        raise CorruptRecord(f"truncated record batch header: {len(batch)} bytes")
+    return b"".join((_I64.pack(base_offset), memoryview(batch)[8:]))
+
+
+def max_record_size(batch: bytes | bytearray | memoryview) -> int:
+    """Size compared with max.message.bytes: for magic v2 Kafka checks whole batches
+    (LOG_OVERHEAD + batchLength); for a blob of several batches, the largest one."""
+    return max((h.size for h in iter_batches(batch)), default=0)
+
+
+# ---------------------------------------------------------------------------- decoding
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Multi-byte unsigned varint at ``pos`` (the caller handles the 1-byte case inline)."""
+    result = 0
+    shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRecord("varint longer than 10 bytes")
+
+
+def decode_records(
+    batch: bytes | bytearray | memoryview, *, max_size: int = DEFAULT_MAX_DECOMPRESSED
+) -> list[Record]:
+    """Decode (decompressing if needed) the records of the batch at the start of ``batch``.
+
+    ``max_size`` caps the decompressed size.  Any malformation — bad varints, a record whose
+    fields overrun its length, trailing bytes, a record count that does not match — raises
+    :class:`CorruptRecord`.  For LogAppendTime batches each record's timestamp is the batch's
+    max timestamp, as Kafka consumers report it.  The CRC is not checked here.
+    """
+    h = _header_at(batch, 0, len(batch))
+    codec = h.attributes & COMPRESSION_MASK
+    if codec:
+        buf = decompress(codec, memoryview(batch)[HEADER_SIZE : h.size], max_size)
+    else:
+        buf = bytes(memoryview(batch)[HEADER_SIZE : h.size])
+    count = h.record_count
+    end = len(buf)
+    if count > end:  # every record takes at least 7 bytes; refuse absurd counts cheaply
+        raise CorruptRecord(f"record count {count} exceeds the batch's {end} bytes")
+    base_offset = h.base_offset
+    base_ts = h.base_timestamp
+    log_append_ts = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else None
+    uvarint = _uvarint
+    new = _tuple_new
+    rec_cls = Record
+    records: list[Record] = []
+    append = records.append
+    pos = 0
+    try:
+        for _ in range(count):
+            # Varints are zigzag-encoded; the 1-byte case (<128) is inlined for speed.
+            v = buf[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = uvarint(buf, pos)
+            length = (v >> 1) ^ -(v & 1)
+            rec_end = pos + length
+            if length < 6 or rec_end > end:
+                raise CorruptRecord(f"bad record length {length} at {pos}")
+            pos += 1  # record attributes: unused by Kafka
+
+            v = buf[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = uvarint(buf, pos)
+            ts_delta = (v >> 1) ^ -(v & 1)
+
+            v = buf[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = uvarint(buf, pos)
+            offset_delta = (v >> 1) ^ -(v & 1)
+
+            v = buf[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = uvarint(buf, pos)
+            n = (v >> 1) ^ -(v & 1)
+            if n >= 0:
+                key = buf[pos : pos + n]
+                pos += n
+            elif n == -1:
+                key = None
+            else:
+                raise CorruptRecord(f"bad key length {n}")
+
+            v = buf[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = uvarint(buf, pos)
+            n = (v >> 1) ^ -(v & 1)
+            if n >= 0:
+                value = buf[pos : pos + n]
+                pos += n
+            elif n == -1:
+                value = None
+            else:
+                raise CorruptRecord(f"bad value length {n}")
+
+            v = buf[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = uvarint(buf, pos)
+            n = (v >> 1) ^ -(v & 1)
+            headers: list[tuple[str, bytes | None]] = []
+            if n:
+                if n < 0 or 2 * n > rec_end - pos:
+                    raise CorruptRecord(f"bad header count {n}")
+                for _h in range(n):
+                    v = buf[pos]
+                    if v < 0x80:
+                        pos += 1
+                    else:
+                        v, pos = uvarint(buf, pos)
+                    hk = (v >> 1) ^ -(v & 1)
+                    if hk < 0 or pos + hk > rec_end:
+                        raise CorruptRecord(f"bad header key length {hk}")
+                    hkey = str(buf[pos : pos + hk], "utf-8")
+                    pos += hk
+                    v = buf[pos]
+                    if v < 0x80:
+                        pos += 1
+                    else:
+                        v, pos = uvarint(buf, pos)
+                    hv = (v >> 1) ^ -(v & 1)
+                    if hv >= 0:
+                        hval = buf[pos : pos + hv]
+                        pos += hv
+                    elif hv == -1:
+                        hval = None
+                    else:
+                        raise CorruptRecord(f"bad header value length {hv}")
+                    headers.append((hkey, hval))
+
+            if pos != rec_end:
+                raise CorruptRecord(f"record fields overrun or underrun its length at {pos}")
+            append(
+                new(
+                    rec_cls,
+                    (
+                        base_offset + offset_delta,
+                        base_ts + ts_delta if log_append_ts is None else log_append_ts,
+                        key,
+                        value,
+                        headers,
+                    ),
+                )
+            )
+    except IndexError:
+        raise CorruptRecord(f"record batch truncated inside record {len(records)}") from None
+    except UnicodeDecodeError as e:
+        raise CorruptRecord(f"header key is not UTF-8: {e}") from None
+    if pos != end:
+        raise CorruptRecord(f"{end - pos} bytes after the batch's {count} records")
+    return records
+
+
+# ---------------------------------------------------------------------------- building
+
+def _zigzag_varint(v: int) -> bytes:
+    u = (v << 1) if v >= 0 else (((-v) << 1) - 1)
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+_ZZ_LIMIT = 1 << 13  # every value in [-8192, 8192) zigzags to at most 2 bytes: cache them
+_ZZ = [_zigzag_varint(v) for v in range(-_ZZ_LIMIT, _ZZ_LIMIT)]
+_NULL = _ZZ[_ZZ_LIMIT - 1]  # zigzag(-1): a null key/value
+
+
+def _zz(v: int) -> bytes:
+    if -_ZZ_LIMIT <= v < _ZZ_LIMIT:
+        return _ZZ[v + _ZZ_LIMIT]
+    return _zigzag_varint(v)
+
+
+def _as_bytes(b: Any) -> bytes | bytearray | memoryview | None:
+    if b is None or isinstance(b, bytes | bytearray | memoryview):
+        return b
+    if isinstance(b, str):
+        return b.encode()
+    raise TypeError(f"record key/value/header value must be bytes or None, not {type(b).__name__}")
+
+
+def build_batch(
+    records: Iterable[Record | tuple[Any, ...]],
+    *,
+    base_offset: int = 0,
+    compression: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    timestamp_type: int = 0,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """Build one v2 batch.
+
+    Each record is either a :class:`Record` — its ``offset`` is absolute, so gaps (as a
+    vnode WAL has) are kept — or a tuple ``(key, value[, headers[, timestamp]])`` taking the
+    offset after the previous record.  A ``None`` timestamp means now.  Keys, values and
+    header values are bytes-like or None (``str`` is UTF-8 encoded).  The base timestamp is
+    the first record's, as the Java producer writes it.
+    """
+    if compression not in (0, 1, 2, 3, 4):
+        raise ValueError(f"unknown compression codec {compression}")
+    parts: list[bytes | bytearray | memoryview] = []
+    add = parts.append
+    zz = _zz
+    zz_table = _ZZ
+    lim = _ZZ_LIMIT
+    null = _NULL
+    now: int | None = None
+    base_ts: int | None = None
+    max_ts = NO_TIMESTAMP
+    delta = -1
+    count = 0
+    for rec in records:
+        if isinstance(rec, Record):
+            offset, ts, key, value, headers = rec
+            d = offset - base_offset
+            if d <= delta:
+                raise ValueError(f"record offset {offset} not above the previous one")
+            delta = d
+        else:
+            delta += 1
+            key, value = rec[0], rec[1]
+            headers = rec[2] if len(rec) > 2 else None
+            ts = rec[3] if len(rec) > 3 else None
+        if ts is None:
+            if now is None:
+                now = int(time.time() * 1000)
+            ts = now
+        if base_ts is None:
+            base_ts = ts
+        if ts > max_ts:
+            max_ts = ts
+        body = [b"\x00", zz(ts - base_ts), zz_table[delta + lim] if delta < lim else zz(delta)]
+        if key is None:
+            body.append(null)
+        else:
+            if not isinstance(key, bytes):
+                key = _as_bytes(key)
+            body.append(zz(len(key)))
+            body.append(key)
+        if value is None:
+            body.append(null)
+        else:
+            if not isinstance(value, bytes):
+                value = _as_bytes(value)
+            body.append(zz(len(value)))
+            body.append(value)
+        if headers:
+            body.append(zz(len(headers)))
+            for hk, hv in headers:
+                hkb = hk.encode() if isinstance(hk, str) else bytes(hk)
+                body.append(zz(len(hkb)))
+                body.append(hkb)
+                if hv is None:
+                    body.append(null)
+                else:
+                    if not isinstance(hv, bytes):
+                        hv = _as_bytes(hv)
+                    body.append(zz(len(hv)))
+                    body.append(hv)
+        else:
+            body.append(b"\x00")
+        rec_bytes = b"".join(body)
+        add(zz(len(rec_bytes)))
+        add(rec_bytes)
+        count += 1
+    if delta >= 1 << 31:
+        raise ValueError("offset delta does not fit in int32")
+    payload = b"".join(parts)
+    if compression:
+        payload = compress(compression, payload)
+    attributes = compression
+    if timestamp_type:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if is_control:
+        attributes |= CONTROL_MASK
+    tail = _TAIL.pack(
+        attributes,
+        max(delta, 0),
+        NO_TIMESTAMP if base_ts is None else base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    crc = crc32c(payload, crc32c(tail))
+    head = _PREFIX.pack(base_offset, _MIN_BATCH_LENGTH + len(payload), partition_leader_epoch, MAGIC, crc)
+    return b"".join((head, tail, payload))
