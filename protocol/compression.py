@@ -36,8 +36,6 @@ CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "
 # below what a decompression bomb would ask for.
 DEFAULT_MAX_DECOMPRESSED = 128 * 1024 * 1024
 
-_CHUNK = 1 << 20
-
 
 class CorruptRecord(ValueError):
     """A record batch (or its compressed payload) is truncated, malformed or too large.
@@ -201,18 +199,26 @@ def _zstd_decompress(data: bytes, max_size: int) -> bytes:
             return dctx.decompress(data, allow_extra_data=False)
         except zstandard.ZstdError:
             pass
-    # Streamed frames (librdkafka, zstd-jni streams) carry no content size: read with a cap.
+    # Streamed frames (librdkafka, zstd-jni streams) carry no content size, and a reader API
+    # would silently stop at a truncation: feed a decompressobj small input steps instead, so
+    # one step can't expand much past the remaining budget (zstd's worst ratio is ~2**15).
     out: list[bytes] = []
     total = 0
-    reader = dctx.stream_reader(data, read_across_frames=True)
-    while True:
-        chunk = reader.read(min(_CHUNK, max_size - total + 1))
-        if not chunk:
-            break
-        total += len(chunk)
-        if total > max_size:
-            raise _too_big(max_size)
-        out.append(chunk)
+    mv = memoryview(data)
+    pos, end = 0, len(mv)
+    while pos < end:
+        d = dctx.decompressobj()
+        while not d.eof:
+            if pos >= end:
+                raise CorruptRecord("truncated zstd frame")
+            step = max(64, (max_size - total) >> 17)
+            chunk = d.decompress(mv[pos : pos + step])
+            pos += step
+            total += len(chunk)
+            if total > max_size:
+                raise _too_big(max_size)
+            out.append(chunk)
+        pos = min(pos, end) - len(d.unused_data)
     return b"".join(out)
 
 
