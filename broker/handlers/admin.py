@@ -1,0 +1,175 @@
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
+and InitProducerId for idempotent producers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from protocol.errors import ErrorCode
+
+from broker.apis import ApiKey, api
+from broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS
+from broker.topics import TopicError
+
+if TYPE_CHECKING:
+    from protocol.messages import Request
+
+    from broker.server import Broker
+
+ZERO_UUID = bytes(16)
+INT16_MAX = 2**15 - 1
+
+
+def _error(code: str | ErrorCode, message: str | None = None) -> dict[str, Any]:
+    code = ErrorCode[code] if isinstance(code, str) else code
+    return {"error_code": int(code), "error_message": message}
+
+
+@api(ApiKey.CREATE_TOPICS, 2, 7)
+async def create_topics(broker: Broker, req: Request) -> dict[str, Any]:
+    body = req.body
+    validate_only = body.get("validate_only", False)
+    names = [t["name"] for t in body["topics"]]
+    results = []
+    for t in body["topics"]:
+        name = t["name"]
+        result: dict[str, Any] = {"name": name, "topic_id": ZERO_UUID, "num_partitions": -1,
+                                  "replication_factor": -1, "configs": None, **_error(ErrorCode.NONE)}
+        if names.count(name) > 1:
+            result.update(_error(ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+            results.append(result)
+            continue
+        try:
+            partitions, replication = _layout(broker, t)
+            configs = {c["name"]: c["value"] for c in t.get("configs") or []}
+            topic = broker.topics.create(name, partitions, configs, validate_only=validate_only)
+        except TopicError as exc:
+            result.update(_error(exc.code, exc.message))
+            results.append(result)
+            continue
+        result.update(topic_id=topic.topic_id if not validate_only else ZERO_UUID,
+                      num_partitions=topic.partitions, replication_factor=replication,
+                      configs=[
+                          {"name": key.name, "value": topic.configs.get(key.name, key.default),
+                           "read_only": False, "is_sensitive": False,
+                           "config_source": SOURCE_DYNAMIC_TOPIC if key.name in topic.configs else SOURCE_DEFAULT}
+                          for key in TOPIC_CONFIGS.values()])
+        results.append(result)
+    return {"throttle_time_ms": 0, "topics": results}
+
+
+def _layout(broker: Broker, t: dict[str, Any]) -> tuple[int, int]:
+    """Partition count and replication factor of a CreateTopics entry, checked as Kafka does."""
+    node = broker.config.node_id
+    assignments = t.get("assignments") or []
+    if assignments:
+        if t["num_partitions"] != -1 or t["replication_factor"] != -1:
+            raise TopicError("INVALID_REQUEST",
+                             "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                             "Both cannot be used at the same time.")
+        indexes = sorted(a["partition_index"] for a in assignments)
+        if indexes != list(range(len(indexes))):
+            raise TopicError("INVALID_REPLICA_ASSIGNMENT", "Partitions should be a consecutive 0-based integer sequence")
+        for a in assignments:
+            if a["broker_ids"] != [node]:
+                raise TopicError("INVALID_REPLICA_ASSIGNMENT",
+                                 f"Replica assignment {a['broker_ids']} names brokers other than {node}")
+        return len(indexes), 1
+    partitions = t["num_partitions"]
+    if partitions == -1:
+        partitions = broker.config.num_partitions
+    if partitions < 1:
+        raise TopicError("INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value.")
+    replication = t["replication_factor"]
+    if replication == -1:
+        replication = 1
+    if replication < 1:
+        raise TopicError("INVALID_REPLICATION_FACTOR",
+                         "Replication factor must be larger than 0, or -1 to use the default value.")
+    if replication > 1:
+        raise TopicError("INVALID_REPLICATION_FACTOR",
+                         f"Unable to replicate the partition {replication} time(s): The target replication "
+                         f"factor of {replication} cannot be reached because only 1 broker(s) are registered.")
+    return partitions, replication
+
+
+@api(ApiKey.DELETE_TOPICS, 1, 6)
+async def delete_topics(broker: Broker, req: Request) -> dict[str, Any]:
+    body = req.body
+    if req.api_version >= 6:
+        wanted = [(t.get("name"), t.get("topic_id") or ZERO_UUID) for t in body["topics"]]
+    else:
+        wanted = [(name, ZERO_UUID) for name in body["topic_names"]]
+    responses = []
+    for name, topic_id in wanted:
+        topic = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
+        entry: dict[str, Any] = {"name": name, "topic_id": topic_id, **_error(ErrorCode.NONE)}
+        if topic is None:
+            entry.update(_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None
+                                else ErrorCode.UNKNOWN_TOPIC_ID,
+                                "This server does not host this topic-partition."))
+        else:
+            entry.update(name=topic.name, topic_id=topic.topic_id)
+            broker.topics.delete(topic)
+        responses.append(entry)
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+@api(ApiKey.CREATE_PARTITIONS, 0, 3)
+async def create_partitions(broker: Broker, req: Request) -> dict[str, Any]:
+    body = req.body
+    results = []
+    for t in body["topics"]:
+        entry: dict[str, Any] = {"name": t["name"], **_error(ErrorCode.NONE)}
+        topic = broker.topics.get(t["name"])
+        try:
+            if topic is None:
+                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{t['name']}' does not exist.")
+            if t.get("assignments"):
+                node = broker.config.node_id
+                if any(a["broker_ids"] != [node] for a in t["assignments"]):
+                    raise TopicError("INVALID_REPLICA_ASSIGNMENT", f"Only broker {node} exists.")
+            broker.topics.add_partitions(topic, t["count"], validate_only=body.get("validate_only", False))
+        except TopicError as exc:
+            entry.update(_error(exc.code, exc.message))
+        results.append(entry)
+    return {"throttle_time_ms": 0, "results": results}
+
+
+@api(ApiKey.DELETE_RECORDS, 0, 2)
+async def delete_records(broker: Broker, req: Request) -> dict[str, Any]:
+    store = broker.store
+    topics = []
+    for t in req.body["topics"]:
+        topic = broker.topics.get(t["name"])
+        parts = []
+        for p in t["partitions"]:
+            index = p["partition_index"]
+            entry = {"partition_index": index, "low_watermark": -1, "error_code": 0}
+            if topic is None or not 0 <= index < topic.partitions:
+                entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                hw = store.next_version(topic.db, index)
+                offset = hw if p["offset"] == -1 else p["offset"]
+                if not 0 <= offset <= hw:
+                    entry["error_code"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+                else:
+                    if offset > store.log_start(topic.db, index):
+                        store.delete_before(topic.db, index, offset)
+                    entry["low_watermark"] = store.log_start(topic.db, index)
+            parts.append(entry)
+        topics.append({"name": t["name"], "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+@api(ApiKey.INIT_PRODUCER_ID, 0, 5)
+async def init_producer_id(broker: Broker, req: Request) -> dict[str, Any]:
+    """A new producer id with epoch 0; a known id asking again (KIP-360) gets its epoch bumped."""
+    body = req.body
+    producer_id = body.get("producer_id", -1)
+    epoch = body.get("producer_epoch", -1)
+    if producer_id >= 0 and 0 <= epoch < INT16_MAX - 1:
+        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id,
+                "producer_epoch": epoch + 1}
+    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": broker.store.allocate_producer_id(),
+            "producer_epoch": 0}

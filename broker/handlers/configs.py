@@ -1,0 +1,168 @@
+"""DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics (and a read-only broker view)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from protocol.errors import ErrorCode
+
+from broker.apis import ApiKey, api
+from broker.topic_configs import (
+    SOURCE_DEFAULT,
+    SOURCE_DYNAMIC_TOPIC,
+    SOURCE_STATIC_BROKER,
+    TOPIC_CONFIGS,
+)
+from broker.topics import TopicError, validate_configs
+
+if TYPE_CHECKING:
+    from protocol.messages import Request
+
+    from broker.server import Broker
+    from broker.topics import Topic
+
+TOPIC = 2
+BROKER = 4
+BROKER_LOGGER = 8
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _broker_configs(broker: Broker) -> dict[str, tuple[str, int]]:
+    """The broker settings a Kafka tool may ask about, as (value, config_type)."""
+    c = broker.config
+    return {
+        "num.partitions": (str(c.num_partitions), 3),
+        "auto.create.topics.enable": (str(c.auto_create_topics_enable).lower(), 1),
+        "socket.request.max.bytes": (str(c.socket_request_max_bytes), 3),
+        "log.dirs": (c.data_dir, 2),
+        "node.id": (str(c.node_id), 3),
+        "default.replication.factor": ("1", 4),
+        "offsets.topic.replication.factor": ("1", 4),
+        "log.retention.check.interval.ms": (str(c.retention_check_interval_ms), 5),
+        "wal.level": (str(c.wal_level), 3),
+        "wal.fsync.period.ms": (str(c.wal_fsync_period_ms), 3),
+    }
+
+
+@api(ApiKey.DESCRIBE_CONFIGS, 1, 4)
+async def describe_configs(broker: Broker, req: Request) -> dict[str, Any]:
+    body = req.body
+    synonyms = body.get("include_synonyms", False)
+    docs = body.get("include_documentation", False)
+    results = []
+    for r in body["resources"]:
+        rtype, name, keys = r["resource_type"], r["resource_name"], r.get("configuration_keys")
+        result: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": rtype,
+                                  "resource_name": name, "configs": []}
+        if rtype == TOPIC:
+            topic = broker.topics.get(name)
+            if topic is None:
+                result.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                              error_message=f"Topic '{name}' does not exist.")
+            else:
+                for key in TOPIC_CONFIGS.values():
+                    if keys is not None and key.name not in keys:
+                        continue
+                    own = key.name in topic.configs
+                    value = topic.configs[key.name] if own else key.default
+                    source = SOURCE_DYNAMIC_TOPIC if own else SOURCE_DEFAULT
+                    entry = {"name": key.name, "value": value, "read_only": False,
+                             "config_source": source, "is_sensitive": False, "config_type": key.type,
+                             "documentation": key.doc if docs else None, "synonyms": []}
+                    if synonyms:
+                        entry["synonyms"] = [{"name": key.name, "value": value, "source": source}]
+                    result["configs"].append(entry)
+        elif rtype == BROKER:
+            if name not in ("", str(broker.config.node_id)):
+                result.update(error_code=int(ErrorCode.INVALID_REQUEST),
+                              error_message=f"Unexpected broker id, expected {broker.config.node_id} but received {name}")
+            elif name:
+                for key, (value, ctype) in _broker_configs(broker).items():
+                    if keys is not None and key not in keys:
+                        continue
+                    result["configs"].append({
+                        "name": key, "value": value, "read_only": True, "config_source": SOURCE_STATIC_BROKER,
+                        "is_sensitive": False, "config_type": ctype, "documentation": None,
+                        "synonyms": [{"name": key, "value": value, "source": SOURCE_STATIC_BROKER}] if synonyms else []})
+        elif rtype == BROKER_LOGGER:
+            pass
+        else:
+            result.update(error_code=int(ErrorCode.INVALID_REQUEST),
+                          error_message=f"Unsupported resource type {rtype}")
+        results.append(result)
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def _alter(broker: Broker, rtype: int, name: str, compute: Any, validate_only: bool) -> dict[str, Any]:
+    """Apply `compute(current configs) -> new configs` to a topic resource; report as Kafka does."""
+    out: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": rtype, "resource_name": name}
+    if rtype == BROKER:
+        out.update(error_code=int(ErrorCode.INVALID_REQUEST),
+                   error_message="Broker configs are static in tmqgate; set them in the --config file")
+        return out
+    if rtype != TOPIC:
+        out.update(error_code=int(ErrorCode.INVALID_REQUEST), error_message=f"Unsupported resource type {rtype}")
+        return out
+    topic: Topic | None = broker.topics.get(name)
+    if topic is None:
+        out.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), error_message=f"Topic '{name}' does not exist.")
+        return out
+    try:
+        new = validate_configs(compute(dict(topic.configs)))
+    except TopicError as exc:
+        out.update(error_code=int(ErrorCode[exc.code]), error_message=exc.message)
+        return out
+    if not validate_only:
+        broker.topics.set_configs(topic, new)
+    return out
+
+
+@api(ApiKey.ALTER_CONFIGS, 0, 2)
+async def alter_configs(broker: Broker, req: Request) -> dict[str, Any]:
+    """AlterConfigs replaces the resource's whole set of dynamic configs."""
+    body = req.body
+    responses = [
+        _alter(broker, r["resource_type"], r["resource_name"],
+               lambda _old, r=r: {c["name"]: c["value"] for c in r["configs"]},
+               body.get("validate_only", False))
+        for r in body["resources"]
+    ]
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+@api(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def incremental_alter_configs(broker: Broker, req: Request) -> dict[str, Any]:
+    body = req.body
+
+    def apply(changes: list[dict[str, Any]]) -> Any:
+        def compute(old: dict[str, str]) -> dict[str, str | None]:
+            new: dict[str, str | None] = dict(old)
+            for c in changes:
+                name, op, value = c["name"], c["config_operation"], c["value"]
+                key = TOPIC_CONFIGS.get(name)
+                if op == SET:
+                    new[name] = value
+                elif op == DELETE:
+                    new.pop(name, None)
+                elif op in (APPEND, SUBTRACT):
+                    if key is None or key.type != 7:
+                        raise TopicError("INVALID_CONFIG",
+                                         f"Config value append/subtract is not allowed for config key {name}")
+                    items = [v for v in (new.get(name) or key.default).split(",") if v]
+                    for v in (value or "").split(","):
+                        if op == APPEND and v not in items:
+                            items.append(v)
+                        elif op == SUBTRACT and v in items:
+                            items.remove(v)
+                    new[name] = ",".join(items)
+                else:
+                    raise TopicError("INVALID_REQUEST", f"Unknown config operation {op}")
+            return new
+        return compute
+
+    responses = [
+        _alter(broker, r["resource_type"], r["resource_name"], apply(r["configs"]), body.get("validate_only", False))
+        for r in body["resources"]
+    ]
+    return {"throttle_time_ms": 0, "responses": responses}

@@ -1,0 +1,108 @@
+"""Fetch with long-poll: read stored batches as bytes from each vnode's WAL from the
+requested version; when there is less than min_bytes, wait for data to land (woken at once
+by the append, TDengine's push) or for max_wait to pass.
+
+Size limits follow KIP-74: partition_max_bytes per partition and max_bytes per response, except
+that the first batch of the first partition with data is always returned whole, so a batch
+bigger than the limits never stalls a consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from protocol.errors import ErrorCode
+
+from broker.apis import ApiKey, api
+
+if TYPE_CHECKING:
+    from protocol.messages import Request
+
+    from broker.server import Broker
+    from broker.topics import Topic
+
+
+@api(ApiKey.FETCH, 4, 18)
+async def fetch(broker: Broker, req: Request) -> dict[str, Any]:
+    body = req.body
+    by_id = req.api_version >= 13
+    wanted: list[tuple[dict[str, Any], Topic | None]] = []
+    for t in body["topics"]:
+        topic = broker.topics.by_id(t["topic_id"]) if by_id else broker.topics.get(t["topic"])
+        wanted.append((t, topic))
+    deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000
+    min_bytes = body["min_bytes"]
+    while True:
+        responses, size, errors = _read_all(broker, wanted, body.get("max_bytes", 0x7FFFFFFF), by_id)
+        remaining = deadline - time.monotonic()
+        if size >= min_bytes or errors or remaining <= 0:
+            break
+        watched = [(topic.db, p["partition"]) for t, topic in wanted if topic is not None
+                   for p in t["partitions"]]
+        if not watched:
+            await asyncio.sleep(remaining)
+            continue
+        await broker.notifier.wait(watched, remaining)
+    # session_id 0: we keep no fetch sessions (KIP-227), so clients send full fetches.
+    return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+
+def _read_all(broker: Broker, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,
+              by_id: bool) -> tuple[list[dict[str, Any]], int, bool]:
+    """One pass over the requested partitions: (topic responses, bytes of records, any error)."""
+    store = broker.store
+    budget = max_bytes if max_bytes > 0 else 0x7FFFFFFF
+    total = 0
+    errors = False
+    responses = []
+    for t, topic in wanted:
+        parts = []
+        for p in t["partitions"]:
+            index = p["partition"]
+            entry: dict[str, Any] = {"partition_index": index, "high_watermark": -1,
+                                     "last_stable_offset": -1, "log_start_offset": -1,
+                                     "aborted_transactions": None, "preferred_read_replica": -1,
+                                     "records": None}
+            if topic is None:
+                entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_ID if by_id
+                                          else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                errors = True
+            elif not 0 <= index < topic.partitions:
+                entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                errors = True
+            else:
+                hw = store.next_version(topic.db, index)
+                start = store.log_start(topic.db, index)
+                entry.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
+                offset = p["fetch_offset"]
+                if offset < start or offset > hw:
+                    entry["error_code"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+                    errors = True
+                else:
+                    entry["error_code"] = 0
+                    limit = min(p["partition_max_bytes"], budget)
+                    if offset < hw and (limit > 0 or total == 0):
+                        batches = store.read(topic.db, index, offset, max(limit, 1))
+                        if total > 0:
+                            batches = _within(batches, limit)
+                        if batches:
+                            records = b"".join(batches)
+                            entry["records"] = records
+                            total += len(records)
+                            budget -= len(records)
+            parts.append(entry)
+        responses.append({"topic": t.get("topic"), "topic_id": t.get("topic_id"), "partitions": parts})
+    return responses, total, errors
+
+
+def _within(batches: list[bytes], limit: int) -> list[bytes]:
+    """Keep the leading batches that fit in `limit` bytes (only the response's first batch may exceed)."""
+    kept, size = [], 0
+    for b in batches:
+        if size + len(b) > limit:
+            break
+        kept.append(b)
+        size += len(b)
+    return kept

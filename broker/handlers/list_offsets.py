@@ -1,0 +1,58 @@
+"""ListOffsets: earliest, latest, max timestamp, and the first offset at or after a timestamp."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from protocol.errors import ErrorCode
+
+from broker.apis import ApiKey, api
+
+if TYPE_CHECKING:
+    from protocol.messages import Request
+
+    from broker.server import Broker
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+EARLIEST_PENDING_UPLOAD = -5
+LATEST_TIERED = -6
+
+
+@api(ApiKey.LIST_OFFSETS, 1, 10)
+async def list_offsets(broker: Broker, req: Request) -> dict[str, Any]:
+    store = broker.store
+    topics = []
+    for t in req.body["topics"]:
+        topic = broker.topics.get(t["name"])
+        parts = []
+        for p in t["partitions"]:
+            index = p["partition_index"]
+            entry: dict[str, Any] = {"partition_index": index, "error_code": 0, "timestamp": -1,
+                                     "offset": -1, "leader_epoch": -1}
+            if topic is None or not 0 <= index < topic.partitions:
+                entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                parts.append(entry)
+                continue
+            ts = p["timestamp"]
+            if ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
+                entry["offset"] = store.log_start(topic.db, index)
+            elif ts == LATEST:
+                entry["offset"] = store.next_version(topic.db, index)
+            elif ts == LATEST_TIERED:
+                pass  # nothing is tiered: offset -1, as Kafka answers for a local-only topic
+            elif ts == MAX_TIMESTAMP:
+                found = store.max_timestamp_offset(topic.db, index)
+                if found is not None:
+                    entry["offset"], entry["timestamp"] = found
+            elif ts >= 0:
+                found = store.offset_for_timestamp(topic.db, index, ts)
+                if found is not None:
+                    entry["offset"], entry["timestamp"] = found
+            else:
+                entry["error_code"] = int(ErrorCode.INVALID_REQUEST)
+            parts.append(entry)
+        topics.append({"name": t["name"], "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}

@@ -1,0 +1,109 @@
+"""ApiVersions, Metadata, DescribeCluster: how clients find us and our topics."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from protocol.errors import ErrorCode
+
+from broker.apis import ApiKey, api
+from broker.topics import Topic, TopicError, check_topic_name
+
+if TYPE_CHECKING:
+    from protocol.messages import Request
+
+    from broker.server import Broker
+
+ZERO_UUID = bytes(16)
+# Leader epoch -1 tells clients we do not track epochs, so they skip epoch validation.
+LEADER_EPOCH = -1
+
+
+@api(ApiKey.API_VERSIONS, 0, 4)
+async def api_versions(broker: Broker, req: Request) -> dict[str, Any]:
+    return broker.api_versions_body()
+
+
+def topic_metadata(broker: Broker, topic: Topic) -> dict[str, Any]:
+    """One topic's metadata entry: every partition led by this node, its only replica."""
+    node = broker.config.node_id
+    return {
+        "error_code": 0,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": False,
+        "partitions": [
+            {"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
+             "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
+            for p in range(topic.partitions)
+        ],
+    }
+
+
+def brokers(broker: Broker) -> list[dict[str, Any]]:
+    host, port = broker.advertised
+    return [{"node_id": broker.config.node_id, "host": host, "port": port, "rack": None}]
+
+
+def _missing(name: str | None, topic_id: bytes, code: ErrorCode) -> dict[str, Any]:
+    return {"error_code": int(code), "name": name, "topic_id": topic_id, "is_internal": False,
+            "partitions": []}
+
+
+@api(ApiKey.METADATA, 0, 13)
+async def metadata(broker: Broker, req: Request) -> dict[str, Any]:
+    body = req.body
+    wanted = body.get("topics")
+    allow_auto = body.get("allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
+    if wanted is None or (req.api_version == 0 and not wanted):
+        topics = [topic_metadata(broker, t) for t in broker.topics.all()]
+    else:
+        topics = []
+        for entry in wanted:
+            name, topic_id = entry.get("name"), entry.get("topic_id") or ZERO_UUID
+            if name is None:
+                topic = broker.topics.by_id(topic_id)
+                topics.append(topic_metadata(broker, topic) if topic else
+                              _missing(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID))
+                continue
+            topic = broker.topics.get(name)
+            if topic is None and allow_auto:
+                topic = _auto_create(broker, name)
+                if isinstance(topic, ErrorCode):
+                    topics.append(_missing(name, ZERO_UUID, topic))
+                    continue
+            topics.append(topic_metadata(broker, topic) if topic else
+                          _missing(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    return {
+        "throttle_time_ms": 0,
+        "brokers": brokers(broker),
+        "cluster_id": broker.config.cluster_id,
+        "controller_id": broker.config.node_id,
+        "topics": topics,
+        "error_code": 0,
+    }
+
+
+def _auto_create(broker: Broker, name: str) -> Topic | ErrorCode:
+    """Kafka's auto.create.topics.enable: a Metadata request for a missing topic creates it."""
+    try:
+        check_topic_name(name)
+        return broker.topics.create(name, broker.config.num_partitions, {})
+    except TopicError as exc:
+        return ErrorCode[exc.code]
+
+
+@api(ApiKey.DESCRIBE_CLUSTER, 0, 2)
+async def describe_cluster(broker: Broker, req: Request) -> dict[str, Any]:
+    host, port = broker.advertised
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
+        "endpoint_type": req.body.get("endpoint_type", 1),
+        "cluster_id": broker.config.cluster_id,
+        "controller_id": broker.config.node_id,
+        "brokers": [{"broker_id": broker.config.node_id, "host": host, "port": port, "rack": None,
+                     "is_fenced": False}],
+        "cluster_authorized_operations": -2147483648,
+    }

@@ -1,0 +1,115 @@
+"""Produce: validate each partition's record batch and append it to the vnode's WAL as bytes.
+
+The batch is never decoded: its header gives the record count, timestamps and producer
+fields; the CRC is checked; the stored copy differs only in its base offset (outside the CRC).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from protocol.compression import CorruptRecord
+from protocol.errors import ErrorCode
+from protocol.records import MAGIC, iter_batches, verify_crc
+
+from broker.apis import ApiKey, api
+from broker.idempotence import check_sequence
+
+if TYPE_CHECKING:
+    from protocol.messages import Request
+
+    from broker.server import Broker
+    from broker.topics import Topic
+
+
+class ProduceError(Exception):
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
+
+
+@api(ApiKey.PRODUCE, 3, 13)
+async def produce(broker: Broker, req: Request) -> dict[str, Any] | None:
+    body = req.body
+    acks = body["acks"]
+    by_id = req.api_version >= 13
+    responses = []
+    for topic_data in body["topic_data"]:
+        topic = (broker.topics.by_id(topic_data["topic_id"]) if by_id
+                 else broker.topics.get(topic_data["name"]))
+        partitions = []
+        for pdata in topic_data["partition_data"]:
+            index = pdata["index"]
+            entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1,
+                                     "log_start_offset": -1, "record_errors": [], "error_message": None}
+            if acks not in (0, 1, -1):
+                entry["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
+            elif topic is None:
+                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif not 0 <= index < topic.partitions:
+                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                try:
+                    entry["base_offset"] = append_records(broker, topic, index, pdata["records"])
+                    entry["error_code"] = 0
+                    entry["log_start_offset"] = broker.store.log_start(topic.db, index)
+                except ProduceError as exc:
+                    entry["error_code"] = exc.code
+                    entry["error_message"] = exc.message
+            entry["error_code"] = int(entry["error_code"])
+            partitions.append(entry)
+        responses.append({"name": topic_data.get("name"), "topic_id": topic_data.get("topic_id"),
+                          "partition_responses": partitions})
+    if acks == 0:
+        return None
+    return {"responses": responses, "throttle_time_ms": 0}
+
+
+def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | None) -> int:
+    """Validate one partition's batch as Kafka does and append it; return its base offset."""
+    if not records:
+        raise ProduceError(ErrorCode.INVALID_RECORD, "Produce request has no record batch")
+    try:
+        batches = list(iter_batches(records))
+    except CorruptRecord as exc:
+        raise ProduceError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+    if len(batches) != 1:
+        raise ProduceError(ErrorCode.INVALID_RECORD,
+                           "Produce requests with version 3 and above must contain exactly one record batch")
+    header = batches[0]
+    batch = records if header.size == len(records) else bytes(records[header.offset:header.offset + header.size])
+    if header.magic != MAGIC:
+        raise ProduceError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                           f"Record batch magic {header.magic} is not supported; only magic 2 is")
+    if header.size > topic.max_message_bytes:
+        raise ProduceError(ErrorCode.MESSAGE_TOO_LARGE,
+                           f"The record batch size {header.size} bytes exceeds max.message.bytes "
+                           f"({topic.max_message_bytes})")
+    if not verify_crc(batch):
+        raise ProduceError(ErrorCode.CORRUPT_MESSAGE, "Record batch CRC mismatch")
+    if header.is_control:
+        raise ProduceError(ErrorCode.INVALID_RECORD, "Producers may not write control batches")
+    if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
+        raise ProduceError(ErrorCode.INVALID_RECORD,
+                           f"Record batch count {header.record_count} does not match its last offset delta "
+                           f"{header.last_offset_delta}")
+    after_max = int(topic.config("message.timestamp.after.max.ms"))
+    if header.timestamp_type == 0 and header.max_timestamp > time.time() * 1000 + after_max:
+        raise ProduceError(ErrorCode.INVALID_TIMESTAMP,
+                           f"Timestamp {header.max_timestamp} of the record batch is more than "
+                           f"message.timestamp.after.max.ms ({after_max}) ahead of the broker's time")
+    store = broker.store
+    producer = None
+    if header.producer_id >= 0 and header.base_sequence >= 0:
+        state = store.producer_state(topic.db, vnode, header.producer_id)
+        verdict = check_sequence(state, header.producer_epoch, header.base_sequence, header.record_count)
+        if verdict.duplicate_of is not None:
+            return verdict.duplicate_of
+        if verdict.error != ErrorCode.NONE:
+            raise ProduceError(verdict.error)
+        producer = (header.producer_id, header.producer_epoch, header.base_sequence)
+    base = store.append(topic.db, vnode, batch, header.record_count, header.max_timestamp, producer=producer)
+    broker.notifier.notify(topic.db, vnode)
+    return base

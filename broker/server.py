@@ -1,0 +1,189 @@
+"""The asyncio TCP server: frames in, handlers run, responses out — one request at a time
+per connection, in order, as Kafka answers a channel (it mutes it while a request is in flight).
+
+A bad frame fails its own connection only: Kafka closes the connection when it cannot parse
+a request header or body, or when the size prefix passes socket.request.max.bytes; an
+unsupported ApiVersions version gets the v0 error response carrying our ranges (KIP-511).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import time
+from typing import Any
+
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    InvalidRequest,
+    UnknownApi,
+    UnsupportedVersion,
+    decode_request,
+    encode_response,
+)
+
+from broker.apis import ApiKey, load_handlers
+from broker.config import BrokerConfig, parse_hostport
+from broker.topics import TopicRegistry
+from broker.waiters import DataNotifier
+from storage import Store
+
+log = logging.getLogger("tmqgate.server")
+_SIZE = struct.Struct(">i")
+
+
+class Broker:
+    """One tmqgate broker node: storage, topic registry, and the Kafka listener."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.store = Store(config.data_dir, wal_level=config.wal_level,
+                           fsync_period_ms=config.wal_fsync_period_ms)
+        self.topics = TopicRegistry(self, self.store)
+        self.notifier = DataNotifier()
+        self.apis = load_handlers()
+        self.started_ms = int(time.time() * 1000)
+        self._server: asyncio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
+        # Captures every request frame when set (tests use it for byte-for-byte round trips).
+        self.frame_hook: Any = None
+
+    async def start(self) -> None:
+        host, port = self.config.listen_address
+        self._server = await asyncio.start_server(self._serve_connection, host, port,
+                                                  reuse_address=True, limit=1 << 20)
+        bound = self._server.sockets[0].getsockname()
+        if self.config.advertised_listener:
+            self.advertised = parse_hostport(self.config.advertised_listener)
+        else:
+            self.advertised = (host, bound[1])
+        self._tasks.append(asyncio.create_task(self._housekeeping()))
+        log.info("tmqgate listening on %s:%d (data dir %s)", host, bound[1], self.config.data_dir)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in [*self._tasks, *self._connections]:
+            task.cancel()
+        for task in [*self._tasks, *self._connections]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+        self.store.close()
+
+    async def _housekeeping(self) -> None:
+        """Periodic WAL fsync (WAL_FSYNC_PERIOD) and retention (log.retention.check.interval.ms)."""
+        cfg = self.config
+        fsync_every = cfg.wal_fsync_period_ms / 1000 if cfg.wal_level >= 2 and cfg.wal_fsync_period_ms > 0 else None
+        retention_every = cfg.retention_check_interval_ms / 1000
+        next_fsync = time.monotonic() + (fsync_every or 0)
+        next_retention = time.monotonic() + retention_every
+        while True:
+            now = time.monotonic()
+            wake = min(t for t in (next_fsync if fsync_every else None, next_retention) if t is not None)
+            await asyncio.sleep(max(0.0, wake - now))
+            now = time.monotonic()
+            if fsync_every and now >= next_fsync:
+                self.store.sync()
+                next_fsync = now + fsync_every
+            if now >= next_retention:
+                try:
+                    self.store.enforce_retention(int(time.time() * 1000))
+                except Exception:  # retention must never take the broker down
+                    log.exception("retention failed")
+                next_retention = now + retention_every
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._connection_loop(reader, writer, peer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("connection %s failed", peer)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _connection_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                               peer: Any) -> None:
+        max_size = self.config.socket_request_max_bytes
+        client = ClientInfo(host=peer[0] if peer else "", port=peer[1] if peer else 0)
+        while True:
+            (size,) = _SIZE.unpack(await reader.readexactly(4))
+            if size < 0 or size > max_size:
+                log.warning("closing %s: frame of %d bytes is over socket.request.max.bytes (%d)",
+                            peer, size, max_size)
+                return
+            frame = await reader.readexactly(size)
+            if self.frame_hook is not None:
+                self.frame_hook(frame)
+            try:
+                request = decode_request(frame)
+            except UnsupportedVersion as exc:
+                if exc.api_key == ApiKey.API_VERSIONS:
+                    writer.write(self.api_versions_error(exc.correlation_id))
+                    await writer.drain()
+                    continue
+                log.warning("closing %s: unsupported version %d of api %d", peer, exc.api_version, exc.api_key)
+                return
+            except (UnknownApi, InvalidRequest) as exc:
+                log.warning("closing %s: %s", peer, exc)
+                return
+            entry = self.apis.get(request.api_key)
+            if entry is None or not entry.min_version <= request.api_version <= entry.max_version:
+                if request.api_key == ApiKey.API_VERSIONS:
+                    writer.write(self.api_versions_error(request.correlation_id))
+                    await writer.drain()
+                    continue
+                log.warning("closing %s: api %d v%d not served", peer, request.api_key, request.api_version)
+                return
+            request.client = client  # type: ignore[attr-defined]
+            body = await entry.handler(self, request)
+            if body is None:
+                continue
+            writer.write(encode_response(request.api_key, request.api_version, request.correlation_id, body))
+            await writer.drain()
+
+    def api_versions_body(self, error: ErrorCode = ErrorCode.NONE) -> dict[str, Any]:
+        return {
+            "error_code": int(error),
+            "api_keys": [
+                {"api_key": e.key, "min_version": e.min_version, "max_version": e.max_version}
+                for e in sorted(self.apis.values(), key=lambda e: e.key)
+            ],
+            "throttle_time_ms": 0,
+        }
+
+    def api_versions_error(self, correlation_id: int) -> bytes:
+        """The v0 UNSUPPORTED_VERSION answer a Kafka broker gives to an ApiVersions it can't parse."""
+        return encode_response(ApiKey.API_VERSIONS, 0, correlation_id,
+                               self.api_versions_body(ErrorCode.UNSUPPORTED_VERSION))
+
+
+class ClientInfo:
+    """Who is on the other end of a connection (for group membership and SHOW CONSUMERS)."""
+
+    __slots__ = ("host", "port")
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
