@@ -1,0 +1,245 @@
+"""The LevelDB key layout of tmqgate — the one place it is written down.
+
+Everything lives in one LevelDB so that a WAL entry, the vnode counters, the time index and
+the producer state are written by one atomic ``WriteBatch``. Integers in keys are big-endian
+unsigned so that byte order is numeric order and range scans come out sorted. ``db`` is the
+numeric database id (u32, never reused), not the name: a dropped and recreated database of
+the same name gets a new id and can never see the old data.
+
+===========  =====================================================  ===============================================
+prefix       key (after the prefix byte)                            value
+===========  =====================================================  ===============================================
+0x01 NAME    database name (utf-8)                                  db id u32
+0x02 DBINFO  db u32                                                 JSON {name, vgroups, topic_id (hex), created_ms}
+0x03 DBCONF  db u32                                                 JSON {config name: string value}
+0x04 TOPICID topic id (16 bytes, uuid4)                             db id u32
+0x05 NEXTDB  (nothing)                                              next db id u32
+0x06 NEXTPID (nothing)                                              next producer id u64
+0x10 WAL     db u32, vnode u32, base version u64, kind u8           data (kind 0): the stored record batch, base
+                                                                    offset already set to the version;
+                                                                    meta (kind 1): i64 append time ms + payload
+0x20 VNODE   db u32, vnode u32                                      next version u64, log start u64, bytes u64
+0x30 TIME    db u32, vnode u32, max timestamp (i64 + 2**63) u64     base version u64 (sparse: only entries that
+                                                                    raise the vnode's running max timestamp)
+0x40 PRODUCER db u32, vnode u32, producer id u64                    epoch i16, last update ms i64, n u8, then n
+                                                                    (<= 5) x (first seq i32, last seq i32,
+                                                                    base offset i64, last offset i64), oldest first
+0x50 OFFSET  group (u16 len + utf-8), topic (u16 len + utf-8),      offset i64, leader epoch i32, commit ms i64,
+             partition u32                                          metadata flag u8 (0 = null) + utf-8 metadata
+0x60 GROUP   group (utf-8)                                          opaque bytes owned by the group coordinator
+0x7F SYNC    (nothing)                                              marker written with sync=True by Store.sync()
+===========  =====================================================  ===============================================
+
+A vnode's versions are dense: a data entry of N records takes N consecutive versions, a meta
+entry takes one, so an entry's last version is the next entry's base - 1 (or next version - 1).
+Because the kind byte follows the base version, kind does not disturb version order, and a
+reader knows an entry's kind from its key alone.
+
+The time index is Kafka's: an index entry is added only when a batch's max timestamp exceeds
+every earlier one in the vnode, so index order is both timestamp and version order, and
+"first batch whose max timestamp >= ts" is one seek.
+"""
+
+from __future__ import annotations
+
+import struct
+
+NAME = b"\x01"
+DBINFO = b"\x02"
+DBCONF = b"\x03"
+TOPICID = b"\x04"
+NEXTDB = b"\x05"
+NEXTPID = b"\x06"
+WAL = b"\x10"
+VNODE = b"\x20"
+TIME = b"\x30"
+PRODUCER = b"\x40"
+OFFSET = b"\x50"
+GROUP = b"\x60"
+SYNC = b"\x7f"
+
+KIND_DATA = 0
+KIND_META = 1
+
+#: Prefixes whose keys start with the db id; dropping a database deletes these ranges.
+PER_DB_PREFIXES = (WAL, VNODE, TIME, PRODUCER)
+
+_DV = struct.Struct(">II")
+_DVQ = struct.Struct(">IIQ")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+TS_BIAS = 1 << 63
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """Smallest key greater than every key starting with ``prefix`` (exclusive stop)."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        raise ValueError("no upper bound for an all-0xff prefix")
+    p[-1] += 1
+    return bytes(p)
+
+
+def u32(n: int) -> bytes:
+    return _U32.pack(n)
+
+
+def u64(n: int) -> bytes:
+    return _U64.pack(n)
+
+
+def read_u32(b: bytes) -> int:
+    return _U32.unpack(b)[0]
+
+
+def read_u64(b: bytes) -> int:
+    return _U64.unpack(b)[0]
+
+
+# catalog -------------------------------------------------------------------------------------
+
+
+def name_key(name: str) -> bytes:
+    return NAME + name.encode()
+
+
+def dbinfo_key(db: int) -> bytes:
+    return DBINFO + u32(db)
+
+
+def dbconf_key(db: int) -> bytes:
+    return DBCONF + u32(db)
+
+
+def topic_id_key(topic_id: bytes) -> bytes:
+    return TOPICID + topic_id
+
+
+def db_prefix(prefix: bytes, db: int) -> bytes:
+    """All keys of one database under one of PER_DB_PREFIXES."""
+    return prefix + u32(db)
+
+
+# WAL -----------------------------------------------------------------------------------------
+
+
+def vnode_prefix(prefix: bytes, db: int, vnode: int) -> bytes:
+    """All keys of one vnode under one of PER_DB_PREFIXES."""
+    return prefix + _DV.pack(db, vnode)
+
+
+def wal_key(db: int, vnode: int, version: int, kind: int) -> bytes:
+    return WAL + _DVQ.pack(db, vnode, version) + bytes((kind,))
+
+
+def wal_seek_key(db: int, vnode: int, version: int) -> bytes:
+    """Sorts before any entry whose base version is ``version`` (and after all lower ones)."""
+    return WAL + _DVQ.pack(db, vnode, version)
+
+
+def wal_key_version(key: bytes) -> int:
+    return _U64.unpack_from(key, 9)[0]
+
+
+def wal_key_kind(key: bytes) -> int:
+    return key[17]
+
+
+def vnode_key(db: int, vnode: int) -> bytes:
+    return VNODE + _DV.pack(db, vnode)
+
+
+def parse_vnode_key(key: bytes) -> tuple[int, int]:
+    return _DV.unpack_from(key, 1)
+
+
+_VSTATE = struct.Struct(">QQQ")
+
+
+def pack_vnode_state(next_version: int, log_start: int, size: int) -> bytes:
+    return _VSTATE.pack(next_version, log_start, size)
+
+
+def unpack_vnode_state(b: bytes) -> tuple[int, int, int]:
+    return _VSTATE.unpack(b)
+
+
+def time_key(db: int, vnode: int, timestamp: int) -> bytes:
+    return TIME + _DVQ.pack(db, vnode, timestamp + TS_BIAS)
+
+
+def time_key_ts(key: bytes) -> int:
+    return _U64.unpack_from(key, 9)[0] - TS_BIAS
+
+
+# producers -----------------------------------------------------------------------------------
+
+
+def producer_key(db: int, vnode: int, producer_id: int) -> bytes:
+    return PRODUCER + _DVQ.pack(db, vnode, producer_id)
+
+
+_PHEAD = struct.Struct(">hqB")
+_PBATCH = struct.Struct(">iiqq")
+
+
+def pack_producer(epoch: int, update_ms: int, batches: list[tuple[int, int, int, int]]) -> bytes:
+    return _PHEAD.pack(epoch, update_ms, len(batches)) + b"".join(_PBATCH.pack(*b) for b in batches)
+
+
+def unpack_producer(b: bytes) -> tuple[int, int, list[tuple[int, int, int, int]]]:
+    epoch, update_ms, n = _PHEAD.unpack_from(b, 0)
+    off = _PHEAD.size
+    batches = [_PBATCH.unpack_from(b, off + i * _PBATCH.size) for i in range(n)]
+    return epoch, update_ms, batches
+
+
+# group offsets and metadata ------------------------------------------------------------------
+
+
+def _lstr(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack(">H", len(b)) + b
+
+
+def offset_group_prefix(group: str) -> bytes:
+    return OFFSET + _lstr(group)
+
+
+def offset_topic_prefix(group: str, topic: str) -> bytes:
+    return OFFSET + _lstr(group) + _lstr(topic)
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return offset_topic_prefix(group, topic) + u32(partition)
+
+
+def parse_offset_key(key: bytes) -> tuple[str, str, int]:
+    (glen,) = struct.unpack_from(">H", key, 1)
+    group = key[3 : 3 + glen].decode()
+    pos = 3 + glen
+    (tlen,) = struct.unpack_from(">H", key, pos)
+    topic = key[pos + 2 : pos + 2 + tlen].decode()
+    (partition,) = _U32.unpack_from(key, pos + 2 + tlen)
+    return group, topic, partition
+
+
+_OFFSET = struct.Struct(">qiqB")
+
+
+def pack_offset(offset: int, leader_epoch: int, commit_ms: int, metadata: str | None) -> bytes:
+    if metadata is None:
+        return _OFFSET.pack(offset, leader_epoch, commit_ms, 0)
+    return _OFFSET.pack(offset, leader_epoch, commit_ms, 1) + metadata.encode()
+
+
+def unpack_offset(b: bytes) -> tuple[int, int, int, str | None]:
+    offset, leader_epoch, commit_ms, flag = _OFFSET.unpack_from(b, 0)
+    metadata = b[_OFFSET.size :].decode() if flag else None
+    return offset, leader_epoch, commit_ms, metadata
+
+
+def group_key(group: str) -> bytes:
+    return GROUP + group.encode()

@@ -1,0 +1,87 @@
+"""SIGKILL a writer mid-stream: every version it acknowledged must be readable after reopen."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatch
+
+from storage import Store
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    from storage import Store
+
+    path, wal_level, period = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    s = Store(path, wal_level=wal_level, fsync_period_ms=period)
+    if s.get_database("db") is None:
+        s.create_database("db", 2)
+    i = 0
+    while True:
+        n = 1 + i % 4
+        b = DefaultRecordBatchBuilder(2, 0, 0, 9, 0, i * 4, 1 << 20)
+        for j in range(n):
+            b.append(j, timestamp=1000 + i, key=None, value=b"v%d" % i + b"x" * 200, headers=[])
+        vnode = i % 2
+        base = s.append("db", vnode, bytes(b.build()), n, 1000 + i, producer=(9, 0, i * 4))
+        if i % 7 == 0:
+            s.append_meta("db", vnode, b"meta%d" % i)
+        sys.stdout.write(f"{vnode} {base} {n} {i}\\n")
+        sys.stdout.flush()
+        i += 1
+    """
+)
+
+
+@pytest.mark.parametrize("wal_level", [1, 2])
+def test_acknowledged_appends_survive_sigkill(tmp_path: Path, wal_level: int) -> None:
+    path = tmp_path / "data"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    acked: list[tuple[int, int, int, int]] = []
+    for _round in range(2):  # the second round appends after a crash recovery
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), str(wal_level), "0"],
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        assert proc.stdout is not None
+        deadline = time.monotonic() + random.uniform(0.3, 1.0)
+        first = proc.stdout.readline()  # wait until it is running
+        lines = [first]
+        while time.monotonic() < deadline:
+            lines.append(proc.stdout.readline())
+        os.kill(proc.pid, signal.SIGKILL)
+        rest = proc.stdout.read()  # acknowledged before the kill landed
+        proc.wait()
+        lines += rest.splitlines(keepends=True)
+        for line in lines:
+            if line.endswith(b"\n"):
+                vnode, base, n, i = map(int, line.split())
+                acked.append((vnode, base, n, i))
+    assert len(acked) > 20
+    with Store(path) as s:
+        for vnode in (0, 1):
+            mine = [a for a in acked if a[0] == vnode]
+            last = max(mine, key=lambda a: a[1])
+            assert s.next_version("db", vnode) >= last[1] + last[2]
+        for vnode, base, n, i in acked:
+            batches = s.read("db", vnode, base, 1)
+            assert len(batches) == 1
+            batch = DefaultRecordBatch(batches[0])
+            assert batch.base_offset == base
+            assert batch.validate_crc()
+            records = list(batch)
+            assert [r.offset for r in records] == list(range(base, base + n))
+            assert records[0].value.startswith(b"v%dx" % i)
+        state = s.producer_state("db", acked[-1][0], 9)
+        assert state is not None and state.epoch == 0
