@@ -16,8 +16,8 @@ from storage import (
     UnknownDatabase,
     UnknownVnode,
     WalEntry,
+    keys,
 )
-from storage import keys
 
 
 def make_batch(
@@ -359,7 +359,9 @@ def test_producer_state(store: Store) -> None:
         store.append("db", 0, make_batch(1), 1, 0)  # others interleave
     assert store.producer_state("db", 0, 5) == ProducerState(1, 13, 18)
     assert store.producer_state("db", 1, 5) is None
-    assert store.producer_batches("db", 0, 5) == [ProducerBatch(2 * i, 2 * i + 1, 3 * i, 3 * i + 1) for i in range(2, 7)]
+    assert store.producer_batches("db", 0, 5) == [
+        ProducerBatch(2 * i, 2 * i + 1, 3 * i, 3 * i + 1) for i in range(2, 7)
+    ]
     assert store.find_duplicate("db", 0, 5, 1, 8, 9) == ProducerBatch(8, 9, 12, 13)
     assert store.find_duplicate("db", 0, 5, 1, 2, 3) is None  # evicted (older than 5 batches)
     assert store.find_duplicate("db", 0, 5, 2, 8, 9) is None  # other epoch
