@@ -1,0 +1,1 @@
+"""Compatibility suite: stock Kafka clients against tmqgate (or reference Apache Kafka)."""

@@ -1,0 +1,158 @@
+"""Starting, killing and restarting the broker under test.
+
+tmqgate runs as `tmqgate serve` on free loopback ports with a temporary data dir; the
+reference Apache Kafka broker comes from `compat_tests/kafka_ref.py`.  Both are wrapped in
+`BrokerProcess` so a test can SIGKILL a broker and bring it back on the same port and data.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .helpers import api_versions_ok, free_port
+
+
+class BrokerProcess:
+    """A broker the test owns: start, SIGKILL, restart on the same address and data."""
+
+    bootstrap: str
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to flush or close anything."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Clean shutdown (SIGTERM for tmqgate)."""
+        raise NotImplementedError
+
+    def restart(self) -> None:
+        self.start()
+
+    def log_tail(self, n: int = 60) -> str:
+        return ""
+
+
+def _tmqgate_cmd() -> list[str]:
+    exe = shutil.which("tmqgate")
+    if exe:
+        return [exe]
+    return [sys.executable, "-c", "import sys; from broker.cli import main; sys.exit(main())"]
+
+
+class TmqgateProcess(BrokerProcess):
+    """`tmqgate serve` as a child process."""
+
+    def __init__(self, workdir: Path, port: int | None = None, http_port: int | None = None,
+                 ready_timeout: float = 60.0) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.http_port = http_port or free_port()
+        self.data_dir = workdir / "data"
+        self.log_path = workdir / "tmqgate.log"
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.ready_timeout = ready_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        cmd = _tmqgate_cmd() + ["serve", "--listen", self.bootstrap, "--http", f"127.0.0.1:{self.http_port}",
+                                "--data-dir", str(self.data_dir)]
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        log.write(f"\n=== start {time.strftime('%H:%M:%S')}: {' '.join(cmd)}\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(self.workdir),
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        log.close()
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tmqgate exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if api_versions_ok(self.bootstrap):
+                return
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"tmqgate not ready after {self.ready_timeout}s:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+class RefKafkaProcess(BrokerProcess):
+    """The reference Apache Kafka broker (compat_tests/kafka_ref.py) on a fixed workdir.
+
+    Restart = start again on the same workdir; kafka_ref keeps the port and log dirs of a
+    workdir it has already formatted.  SIGKILL uses the process handle kafka_ref exposes.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.ref: Any = None
+        self.bootstrap = ""
+
+    def start(self) -> None:
+        from . import kafka_ref
+
+        self.ref = kafka_ref.start_reference_kafka(self.workdir)
+        if self.bootstrap and self.ref.bootstrap != self.bootstrap:
+            raise RuntimeError(f"reference Kafka came back on {self.ref.bootstrap}, not {self.bootstrap}")
+        self.bootstrap = self.ref.bootstrap
+
+    def _pid(self) -> int | None:
+        for attr in ("proc", "process", "popen", "_proc", "_process"):
+            p = getattr(self.ref, attr, None)
+            if p is not None and hasattr(p, "pid"):
+                return int(p.pid)
+        pid = getattr(self.ref, "pid", None)
+        return int(pid) if pid is not None else None
+
+    def kill(self) -> None:
+        if self.ref is None:
+            return
+        kill = getattr(self.ref, "kill", None)
+        if callable(kill):
+            kill()
+            return
+        pid = self._pid()
+        if pid is None:
+            raise RuntimeError("kafka_ref.RefKafka exposes neither kill() nor a process handle")
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            p = getattr(self.ref, "proc", None)
+            if p is not None and p.poll() is not None:
+                break
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.ref is not None:
+            self.ref.stop()

@@ -1,0 +1,98 @@
+"""Fixtures for the compatibility suite.
+
+`--target tmqgate` (default) starts `tmqgate serve` once per session; `--target kafka` starts
+the reference Apache Kafka broker instead, which is how we check the tests themselves are
+honest; `--bootstrap HOST:PORT` uses a broker that is already running (restart tests skip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .brokers import BrokerProcess, RefKafkaProcess, TmqgateProcess
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("compat", "tmqgate compatibility suite")
+    group.addoption("--bootstrap", default=None, metavar="HOST:PORT",
+                    help="use this already running broker (restart tests are skipped)")
+    group.addoption("--target", default="tmqgate", choices=("tmqgate", "kafka"),
+                    help="which broker to start: tmqgate (default) or the reference Apache Kafka")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python loads its JSON schemas through a deprecated importlib API; noise only
+    config.addinivalue_line("filterwarnings", "ignore:read_text is deprecated:DeprecationWarning")
+    config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--target") != "kafka":
+        return
+    skip = pytest.mark.skip(reason="tmqgate-only feature; target is reference Kafka")
+    for item in items:
+        if "tmqgate_only" in item.keywords:
+            item.add_marker(skip)
+
+
+@dataclass(frozen=True)
+class Broker:
+    """The session's broker: where it listens and what it is."""
+
+    bootstrap: str
+    target: str  # "tmqgate" | "kafka"
+    external: bool  # given by --bootstrap; we cannot restart it
+
+    @property
+    def host(self) -> str:
+        return self.bootstrap.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.bootstrap.rpartition(":")[2])
+
+
+def _new_process(target: str, workdir: Path) -> BrokerProcess:
+    if target == "kafka":
+        return RefKafkaProcess(workdir)
+    return TmqgateProcess(workdir)
+
+
+@pytest.fixture(scope="session")
+def target(pytestconfig: pytest.Config) -> str:
+    return str(pytestconfig.getoption("--target"))
+
+
+@pytest.fixture(scope="session")
+def broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, target: str) -> Iterator[Broker]:
+    """One broker for the whole session (starting Kafka takes seconds)."""
+    bootstrap = pytestconfig.getoption("--bootstrap")
+    if bootstrap:
+        yield Broker(bootstrap, target, external=True)
+        return
+    proc = _new_process(target, tmp_path_factory.mktemp(f"{target}-session"))
+    proc.start()
+    try:
+        yield Broker(proc.bootstrap, target, external=False)
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def restartable_broker(pytestconfig: pytest.Config, tmp_path: Path, target: str) -> Iterator[BrokerProcess]:
+    """A broker of the test's own that it may SIGKILL and restart on the same port and data."""
+    if pytestconfig.getoption("--bootstrap"):
+        pytest.skip("--bootstrap given: cannot kill and restart an external broker")
+    proc = _new_process(target, tmp_path / "restartable")
+    proc.start()
+    try:
+        yield proc
+    finally:
+        try:
+            proc.stop()
+        except Exception:  # noqa: BLE001 - best effort: the test may have left it dead
+            proc.kill()
