@@ -32,12 +32,14 @@ database's configs when it creates one).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import os
 import struct
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -46,7 +48,6 @@ import plyvel
 from storage import keys
 
 _WriteBatch = plyvel._plyvel.WriteBatch
-_Iterator = plyvel._plyvel.Iterator
 
 BATCH_HEADER_SIZE = 61  # record batch v2 header up to and including the record count
 MAX_PRODUCER_BATCHES = 5  # Kafka keeps metadata of the last 5 batches per producer
@@ -119,9 +120,23 @@ class CommittedOffset(NamedTuple):
 
 
 class _Vnode:
-    """Cached counters of one vnode; mirrors the VNODE key plus the time index's tail."""
+    """Cached counters of one vnode (the VNODE key plus the time index's tail) and its hot tail.
 
-    __slots__ = ("next", "log_start", "size", "max_ts", "max_ts_base")
+    ``tail_bases``/``tail_entries`` hold the newest entries (base, key kind, stored value) and
+    cover every version from ``tail_bases[0]`` to ``next - 1``: a caught-up consumer's read
+    is served from memory without a LevelDB seek.
+    """
+
+    __slots__ = (
+        "next",
+        "log_start",
+        "size",
+        "max_ts",
+        "max_ts_base",
+        "tail_bases",
+        "tail_entries",
+        "tail_bytes",
+    )
 
     def __init__(self, next_version: int, log_start: int, size: int) -> None:
         self.next = next_version
@@ -129,6 +144,35 @@ class _Vnode:
         self.size = size
         self.max_ts: int | None = None
         self.max_ts_base = 0
+        self.tail_bases: list[int] = []
+        self.tail_entries: list[tuple[int, bytes]] = []
+        self.tail_bytes = 0
+
+    def cache(self, base: int, kind: int, value: bytes, cap: int) -> None:
+        """Add the newest entry; when over ``cap`` drop the oldest down to 3/4 of it."""
+        if cap <= 0:
+            return
+        self.tail_bases.append(base)
+        self.tail_entries.append((kind, value))
+        self.tail_bytes += len(value)
+        if self.tail_bytes > cap:
+            keep = cap * 3 // 4
+            n = 0
+            for _, v in self.tail_entries:
+                if self.tail_bytes <= keep:
+                    break
+                self.tail_bytes -= len(v)
+                n += 1
+            del self.tail_bases[:n]
+            del self.tail_entries[:n]
+
+    def uncache_below(self, first_kept: int) -> None:
+        """Forget cached entries that were deleted from the head of the log."""
+        n = bisect.bisect_left(self.tail_bases, first_kept)
+        if n:
+            self.tail_bytes -= sum(len(v) for _, v in self.tail_entries[:n])
+            del self.tail_bases[:n]
+            del self.tail_entries[:n]
 
 
 class _Db:
@@ -169,6 +213,7 @@ class Store:
         *,
         write_buffer_size: int = 64 << 20,
         lru_cache_size: int = 64 << 20,
+        tail_cache_bytes: int = 2 << 20,
     ) -> None:
         if wal_level not in (1, 2):
             raise ValueError("wal_level must be 1 or 2")
@@ -178,6 +223,7 @@ class Store:
         self.path = os.fspath(path)
         self.wal_level = wal_level
         self.fsync_period_ms = fsync_period_ms
+        self.tail_cache_bytes = tail_cache_bytes
         self._sync_each = wal_level == 2 and fsync_period_ms == 0
         self._dirty = False
         # compression=None: batches arrive compressed by producers; snappy would waste CPU.
@@ -392,10 +438,11 @@ class Store:
         d.vnodes.extend(_Vnode(0, 0, 0) for _ in range(old, new_count))
         return info
 
-    def set_configs(self, name: str, configs: dict[str, str | None]) -> DatabaseInfo:
-        """Merge configs into the database's; a value of None removes that config."""
+    def set_configs(self, name: str, configs: dict[str, str | None], *, merge: bool = False) -> DatabaseInfo:
+        """Replace the database's configs (AlterConfigs), or with ``merge`` update them
+        (a value of None then removes that config)."""
         d = self._get(name)
-        merged = dict(d.info.configs)
+        merged = dict(d.info.configs) if merge else {}
         for k, v in configs.items():
             if v is None:
                 merged.pop(k, None)
@@ -469,6 +516,7 @@ class Store:
         self._write(wb)
         vs.next = nxt
         vs.size = size
+        vs.cache(base, keys.KIND_DATA, value, self.tail_cache_bytes)
         if new_max:
             vs.max_ts = max_timestamp
             vs.max_ts_base = base
@@ -489,19 +537,37 @@ class Store:
         self._write(wb)
         vs.next = base + 1
         vs.size = size
+        vs.cache(base, keys.KIND_META, value, self.tail_cache_bytes)
         return base
 
-    def _wal_iter(self, dbid: int, vnode: int, from_version: int) -> _Iterator:
-        """Iterator positioned on the entry holding ``from_version`` (or the first after it)."""
+    def _entries_from(
+        self, dbid: int, vnode: int, vs: _Vnode, from_version: int
+    ) -> Iterator[tuple[int, int, bytes]]:
+        """(base, kind, value) from the entry holding ``from_version`` (or the first after it).
+
+        Versions are dense, so that entry is the last one with base <= from_version. Served
+        from the hot tail when it covers from_version; else one LevelDB seek (plus a step
+        back when from_version is inside an entry).
+        """
+        bases = vs.tail_bases
+        if bases and from_version >= bases[0]:
+            i = bisect.bisect_right(bases, from_version) - 1
+            entries = vs.tail_entries
+            return ((bases[j], *entries[j]) for j in range(i, len(bases)))
         p = keys.vnode_prefix(keys.WAL, dbid, vnode)
         it = self._db.iterator(start=p, stop=keys.prefix_end(p))
-        it.seek(keys.wal_seek_key(dbid, vnode, from_version + 1))
-        # Versions are dense, so the last entry with base <= from_version holds from_version.
-        try:
-            it.prev()
-        except StopIteration:
-            pass
-        return it
+        it.seek(keys.wal_seek_key(dbid, vnode, from_version))
+        first = next(it, None)
+        if first is None or keys.wal_key_version(first[0]) != from_version:
+            it.seek(keys.wal_seek_key(dbid, vnode, from_version + 1))
+            try:
+                it.prev()
+            except StopIteration:
+                pass
+            pairs: Iterable[tuple[bytes, bytes]] = it
+        else:
+            pairs = itertools.chain((first,), it)
+        return ((keys.wal_key_version(k), k[17], v) for k, v in pairs)
 
     def read(self, db: str, vnode: int, from_version: int, max_bytes: int) -> list[bytes]:
         """Stored data batches whose last version >= from_version, in order.
@@ -515,8 +581,8 @@ class Store:
             return []
         out: list[bytes] = []
         total = 0
-        for key, value in self._wal_iter(dbid, vnode, from_version):
-            if key[17] != keys.KIND_DATA:
+        for _, kind, value in self._entries_from(dbid, vnode, vs, from_version):
+            if kind != keys.KIND_DATA:
                 continue
             n = len(value)
             if out and total + n > max_bytes:
@@ -536,8 +602,8 @@ class Store:
             return []
         out: list[WalEntry] = []
         total = 0
-        for key, value in self._wal_iter(dbid, vnode, from_version):
-            is_meta = key[17] == keys.KIND_META
+        for version, kind, value in self._entries_from(dbid, vnode, vs, from_version):
+            is_meta = kind == keys.KIND_META
             if is_meta:
                 if not include_meta:
                     continue
@@ -545,7 +611,7 @@ class Store:
             n = len(value)
             if out and total + n > max_bytes:
                 break
-            out.append(WalEntry(keys.wal_key_version(key), is_meta, value))
+            out.append(WalEntry(version, is_meta, value))
             total += n
             if total >= max_bytes:
                 break
@@ -673,6 +739,7 @@ class Store:
         self._write(wb)
         vs.log_start = log_start
         vs.size = size
+        vs.uncache_below(first_kept)
         if max_ts is not None:
             vs.max_ts, vs.max_ts_base = max_ts
         return len(dead)

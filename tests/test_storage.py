@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -53,9 +54,10 @@ def offsets(batches: list[bytes]) -> list[int]:
     return [DefaultRecordBatch(b).base_offset for b in batches]
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(tmp_path / "data")
+@pytest.fixture(params=[0, 4096, 2 << 20], ids=["nocache", "tinycache", "cache"])
+def store(tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    """Every store test runs with the hot-tail cache off, thrashing, and roomy."""
+    s = Store(tmp_path / "data", tail_cache_bytes=request.param)
     yield s
     s.close()
 
@@ -138,7 +140,7 @@ def test_reopen_keeps_catalog_versions_producers(tmp_path: Path) -> None:
         s.append_meta("db", 0, b"m")
         put(s, "db", 2, 5, ts=7000)
         s.append("db", 1, make_batch(2), 2, 1001, producer=(42, 3, 10))
-        s.set_configs("db", {"retention.bytes": "500"})
+        s.set_configs("db", {"retention.bytes": "500"}, merge=True)
         pid = s.allocate_producer_id()
         s.commit_offset("g", "db", 0, 3, "meta", leader_epoch=1, commit_ms=99)
     with Store(path) as s:
@@ -287,7 +289,11 @@ def test_retention_by_bytes(store: Store) -> None:
     store.set_configs("db", {"retention.bytes": str(2 * one)})
     assert store.enforce_retention(now_ms=0) == 1
     assert offsets(store.read("db", 0, 0, 1 << 20)) == [3, 4]
-    store.set_configs("db", {"retention.bytes": "0"})
+    assert store.set_configs("db", {"retention.bytes": "0", "x": "1"}).configs == {
+        "retention.bytes": "0",
+        "x": "1",
+    }
+    assert store.set_configs("db", {"x": None}, merge=True).configs == {"retention.bytes": "0"}
     assert store.enforce_retention(now_ms=0) == 2
     assert store.log_start("db", 0) == 5
     assert store.log_size("db", 0) == 0
@@ -426,3 +432,42 @@ def test_errors(store: Store) -> None:
         store.append("db", 0, make_batch(1), 0, 0)
     with pytest.raises(ValueError):
         Store(store.path + "x", wal_level=3)
+
+
+def test_reads_match_a_model(store: Store) -> None:
+    """Random appends, meta entries and head deletions; every read agrees with a plain model."""
+    rng = random.Random(7)
+    store.create_database("db", 1)
+    model: list[tuple[int, int, bool, int]] = []  # base, count, is_meta, stored size
+    for step in range(300):
+        r = rng.random()
+        if r < 0.1:
+            v = store.append_meta("db", 0, b"m" * rng.randrange(1, 50))
+            model.append((v, 1, True, 0))
+        elif r < 0.13 and model:
+            target = rng.randrange(store.log_start("db", 0), store.next_version("db", 0) + 1)
+            store.delete_before("db", 0, target)
+            model = [m for m in model if m[0] + m[1] > target]
+        else:
+            n = rng.randrange(1, 6)
+            batch = make_batch(n, ts=step, value_size=rng.randrange(1, 800))
+            v = store.append("db", 0, batch, n, step + n - 1)
+            model.append((v, n, False, len(batch)))
+        if step % 10 == 0 or step == 299:
+            hw = store.next_version("db", 0)
+            for start in range(max(0, hw - 40), hw + 1):
+                max_bytes = rng.choice([1, 1000, 5000, 1 << 20])
+                want: list[int] = []
+                total = 0
+                for base, n, is_meta, size in model:
+                    if base + n <= start or is_meta:
+                        continue
+                    if want and total + size > max_bytes:
+                        break
+                    want.append(base)
+                    total += size
+                    if total >= max_bytes:
+                        break
+                assert offsets(store.read("db", 0, start, max_bytes)) == want, (step, start, max_bytes)
+                entries = store.read_entries("db", 0, start, 1 << 30)
+                assert [e.version for e in entries] == [m[0] for m in model if m[0] + m[1] > start]
