@@ -1,0 +1,147 @@
+"""Fetch long-poll: a waiting Fetch is answered as soon as data lands, not at max wait.
+
+Done-when item: with fetch max wait 5000 ms, a record produced while the consumer's Fetch is
+parked at the broker reaches the consumer in well under a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from .conftest import Broker
+from .helpers import CLIENTS, ConfluentDriver, unique_topic
+
+MAX_WAIT_MS = 5000
+
+
+class _Waiter(threading.Thread):
+    """A consumer of partition 0 that polls in a loop and notes when the record arrives."""
+
+    def __init__(self, client: str, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.client = client
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.polling = threading.Event()  # set once a few empty polls have returned
+        self.stop = threading.Event()
+        self.received_at: float | None = None
+        self.value: bytes | None = None
+        self.error: BaseException | None = None
+
+    def _got(self, value: bytes) -> None:
+        self.received_at = time.monotonic()
+        self.value = value
+
+    def _tick(self, n: int) -> None:
+        if n >= 3:
+            self.polling.set()
+
+    def run(self) -> None:
+        try:
+            getattr(self, "_run_" + self.client.replace("-", "_"))()
+        except BaseException as e:  # noqa: BLE001 - surfaced by the test
+            self.error = e
+            self.polling.set()
+
+    def _run_kafka_python(self) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        c = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
+                          fetch_max_wait_ms=MAX_WAIT_MS, fetch_min_bytes=1, request_timeout_ms=30000)
+        try:
+            tp = TopicPartition(self.topic, 0)
+            c.assign([tp])
+            c.seek_to_beginning(tp)
+            n = 0
+            while not self.stop.is_set() and self.received_at is None:
+                for msgs in c.poll(timeout_ms=100).values():
+                    for m in msgs:
+                        self._got(m.value)
+                n += 1
+                self._tick(n)
+        finally:
+            c.close()
+
+    def _run_aiokafka(self) -> None:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        async def go() -> None:
+            c = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
+                                 fetch_max_wait_ms=MAX_WAIT_MS, fetch_min_bytes=1)
+            await c.start()
+            try:
+                tp = TopicPartition(self.topic, 0)
+                c.assign([tp])
+                await c.seek_to_beginning(tp)
+                n = 0
+                while not self.stop.is_set() and self.received_at is None:
+                    for msgs in (await c.getmany(timeout_ms=100)).values():
+                        for m in msgs:
+                            self._got(m.value)
+                    n += 1
+                    self._tick(n)
+            finally:
+                await c.stop()
+
+        asyncio.run(go())
+
+    def _run_confluent(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": unique_topic("unused"),
+                      "enable.auto.commit": False, "enable.partition.eof": False,
+                      "fetch.wait.max.ms": MAX_WAIT_MS, "fetch.min.bytes": 1})
+        try:
+            c.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+            n = 0
+            while not self.stop.is_set() and self.received_at is None:
+                m = c.poll(0.1)
+                if m is not None:
+                    assert m.error() is None, m.error()
+                    self._got(m.value())
+                n += 1
+                self._tick(n)
+        finally:
+            c.close()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_parked_fetch_answered_when_data_lands(broker: Broker, client: str) -> None:
+    """Produce to an empty partition a consumer is long-polling; receipt well under 1 s."""
+    topic = unique_topic(f"longpoll-{client}")
+    d = ConfluentDriver(broker.bootstrap)
+    d.create_topic(topic, 2)
+
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
+    # warm the producer (connection, metadata) on the other partition, so the timed
+    # produce below costs one round trip
+    producer.produce(topic, value=b"warm-up", partition=1)
+    assert producer.flush(30) == 0
+
+    waiter = _Waiter(client, broker.bootstrap, topic)
+    waiter.start()
+    try:
+        assert waiter.polling.wait(30), "consumer never started polling"
+        assert waiter.error is None, repr(waiter.error)
+        time.sleep(0.1)
+        sent_at = time.monotonic()
+        producer.produce(topic, value=b"wake-up", partition=0)
+        assert producer.flush(30) == 0
+        deadline = sent_at + MAX_WAIT_MS / 1000 + 5
+        while waiter.received_at is None and waiter.error is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert waiter.error is None, repr(waiter.error)
+        assert waiter.received_at is not None, "record never arrived"
+        latency = waiter.received_at - sent_at
+        print(f"{client}: produce-to-receipt {latency * 1000:.0f} ms")
+        assert waiter.value == b"wake-up"
+        assert latency < 1.0, f"record took {latency:.3f}s: the parked Fetch waited for its max wait"
+    finally:
+        waiter.stop.set()
+        waiter.join(15)
