@@ -35,6 +35,7 @@ __all__ = [
     "KPrim",
     "KString",
     "KStruct",
+    "ViewIO",
     "build_struct",
     "codec_for",
     "default_value",
@@ -116,36 +117,72 @@ def _read_exact(io: BytesIO, n: int) -> bytes:
     return b
 
 
+def _uv_cont(io: BytesIO, first: int) -> int:
+    """Rest of a varint whose first byte (>= 0x80) was already read inline."""
+    result = first & 0x7F
+    shift = 7
+    while True:
+        v = io.read(1)[0]
+        result |= (v & 0x7F) << shift
+        if v < 0x80:
+            return result
+        shift += 7
+        if shift > 28:
+            raise DecodeError("varint too long")
+
+
+# The readers below may raise IndexError / struct.error on truncated input; Codec.decode_from
+# turns every exception into DecodeError, which keeps the hot path free of extra checks.
+
+
 def _r_str(io: BytesIO) -> str:
     (n,) = _unpack_h(io.read(2))
     if n < 0:
         raise DecodeError("null in a non-nullable string")
-    return _read_exact(io, n).decode()
+    b = io.read(n)
+    if len(b) != n:
+        raise DecodeError("truncated string")
+    return b.decode()
 
 
 def _r_nstr(io: BytesIO) -> str | None:
     (n,) = _unpack_h(io.read(2))
     if n < 0:
         return None
-    return _read_exact(io, n).decode()
+    b = io.read(n)
+    if len(b) != n:
+        raise DecodeError("truncated string")
+    return b.decode()
 
 
 def _r_cstr(io: BytesIO) -> str:
-    n = _uv_read(io) - 1
-    if n < 0:
+    n = io.read(1)[0]
+    if n > 127:
+        n = _uv_cont(io, n)
+        if n > _MAX_STRING + 1:
+            raise DecodeError(f"string length {n - 1} too long")
+    elif n == 0:
         raise DecodeError("null in a non-nullable string")
-    if n > _MAX_STRING:
-        raise DecodeError(f"string length {n} too long")
-    return _read_exact(io, n).decode()
+    n -= 1
+    b = io.read(n)
+    if len(b) != n:
+        raise DecodeError("truncated string")
+    return b.decode()
 
 
 def _r_cnstr(io: BytesIO) -> str | None:
-    n = _uv_read(io) - 1
-    if n < 0:
+    n = io.read(1)[0]
+    if n > 127:
+        n = _uv_cont(io, n)
+        if n > _MAX_STRING + 1:
+            raise DecodeError(f"string length {n - 1} too long")
+    elif n == 0:
         return None
-    if n > _MAX_STRING:
-        raise DecodeError(f"string length {n} too long")
-    return _read_exact(io, n).decode()
+    n -= 1
+    b = io.read(n)
+    if len(b) != n:
+        raise DecodeError("truncated string")
+    return b.decode()
 
 
 def _r_bytes(io: BytesIO) -> bytes:
@@ -174,6 +211,54 @@ def _r_cnbytes(io: BytesIO) -> bytes | None:
     if n < 0:
         return None
     return _read_exact(io, n)
+
+
+class ViewIO(BytesIO):
+    """A ``BytesIO`` that also keeps a ``memoryview`` of its data: ``records`` read through it are
+    zero-copy ``memoryview`` slices instead of ``bytes`` (opt-in, see ``Codec.decode``)."""
+
+    def __init__(self, buf: bytes | bytearray | memoryview) -> None:
+        super().__init__(buf)
+        self.view = memoryview(buf).cast("B") if not isinstance(buf, bytes) else memoryview(buf)
+
+
+def _records_tail(io: BytesIO, n: int) -> bytes | memoryview:
+    view = getattr(io, "view", None)
+    if view is None:
+        return _read_exact(io, n)
+    p = io.tell()
+    if p + n > len(view):
+        raise DecodeError("truncated records")
+    io.seek(p + n)
+    return view[p:p + n]
+
+
+def _r_records(io: BytesIO) -> bytes | memoryview:
+    (n,) = _unpack_i(io.read(4))
+    if n < 0:
+        raise DecodeError("null in non-nullable records")
+    return _records_tail(io, n)
+
+
+def _r_nrecords(io: BytesIO) -> bytes | memoryview | None:
+    (n,) = _unpack_i(io.read(4))
+    if n < 0:
+        return None
+    return _records_tail(io, n)
+
+
+def _r_crecords(io: BytesIO) -> bytes | memoryview:
+    n = _uv_read(io) - 1
+    if n < 0:
+        raise DecodeError("null in non-nullable records")
+    return _records_tail(io, n)
+
+
+def _r_cnrecords(io: BytesIO) -> bytes | memoryview | None:
+    n = _uv_read(io) - 1
+    if n < 0:
+        return None
+    return _records_tail(io, n)
 
 
 def _w_str(w: Callable, s: str) -> None:
@@ -259,7 +344,8 @@ def _first(item: tuple) -> Any:
 
 _HELPERS = (
     "_uv_read _uv_bytes _remaining _read_exact _UV _MISSING DecodeError EncodeError "
-    "_r_str _r_nstr _r_cstr _r_cnstr _r_bytes _r_nbytes _r_cbytes _r_cnbytes "
+    "_uv_cont _r_str _r_nstr _r_cstr _r_cnstr _r_bytes _r_nbytes _r_cbytes _r_cnbytes "
+    "_r_records _r_nrecords _r_crecords _r_cnrecords "
     "_w_str _w_nstr _w_cstr _w_cnstr _w_bytes _w_nbytes _w_cbytes _w_cnbytes _w_tags _not_null"
 )
 
@@ -401,7 +487,8 @@ class KBytes(KType):
         self.suffix = ("c" if compact else "") + ("n" if nullable else "") + "bytes"
 
     def emit_read(self, g: _Gen, var: str, ind: str) -> list[str]:
-        return [f"{ind}{var} = _r_{self.suffix}(io)"]
+        suffix = self.suffix.replace("bytes", "records") if self.records else self.suffix
+        return [f"{ind}{var} = _r_{suffix}(io)"]
 
     def emit_write(self, g: _Gen, val: str, ind: str) -> list[str]:
         if not self.records:
@@ -430,7 +517,8 @@ class KArray(KType):
     def emit_read(self, g: _Gen, var: str, ind: str) -> list[str]:
         n = g.tmp("n")
         if self.compact:
-            lines = [f"{ind}{n} = _uv_read(io) - 1"]
+            lines = [f"{ind}{n} = io.read(1)[0]", f"{ind}if {n} > 127: {n} = _uv_cont(io, {n})",
+                     f"{ind}{n} -= 1"]
         else:
             lines = [f"{ind}{n}, = {g.fmt('i')}.unpack(io.read(4))"]
         lines.append(f"{ind}if {n} < 0:")
@@ -445,8 +533,9 @@ class KArray(KType):
             size = struct.calcsize(">" + fx)
             d = g.tmp("d")
             lines += [
-                f"{i2}{d} = _read_exact(io, {n} * {size})",
-                f"{i2}{var} = list(struct.unpack('>%d{fx}' % {n}, {d}))",
+                f"{i2}{d} = io.read({n} * {size})",
+                f"{i2}if len({d}) != {n} * {size}: raise DecodeError('truncated array')",
+                f"{i2}{var} = list(struct.unpack('>%d{fx}' % {n}, {d})) if {n} else []",
             ]
         else:
             app, e = g.tmp("app"), g.tmp("e")
@@ -728,9 +817,10 @@ class Codec:
     def __repr__(self) -> str:
         return f"<Codec {self.spec.name} v{self.version}>"
 
-    def decode(self, buf: bytes | bytearray | memoryview) -> dict:
-        """Decode a body; trailing bytes are ignored (as Kafka does)."""
-        return self.decode_from(BytesIO(buf))
+    def decode(self, buf: bytes | bytearray | memoryview, records_view: bool = False) -> dict:
+        """Decode a body; trailing bytes are ignored (as Kafka does).  With ``records_view``
+        the ``records`` fields are zero-copy ``memoryview`` slices of ``buf`` instead of bytes."""
+        return self.decode_from(ViewIO(buf) if records_view else BytesIO(buf))
 
     def decode_from(self, io: BytesIO) -> dict:
         try:
