@@ -1,0 +1,139 @@
+"""A recording TCP proxy between a client and the broker.
+
+It keeps every request frame byte for byte and forwards it unchanged.  Responses pass
+through unchanged too, except those that advertise broker addresses (Metadata,
+FindCoordinator, DescribeCluster): those are decoded and re-encoded by our codec with the
+proxy's own address, so the client keeps talking through the proxy instead of connecting
+to the broker directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from .helpers import split_hostport
+
+METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 3, 10, 60
+
+
+@dataclass
+class Capture:
+    requests: list[bytes] = field(default_factory=list)  # size prefix stripped
+    responses: list[tuple[int, int, bytes]] = field(default_factory=list)  # (api key, version, frame)
+    errors: list[str] = field(default_factory=list)
+
+
+class RecordingProxy:
+    """Listens on a free loopback port in a thread of its own; `bootstrap` is its address."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = split_hostport(upstream)
+        self.capture = Capture()
+        self.bootstrap = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def start(self) -> RecordingProxy:
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(self._listen(), self._loop)
+        fut.result(10)
+        return self
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            if self._server is not None:
+                self._server.close()
+            for t in list(self._tasks):
+                t.cancel()
+            await asyncio.sleep(0)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def __enter__(self) -> RecordingProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _listen(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.bootstrap = f"127.0.0.1:{port}"
+
+    async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            ur, uw = await asyncio.open_connection(*self.upstream)
+        except OSError as e:
+            self.capture.errors.append(f"upstream connect: {e}")
+            cw.close()
+            return
+        pending: dict[int, tuple[int, int]] = {}
+
+        async def client_to_broker() -> None:
+            while True:
+                head = await cr.readexactly(4)
+                (size,) = struct.unpack(">i", head)
+                frame = await cr.readexactly(size)
+                self.capture.requests.append(frame)
+                if len(frame) >= 8:
+                    api_key, version, corr = struct.unpack_from(">hhi", frame)
+                    pending[corr] = (api_key, version)
+                uw.write(head + frame)
+                await uw.drain()
+
+        async def broker_to_client() -> None:
+            while True:
+                head = await ur.readexactly(4)
+                (size,) = struct.unpack(">i", head)
+                frame = await ur.readexactly(size)
+                (corr,) = struct.unpack_from(">i", frame)
+                api_key, version = pending.pop(corr, (-1, -1))
+                self.capture.responses.append((api_key, version, frame))
+                out = head + frame
+                if api_key in (METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER):
+                    try:
+                        out = self._rewrite(api_key, version, frame)
+                    except Exception as e:  # noqa: BLE001 - recorded, the test fails on it
+                        self.capture.errors.append(f"rewrite api {api_key} v{version}: {e!r}")
+                cw.write(out)
+                await cw.drain()
+
+        a = asyncio.ensure_future(client_to_broker())
+        b = asyncio.ensure_future(broker_to_client())
+        try:
+            await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (a, b):
+                t.cancel()
+            for w in (cw, uw):
+                w.close()
+            self._tasks.discard(task)
+
+    def _rewrite(self, api_key: int, version: int, frame: bytes) -> bytes:
+        """Point every advertised broker address at this proxy."""
+        from protocol.messages import decode_response, encode_response
+
+        host, port = split_hostport(self.bootstrap)
+        corr, body = decode_response(api_key, version, frame)
+        if api_key in (METADATA, DESCRIBE_CLUSTER):
+            for b in body.get("brokers") or []:
+                b["host"], b["port"] = host, port
+        elif api_key == FIND_COORDINATOR:
+            if body.get("coordinators"):
+                for c in body["coordinators"]:
+                    if c.get("node_id", -1) >= 0:
+                        c["host"], c["port"] = host, port
+            elif body.get("node_id", -1) >= 0:
+                body["host"], body["port"] = host, port
+        return encode_response(api_key, version, corr, body)
