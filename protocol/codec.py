@@ -338,6 +338,16 @@ def _w_tags(w: Callable, items: list) -> None:
         w(data)
 
 
+def _eq_default(v: Any, d: Any) -> bool:
+    """Whether a tagged field's value encodes like its default (so Kafka would omit it); a
+    struct given as a partial dict counts as its filled-in form."""
+    if isinstance(d, dict) and isinstance(v, dict):
+        if v.get("_unknown_tags"):
+            return False
+        return all(_eq_default(v.get(k, dv), dv) for k, dv in d.items())
+    return v == d
+
+
 def _first(item: tuple) -> Any:
     return item[0]
 
@@ -346,7 +356,8 @@ _HELPERS = (
     "_uv_read _uv_bytes _remaining _read_exact _UV _MISSING DecodeError EncodeError "
     "_uv_cont _r_str _r_nstr _r_cstr _r_cnstr _r_bytes _r_nbytes _r_cbytes _r_cnbytes "
     "_r_records _r_nrecords _r_crecords _r_cnrecords "
-    "_w_str _w_nstr _w_cstr _w_cnstr _w_bytes _w_nbytes _w_cbytes _w_cnbytes _w_tags _not_null"
+    "_w_str _w_nstr _w_cstr _w_cnstr _w_bytes _w_nbytes _w_cbytes _w_cnbytes _w_tags _not_null "
+    "_eq_default"
 )
 
 
@@ -699,7 +710,7 @@ class KStruct(KType):
                     tf = self._tag_writer(g, t)
                     dname = g.const(d)
                     lines += [f"{ind}v = g({key!r}, _MISSING)",
-                              f"{ind}if v is not _MISSING and v != {dname}: tg.append(({tag}, {tf}(v)))"]
+                              f"{ind}if v is not _MISSING and not _eq_default(v, {dname}): tg.append(({tag}, {tf}(v)))"]
                 lines += [f"{ind}u = g('_unknown_tags')", f"{ind}if u: tg.extend(u.items())",
                           f"{ind}if tg: _w_tags(w, tg)", f"{ind}else: w(b'\\x00')"]
         return "\n".join(lines)
