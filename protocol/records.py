@@ -252,10 +252,13 @@ def decode_records(
     pos = 0
     try:
         for _ in range(count):
-            # Varints are zigzag-encoded; the 1-byte case (<128) is inlined for speed.
+            # Varints are zigzag-encoded; the 1- and 2-byte cases are inlined for speed.
             v = buf[pos]
             if v < 0x80:
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                pos += 2
             else:
                 v, pos = uvarint(buf, pos)
             length = (v >> 1) ^ -(v & 1)
@@ -267,6 +270,9 @@ def decode_records(
             v = buf[pos]
             if v < 0x80:
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                pos += 2
             else:
                 v, pos = uvarint(buf, pos)
             ts_delta = (v >> 1) ^ -(v & 1)
@@ -274,6 +280,9 @@ def decode_records(
             v = buf[pos]
             if v < 0x80:
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                pos += 2
             else:
                 v, pos = uvarint(buf, pos)
             offset_delta = (v >> 1) ^ -(v & 1)
@@ -281,6 +290,9 @@ def decode_records(
             v = buf[pos]
             if v < 0x80:
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                pos += 2
             else:
                 v, pos = uvarint(buf, pos)
             n = (v >> 1) ^ -(v & 1)
@@ -295,6 +307,9 @@ def decode_records(
             v = buf[pos]
             if v < 0x80:
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                pos += 2
             else:
                 v, pos = uvarint(buf, pos)
             n = (v >> 1) ^ -(v & 1)
@@ -309,6 +324,9 @@ def decode_records(
             v = buf[pos]
             if v < 0x80:
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                pos += 2
             else:
                 v, pos = uvarint(buf, pos)
             n = (v >> 1) ^ -(v & 1)
@@ -320,6 +338,9 @@ def decode_records(
                     v = buf[pos]
                     if v < 0x80:
                         pos += 1
+                    elif buf[pos + 1] < 0x80:
+                        v = (v & 0x7F) | (buf[pos + 1] << 7)
+                        pos += 2
                     else:
                         v, pos = uvarint(buf, pos)
                     hk = (v >> 1) ^ -(v & 1)
@@ -330,6 +351,9 @@ def decode_records(
                     v = buf[pos]
                     if v < 0x80:
                         pos += 1
+                    elif buf[pos + 1] < 0x80:
+                        v = (v & 0x7F) | (buf[pos + 1] << 7)
+                        pos += 2
                     else:
                         v, pos = uvarint(buf, pos)
                     hv = (v >> 1) ^ -(v & 1)
@@ -427,7 +451,7 @@ def build_batch(
     null = _NULL
     now: int | None = None
     base_ts: int | None = None
-    max_ts = NO_TIMESTAMP
+    max_ts: int | None = None
     delta = -1
     count = 0
     for rec in records:
@@ -447,8 +471,8 @@ def build_batch(
                 now = int(time.time() * 1000)
             ts = now
         if base_ts is None:
-            base_ts = ts
-        if ts > max_ts:
+            base_ts = max_ts = ts
+        elif ts > max_ts:
             max_ts = ts
         body = [b"\x00", zz(ts - base_ts), zz_table[delta + lim] if delta < lim else zz(delta)]
         if key is None:
@@ -500,7 +524,7 @@ def build_batch(
         attributes,
         max(delta, 0),
         NO_TIMESTAMP if base_ts is None else base_ts,
-        max_ts,
+        NO_TIMESTAMP if max_ts is None else max_ts,
         producer_id,
         producer_epoch,
         base_sequence,
