@@ -26,6 +26,7 @@ from .helpers import (
 )
 
 N_RECORDS = 20_000
+CODEC_IDS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 PARTITIONS = 4
 
 
@@ -66,6 +67,18 @@ def test_produce_consume_roundtrip(broker: Broker, client: str, codec: str) -> N
             assert (g.key, g.value, g.headers, g.timestamp) == (r.key, r.value, r.headers, r.timestamp), (
                 f"partition {p} offset {g.offset}")
             assert g.timestamp_type == 0, "CreateTime expected"
+
+    # -- the stored batches keep the producer's codec (topic compression.type=producer)
+    from protocol.records import iter_batches
+
+    from .raw import RawConn
+
+    with RawConn(broker.bootstrap) as raw:
+        data = raw.fetch(topic, 0, 0)["records"] or b""
+    headers = list(iter_batches(data))
+    assert headers, "raw Fetch returned no batches"
+    assert {h.compression for h in headers} == {CODEC_IDS[codec]}
+    assert headers[0].base_offset == 0
 
     # -- ListOffsets
     parts = list(range(PARTITIONS))

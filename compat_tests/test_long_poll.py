@@ -145,3 +145,72 @@ def test_parked_fetch_answered_when_data_lands(broker: Broker, client: str) -> N
     finally:
         waiter.stop.set()
         waiter.join(15)
+
+
+# --------------------------------------------------------------------------- raw Fetch timing
+
+
+@pytest.fixture
+def empty_topic(broker: Broker) -> str:
+    topic = unique_topic("longpoll-raw")
+    ConfluentDriver(broker.bootstrap).create_topic(topic, 1)
+    return topic
+
+
+def test_fetch_without_data_waits_max_wait(broker: Broker, empty_topic: str) -> None:
+    """Nothing to return: the Fetch is answered at max_wait_ms, empty, not at once."""
+    from .raw import RawConn
+
+    with RawConn(broker.bootstrap) as c:
+        t0 = time.monotonic()
+        p = c.fetch(empty_topic, 0, 0, max_wait_ms=1000, min_bytes=1)
+        elapsed = time.monotonic() - t0
+    assert (p["error_code"], p["high_watermark"], p["records"] or b"") == (0, 0, b"")
+    assert 0.9 <= elapsed < 3.0, f"answered after {elapsed:.3f}s"
+
+
+def test_parked_raw_fetch_wakes_on_produce(broker: Broker, empty_topic: str) -> None:
+    """A Fetch parked on one connection is answered as soon as another connection produces."""
+    from .raw import FETCH_V, RawConn, fetched_values, one_record_batch
+
+    with RawConn(broker.bootstrap) as waiter, RawConn(broker.bootstrap) as writer:
+        writer.api_versions()
+        corr = waiter.send_request(1, FETCH_V, _fetch_body(empty_topic, MAX_WAIT_MS, 1))
+        time.sleep(0.3)
+        sent_at = time.monotonic()
+        assert writer.produce(empty_topic, 0, one_record_batch(b"wake"))["error_code"] == 0
+        body = waiter.recv_response(1, FETCH_V, corr, timeout=MAX_WAIT_MS / 1000 + 5)
+        latency = time.monotonic() - sent_at
+    [t] = body["responses"]
+    [p] = t["partitions"]
+    assert fetched_values(p) == [(0, b"wake")]
+    assert latency < 1.0, f"answered {latency:.3f}s after the produce"
+
+
+def test_parked_fetch_waits_for_min_bytes(broker: Broker, empty_topic: str) -> None:
+    """Data below min_bytes does not end the wait: the answer comes at max_wait, with the data."""
+    from .raw import FETCH_V, RawConn, fetched_values, one_record_batch
+
+    with RawConn(broker.bootstrap) as waiter, RawConn(broker.bootstrap) as writer:
+        writer.api_versions()
+        t0 = time.monotonic()
+        corr = waiter.send_request(1, FETCH_V, _fetch_body(empty_topic, 1500, 100_000))
+        time.sleep(0.2)
+        assert writer.produce(empty_topic, 0, one_record_batch(b"small"))["error_code"] == 0
+        body = waiter.recv_response(1, FETCH_V, corr, timeout=10)
+        elapsed = time.monotonic() - t0
+    [t] = body["responses"]
+    [p] = t["partitions"]
+    assert fetched_values(p) == [(0, b"small")]
+    assert 1.35 <= elapsed < 4.0, f"answered after {elapsed:.3f}s"
+
+
+def _fetch_body(topic: str, max_wait_ms: int, min_bytes: int) -> dict:
+    return {
+        "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": 1 << 20,
+        "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [{
+            "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+            "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+        "forgotten_topics_data": [], "rack_id": "",
+    }
