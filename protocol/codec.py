@@ -711,7 +711,11 @@ class KStruct(KType):
                     dname = g.const(d)
                     lines += [f"{ind}v = g({key!r}, _MISSING)",
                               f"{ind}if v is not _MISSING and not _eq_default(v, {dname}): tg.append(({tag}, {tf}(v)))"]
-                lines += [f"{ind}u = g('_unknown_tags')", f"{ind}if u: tg.extend(u.items())",
+                known = g.const(frozenset(tag for tag, _, _, _ in self.ktagged))
+                lines += [f"{ind}u = g('_unknown_tags')",
+                          f"{ind}if u and not {known}.isdisjoint(u): "
+                          "raise EncodeError('_unknown_tags uses the tag of a known field')",
+                          f"{ind}if u: tg.extend(u.items())",
                           f"{ind}if tg: _w_tags(w, tg)", f"{ind}else: w(b'\\x00')"]
         return "\n".join(lines)
 

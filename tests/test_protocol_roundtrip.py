@@ -21,7 +21,7 @@ from test_protocol_strategies import ALL_COMBOS, API_KINDS, filled_message, mess
 from protocol.codec import codec_for
 from protocol.schemas import SCHEMAS
 
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def _kp_classes() -> dict[str, type]:
