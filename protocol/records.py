@@ -138,15 +138,36 @@ class Record(NamedTuple):
 
 # ---------------------------------------------------------------------------- headers
 
+_LEGACY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes of a v0/v1 message
+_LEGACY_MIN_LENGTH = 14  # crc + magic + attributes + key length + value length (v0)
+
+
+def _legacy_header_at(data: bytes | bytearray | memoryview, pos: int, end: int) -> BatchHeader:
+    """A v0/v1 message-set entry, walked so callers can answer Kafka's own error for it
+    (produce v3+ must carry magic 2) instead of CORRUPT_MESSAGE.  Fields v0/v1 lack are -1."""
+    if end - pos < LOG_OVERHEAD + _LEGACY_MIN_LENGTH:
+        raise CorruptRecord(f"truncated legacy message at {pos}: {end - pos} bytes")
+    base_offset, length, crc, magic, attributes = _LEGACY.unpack_from(data, pos)
+    size = length + LOG_OVERHEAD
+    if length < _LEGACY_MIN_LENGTH or pos + size > end:
+        raise CorruptRecord(f"truncated or impossible legacy message at {pos}")
+    return _tuple_new(
+        BatchHeader,
+        (base_offset, length, -1, magic, crc, attributes, 0, -1, -1, -1, -1, -1, 1, pos, size),
+    )
+
+
 def _header_at(data: bytes | bytearray | memoryview, pos: int, end: int) -> BatchHeader:
     """Parse and sanity-check the batch header at ``pos``; never reads past ``end``."""
-    if end - pos < _MIN_BATCH_LENGTH + LOG_OVERHEAD:
-        if end - pos > _MAGIC_OFFSET and data[pos + _MAGIC_OFFSET] != MAGIC:
-            raise CorruptRecord(f"unsupported record batch magic {data[pos + _MAGIC_OFFSET]}")
+    if end - pos < HEADER_SIZE:
+        if end - pos > _MAGIC_OFFSET and data[pos + _MAGIC_OFFSET] in (0, 1):
+            return _legacy_header_at(data, pos, end)
         raise CorruptRecord(f"truncated record batch header at {pos}: {end - pos} bytes")
     f = _HEADER.unpack_from(data, pos)
     if f[3] != MAGIC:
-        raise CorruptRecord(f"unsupported record batch magic {f[3]} at {pos}")
+        if f[3] in (0, 1):
+            return _legacy_header_at(data, pos, end)
+        raise CorruptRecord(f"unknown record batch magic {f[3]} at {pos}")
     batch_length = f[1]
     if batch_length < _MIN_BATCH_LENGTH:
         raise CorruptRecord(f"record batch length {batch_length} below the header size")
@@ -164,7 +185,9 @@ def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[BatchHeader]:
     """Walk a records blob batch by batch, reading headers only (no CRC, no decompression).
 
     Raises :class:`CorruptRecord` on a truncated or impossible batch, including a partial
-    batch at the end: a produce request must not carry one.
+    batch at the end: a produce request must not carry one.  Legacy v0/v1 message-set
+    entries (same offset/length/magic positions) are yielded with their ``magic`` so the
+    caller can refuse them with the right error; every other function here wants magic 2.
     """
     pos, end = 0, len(data)
     while pos < end:
@@ -182,6 +205,8 @@ def verify_crc(batch: bytes | bytearray | memoryview) -> bool:
     """True if the CRC-32C of the (first) batch matches; False for anything malformed."""
     n = len(batch)
     if n < HEADER_SIZE:
+        return False
+    if batch[_MAGIC_OFFSET] != MAGIC:
         return False
     (batch_length,) = _I32.unpack_from(batch, 8)
     end = batch_length + LOG_OVERHEAD
@@ -232,6 +257,8 @@ def decode_records(
     max timestamp, as Kafka consumers report it.  The CRC is not checked here.
     """
     h = _header_at(batch, 0, len(batch))
+    if h.magic != MAGIC:
+        raise CorruptRecord(f"cannot decode record batch magic {h.magic}: only magic 2")
     codec = h.attributes & COMPRESSION_MASK
     if codec:
         buf = decompress(codec, memoryview(batch)[HEADER_SIZE : h.size], max_size)

@@ -303,10 +303,32 @@ def test_record_level_corruption_raises():
         bad[22] |= attr_codec
         with pytest.raises(CorruptRecord):
             parse_header(bytes(bad))
-    legacy = bytearray(good)
-    legacy[16] = 1
+    future = bytearray(good)
+    future[16] = 3
     with pytest.raises(CorruptRecord, match="magic"):
-        list(iter_batches(bytes(legacy)))
+        list(iter_batches(bytes(future)))
+
+
+def test_legacy_message_sets_are_walked_not_decoded():
+    # Produce v3+ must carry magic 2; iter_batches yields v0/v1 entries so the broker can
+    # refuse them with Kafka's error rather than CORRUPT_MESSAGE.
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    for magic in (0, 1):
+        b = LegacyRecordBatchBuilder(magic, 0, 1 << 20)
+        b.append(0, 1000 if magic else None, b"k", b"v")
+        b.append(1, 1001 if magic else None, None, b"w")
+        legacy = bytes(b.build())
+        v2 = build_batch([(b"k", b"v", [], 5)])
+        hs = list(iter_batches(legacy + v2))
+        assert [h.magic for h in hs] == [magic, magic, 2]
+        assert sum(h.size for h in hs) == len(legacy + v2)
+        assert hs[-1].offset == len(legacy)
+        assert not verify_crc(legacy)
+        with pytest.raises(CorruptRecord, match="magic"):
+            decode_records(legacy)
+        with pytest.raises(CorruptRecord):
+            list(iter_batches(legacy[:-1]))
 
 
 def _only_corrupt_record(data: bytes) -> None:
