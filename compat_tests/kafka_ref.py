@@ -1,0 +1,380 @@
+"""A real Apache Kafka broker to check the compatibility tests against.
+
+The jars come from `compat_tests/java/lib/` (pinned in `compat_tests/java/pom.xml`, fetched by
+`scripts/install_java.sh`); the broker runs through `compat_tests/bin/kafka-server-start` as one
+KRaft node in combined mode (broker + controller, node.id 1) on free loopback ports, with its
+log dirs, config and output log inside the given workdir.
+
+    from compat_tests.kafka_ref import start_reference_kafka
+
+    with start_reference_kafka(tmp_path) as kafka:
+        producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)
+        ...
+
+Starting again on a workdir that was already formatted keeps its ports, cluster id and data,
+so a test can `kill()` the broker (SIGKILL) and bring it back on the same address.
+
+Run `python -m compat_tests.kafka_ref [WORKDIR]` to start one by hand (Ctrl-C stops it).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+ROOT = Path(__file__).resolve().parent
+BIN_DIR = ROOT / "bin"
+LIB_DIR = ROOT / "java" / "lib"
+
+HEAP_OPTS = "-Xmx512m -Xms256m"
+# Serial GC: one GC thread, small footprint, gentle on a 2-core machine.
+JVM_OPTS = "-XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true"
+
+CONFIG_NAME = "server.properties"
+LOG_NAME = "kafka.log"
+DATA_NAME = "kafka-logs"
+
+# Settings a single-node cluster needs (internal topics with replication 1) plus a few that
+# make a test broker prompt.  Everything else stays at Apache Kafka's defaults, including
+# auto.create.topics.enable=true, so the reference behaves like a stock broker.
+SINGLE_NODE_CONFIG: dict[str, str] = {
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "num.partitions": "1",
+    # After a SIGKILL the restarted node must wait out its own stale registration (default
+    # 9 s session); faster heartbeats make kill-and-restart tests quicker.  Not client-visible.
+    "broker.heartbeat.interval.ms": "500",
+    "broker.session.timeout.ms": "3000",
+}
+
+
+class RefKafkaError(RuntimeError):
+    """The reference broker could not be set up or did not come up."""
+
+
+def jars_installed(lib_dir: Path = LIB_DIR) -> bool:
+    """True when `scripts/install_java.sh` has put the Kafka jars in place."""
+    return any(lib_dir.glob("kafka_2.13-*.jar")) and any(lib_dir.glob("kafka-clients-*.jar"))
+
+
+def kafka_version(lib_dir: Path = LIB_DIR) -> str | None:
+    """The installed Apache Kafka version, read from the kafka-clients jar name."""
+    for jar in lib_dir.glob("kafka-clients-*.jar"):
+        return jar.name[len("kafka-clients-"):-len(".jar")]
+    return None
+
+
+def tool(name: str) -> Path:
+    """Path of a Kafka command-line tool wrapper, e.g. `tool("kafka-topics")`."""
+    path = BIN_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no such Kafka tool wrapper: {path}")
+    return path
+
+
+def run_tool(name: str, *args: str, timeout: float = 60.0, check: bool = True,
+             input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a Kafka tool (`compat_tests/bin/<name>`) and return its completed process."""
+    return subprocess.run([str(tool(name)), *args], input=input, capture_output=True, text=True,
+                          timeout=timeout, check=check)
+
+
+def free_port() -> int:
+    """A currently unused loopback TCP port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def random_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (as Uuid.toString)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+
+
+def api_versions_ok(host: str, port: int, timeout: float = 1.0) -> bool:
+    """True when host:port answers an ApiVersions v0 request with error code 0."""
+    client_id = b"kafka-ref-ready"
+    # request header v1: api_key=18 ApiVersions, api_version=0, correlation_id=7, client_id
+    body = struct.pack(">hhih", 18, 0, 7, len(client_id)) + client_id
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(struct.pack(">i", len(body)) + body)
+            (size,) = struct.unpack(">i", _recv_exact(s, 4))
+            frame = _recv_exact(s, min(size, 6))
+    except (OSError, ConnectionError, struct.error):
+        return False
+    if len(frame) < 6:
+        return False
+    correlation_id, error_code = struct.unpack(">ih", frame)
+    return correlation_id == 7 and error_code == 0
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        buf += chunk
+    return bytes(buf)
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")) or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def _port_of(listener: str) -> int:
+    return int(listener.rpartition(":")[2])
+
+
+class RefKafka:
+    """A running reference Apache Kafka broker (KRaft, combined mode, one node)."""
+
+    def __init__(self, workdir: Path, port: int, controller_port: int, cluster_id: str,
+                 proc: subprocess.Popen[bytes]) -> None:
+        self.workdir = workdir
+        self.port = port
+        self.controller_port = controller_port
+        self.cluster_id = cluster_id
+        self.proc = proc
+        self.config_path = workdir / CONFIG_NAME
+        self.log_path = workdir / LOG_NAME
+        self.data_dir = workdir / DATA_NAME
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Controlled shutdown: SIGTERM, then SIGKILL after `timeout` seconds; waits for exit."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL (no flush, no controlled shutdown) and wait for the process to be gone."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def rss_bytes(self) -> int | None:
+        """Resident memory of the broker JVM (Linux), or None if it is gone."""
+        try:
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def __enter__(self) -> RefKafka:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.alive() else f"exited {self.proc.returncode}"
+        return f"RefKafka({self.bootstrap}, pid={self.pid}, {state}, workdir={self.workdir})"
+
+
+def _write_config(workdir: Path, port: int, controller_port: int,
+                  extra_config: dict[str, str] | None) -> Path:
+    config = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "log.dirs": str(workdir / DATA_NAME),
+        **SINGLE_NODE_CONFIG,
+        **(extra_config or {}),
+    }
+    path = workdir / CONFIG_NAME
+    path.write_text("# written by compat_tests/kafka_ref.py\n"
+                    + "".join(f"{k}={v}\n" for k, v in config.items()))
+    return path
+
+
+def _child_env(heap_opts: str, jvm_opts: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["KAFKA_HEAP_OPTS"] = heap_opts
+    env["KAFKA_JVM_PERFORMANCE_OPTS"] = jvm_opts
+    return env
+
+
+def _format_storage(config_path: Path, cluster_id: str, log_path: Path) -> None:
+    """`kafka-storage format --standalone`: this node alone is the initial controller quorum."""
+    cmd = [str(tool("kafka-storage")), "format", "--config", str(config_path),
+           "--cluster-id", cluster_id, "--standalone"]
+    # a short-lived tool: small heap, C1 only for a quicker JVM start
+    env = _child_env("-Xmx256m", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    with open(log_path, "a") as log:
+        log.write(f"=== {' '.join(cmd)}\n{result.stdout}{result.stderr}")
+    if result.returncode != 0:
+        raise RefKafkaError(f"kafka-storage format failed ({result.returncode}):\n"
+                            f"{result.stdout}{result.stderr}")
+
+
+def _launch(workdir: Path, config_path: Path, log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    cmd = [str(tool("kafka-server-start")), str(config_path)]
+    with open(log_path, "ab") as log:
+        log.write(f"=== start {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd)}\n".encode())
+        log.flush()
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=str(workdir), env=env)
+
+
+def _wait_ready(ref: RefKafka, deadline: float) -> None:
+    """Until the broker answers ApiVersions and kafka-python sees it in the cluster metadata."""
+    while time.monotonic() < deadline:
+        if not ref.alive():
+            raise RefKafkaError(f"reference Kafka exited with {ref.proc.returncode} during startup; "
+                                f"log {ref.log_path}:\n{ref.log_tail()}")
+        if api_versions_ok("127.0.0.1", ref.port):
+            break
+        time.sleep(0.2)
+    else:
+        raise RefKafkaError(f"reference Kafka did not answer ApiVersions in time; "
+                            f"log {ref.log_path}:\n{ref.log_tail()}")
+
+    from kafka import KafkaAdminClient
+
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=ref.bootstrap, client_id="kafka-ref-ready",
+                                     request_timeout_ms=5000)
+            try:
+                admin.list_topics()
+                if admin.describe_cluster().get("brokers"):
+                    return
+            finally:
+                admin.close()
+        except Exception as exc:  # noqa: BLE001 - any client error means "not ready yet"
+            last_error = exc
+        if not ref.alive():
+            break
+        time.sleep(0.2)
+    raise RefKafkaError(f"reference Kafka not serving metadata in time ({last_error!r}); "
+                        f"log {ref.log_path}:\n{ref.log_tail()}")
+
+
+def start_reference_kafka(workdir: Path, *, extra_config: dict[str, str] | None = None,
+                          heap_opts: str = HEAP_OPTS, jvm_opts: str = JVM_OPTS,
+                          ready_timeout: float = 90.0) -> RefKafka:
+    """Start (or restart) a one-node KRaft Apache Kafka with its state in `workdir`.
+
+    A fresh workdir gets free loopback ports, a random cluster id and `kafka-storage format`;
+    a workdir that was already formatted is started as it is (same ports and data).
+    `extra_config` adds/overrides broker properties (only when the workdir is fresh).
+    Returns once the broker serves metadata; the caller owns it and must `stop()` it (or
+    use it as a context manager).
+    """
+    if not jars_installed():
+        raise RefKafkaError(f"no Kafka jars in {LIB_DIR}; run scripts/install_java.sh")
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_path = workdir / CONFIG_NAME
+    log_path = workdir / LOG_NAME
+    meta = workdir / DATA_NAME / "meta.properties"
+    env = _child_env(heap_opts, jvm_opts)
+    deadline = time.monotonic() + ready_timeout
+
+    fresh = not (config_path.exists() and meta.exists())
+    attempts = 3 if fresh else 1
+    for attempt in range(1, attempts + 1):
+        if fresh:
+            # (Re)create from scratch: a new port pair also means a new initial voter set.
+            shutil.rmtree(workdir / DATA_NAME, ignore_errors=True)
+            port, controller_port = free_port(), free_port()
+            while controller_port == port:
+                controller_port = free_port()
+            cluster_id = random_cluster_id()
+            _write_config(workdir, port, controller_port, extra_config)
+            _format_storage(config_path, cluster_id, log_path)
+        else:
+            props = _read_properties(config_path)
+            listeners = dict(item.split("://", 1) for item in props["listeners"].split(","))
+            port = _port_of(listeners["PLAINTEXT"])
+            controller_port = _port_of(listeners["CONTROLLER"])
+            cluster_id = _read_properties(meta).get("cluster.id", "")
+
+        ref = RefKafka(workdir, port, controller_port, cluster_id, _launch(workdir, config_path, log_path, env))
+        try:
+            _wait_ready(ref, deadline)
+            return ref
+        except RefKafkaError:
+            ref.kill()
+            # Someone took one of our ports between free_port() and the bind: try new ones.
+            if attempt < attempts and "Address already in use" in ref.log_tail(200):
+                continue
+            raise
+    raise AssertionError("unreachable")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description="Run the reference Apache Kafka broker until Ctrl-C.")
+    parser.add_argument("workdir", nargs="?", type=Path, help="state directory (default: a temporary one)")
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kafka-ref-"))
+    started = time.monotonic()
+    with start_reference_kafka(workdir) as kafka:
+        print(f"Apache Kafka {kafka_version()} ready in {time.monotonic() - started:.1f}s: "
+              f"bootstrap={kafka.bootstrap} pid={kafka.pid} log={kafka.log_path}", flush=True)
+        try:
+            kafka.proc.wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""The reference Apache Kafka broker (compat_tests/kafka_ref.py) starts and serves clients.
+
+Skipped when the Kafka jars are not installed (run scripts/install_java.sh).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+
+# compat_tests is not an installed package: make the repo root importable under plain `pytest` too
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from compat_tests import kafka_ref  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skipif(
+        not kafka_ref.jars_installed(),
+        reason=f"reference Kafka jars not installed in {kafka_ref.LIB_DIR}; run scripts/install_java.sh",
+    ),
+    # kafka-python loads its JSON schemas through a deprecated importlib API: noise only
+    pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def ref_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_ref.RefKafka]:
+    with kafka_ref.start_reference_kafka(tmp_path_factory.mktemp("kafka-ref")) as kafka:
+        yield kafka
+    assert not kafka.alive()
+
+
+def test_start_layout(ref_kafka: kafka_ref.RefKafka) -> None:
+    assert ref_kafka.alive()
+    host, _, port = ref_kafka.bootstrap.rpartition(":")
+    assert host == "127.0.0.1" and int(port) == ref_kafka.port
+    assert ref_kafka.controller_port != ref_kafka.port
+    assert (ref_kafka.data_dir / "meta.properties").is_file()
+    assert "Kafka Server started" in ref_kafka.log_path.read_text(errors="replace")
+    assert kafka_ref.api_versions_ok("127.0.0.1", ref_kafka.port)
+
+
+def test_produce_consume_round_trip(ref_kafka: kafka_ref.RefKafka) -> None:
+    topic = "ref-roundtrip"
+    admin = KafkaAdminClient(bootstrap_servers=ref_kafka.bootstrap, request_timeout_ms=30000)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    finally:
+        admin.close()
+
+    producer = KafkaProducer(bootstrap_servers=ref_kafka.bootstrap, acks="all", linger_ms=0)
+    try:
+        metas = [producer.send(topic, key=f"k{i}".encode(), value=f"value-{i}".encode()).get(timeout=30)
+                 for i in range(10)]
+    finally:
+        producer.close()
+    assert [m.offset for m in metas] == list(range(10))
+    assert {m.partition for m in metas} == {0}
+
+    tp = TopicPartition(topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=ref_kafka.bootstrap, enable_auto_commit=False)
+    try:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        records = []
+        deadline = time.monotonic() + 30
+        while len(records) < 10 and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+        assert consumer.end_offsets([tp]) == {tp: 10}
+    finally:
+        consumer.close()
+    assert [(r.offset, r.key, r.value) for r in records] == [
+        (i, f"k{i}".encode(), f"value-{i}".encode()) for i in range(10)
+    ]
+
+
+def test_kafka_topics_cli_lists_topic(ref_kafka: kafka_ref.RefKafka) -> None:
+    topic = "ref-cli-listed"
+    admin = KafkaAdminClient(bootstrap_servers=ref_kafka.bootstrap, request_timeout_ms=30000)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+    finally:
+        admin.close()
+    result = kafka_ref.run_tool("kafka-topics", "--bootstrap-server", ref_kafka.bootstrap, "--list")
+    assert topic in result.stdout.split()
+
+
+def test_restart_keeps_address_and_data(tmp_path: Path) -> None:
+    with kafka_ref.start_reference_kafka(tmp_path) as first:
+        bootstrap = first.bootstrap
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        try:
+            meta = producer.send("ref-restart", value=b"survives").get(timeout=30)  # auto-created
+        finally:
+            producer.close()
+        assert meta.offset == 0
+        first.kill()
+    with kafka_ref.start_reference_kafka(tmp_path) as second:
+        assert second.bootstrap == bootstrap
+        tp = TopicPartition("ref-restart", 0)
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+        try:
+            assert consumer.end_offsets([tp]) == {tp: 1}
+        finally:
+            consumer.close()
