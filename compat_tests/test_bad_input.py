@@ -103,7 +103,7 @@ def test_api_versions_unsupported_version(broker: Broker, good: RawConn) -> None
 
     with RawConn(broker.bootstrap) as c:
         supported = c.api_versions()
-        for version in (127, 5):
+        for version in (127, supported[18][1] + 1):
             c.send_bytes(_frame(_header(18, version, corr=4242, tags=True)))
             frame = c.recv_frame()
             # a v0 response: correlation id, error code, api_keys (int32 count), nothing else
