@@ -13,6 +13,7 @@ import contextlib
 import logging
 import struct
 import time
+from contextvars import ContextVar
 from typing import Any
 
 from protocol.errors import ErrorCode
@@ -22,6 +23,7 @@ from protocol.messages import (
     UnsupportedVersion,
     decode_request,
     encode_response,
+    encode_response_parts,
 )
 
 from broker.apis import ApiKey, load_handlers
@@ -126,7 +128,7 @@ class Broker:
     async def _connection_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                peer: Any) -> None:
         max_size = self.config.socket_request_max_bytes
-        client = ClientInfo(host=peer[0] if peer else "", port=peer[1] if peer else 0)
+        current_client.set(ClientInfo(host=peer[0] if peer else "", port=peer[1] if peer else 0))
         while True:
             (size,) = _SIZE.unpack(await reader.readexactly(4))
             if size < 0 or size > max_size:
@@ -156,11 +158,12 @@ class Broker:
                     continue
                 log.warning("closing %s: api %d v%d not served", peer, request.api_key, request.api_version)
                 return
-            request.client = client  # type: ignore[attr-defined]
             body = await entry.handler(self, request)
             if body is None:
                 continue
-            writer.write(encode_response(request.api_key, request.api_version, request.correlation_id, body))
+            # Large record payloads go out uncopied (writelines of the codec's parts).
+            writer.writelines(encode_response_parts(request.api_key, request.api_version,
+                                                    request.correlation_id, body))
             await writer.drain()
 
     def api_versions_body(self, error: ErrorCode = ErrorCode.NONE) -> dict[str, Any]:
@@ -187,3 +190,7 @@ class ClientInfo:
     def __init__(self, host: str, port: int) -> None:
         self.host = host
         self.port = port
+
+
+# The connection a handler is serving (each connection runs in its own task, so its own context).
+current_client: ContextVar[ClientInfo] = ContextVar("current_client")

@@ -64,7 +64,7 @@ def _read_all(broker: Broker, wanted: list[tuple[dict[str, Any], Topic | None]],
             entry: dict[str, Any] = {"partition_index": index, "high_watermark": -1,
                                      "last_stable_offset": -1, "log_start_offset": -1,
                                      "aborted_transactions": None, "preferred_read_replica": -1,
-                                     "records": None}
+                                     "records": b""}
             if topic is None:
                 entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_ID if by_id
                                           else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import ErrorCode
+from protocol.records import decode_records, parse_header
 
 from broker.apis import ApiKey, api
 
@@ -19,6 +20,19 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 EARLIEST_PENDING_UPLOAD = -5
 LATEST_TIERED = -6
+
+
+def _first_record_at(broker: Broker, db: str, vnode: int, base: int, ts: int) -> tuple[int, int]:
+    """The storage time index finds the batch; this finds the record in it, as Kafka returns it:
+    the first offset (not below log start) whose timestamp is at least `ts`."""
+    start = broker.store.log_start(db, vnode)
+    for batch in broker.store.read(db, vnode, base, 1):
+        header = parse_header(batch)
+        for record in decode_records(batch):
+            stamp = header.max_timestamp if header.timestamp_type == 1 else record.timestamp
+            if record.offset >= start and stamp >= ts:
+                return record.offset, stamp
+    return -1, -1
 
 
 @api(ApiKey.LIST_OFFSETS, 1, 10)
@@ -46,11 +60,11 @@ async def list_offsets(broker: Broker, req: Request) -> dict[str, Any]:
             elif ts == MAX_TIMESTAMP:
                 found = store.max_timestamp_offset(topic.db, index)
                 if found is not None:
-                    entry["offset"], entry["timestamp"] = found
+                    entry["offset"], entry["timestamp"] = _first_record_at(broker, topic.db, index, found[0], found[1])
             elif ts >= 0:
                 found = store.offset_for_timestamp(topic.db, index, ts)
                 if found is not None:
-                    entry["offset"], entry["timestamp"] = found
+                    entry["offset"], entry["timestamp"] = _first_record_at(broker, topic.db, index, found[0], ts)
             else:
                 entry["error_code"] = int(ErrorCode.INVALID_REQUEST)
             parts.append(entry)

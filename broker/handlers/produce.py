@@ -103,7 +103,9 @@ def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | No
     store = broker.store
     producer = None
     if header.producer_id >= 0 and header.base_sequence >= 0:
-        state = store.producer_state(topic.db, vnode, header.producer_id)
+        known = store.producer_state(topic.db, vnode, header.producer_id)
+        state = None if known is None else (
+            known.epoch, [tuple(b) for b in store.producer_batches(topic.db, vnode, header.producer_id)])
         verdict = check_sequence(state, header.producer_epoch, header.base_sequence, header.record_count)
         if verdict.duplicate_of is not None:
             return verdict.duplicate_of
