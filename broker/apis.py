@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 from protocol.schemas import SCHEMAS
 
 if TYPE_CHECKING:
-    from protocol.messages import Request
-
     from broker.server import Broker
+    from protocol.messages import Request
 
 Handler = Callable[["Broker", "Request"], Awaitable[dict[str, Any] | None]]
 

@@ -16,6 +16,10 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
+from broker.apis import ApiKey, load_handlers
+from broker.config import BrokerConfig, parse_hostport
+from broker.topics import TopicRegistry
+from broker.waiters import DataNotifier
 from protocol.errors import ErrorCode
 from protocol.messages import (
     InvalidRequest,
@@ -25,11 +29,6 @@ from protocol.messages import (
     encode_response,
     encode_response_parts,
 )
-
-from broker.apis import ApiKey, load_handlers
-from broker.config import BrokerConfig, parse_hostport
-from broker.topics import TopicRegistry
-from broker.waiters import DataNotifier
 from storage import Store
 
 log = logging.getLogger("tmqgate.server")

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 from broker.topic_configs import effective, validate
 
 if TYPE_CHECKING:
-    from storage import Store
-
     from broker.server import Broker
+    from storage import Store
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249

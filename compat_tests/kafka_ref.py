@@ -37,7 +37,11 @@ LIB_DIR = ROOT / "java" / "lib"
 
 HEAP_OPTS = "-Xmx512m -Xms256m"
 # Serial GC: one GC thread, small footprint, gentle on a 2-core machine.
-JVM_OPTS = "-XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true"
+FULL_JIT_JVM_OPTS = "-XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true"
+# Default for tests: C1 only, which starts the broker in ~40% less CPU time (on 2 busy cores,
+# ~6 s instead of ~10 s) at the cost of peak throughput.  Pass jvm_opts=FULL_JIT_JVM_OPTS
+# when comparing performance with Apache Kafka.
+JVM_OPTS = FULL_JIT_JVM_OPTS + " -XX:TieredStopAtLevel=1"
 
 CONFIG_NAME = "server.properties"
 LOG_NAME = "kafka.log"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from protocol.errors import ErrorCode
-
 from broker.apis import ApiKey, api
 from broker.topic_configs import (
     SOURCE_DEFAULT,
@@ -14,12 +12,12 @@ from broker.topic_configs import (
     TOPIC_CONFIGS,
 )
 from broker.topics import TopicError, validate_configs
+from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from protocol.messages import Request
-
     from broker.server import Broker
     from broker.topics import Topic
+    from protocol.messages import Request
 
 TOPIC = 2
 BROKER = 4

@@ -13,15 +13,13 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from broker.apis import ApiKey, api
 from protocol.errors import ErrorCode
 
-from broker.apis import ApiKey, api
-
 if TYPE_CHECKING:
-    from protocol.messages import Request
-
     from broker.server import Broker
     from broker.topics import Topic
+    from protocol.messages import Request
 
 
 @api(ApiKey.FETCH, 4, 18)

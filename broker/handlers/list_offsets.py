@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from broker.apis import ApiKey, api
 from protocol.errors import ErrorCode
 from protocol.records import decode_records, parse_header
 
-from broker.apis import ApiKey, api
-
 if TYPE_CHECKING:
-    from protocol.messages import Request
-
     from broker.server import Broker
+    from protocol.messages import Request
 
 LATEST = -1
 EARLIEST = -2

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from protocol.errors import ErrorCode
-
 from broker.apis import ApiKey, api
 from broker.topics import Topic, TopicError, check_topic_name
+from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from protocol.messages import Request
-
     from broker.server import Broker
+    from protocol.messages import Request
 
 ZERO_UUID = bytes(16)
 # Leader epoch -1 tells clients we do not track epochs, so they skip epoch validation.

@@ -9,18 +9,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from broker.apis import ApiKey, api
+from broker.idempotence import check_sequence
 from protocol.compression import CorruptRecord
 from protocol.errors import ErrorCode
 from protocol.records import MAGIC, iter_batches, verify_crc
 
-from broker.apis import ApiKey, api
-from broker.idempotence import check_sequence
-
 if TYPE_CHECKING:
-    from protocol.messages import Request
-
     from broker.server import Broker
     from broker.topics import Topic
+    from protocol.messages import Request
 
 
 class ProduceError(Exception):
