@@ -72,7 +72,9 @@ def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | No
     try:
         batches = list(iter_batches(records))
     except CorruptRecord as exc:
-        raise ProduceError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+        # A batch that cannot even be walked is an invalid record to Kafka; CRC failures below
+        # are CORRUPT_MESSAGE.
+        raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
     if len(batches) != 1:
         raise ProduceError(ErrorCode.INVALID_RECORD,
                            "Produce requests with version 3 and above must contain exactly one record batch")
