@@ -18,6 +18,7 @@ from typing import Any
 
 from broker.apis import ApiKey, load_handlers
 from broker.config import BrokerConfig, parse_hostport
+from broker.topic_configs import TOPIC_CONFIGS
 from broker.topics import TopicRegistry
 from broker.waiters import DataNotifier
 from protocol.errors import ErrorCode
@@ -100,7 +101,7 @@ class Broker:
                 next_fsync = now + fsync_every
             if now >= next_retention:
                 try:
-                    self.store.enforce_retention(int(time.time() * 1000))
+                    self.store.enforce_retention(int(time.time() * 1000), self.retention_defaults())
                 except Exception:  # retention must never take the broker down
                     log.exception("retention failed")
                 next_retention = now + retention_every
@@ -164,6 +165,11 @@ class Broker:
             writer.writelines(encode_response_parts(request.api_key, request.api_version,
                                                     request.correlation_id, body))
             await writer.drain()
+
+    def retention_defaults(self) -> dict[str, str]:
+        """Kafka's topic defaults for retention, overridable in the broker's topic_defaults."""
+        return {name: self.config.topic_defaults.get(name, TOPIC_CONFIGS[name].default)
+                for name in ("retention.ms", "retention.bytes")}
 
     def api_versions_body(self, error: ErrorCode = ErrorCode.NONE) -> dict[str, Any]:
         return {

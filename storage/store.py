@@ -665,13 +665,18 @@ class Store:
         self._truncate_head(dbid, vnode, vs, lambda key, value, end, size: end <= offset, offset)
         return vs.log_start
 
-    def enforce_retention(self, now_ms: int | None = None) -> int:
-        """Apply retention.ms then retention.bytes to every vnode; returns entries removed."""
+    def enforce_retention(self, now_ms: int | None = None, defaults: dict[str, str] | None = None) -> int:
+        """Apply retention.ms then retention.bytes to every vnode; returns entries removed.
+
+        `defaults` supplies the values for databases that set none of their own (the broker's
+        Kafka defaults); without it a missing setting means no limit.
+        """
         now = _now_ms() if now_ms is None else now_ms
         removed = 0
         for d in list(self._dbs.values()):
-            rms = _int_config(d.info.configs, "retention.ms")
-            rbytes = _int_config(d.info.configs, "retention.bytes")
+            configs = {**defaults, **d.info.configs} if defaults else d.info.configs
+            rms = _int_config(configs, "retention.ms")
+            rbytes = _int_config(configs, "retention.bytes")
             if rms < 0 and rbytes < 0:
                 continue
             for vnode, vs in enumerate(d.vnodes):

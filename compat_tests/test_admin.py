@@ -1,0 +1,157 @@
+"""Topic administration through confluent-kafka's AdminClient (librdkafka): topic configs,
+CreatePartitions, DeleteRecords, DescribeCluster, and the errors a Kafka broker gives.
+
+Each assertion is what a user of `kafka-configs` / `kafka-topics` / `kafka-delete-records`
+would check: the values they set, the partition counts they see, the offsets that move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+)
+
+from .conftest import Broker
+from .helpers import unique_topic, wait_until
+
+TIMEOUT = 30
+
+
+@pytest.fixture
+def admin(broker: Broker) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+@pytest.fixture
+def topic(admin: AdminClient) -> Iterator[str]:
+    name = unique_topic("admin")
+    admin.create_topics([NewTopic(name, 4, 1, config={"retention.ms": "3600000"})])[name].result(TIMEOUT)
+    yield name
+    admin.delete_topics([name])[name].result(TIMEOUT)
+
+
+def _configs(admin: AdminClient, topic: str) -> dict[str, ConfigEntry]:
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    return admin.describe_configs([res])[res].result(TIMEOUT)
+
+
+def _error_name(exc: BaseException) -> str:
+    assert isinstance(exc, KafkaException), exc
+    return exc.args[0].name()
+
+
+def test_create_topic_configs_are_described(admin: AdminClient, topic: str) -> None:
+    configs = _configs(admin, topic)
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["max.message.bytes"].value == "1048588"
+    assert configs["max.message.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert configs["cleanup.policy"].value == "delete"
+
+
+def test_incremental_alter_and_alter_configs(admin: AdminClient, topic: str) -> None:
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.bytes", "1048576", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("max.message.bytes", "65536", incremental_operation=AlterConfigOpType.SET),
+    ])
+    admin.incremental_alter_configs([res])[res].result(TIMEOUT)
+    configs = _configs(admin, topic)
+    assert (configs["retention.bytes"].value, configs["max.message.bytes"].value) == ("1048576", "65536")
+    assert configs["retention.ms"].value == "3600000", "incremental alter keeps the other overrides"
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.bytes", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([res])[res].result(TIMEOUT)
+    assert _configs(admin, topic)["retention.bytes"].value == "-1", "deleted override falls back to default"
+
+    # AlterConfigs (the non-incremental API) replaces the whole set of overrides
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"segment.bytes": "1048576"})
+    with pytest.warns(DeprecationWarning):  # kafka-configs still uses it; librdkafka warns
+        admin.alter_configs([res])[res].result(TIMEOUT)
+    configs = _configs(admin, topic)
+    assert configs["segment.bytes"].value == "1048576"
+    assert configs["retention.ms"].value == "604800000", "AlterConfigs dropped the earlier override"
+    assert configs["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_bad_configs_are_refused(admin: AdminClient, topic: str) -> None:
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as info:
+        admin.incremental_alter_configs([res])[res].result(TIMEOUT)
+    assert _error_name(info.value) == "INVALID_CONFIG"
+    assert _configs(admin, topic)["retention.ms"].value == "3600000", "a refused change changes nothing"
+
+    name = unique_topic("badcfg")
+    with pytest.raises(KafkaException) as info:
+        admin.create_topics([NewTopic(name, 1, 1, config={"no.such.config": "1"})])[name].result(TIMEOUT)
+    assert _error_name(info.value) == "INVALID_CONFIG"
+    assert name not in admin.list_topics(timeout=TIMEOUT).topics
+
+
+def test_create_topic_errors(admin: AdminClient, topic: str) -> None:
+    with pytest.raises(KafkaException) as info:
+        admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(TIMEOUT)
+    assert _error_name(info.value) == "TOPIC_ALREADY_EXISTS"
+
+    name = unique_topic("rf3")
+    with pytest.raises(KafkaException) as info:
+        admin.create_topics([NewTopic(name, 1, 3)])[name].result(TIMEOUT)
+    assert _error_name(info.value) == "INVALID_REPLICATION_FACTOR"
+
+    name = unique_topic("validate")
+    admin.create_topics([NewTopic(name, 2, 1)], validate_only=True)[name].result(TIMEOUT)
+    assert name not in admin.list_topics(timeout=TIMEOUT).topics, "validate_only creates nothing"
+
+
+def test_create_partitions(admin: AdminClient, broker: Broker, topic: str) -> None:
+    admin.create_partitions([NewPartitions(topic, 6)])[topic].result(TIMEOUT)
+    # Kafka propagates the new partitions to its metadata cache asynchronously
+    wait_until(lambda: len(admin.list_topics(topic, timeout=TIMEOUT).topics[topic].partitions) == 6,
+               TIMEOUT, what="6 partitions in metadata")
+    meta = admin.list_topics(topic, timeout=TIMEOUT).topics[topic]
+    assert sorted(meta.partitions) == [0, 1, 2, 3, 4, 5]
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "topic.metadata.refresh.interval.ms": 500})
+    reports: list[tuple[int, int]] = []
+    producer.produce(topic, b"in-new-partition", partition=5,
+                     on_delivery=lambda err, msg: reports.append((msg.partition(), msg.offset())) if not err else None)
+    assert producer.flush(TIMEOUT) == 0
+    assert reports == [(5, 0)]
+
+    with pytest.raises(KafkaException) as info:
+        admin.create_partitions([NewPartitions(topic, 3)])[topic].result(TIMEOUT)
+    assert _error_name(info.value) == "INVALID_PARTITIONS"
+
+
+def test_delete_records_moves_log_start(admin: AdminClient, broker: Broker, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(10):
+        producer.produce(topic, b"r%d" % i, partition=1)
+        producer.flush(TIMEOUT)  # one batch per record, so the deletion point falls between batches
+    tp = TopicPartition(topic, 1, 4)
+    result = admin.delete_records([tp])[tp].result(TIMEOUT)
+    assert result.low_watermark == 4
+
+    earliest = admin.list_offsets({TopicPartition(topic, 1): OffsetSpec.earliest()})
+    latest = admin.list_offsets({TopicPartition(topic, 1): OffsetSpec.latest()})
+    assert earliest[TopicPartition(topic, 1)].result(TIMEOUT).offset == 4
+    assert latest[TopicPartition(topic, 1)].result(TIMEOUT).offset == 10
+
+
+def test_describe_cluster(admin: AdminClient, broker: Broker) -> None:
+    cluster = admin.describe_cluster().result(TIMEOUT)
+    assert cluster.cluster_id
+    assert [(n.host, n.port) for n in cluster.nodes] == [(broker.host, broker.port)]
+    assert cluster.controller is not None
