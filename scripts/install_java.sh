@@ -55,7 +55,7 @@ start=$(date +%s)
 # (or two log4j) versions side by side on the classpath.
 rm -rf "$LIB"
 mkdir -p "$LIB"
-log "resolving Kafka jars with Maven (a cold ~/.m2 downloads ~80 MB)"
+log "resolving Kafka jars with Maven (a cold ~/.m2 downloads ~65 MB, ~1 min)"
 mvn "${mvn_args[@]}" package
 echo "$want" >"$STAMP"
 
