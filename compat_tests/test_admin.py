@@ -46,6 +46,15 @@ def _configs(admin: AdminClient, topic: str) -> dict[str, ConfigEntry]:
     return admin.describe_configs([res])[res].result(TIMEOUT)
 
 
+def _settled(admin: AdminClient, topic: str, **expected: str) -> dict[str, ConfigEntry]:
+    """Describe the topic once the expected values show: Kafka applies config changes through
+    its metadata log, so a describe right after an alter may still see the old values."""
+    want = {k.replace("_", "."): v for k, v in expected.items()}
+    wait_until(lambda: all(_configs(admin, topic)[k].value == v for k, v in want.items()), TIMEOUT,
+               what=f"configs {want}")
+    return _configs(admin, topic)
+
+
 def _error_name(exc: BaseException) -> str:
     assert isinstance(exc, KafkaException), exc
     return exc.args[0].name()
@@ -66,20 +75,20 @@ def test_incremental_alter_and_alter_configs(admin: AdminClient, topic: str) -> 
         ConfigEntry("max.message.bytes", "65536", incremental_operation=AlterConfigOpType.SET),
     ])
     admin.incremental_alter_configs([res])[res].result(TIMEOUT)
-    configs = _configs(admin, topic)
+    configs = _settled(admin, topic, retention_bytes="1048576")
     assert (configs["retention.bytes"].value, configs["max.message.bytes"].value) == ("1048576", "65536")
     assert configs["retention.ms"].value == "3600000", "incremental alter keeps the other overrides"
 
     res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
         ConfigEntry("retention.bytes", None, incremental_operation=AlterConfigOpType.DELETE)])
     admin.incremental_alter_configs([res])[res].result(TIMEOUT)
-    assert _configs(admin, topic)["retention.bytes"].value == "-1", "deleted override falls back to default"
+    assert _settled(admin, topic, retention_bytes="-1")["max.message.bytes"].value == "65536"
 
     # AlterConfigs (the non-incremental API) replaces the whole set of overrides
     res = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"segment.bytes": "1048576"})
     with pytest.warns(DeprecationWarning):  # kafka-configs still uses it; librdkafka warns
         admin.alter_configs([res])[res].result(TIMEOUT)
-    configs = _configs(admin, topic)
+    configs = _settled(admin, topic, segment_bytes="1048576")
     assert configs["segment.bytes"].value == "1048576"
     assert configs["retention.ms"].value == "604800000", "AlterConfigs dropped the earlier override"
     assert configs["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
