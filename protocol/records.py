@@ -57,6 +57,7 @@ _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21
 _MAGIC_OFFSET = 16
+_MAX_TIMESTAMP_OFFSET = 35  # attributes(2) + lastOffsetDelta(4) + baseTimestamp(8) after offset 21
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
@@ -221,6 +222,19 @@ def with_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) ->
     if len(batch) < HEADER_SIZE:
         raise CorruptRecord(f"truncated record batch header: {len(batch)} bytes")
     return b"".join((_I64.pack(base_offset), memoryview(batch)[8:]))
+
+
+def with_log_append_time(batch: bytes | bytearray | memoryview, timestamp: int) -> bytes:
+    """A copy of ``batch`` stamped with the broker's time, as Kafka does for topics with
+    message.timestamp.type=LogAppendTime: the timestamp-type bit is set, maxTimestamp becomes
+    ``timestamp`` (consumers report it for every record), and the CRC is recomputed."""
+    b = bytearray(batch)
+    (attributes,) = struct.unpack_from(">h", b, _ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", b, _ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    struct.pack_into(">q", b, _MAX_TIMESTAMP_OFFSET, timestamp)
+    (batch_length,) = _I32.unpack_from(b, 8)
+    _U32.pack_into(b, _CRC_OFFSET, crc32c(memoryview(b)[_ATTRIBUTES_OFFSET:batch_length + LOG_OVERHEAD]))
+    return bytes(b)
 
 
 def max_record_size(batch: bytes | bytearray | memoryview) -> int:

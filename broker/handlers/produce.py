@@ -13,7 +13,7 @@ from broker.apis import ApiKey, api
 from broker.idempotence import check_sequence
 from protocol.compression import CorruptRecord
 from protocol.errors import ErrorCode
-from protocol.records import MAGIC, iter_batches, verify_crc
+from protocol.records import MAGIC, iter_batches, verify_crc, with_log_append_time
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -50,7 +50,8 @@ async def produce(broker: Broker, req: Request) -> dict[str, Any] | None:
                 entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 try:
-                    entry["base_offset"] = append_records(broker, topic, index, pdata["records"])
+                    entry["base_offset"], entry["log_append_time_ms"] = append_records(
+                        broker, topic, index, pdata["records"])
                     entry["error_code"] = 0
                     entry["log_start_offset"] = broker.store.log_start(topic.db, index)
                 except ProduceError as exc:
@@ -65,8 +66,11 @@ async def produce(broker: Broker, req: Request) -> dict[str, Any] | None:
     return {"responses": responses, "throttle_time_ms": 0}
 
 
-def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | None) -> int:
-    """Validate one partition's batch as Kafka does and append it; return its base offset."""
+def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | None) -> tuple[int, int]:
+    """Validate one partition's batch as Kafka does and append it.
+
+    Returns (base offset, log append time): the time is -1 unless the topic stamps batches
+    with LogAppendTime, as in Kafka's produce response."""
     if not records:
         raise ProduceError(ErrorCode.INVALID_RECORD, "Produce request has no record batch")
     try:
@@ -95,11 +99,10 @@ def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | No
         raise ProduceError(ErrorCode.INVALID_RECORD,
                            f"Record batch count {header.record_count} does not match its last offset delta "
                            f"{header.last_offset_delta}")
-    after_max = int(topic.config("message.timestamp.after.max.ms"))
-    if header.timestamp_type == 0 and header.max_timestamp > time.time() * 1000 + after_max:
-        raise ProduceError(ErrorCode.INVALID_TIMESTAMP,
-                           f"Timestamp {header.max_timestamp} of the record batch is more than "
-                           f"message.timestamp.after.max.ms ({after_max}) ahead of the broker's time")
+    now_ms = int(time.time() * 1000)
+    log_append_time = topic.config("message.timestamp.type") == "LogAppendTime"
+    if not log_append_time:
+        _check_timestamps(topic, header.base_timestamp, header.max_timestamp, now_ms)
     store = broker.store
     producer = None
     if header.producer_id >= 0 and header.base_sequence >= 0:
@@ -108,10 +111,29 @@ def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | No
             known.epoch, [tuple(b) for b in store.producer_batches(topic.db, vnode, header.producer_id)])
         verdict = check_sequence(state, header.producer_epoch, header.base_sequence, header.record_count)
         if verdict.duplicate_of is not None:
-            return verdict.duplicate_of
+            return verdict.duplicate_of, -1
         if verdict.error != ErrorCode.NONE:
             raise ProduceError(verdict.error)
         producer = (header.producer_id, header.producer_epoch, header.base_sequence)
-    base = store.append(topic.db, vnode, batch, header.record_count, header.max_timestamp, producer=producer)
+    max_timestamp = header.max_timestamp
+    if log_append_time:
+        batch, max_timestamp = with_log_append_time(batch, now_ms), now_ms
+    base = store.append(topic.db, vnode, batch, header.record_count, max_timestamp, producer=producer)
     broker.notifier.notify(topic.db, vnode)
-    return base
+    return base, now_ms if log_append_time else -1
+
+
+def _check_timestamps(topic: Topic, first: int, largest: int, now_ms: int) -> None:
+    """message.timestamp.before/after.max.ms (KIP-937): CreateTime stamps too far from the
+    broker's clock are refused with INVALID_TIMESTAMP. The header's base timestamp stands for
+    the batch's earliest (clients write records in time order)."""
+    after_max = int(topic.config("message.timestamp.after.max.ms"))
+    before_max = int(topic.config("message.timestamp.before.max.ms"))
+    if largest > now_ms + after_max:
+        raise ProduceError(ErrorCode.INVALID_TIMESTAMP,
+                           f"Timestamp {largest} of the record batch is more than "
+                           f"message.timestamp.after.max.ms ({after_max}) ahead of the broker's time")
+    if 0 <= first < now_ms - before_max:
+        raise ProduceError(ErrorCode.INVALID_TIMESTAMP,
+                           f"Timestamp {first} of the record batch is more than "
+                           f"message.timestamp.before.max.ms ({before_max}) behind the broker's time")
