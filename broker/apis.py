@@ -63,19 +63,26 @@ class ApiEntry:
     min_version: int
     max_version: int
     handler: Handler
+    advertised_min: int  # what ApiVersions says; below min_version the request is still refused
 
 
 API_TABLE: dict[int, ApiEntry] = {}
 
 
-def api(key: ApiKey, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
-    """Register a handler for `key`, advertising [min_version, max_version] within the schema's range."""
+def api(key: ApiKey, min_version: int, max_version: int,
+        advertise_from: int | None = None) -> Callable[[Handler], Handler]:
+    """Register a handler for `key` serving [min_version, max_version] within the schema's range.
+
+    `advertise_from` lowers the minimum ApiVersions reports without serving those versions:
+    Kafka 4 does this for Produce v0-v2 (KAFKA-18659), because librdkafka's feature detection
+    looks for them."""
 
     def register(handler: Handler) -> Handler:
         schema = SCHEMAS[int(key)]
         lo = max(min_version, schema.min_version)
         hi = min(max_version, schema.max_version)
-        API_TABLE[int(key)] = ApiEntry(int(key), lo, hi, handler)
+        advertised = lo if advertise_from is None else min(advertise_from, lo)
+        API_TABLE[int(key)] = ApiEntry(int(key), lo, hi, handler, advertised)
         return handler
 
     return register

@@ -21,6 +21,7 @@ from broker.config import BrokerConfig, parse_hostport
 from broker.topic_configs import TOPIC_CONFIGS
 from broker.topics import TopicRegistry
 from broker.waiters import DataNotifier
+from coordinator.runtime import for_broker
 from protocol.errors import ErrorCode
 from protocol.messages import (
     InvalidRequest,
@@ -46,6 +47,7 @@ class Broker:
         self.topics = TopicRegistry(self, self.store)
         self.notifier = DataNotifier()
         self.apis = load_handlers()
+        self.coordinator = for_broker(self)
         self.started_ms = int(time.time() * 1000)
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -64,6 +66,7 @@ class Broker:
         else:
             self.advertised = (host, bound[1])
         self._tasks.append(asyncio.create_task(self._housekeeping()))
+        await self.coordinator.start()
         log.info("tmqgate listening on %s:%d (data dir %s)", host, bound[1], self.config.data_dir)
 
     @property
@@ -82,6 +85,7 @@ class Broker:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
+        await self.coordinator.stop()
         self.store.close()
 
     async def _housekeeping(self) -> None:
@@ -175,7 +179,7 @@ class Broker:
         return {
             "error_code": int(error),
             "api_keys": [
-                {"api_key": e.key, "min_version": e.min_version, "max_version": e.max_version}
+                {"api_key": e.key, "min_version": e.advertised_min, "max_version": e.max_version}
                 for e in sorted(self.apis.values(), key=lambda e: e.key)
             ],
             "throttle_time_ms": 0,

@@ -28,7 +28,7 @@ class ProduceError(Exception):
         self.message = message
 
 
-@api(ApiKey.PRODUCE, 3, 13)
+@api(ApiKey.PRODUCE, 3, 13, advertise_from=0)
 async def produce(broker: Broker, req: Request) -> dict[str, Any] | None:
     body = req.body
     acks = body["acks"]
