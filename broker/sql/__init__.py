@@ -1,0 +1,1 @@
+"""The SQL front: parsing, expression compilation, execution."""

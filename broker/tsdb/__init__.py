@@ -1,0 +1,1 @@
+"""TDengine data model: types, rows entries, schemaless ingestion, vectorised encoding, views."""
