@@ -39,6 +39,13 @@ class BrokerConfig:
     # How often retention runs (log.retention.check.interval.ms in Kafka).
     retention_check_interval_ms: int = 300_000
     topic_defaults: dict[str, str] = field(default_factory=dict)
+    # Consumer groups (Kafka's group.* settings). The KIP-848 session timeout is TDengine's 12 s.
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_consumer_session_timeout_ms: int = 12_000
+    group_consumer_heartbeat_interval_ms: int = 3000
+    offset_metadata_max_bytes: int = 4096
 
     @classmethod
     def load(cls, path: str | Path | None, **overrides: object) -> BrokerConfig:

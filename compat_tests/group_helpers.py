@@ -62,6 +62,24 @@ def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.1,
         time.sleep(interval)
 
 
+def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> None:
+    """CreateTopics, then wait until Metadata shows every partition with a leader (a client
+    that subscribes earlier may see no partitions and only look again minutes later)."""
+    from confluent_kafka.admin import AdminClient
+
+    from .helpers import ConfluentDriver
+
+    ConfluentDriver(bootstrap).create_topic(topic, partitions)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "compat-group-admin-ck"})
+
+    def ready() -> bool:
+        md = admin.list_topics(topic, timeout=10).topics.get(topic)
+        return (md is not None and md.error is None and len(md.partitions) == partitions
+                and all(pm.error is None and pm.leader >= 0 for pm in md.partitions.values()))
+
+    wait_for(ready, timeout, 0.2, what=f"{topic} to have {partitions} partitions with leaders")
+
+
 # --------------------------------------------------------------------------- records
 
 
@@ -522,6 +540,20 @@ class ConsumerGroup:
     def consumed_values(self) -> set[bytes]:
         return {r.value for r in self.consumed()}
 
+    def first_offsets(self) -> dict[int, int]:
+        """Partition -> offset of the first record any member received from it."""
+        out: dict[int, int] = {}
+        for r in sorted(self.consumed(), key=lambda r: r.at):
+            out.setdefault(r.partition, r.offset)
+        return out
+
+    def next_offsets(self) -> dict[int, int]:
+        """Partition -> one past the highest offset consumed from it."""
+        out: dict[int, int] = {}
+        for r in self.consumed():
+            out[r.partition] = max(out.get(r.partition, 0), r.offset + 1)
+        return out
+
     def close(self) -> None:
         errors = []
         for m in list(self.members):
@@ -540,6 +572,91 @@ class ConsumerGroup:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def consume_reset_none(kind: str, bootstrap: str, group: str, topic: str, partitions: int,
+                       timeout: float = 30.0) -> tuple[set[int], dict[int, int], list[str]]:
+    """Subscribe with auto.offset.reset=none ("error" in librdkafka) and poll until every
+    partition either raised the client's no-offset error or delivered a record.
+
+    Returns (partitions reported without an offset, first offset received per partition,
+    error descriptions)."""
+    no_offset: set[int] = set()
+    firsts: dict[int, int] = {}
+    errors: list[str] = []
+    deadline = time.monotonic() + timeout
+
+    def done() -> bool:
+        return len(no_offset | set(firsts)) >= partitions or time.monotonic() > deadline
+
+    if kind == "kafka-python":
+        from kafka import KafkaConsumer
+        from kafka.errors import NoOffsetForPartitionError
+
+        c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, client_id=f"{group}-none",
+                          auto_offset_reset="none", enable_auto_commit=False, fetch_max_wait_ms=200,
+                          session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
+        try:
+            c.subscribe([topic])
+            while not done():
+                try:
+                    for tp, ms in c.poll(timeout_ms=200).items():
+                        if ms:
+                            firsts.setdefault(tp.partition, ms[0].offset)
+                except NoOffsetForPartitionError as e:
+                    errors.append(repr(e))
+                    no_offset.update(tp.partition for tp in e.args[0])
+                    # kafka-python keeps raising for them; continue with the others
+                    c.pause(*[tp for tp in e.args[0]])
+        finally:
+            c.close(autocommit=False)
+    elif kind == "aiokafka":
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.errors import NoOffsetForPartitionError as AioNoOffset
+
+        async def go() -> None:
+            c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, client_id=f"{group}-none",
+                                 auto_offset_reset="none", enable_auto_commit=False, fetch_max_wait_ms=200,
+                                 session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
+            await c.start()
+            try:
+                c.subscribe([topic])
+                while not done():
+                    try:
+                        for tp, ms in (await c.getmany(timeout_ms=200)).items():
+                            if ms:
+                                firsts.setdefault(tp.partition, ms[0].offset)
+                    except AioNoOffset as e:
+                        errors.append(repr(e))
+                        tps = e.args[0] if isinstance(e.args[0], (set, list, tuple)) else [e.args[0]]
+                        no_offset.update(tp.partition for tp in tps)
+                        c.pause(*tps)
+            finally:
+                await c.stop()
+
+        asyncio.run(go())
+    else:
+        from confluent_kafka import Consumer, KafkaError
+
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": f"{group}-none",
+                      "auto.offset.reset": "error", "enable.auto.commit": False, "fetch.wait.max.ms": 200,
+                      "enable.partition.eof": False,
+                      "group.protocol": "consumer" if kind == "confluent-consumer" else "classic"})
+        try:
+            c.subscribe([topic])
+            while not done():
+                for m in c.consume(num_messages=100, timeout=0.2):
+                    err = m.error()
+                    if err is None:
+                        firsts.setdefault(m.partition(), m.offset())
+                    elif err.code() == KafkaError._AUTO_OFFSET_RESET:
+                        errors.append(str(err))
+                        no_offset.add(m.partition())
+                    else:
+                        errors.append(f"unexpected: {err}")
+        finally:
+            c.close()
+    return no_offset, firsts, errors
 
 
 # --------------------------------------------------------------------------- killable member
@@ -697,7 +814,8 @@ class MemberInfo:
 class GroupInfo:
     group_id: str
     state: str  # Kafka's spelling: Stable, Empty, Dead, PreparingRebalance, CompletingRebalance, ...
-    protocol_type: str | None
+    protocol_type: str | None  # DescribeGroups' protocol_type ("consumer"); None via confluent
+    group_type: str | None = None  # confluent only: "classic" | "consumer" (KIP-848)
     members: list[MemberInfo] = field(default_factory=list)
     error: str | None = None
 
@@ -764,7 +882,8 @@ def describe_group(client: str, bootstrap: str, group: str) -> GroupInfo:
         members = [MemberInfo(m["member_id"], m["client_id"], m["client_host"],
                               _decode_assignment_kp(m.get("member_assignment")))
                    for m in res.get("members", [])]
-        return GroupInfo(res["group_id"], res["group_state"], res.get("protocol_type"), members, res.get("error"))
+        return GroupInfo(res["group_id"], res["group_state"], res.get("protocol_type"), None, members,
+                         res.get("error"))
     if client == "aiokafka":
         from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
@@ -783,7 +902,8 @@ def describe_group(client: str, bootstrap: str, group: str) -> GroupInfo:
                 for topic, ps in a.assignment:
                     parts.update((topic, p) for p in ps)
             members.append(MemberInfo(member_id, client_id, host, frozenset(parts)))
-        return GroupInfo(group_id, state, protocol_type, members, None if error_code == 0 else f"error {error_code}")
+        return GroupInfo(group_id, state, protocol_type, None, members,
+                         None if error_code == 0 else f"error {error_code}")
     if client == "confluent":
         admin = _ck_admin(bootstrap)
         d = admin.describe_consumer_groups([group], request_timeout=30)[group].result(timeout=60)
@@ -791,7 +911,7 @@ def describe_group(client: str, bootstrap: str, group: str) -> GroupInfo:
                               frozenset((tp.topic, tp.partition) for tp in (m.assignment.topic_partitions or [])))
                    for m in d.members]
         gtype = getattr(d, "type", None)
-        return GroupInfo(d.group_id, _CK_STATES.get(d.state.name, d.state.name),
+        return GroupInfo(d.group_id, _CK_STATES.get(d.state.name, d.state.name), None,
                          None if gtype is None else gtype.name.lower(), members)
     raise ValueError(client)
 

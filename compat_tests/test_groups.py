@@ -14,8 +14,7 @@ import time
 import pytest
 
 from .conftest import Broker
-from .group_helpers import GROUP_KINDS, BackgroundProducer, ConsumerGroup, unique_name, wait_for
-from .helpers import ConfluentDriver
+from .group_helpers import GROUP_KINDS, BackgroundProducer, ConsumerGroup, create_topic, unique_name, wait_for
 
 PARTITIONS = 4
 STEPS = [(1, [4]), (2, [2, 2]), (3, [2, 1, 1]), (5, [1, 1, 1, 1, 0])]
@@ -28,7 +27,7 @@ STEP_TIMEOUT = {"confluent-consumer": 60.0}
 def test_group_grows_1_2_3_5(broker: Broker, kind: str) -> None:
     topic = unique_name("grow")
     group = unique_name(f"g-grow-{kind}")
-    ConfluentDriver(broker.bootstrap).create_topic(topic, PARTITIONS)
+    create_topic(broker.bootstrap, topic, PARTITIONS)
     prod = BackgroundProducer(broker.bootstrap, topic, PARTITIONS, rate=100)
     prod.start()
     try:
