@@ -187,8 +187,10 @@ class Broker:
 
     def api_versions_error(self, correlation_id: int) -> bytes:
         """The v0 UNSUPPORTED_VERSION answer a Kafka broker gives to an ApiVersions it can't parse."""
-        return encode_response(ApiKey.API_VERSIONS, 0, correlation_id,
-                               self.api_versions_body(ErrorCode.UNSUPPORTED_VERSION))
+        # Kafka lists only its ApiVersions range in this answer; the client retries with it.
+        body = self.api_versions_body(ErrorCode.UNSUPPORTED_VERSION)
+        body["api_keys"] = [k for k in body["api_keys"] if k["api_key"] == ApiKey.API_VERSIONS]
+        return encode_response(ApiKey.API_VERSIONS, 0, correlation_id, body)
 
 
 class ClientInfo:
