@@ -35,6 +35,9 @@ if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
     fi
 fi
 
+# Spark's Kafka connector jars: own pom and folder (they need kafka-clients 3.9.x)
+bash "$JAVA_DIR/spark/install.sh" "$@"
+
 want="$(sha256sum "$POM" | cut -d' ' -f1)"
 jar_count() { find "$LIB" -maxdepth 1 -name '*.jar' 2>/dev/null | wc -l; }
 
