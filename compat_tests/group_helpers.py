@@ -606,8 +606,11 @@ def consume_reset_none(kind: str, bootstrap: str, group: str, topic: str, partit
                 except NoOffsetForPartitionError as e:
                     errors.append(repr(e))
                     no_offset.update(tp.partition for tp in e.args[0])
-                    # kafka-python keeps raising for them; continue with the others
-                    c.pause(*[tp for tp in e.args[0]])
+                    # it raises on every poll until they have a position: give them one
+                    # (never fetched: paused) so the other partitions can be consumed
+                    for tp in e.args[0]:
+                        c.seek(tp, 0)
+                    c.pause(*e.args[0])
         finally:
             c.close(autocommit=False)
     elif kind == "aiokafka":
@@ -628,8 +631,11 @@ def consume_reset_none(kind: str, bootstrap: str, group: str, topic: str, partit
                                 firsts.setdefault(tp.partition, ms[0].offset)
                     except AioNoOffset as e:
                         errors.append(repr(e))
-                        tps = e.args[0] if isinstance(e.args[0], (set, list, tuple)) else [e.args[0]]
+                        arg = e.args[0]  # one TopicPartition (a namedtuple) or a collection of them
+                        tps = [arg] if hasattr(arg, "partition") else list(arg)
                         no_offset.update(tp.partition for tp in tps)
+                        for tp in tps:  # as for kafka-python: position them, never fetch them
+                            c.seek(tp, 0)
                         c.pause(*tps)
             finally:
                 await c.stop()
