@@ -1,0 +1,433 @@
+"""KIP-848 consumer groups: ConsumerGroupHeartbeat with server-side assignment, as a clocked state machine.
+
+The shape is TDengine's mnode loop made incremental: a subscribe (epoch 0 heartbeat) puts the
+member in the group and bumps the group epoch; the target assignment is recomputed at once by
+the sticky even split (`assignor.assign`), so a new member learns its target on the very
+heartbeat that joins. Reconciliation follows KIP-848: a member first gives up partitions
+that left its target (it keeps its epoch until it stops reporting them), and a partition is
+handed to its new owner only after the previous owner released it. Heartbeats keep members
+alive; missing them for the session timeout (TDengine's 12 s) removes the member, as does
+not revoking within the rebalance timeout.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from coordinator.assignor import ASSIGNOR_NAMES, DEFAULT_ASSIGNOR, TopicPartition, assign
+from protocol.errors import ErrorCode
+
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+#: While a member waits for partitions another member must release, it polls this often (ms).
+RECONCILE_HEARTBEAT_MS = 500
+
+EMPTY = "Empty"
+ASSIGNING = "Assigning"
+RECONCILING = "Reconciling"
+STABLE = "Stable"
+
+
+class TopicSource(Protocol):
+    """What the coordinator needs to know of topics: ids and partition counts."""
+
+    def lookup(self, name: str) -> tuple[bytes, int] | None: ...
+
+    def name_of(self, topic_id: bytes) -> str | None: ...
+
+    def names(self) -> Iterable[str]: ...
+
+
+@dataclass
+class ConsumerConfig:
+    session_timeout_ms: int = 12_000
+    heartbeat_interval_ms: int = 3000
+
+
+@dataclass
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_names: list[str] = field(default_factory=list)
+    subscribed_regex: str | None = None
+    server_assignor: str | None = None
+    rebalance_timeout_ms: int = 300_000
+    member_epoch: int = 0
+    previous_epoch: int = -1
+    assigned: set[TopicPartition] = field(default_factory=set)
+    revoking: set[TopicPartition] = field(default_factory=set)
+    session_deadline: int = 0
+    revocation_deadline: int | None = None
+    last_sent: frozenset[TopicPartition] | None = None
+
+    def topics(self, all_names: Callable[[], Iterable[str]]) -> set[str]:
+        out = set(self.subscribed_names)
+        if self.subscribed_regex:
+            pattern = re.compile(self.subscribed_regex)
+            out |= {n for n in all_names() if pattern.fullmatch(n)}
+        return out
+
+
+class HeartbeatError(Exception):
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class ConsumerGroup:
+    group_id: str
+    config: ConsumerConfig
+    topics: TopicSource
+    new_id: Callable[[], str]
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    target: dict[str, set[TopicPartition]] = field(default_factory=dict)
+    static: dict[str, str] = field(default_factory=dict)
+    image: tuple[tuple[str, bytes, int], ...] | None = None
+    dirty: bool = False
+
+    kind = "consumer"
+    protocol_type = "consumer"
+
+    # ---- queries -----------------------------------------------------------------------
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    @property
+    def state(self) -> str:
+        if not self.members:
+            return EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ASSIGNING
+        for mid, m in self.members.items():
+            if m.member_epoch == STATIC_LEAVE_EPOCH:
+                continue
+            if m.member_epoch != self.assignment_epoch or m.revoking or m.assigned != self.target.get(mid, set()):
+                return RECONCILING
+        return STABLE
+
+    def subscribed_topics(self) -> set[str]:
+        out: set[str] = set()
+        for m in self.members.values():
+            out |= m.topics(self.topics.names)
+        return out
+
+    def next_deadline(self) -> int | None:
+        times = [m.session_deadline for m in self.members.values()]
+        times += [m.revocation_deadline for m in self.members.values() if m.revocation_deadline is not None]
+        return min(times) if times else None
+
+    # ---- events ------------------------------------------------------------------------
+
+    def heartbeat(self, now: int, body: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
+        """One ConsumerGroupHeartbeat; returns the response body (errors raise HeartbeatError)."""
+        member_id = body.get("member_id") or ""
+        epoch = body["member_epoch"]
+        instance_id = body.get("instance_id")
+        owned = self._owned(body.get("topic_partitions"))
+        if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self._leave(now, member_id, instance_id, epoch)
+        if epoch == 0:
+            member = self._join(now, body, member_id, instance_id)
+        else:
+            member = self.members.get(member_id)
+            if member is None:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {self.group_id}.")
+            if instance_id is not None and self.static.get(instance_id, member_id) != member_id:
+                raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID)
+            if epoch != member.member_epoch and not (
+                    epoch == member.previous_epoch and owned is not None and owned <= member.assigned):
+                raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
+                                     f"The member epoch {epoch} is fenced; the current epoch is {member.member_epoch}.")
+        self._update(member, body, client_id, client_host)
+        self.refresh()
+        self._reconcile(now, member, owned)
+        member.session_deadline = now + self.config.session_timeout_ms
+        full = epoch == 0 or (owned is not None and owned != member.assigned)
+        response: dict[str, Any] = {
+            "error_code": 0, "error_message": None, "member_id": member.member_id,
+            "member_epoch": member.member_epoch, "heartbeat_interval_ms": self._interval(member),
+            "assignment": None,
+        }
+        current = frozenset(member.assigned)
+        if full or member.last_sent != current:
+            member.last_sent = current
+            response["assignment"] = {"topic_partitions": self._topic_partitions(current)}
+        return response
+
+    def commit_check(self, member_id: str, epoch: int, version: int) -> ErrorCode:
+        """Kafka's ConsumerGroup.validateOffsetCommit."""
+        if epoch < 0 and not member_id and self.is_empty():
+            return ErrorCode.NONE
+        member = self.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if epoch != member.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH if version >= 9 else ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
+    def fetch_check(self, member_id: str | None, epoch: int) -> ErrorCode:
+        if member_id is None or epoch < 0:
+            return ErrorCode.NONE
+        member = self.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if epoch != member.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
+    def tick(self, now: int) -> None:
+        for mid, m in list(self.members.items()):
+            if m.session_deadline <= now or (m.revocation_deadline is not None and m.revocation_deadline <= now):
+                self._remove(mid)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the subscribed topics' metadata; a change (topic created, deleted, grown)
+        bumps the group epoch; a bumped epoch recomputes the target assignment."""
+        image = self._image()
+        if image != self.image:
+            self.image = image
+            self.dirty = True
+            if self.group_epoch == self.assignment_epoch and self.members:
+                self.group_epoch += 1
+        if self.group_epoch > self.assignment_epoch:
+            self._compute_target()
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _owned(self, topic_partitions: list[dict[str, Any]] | None) -> set[TopicPartition] | None:
+        if topic_partitions is None:
+            return None
+        out: set[TopicPartition] = set()
+        for tp in topic_partitions:
+            name = self.topics.name_of(bytes(tp["topic_id"]))
+            if name is not None:
+                out.update((name, p) for p in tp["partitions"])
+        return out
+
+    def _join(self, now: int, body: dict[str, Any], member_id: str, instance_id: str | None) -> ConsumerMember:
+        if body.get("subscribed_topic_names") is None and body.get("subscribed_topic_regex") is None:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST,
+                                 "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        if body.get("topic_partitions"):
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+        if not member_id:
+            member_id = self.new_id()
+        if instance_id is not None and instance_id in self.static and self.static[instance_id] != member_id:
+            old = self.members[self.static[instance_id]]
+            if old.member_epoch != STATIC_LEAVE_EPOCH:
+                raise HeartbeatError(ErrorCode.UNRELEASED_INSTANCE_ID,
+                                     f"Static member {old.member_id} with instance id {instance_id} is not released.")
+            # The static member is back under a new id: it takes over the old one's place and assignment.
+            del self.members[old.member_id]
+            old_id, old.member_id = old.member_id, member_id
+            old.member_epoch = old.previous_epoch if old.previous_epoch >= 0 else self.assignment_epoch
+            old.last_sent = None
+            self.members[member_id] = old
+            self.target[member_id] = self.target.pop(old_id, set())
+            self.static[instance_id] = member_id
+            self.dirty = True
+            return old
+        member = self.members.get(member_id)
+        if member is None:
+            member = ConsumerMember(member_id, instance_id=instance_id, session_deadline=now)
+            self.members[member_id] = member
+            if instance_id is not None:
+                self.static[instance_id] = member_id
+            self._bump()
+        else:
+            # A known member rejoining from epoch 0 starts over; its target stays its own.
+            member.assigned, member.revoking, member.revocation_deadline = set(), set(), None
+            member.previous_epoch, member.member_epoch, member.last_sent = member.member_epoch, 0, None
+            self.dirty = True
+        return member
+
+    def _update(self, member: ConsumerMember, body: dict[str, Any], client_id: str, client_host: str) -> None:
+        names = body.get("subscribed_topic_names")
+        regex = body.get("subscribed_topic_regex")
+        assignor = body.get("server_assignor")
+        if assignor is not None and assignor not in ASSIGNOR_NAMES:
+            raise HeartbeatError(ErrorCode.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {assignor} is not supported. "
+                                 f"Supported assignors: {', '.join(ASSIGNOR_NAMES)}.")
+        if regex is not None:
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise HeartbeatError(ErrorCode.INVALID_REGULAR_EXPRESSION, str(exc)) from None
+        changed = False
+        if names is not None and sorted(names) != sorted(member.subscribed_names):
+            member.subscribed_names = list(names)
+            changed = True
+        if regex is not None and (regex or None) != member.subscribed_regex:
+            member.subscribed_regex = regex or None
+            changed = True
+        if assignor is not None:
+            member.server_assignor = assignor
+        timeout = body.get("rebalance_timeout_ms", -1)
+        if timeout is not None and timeout > 0:
+            member.rebalance_timeout_ms = timeout
+        if body.get("rack_id") is not None:
+            member.rack_id = body["rack_id"]
+        if client_id != member.client_id or client_host != member.client_host:
+            member.client_id, member.client_host = client_id, client_host
+            self.dirty = True
+        if changed:
+            self._bump()
+
+    def _bump(self) -> None:
+        if self.group_epoch == self.assignment_epoch:
+            self.group_epoch += 1
+        self.dirty = True
+
+    def _leave(self, now: int, member_id: str, instance_id: str | None, epoch: int) -> dict[str, Any]:
+        if instance_id is not None and instance_id in self.static:
+            member_id = member_id or self.static[instance_id]
+            if self.static[instance_id] != member_id:
+                raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID)
+        member = self.members.get(member_id)
+        if member is None:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {self.group_id}.")
+        if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
+            # A static member leaving for a while keeps its partitions until its session expires.
+            if member.member_epoch != STATIC_LEAVE_EPOCH:
+                member.previous_epoch = member.member_epoch
+            member.member_epoch = STATIC_LEAVE_EPOCH
+            member.session_deadline = now + self.config.session_timeout_ms
+            self.dirty = True
+        else:
+            self._remove(member_id)
+        return {"error_code": 0, "error_message": None, "member_id": member_id, "member_epoch": epoch,
+                "heartbeat_interval_ms": 0, "assignment": None}
+
+    def _remove(self, member_id: str) -> None:
+        member = self.members.pop(member_id)
+        if member.instance_id is not None and self.static.get(member.instance_id) == member_id:
+            del self.static[member.instance_id]
+        self.target.pop(member_id, None)
+        self._bump()
+        self.refresh()
+
+    def _image(self) -> tuple[tuple[str, bytes, int], ...]:
+        out = []
+        for name in sorted(self.subscribed_topics()):
+            found = self.topics.lookup(name)
+            if found is not None:
+                out.append((name, found[0], found[1]))
+        return tuple(out)
+
+    def _compute_target(self) -> None:
+        partitions = {name: n for name, _, n in (self.image or ())}
+        subs = {mid: m.topics(self.topics.names) for mid, m in self.members.items()}
+        self.target = assign(list(self.members), subs, partitions, self.target)
+        self.assignment_epoch = self.group_epoch
+        self.dirty = True
+
+    def _reconcile(self, now: int, member: ConsumerMember, owned: set[TopicPartition] | None) -> None:
+        if member.revoking:
+            if owned is None or owned & member.revoking:
+                return  # still waiting for the member to give those up
+            member.revoking = set()
+            member.revocation_deadline = None
+            self.dirty = True
+        target = self.target.get(member.member_id, set())
+        gone = member.assigned - target
+        if gone:
+            member.assigned -= gone
+            member.revoking = gone
+            member.revocation_deadline = now + member.rebalance_timeout_ms
+            self.dirty = True
+            return
+        if member.member_epoch != self.assignment_epoch:
+            member.previous_epoch, member.member_epoch = member.member_epoch, self.assignment_epoch
+            self.dirty = True
+        held = set()
+        for other in self.members.values():
+            if other is not member:
+                held |= other.assigned | other.revoking
+        free = (target - member.assigned) - held
+        if free:
+            member.assigned |= free
+            self.dirty = True
+
+    def _interval(self, member: ConsumerMember) -> int:
+        target = self.target.get(member.member_id, set())
+        if member.assigned != target or member.revoking:
+            return min(self.config.heartbeat_interval_ms, RECONCILE_HEARTBEAT_MS)
+        return self.config.heartbeat_interval_ms
+
+    def _topic_partitions(self, tps: Iterable[TopicPartition], names: bool = False) -> list[dict[str, Any]]:
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in tps:
+            by_topic.setdefault(topic, []).append(p)
+        out = []
+        for topic in sorted(by_topic):
+            found = self.topics.lookup(topic)
+            entry: dict[str, Any] = {"topic_id": found[0] if found else bytes(16), "partitions": sorted(by_topic[topic])}
+            if names:
+                entry["topic_name"] = topic
+            out.append(entry)
+        return out
+
+    # ---- describe and persistence ------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "error_code": 0, "error_message": None, "group_id": self.group_id, "group_state": self.state,
+            "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
+            "assignor_name": DEFAULT_ASSIGNOR, "authorized_operations": -2147483648,
+            "members": [
+                {"member_id": mid, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                 "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
+                 "subscribed_topic_names": sorted(m.subscribed_names), "subscribed_topic_regex": m.subscribed_regex,
+                 "assignment": {"topic_partitions": self._topic_partitions(m.assigned, names=True)},
+                 "target_assignment": {"topic_partitions": self._topic_partitions(self.target.get(mid, ()), names=True)},
+                 "member_type": 1}
+                for mid, m in self.members.items()
+            ],
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "type": "consumer", "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
+            "image": [[n, tid.hex(), c] for n, tid, c in (self.image or ())],
+            "members": [
+                {"member_id": mid, "instance_id": m.instance_id, "rack_id": m.rack_id, "client_id": m.client_id,
+                 "client_host": m.client_host, "subscribed_names": m.subscribed_names,
+                 "subscribed_regex": m.subscribed_regex, "server_assignor": m.server_assignor,
+                 "rebalance_timeout_ms": m.rebalance_timeout_ms, "member_epoch": m.member_epoch,
+                 "previous_epoch": m.previous_epoch, "assigned": sorted(m.assigned), "revoking": sorted(m.revoking),
+                 "target": sorted(self.target.get(mid, ()))}
+                for mid, m in self.members.items()
+            ],
+        }
+
+    @classmethod
+    def restore(cls, group_id: str, data: dict[str, Any], config: ConsumerConfig, topics: TopicSource,
+                new_id: Callable[[], str], now: int) -> ConsumerGroup:
+        group = cls(group_id, config, topics, new_id, data["group_epoch"], data["assignment_epoch"])
+        group.image = tuple((n, bytes.fromhex(tid), c) for n, tid, c in data.get("image") or [])
+        for m in data.get("members") or []:
+            member = ConsumerMember(
+                m["member_id"], m.get("instance_id"), m.get("rack_id"), m.get("client_id", ""),
+                m.get("client_host", ""), list(m.get("subscribed_names") or []), m.get("subscribed_regex"),
+                m.get("server_assignor"), m.get("rebalance_timeout_ms", 300_000), m["member_epoch"],
+                m.get("previous_epoch", -1), {(t, p) for t, p in m["assigned"]}, {(t, p) for t, p in m["revoking"]},
+                session_deadline=now + config.session_timeout_ms)
+            if member.revoking:
+                member.revocation_deadline = now + member.rebalance_timeout_ms
+            group.members[member.member_id] = member
+            group.target[member.member_id] = {(t, p) for t, p in m["target"]}
+            if member.instance_id is not None:
+                group.static[member.instance_id] = member.member_id
+        return group

@@ -1,0 +1,364 @@
+"""The group coordinator: every group of this node, their committed offsets, and the clock.
+
+A plain state machine: each event carries ``now_ms``; ``next_deadline()`` says when ``tick``
+is next due (session expiry, rebalance and join timeouts). Committed offsets live in the
+Store per (group, topic, partition) — TDengine's per-vnode progress, shared by a group and
+independent across groups — and group metadata is persisted as JSON whenever a group changes
+in a way a restart must see (generation, members and assignments, KIP-848 epochs and targets).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from coordinator.classic import ClassicConfig, ClassicGroup, Reply
+from coordinator.consumer import ConsumerConfig, ConsumerGroup, HeartbeatError, TopicSource
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from storage import Store
+
+log = logging.getLogger("tmqgate.coordinator")
+
+Group = ClassicGroup | ConsumerGroup
+#: (topic, partition, offset, leader epoch, metadata) as OffsetCommit carries them.
+OffsetEntry = tuple[str, int, int, int, str | None]
+
+
+@dataclass
+class CoordinatorConfig:
+    classic: ClassicConfig = field(default_factory=ClassicConfig)
+    consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
+    offset_metadata_max_bytes: int = 4096
+
+
+def _classic_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _consumer_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class GroupCoordinator:
+    """All groups of this node. Not thread-safe; the runtime drives it from one event loop."""
+
+    def __init__(self, store: Store, topics: TopicSource, config: CoordinatorConfig | None = None,
+                 now_ms: int = 0, new_id: Callable[[], str] | None = None,
+                 new_consumer_id: Callable[[], str] | None = None) -> None:
+        self.store = store
+        self.topics = topics
+        self.config = config or CoordinatorConfig()
+        self.new_id = new_id or _classic_id
+        self.new_consumer_id = new_consumer_id or _consumer_id
+        self.groups: dict[str, Group] = {}
+        self.loading = True
+        self._offset_groups: set[str] = set()
+        self._topic_ids: dict[str, bytes] = {}
+        self._load(now_ms)
+        self.loading = False
+
+    # ---- loading and persistence -------------------------------------------------------
+
+    def _load(self, now: int) -> None:
+        self._offset_groups = set(self.store.offset_groups())
+        for group_id, raw in self.store.group_metadata().items():
+            try:
+                data = json.loads(raw)
+                if data.get("type") == "consumer":
+                    self.groups[group_id] = ConsumerGroup.restore(group_id, data, self.config.consumer, self.topics,
+                                                                  self.new_consumer_id, now)
+                else:
+                    self.groups[group_id] = ClassicGroup.restore(group_id, data, self.config.classic, self.new_id, now)
+            except (ValueError, KeyError, TypeError):
+                log.exception("group %s: unreadable metadata, dropped", group_id)
+        self._topic_ids = self._current_topics()
+
+    def _persist(self, group: Group) -> None:
+        if group.dirty:
+            group.dirty = False
+            self.store.put_group_metadata(group.group_id, json.dumps(group.snapshot()).encode())
+
+    def _current_topics(self) -> dict[str, bytes]:
+        out = {}
+        for name in self.topics.names():
+            found = self.topics.lookup(name)
+            if found is not None:
+                out[name] = found[0]
+        return out
+
+    # ---- clock -------------------------------------------------------------------------
+
+    def next_deadline(self) -> int | None:
+        times = [t for g in self.groups.values() if (t := g.next_deadline()) is not None]
+        return min(times) if times else None
+
+    def tick(self, now: int) -> None:
+        """Fire every deadline that has passed and react to topic changes."""
+        self._check_topics()
+        for group in list(self.groups.values()):
+            group.tick(now)
+            self._persist(group)
+
+    def _check_topics(self) -> None:
+        """A deleted (or deleted and re-created) topic loses its committed offsets, as in Kafka."""
+        current = self._current_topics()
+        gone = [name for name, tid in self._topic_ids.items() if current.get(name) != tid]
+        self._topic_ids = current
+        for name in gone:
+            for group_id in list(self._offset_groups):
+                self.store.delete_offsets(group_id, name)
+
+    # ---- classic protocol --------------------------------------------------------------
+
+    def join_group(self, now: int, body: dict[str, Any], version: int, client_id: str, client_host: str,
+                   reply: Reply) -> None:
+        group_id = body.get("group_id") or ""
+        if not group_id:
+            reply({"error_code": int(ErrorCode.INVALID_GROUP_ID), "member_id": body.get("member_id") or "",
+                   "generation_id": -1, "leader": "", "members": [], "protocol_name": None})
+            return
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            if not group.is_empty():
+                reply({"error_code": int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL), "member_id": body.get("member_id") or "",
+                       "generation_id": -1, "leader": "", "members": [], "protocol_name": None})
+                return
+            group = None
+        if group is None:
+            group = ClassicGroup(group_id, self.config.classic, self.new_id)
+            self.groups[group_id] = group
+        group.join(now, body, version, client_id, client_host, reply)
+        if group.is_empty() and not group.pending and group.generation == 0 and group.state == "Empty":
+            del self.groups[group_id]  # a refused join leaves nothing behind
+            return
+        self._persist(group)
+
+    def sync_group(self, now: int, body: dict[str, Any], reply: Reply) -> None:
+        group = self.groups.get(body.get("group_id") or "")
+        if not isinstance(group, ClassicGroup):
+            reply({"error_code": int(ErrorCode.UNKNOWN_MEMBER_ID), "assignment": b""})
+            return
+        group.sync(now, body, reply)
+        self._persist(group)
+
+    def heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None,
+                  generation: int) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if not isinstance(group, ClassicGroup):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        code = group.heartbeat(now, member_id, instance_id, generation)
+        self._persist(group)
+        return code
+
+    def leave_group(self, now: int, group_id: str,
+                    members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        group = self.groups.get(group_id)
+        if not isinstance(group, ClassicGroup):
+            return ErrorCode.UNKNOWN_MEMBER_ID, [ErrorCode.UNKNOWN_MEMBER_ID] * len(members)
+        codes = [group.leave(now, mid, iid) for mid, iid in members]
+        self._persist(group)
+        return ErrorCode.NONE, codes
+
+    # ---- KIP-848 -----------------------------------------------------------------------
+
+    def consumer_heartbeat(self, now: int, body: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
+        group_id = body.get("group_id") or ""
+        interval = self.config.consumer.heartbeat_interval_ms
+        try:
+            if not group_id:
+                raise HeartbeatError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+            group = self.groups.get(group_id)
+            if isinstance(group, ClassicGroup):
+                if not group.is_empty() or group.pending:
+                    raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+                group = None
+            if group is None:
+                if body["member_epoch"] != 0:
+                    raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} not found.")
+                group = ConsumerGroup(group_id, self.config.consumer, self.topics, self.new_consumer_id)
+                self.groups[group_id] = group
+            try:
+                return group.heartbeat(now, body, client_id, client_host)
+            finally:
+                self._persist(group)
+        except HeartbeatError as exc:
+            return {"error_code": int(exc.code), "error_message": exc.message, "member_id": body.get("member_id"),
+                    "member_epoch": body.get("member_epoch", -1), "heartbeat_interval_ms": interval,
+                    "assignment": None}
+
+    def consumer_describe(self, group_ids: Iterable[str]) -> list[dict[str, Any]]:
+        out = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if isinstance(group, ConsumerGroup):
+                out.append(group.describe())
+                continue
+            message = f"Group {group_id} is not a consumer group." if group else f"Group {group_id} not found."
+            out.append({"error_code": int(ErrorCode.GROUP_ID_NOT_FOUND), "error_message": message,
+                        "group_id": group_id, "group_state": "", "members": [],
+                        "authorized_operations": -2147483648})
+        return out
+
+    # ---- offsets -----------------------------------------------------------------------
+
+    def commit_offsets(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int,
+                       version: int, offsets: list[OffsetEntry]) -> list[ErrorCode]:
+        """Validate membership as Kafka does, then store; one error code per entry."""
+        group = self.groups.get(group_id)
+        if not group_id:
+            code = ErrorCode.INVALID_GROUP_ID
+        elif group is None:
+            code = ErrorCode.NONE if generation < 0 else ErrorCode.ILLEGAL_GENERATION
+        elif isinstance(group, ConsumerGroup):
+            code = group.commit_check(member_id, generation, version)
+        else:
+            code = group.commit_check(member_id, instance_id, generation)
+            if code is ErrorCode.NONE and member_id in group.members:
+                group.members[member_id].last_heartbeat_ms = now  # a commit proves liveness, as in Kafka
+        if code is not ErrorCode.NONE:
+            return [code] * len(offsets)
+        codes: list[ErrorCode] = []
+        good: list[OffsetEntry] = []
+        limit = self.config.offset_metadata_max_bytes
+        for entry in offsets:
+            topic, partition, _, _, metadata = entry
+            found = self.topics.lookup(topic)
+            if found is None or not 0 <= partition < found[1]:
+                codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif metadata is not None and len(metadata.encode()) > limit:
+                codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+            else:
+                codes.append(ErrorCode.NONE)
+                good.append(entry)
+        if good:
+            self.store.commit_offsets(group_id, good)
+            self._offset_groups.add(group_id)
+        return codes
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                      member_id: str | None = None, member_epoch: int = -1,
+                      ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, int, int, str, ErrorCode]]]]]:
+        """Committed offsets: (topic, [(partition, offset, leader epoch, metadata, error)]).
+
+        A partition without a commit answers offset -1, so the client applies auto.offset.reset.
+        """
+        if self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, []
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            code = group.fetch_check(member_id, member_epoch)
+            if code is not ErrorCode.NONE:
+                return code, []
+        if group_id not in self._offset_groups:
+            stored = {}
+        else:
+            stored = self.store.fetch_offsets(group_id, None if topics is None else [t for t, _ in topics])
+        out = []
+        if topics is None:
+            by_topic: dict[str, list[tuple[int, int, int, str, ErrorCode]]] = {}
+            for (topic, partition), c in sorted(stored.items()):
+                by_topic.setdefault(topic, []).append((partition, c.offset, c.leader_epoch, c.metadata or "",
+                                                       ErrorCode.NONE))
+            return ErrorCode.NONE, list(by_topic.items())
+        for topic, partitions in topics:
+            rows = []
+            for p in partitions:
+                c = stored.get((topic, p))
+                rows.append((p, c.offset, c.leader_epoch, c.metadata or "", ErrorCode.NONE) if c else
+                            (p, -1, -1, "", ErrorCode.NONE))
+            out.append((topic, rows))
+        return ErrorCode.NONE, out
+
+    def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]],
+                       ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, ErrorCode]]]]]:
+        group = self.groups.get(group_id)
+        if group is None and group_id not in self._offset_groups:
+            return ErrorCode.GROUP_ID_NOT_FOUND, []
+        subscribed: set[str] = set()
+        if group is not None and not group.is_empty():
+            found = group.subscribed_topics()
+            if found is None:
+                return ErrorCode.NON_EMPTY_GROUP, []
+            subscribed = found
+        out = []
+        for topic, partitions in topics:
+            if topic in subscribed:
+                out.append((topic, [(p, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC) for p in partitions]))
+                continue
+            self.store.delete_offsets(group_id, topic, partitions)
+            out.append((topic, [(p, ErrorCode.NONE) for p in partitions]))
+        return ErrorCode.NONE, out
+
+    # ---- listing, describing, deleting -------------------------------------------------
+
+    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[dict[str, Any]]:
+        wanted_states = {s.lower() for s in states or []}
+        wanted_types = {t.lower() for t in types or []}
+        out = []
+        for group_id in sorted(set(self.groups) | self._offset_groups):
+            group = self.groups.get(group_id)
+            if group is None:
+                entry = {"group_id": group_id, "protocol_type": "", "group_state": "Empty", "group_type": "classic"}
+            else:
+                entry = {"group_id": group_id, "protocol_type": group.protocol_type or "",
+                         "group_state": group.state, "group_type": group.kind}
+            if wanted_states and entry["group_state"].lower() not in wanted_states:
+                continue
+            if wanted_types and entry["group_type"] not in wanted_types:
+                continue
+            out.append(entry)
+        return out
+
+    def describe_group(self, group_id: str, version: int) -> dict[str, Any]:
+        group = self.groups.get(group_id)
+        base = {"group_id": group_id, "error_code": 0, "error_message": None, "protocol_type": "",
+                "protocol_data": "", "members": [], "authorized_operations": -2147483648}
+        if group is None and group_id in self._offset_groups:
+            return {**base, "group_state": "Empty"}
+        if not isinstance(group, ClassicGroup):
+            if version >= 6:
+                message = f"Group {group_id} is not a classic group." if group else f"Group {group_id} not found."
+                return {**base, "group_state": "Dead", "error_code": int(ErrorCode.GROUP_ID_NOT_FOUND),
+                        "error_message": message}
+            return {**base, "group_state": "Dead"}
+        stable = group.state == "Stable"
+        return {
+            **base, "group_state": group.state, "protocol_type": group.protocol_type or "",
+            "protocol_data": (group.protocol_name or "") if stable else "",
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                 "client_host": m.client_host,
+                 "member_metadata": m.metadata(group.protocol_name) if stable else b"",
+                 "member_assignment": m.assignment if stable else b""}
+                for m in group.members.values()
+            ],
+        }
+
+    def delete_groups(self, group_ids: Iterable[str]) -> list[tuple[str, ErrorCode]]:
+        out = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None and group_id not in self._offset_groups:
+                out.append((group_id, ErrorCode.GROUP_ID_NOT_FOUND))
+                continue
+            if group is not None and (not group.is_empty() or getattr(group, "pending", None)):
+                out.append((group_id, ErrorCode.NON_EMPTY_GROUP))
+                continue
+            if isinstance(group, ClassicGroup):
+                group.delete()
+            self.groups.pop(group_id, None)
+            self._offset_groups.discard(group_id)
+            self.store.delete_offsets(group_id)
+            self.store.delete_group_metadata(group_id)
+            out.append((group_id, ErrorCode.NONE))
+        return out
+
+    def group_ids(self) -> list[str]:
+        return sorted(set(self.groups) | self._offset_groups)

@@ -1,0 +1,127 @@
+"""The asyncio side of the coordinator: futures for deferred JoinGroup/SyncGroup answers and a
+timer task that calls ``tick`` at the state machine's next deadline (and at least once a
+second, so topic changes reach KIP-848 groups and deleted topics lose their offsets).
+
+The state machine itself (``coordinator.coordinator``) knows nothing of asyncio; this module
+is the only place the two meet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from coordinator.coordinator import GroupCoordinator
+
+if TYPE_CHECKING:
+    from broker.topics import TopicRegistry
+
+log = logging.getLogger("tmqgate.coordinator")
+
+#: The timer wakes at least this often (ms) even with no deadline due.
+IDLE_TICK_MS = 1000
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class RegistryTopics:
+    """The broker's topic registry seen through the coordinator's TopicSource protocol."""
+
+    def __init__(self, registry: TopicRegistry) -> None:
+        self._registry = registry
+
+    def lookup(self, name: str) -> tuple[bytes, int] | None:
+        topic = self._registry.get(name)
+        return (topic.topic_id, topic.partitions) if topic is not None else None
+
+    def name_of(self, topic_id: bytes) -> str | None:
+        topic = self._registry.by_id(topic_id)
+        return topic.name if topic is not None else None
+
+    def names(self) -> Iterable[str]:
+        return [t.name for t in self._registry.all()]
+
+
+class CoordinatorRuntime:
+    """Owns a GroupCoordinator, feeds it the clock, and turns its replies into awaitables."""
+
+    def __init__(self, machine: GroupCoordinator, clock: Any = monotonic_ms) -> None:
+        self.machine = machine
+        self.clock = clock
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def now(self) -> int:
+        return int(self.clock())
+
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._timer())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def kick(self) -> None:
+        """An event changed deadlines: let the timer recompute its sleep."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _timer(self) -> None:
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            now = self.now()
+            deadline = self.machine.next_deadline()
+            wait_ms = IDLE_TICK_MS if deadline is None else min(IDLE_TICK_MS, max(0, deadline - now))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
+            try:
+                self.machine.tick(self.now())
+            except Exception:  # the timer must survive a bad group
+                log.exception("coordinator tick failed")
+
+    async def _deferred(self, start: Any) -> dict[str, Any]:
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+        def reply(result: dict[str, Any]) -> None:
+            if not future.done():
+                future.set_result(result)
+
+        start(reply)
+        self.kick()
+        return await future
+
+    async def join_group(self, body: dict[str, Any], version: int, client_id: str, client_host: str) -> dict[str, Any]:
+        return await self._deferred(
+            lambda reply: self.machine.join_group(self.now(), body, version, client_id, client_host, reply))
+
+    async def sync_group(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._deferred(lambda reply: self.machine.sync_group(self.now(), body, reply))
+
+
+def for_broker(broker: Any) -> CoordinatorRuntime:
+    """The coordinator of a Broker: its store, its topics, its group.* settings."""
+    from coordinator.classic import ClassicConfig
+    from coordinator.consumer import ConsumerConfig
+    from coordinator.coordinator import CoordinatorConfig
+
+    cfg = broker.config
+    config = CoordinatorConfig(
+        classic=ClassicConfig(min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+                              max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+                              initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms),
+        consumer=ConsumerConfig(session_timeout_ms=cfg.group_consumer_session_timeout_ms,
+                                heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms),
+        offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
+    )
+    return CoordinatorRuntime(GroupCoordinator(broker.store, RegistryTopics(broker.topics), config, monotonic_ms()))
