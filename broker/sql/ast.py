@@ -1,0 +1,253 @@
+"""Statement objects produced by `broker.sql.parser` (plain dataclasses, compared by value).
+
+Names follow TDengine: unquoted identifiers are lower-cased, back-quoted ones keep their
+case. `db` is None when a name was not qualified (the executor applies the USE database).
+Literal values are Python values: int, float, str, bool, None, or `NowValue` for NOW[±dur].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sqlglot import exp
+
+from broker.tsdb.types import Column, NowValue, StableSchema, TypeError_, check_value
+
+__all__ = [
+    "SqlError",
+    "Statement",
+    "CreateDatabase",
+    "DropDatabase",
+    "UseDatabase",
+    "CreateStable",
+    "CreateTable",
+    "CreateTables",
+    "AlterStableAddColumn",
+    "AlterStableAddTag",
+    "DropStable",
+    "DropTable",
+    "InsertRows",
+    "Insert",
+    "CreateTopic",
+    "DropTopic",
+    "Show",
+    "DropConsumerGroup",
+    "Select",
+    "Describe",
+    "NowValue",
+    "resolve_tags",
+]
+
+
+class SqlError(Exception):
+    """A statement TDengine would refuse; `position` is a 0-based offset into the SQL text."""
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.position = position
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class Statement:
+    """Base of every statement."""
+
+
+@dataclass
+class CreateDatabase(Statement):
+    name: str
+    if_not_exists: bool = False
+    vgroups: int | None = None  # None: not given (TDengine's default is 2)
+    wal_retention_period: int | None = None  # seconds; None: not given
+    wal_retention_size: int | None = None  # KB; None: not given
+    precision: str = "ms"
+    options: dict[str, Any] = field(default_factory=dict)  # other TDengine options, lower-case keys
+
+
+@dataclass
+class DropDatabase(Statement):
+    name: str
+    if_exists: bool = False
+
+
+@dataclass
+class UseDatabase(Statement):
+    name: str
+
+
+@dataclass
+class CreateStable(Statement):
+    db: str | None
+    name: str
+    columns: list[Column]
+    tags: list[Column]
+    if_not_exists: bool = False
+
+    def schema(self) -> StableSchema:
+        return StableSchema(self.name, list(self.columns), list(self.tags))
+
+
+def resolve_tags(
+    schema: StableSchema, tag_names: list[str] | None, tags: list[Any], *, now_ms: int | None = None
+) -> dict[str, Any]:
+    """Map TAGS (...) values onto the supertable's tags and check them; raises SqlError.
+
+    Without tag names the values are positional and must cover every tag; with names, the
+    tags not named are NULL.
+    """
+    if tag_names is None:
+        if len(tags) != len(schema.tags):
+            raise SqlError(f"TAGS gives {len(tags)} values but {schema.name} has {len(schema.tags)} tags")
+        pairs = list(zip(schema.tags, tags, strict=True))
+    else:
+        if len(tag_names) != len(tags):
+            raise SqlError(f"{len(tag_names)} tag names but {len(tags)} tag values")
+        pairs = []
+        for name, value in zip(tag_names, tags, strict=True):
+            col = next((t for t in schema.tags if t.name.lower() == name.lower()), None)
+            if col is None:
+                raise SqlError(f"unknown tag {name!r} of {schema.name}")
+            pairs.append((col, value))
+    out: dict[str, Any] = {t.name: None for t in schema.tags}
+    for col, value in pairs:
+        try:
+            out[col.name] = check_value(col.type, value, now_ms=now_ms)
+        except TypeError_ as e:
+            raise SqlError(f"tag {col.name}: {e}") from None
+    return out
+
+
+@dataclass
+class CreateTable(Statement):
+    """CREATE TABLE t USING st [(tag names)] TAGS (values): a child table.
+
+    `tags` holds the literal values in the order written; `tag_names` the names when given.
+    Use `resolve_tags(schema)` to get {tag name: checked value}.
+    """
+
+    db: str | None
+    name: str
+    stable: str
+    tags: list[Any]
+    tag_names: list[str] | None = None
+    if_not_exists: bool = False
+
+    def resolve_tags(self, schema: StableSchema, *, now_ms: int | None = None) -> dict[str, Any]:
+        return resolve_tags(schema, self.tag_names, self.tags, now_ms=now_ms)
+
+
+@dataclass
+class CreateTables(Statement):
+    """The batch form: CREATE TABLE t1 USING st TAGS (...) t2 USING st TAGS (...)."""
+
+    tables: list[CreateTable]
+
+
+@dataclass
+class AlterStableAddColumn(Statement):
+    db: str | None
+    stable: str
+    column: Column
+
+
+@dataclass
+class AlterStableAddTag(Statement):
+    db: str | None
+    stable: str
+    tag: Column
+
+
+@dataclass
+class DropStable(Statement):
+    db: str | None
+    name: str
+    if_exists: bool = False
+
+
+@dataclass
+class DropTable(Statement):
+    db: str | None
+    name: str
+    if_exists: bool = False
+
+
+@dataclass
+class InsertRows:
+    """The rows for one table in an INSERT: `values` are rows of literals, in `columns` order
+    (None: every column of the table, in schema order). `stable`/`tags` are set by the
+    `INSERT INTO t USING st [(tag names)] TAGS (...)` form (create on first sight)."""
+
+    db: str | None
+    table: str
+    columns: list[str] | None
+    values: list[list[Any]]
+    stable: str | None = None
+    tags: list[Any] | None = None
+    tag_names: list[str] | None = None
+
+    def resolve_tags(self, schema: StableSchema, *, now_ms: int | None = None) -> dict[str, Any]:
+        return resolve_tags(schema, self.tag_names, self.tags or [], now_ms=now_ms)
+
+
+@dataclass
+class Insert(Statement):
+    tables: list[InsertRows]
+
+
+@dataclass
+class CreateTopic(Statement):
+    """CREATE TOPIC: kind 'database' (db), 'stable' (db, stable, optional tag `where`) or
+    'select' (db, stable, `select` tree). `sql` is the query text as written (the SELECT, or
+    the WHERE condition of a stable topic); `statement` is the whole statement text."""
+
+    name: str
+    kind: Literal["database", "stable", "select"]
+    if_not_exists: bool = False
+    meta: Literal["with", "only"] | None = None
+    db: str | None = None
+    stable: str | None = None
+    where: exp.Expression | None = field(default=None, compare=False)
+    select: exp.Select | None = field(default=None, compare=False)
+    sql: str | None = None
+    statement: str = ""
+
+
+@dataclass
+class DropTopic(Statement):
+    name: str
+    force: bool = False
+    if_exists: bool = False
+
+
+@dataclass
+class Show(Statement):
+    what: Literal["databases", "stables", "tables", "topics", "consumers", "subscriptions"]
+    db: str | None = None
+    like: str | None = None
+
+
+@dataclass
+class DropConsumerGroup(Statement):
+    group: str
+    topic: str
+    if_exists: bool = False
+    force: bool = False
+
+
+@dataclass
+class Select(Statement):
+    """An ad-hoc SELECT over one table (the executor may or may not run it)."""
+
+    db: str | None
+    table: str
+    select: exp.Select = field(compare=False)
+    sql: str = ""
+
+
+@dataclass
+class Describe(Statement):
+    db: str | None
+    table: str
