@@ -220,7 +220,7 @@ class ConsumerGroup:
         if body.get("subscribed_topic_names") is None and body.get("subscribed_topic_regex") is None:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST,
                                  "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
-        if body.get("topic_partitions"):
+        if any(tp["partitions"] for tp in body.get("topic_partitions") or []):
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
         if not member_id:
             member_id = self.new_id()
