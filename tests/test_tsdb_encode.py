@@ -178,6 +178,18 @@ def test_input_variants():
     assert got[2].headers == [("tmq.table", None), ("tmq.type", b"data"), ("x", None)]
     assert got[3].timestamp == 4 and verify_crc(batch)
 
+    # slices (non-zero Arrow offsets) of every column, as a Fetch takes a window of an entry
+    big = pa.table({"o": list(range(100)), "t": list(range(100, 200)), "k": [f"k{i}" for i in range(100)],
+                    "v": [f"{i / 3}" for i in range(100)]}).slice(37, 5)
+    batch = records_batch(base_offset=30, last_offset=60, offsets=big["o"], timestamps=big["t"], keys=big["k"],
+                          values=big["v"], headers=[("k", big["k"].chunk(0))])
+    assert decode_records(batch) == [
+        Record(i, 100 + i, f"k{i}".encode(), f"{i / 3}".encode(), [("k", f"k{i}".encode())]) for i in range(37, 42)
+    ]
+    assert json_objects(pa.table({"f": [0.5, float("nan"), 1.0, 2.0]}).slice(1, 3)).to_pylist() == [
+        '{"f":null}', '{"f":1.0}', '{"f":2.0}'
+    ]
+
 
 @pytest.mark.parametrize(
     "kwargs, message",

@@ -127,6 +127,18 @@ def _merge_constants(parts: list[pa.Array | bytes]) -> list[pa.Array | pa.Scalar
     return out
 
 
+def _total_length(parts: list[pa.Array | bytes], n: int) -> pa.Array:
+    """Per-row byte count of the concatenated parts (a null piece counts 0)."""
+    const = sum(len(p) for p in parts if isinstance(p, bytes))
+    total = pa.repeat(pa.scalar(const, pa.int32()), n)
+    for p in parts:
+        if isinstance(p, bytes):
+            continue
+        lengths = pc.binary_length(p)
+        total = pc.add(total, pc.fill_null(lengths, 0) if lengths.null_count else lengths)
+    return total
+
+
 def _binary_column(a: pa.Array | pa.ChunkedArray, what: str) -> pa.Array:
     """A key/value/header column as plain ``binary`` (nulls kept)."""
     a = _as_array(a, what)
@@ -238,9 +250,10 @@ def records_batch(
                 raise ValueError(f"header {name!r} has {len(col)} values for {n} records")
             parts += _length_and_bytes(col)
 
-    bodies = pc.binary_join_element_wise(*_merge_constants(parts), _EMPTY, null_handling="skip")
+    # The record length is the sum of the parts' lengths: computing it from them lets one
+    # join write each record whole, length varint first.
     records = pc.binary_join_element_wise(
-        *_varint_pieces(pc.binary_length(bodies)), bodies, _EMPTY, null_handling="skip"
+        *_varint_pieces(_total_length(parts, n)), *_merge_constants(parts), _EMPTY, null_handling="skip"
     )
     rec_offsets = records.buffers()[1]
     start, end = struct.unpack_from("<i", rec_offsets, 0)[0], struct.unpack_from("<i", rec_offsets, 4 * n)[0]
@@ -272,17 +285,22 @@ _CONTROL_ESCAPES = [
 
 
 def _escaped_strings(s: pa.Array) -> pa.Array:
-    """RFC 8259 string literals (quotes included); nulls stay null."""
+    """RFC 8259 string contents (without the quotes); nulls stay null."""
     s = pc.replace_substring(s, "\\", "\\\\")
     s = pc.replace_substring(s, '"', '\\"')
-    has_control = pc.match_substring_regex(s, r"[\x00-\x1f]")
-    if pc.any(has_control).as_py():
-        has_control = pc.fill_null(has_control, False)
-        sub = pc.filter(s, has_control)
-        for ch, esc in _CONTROL_ESCAPES:
-            sub = pc.replace_substring(sub, ch, esc)
-        s = pc.replace_with_mask(s, has_control, sub)
-    return pc.binary_join_element_wise(_QUOTE, s, _QUOTE, _EMPTY_STR)
+    # Control characters are rare: find candidate rows with a cheap ASCII test first, then
+    # rewrite only the rows that really hold one.
+    odd = pc.invert(pc.fill_null(pc.ascii_is_printable(s), True))
+    if not pc.any(odd).as_py():
+        return s
+    sub = pc.filter(s, odd)  # non-ASCII or control characters
+    has_control = pc.match_substring_regex(sub, r"[\x00-\x1f]")
+    if not pc.any(has_control).as_py():
+        return s
+    rows = pc.filter(sub, has_control)
+    for ch, esc in _CONTROL_ESCAPES:
+        rows = pc.replace_substring(rows, ch, esc)
+    return pc.replace_with_mask(s, odd, pc.replace_with_mask(sub, has_control, rows))
 
 
 def _fix_subset(text: pa.Array, mask: pa.Array, fix) -> pa.Array:  # type: ignore[no-untyped-def]
@@ -340,16 +358,25 @@ def _float_texts(x: pa.Array) -> pa.Array:
             text = _fix_subset(text, big, _positional(exp))
     small = pc.and_(pc.less(ax, 2e-4), pc.greater(ax, 0.0))
     text = _fix_subset(text, small, _small_exponent)
-    return pc.if_else(pc.is_finite(x64), text, pa.scalar(None, _STR))
+    finite = pc.fill_null(pc.is_finite(x64), False)
+    if pc.all(finite).as_py():
+        return text
+    if text.offset or finite.offset:
+        return pc.if_else(finite, text, pa.scalar(None, _STR))
+    # NaN/±inf (and nulls) become null: the finite mask is the new validity bitmap
+    return pa.Array.from_buffers(_STR, len(text), [finite.buffers()[1], *text.buffers()[1:]])
 
 
-def _json_values(col: pa.Array) -> pa.Array:
-    """JSON text of each value of one column, ``null`` for nulls (never a null entry)."""
+def _json_values(col: pa.Array) -> tuple[pa.Array, bool]:
+    """JSON text of each value of one column, ``null`` for nulls (never a null entry).
+
+    The flag says the texts are string contents still to be put between quotes: when a
+    string column has no nulls the quotes go into the constant parts of the object."""
     t = col.type
     if pa.types.is_dictionary(t):
-        texts = pc.take(_json_values(col.dictionary), col.indices)
+        texts = pc.take(_quoted(*_json_values(col.dictionary)), col.indices)
     elif pa.types.is_null(t):
-        return pa.repeat(_NULL_TEXT, len(col))
+        return pa.repeat(_NULL_TEXT, len(col)), False
     elif pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t):
         texts = pc.cast(col, _STR)
     elif pa.types.is_floating(t):
@@ -361,11 +388,19 @@ def _json_values(col: pa.Array) -> pa.Array:
         or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
     ):
         texts = _escaped_strings(col if t == _STR else pc.cast(col, _STR))
+        if not texts.null_count:
+            return texts, True
+        texts = _quoted(texts, True)
     else:
         raise TypeError(f"no JSON form for Arrow type {t}")
     if texts.type != _STR:
         texts = texts.cast(_STR)
-    return pc.fill_null(texts, _NULL_TEXT) if texts.null_count else texts
+    return (pc.fill_null(texts, _NULL_TEXT) if texts.null_count else texts), False
+
+
+def _quoted(texts: pa.Array, quote: bool) -> pa.Array:
+    """Finish string contents as literals (null stays null)."""
+    return pc.binary_join_element_wise(_QUOTE, texts, _QUOTE, _EMPTY_STR) if quote else texts
 
 
 def json_objects(table: pa.Table, names: list[str] | None = None) -> pa.StringArray:
@@ -385,10 +420,12 @@ def json_objects(table: pa.Table, names: list[str] | None = None) -> pa.StringAr
     if table.num_columns == 0:
         return pa.repeat(pa.scalar("{}", _STR), n)
     parts: list[pa.Array | pa.Scalar] = []
+    glue = "{"
     for i, (name, column) in enumerate(zip(names, table.columns, strict=True)):
-        key = ("{" if i == 0 else ",") + json.dumps(str(name), ensure_ascii=False) + ":"
-        parts.append(pa.scalar(key, _STR))
-        parts.append(_json_values(_as_array(column, name)))
-    parts.append(pa.scalar("}", _STR))
+        texts, quote = _json_values(_as_array(column, name))
+        glue += ("," if i else "") + json.dumps(str(name), ensure_ascii=False) + ":" + ('"' if quote else "")
+        parts += (pa.scalar(glue, _STR), texts)
+        glue = '"' if quote else ""
+    parts.append(pa.scalar(glue + "}", _STR))
     out = pc.binary_join_element_wise(*parts, _EMPTY_STR)
     return out if isinstance(out, pa.Array) else pa.repeat(out, n)
