@@ -119,7 +119,7 @@ async def classic_and_kip848(data_dir: str) -> None:
         g = desc["groups"][0]
         assert (g["group_state"], g["protocol_type"], g["protocol_data"]) == ("Stable", "consumer", "range")
         assert [(m["member_id"], m["client_id"], m["client_host"], m["member_assignment"]) for m in g["members"]] == [
-            (ma, "client-a", "127.0.0.1", assignment(0, 1)), (mb, "client-b", "127.0.0.1", assignment(2, 3))]
+            (ma, "client-a", "/127.0.0.1", assignment(0, 1)), (mb, "client-b", "/127.0.0.1", assignment(2, 3))]
 
         # KIP-848 on its own group: the second member's target is known on its joining heartbeat.
         c1 = await Conn.open(port, "kip-1")
@@ -150,7 +150,8 @@ async def classic_and_kip848(data_dir: str) -> None:
         assert commit["topics"][0]["partitions"][0]["error_code"] == 0
         d = (await c1.call(69, 0, {"group_ids": ["k"]}))["groups"][0]
         assert (d["group_state"], d["group_epoch"], d["assignment_epoch"]) == ("Stable", 2, 2)
-        assert {m["member_id"]: m["client_id"] for m in d["members"]} == {"member-1": "kip-1", "member-2": "kip-2"}
+        assert {m["member_id"]: (m["client_id"], m["client_host"]) for m in d["members"]} == {
+            "member-1": ("kip-1", "/127.0.0.1"), "member-2": ("kip-2", "/127.0.0.1")}
         listed = await a.call(16, 5, {"states_filter": [], "types_filter": ["consumer"]})
         assert [(x["group_id"], x["group_type"]) for x in listed["groups"]] == [("k", "consumer")]
         for conn in (a, b, c1, c2):

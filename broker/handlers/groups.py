@@ -22,10 +22,11 @@ KEY_TYPE_TRANSACTION = 1
 
 
 def _host() -> str:
+    """The member's client host as Kafka reports it: Java's InetAddress.toString(), "/1.2.3.4"."""
     from broker.server import current_client
 
     client = current_client.get(None)
-    return client.host if client is not None else ""
+    return f"/{client.host}" if client is not None else ""
 
 
 def _kick(broker: Broker) -> None:
