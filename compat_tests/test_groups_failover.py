@@ -18,8 +18,8 @@ from .group_helpers import (
     BackgroundProducer,
     ConsumerGroup,
     KillableConsumer,
-    create_topic,
     committed_offsets,
+    create_topic,
     unique_name,
     wait_for,
 )
