@@ -625,6 +625,7 @@ class _Parser:
         ine = self.if_not_exists()
         name = self.ident("topic")
         meta = None
+        meta_pos = self.tok.pos
         if self.accept_kw("WITH"):
             self.expect_kw("META")
             meta = "with"
@@ -656,12 +657,14 @@ class _Parser:
             )
         if self.at_kw("SELECT"):
             if meta is not None:
-                t = self.toks[self.i - 2]
                 raise SqlError(
-                    f"{meta.upper()} META is only for database and supertable topics at position {t.pos}",
-                    t.pos,
+                    f"{meta.upper()} META is only for database and supertable topics at position {meta_pos}",
+                    meta_pos,
                 )
             sel = self.select_stmt(topic=True)
+            from broker.sql.expr import check_topic_query  # expr imports this module
+
+            check_topic_query(sel.select)
             return CreateTopic(
                 name,
                 "select",
@@ -695,7 +698,7 @@ class _Parser:
                     what = f"window clause {w}"
                 elif w == "PARTITION" and self.toks[k + 1].upper() == "BY":
                     what = "PARTITION BY"
-                elif w in ("SLIMIT", "SOFFSET"):
+                elif w in ("SLIMIT", "SOFFSET", "UNION", "INTERSECT", "EXCEPT", "MINUS"):
                     what = w
                 if what:
                     prefix = "not allowed in a topic" if topic else "not supported"
@@ -719,7 +722,7 @@ class _Parser:
             raise SqlError(f"the query needs FROM a supertable at position {start}", start)
         table = from_.this
         if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
-            pos = _node_pos(table, tree) or start
+            pos = self.find_kw(lo, hi, "FROM", after=True) or start
             raise SqlError(
                 f"not allowed in a topic: subquery in FROM at position {pos}"
                 if topic
@@ -727,7 +730,8 @@ class _Parser:
                 pos,
             )
         if tree.args.get("joins"):
-            pos = _node_pos(tree.args["joins"][0], tree) or start
+            pos = self.find_kw(lo, hi, "JOIN", "CROSS", "INNER", "LEFT", "RIGHT", "FULL", "NATURAL", ",")
+            pos = pos if pos is not None else start
             raise SqlError(
                 f"{'not allowed in a topic' if topic else 'not supported'}: JOIN at position {pos}", pos
             )
@@ -739,6 +743,21 @@ class _Parser:
             raise SqlError(f"invalid table name {table.sql(dialect=DIALECT)} at position {pos}", pos)
         self.i = hi
         return Select(db, name, tree, sql)
+
+    def find_kw(self, lo: int, hi: int, *words: str, after: bool = False) -> int | None:
+        """Position of the first top-level token in `words` from FROM on (or of the token after it)."""
+        depth = 0
+        seen_from = False
+        for k in range(lo + 1, hi):
+            t = self.toks[k]
+            if depth == 0:
+                word = t.upper() or (t.text if t.kind == "op" else "")
+                seen_from = seen_from or word == "FROM"
+                if seen_from and word in words:
+                    return self.toks[k + 1].pos if after else t.pos
+            if t.kind == "op" and t.text in "()":
+                depth += 1 if t.text == "(" else -1
+        return None
 
     def check_from(self, lo: int, hi: int) -> None:
         """A SELECT without a top-level FROM: point at the word that was probably meant to be FROM."""
@@ -1027,16 +1046,27 @@ def parse_expression(text: str, start: int = 0, end: int | None = None) -> exp.E
     return tree
 
 
+_LEADING_KEYWORD = {exp.Case: "case", exp.Cast: "cast", exp.TryCast: "try_cast", exp.Select: "select",
+                    exp.Subquery: "select", exp.Exists: "exists"}  # fmt: skip
+
+
 def _node_pos(node: Any, root: exp.Expression) -> int | None:
-    """Best-effort original position of a sqlglot node (from the first identifier/literal token)."""
+    """Best-effort original position of a sqlglot node: its leftmost token that carries a
+    position, moved back to the keyword that opens a CASE/CAST/SELECT."""
     pmap = root.meta.get("tmq_pos")
-    if pmap is None or node is None:
+    if pmap is None or not isinstance(node, exp.Expression):
         return None
-    for n in node.walk() if isinstance(node, exp.Expression) else ():
-        start = n.meta.get("start") if n.meta else None
-        if start is not None:
-            return pmap(start)
-    return None
+    starts = [n.meta["start"] for n in node.walk() if n.meta and n.meta.get("start") is not None]
+    if not starts:
+        return None
+    p = pmap(min(starts))
+    kw = _LEADING_KEYWORD.get(type(node))
+    text = root.meta.get("tmq_text")
+    if kw and isinstance(text, str):
+        k = text.lower().rfind(kw, pmap.base, p + 1)
+        if k >= 0:
+            p = k
+    return p
 
 
 node_position = _node_pos
