@@ -87,7 +87,7 @@ METERS = (
         ("CREATE TABLE d1001 USING meters TAGS ('California.SF', 2)", CreateTable(None, "d1001", "meters", ["California.SF", 2])),
         (
             "CREATE TABLE IF NOT EXISTS power.d1 USING power.meters (location) TAGS ('x')",
-            CreateTable("power", "d1", "meters", ["x"], ["location"], True),
+            CreateTable("power", "d1", "meters", ["x"], True, ["location"]),
         ),
         ("CREATE TABLE d1 USING power.meters TAGS (NULL, -3)", CreateTable("power", "d1", "meters", [None, -3])),
         (
@@ -95,7 +95,7 @@ METERS = (
             CreateTables(
                 [
                     CreateTable(None, "d1", "meters", ["a", 1]),
-                    CreateTable(None, "d2", "meters", ["b", 2], None, True),
+                    CreateTable(None, "d2", "meters", ["b", 2], True),
                 ]
             ),
         ),
@@ -105,18 +105,18 @@ METERS = (
         ("DROP TABLE d1001", DropTable(None, "d1001")),
         (
             "INSERT INTO d1001 VALUES (1538548685000, 10.3, 219, 0.31) (1538548695000, 12.6, 218, 0.33)",
-            Insert([InsertRows(None, "d1001", None, [[1538548685000, 10.3, 219, 0.31], [1538548695000, 12.6, 218, 0.33]])]),
+            Insert([InsertRows(None, "d1001", values=[[1538548685000, 10.3, 219, 0.31], [1538548695000, 12.6, 218, 0.33]])]),
         ),
         (
             "INSERT INTO d1001 (ts, current) VALUES ('2018-10-03 14:38:05.000', -1e3), (NOW, NULL)",
-            Insert([InsertRows(None, "d1001", ["ts", "current"], [["2018-10-03 14:38:05.000", -1000.0], [NowValue(), None]])]),
+            Insert([InsertRows(None, "d1001", columns=["ts", "current"], values=[["2018-10-03 14:38:05.000", -1000.0], [NowValue(), None]])]),
         ),
         (
             "insert into power.d1 values (now - 1h + 10s, true, false, \"dq\", 'it''s', 0x10) d2 values (now(), 1, 2, 3, 4, 5)",
             Insert(
                 [
-                    InsertRows("power", "d1", None, [[NowValue(-3_590_000), True, False, "dq", "it's", 16]]),
-                    InsertRows(None, "d2", None, [[NowValue(), 1, 2, 3, 4, 5]]),
+                    InsertRows("power", "d1", values=[[NowValue(-3_590_000), True, False, "dq", "it's", 16]]),
+                    InsertRows(None, "d2", values=[[NowValue(), 1, 2, 3, 4, 5]]),
                 ]
             ),
         ),
@@ -125,25 +125,25 @@ METERS = (
             "d21002 USING power.meters (groupId) TAGS (3) (ts, current) VALUES (today(), 1)",
             Insert(
                 [
-                    InsertRows(None, "d21001", None, [[NowValue(), 10.3, 219, 0.31]], "meters", ["California.SF", 2]),
-                    InsertRows("power", "d21002", ["ts", "current"], [[NowValue(day=True), 1]], "meters", [3], ["groupid"]),
+                    InsertRows(None, "d21001", "meters", ["California.SF", 2], None, [[NowValue(), 10.3, 219, 0.31]]),
+                    InsertRows("power", "d21002", "meters", [3], ["ts", "current"], [[NowValue(day=True), 1]], ["groupid"]),
                 ]
             ),
         ),
-        ("CREATE TOPIC t1 AS DATABASE power", CreateTopic("t1", "database", db="power", statement="CREATE TOPIC t1 AS DATABASE power")),
+        ("CREATE TOPIC t1 AS DATABASE power", CreateTopic("t1", kind="database", db="power", statement="CREATE TOPIC t1 AS DATABASE power")),
         (
             "create topic if not exists t2 with meta as database power;",
-            CreateTopic("t2", "database", True, "with", db="power", statement="create topic if not exists t2 with meta as database power"),
+            CreateTopic("t2", True, "with", "database", db="power", statement="create topic if not exists t2 with meta as database power"),
         ),
         (
             "CREATE TOPIC t3 ONLY META AS STABLE power.meters",
-            CreateTopic("t3", "stable", False, "only", db="power", stable="meters", statement="CREATE TOPIC t3 ONLY META AS STABLE power.meters"),
+            CreateTopic("t3", False, "only", "stable", db="power", stable="meters", statement="CREATE TOPIC t3 ONLY META AS STABLE power.meters"),
         ),
         (
             "CREATE TOPIC t4 AS STABLE meters WHERE groupId = 2 AND location LIKE 'Cal%'",
             CreateTopic(
                 "t4",
-                "stable",
+                kind="stable",
                 stable="meters",
                 sql="groupId = 2 AND location LIKE 'Cal%'",
                 statement="CREATE TOPIC t4 AS STABLE meters WHERE groupId = 2 AND location LIKE 'Cal%'",
@@ -153,7 +153,7 @@ METERS = (
             "CREATE TOPIC t5 AS SELECT ts, voltage*2 FROM power.meters WHERE voltage > 200",
             CreateTopic(
                 "t5",
-                "select",
+                kind="select",
                 db="power",
                 stable="meters",
                 sql="SELECT ts, voltage*2 FROM power.meters WHERE voltage > 200",
@@ -300,7 +300,7 @@ _WORDS = [
 ]  # fmt: skip
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(st.lists(st.sampled_from(_WORDS), max_size=18).map(" ".join))
 def test_fuzz_token_soup_only_sqlerror(text):
     for fn in (parse, parse_script):
@@ -310,7 +310,7 @@ def test_fuzz_token_soup_only_sqlerror(text):
             assert e.position is None or 0 <= e.position <= len(text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.text(max_size=60))
 def test_fuzz_any_text_only_sqlerror(text):
     try:

@@ -132,8 +132,8 @@ class CreateTable(Statement):
     name: str
     stable: str
     tags: list[Any]
-    tag_names: list[str] | None = None
     if_not_exists: bool = False
+    tag_names: list[str] | None = None
 
     def resolve_tags(self, schema: StableSchema, *, now_ms: int | None = None) -> dict[str, Any]:
         return resolve_tags(schema, self.tag_names, self.tags, now_ms=now_ms)
@@ -182,10 +182,10 @@ class InsertRows:
 
     db: str | None
     table: str
-    columns: list[str] | None
-    values: list[list[Any]]
     stable: str | None = None
     tags: list[Any] | None = None
+    columns: list[str] | None = None
+    values: list[list[Any]] = field(default_factory=list)
     tag_names: list[str] | None = None
 
     def resolve_tags(self, schema: StableSchema, *, now_ms: int | None = None) -> dict[str, Any]:
@@ -204,9 +204,9 @@ class CreateTopic(Statement):
     the WHERE condition of a stable topic); `statement` is the whole statement text."""
 
     name: str
-    kind: Literal["database", "stable", "select"]
     if_not_exists: bool = False
     meta: Literal["with", "only"] | None = None
+    kind: Literal["database", "stable", "select"] = "database"
     db: str | None = None
     stable: str | None = None
     where: exp.Expression | None = field(default=None, compare=False)

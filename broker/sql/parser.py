@@ -616,7 +616,7 @@ class _Parser:
             while self.at_kw("TTL", "COMMENT"):
                 self.advance()
                 self.literal()
-            tables.append(CreateTable(db or sdb, name, stable, tags, tag_names, ine))
+            tables.append(CreateTable(db or sdb, name, stable, tags, ine, tag_names))
             if self.tok.kind == "eof":
                 break
         return tables[0] if len(tables) == 1 else CreateTables(tables)
@@ -638,7 +638,7 @@ class _Parser:
         if self.accept_kw("DATABASE"):
             db = self.ident("database")
             self.expect_end()
-            return CreateTopic(name, "database", ine, meta, db=db, statement=statement)
+            return CreateTopic(name, ine, meta, "database", db=db, statement=statement)
         if self.accept_kw("STABLE"):
             db, stable = self.qualified()
             where = None
@@ -653,7 +653,7 @@ class _Parser:
                 where = parse_expression(self.text, start, end)
                 self.i = len(self.toks) - 1
             return CreateTopic(
-                name, "stable", ine, meta, db=db, stable=stable, where=where, sql=sql, statement=statement
+                name, ine, meta, "stable", db=db, stable=stable, where=where, sql=sql, statement=statement
             )
         if self.at_kw("SELECT"):
             if meta is not None:
@@ -667,9 +667,9 @@ class _Parser:
             check_topic_query(sel.select)
             return CreateTopic(
                 name,
-                "select",
                 ine,
                 None,
+                "select",
                 db=sel.db,
                 stable=sel.table,
                 select=sel.select,
@@ -867,7 +867,7 @@ class _Parser:
         tables: list[InsertRows] = []
         while True:
             db, name = self.qualified()
-            rows = InsertRows(db, name, None, [])
+            rows = InsertRows(db, name)
             if self.accept_kw("USING"):
                 sdb, stable = self.qualified()
                 if db is not None and sdb is not None and db != sdb:
