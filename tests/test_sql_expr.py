@@ -429,7 +429,7 @@ def test_filter_matches_python(rows, cond):
     assert mask == [fn(r) is True for r in rows], text
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.lists(_ROW, max_size=8), NUM, STR, BOOL)
 def test_projection_matches_python(rows, num, s, cond):
     tbl = pa.Table.from_pylist(rows, schema=PSCHEMA.arrow_schema())
@@ -449,7 +449,7 @@ _EXPR_WORDS = [
 ]  # fmt: skip
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.lists(st.sampled_from(_EXPR_WORDS), min_size=1, max_size=10).map(" ".join))
 def test_fuzz_compile_only_sqlerror(text):
     try:
