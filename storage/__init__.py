@@ -1,29 +1,55 @@
 """storage package: the only code that touches LevelDB (layout in storage.keys)."""
 
-from storage.store import (
+from storage.model import (
+    ChildTable,
     CommittedOffset,
     DatabaseExists,
     DatabaseInfo,
+    HistoryRecord,
+    ObjectExists,
     OffsetOutOfRange,
     ProducerBatch,
     ProducerState,
+    StableExists,
     StorageError,
-    Store,
+    TableExists,
+    TmqTopic,
+    TopicExists,
+    TransactionConflict,
     UnknownDatabase,
+    UnknownObject,
+    UnknownStable,
+    UnknownTable,
+    UnknownTopic,
     UnknownVnode,
     WalEntry,
 )
+from storage.store import Store
+from storage.txn import Transaction
 
 __all__ = [
+    "ChildTable",
     "CommittedOffset",
     "DatabaseExists",
     "DatabaseInfo",
+    "HistoryRecord",
+    "ObjectExists",
     "OffsetOutOfRange",
     "ProducerBatch",
     "ProducerState",
+    "StableExists",
     "StorageError",
     "Store",
+    "TableExists",
+    "TmqTopic",
+    "TopicExists",
+    "Transaction",
+    "TransactionConflict",
     "UnknownDatabase",
+    "UnknownObject",
+    "UnknownStable",
+    "UnknownTable",
+    "UnknownTopic",
     "UnknownVnode",
     "WalEntry",
 ]

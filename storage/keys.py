@@ -10,34 +10,63 @@ the same name gets a new id and can never see the old data.
 prefix       key (after the prefix byte)                            value
 ===========  =====================================================  ===============================================
 0x01 NAME    database name (utf-8)                                  db id u32
-0x02 DBINFO  db u32                                                 JSON {name, vgroups, topic_id (hex), created_ms}
+0x02 DBINFO  db u32                                                 JSON {name, vgroups, topic_id (hex), created_ms,
+                                                                    kind ("kafka" | "tsdb"; absent = "kafka"),
+                                                                    options (TDengine options as given; absent = {})}
 0x03 DBCONF  db u32                                                 JSON {config name: string value}
 0x04 TOPICID topic id (16 bytes, uuid4)                             db id u32
 0x05 NEXTDB  (nothing)                                              next db id u32
 0x06 NEXTPID (nothing)                                              next producer id u64
+0x07 STABLE  db u32, supertable name (utf-8)                        schema JSON (opaque: the broker's StableSchema)
+0x08 CTABLE  db u32, child table name (utf-8)                       JSON [name, stable name, {tag: value}, vnode]
+0x09 TMQTOPIC TDengine topic name (utf-8)                           JSON {topic_id (hex), definition (opaque JSON),
+                                                                    created_ms}
 0x10 WAL     db u32, vnode u32, base version u64, kind u8           data (kind 0): the stored record batch, base
                                                                     offset already set to the version;
-                                                                    meta (kind 1): i64 append time ms + payload
-0x20 VNODE   db u32, vnode u32                                      next version u64, log start u64, bytes u64
+                                                                    meta (kind 1): i64 append time ms + payload;
+                                                                    rows (kind 2): i64 append time ms, i64 max
+                                                                    timestamp, i64 min timestamp + payload
+                                                                    (Arrow IPC, opaque here)
+0x20 VNODE   db u32, vnode u32                                      next version u64, log start u64, bytes u64,
+                                                                    entries u64 (absent in stores written before
+                                                                    it existed: counted once at open)
 0x30 TIME    db u32, vnode u32, max timestamp (i64 + 2**63) u64     base version u64 (sparse: only entries that
-                                                                    raise the vnode's running max timestamp)
+                                                                    raise the vnode's running max timestamp; data
+                                                                    and rows entries, never meta)
 0x40 PRODUCER db u32, vnode u32, producer id u64                    epoch i16, last update ms i64, n u8, then n
                                                                     (<= 5) x (first seq i32, last seq i32,
                                                                     base offset i64, last offset i64), oldest first
 0x50 OFFSET  group (u16 len + utf-8), topic (u16 len + utf-8),      offset i64, leader epoch i32, commit ms i64,
              partition u32                                          metadata flag u8 (0 = null) + utf-8 metadata
 0x60 GROUP   group (utf-8)                                          opaque bytes owned by the group coordinator
+0x70 HISTORY sequence u64 (global, increasing; oldest trimmed)      one removal of a vnode's head entries: db u32,
+                                                                    vnode u32, first version u64, last version
+                                                                    u64, entries u32, bytes u64, first ts i64,
+                                                                    last ts i64, removed ms i64, reason u8
 0x7F SYNC    (nothing)                                              marker written with sync=True by Store.sync()
 ===========  =====================================================  ===============================================
 
-A vnode's versions are dense: a data entry of N records takes N consecutive versions, a meta
-entry takes one, so an entry's last version is the next entry's base - 1 (or next version - 1).
+A vnode's versions are dense: a data entry of N records takes N consecutive versions, a rows
+entry of N rows takes N, a meta entry takes one, so an entry's last version is the next entry's base - 1 (or next version - 1).
 Because the kind byte follows the base version, kind does not disturb version order, and a
 reader knows an entry's kind from its key alone.
 
 The time index is Kafka's: an index entry is added only when a batch's max timestamp exceeds
 every earlier one in the vnode, so index order is both timestamp and version order, and
 "first batch whose max timestamp >= ts" is one seek.
+
+An entry's *age timestamp* (what retention.ms / WAL_RETENTION_PERIOD and the archiver order
+by, and what the log history reports) is the batch's max timestamp for data entries and the
+append time for meta and rows entries (TDengine ages WAL by write time; rows may carry
+back-filled timestamps of any age).
+
+HISTORY reason codes index ``storage.model.REMOVAL_REASONS`` (0 delete_records, 1 retention.ms,
+2 retention.bytes, 3 wal_retention_period, 4 wal_retention_size, 5 archiver_age,
+6 archiver_size, 7 archiver_disk); append new reasons only at the end.
+
+A HISTORY record is written in the same WriteBatch as the deletion it describes, so the log
+history never misses or invents a removal. Catalog rows (STABLE, CTABLE, TMQTOPIC) changed
+together with a meta entry go in one WriteBatch too (``Store.transaction``).
 """
 
 from __future__ import annotations
@@ -50,19 +79,24 @@ DBCONF = b"\x03"
 TOPICID = b"\x04"
 NEXTDB = b"\x05"
 NEXTPID = b"\x06"
+STABLE = b"\x07"
+CTABLE = b"\x08"
+TMQTOPIC = b"\x09"
 WAL = b"\x10"
 VNODE = b"\x20"
 TIME = b"\x30"
 PRODUCER = b"\x40"
 OFFSET = b"\x50"
 GROUP = b"\x60"
+HISTORY = b"\x70"
 SYNC = b"\x7f"
 
 KIND_DATA = 0
 KIND_META = 1
+KIND_ROWS = 2
 
 #: Prefixes whose keys start with the db id; dropping a database deletes these ranges.
-PER_DB_PREFIXES = (WAL, VNODE, TIME, PRODUCER)
+PER_DB_PREFIXES = (WAL, VNODE, TIME, PRODUCER, STABLE, CTABLE)
 
 _DV = struct.Struct(">II")
 _DVQ = struct.Struct(">IIQ")
@@ -122,6 +156,28 @@ def db_prefix(prefix: bytes, db: int) -> bytes:
     return prefix + u32(db)
 
 
+def stable_key(db: int, name: str) -> bytes:
+    return STABLE + u32(db) + name.encode()
+
+
+def ctable_key(db: int, name: str) -> bytes:
+    return CTABLE + u32(db) + name.encode()
+
+
+def catalog_key_db(key: bytes) -> int:
+    """The db id of a STABLE or CTABLE key."""
+    return _U32.unpack_from(key, 1)[0]
+
+
+def catalog_key_name(key: bytes) -> str:
+    """The object name of a STABLE or CTABLE key."""
+    return key[5:].decode()
+
+
+def tmq_topic_key(name: str) -> bytes:
+    return TMQTOPIC + name.encode()
+
+
 # WAL -----------------------------------------------------------------------------------------
 
 
@@ -155,15 +211,23 @@ def parse_vnode_key(key: bytes) -> tuple[int, int]:
     return _DV.unpack_from(key, 1)
 
 
-_VSTATE = struct.Struct(">QQQ")
+_VSTATE = struct.Struct(">QQQQ")
+_VSTATE_OLD = struct.Struct(">QQQ")
 
 
-def pack_vnode_state(next_version: int, log_start: int, size: int) -> bytes:
-    return _VSTATE.pack(next_version, log_start, size)
+def pack_vnode_state(next_version: int, log_start: int, size: int, entries: int) -> bytes:
+    return _VSTATE.pack(next_version, log_start, size, entries)
 
 
-def unpack_vnode_state(b: bytes) -> tuple[int, int, int]:
+def unpack_vnode_state(b: bytes) -> tuple[int, int, int, int | None]:
+    """(next version, log start, bytes, entries); entries is None in the older 24-byte form."""
+    if len(b) == _VSTATE_OLD.size:
+        return (*_VSTATE_OLD.unpack(b), None)
     return _VSTATE.unpack(b)
+
+
+#: Header of a rows entry's value: append time ms, max timestamp, min timestamp (all i64).
+ROWS_HEADER = struct.Struct(">qqq")
 
 
 def time_key(db: int, vnode: int, timestamp: int) -> bytes:
@@ -243,3 +307,39 @@ def unpack_offset(b: bytes) -> tuple[int, int, int, str | None]:
 
 def group_key(group: str) -> bytes:
     return GROUP + group.encode()
+
+
+# log history ---------------------------------------------------------------------------------
+
+
+def history_key(seq: int) -> bytes:
+    return HISTORY + u64(seq)
+
+
+def history_key_seq(key: bytes) -> int:
+    return _U64.unpack_from(key, 1)[0]
+
+
+_HISTORY = struct.Struct(">IIQQIQqqqB")
+
+
+def pack_history(
+    db: int,
+    vnode: int,
+    first_version: int,
+    last_version: int,
+    entries: int,
+    size: int,
+    first_ts: int,
+    last_ts: int,
+    removed_ms: int,
+    reason: int,
+) -> bytes:
+    return _HISTORY.pack(
+        db, vnode, first_version, last_version, entries, size, first_ts, last_ts, removed_ms, reason
+    )
+
+
+def unpack_history(b: bytes) -> tuple[int, int, int, int, int, int, int, int, int, int]:
+    """(db, vnode, first version, last version, entries, bytes, first ts, last ts, removed ms, reason)."""
+    return _HISTORY.unpack(b)

@@ -16,36 +16,112 @@ Durability (TDengine's WAL_LEVEL / WAL_FSYNC_PERIOD):
   ``sync()`` every ``fsync_period_ms``; it writes a tiny marker with ``sync=True``, which
   fsyncs LevelDB's log and with it every earlier write.
 
-Catalog changes (create/drop database, vnodes, configs) are always written with sync=True:
-they are rare and losing one is worse than losing the tail of a WAL.
+Catalog changes (create/drop database, vnodes, configs, options, supertables, child tables,
+TDengine topics) are always written with sync=True: they are rare and losing one is worse
+than losing the tail of a WAL. A catalog change and the meta entry that logs it go in one
+WriteBatch through ``store.transaction()`` (see ``storage.txn``). The whole catalog —
+100k child tables included — is loaded into dicts at open, so lookups never touch LevelDB.
 
 Versions: per vnode, ``append`` gives a data entry of N records the versions
-``next .. next+N-1`` and ``append_meta`` gives a meta entry one version. Versions are never
-reused, not after deletion and not after a drop (a recreated database gets a new numeric id).
+``next .. next+N-1``, ``append_rows`` a rows entry of N rows likewise, and ``append_meta`` a
+meta entry one version. Versions are never reused, not after deletion and not after a drop
+(a recreated database gets a new numeric id). ``read`` returns data entries only (plain
+Kafka); ``read_entries`` returns all three kinds with their version counts.
 
-Retention (``enforce_retention``) follows Kafka per vnode, oldest entries first, whole entries
-only: ``retention.ms`` removes entries while their max timestamp < now - retention.ms;
-``retention.bytes`` removes the oldest entry while the vnode stays >= retention.bytes without
-it. ``-1`` or a missing config means unlimited (the broker fills Kafka's defaults into a
-database's configs when it creates one).
+Removal is always of whole entries from a vnode's head (log start moves), and every removal
+is recorded in the log history with the same WriteBatch (``log_history``, bounded to the last
+``history_limit`` records over the store, oldest trimmed).
+
+* Retention (``enforce_retention``), per vnode. Kafka databases follow Kafka:
+  ``retention.ms`` removes entries while their age timestamp < now - retention.ms;
+  ``retention.bytes`` removes the oldest entry while the vnode stays >= retention.bytes
+  without it; ``-1`` or a missing config means unlimited (the broker fills Kafka's defaults
+  into a database's configs when it creates one). tsdb databases apply the same two rules
+  with their options WAL_RETENTION_PERIOD (seconds) and WAL_RETENTION_SIZE (KB), -1 or
+  missing = unlimited.
+* DeleteRecords (``delete_before``).
+* The archiver (``collect``): store-wide limits on total bytes, disk usage and age, oldest
+  entries first across all vnodes, never a vnode's newest entry.
+
+An entry's age timestamp is a data batch's max timestamp, or the append time of a meta or
+rows entry (TDengine ages WAL by write time; rows may be back-filled with old timestamps).
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import json
 import os
+import shutil
 import struct
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import plyvel
 
 from storage import keys
+from storage.model import (
+    ENTRY_KINDS,
+    REASON_CODE,
+    REMOVAL_REASONS,
+    ChildTable,
+    CommittedOffset,
+    DatabaseExists,
+    DatabaseInfo,
+    HistoryRecord,
+    ObjectExists,
+    OffsetOutOfRange,
+    ProducerBatch,
+    ProducerState,
+    StableExists,
+    StorageError,
+    TableExists,
+    TmqTopic,
+    TopicExists,
+    TransactionConflict,
+    UnknownDatabase,
+    UnknownObject,
+    UnknownStable,
+    UnknownTable,
+    UnknownTopic,
+    UnknownVnode,
+    WalEntry,
+)
+from storage.txn import Transaction
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "ChildTable",
+    "CommittedOffset",
+    "DatabaseExists",
+    "DatabaseInfo",
+    "HistoryRecord",
+    "ObjectExists",
+    "OffsetOutOfRange",
+    "ProducerBatch",
+    "ProducerState",
+    "StableExists",
+    "StorageError",
+    "Store",
+    "TableExists",
+    "TmqTopic",
+    "TopicExists",
+    "Transaction",
+    "TransactionConflict",
+    "UnknownDatabase",
+    "UnknownObject",
+    "UnknownStable",
+    "UnknownTable",
+    "UnknownTopic",
+    "UnknownVnode",
+    "WalEntry",
+]
 
 _WriteBatch = plyvel._plyvel.WriteBatch
 
@@ -53,70 +129,8 @@ BATCH_HEADER_SIZE = 61  # record batch v2 header up to and including the record 
 MAX_PRODUCER_BATCHES = 5  # Kafka keeps metadata of the last 5 batches per producer
 _INT32_MAX = 2**31 - 1
 _I64 = struct.Struct(">q")
-
-
-class StorageError(Exception):
-    """Base of the errors raised by the store."""
-
-
-class UnknownDatabase(StorageError, KeyError):
-    """No database of that name."""
-
-
-class DatabaseExists(StorageError):
-    """create_database on a name already in use."""
-
-
-class UnknownVnode(StorageError, IndexError):
-    """Vnode number outside 0 .. vgroups-1."""
-
-
-class OffsetOutOfRange(StorageError):
-    """delete_before beyond the high watermark."""
-
-
-@dataclass(frozen=True)
-class DatabaseInfo:
-    """A database as the catalog knows it; ``id`` is the internal numeric id used in keys."""
-
-    name: str
-    vgroups: int
-    topic_id: bytes
-    configs: dict[str, str]
-    created_ms: int
-    id: int = 0
-
-
-class ProducerState(NamedTuple):
-    """What the broker needs for sequence checks (of the producer's latest batch)."""
-
-    epoch: int
-    last_seq: int
-    last_base_offset: int
-
-
-class ProducerBatch(NamedTuple):
-    """One of the last MAX_PRODUCER_BATCHES batches of a producer, for duplicate detection."""
-
-    first_seq: int
-    last_seq: int
-    base_offset: int
-    last_offset: int
-
-
-class WalEntry(NamedTuple):
-    """A WAL entry as ``read_entries`` returns it; ``data`` is the batch or the meta payload."""
-
-    version: int
-    is_meta: bool
-    data: bytes
-
-
-class CommittedOffset(NamedTuple):
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-    commit_ms: int
+_ROWS_HEADER_SIZE = keys.ROWS_HEADER.size
+_new_entry = tuple.__new__  # WalEntry without its __new__ (all five fields given)
 
 
 class _Vnode:
@@ -131,6 +145,7 @@ class _Vnode:
         "next",
         "log_start",
         "size",
+        "entries",
         "max_ts",
         "max_ts_base",
         "tail_bases",
@@ -138,10 +153,11 @@ class _Vnode:
         "tail_bytes",
     )
 
-    def __init__(self, next_version: int, log_start: int, size: int) -> None:
+    def __init__(self, next_version: int, log_start: int, size: int, entries: int = 0) -> None:
         self.next = next_version
         self.log_start = log_start
         self.size = size
+        self.entries = entries
         self.max_ts: int | None = None
         self.max_ts_base = 0
         self.tail_bases: list[int] = []
@@ -195,15 +211,37 @@ def _next_seq(base_seq: int, count: int) -> int:
     return base_seq + inc
 
 
-def _entry_timestamp(key: bytes, value: bytes) -> int:
-    """Max timestamp of a data batch (header bytes 35..43) or a meta entry's append time."""
-    if key[17] == keys.KIND_DATA:
+def _age_ts(kind: int, value: bytes) -> int:
+    """An entry's age timestamp: a data batch's max timestamp (header bytes 35..43), the
+    append time of meta and rows entries (TDengine ages its WAL by write time)."""
+    if kind == keys.KIND_DATA:
         return _I64.unpack_from(value, 35)[0]
     return _I64.unpack_from(value, 0)[0]
 
 
+def _entry_timestamp(key: bytes, value: bytes) -> int:
+    return _age_ts(key[17], value)
+
+
+def _index_ts(kind: int, value: bytes) -> int | None:
+    """What the time index holds: a data batch's or rows entry's max timestamp; meta: none."""
+    if kind == keys.KIND_DATA:
+        return _I64.unpack_from(value, 35)[0]
+    if kind == keys.KIND_ROWS:
+        return _I64.unpack_from(value, 8)[0]
+    return None
+
+
+class _Dead(NamedTuple):
+    """A head entry chosen for removal."""
+
+    key: bytes
+    size: int
+    ts: int
+
+
 class Store:
-    """The storage engine; see the module docstring for durability and retention."""
+    """The storage engine; see the module docstring for durability, retention, the archiver."""
 
     def __init__(
         self,
@@ -214,16 +252,20 @@ class Store:
         write_buffer_size: int = 64 << 20,
         lru_cache_size: int = 64 << 20,
         tail_cache_bytes: int = 2 << 20,
+        history_limit: int = 10_000,
     ) -> None:
         if wal_level not in (1, 2):
             raise ValueError("wal_level must be 1 or 2")
         if fsync_period_ms < 0:
             raise ValueError("fsync_period_ms must be >= 0")
+        if history_limit < 0:
+            raise ValueError("history_limit must be >= 0")
         os.makedirs(path, exist_ok=True)
         self.path = os.fspath(path)
         self.wal_level = wal_level
         self.fsync_period_ms = fsync_period_ms
         self.tail_cache_bytes = tail_cache_bytes
+        self.history_limit = history_limit
         self._sync_each = wal_level == 2 and fsync_period_ms == 0
         self._dirty = False
         # compression=None: batches arrive compressed by producers; snappy would waste CPU.
@@ -236,9 +278,17 @@ class Store:
             compression=None,
         )
         self._dbs: dict[str, _Db] = {}
+        self._dbs_by_id: dict[int, _Db] = {}
         self._producers: dict[
             tuple[int, int, int], tuple[int, int, list[tuple[int, int, int, int]]] | None
         ] = {}
+        # Catalog of the TDengine model, all in memory (lookups never touch LevelDB).
+        self._stables: dict[int, dict[str, dict[str, Any]]] = {}
+        self._ctables: dict[int, dict[str, ChildTable]] = {}
+        self._topics: dict[str, TmqTopic] = {}
+        # Log history: sequence -> record, oldest first (at most history_limit).
+        self._history: dict[int, HistoryRecord] = {}
+        self._history_seq = 0
         self._load()
 
     # lifecycle -----------------------------------------------------------------------------
@@ -276,7 +326,8 @@ class Store:
         return self._db.write_batch(sync=self._sync_each if sync is None else sync)
 
     def _load(self) -> None:
-        """Read the catalog and vnode counters, then drop data of databases no longer listed."""
+        """Read the catalog, vnode counters and log history; drop data of databases no longer
+        listed."""
         db = self._db
         by_id: dict[int, _Db] = {}
         for key, value in db.iterator(prefix=keys.DBINFO):
@@ -290,6 +341,8 @@ class Store:
                 configs=json.loads(conf) if conf else {},
                 created_ms=meta["created_ms"],
                 id=dbid,
+                kind=meta.get("kind", "kafka"),
+                options=meta.get("options", {}),
             )
             by_id[dbid] = _Db(info, [_Vnode(0, 0, 0) for _ in range(info.vgroups)])
         for key, value in db.iterator(prefix=keys.VNODE):
@@ -297,11 +350,54 @@ class Store:
             d = by_id.get(dbid)
             if d is None or vnode >= len(d.vnodes):
                 continue
-            vs = _Vnode(*keys.unpack_vnode_state(value))
+            nxt, start, size, entries = keys.unpack_vnode_state(value)
+            if entries is None:  # written before the count existed: count once
+                p = keys.vnode_prefix(keys.WAL, dbid, vnode)
+                entries = sum(1 for _ in db.iterator(prefix=p, include_value=False))
+            vs = _Vnode(nxt, start, size, entries)
             self._load_max_ts(dbid, vnode, vs)
             d.vnodes[vnode] = vs
         self._dbs = {d.info.name: d for d in by_id.values()}
+        self._dbs_by_id = by_id
+        self._stables = {dbid: {} for dbid in by_id}
+        self._ctables = {dbid: {} for dbid in by_id}
+        for key, value in db.iterator(prefix=keys.STABLE):
+            stables = self._stables.get(keys.catalog_key_db(key))
+            if stables is not None:
+                stables[keys.catalog_key_name(key)] = json.loads(value)
+        self._load_child_tables()
+        for key, value in db.iterator(prefix=keys.TMQTOPIC):
+            t = json.loads(value)
+            self._topics[key[1:].decode()] = TmqTopic(
+                bytes.fromhex(t["topic_id"]), t["definition"], t["created_ms"]
+            )
+        stale: list[int] = []
+        for key, value in db.iterator(prefix=keys.HISTORY):
+            seq = keys.history_key_seq(key)
+            rec = keys.unpack_history(value)
+            if rec[0] in by_id:
+                self._history[seq] = HistoryRecord(*rec[:9], REMOVAL_REASONS[rec[9]])
+            else:
+                stale.append(seq)
+            self._history_seq = seq + 1
+        if stale:
+            wb = self._batch()
+            for seq in stale:
+                wb.delete(keys.history_key(seq))
+            self._write(wb)
         self._gc_orphans(set(by_id))
+
+    def _load_child_tables(self) -> None:
+        """All child tables into dicts: per database one json.loads of a JSON array joined
+        from the stored values ([name, stable, tags, vnode] each) and one C-level tuple
+        construction per table — 100k tables load in a fraction of a second."""
+        new = tuple.__new__
+        for dbid, ctables in self._ctables.items():
+            p = keys.db_prefix(keys.CTABLE, dbid)
+            values = list(self._db.iterator(prefix=p, include_key=False))
+            if values:
+                parsed = json.loads(b"[" + b",".join(values) + b"]")
+                ctables.update({t[0]: new(ChildTable, t) for t in parsed})
 
     def _load_max_ts(self, dbid: int, vnode: int, vs: _Vnode) -> None:
         p = keys.vnode_prefix(keys.TIME, dbid, vnode)
@@ -340,7 +436,7 @@ class Store:
             if n < chunk:
                 return
 
-    # catalog -------------------------------------------------------------------------------
+    # catalog: databases --------------------------------------------------------------------
 
     def create_database(
         self,
@@ -350,12 +446,20 @@ class Store:
         *,
         topic_id: bytes | None = None,
         created_ms: int | None = None,
+        kind: str = "kafka",
+        options: dict[str, Any] | None = None,
     ) -> DatabaseInfo:
-        """Create a database of ``vgroups`` empty vnodes with a fresh numeric id and topic id."""
+        """Create a database of ``vgroups`` empty vnodes with a fresh numeric id and topic id.
+
+        ``kind`` "kafka" (plain topics) or "tsdb" (SQL databases); ``options`` are stored as
+        given (JSON-able) — retention reads wal_retention_period / wal_retention_size.
+        """
         if name in self._dbs:
             raise DatabaseExists(name)
         if vgroups < 1:
             raise ValueError("vgroups must be >= 1")
+        if kind not in ("kafka", "tsdb"):
+            raise ValueError("kind must be 'kafka' or 'tsdb'")
         raw = self._db.get(keys.NEXTDB)
         dbid = keys.read_u32(raw) if raw else 1
         info = DatabaseInfo(
@@ -365,6 +469,8 @@ class Store:
             configs={str(k): str(v) for k, v in (configs or {}).items()},
             created_ms=_now_ms() if created_ms is None else created_ms,
             id=dbid,
+            kind=kind,
+            options=dict(options or {}),
         )
         if len(info.topic_id) != 16:
             raise ValueError("topic_id must be 16 bytes")
@@ -375,9 +481,13 @@ class Store:
         wb.put(keys.dbconf_key(dbid), json.dumps(info.configs).encode())
         wb.put(keys.topic_id_key(info.topic_id), keys.u32(dbid))
         for v in range(vgroups):
-            wb.put(keys.vnode_key(dbid, v), keys.pack_vnode_state(0, 0, 0))
+            wb.put(keys.vnode_key(dbid, v), keys.pack_vnode_state(0, 0, 0, 0))
         self._write(wb)
-        self._dbs[name] = _Db(info, [_Vnode(0, 0, 0) for _ in range(vgroups)])
+        d = _Db(info, [_Vnode(0, 0, 0) for _ in range(vgroups)])
+        self._dbs[name] = d
+        self._dbs_by_id[dbid] = d
+        self._stables[dbid] = {}
+        self._ctables[dbid] = {}
         return info
 
     @staticmethod
@@ -388,20 +498,31 @@ class Store:
                 "vgroups": info.vgroups,
                 "topic_id": info.topic_id.hex(),
                 "created_ms": info.created_ms,
+                "kind": info.kind,
+                "options": info.options,
             }
         ).encode()
 
     def drop_database(self, name: str) -> None:
-        """Remove a database: the catalog atomically first, then its data by range deletes."""
+        """Remove a database: the catalog (and its log history) atomically first, then its
+        data, supertables and child tables by range deletes (finished at open after a crash)."""
         d = self._get(name)
         dbid = d.info.id
+        gone = [seq for seq, rec in self._history.items() if rec.db == dbid]
         wb = self._batch(sync=True)
         wb.delete(keys.name_key(name))
         wb.delete(keys.dbinfo_key(dbid))
         wb.delete(keys.dbconf_key(dbid))
         wb.delete(keys.topic_id_key(d.info.topic_id))
+        for seq in gone:
+            wb.delete(keys.history_key(seq))
         self._write(wb)
         del self._dbs[name]
+        del self._dbs_by_id[dbid]
+        self._stables.pop(dbid, None)
+        self._ctables.pop(dbid, None)
+        for seq in gone:
+            del self._history[seq]
         self._producers = {k: v for k, v in self._producers.items() if k[0] != dbid}
         for prefix in keys.PER_DB_PREFIXES:
             self._delete_prefix(keys.db_prefix(prefix, dbid))
@@ -426,13 +547,11 @@ class Store:
         old = d.info.vgroups
         if new_count <= old:
             raise ValueError(f"new vnode count {new_count} must exceed {old}")
-        info = DatabaseInfo(
-            d.info.name, new_count, d.info.topic_id, d.info.configs, d.info.created_ms, d.info.id
-        )
+        info = replace(d.info, vgroups=new_count)
         wb = self._batch(sync=True)
         wb.put(keys.dbinfo_key(info.id), self._dbinfo_json(info))
         for v in range(old, new_count):
-            wb.put(keys.vnode_key(info.id, v), keys.pack_vnode_state(0, 0, 0))
+            wb.put(keys.vnode_key(info.id, v), keys.pack_vnode_state(0, 0, 0, 0))
         self._write(wb)
         d.info = info
         d.vnodes.extend(_Vnode(0, 0, 0) for _ in range(old, new_count))
@@ -449,9 +568,22 @@ class Store:
             else:
                 merged[str(k)] = str(v)
         self._db.put(keys.dbconf_key(d.info.id), json.dumps(merged).encode(), sync=True)
-        info = DatabaseInfo(
-            d.info.name, d.info.vgroups, d.info.topic_id, merged, d.info.created_ms, d.info.id
-        )
+        info = replace(d.info, configs=merged)
+        d.info = info
+        return info
+
+    def set_options(self, name: str, options: dict[str, Any], *, merge: bool = True) -> DatabaseInfo:
+        """ALTER DATABASE: update the TDengine options (a value of None removes one), or with
+        ``merge=False`` replace them all."""
+        d = self._get(name)
+        merged = dict(d.info.options) if merge else {}
+        for k, v in options.items():
+            if v is None:
+                merged.pop(k, None)
+            else:
+                merged[k] = v
+        info = replace(d.info, options=merged)
+        self._db.put(keys.dbinfo_key(info.id), self._dbinfo_json(info), sync=True)
         d.info = info
         return info
 
@@ -468,6 +600,90 @@ class Store:
         if not 0 <= vnode < len(d.vnodes):
             raise UnknownVnode(f"{name} vnode {vnode}")
         return d.info.id, d.vnodes[vnode]
+
+    # catalog: supertables, child tables, TDengine topics -----------------------------------
+
+    def transaction(self) -> Transaction:
+        """Catalog changes and WAL entries written together in one synced WriteBatch; see
+        ``storage.txn``. Use as ``with store.transaction() as tx: ...``."""
+        return Transaction(self, sync=True)
+
+    def stables(self, db: str) -> Mapping[str, dict[str, Any]]:
+        """Supertable name -> schema JSON: a read-only live view (do not mutate the schemas)."""
+        return MappingProxyType(self._stables[self._get(db).info.id])
+
+    def stable(self, db: str, name: str) -> dict[str, Any] | None:
+        return self._stables[self._get(db).info.id].get(name)
+
+    def create_stable(self, db: str, name: str, schema_json: dict[str, Any]) -> None:
+        with self.transaction() as tx:
+            tx.create_stable(db, name, schema_json)
+
+    def alter_stable(self, db: str, name: str, schema_json: dict[str, Any]) -> None:
+        with self.transaction() as tx:
+            tx.alter_stable(db, name, schema_json)
+
+    def drop_stable(self, db: str, name: str) -> int:
+        """Drops the supertable and its child tables; returns how many child tables went."""
+        with self.transaction() as tx:
+            return tx.drop_stable(db, name)
+
+    def child_tables(self, db: str) -> Mapping[str, ChildTable]:
+        """Child table name -> ChildTable: a read-only live view, no copy (100k tables)."""
+        return MappingProxyType(self._ctables[self._get(db).info.id])
+
+    def child_table(self, db: str, name: str) -> ChildTable | None:
+        return self._ctables[self._get(db).info.id].get(name)
+
+    def create_child_table(
+        self, db: str, name: str, stable: str, tags_json: dict[str, Any], vnode: int
+    ) -> ChildTable:
+        with self.transaction() as tx:
+            return tx.create_child_table(db, name, stable, tags_json, vnode)
+
+    def create_child_tables(self, db: str, tables: Iterable[tuple[str, str, dict[str, Any], int]]) -> int:
+        """Many (name, stable, tags, vnode) in one synced WriteBatch, all or none."""
+        with self.transaction() as tx:
+            return tx.create_child_tables(db, tables)
+
+    def drop_child_table(self, db: str, name: str) -> ChildTable:
+        with self.transaction() as tx:
+            return tx.drop_child_table(db, name)
+
+    def set_child_tags(
+        self, db: str, name: str, tags_json: dict[str, Any], *, merge: bool = True
+    ) -> ChildTable:
+        with self.transaction() as tx:
+            return tx.set_child_tags(db, name, tags_json, merge=merge)
+
+    def create_tmq_topic(
+        self,
+        name: str,
+        definition: dict[str, Any],
+        *,
+        topic_id: bytes | None = None,
+        created_ms: int | None = None,
+    ) -> bytes:
+        """Store a TDengine topic (definition is the broker's opaque JSON); returns its id."""
+        with self.transaction() as tx:
+            return tx.create_tmq_topic(name, definition, topic_id=topic_id, created_ms=created_ms)
+
+    def drop_tmq_topic(self, name: str) -> TmqTopic:
+        with self.transaction() as tx:
+            return tx.drop_tmq_topic(name)
+
+    def tmq_topics(self) -> dict[str, TmqTopic]:
+        """name -> (topic_id, definition, created_ms)."""
+        return dict(self._topics)
+
+    def tmq_topic(self, name: str) -> TmqTopic | None:
+        return self._topics.get(name)
+
+    def tmq_topic_by_id(self, topic_id: bytes) -> tuple[str, TmqTopic] | None:
+        for name, t in self._topics.items():
+            if t.topic_id == topic_id:
+                return name, t
+        return None
 
     # WAL -----------------------------------------------------------------------------------
 
@@ -498,7 +714,7 @@ class Store:
         size = vs.size + len(value)
         wb = self._batch()
         wb.put(keys.wal_key(dbid, vnode, base, keys.KIND_DATA), value)
-        wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(nxt, vs.log_start, size))
+        wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(nxt, vs.log_start, size, vs.entries + 1))
         new_max = vs.max_ts is None or max_timestamp > vs.max_ts
         if new_max:
             wb.put(keys.time_key(dbid, vnode, max_timestamp), keys.u64(base))
@@ -516,6 +732,7 @@ class Store:
         self._write(wb)
         vs.next = nxt
         vs.size = size
+        vs.entries += 1
         vs.cache(base, keys.KIND_DATA, value, self.tail_cache_bytes)
         if new_max:
             vs.max_ts = max_timestamp
@@ -525,19 +742,37 @@ class Store:
         return base
 
     def append_meta(self, db: str, vnode: int, payload: bytes, timestamp_ms: int | None = None) -> int:
-        """Log a meta entry (create/alter table, …): one version; plain readers skip it."""
-        dbid, vs = self._vnode(db, vnode)
-        base = vs.next
-        ts = _now_ms() if timestamp_ms is None else timestamp_ms
-        value = _I64.pack(ts) + bytes(payload)
-        size = vs.size + len(value)
-        wb = self._batch()
-        wb.put(keys.wal_key(dbid, vnode, base, keys.KIND_META), value)
-        wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(base + 1, vs.log_start, size))
-        self._write(wb)
-        vs.next = base + 1
-        vs.size = size
-        vs.cache(base, keys.KIND_META, value, self.tail_cache_bytes)
+        """Log a meta entry (create/alter table, …): one version; plain readers skip it.
+
+        To log it together with the catalog change it describes, use
+        ``with store.transaction() as tx: tx.create_stable(...); tx.append_meta(...)``.
+        """
+        tx = Transaction(self, sync=self._sync_each)
+        base = tx.append_meta(db, vnode, payload, timestamp_ms)
+        tx.commit()
+        return base
+
+    def append_rows(
+        self,
+        db: str,
+        vnode: int,
+        payload: bytes | bytearray | memoryview,
+        row_count: int,
+        max_timestamp: int,
+        min_timestamp: int,
+        *,
+        timestamp_ms: int | None = None,
+    ) -> int:
+        """Log a rows entry (Arrow IPC bytes, opaque here) taking ``row_count`` versions;
+        returns its base version (row i is version base + i).
+
+        ``max_timestamp`` feeds the time index (``offset_for_timestamp``): pass the rows'
+        timestamps as the Kafka record timestamps they become (milliseconds). Retention and
+        the archiver age the entry by its append time ``timestamp_ms`` (default now).
+        """
+        tx = Transaction(self, sync=self._sync_each)
+        base = tx.append_rows(db, vnode, payload, row_count, max_timestamp, min_timestamp, timestamp_ms)
+        tx.commit()
         return base
 
     def _entries_from(
@@ -569,12 +804,25 @@ class Store:
             pairs = itertools.chain((first,), it)
         return ((keys.wal_key_version(k), k[17], v) for k, v in pairs)
 
+    @staticmethod
+    def _with_counts(
+        entries: Iterator[tuple[int, int, bytes]], vs: _Vnode
+    ) -> Iterator[tuple[int, int, bytes, int]]:
+        """Add each entry's version count: next entry's base - base (versions are dense)."""
+        prev = next(entries, None)
+        if prev is None:
+            return
+        for cur in entries:
+            yield prev[0], prev[1], prev[2], cur[0] - prev[0]
+            prev = cur
+        yield prev[0], prev[1], prev[2], vs.next - prev[0]
+
     def read(self, db: str, vnode: int, from_version: int, max_bytes: int) -> list[bytes]:
         """Stored data batches whose last version >= from_version, in order.
 
         The first may start before from_version (the client skips records below it, as with
         Kafka). At least one batch is returned if any exists; then batches are added while
-        the total stays <= max_bytes. Meta entries are skipped.
+        the total stays <= max_bytes. Meta and rows entries are skipped.
         """
         dbid, vs = self._vnode(db, vnode)
         if from_version >= vs.next:
@@ -596,22 +844,28 @@ class Store:
     def read_entries(
         self, db: str, vnode: int, from_version: int, max_bytes: int, include_meta: bool = True
     ) -> list[WalEntry]:
-        """Like ``read`` but with versions and meta entries (payload without the timestamp)."""
+        """Entries of every kind from the one holding ``from_version``, with versions, kinds
+        and version counts; payloads without storage's headers. Same max_bytes rule as
+        ``read`` (counted on the returned payloads); ``include_meta=False`` skips meta only."""
         dbid, vs = self._vnode(db, vnode)
         if from_version >= vs.next:
             return []
         out: list[WalEntry] = []
         total = 0
-        for version, kind, value in self._entries_from(dbid, vnode, vs, from_version):
-            is_meta = kind == keys.KIND_META
-            if is_meta:
+        kinds = ENTRY_KINDS
+        for version, kind, value, count in self._with_counts(
+            self._entries_from(dbid, vnode, vs, from_version), vs
+        ):
+            if kind == keys.KIND_META:
                 if not include_meta:
                     continue
                 value = value[8:]
+            elif kind == keys.KIND_ROWS:
+                value = value[_ROWS_HEADER_SIZE:]
             n = len(value)
             if out and total + n > max_bytes:
                 break
-            out.append(WalEntry(version, is_meta, value))
+            out.append(_new_entry(WalEntry, (version, kind == keys.KIND_META, value, kinds[kind], count)))
             total += n
             if total >= max_bytes:
                 break
@@ -628,11 +882,21 @@ class Store:
         """Bytes of stored entries (what retention.bytes counts)."""
         return self._vnode(db, vnode)[1].size
 
-    def offset_for_timestamp(self, db: str, vnode: int, ts: int) -> tuple[int, int] | None:
-        """(base version, max timestamp) of the first data batch whose max timestamp >= ts.
+    def log_entries(self, db: str, vnode: int) -> int:
+        """Number of stored entries of the vnode."""
+        return self._vnode(db, vnode)[1].entries
 
-        Batch granularity: the broker reads that batch (``read(db, vnode, offset, 1)``) and
-        picks the first record with timestamp >= ts, as Kafka returns. Never below log start.
+    def total_bytes(self) -> int:
+        """Bytes of stored WAL entries over all vnodes of all databases (what the archiver
+        counts)."""
+        return sum(vs.size for d in self._dbs.values() for vs in d.vnodes)
+
+    def offset_for_timestamp(self, db: str, vnode: int, ts: int) -> tuple[int, int] | None:
+        """(base version, max timestamp) of the first data batch or rows entry whose max
+        timestamp >= ts.
+
+        Entry granularity: the broker reads that entry and picks the first record/row with
+        timestamp >= ts, as Kafka returns. Never below log start.
         """
         dbid, vs = self._vnode(db, vnode)
         p = keys.vnode_prefix(keys.TIME, dbid, vnode)
@@ -662,21 +926,34 @@ class Store:
             raise OffsetOutOfRange(f"{offset} outside 0..{vs.next}")
         if offset <= vs.log_start:
             return vs.log_start
-        self._truncate_head(dbid, vnode, vs, lambda key, value, end, size: end <= offset, offset)
+        self._truncate_head(
+            dbid, vnode, vs, lambda key, value, end, size: end <= offset, offset, reason="delete_records"
+        )
         return vs.log_start
 
     def enforce_retention(self, now_ms: int | None = None, defaults: dict[str, str] | None = None) -> int:
-        """Apply retention.ms then retention.bytes to every vnode; returns entries removed.
+        """Apply the age limit then the size limit to every vnode; returns entries removed.
 
-        `defaults` supplies the values for databases that set none of their own (the broker's
-        Kafka defaults); without it a missing setting means no limit.
+        Kafka databases: retention.ms / retention.bytes from their configs; ``defaults``
+        supplies the values for databases that set none of their own (the broker's Kafka
+        defaults). tsdb databases: the options wal_retention_period (seconds) and
+        wal_retention_size (KB per vnode); ``defaults`` never applies to them. A missing
+        setting or -1 means no limit.
         """
         now = _now_ms() if now_ms is None else now_ms
         removed = 0
         for d in list(self._dbs.values()):
-            configs = {**defaults, **d.info.configs} if defaults else d.info.configs
-            rms = _int_config(configs, "retention.ms")
-            rbytes = _int_config(configs, "retention.bytes")
+            if d.info.kind == "tsdb":
+                period = _int_option(d.info.options, "wal_retention_period")
+                kb = _int_option(d.info.options, "wal_retention_size")
+                rms = period * 1000 if period >= 0 else -1
+                rbytes = kb * 1024 if kb >= 0 else -1
+                age_reason, size_reason = "wal_retention_period", "wal_retention_size"
+            else:
+                configs = {**defaults, **d.info.configs} if defaults else d.info.configs
+                rms = _int_config(configs, "retention.ms")
+                rbytes = _int_config(configs, "retention.bytes")
+                age_reason, size_reason = "retention.ms", "retention.bytes"
             if rms < 0 and rbytes < 0:
                 continue
             for vnode, vs in enumerate(d.vnodes):
@@ -687,10 +964,17 @@ class Store:
                         vnode,
                         vs,
                         lambda key, value, end, size, limit=limit: _entry_timestamp(key, value) < limit,
+                        reason=age_reason,
+                        now_ms=now,
                     )
                 if rbytes >= 0 and vs.size > rbytes:
                     removed += self._truncate_head(
-                        d.info.id, vnode, vs, lambda key, value, end, size, rb=rbytes: size - len(value) >= rb
+                        d.info.id,
+                        vnode,
+                        vs,
+                        lambda key, value, end, size, rb=rbytes: size - len(value) >= rb,
+                        reason=size_reason,
+                        now_ms=now,
                     )
         return removed
 
@@ -701,16 +985,20 @@ class Store:
         vs: _Vnode,
         remove: Callable[[bytes, bytes, int, int], bool],
         new_log_start: int | None = None,
+        *,
+        reason: str,
+        now_ms: int | None = None,
     ) -> int:
         """Remove the longest prefix of entries for which remove(key, value, end, size) holds.
 
         ``end`` is the entry's last version + 1 and ``size`` the vnode size before removing
-        it. Moves log start to max(old, first kept base, new_log_start) and repairs the
-        time index head. Returns how many entries were removed.
+        it. Moves log start to max(old, first kept base, new_log_start), repairs the time
+        index head and records the removal in the log history. Returns how many entries were
+        removed.
         """
         p = keys.vnode_prefix(keys.WAL, dbid, vnode)
         it = self._db.iterator(start=p, stop=keys.prefix_end(p))
-        dead: list[bytes] = []
+        dead: list[_Dead] = []
         freed = 0
         cur = next(it, None)
         while cur is not None:
@@ -719,14 +1007,14 @@ class Store:
             end = keys.wal_key_version(nxt[0]) if nxt is not None else vs.next
             if not remove(key, value, end, vs.size - freed):
                 break
-            dead.append(key)
+            dead.append(_Dead(key, len(value), _age_ts(key[17], value)))
             freed += len(value)
             cur = nxt
         if not dead:
             if new_log_start is not None and new_log_start > vs.log_start:
                 self._db.put(
                     keys.vnode_key(dbid, vnode),
-                    keys.pack_vnode_state(vs.next, new_log_start, vs.size),
+                    keys.pack_vnode_state(vs.next, new_log_start, vs.size, vs.entries),
                     sync=self._sync_each,
                 )
                 if not self._sync_each:
@@ -734,20 +1022,68 @@ class Store:
                 vs.log_start = new_log_start
             return 0
         first_kept = keys.wal_key_version(cur[0]) if cur is not None else vs.next
+        self._remove_head(
+            dbid, vnode, vs, dead, first_kept, new_log_start, reason, _now_ms() if now_ms is None else now_ms
+        )
+        return len(dead)
+
+    def _remove_head(
+        self,
+        dbid: int,
+        vnode: int,
+        vs: _Vnode,
+        dead: list[_Dead],
+        first_kept: int,
+        new_log_start: int | None,
+        reason: str,
+        now_ms: int,
+    ) -> HistoryRecord:
+        """Delete ``dead`` (the vnode's first entries, in order; ``first_kept`` is the base
+        after them) in one WriteBatch with the new counters, the time index repair and the
+        log-history record (trimming the history to ``history_limit``)."""
         log_start = max(vs.log_start, first_kept, new_log_start or 0)
+        freed = sum(e.size for e in dead)
         size = vs.size - freed
+        entries = vs.entries - len(dead)
         wb = self._batch()
-        for key in dead:
-            wb.delete(key)
-        wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(vs.next, log_start, size))
+        for e in dead:
+            wb.delete(e.key)
+        wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(vs.next, log_start, size, entries))
         max_ts = self._reindex_head(dbid, vnode, first_kept, wb)
+        rec = HistoryRecord(
+            dbid,
+            vnode,
+            keys.wal_key_version(dead[0].key),
+            first_kept - 1,
+            len(dead),
+            freed,
+            dead[0].ts,
+            dead[-1].ts,
+            now_ms,
+            reason,
+        )
+        seq = self._history_seq
+        trimmed: list[int] = []
+        if self.history_limit:
+            wb.put(keys.history_key(seq), keys.pack_history(*rec[:9], REASON_CODE[reason]))
+            excess = len(self._history) + 1 - self.history_limit
+            if excess > 0:
+                trimmed = list(itertools.islice(self._history, excess))
+                for old in trimmed:
+                    wb.delete(keys.history_key(old))
         self._write(wb)
         vs.log_start = log_start
         vs.size = size
+        vs.entries = entries
         vs.uncache_below(first_kept)
         if max_ts is not None:
             vs.max_ts, vs.max_ts_base = max_ts
-        return len(dead)
+        if self.history_limit:
+            for old in trimmed:
+                del self._history[old]
+            self._history[seq] = rec
+            self._history_seq = seq + 1
+        return rec
 
     def _reindex_head(
         self, dbid: int, vnode: int, first_kept: int, wb: _WriteBatch
@@ -770,15 +1106,188 @@ class Store:
         running: int | None = None
         running_base = 0
         for key, value in self._db.iterator(start=keys.wal_seek_key(dbid, vnode, first_kept), stop=stop):
-            if key[17] != keys.KIND_DATA:
+            ts = _index_ts(key[17], value)
+            if ts is None:
                 continue
-            ts = _entry_timestamp(key, value)
             if running is None or ts > running:
                 running, running_base = ts, keys.wal_key_version(key)
                 wb.put(keys.time_key(dbid, vnode, ts), keys.u64(running_base))
         if survivor is not None:
             return None
         return running, running_base
+
+    # archiver (kdb Insights RT's garbage collection) ---------------------------------------
+
+    def collect(
+        self,
+        now_ms: int | None = None,
+        *,
+        max_total_bytes: int | None = None,
+        disk_usage_max_percent: float | None = None,
+        volume_bytes: int | None = None,
+        max_age_ms: int | None = None,
+        compact: bool = True,
+    ) -> list[dict[str, Any]]:
+        """Garbage-collect the oldest WAL entries across all vnodes of all databases.
+
+        Triggers (each optional, as RT's archiver policy): the total stored bytes exceed
+        ``max_total_bytes``; the disk usage exceeds ``disk_usage_max_percent`` — of the
+        filesystem holding the data directory (used / total), or with ``volume_bytes`` of a
+        simulated volume holding only the WAL (total stored bytes / volume_bytes); entries
+        older than ``max_age_ms`` (by age timestamp). Entries are removed oldest first by age
+        timestamp, merging the vnodes' heads (a vnode is only ever cut from its head), until
+        every limit holds again. The newest entry of each vnode is never removed, as RT never
+        collects the active log: a vnode's tail stays readable and its counters need no
+        special case. So a limit may still be exceeded afterwards.
+
+        On a real filesystem LevelDB frees deleted entries only when it compacts, so the
+        bytes to free are computed once from the stored sizes (not by re-reading the disk)
+        and, with ``compact``, the cut key ranges are compacted at once so the space comes
+        back before the next call sees the disk. Returns the log-history records written
+        (dicts as in ``log_history``), one per vnode and reason.
+        """
+        now = _now_ms() if now_ms is None else now_ms
+        total = self.total_bytes()
+        need_size = total - max_total_bytes if max_total_bytes is not None and total > max_total_bytes else 0
+        need_disk = 0
+        if disk_usage_max_percent is not None:
+            if volume_bytes is not None:
+                used, capacity = total, volume_bytes
+            else:
+                du = shutil.disk_usage(self.path)
+                used, capacity = du.used, du.total
+            allowed = int(capacity * disk_usage_max_percent / 100)
+            need_disk = max(0, used - allowed)
+        cutoff = now - max_age_ms if max_age_ms is not None else None
+        need = max(need_size, need_disk)
+        if need <= 0 and cutoff is None:
+            return []
+
+        # One cursor per vnode holding >= 2 entries: (iterator, head, entry after head).
+        cursors: dict[tuple[int, int], tuple[Iterator[tuple[bytes, bytes]], tuple[bytes, bytes]]] = {}
+        heap: list[tuple[int, int, int, tuple[bytes, bytes]]] = []
+        for d in self._dbs.values():
+            for vnode, vs in enumerate(d.vnodes):
+                if vs.entries < 2:
+                    continue
+                p = keys.vnode_prefix(keys.WAL, d.info.id, vnode)
+                it = self._db.iterator(start=p, stop=keys.prefix_end(p))
+                head = next(it, None)
+                after = next(it, None)
+                if head is None or after is None:
+                    continue
+                cursors[(d.info.id, vnode)] = (it, after)
+                heap.append((_age_ts(head[0][17], head[1]), d.info.id, vnode, head))
+        heapq.heapify(heap)
+        plan: dict[tuple[int, int], list[tuple[str, list[_Dead]]]] = {}
+        first_kept: dict[tuple[int, int], int] = {}
+        freed = 0
+        while heap:
+            ts, dbid, vnode, (key, value) = heap[0]
+            if cutoff is not None and ts < cutoff:
+                reason = "archiver_age"
+            elif freed < need_size:
+                reason = "archiver_size"
+            elif freed < need:
+                reason = "archiver_disk"
+            else:
+                break
+            runs = plan.setdefault((dbid, vnode), [])
+            if not runs or runs[-1][0] != reason:
+                runs.append((reason, []))
+            runs[-1][1].append(_Dead(key, len(value), ts))
+            freed += len(value)
+            it, after = cursors[(dbid, vnode)]
+            first_kept[(dbid, vnode)] = keys.wal_key_version(after[0])
+            nxt = next(it, None)
+            if nxt is None:  # ``after`` is the newest entry: it stays
+                heapq.heappop(heap)
+                continue
+            cursors[(dbid, vnode)] = (it, nxt)
+            heapq.heapreplace(heap, (_age_ts(after[0][17], after[1]), dbid, vnode, after))
+
+        out: list[dict[str, Any]] = []
+        for (dbid, vnode), runs in plan.items():
+            d = self._dbs_by_id[dbid]
+            vs = d.vnodes[vnode]
+            for i, (reason, dead) in enumerate(runs):
+                kept = (
+                    keys.wal_key_version(runs[i + 1][1][0].key)
+                    if i + 1 < len(runs)
+                    else first_kept[(dbid, vnode)]
+                )
+                rec = self._remove_head(dbid, vnode, vs, dead, kept, None, reason, now)
+                out.append(rec.as_dict(d.info.name))
+            if compact:
+                self._db.compact_range(
+                    start=keys.vnode_prefix(keys.WAL, dbid, vnode),
+                    stop=keys.wal_seek_key(dbid, vnode, first_kept[(dbid, vnode)]),
+                )
+        return out
+
+    # log history (RT's log-history API) ----------------------------------------------------
+
+    def history(self, db: str | None = None) -> list[HistoryRecord]:
+        """The recorded removals (oldest first), of one database or all."""
+        if db is None:
+            return list(self._history.values())
+        dbid = self._get(db).info.id
+        return [r for r in self._history.values() if r.db == dbid]
+
+    def log_history(self, db: str | None = None) -> list[dict[str, Any]]:
+        """Per vnode (databases by name, vnodes in order): the live WAL range and the
+        collected ranges, JSON-ready for ``GET /log-history``.
+
+        Each item: ``db``, ``kind``, ``vnode``, ``log_start``, ``next_version``, ``live``
+        {first_version, last_version, entries, bytes, first_ts, last_ts} (versions and
+        timestamps None when the vnode is empty) and ``collected`` [{first_version,
+        last_version, entries, bytes, first_ts, last_ts, removed_ms, reason}] oldest first.
+        Timestamps are age timestamps (see ``storage.keys``).
+        """
+        dbs = [self._get(db)] if db is not None else sorted(self._dbs.values(), key=lambda d: d.info.name)
+        by_vnode: dict[tuple[int, int], list[HistoryRecord]] = {}
+        for rec in self._history.values():
+            by_vnode.setdefault((rec.db, rec.vnode), []).append(rec)
+        out: list[dict[str, Any]] = []
+        for d in dbs:
+            dbid = d.info.id
+            for vnode, vs in enumerate(d.vnodes):
+                live: dict[str, Any] = {
+                    "first_version": None,
+                    "last_version": None,
+                    "entries": vs.entries,
+                    "bytes": vs.size,
+                    "first_ts": None,
+                    "last_ts": None,
+                }
+                if vs.entries:
+                    p = keys.vnode_prefix(keys.WAL, dbid, vnode)
+                    for key, value in self._db.iterator(prefix=p):
+                        live["first_version"] = keys.wal_key_version(key)
+                        live["first_ts"] = _age_ts(key[17], value)
+                        break
+                    if vs.tail_bases:
+                        last_kind, last_value = vs.tail_entries[-1]
+                    else:
+                        last_key, last_value = next(self._db.iterator(prefix=p, reverse=True))
+                        last_kind = last_key[17]
+                    live["last_version"] = vs.next - 1
+                    live["last_ts"] = _age_ts(last_kind, last_value)
+                collected = [r.as_dict(d.info.name) for r in by_vnode.get((dbid, vnode), ())]
+                for c in collected:
+                    del c["db"], c["vnode"]
+                out.append(
+                    {
+                        "db": d.info.name,
+                        "kind": d.info.kind,
+                        "vnode": vnode,
+                        "log_start": vs.log_start,
+                        "next_version": vs.next,
+                        "live": live,
+                        "collected": collected,
+                    }
+                )
+        return out
 
     # producers -----------------------------------------------------------------------------
 
@@ -919,6 +1428,21 @@ class Store:
 
     def group_metadata(self) -> dict[str, bytes]:
         return {key[1:].decode(): value for key, value in self._db.iterator(prefix=keys.GROUP)}
+
+
+def _int_option(options: dict[str, Any], name: str) -> int:
+    """A tsdb option as an int, looked up case-insensitively (stored as the broker gave it);
+    missing or unparsable = -1 (no limit)."""
+    raw = options.get(name)
+    if raw is None:
+        lname = name.lower()
+        raw = next((v for k, v in options.items() if str(k).lower() == lname), None)
+    if raw is None:
+        return -1
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return -1
 
 
 def _int_config(configs: dict[str, str], name: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -84,3 +85,65 @@ def test_acknowledged_appends_survive_sigkill(tmp_path: Path, wal_level: int) ->
             assert records[0].value.startswith(b"v%dx" % i)
         state = s.producer_state("db", acked[-1][0], 9)
         assert state is not None and state.epoch == 0
+
+
+TX_WRITER = textwrap.dedent(
+    """
+    import json, sys
+    from storage import Store
+
+    path = sys.argv[1]
+    s = Store(path)
+    if s.get_database("power") is None:
+        s.create_database("power", 2, kind="tsdb")
+        s.create_stable("power", "meters", {"name": "meters"})
+    i = len(s.child_tables("power"))
+    while True:
+        name = f"t{i}"
+        vnode = i % 2
+        with s.transaction() as tx:
+            tx.create_child_table("power", name, "meters", {"i": i}, vnode)
+            v = tx.append_meta("power", vnode, json.dumps({"create": name}).encode())
+            base = tx.append_rows("power", vnode, b"rows-%d" % i, 3, i, i)
+        sys.stdout.write(f"{name} {vnode} {v} {base}\\n")
+        sys.stdout.flush()
+        i += 1
+    """
+)
+
+
+def test_catalog_and_meta_entry_survive_sigkill_together(tmp_path: Path) -> None:
+    """A child table is in the catalog exactly when its meta entry (and rows) is in the WAL."""
+    path = tmp_path / "data"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    acked: dict[str, tuple[int, int, int]] = {}
+    for _round in range(2):
+        proc = subprocess.Popen([sys.executable, "-c", TX_WRITER, str(path)], stdout=subprocess.PIPE, env=env)
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline()]
+        deadline = time.monotonic() + random.uniform(0.2, 0.6)
+        while time.monotonic() < deadline or len(lines) < 10:
+            lines.append(proc.stdout.readline())
+        os.kill(proc.pid, signal.SIGKILL)
+        lines += proc.stdout.read().splitlines(keepends=True)
+        proc.wait()
+        for line in lines:
+            if line.endswith(b"\n"):
+                name, vnode, v, base = line.decode().split()
+                acked[name] = (int(vnode), int(v), int(base))
+    assert len(acked) >= 20
+    with Store(path) as s:
+        tables = s.child_tables("power")
+        logged: dict[str, tuple[int, int, int]] = {}
+        for vnode in (0, 1):
+            entries = s.read_entries("power", vnode, 0, 1 << 30)
+            assert [e.kind for e in entries] == ["meta", "rows"] * (len(entries) // 2)
+            for m, r in zip(entries[::2], entries[1::2], strict=True):
+                name = json.loads(m.data)["create"]
+                assert (r.version, r.count, r.data) == (m.version + 1, 3, b"rows-%d" % int(name[1:]))
+                logged[name] = (vnode, m.version, r.version)
+        assert set(tables) == set(logged)  # both or neither
+        assert set(acked) <= set(logged)
+        for name, where in acked.items():
+            assert logged[name] == where
+            assert tables[name].vnode == where[0] and tables[name].tags == {"i": int(name[1:])}
