@@ -458,3 +458,18 @@ def test_fuzz_compile_only_sqlerror(text):
         p.apply(table())
     except SqlError:
         pass
+
+
+def test_unsigned_bool_nchar_chunked_and_empty_tables():
+    schema = parse("CREATE STABLE s2 (ts TIMESTAMP, u BIGINT UNSIGNED, b BOOL, n NCHAR(4)) TAGS (t1 TINYINT)").schema()
+    p = compile_projection(
+        parse("SELECT u + 1 AS x, cast(u AS INT) AS y FROM s2 WHERE u > 5 AND b AND t1 IN (1, 2) AND n LIKE '%'").select,
+        schema,
+    )
+    rows = [
+        {"tbname": "a", "ts": 1, "u": 2**64 - 1, "b": True, "n": "äö", "t1": 1},
+        {"tbname": "b", "ts": 2, "u": 3, "b": False, "n": None, "t1": 2},
+    ]
+    tbl = pa.Table.from_pylist(rows, schema=schema.arrow_schema())
+    assert p.apply(pa.concat_tables([tbl, tbl])).to_pylist() == [{"x": 2.0**64, "y": -1}] * 2
+    assert p.apply(schema.arrow_schema().empty_table()).num_rows == 0

@@ -111,7 +111,7 @@ class _V:
 # --- small Arrow helpers ----------------------------------------------------------------
 
 
-def _cast(x: Value, t: pa.DataType, safe: bool = True) -> Value:
+def _cast(x: Value, t: pa.DataType, safe: bool = False) -> Value:
     if x.type == t:
         return x
     return pc.cast(x, t, safe=safe)
@@ -894,6 +894,14 @@ class _Compiler:
 # --- public API -------------------------------------------------------------------------
 
 
+def _run(fn: Callable[[], pa.Array], what: str) -> pa.Array:
+    """Evaluate; an Arrow failure on odd data becomes a SqlError naming the expression."""
+    try:
+        return fn()
+    except (pa.ArrowException, ValueError, TypeError) as e:
+        raise SqlError(f"cannot evaluate {what}: {e}") from None
+
+
 def _now(now_ms: int | None) -> int:
     return now_ms if now_ms is not None else int(time.time() * 1000)
 
@@ -908,7 +916,7 @@ class Filter:
 
     def mask(self, table: pa.Table, *, now_ms: int | None = None) -> pa.BooleanArray:
         ctx = _Ctx(table.num_rows, _now(now_ms))
-        r = _full(self._ev.ev(table, ctx), ctx.n, pa.bool_())
+        r = _run(lambda: _full(self._ev.ev(table, ctx), ctx.n, pa.bool_()), self.sql)
         return pc.fill_null(r, False)
 
     def apply(self, table: pa.Table, *, now_ms: int | None = None) -> pa.Table:
@@ -928,7 +936,10 @@ class Projection:
 
     def evaluate(self, table: pa.Table, *, now_ms: int | None = None) -> pa.Table:
         ctx = _Ctx(table.num_rows, _now(now_ms))
-        arrays = [_full(v.ev(table, ctx), ctx.n, t.arrow) for v, t in zip(self._evs, self.types, strict=True)]
+        arrays = [
+            _run(lambda v=v, t=t: _full(v.ev(table, ctx), ctx.n, t.arrow), name)
+            for v, t, name in zip(self._evs, self.types, self.names, strict=True)
+        ]
         return pa.Table.from_arrays(arrays, names=list(self.names))
 
     def apply(self, table: pa.Table, *, now_ms: int | None = None) -> pa.Table:
