@@ -20,7 +20,45 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", help="data directory (default ./data)")
     serve.add_argument("--config", help="TOML file of broker settings")
     serve.add_argument("--log-level", default="INFO")
+    sql = sub.add_parser("sql", help="run SQL statements on a running broker (its HTTP endpoint)")
+    sql.add_argument("statement", help="one or more statements separated by ';'")
+    sql.add_argument("--http", default="127.0.0.1:6041", help="the broker's HTTP address (default 127.0.0.1:6041)")
+    sql.add_argument("--db", help="database for unqualified names (as after USE db)")
+    sql.add_argument("--json", action="store_true", help="print the raw JSON answer")
     return parser
+
+
+def _sql(args: argparse.Namespace) -> int:
+    """POST the statement to /rest/sql and print the answer as a table (or the error)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = f"http://{args.http}/rest/sql" + (f"/{args.db}" if args.db else "")
+    request = urllib.request.Request(url, data=args.statement.encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            answer = json.load(response)
+    except urllib.error.HTTPError as exc:
+        answer = json.load(exc)
+    except OSError as exc:
+        print(f"tmqgate sql: cannot reach {url}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(answer))
+        return 0 if answer.get("code") == 0 else 1
+    if answer.get("code") != 0:
+        print(f"error {answer.get('code')}: {answer.get('desc')}", file=sys.stderr)
+        return 1
+    names = [c[0] for c in answer["column_meta"]]
+    rows = [["NULL" if v is None else str(v) for v in row] for row in answer["data"]]
+    widths = [max([len(n)] + [len(r[i]) for r in rows]) for i, n in enumerate(names)]
+    print(" | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    print(f"Query OK, {answer['rows']} row(s) in set")
+    return 0
 
 
 async def _serve(config: BrokerConfig) -> None:
@@ -43,11 +81,12 @@ async def _serve(config: BrokerConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=getattr(args, "log_level", "WARNING").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command == "serve":
-        config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir)
-        asyncio.run(_serve(config))
+    if args.command == "sql":
+        return _sql(args)
+    config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir)
+    asyncio.run(_serve(config))
     return 0
 
 

@@ -1,23 +1,57 @@
-"""The HTTP front (SPEC.md): `GET /health` now; `POST /rest/sql` joins it with the SQL front."""
+"""The HTTP front (SPEC.md): `POST /rest/sql[/db]` in the shape of TDengine's REST API,
+`GET /log-history` (each vnode's WAL ranges, collected ones included), and `GET /health`."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from broker.sql.ast import SqlError
+from broker.sql.executor import Executor
+
 if TYPE_CHECKING:
     from broker.server import Broker
 
+log = logging.getLogger("tmqgate.http")
+
+# TDengine's error codes: a parse error (TSDB_CODE_PAR_SYNTAX_ERROR) and a statement the
+# catalog refuses (TSDB_CODE_PAR_INVALID_... family); the message says which.
+SYNTAX_ERROR = 0x2600
+STATEMENT_ERROR = 0x2601
+INTERNAL_ERROR = 0x0001
+
 
 def make_app(broker: Broker) -> web.Application:
-    app = web.Application()
+    app = web.Application(client_max_size=256 * 1024 * 1024)
+    executor = Executor(broker)
 
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "node_id": broker.config.node_id,
                                   "topics": len(broker.topics.all())})
 
+    async def rest_sql(request: web.Request) -> web.Response:
+        text = await request.text()
+        db = request.match_info.get("db")
+        try:
+            result = executor.execute(text, db)
+        except SqlError as exc:
+            desc = exc.message
+            code = SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR
+            return web.json_response({"code": code, "desc": desc}, status=400)
+        except Exception as exc:  # a bug must not take the endpoint down; the statement failed alone
+            log.exception("statement failed: %s", text[:200])
+            return web.json_response({"code": INTERNAL_ERROR, "desc": f"internal error: {exc}"}, status=500)
+        return web.json_response(result.to_json())
+
+    async def log_history(request: web.Request) -> web.Response:
+        return web.json_response({"vnodes": broker.store.log_history(request.query.get("db"))})
+
     app.router.add_get("/health", health)
+    app.router.add_post("/rest/sql", rest_sql)
+    app.router.add_post("/rest/sql/{db}", rest_sql)
+    app.router.add_get("/log-history", log_history)
     return app
 
 

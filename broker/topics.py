@@ -1,8 +1,16 @@
 """Kafka topics over TDengine-style databases.
 
-A plain topic made with CreateTopics is a database of its own (one vnode per partition)
-holding opaque Kafka records, plus a database topic over it (SPEC.md), so it behaves exactly
-as a Kafka topic. The registry caches the catalog so the hot paths never touch LevelDB for it.
+Three kinds of database-backed topics share the Kafka topic namespace:
+
+- a plain topic made with CreateTopics is a database of its own (one vnode per partition)
+  holding opaque Kafka records, read back byte for byte (SPEC.md);
+- a SQL database (`CREATE DATABASE db VGROUPS n`) is a topic named after it: producers write
+  rows to it as InfluxDB line protocol or OpenTSDB JSON, and reading it is the database topic
+  over it;
+- a TDengine topic (`CREATE TOPIC t AS DATABASE | STABLE | SELECT …`) is a view over one
+  database's vnodes, evaluated inside Fetch.
+
+The registry caches the catalog so the hot paths never touch LevelDB for it.
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from broker.topic_configs import effective, validate
+from broker.tsdb.catalog import TsdbCatalog
+from broker.tsdb.views import TopicDef, View
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -19,7 +29,16 @@ if TYPE_CHECKING:
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+KAFKA = "kafka"  # a plain Kafka topic
+TSDB = "tsdb"  # a SQL database, written with line protocol / JSON
+TMQ = "tmq"  # a TDengine topic (read-only view)
+
+# Topic configs through which Kafka tooling creates a TDengine topic:
+# kafka-topics --create --topic t --config tmq.as="SELECT ts, current FROM power.meters WHERE …"
+TMQ_AS = "tmq.as"
+TMQ_META = "tmq.meta"
+TMQ_DB = "tmq.db"
 
 
 class TopicError(Exception):
@@ -40,6 +59,8 @@ class Topic:
     db: str
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
+    kind: str = KAFKA
+    view: View | None = None
 
     def config(self, name: str) -> str:
         return effective(self.configs, name)
@@ -47,6 +68,12 @@ class Topic:
     @property
     def max_message_bytes(self) -> int:
         return int(self.config("max.message.bytes"))
+
+    def read(self, store: Store, vnode: int, offset: int, max_bytes: int) -> list[bytes]:
+        """Record batches from `offset` on: stored bytes for plain topics, the view otherwise."""
+        if self.view is None:
+            return store.read(self.db, vnode, offset, max_bytes)
+        return self.view.read(vnode, offset, max_bytes)
 
 
 def check_topic_name(name: str | None) -> str:
@@ -78,19 +105,43 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
 
 
 class TopicRegistry:
-    """Name and id lookups of plain topics, backed by the storage catalog."""
+    """Name and id lookups of every topic kind, backed by the storage catalog."""
 
     def __init__(self, broker: Broker, store: Store) -> None:
         self._broker = broker
         self._store = store
+        self.catalog = TsdbCatalog(store)
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[bytes, Topic] = {}
-        for info in store.databases():
-            self._remember(Topic(info.name, info.topic_id, info.name, info.vgroups, dict(info.configs)))
+        self.reload()
 
-    def _remember(self, topic: Topic) -> None:
-        self._by_name[topic.name] = topic
-        self._by_id[topic.topic_id] = topic
+    def reload(self) -> None:
+        """Rebuild the topic map from the catalog (after DDL that adds or removes topics)."""
+        by_name: dict[str, Topic] = {}
+        vgroups = {}
+        for info in self._store.databases():
+            vgroups[info.name] = info.vgroups
+            if info.kind == TSDB:
+                definition = TopicDef(info.name, "database", info.name, None, None,
+                                      f"CREATE TOPIC {info.name} AS DATABASE {info.name}")
+                by_name[info.name] = Topic(info.name, info.topic_id, info.name, info.vgroups, {}, TSDB,
+                                           View(definition, self._store, self.catalog))
+            else:
+                by_name[info.name] = Topic(info.name, info.topic_id, info.name, info.vgroups,
+                                           dict(info.configs))
+        for name, tmq in self._store.tmq_topics().items():
+            definition = TopicDef.from_json(name, tmq.definition)
+            by_name[name] = Topic(name, tmq.topic_id, definition.db, vgroups.get(definition.db, 0),
+                                  {TMQ_AS: definition.statement}, TMQ,
+                                  View(definition, self._store, self.catalog))
+        self._by_name = by_name
+        self._by_id = {t.topic_id: t for t in by_name.values()}
+
+    def invalidate_views(self, db: str) -> None:
+        """A supertable of `db` changed: views recompile their expressions on next use."""
+        for topic in self._by_name.values():
+            if topic.view is not None and topic.db == db:
+                topic.view.invalidate()
 
     def get(self, name: str | None) -> Topic | None:
         return self._by_name.get(name) if name is not None else None
@@ -103,10 +154,13 @@ class TopicRegistry:
 
     def create(self, name: str, partitions: int, configs: dict[str, str | None],
                validate_only: bool = False) -> Topic:
-        """Create a plain topic: its database of `partitions` vnodes and the topic over it."""
+        """CreateTopics: a plain topic (its database of `partitions` vnodes and the topic over
+        it), or — with the tmq.as config — a TDengine topic over an existing database."""
         check_topic_name(name)
         if name in self._by_name:
             raise TopicError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+        if configs.get(TMQ_AS) is not None:
+            return self._create_tmq(name, partitions, configs, validate_only)
         if partitions < 1:
             raise TopicError("INVALID_PARTITIONS", "Number of partitions must be larger than 0.")
         clean = validate_configs(configs)
@@ -114,15 +168,56 @@ class TopicRegistry:
             return Topic(name, bytes(16), name, partitions, clean)
         info = self._store.create_database(name, partitions, clean)
         topic = Topic(name, info.topic_id, name, info.vgroups, dict(info.configs))
-        self._remember(topic)
+        self._by_name[name] = topic
+        self._by_id[topic.topic_id] = topic
+        return topic
+
+    def _create_tmq(self, name: str, partitions: int, configs: dict[str, str | None],
+                    validate_only: bool) -> Topic:
+        from broker.sql import ast
+        from broker.sql.executor import Executor
+        from broker.sql.parser import parse
+
+        unknown = set(configs) - {TMQ_AS, TMQ_META, TMQ_DB}
+        if unknown:
+            raise TopicError("INVALID_CONFIG", f"A TDengine topic takes only the configs {TMQ_AS}, {TMQ_META}, "
+                                               f"{TMQ_DB}; got {', '.join(sorted(unknown))}")
+        meta = (configs.get(TMQ_META) or "").strip().lower()
+        if meta not in ("", "with", "only"):
+            raise TopicError("INVALID_CONFIG", f"{TMQ_META} must be 'with' or 'only', not {meta!r}")
+        text = f"CREATE TOPIC {name} {meta.upper() + ' META ' if meta else ''}AS {configs[TMQ_AS]}"
+        executor = Executor(self._broker)
+        try:
+            stmt = parse(text)
+            assert isinstance(stmt, ast.CreateTopic)
+            definition = executor.define_topic(stmt, configs.get(TMQ_DB))
+        except ast.SqlError as exc:
+            raise TopicError("INVALID_CONFIG", f"{TMQ_AS}: {exc.message}") from None
+        vgroups = self._store.get_database(definition.db).vgroups
+        if partitions not in (-1, vgroups):
+            raise TopicError("INVALID_PARTITIONS",
+                             f"A topic over database {definition.db} has its {vgroups} vnodes as partitions")
+        if validate_only:
+            return Topic(name, bytes(16), definition.db, vgroups, {}, TMQ)
+        self._store.create_tmq_topic(name, definition.to_json())
+        self.reload()
+        topic = self._by_name[name]
         return topic
 
     def delete(self, topic: Topic) -> None:
-        self._store.drop_database(topic.db)
+        if topic.kind == TSDB:
+            raise TopicError("INVALID_REQUEST", f"'{topic.name}' is a database; drop it with DROP DATABASE")
+        if topic.kind == TMQ:
+            self._store.drop_tmq_topic(topic.name)
+        else:
+            self._store.drop_database(topic.db)
         self._by_name.pop(topic.name, None)
         self._by_id.pop(topic.topic_id, None)
 
     def add_partitions(self, topic: Topic, count: int, validate_only: bool = False) -> None:
+        if topic.kind != KAFKA:
+            raise TopicError("INVALID_REQUEST",
+                             f"'{topic.name}' takes its partitions from the vnodes of database {topic.db}")
         if count <= topic.partitions:
             raise TopicError("INVALID_PARTITIONS",
                              f"Topic currently has {topic.partitions} partitions, which is higher than "
@@ -135,5 +230,7 @@ class TopicRegistry:
 
     def set_configs(self, topic: Topic, configs: dict[str, str]) -> None:
         """Replace the topic's own configs (values already validated)."""
+        if topic.kind != KAFKA:
+            raise TopicError("INVALID_REQUEST", f"'{topic.name}' is configured through SQL, not topic configs")
         self._store.set_configs(topic.db, configs)
         topic.configs = dict(configs)

@@ -108,11 +108,10 @@ def _alter(broker: Broker, rtype: int, name: str, compute: Any, validate_only: b
         return out
     try:
         new = validate_configs(compute(dict(topic.configs)))
+        if not validate_only:
+            broker.topics.set_configs(topic, new)
     except TopicError as exc:
         out.update(error_code=int(ErrorCode[exc.code]), error_message=exc.message)
-        return out
-    if not validate_only:
-        broker.topics.set_configs(topic, new)
     return out
 
 

@@ -82,7 +82,7 @@ def _read_all(broker: Broker, wanted: list[tuple[dict[str, Any], Topic | None]],
                     entry["error_code"] = 0
                     limit = min(p["partition_max_bytes"], budget)
                     if offset < hw and (limit > 0 or total == 0):
-                        batches = store.read(topic.db, index, offset, max(limit, 1))
+                        batches = topic.read(store, index, offset, max(limit, 1))
                         if total > 0:
                             batches = _within(batches, limit)
                         if batches:

@@ -10,6 +10,7 @@ from protocol.records import decode_records, parse_header
 
 if TYPE_CHECKING:
     from broker.server import Broker
+    from broker.topics import Topic
     from protocol.messages import Request
 
 LATEST = -1
@@ -20,16 +21,24 @@ EARLIEST_PENDING_UPLOAD = -5
 LATEST_TIERED = -6
 
 
-def _first_record_at(broker: Broker, db: str, vnode: int, base: int, ts: int) -> tuple[int, int]:
-    """The storage time index finds the batch; this finds the record in it, as Kafka returns it:
-    the first offset (not below log start) whose timestamp is at least `ts`."""
-    start = broker.store.log_start(db, vnode)
-    for batch in broker.store.read(db, vnode, base, 1):
-        header = parse_header(batch)
-        for record in decode_records(batch):
-            stamp = header.max_timestamp if header.timestamp_type == 1 else record.timestamp
-            if record.offset >= start and stamp >= ts:
-                return record.offset, stamp
+def _first_record_at(broker: Broker, topic: Topic, vnode: int, base: int, ts: int) -> tuple[int, int]:
+    """The storage time index finds the entry; this finds the record, as Kafka returns it: the
+    first offset (not below log start) whose timestamp is at least `ts`. A view topic may have
+    filtered out every row of that entry, so the scan goes on through later ones."""
+    store = broker.store
+    offset = max(base, store.log_start(topic.db, vnode))
+    end = store.next_version(topic.db, vnode)
+    while offset < end:
+        batches = topic.read(store, vnode, offset, 1 << 16)
+        if not batches:
+            break
+        for batch in batches:
+            header = parse_header(batch)
+            for record in decode_records(batch):
+                stamp = header.max_timestamp if header.timestamp_type == 1 else record.timestamp
+                if record.offset >= offset and stamp >= ts:
+                    return record.offset, stamp
+            offset = max(offset, header.next_offset)
     return -1, -1
 
 
@@ -58,11 +67,11 @@ async def list_offsets(broker: Broker, req: Request) -> dict[str, Any]:
             elif ts == MAX_TIMESTAMP:
                 found = store.max_timestamp_offset(topic.db, index)
                 if found is not None:
-                    entry["offset"], entry["timestamp"] = _first_record_at(broker, topic.db, index, found[0], found[1])
+                    entry["offset"], entry["timestamp"] = _first_record_at(broker, topic, index, found[0], found[1])
             elif ts >= 0:
                 found = store.offset_for_timestamp(topic.db, index, ts)
                 if found is not None:
-                    entry["offset"], entry["timestamp"] = _first_record_at(broker, topic.db, index, found[0], ts)
+                    entry["offset"], entry["timestamp"] = _first_record_at(broker, topic, index, found[0], ts)
             else:
                 entry["error_code"] = int(ErrorCode.INVALID_REQUEST)
             parts.append(entry)

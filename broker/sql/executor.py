@@ -1,0 +1,454 @@
+"""Runs SQL statements against the catalog and the vnode WALs.
+
+Every statement either completes or changes nothing: checks run first, and each catalog change
+is written in one storage transaction together with the meta entries TDengine would log for it
+(create/alter supertable on every vnode, create child table on its vnode), so the WAL order of
+meta and data is the order a WITH META topic delivers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from broker.sql import ast
+from broker.sql.ast import SqlError
+from broker.sql.parser import parse_script
+from broker.tsdb.catalog import STABLE_METADATA_KEY, home_vnode, meta_payload, schema_to_json
+from broker.tsdb.rows import RowsError, build_rows_table, encode_rows
+from broker.tsdb.types import StableSchema, TypeError_, check_value
+from broker.tsdb.views import TopicDef
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+DEFAULT_VGROUPS = 2  # TDengine's default
+
+
+@dataclass
+class Result:
+    """A statement's answer in the shape of TDengine's REST API."""
+
+    columns: list[tuple[str, str, int]] = field(default_factory=lambda: [("affected_rows", "INT", 4)])
+    rows: list[list[Any]] = field(default_factory=lambda: [[0]])
+
+    @classmethod
+    def affected(cls, n: int) -> Result:
+        return cls(rows=[[n]])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": 0, "column_meta": [list(c) for c in self.columns], "data": self.rows,
+                "rows": len(self.rows)}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Executor:
+    """Executes statements for one broker; `db` is the session's current database (USE)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.catalog = broker.topics.catalog
+
+    def execute(self, text: str, db: str | None = None) -> Result:
+        """Run every statement of `text`; returns the last one's result."""
+        statements = parse_script(text)
+        if not statements:
+            raise SqlError("empty statement", 0)
+        result = Result.affected(0)
+        for stmt in statements:
+            if isinstance(stmt, ast.UseDatabase):
+                self._database(stmt.name)
+                db = stmt.name
+                result = Result.affected(0)
+                continue
+            result = self._run(stmt, db)
+        return result
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _database(self, name: str | None) -> Any:
+        if name is None:
+            raise SqlError("Database not specified or available (USE db, or qualify the name as db.table)")
+        info = self.store.get_database(name)
+        if info is None or info.kind != "tsdb":
+            raise SqlError(f"Database not exist: {name}")
+        return info
+
+    def _stable(self, db: str, name: str) -> StableSchema:
+        found = self.catalog.find_stable(db, name)
+        if found is None:
+            raise SqlError(f"STable not exist: {db}.{name}")
+        schema = self.catalog.schema(db, found)
+        assert schema is not None
+        return schema
+
+    def _name_free(self, name: str) -> None:
+        """Databases are Kafka topics too, so a database, a Kafka topic and a TDengine topic
+        may not share a name."""
+        if self.broker.topics.get(name) is not None:
+            raise SqlError(f"Name already used by a topic or database: {name}")
+
+    def _changed(self, db: str, stable: str | None = None) -> None:
+        self.catalog.invalidate(db, stable)
+        self.broker.topics.invalidate_views(db)
+
+    def _run(self, stmt: ast.Statement, db: str | None) -> Result:
+        handler = getattr(self, "_" + type(stmt).__name__, None)
+        if handler is None:
+            raise SqlError(f"statement not supported: {type(stmt).__name__}")
+        return handler(stmt, db)
+
+    # -- databases ------------------------------------------------------------------------
+
+    def _CreateDatabase(self, stmt: ast.CreateDatabase, _db: str | None) -> Result:
+        if self.store.get_database(stmt.name) is not None or self.broker.topics.get(stmt.name) is not None:
+            if stmt.if_not_exists and self.store.get_database(stmt.name) is not None:
+                return Result.affected(0)
+            raise SqlError(f"Database already exists: {stmt.name}")
+        vgroups = stmt.vgroups if stmt.vgroups is not None else DEFAULT_VGROUPS
+        if not 1 <= vgroups <= 1024:
+            raise SqlError(f"Invalid option vgroups: {vgroups} (must be in 1..1024)")
+        options = dict(stmt.options)
+        options.update(precision=stmt.precision,
+                       wal_retention_period=-1 if stmt.wal_retention_period is None else stmt.wal_retention_period,
+                       wal_retention_size=-1 if stmt.wal_retention_size is None else stmt.wal_retention_size)
+        self.store.create_database(stmt.name, vgroups, {}, kind="tsdb", options=options)
+        self.broker.topics.reload()
+        return Result.affected(0)
+
+    def _DropDatabase(self, stmt: ast.DropDatabase, _db: str | None) -> Result:
+        info = self.store.get_database(stmt.name)
+        if info is None or info.kind != "tsdb":
+            if stmt.if_exists:
+                return Result.affected(0)
+            raise SqlError(f"Database not exist: {stmt.name}")
+        users = [name for name, t in self.store.tmq_topics().items() if t.definition["db"] == stmt.name]
+        if users:
+            raise SqlError(f"Topic must be dropped first: {', '.join(sorted(users))}")
+        self.store.drop_database(stmt.name)
+        self.catalog.invalidate(stmt.name)
+        self.broker.topics.reload()
+        return Result.affected(0)
+
+    # -- supertables and child tables -----------------------------------------------------
+
+    def _CreateStable(self, stmt: ast.CreateStable, db: str | None) -> Result:
+        info = self._database(stmt.db or db)
+        if self.catalog.find_stable(info.name, stmt.name) is not None:
+            if stmt.if_not_exists:
+                return Result.affected(0)
+            raise SqlError(f"STable already exists: {stmt.name}")
+        if stmt.name in self.store.child_tables(info.name):
+            raise SqlError(f"Table already exists: {stmt.name}")
+        schema = stmt.schema()
+        self._write_stable(info, schema, create=True, details={
+            "columns": [{"name": c.name, "type": str(c.type)} for c in schema.columns],
+            "tags": [{"name": t.name, "type": str(t.type)} for t in schema.tags]})
+        return Result.affected(0)
+
+    def _write_stable(self, info: Any, schema: StableSchema, *, create: bool, details: dict[str, Any]) -> None:
+        """Store the supertable's schema and log the change on every vnode, atomically."""
+        payload = meta_payload("create" if create else "alter", "super", schema.name, stable=schema.name, **details)
+        with self.store.transaction() as tx:
+            if create:
+                tx.create_stable(info.name, schema.name, schema_to_json(schema))
+            else:
+                tx.alter_stable(info.name, schema.name, schema_to_json(schema))
+            for vnode in range(info.vgroups):
+                tx.append_meta(info.name, vnode, payload)
+        self._changed(info.name, schema.name)
+        for vnode in range(info.vgroups):
+            self.broker.notifier.notify(info.name, vnode)
+
+    def _AlterStableAddColumn(self, stmt: ast.AlterStableAddColumn, db: str | None) -> Result:
+        return self._alter_add(stmt.db or db, stmt.stable, stmt.column, tag=False)
+
+    def _AlterStableAddTag(self, stmt: ast.AlterStableAddTag, db: str | None) -> Result:
+        return self._alter_add(stmt.db or db, stmt.stable, stmt.tag, tag=True)
+
+    def _alter_add(self, db: str | None, stable: str, column: Any, *, tag: bool) -> Result:
+        info = self._database(db)
+        schema = self._stable(info.name, stable)
+        if schema.find(column.name) is not None:
+            raise SqlError(f"Duplicated column names: {column.name}")
+        new = StableSchema(schema.name, list(schema.columns) + ([] if tag else [column]),
+                           list(schema.tags) + ([column] if tag else []))
+        self._write_stable(info, new, create=False, details={
+            "alterType": "add_tag" if tag else "add_column", "colName": column.name, "colType": str(column.type)})
+        return Result.affected(0)
+
+    def _CreateTable(self, stmt: ast.CreateTable, db: str | None) -> Result:
+        info = self._database(stmt.db or db)
+        if stmt.name in self.store.child_tables(info.name):
+            if stmt.if_not_exists:
+                return Result.affected(0)
+            raise SqlError(f"Table already exists: {stmt.name}")
+        schema = self._stable(info.name, stmt.stable)
+        self._create_child(info, stmt.name, schema, stmt.resolve_tags(schema, now_ms=_now_ms()))
+        return Result.affected(0)
+
+    def _CreateTables(self, stmt: ast.CreateTables, db: str | None) -> Result:
+        for table in stmt.tables:
+            self._CreateTable(table, db)
+        return Result.affected(0)
+
+    def _create_child(self, info: Any, name: str, schema: StableSchema, tags: dict[str, Any]) -> int:
+        """Create a child table on its home vnode with its meta entry; returns the vnode."""
+        if self.catalog.find_stable(info.name, name) is not None:
+            raise SqlError(f"Table already exists: {name} is a supertable")
+        vnode = home_vnode(name, info.vgroups)
+        payload = meta_payload("create", "child", name, stable=schema.name, using=schema.name,
+                               tags=[{"name": t.name, "type": str(t.type), "value": tags.get(t.name)}
+                                     for t in schema.tags])
+        with self.store.transaction() as tx:
+            tx.create_child_table(info.name, name, schema.name, tags, vnode)
+            tx.append_meta(info.name, vnode, payload)
+        self.catalog.invalidate(info.name, schema.name)
+        self.broker.notifier.notify(info.name, vnode)
+        return vnode
+
+    def _DropStable(self, stmt: ast.DropStable, db: str | None) -> Result:
+        info = self._database(stmt.db or db)
+        name = self.catalog.find_stable(info.name, stmt.name)
+        if name is None:
+            if stmt.if_exists:
+                return Result.affected(0)
+            raise SqlError(f"STable not exist: {stmt.name}")
+        users = [t for t, d in self.store.tmq_topics().items()
+                 if d.definition["db"] == info.name and d.definition.get("stable") == name]
+        if users:
+            raise SqlError(f"Topic must be dropped first: {', '.join(sorted(users))}")
+        self.store.drop_stable(info.name, name)
+        self._changed(info.name, name)
+        return Result.affected(0)
+
+    def _DropTable(self, stmt: ast.DropTable, db: str | None) -> Result:
+        info = self._database(stmt.db or db)
+        if stmt.name not in self.store.child_tables(info.name):
+            if stmt.if_exists:
+                return Result.affected(0)
+            raise SqlError(f"Table does not exist: {stmt.name}")
+        child = self.store.child_tables(info.name)[stmt.name]
+        self.store.drop_child_table(info.name, stmt.name)
+        self.catalog.invalidate(info.name, child.stable)
+        return Result.affected(0)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def _Insert(self, stmt: ast.Insert, db: str | None) -> Result:
+        now = _now_ms()
+        # Check and convert everything first: a failed INSERT writes nothing.
+        groups: dict[tuple[str, str, int], tuple[StableSchema, list[str], dict[str, list[Any]]]] = {}
+        creates: list[tuple[Any, str, StableSchema, dict[str, Any]]] = []
+        total = 0
+        for rows in stmt.tables:
+            info = self._database(rows.db or db)
+            child = self.store.child_tables(info.name).get(rows.table)
+            if child is None:
+                planned = next((c for c in creates if c[0].name == info.name and c[1] == rows.table), None)
+                if planned is not None:
+                    schema = planned[2]
+                elif rows.stable is None:
+                    raise SqlError(f"Table does not exist: {rows.table}")
+                else:
+                    schema = self._stable(info.name, rows.stable)
+                    creates.append((info, rows.table, schema, rows.resolve_tags(schema, now_ms=now)))
+                vnode = home_vnode(rows.table, info.vgroups)
+            else:
+                schema = self._stable(info.name, child.stable)
+                vnode = child.vnode
+            names = [c.name for c in schema.columns] if rows.columns is None else rows.columns
+            cols = []
+            for name in names:
+                col = schema.find(name)
+                if col is None or schema.is_tag(name):
+                    raise SqlError(f"Invalid column name: {name}")
+                cols.append(col)
+            if cols[0] is not schema.columns[0] and schema.columns[0] not in cols:
+                raise SqlError(f"Primary timestamp column {schema.columns[0].name} can not be null")
+            key = (info.name, schema.name, vnode)
+            _, tbnames, values = groups.setdefault(key, (schema, [], defaultdict(list)))
+            for row in rows.values:
+                if len(row) != len(cols):
+                    raise SqlError(f"Illegal number of columns: {len(row)} values for {len(cols)} columns")
+                given = {}
+                for col, value in zip(cols, row, strict=True):
+                    try:
+                        given[col.name] = check_value(col.type, value, now_ms=now)
+                    except TypeError_ as exc:
+                        raise SqlError(f"Invalid value for column {col.name}: {exc}") from None
+                if given.get(schema.columns[0].name) is None:
+                    raise SqlError(f"Primary timestamp column {schema.columns[0].name} can not be null")
+                tbnames.append(rows.table)
+                for c in schema.columns:
+                    values[c.name].append(given.get(c.name))
+                total += 1
+        tables = {}
+        for key, (schema, tbnames, values) in groups.items():
+            try:
+                table = build_rows_table(schema, tbnames, values)
+            except RowsError as exc:
+                raise SqlError(str(exc)) from None
+            tables[key] = (schema, table)
+        for info, name, schema, tags in creates:
+            self._create_child(info, name, schema, tags)
+        for (dbname, stable, vnode), (_schema, table) in tables.items():
+            self.append_rows(dbname, stable, vnode, table)
+        return Result.affected(total)
+
+    def append_rows(self, db: str, stable: str, vnode: int, table: pa.Table) -> int:
+        """Append one supertable's rows to a vnode's WAL (one version per row); wake fetches."""
+        table = table.replace_schema_metadata({STABLE_METADATA_KEY: stable.encode()})
+        ts = table.column(1)
+        base = self.store.append_rows(db, vnode, encode_rows(table), table.num_rows,
+                                      pa.compute.max(ts).as_py(), pa.compute.min(ts).as_py())
+        self.broker.notifier.notify(db, vnode)
+        return base
+
+    # -- topics ---------------------------------------------------------------------------
+
+    def _CreateTopic(self, stmt: ast.CreateTopic, db: str | None) -> Result:
+        if self.store.tmq_topic(stmt.name) is not None:
+            if stmt.if_not_exists:
+                return Result.affected(0)
+            raise SqlError(f"Topic already exists: {stmt.name}")
+        self._name_free(stmt.name)
+        topic = self.define_topic(stmt, db)
+        self.store.create_tmq_topic(stmt.name, topic.to_json())
+        self.broker.topics.reload()
+        return Result.affected(0)
+
+    def define_topic(self, stmt: ast.CreateTopic, db: str | None) -> TopicDef:
+        """Check a CREATE TOPIC against the catalog and compile its view once (errors now,
+        not at the first Fetch)."""
+        from broker.sql.expr import compile_filter, compile_projection
+
+        info = self._database(stmt.db or db)
+        stable = None
+        if stmt.kind != "database":
+            schema = self._stable(info.name, stmt.stable or "")
+            stable = schema.name
+            if stmt.kind == "select":
+                if stmt.meta is not None:
+                    raise SqlError("WITH META / ONLY META is only for database and supertable topics")
+                compile_projection(stmt.select, schema)
+            elif stmt.where is not None:
+                compile_filter(stmt.where, schema, tags_only=True)
+        # The statement is kept as written; the view needs only its SELECT or WHERE, and the
+        # database is stored beside it.
+        return TopicDef(stmt.name, stmt.kind, info.name, stable, stmt.meta, stmt.statement)
+
+    def _DropTopic(self, stmt: ast.DropTopic, _db: str | None) -> Result:
+        if self.store.tmq_topic(stmt.name) is None:
+            if stmt.if_exists:
+                return Result.affected(0)
+            raise SqlError(f"Topic not exist: {stmt.name}")
+        groups = self.broker.coordinator.groups_subscribed_to(stmt.name)
+        if groups and not stmt.force:
+            raise SqlError(f"Topic being consumed by group(s) {', '.join(sorted(groups))}; "
+                           "unsubscribe first or use DROP TOPIC ... FORCE")
+        self.store.drop_tmq_topic(stmt.name)
+        for group in self.store.offset_groups():
+            self.store.delete_offsets(group, stmt.name)
+        self.broker.topics.reload()
+        return Result.affected(0)
+
+    def _DropConsumerGroup(self, stmt: ast.DropConsumerGroup, _db: str | None) -> Result:
+        if self.broker.topics.get(stmt.topic) is None:
+            raise SqlError(f"Topic not exist: {stmt.topic}")
+        if stmt.group not in self.store.offset_groups() and stmt.group not in self.broker.coordinator.group_ids():
+            if stmt.if_exists:
+                return Result.affected(0)
+            raise SqlError(f"Consumer group not exist: {stmt.group}")
+        if stmt.group in self.broker.coordinator.groups_subscribed_to(stmt.topic) and not stmt.force:
+            raise SqlError(f"Consumer group {stmt.group} is being used by active consumers of {stmt.topic}")
+        self.store.delete_offsets(stmt.group, stmt.topic)
+        return Result.affected(0)
+
+    # -- SHOW and DESCRIBE ----------------------------------------------------------------
+
+    def _Show(self, stmt: ast.Show, db: str | None) -> Result:
+        return getattr(self, "_show_" + stmt.what)(stmt, db)
+
+    def _show_databases(self, _stmt: ast.Show, _db: str | None) -> Result:
+        rows = [[d.name, d.created_ms, d.vgroups, d.options.get("wal_retention_period", -1),
+                 d.options.get("wal_retention_size", -1)]
+                for d in self.store.databases() if d.kind == "tsdb"]
+        return Result([("name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("vgroups", "INT", 4),
+                       ("wal_retention_period", "INT", 4), ("wal_retention_size", "BIGINT", 8)],
+                      sorted(rows))
+
+    def _show_stables(self, stmt: ast.Show, db: str | None) -> Result:
+        info = self._database(stmt.db or db)
+        rows = []
+        for name in self.catalog.stable_names(info.name):
+            schema = self.catalog.schema(info.name, name)
+            assert schema is not None
+            rows.append([name, info.name, len(schema.columns), len(schema.tags)])
+        return Result([("stable_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("columns", "INT", 4),
+                       ("tags", "INT", 4)], rows)
+
+    def _show_tables(self, stmt: ast.Show, db: str | None) -> Result:
+        info = self._database(stmt.db or db)
+        rows = [[c.name, info.name, c.stable, c.vnode] for c in self.store.child_tables(info.name).values()]
+        return Result([("table_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64),
+                       ("stable_name", "VARCHAR", 192), ("vgroup_id", "INT", 4)], sorted(rows))
+
+    def _show_topics(self, _stmt: ast.Show, _db: str | None) -> Result:
+        rows = []
+        for name, t in sorted(self.store.tmq_topics().items()):
+            d = t.definition
+            rows.append([name, d["db"], t.created_ms, d["statement"], d["kind"], d.get("meta") or "none"])
+        return Result([("topic_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64),
+                       ("create_time", "TIMESTAMP", 8), ("sql", "VARCHAR", 16384), ("type", "VARCHAR", 16),
+                       ("meta", "VARCHAR", 8)], rows)
+
+    def _show_consumers(self, _stmt: ast.Show, _db: str | None) -> Result:
+        now = _now_ms()
+        rows = [[m["member_id"], m["group"], m["client_id"], m["state"], ",".join(m["topics"]),
+                 (now - m["joined_ms"]) // 1000, m["joined_ms"]]
+                for m in self.broker.coordinator.members()]
+        return Result([("consumer_id", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192),
+                       ("client_id", "VARCHAR", 192), ("status", "VARCHAR", 20), ("topics", "VARCHAR", 1024),
+                       ("up_time", "BIGINT", 8), ("subscribe_time", "TIMESTAMP", 8)], rows)
+
+    def _show_subscriptions(self, _stmt: ast.Show, _db: str | None) -> Result:
+        """One row per (topic, group, vnode): the owning consumer, the committed offset, and
+        the versions consumed (committed offset minus the log start)."""
+        owners: dict[tuple[str, str, int], str] = {}
+        for m in self.broker.coordinator.members():
+            for topic, partitions in m["assignment"].items():
+                for p in partitions:
+                    owners[(m["group"], topic, p)] = m["member_id"]
+        tmq = self.store.tmq_topics()
+        rows = []
+        for group in sorted(set(self.store.offset_groups()) | {k[0] for k in owners}):
+            committed = self.store.fetch_offsets(group)
+            keys = set(committed) | {(t, p) for g, t, p in owners if g == group}
+            for topic, vnode in sorted(keys):
+                if topic not in tmq:
+                    continue
+                db = tmq[topic].definition["db"]
+                offset = committed[(topic, vnode)].offset if (topic, vnode) in committed else -1
+                consumed = max(0, offset - self.store.log_start(db, vnode)) if offset >= 0 else 0
+                rows.append([topic, group, vnode, owners.get((group, topic, vnode)), offset, consumed])
+        return Result([("topic_name", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192),
+                       ("vgroup_id", "INT", 4), ("consumer_id", "VARCHAR", 192), ("offset", "BIGINT", 8),
+                       ("rows", "BIGINT", 8)], rows)
+
+    def _Describe(self, stmt: ast.Describe, db: str | None) -> Result:
+        info = self._database(stmt.db or db)
+        child = self.store.child_tables(info.name).get(stmt.table)
+        schema = self._stable(info.name, child.stable if child else stmt.table)
+        rows = [[c.name, c.type.name, c.type.length or c.type.bytes, ""] for c in schema.columns]
+        rows += [[t.name, t.type.name, t.type.length or t.type.bytes, "TAG"] for t in schema.tags]
+        return Result([("field", "VARCHAR", 64), ("type", "VARCHAR", 32), ("length", "INT", 4),
+                       ("note", "VARCHAR", 8)], rows)
