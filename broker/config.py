@@ -39,6 +39,13 @@ class BrokerConfig:
     # How often retention runs (log.retention.check.interval.ms in Kafka).
     retention_check_interval_ms: int = 300_000
     topic_defaults: dict[str, str] = field(default_factory=dict)
+    # The archiver (003): oldest WAL entries are collected first when the data volume passes
+    # disk_usage_max_percent of its filesystem (or of disk_volume_bytes, if set), or when the
+    # data passes data_max_bytes; checked every archiver_interval_ms.
+    disk_usage_max_percent: float | None = 90.0
+    disk_volume_bytes: int | None = None
+    data_max_bytes: int | None = None
+    archiver_interval_ms: int = 10_000
     # Consumer groups (Kafka's group.* settings). The KIP-848 session timeout is TDengine's 12 s.
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000

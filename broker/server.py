@@ -89,26 +89,36 @@ class Broker:
         self.store.close()
 
     async def _housekeeping(self) -> None:
-        """Periodic WAL fsync (WAL_FSYNC_PERIOD) and retention (log.retention.check.interval.ms)."""
+        """Periodic jobs: WAL fsync (WAL_FSYNC_PERIOD), retention (log.retention.check.interval.ms)
+        and the archiver's disk guard. A failing job is logged and retried on its next turn."""
         cfg = self.config
-        fsync_every = cfg.wal_fsync_period_ms / 1000 if cfg.wal_level >= 2 and cfg.wal_fsync_period_ms > 0 else None
-        retention_every = cfg.retention_check_interval_ms / 1000
-        next_fsync = time.monotonic() + (fsync_every or 0)
-        next_retention = time.monotonic() + retention_every
+        jobs: list[tuple[float, Any]] = [
+            (cfg.retention_check_interval_ms / 1000,
+             lambda: self.store.enforce_retention(int(time.time() * 1000), self.retention_defaults())),
+            (cfg.archiver_interval_ms / 1000, self._collect),
+        ]
+        if cfg.wal_level >= 2 and cfg.wal_fsync_period_ms > 0:
+            jobs.append((cfg.wal_fsync_period_ms / 1000, self.store.sync))
+        due = [time.monotonic() + every for every, _ in jobs]
         while True:
+            await asyncio.sleep(max(0.0, min(due) - time.monotonic()))
             now = time.monotonic()
-            wake = min(t for t in (next_fsync if fsync_every else None, next_retention) if t is not None)
-            await asyncio.sleep(max(0.0, wake - now))
-            now = time.monotonic()
-            if fsync_every and now >= next_fsync:
-                self.store.sync()
-                next_fsync = now + fsync_every
-            if now >= next_retention:
-                try:
-                    self.store.enforce_retention(int(time.time() * 1000), self.retention_defaults())
-                except Exception:  # retention must never take the broker down
-                    log.exception("retention failed")
-                next_retention = now + retention_every
+            for i, (every, job) in enumerate(jobs):
+                if now >= due[i]:
+                    try:
+                        job()
+                    except Exception:  # housekeeping must never take the broker down
+                        log.exception("housekeeping job failed")
+                    due[i] = now + every
+
+    def _collect(self) -> None:
+        """The archiver (003): oldest entries go first once the data passes its limits."""
+        cfg = self.config
+        removed = self.store.collect(max_total_bytes=cfg.data_max_bytes,
+                                     disk_usage_max_percent=cfg.disk_usage_max_percent,
+                                     volume_bytes=cfg.disk_volume_bytes)
+        if removed:
+            log.warning("archiver removed %d WAL range(s) to stay within the disk limits", len(removed))
 
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
