@@ -1010,6 +1010,28 @@ def committed_offsets(client: str, bootstrap: str, group: str) -> dict[tuple[str
     raise ValueError(client)
 
 
+def _retriable(e: BaseException) -> bool:
+    if getattr(e, "retriable", False) is True:  # kafka-python and aiokafka error classes
+        return True
+    err = e.args[0] if e.args else None
+    return bool(getattr(err, "retriable", None) and err.retriable())  # confluent KafkaError
+
+
+def committed_offsets_after_restart(client: str, bootstrap: str, group: str,
+                                    timeout: float = 60.0) -> dict[tuple[str, int], int]:
+    """`committed_offsets`, retrying the retriable errors (NOT_COORDINATOR,
+    COORDINATOR_LOAD_IN_PROGRESS, ...) a coordinator answers while it comes back up; the
+    consumers retry those themselves, the admin clients hand them to the caller."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return committed_offsets(client, bootstrap, group)
+        except Exception as e:  # noqa: BLE001 - only retriable ones are retried
+            if not _retriable(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def commit_offsets(client: str, bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
     """Commit these offsets for `group` as a standalone (assign, not subscribe) consumer."""
     if client == "kafka-python":

@@ -22,6 +22,7 @@ from .group_helpers import (
     ConsumerGroup,
     commit_offsets,
     committed_offsets,
+    committed_offsets_after_restart,
     consume_reset_none,
     create_topic,
     produce_values,
@@ -117,8 +118,8 @@ def test_offsets_survive_restart_and_groups_are_independent(restartable_broker: 
     b.restart()
 
     for admin in ADMIN_CLIENTS:
-        assert committed_offsets(admin, bs, group_a) == committed_a, admin
-        assert committed_offsets(admin, bs, group_b) == committed_b, admin
+        assert committed_offsets_after_restart(admin, bs, group_a) == committed_a, admin
+        assert committed_offsets_after_restart(admin, bs, group_b) == committed_b, admin
 
     n3 = {p: n2[p] + 3 for p in range(PARTITIONS)}
     produce_values(bs, topic, dict.fromkeys(range(PARTITIONS), 3), prefix="c")
