@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.codec import DecodeError, decode_versioned
 from protocol.errors import ErrorCode
 
 Reply = Callable[[dict[str, Any]], None]
@@ -54,6 +55,7 @@ class ClassicMember:
     last_heartbeat_ms: int = 0
     join_reply: Reply | None = None
     sync_reply: Reply | None = None
+    joined_ms: int = 0  # coordinator clock time of joining (SHOW CONSUMERS up time)
 
     def metadata(self, protocol: str | None) -> bytes:
         for name, meta in self.protocols:
@@ -322,6 +324,7 @@ class ClassicGroup:
         member.join_reply = reply
 
     def _add_member(self, now: int, member: ClassicMember, reply: Reply) -> None:
+        member.joined_ms = now
         if not self.members:
             self.protocol_type = member.protocol_type
         member.join_reply = reply
@@ -492,16 +495,17 @@ def _unb64(text: str) -> bytes:
 
 
 def parse_subscription(metadata: bytes) -> set[str]:
-    """Topic names from a consumer-protocol Subscription (version, [topic], user data, …)."""
+    """Topic names from a consumer-protocol Subscription (empty if it cannot be read)."""
     try:
-        count = int.from_bytes(metadata[2:6], "big", signed=True)
-        pos = 6
-        topics = set()
-        for _ in range(max(count, 0)):
-            n = int.from_bytes(metadata[pos:pos + 2], "big", signed=True)
-            pos += 2
-            topics.add(metadata[pos:pos + n].decode())
-            pos += n
-        return topics
-    except (UnicodeDecodeError, IndexError, ValueError):
+        return set(decode_versioned("ConsumerProtocolSubscription", metadata)["topics"])
+    except DecodeError:
         return set()
+
+
+def parse_assignment(assignment: bytes) -> dict[str, list[int]]:
+    """{topic: partitions} from a consumer-protocol Assignment (empty if it cannot be read)."""
+    try:
+        body = decode_versioned("ConsumerProtocolAssignment", assignment)
+    except DecodeError:
+        return {}
+    return {t["topic"]: list(t["partitions"]) for t in body["assigned_partitions"]}

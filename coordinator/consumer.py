@@ -65,6 +65,7 @@ class ConsumerMember:
     session_deadline: int = 0
     revocation_deadline: int | None = None
     last_sent: frozenset[TopicPartition] | None = None
+    joined_ms: int = 0  # coordinator clock time of joining (SHOW CONSUMERS up time)
 
     def topics(self, all_names: Callable[[], Iterable[str]]) -> set[str]:
         out = set(self.subscribed_names)
@@ -241,7 +242,7 @@ class ConsumerGroup:
             return old
         member = self.members.get(member_id)
         if member is None:
-            member = ConsumerMember(member_id, instance_id=instance_id, session_deadline=now)
+            member = ConsumerMember(member_id, instance_id=instance_id, session_deadline=now, joined_ms=now)
             self.members[member_id] = member
             if instance_id is not None:
                 self.static[instance_id] = member_id

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from coordinator.classic import ClassicConfig, ClassicGroup, Reply
+from coordinator.classic import ClassicConfig, ClassicGroup, Reply, parse_assignment, parse_subscription
 from coordinator.consumer import ConsumerConfig, ConsumerGroup, HeartbeatError, TopicSource
 from protocol.errors import ErrorCode
 
@@ -359,6 +359,37 @@ class GroupCoordinator:
             self.store.delete_group_metadata(group_id)
             out.append((group_id, ErrorCode.NONE))
         return out
+
+    def members(self) -> list[dict[str, Any]]:
+        """Every live member of every group, for SHOW CONSUMERS / SHOW SUBSCRIPTIONS: group,
+        member id, client id, state (TDengine's rebalancing or ready), subscribed topics, the
+        current assignment {topic: [partitions]} and the coordinator-clock time it joined."""
+        out = []
+        for group_id, group in sorted(self.groups.items()):
+            if isinstance(group, ClassicGroup):
+                ready = group.state == "Stable"
+                for m in group.members.values():
+                    out.append({"group": group_id, "member_id": m.member_id, "client_id": m.client_id,
+                                "host": m.client_host, "state": "ready" if ready else "rebalancing",
+                                "topics": sorted(parse_subscription(m.metadata(group.protocol_name))),
+                                "assignment": parse_assignment(m.assignment) if ready else {},
+                                "joined_ms": m.joined_ms})
+            else:
+                names = group.topics.names
+                for m in group.members.values():
+                    assignment: dict[str, list[int]] = {}
+                    for topic, partition in sorted(m.assigned):
+                        assignment.setdefault(topic, []).append(partition)
+                    settled = m.member_epoch == group.assignment_epoch and not m.revoking
+                    out.append({"group": group_id, "member_id": m.member_id, "client_id": m.client_id,
+                                "host": m.client_host, "state": "ready" if settled else "rebalancing",
+                                "topics": sorted(m.topics(names)), "assignment": assignment,
+                                "joined_ms": m.joined_ms})
+        return out
+
+    def groups_subscribed_to(self, topic: str) -> set[str]:
+        """Groups with live members subscribed to `topic` (DROP TOPIC refuses while any is)."""
+        return {g for g, group in self.groups.items() if topic in (group.subscribed_topics() or set())}
 
     def group_ids(self) -> list[str]:
         return sorted(set(self.groups) | self._offset_groups)

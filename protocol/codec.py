@@ -24,7 +24,7 @@ from typing import Any
 from construct import Construct, SizeofError
 from construct.core import CodeGen
 
-from .schemas import SCHEMAS, FieldSpec, MessageSpec, in_versions
+from .schemas import SCHEMAS, FieldSpec, MessageSpec, in_versions, load_messages
 
 __all__ = [
     "Codec",
@@ -916,3 +916,26 @@ def codec_for(api_key: int, version: int, kind: str) -> Codec:
     if not schema.min_version <= version <= schema.max_version:
         raise ValueError(f"{schema.name} has no version {version}")
     return Codec(schema.spec(kind), api_key, version, kind)
+
+
+@cache
+def data_codec(name: str, version: int) -> Codec:
+    """Codec for a versioned data schema that is not an API message (e.g. the consumer
+    protocol's Subscription and Assignment, which travel as bytes inside group messages).
+    The encoded form starts with its int16 version, as Kafka's ConsumerProtocol writes it."""
+    spec = _data_specs()[name]
+    return Codec(spec, -1, version, "data")
+
+
+def decode_versioned(name: str, data: bytes) -> dict:
+    """Decode `int16 version` + body of a data schema (newer versions read as our newest)."""
+    if len(data) < 2:
+        raise DecodeError(f"{name}: {len(data)} bytes is too short")
+    version = int.from_bytes(data[:2], "big", signed=True)
+    newest = _data_specs()[name].valid_versions[1]
+    return data_codec(name, min(max(version, 0), newest)).decode(data[2:])
+
+
+@cache
+def _data_specs() -> dict[str, MessageSpec]:
+    return load_messages()

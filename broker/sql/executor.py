@@ -351,7 +351,7 @@ class Executor:
             if stmt.if_exists:
                 return Result.affected(0)
             raise SqlError(f"Topic not exist: {stmt.name}")
-        groups = self.broker.coordinator.groups_subscribed_to(stmt.name)
+        groups = self.broker.coordinator.machine.groups_subscribed_to(stmt.name)
         if groups and not stmt.force:
             raise SqlError(f"Topic being consumed by group(s) {', '.join(sorted(groups))}; "
                            "unsubscribe first or use DROP TOPIC ... FORCE")
@@ -364,11 +364,11 @@ class Executor:
     def _DropConsumerGroup(self, stmt: ast.DropConsumerGroup, _db: str | None) -> Result:
         if self.broker.topics.get(stmt.topic) is None:
             raise SqlError(f"Topic not exist: {stmt.topic}")
-        if stmt.group not in self.store.offset_groups() and stmt.group not in self.broker.coordinator.group_ids():
+        if stmt.group not in self.store.offset_groups() and stmt.group not in self.broker.coordinator.machine.group_ids():
             if stmt.if_exists:
                 return Result.affected(0)
             raise SqlError(f"Consumer group not exist: {stmt.group}")
-        if stmt.group in self.broker.coordinator.groups_subscribed_to(stmt.topic) and not stmt.force:
+        if stmt.group in self.broker.coordinator.machine.groups_subscribed_to(stmt.topic) and not stmt.force:
             raise SqlError(f"Consumer group {stmt.group} is being used by active consumers of {stmt.topic}")
         self.store.delete_offsets(stmt.group, stmt.topic)
         return Result.affected(0)
@@ -412,10 +412,10 @@ class Executor:
                        ("meta", "VARCHAR", 8)], rows)
 
     def _show_consumers(self, _stmt: ast.Show, _db: str | None) -> Result:
-        now = _now_ms()
+        wall, clock = _now_ms(), self.broker.coordinator.now()
         rows = [[m["member_id"], m["group"], m["client_id"], m["state"], ",".join(m["topics"]),
-                 (now - m["joined_ms"]) // 1000, m["joined_ms"]]
-                for m in self.broker.coordinator.members()]
+                 (clock - m["joined_ms"]) // 1000, wall - (clock - m["joined_ms"])]
+                for m in self.broker.coordinator.machine.members()]
         return Result([("consumer_id", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192),
                        ("client_id", "VARCHAR", 192), ("status", "VARCHAR", 20), ("topics", "VARCHAR", 1024),
                        ("up_time", "BIGINT", 8), ("subscribe_time", "TIMESTAMP", 8)], rows)
@@ -424,7 +424,7 @@ class Executor:
         """One row per (topic, group, vnode): the owning consumer, the committed offset, and
         the versions consumed (committed offset minus the log start)."""
         owners: dict[tuple[str, str, int], str] = {}
-        for m in self.broker.coordinator.members():
+        for m in self.broker.coordinator.machine.members():
             for topic, partitions in m["assignment"].items():
                 for p in partitions:
                     owners[(m["group"], topic, p)] = m["member_id"]
