@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from broker.apis import ApiKey, api
 from broker.idempotence import check_sequence
+from broker.topics import TMQ, TSDB
+from broker.tsdb.ingest import IngestError, ingest
 from protocol.compression import CorruptRecord
 from protocol.errors import ErrorCode
-from protocol.records import MAGIC, iter_batches, verify_crc, with_log_append_time
+from protocol.records import MAGIC, BatchHeader, iter_batches, verify_crc, with_log_append_time
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -71,6 +73,41 @@ def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | No
 
     Returns (base offset, log append time): the time is -1 unless the topic stamps batches
     with LogAppendTime, as in Kafka's produce response."""
+    if topic.kind == TMQ:
+        raise ProduceError(ErrorCode.INVALID_REQUEST,
+                           f"'{topic.name}' is a TDengine topic (a view); write to database '{topic.db}'")
+    batch, header = _validated_batch(topic, records)
+    if topic.kind == TSDB:
+        try:
+            return ingest(broker, topic, vnode, batch), -1
+        except IngestError as exc:
+            raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
+    now_ms = int(time.time() * 1000)
+    log_append_time = topic.config("message.timestamp.type") == "LogAppendTime"
+    if not log_append_time:
+        _check_timestamps(topic, header.base_timestamp, header.max_timestamp, now_ms)
+    store = broker.store
+    producer = None
+    if header.producer_id >= 0 and header.base_sequence >= 0:
+        known = store.producer_state(topic.db, vnode, header.producer_id)
+        state = None if known is None else (
+            known.epoch, [tuple(b) for b in store.producer_batches(topic.db, vnode, header.producer_id)])
+        verdict = check_sequence(state, header.producer_epoch, header.base_sequence, header.record_count)
+        if verdict.duplicate_of is not None:
+            return verdict.duplicate_of, -1
+        if verdict.error != ErrorCode.NONE:
+            raise ProduceError(verdict.error)
+        producer = (header.producer_id, header.producer_epoch, header.base_sequence)
+    max_timestamp = header.max_timestamp
+    if log_append_time:
+        batch, max_timestamp = with_log_append_time(batch, now_ms), now_ms
+    base = store.append(topic.db, vnode, batch, header.record_count, max_timestamp, producer=producer)
+    broker.notifier.notify(topic.db, vnode)
+    return base, now_ms if log_append_time else -1
+
+
+def _validated_batch(topic: Topic, records: bytes | None) -> tuple[bytes, BatchHeader]:
+    """The partition's one record batch, checked as Kafka checks it before appending."""
     if not records:
         raise ProduceError(ErrorCode.INVALID_RECORD, "Produce request has no record batch")
     try:
@@ -99,28 +136,7 @@ def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | No
         raise ProduceError(ErrorCode.INVALID_RECORD,
                            f"Record batch count {header.record_count} does not match its last offset delta "
                            f"{header.last_offset_delta}")
-    now_ms = int(time.time() * 1000)
-    log_append_time = topic.config("message.timestamp.type") == "LogAppendTime"
-    if not log_append_time:
-        _check_timestamps(topic, header.base_timestamp, header.max_timestamp, now_ms)
-    store = broker.store
-    producer = None
-    if header.producer_id >= 0 and header.base_sequence >= 0:
-        known = store.producer_state(topic.db, vnode, header.producer_id)
-        state = None if known is None else (
-            known.epoch, [tuple(b) for b in store.producer_batches(topic.db, vnode, header.producer_id)])
-        verdict = check_sequence(state, header.producer_epoch, header.base_sequence, header.record_count)
-        if verdict.duplicate_of is not None:
-            return verdict.duplicate_of, -1
-        if verdict.error != ErrorCode.NONE:
-            raise ProduceError(verdict.error)
-        producer = (header.producer_id, header.producer_epoch, header.base_sequence)
-    max_timestamp = header.max_timestamp
-    if log_append_time:
-        batch, max_timestamp = with_log_append_time(batch, now_ms), now_ms
-    base = store.append(topic.db, vnode, batch, header.record_count, max_timestamp, producer=producer)
-    broker.notifier.notify(topic.db, vnode)
-    return base, now_ms if log_append_time else -1
+    return batch, header
 
 
 def _check_timestamps(topic: Topic, first: int, largest: int, now_ms: int) -> None:

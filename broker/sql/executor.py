@@ -168,6 +168,20 @@ class Executor:
         for vnode in range(info.vgroups):
             self.broker.notifier.notify(info.name, vnode)
 
+    def write_stable_change(self, info: Any, current: StableSchema | None, schema: StableSchema) -> None:
+        """Create `schema`, or alter `current` into it (schemaless writes add and widen columns
+        and tags), logging it as TDengine would."""
+        if current is None:
+            self._write_stable(info, schema, create=True, details={
+                "columns": [{"name": c.name, "type": str(c.type)} for c in schema.columns],
+                "tags": [{"name": t.name, "type": str(t.type)} for t in schema.tags]})
+            return
+        before = {c.name: c for c in (*current.columns, *current.tags)}
+        changes = [{"name": c.name, "type": str(c.type), "tag": c in schema.tags,
+                    "change": "add" if c.name not in before else "modify"}
+                   for c in (*schema.columns, *schema.tags) if before.get(c.name) != c]
+        self._write_stable(info, schema, create=False, details={"alterType": "schemaless", "changes": changes})
+
     def _AlterStableAddColumn(self, stmt: ast.AlterStableAddColumn, db: str | None) -> Result:
         return self._alter_add(stmt.db or db, stmt.stable, stmt.column, tag=False)
 
@@ -192,7 +206,7 @@ class Executor:
                 return Result.affected(0)
             raise SqlError(f"Table already exists: {stmt.name}")
         schema = self._stable(info.name, stmt.stable)
-        self._create_child(info, stmt.name, schema, stmt.resolve_tags(schema, now_ms=_now_ms()))
+        self.create_child(info, stmt.name, schema, stmt.resolve_tags(schema, now_ms=_now_ms()))
         return Result.affected(0)
 
     def _CreateTables(self, stmt: ast.CreateTables, db: str | None) -> Result:
@@ -200,11 +214,14 @@ class Executor:
             self._CreateTable(table, db)
         return Result.affected(0)
 
-    def _create_child(self, info: Any, name: str, schema: StableSchema, tags: dict[str, Any]) -> int:
-        """Create a child table on its home vnode with its meta entry; returns the vnode."""
+    def create_child(self, info: Any, name: str, schema: StableSchema, tags: dict[str, Any],
+                     vnode: int | None = None) -> int:
+        """Create a child table with its meta entry on `vnode` (by default its home vnode, where
+        SQL writes its rows; schemaless writes pass the partition the producer chose)."""
         if self.catalog.find_stable(info.name, name) is not None:
             raise SqlError(f"Table already exists: {name} is a supertable")
-        vnode = home_vnode(name, info.vgroups)
+        if vnode is None:
+            vnode = home_vnode(name, info.vgroups)
         payload = meta_payload("create", "child", name, stable=schema.name, using=schema.name,
                                tags=[{"name": t.name, "type": str(t.type), "value": tags.get(t.name)}
                                      for t in schema.tags])
@@ -299,7 +316,7 @@ class Executor:
                 raise SqlError(str(exc)) from None
             tables[key] = (schema, table)
         for info, name, schema, tags in creates:
-            self._create_child(info, name, schema, tags)
+            self.create_child(info, name, schema, tags)
         for (dbname, stable, vnode), (_schema, table) in tables.items():
             self.append_rows(dbname, stable, vnode, table)
         return Result.affected(total)

@@ -1,0 +1,136 @@
+"""Schemaless ingestion through Kafka Produce: records sent to a SQL database's topic carry
+InfluxDB line protocol or OpenTSDB JSON, and become rows (TDengine's schemaless writing).
+
+As in TDengine, a measurement becomes a supertable, the tag set its child table's tags and the
+field set its columns; a missing supertable, child table, column or tag is created first, each
+change logged as a meta entry. Rows are stored in the partition the producer chose, as Kafka
+does. Everything is parsed and checked before anything is written, so a bad record fails its
+batch alone and leaves the catalog and the WAL as they were.
+
+A record's key, when present, names the child table; otherwise the name is derived from the
+measurement and tags as TDengine does. Timestamps are in nanoseconds unless the record has a `tmq.precision` header (ns, us, ms, s),
+TDengine's default for line protocol.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker.sql.ast import SqlError
+from broker.sql.executor import Executor
+from broker.tsdb.rows import RowsError
+from broker.tsdb.schemaless import (
+    SchemalessError,
+    SchemalessRow,
+    child_table_tags,
+    group_rows,
+    parse_line_protocol,
+    parse_opentsdb_json,
+    plan_schema,
+)
+from broker.tsdb.types import Column, StableSchema
+from protocol.records import decode_records
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from broker.server import Broker
+    from broker.topics import Topic
+
+PRECISION_HEADER = "tmq.precision"
+PRECISIONS = ("ns", "us", "ms", "s")
+
+
+class IngestError(ValueError):
+    """A record that is not valid line protocol / JSON, or does not fit the schema."""
+
+
+def parse_records(batch: bytes) -> list[SchemalessRow]:
+    """Every row in a record batch: each record value is one or more lines, or JSON."""
+    rows: list[SchemalessRow] = []
+    for record in decode_records(batch):
+        if not record.value:
+            continue
+        precision = "ns"
+        for name, value in record.headers:
+            if name == PRECISION_HEADER and value is not None:
+                precision = value.decode(errors="replace").strip().lower()
+        if precision not in PRECISIONS:
+            raise IngestError(f"record at offset delta {record.offset}: {PRECISION_HEADER} must be one of "
+                              f"{', '.join(PRECISIONS)}, not {precision!r}")
+        try:
+            text = record.value.decode()
+        except UnicodeDecodeError:
+            raise IngestError(f"record at offset delta {record.offset} is not UTF-8 text") from None
+        try:
+            if text.lstrip()[:1] in ("{", "["):
+                parsed = parse_opentsdb_json(text)
+            else:
+                parsed = parse_line_protocol(text, precision)
+        except SchemalessError as exc:
+            raise IngestError(f"record at offset delta {record.offset}: {exc}") from None
+        if record.key:
+            # The record key names the child table (as smlChildTableName would), so a producer
+            # keying by table name chooses both the table and, through the partitioner, its vnode.
+            try:
+                table = record.key.decode()
+            except UnicodeDecodeError:
+                raise IngestError(f"record at offset delta {record.offset}: key is not UTF-8") from None
+            parsed = [row._replace(tbname=table) for row in parsed]
+        rows.extend(parsed)
+    return rows
+
+
+def _apply_plan(current: StableSchema | None, name: str, plan: object) -> StableSchema:
+    """The supertable's schema after the plan's additions and widenings."""
+    new_columns, new_tags, widen_columns, widen_tags = plan  # type: ignore[misc]
+    if current is None:
+        return StableSchema(name, list(new_columns), list(new_tags))
+    widened_c = {c.name: c for c in widen_columns}
+    widened_t = {t.name: t for t in widen_tags}
+    columns: list[Column] = [widened_c.get(c.name, c) for c in current.columns] + list(new_columns)
+    tags: list[Column] = [widened_t.get(t.name, t) for t in current.tags] + list(new_tags)
+    return StableSchema(current.name, columns, tags)
+
+
+def ingest(broker: Broker, topic: Topic, vnode: int, batch: bytes) -> int:
+    """Write a record batch's rows into database `topic.db` on `vnode`; returns the first
+    version the rows took (the produce response's base offset)."""
+    rows = parse_records(batch)
+    if not rows:
+        raise IngestError("the record batch holds no rows")
+    executor = Executor(broker)
+    catalog = broker.topics.catalog
+    info = broker.store.get_database(topic.db)
+    children = broker.store.child_tables(topic.db)
+    # Plan every change and build every table before writing anything.
+    planned: list[tuple[StableSchema | None, StableSchema, bool, list[tuple[str, dict]], pa.Table]] = []
+    try:
+        for name, stable_rows in group_rows(rows).items():
+            stored = catalog.find_stable(topic.db, name)
+            current = catalog.schema(topic.db, stored) if stored else None
+            plan = plan_schema(current, stable_rows)
+            schema = current if plan.empty and current is not None else _apply_plan(current, name, plan)
+            new_children = []
+            for table, tags in stable_rows.tables.items():
+                child = children.get(table)
+                if child is None:
+                    new_children.append((table, child_table_tags(schema, tags)))
+                elif child.stable != schema.name:
+                    raise IngestError(f"table {table} belongs to supertable {child.stable}, not {schema.name}")
+            planned.append((current, schema, not plan.empty, new_children, stable_rows.to_table(schema)))
+    except (SchemalessError, RowsError) as exc:
+        raise IngestError(str(exc)) from None
+    first: int | None = None
+    try:
+        for current, schema, changed, new_children, table in planned:
+            if changed:
+                executor.write_stable_change(info, current, schema)
+            for name, tags in new_children:
+                executor.create_child(info, name, schema, tags, vnode=vnode)
+            base = executor.append_rows(topic.db, schema.name, vnode, table)
+            first = base if first is None else first
+    except SqlError as exc:
+        raise IngestError(exc.message) from None
+    assert first is not None
+    return first
