@@ -49,12 +49,29 @@ def _tmqgate_cmd() -> list[str]:
     return [sys.executable, "-c", "import sys; from broker.cli import main; sys.exit(main())"]
 
 
+def _toml(config: dict[str, Any]) -> str:
+    """Flat TOML of broker settings (bools, ints, floats, strings)."""
+    lines = []
+    for key, value in config.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float):
+            text = repr(value)
+        else:
+            text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        lines.append(f"{key} = {text}")
+    return "\n".join(lines) + "\n"
+
+
 class TmqgateProcess(BrokerProcess):
     """`tmqgate serve` as a child process."""
 
     def __init__(self, workdir: Path, port: int | None = None, http_port: int | None = None,
-                 ready_timeout: float = 60.0) -> None:
+                 ready_timeout: float = 60.0, config: dict[str, Any] | None = None) -> None:
+        """`config`: broker settings (fields of broker/config.py) written to a TOML file
+        in `workdir` and passed as `serve --config`."""
         self.workdir = workdir
+        self.config = dict(config) if config else None
         self.port = port or free_port()
         self.http_port = http_port or free_port()
         self.data_dir = workdir / "data"
@@ -67,6 +84,10 @@ class TmqgateProcess(BrokerProcess):
         self.workdir.mkdir(parents=True, exist_ok=True)
         cmd = _tmqgate_cmd() + ["serve", "--listen", self.bootstrap, "--http", f"127.0.0.1:{self.http_port}",
                                 "--data-dir", str(self.data_dir)]
+        if self.config:
+            config_path = self.workdir / "tmqgate.toml"
+            config_path.write_text(_toml(self.config))
+            cmd += ["--config", str(config_path)]
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         log.write(f"\n=== start {time.strftime('%H:%M:%S')}: {' '.join(cmd)}\n".encode())
         log.flush()
