@@ -63,6 +63,9 @@ def _toml(config: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+TEST_DEFAULTS: dict[str, Any] = {"group_initial_rebalance_delay_ms": 0}
+
+
 class TmqgateProcess(BrokerProcess):
     """`tmqgate serve` as a child process."""
 
@@ -71,7 +74,9 @@ class TmqgateProcess(BrokerProcess):
         """`config`: broker settings (fields of broker/config.py) written to a TOML file
         in `workdir` and passed as `serve --config`."""
         self.workdir = workdir
-        self.config = dict(config) if config else None
+        # The reference broker runs with group.initial.rebalance.delay.ms=0 (kafka_ref.py);
+        # tmqgate gets the same so group tests compare like with like.
+        self.config = {**TEST_DEFAULTS, **(config or {})}
         self.port = port or free_port()
         self.http_port = http_port or free_port()
         self.data_dir = workdir / "data"
