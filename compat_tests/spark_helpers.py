@@ -209,7 +209,7 @@ class PipelineProcess:
         for raw in self.proc.stdout:
             line = raw.decode(errors="replace").rstrip()
             self._lines.append(line)
-            self._log.write(f"[stdout] {line}\n".encode())
+            self._log.write(f"[stdout {time.strftime('%H:%M:%S')}] {line}\n".encode())
             self._log.flush()
             if line.startswith("batch "):
                 self.batches.append(int(line.split()[1]))

@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from pyspark.sql import SparkSession
 
-    from .session import build_session
+    from pipelines.session import build_session
 
     owned = SparkSession.getActiveSession() is None
     spark = build_session("tmqgate-windowed" + ("-batch" if args.batch else ""), args.master, dict(args.conf))
