@@ -340,7 +340,6 @@ def _table_of(
 
 _MEASUREMENT = re.compile(r"(?:\\.|[^,\\ ])+", re.S)
 _KEY = re.compile(r"(?:\\.|[^,=\\ ])+", re.S)
-_FIELD_VALUE = re.compile(r'[A-Za-z]?"(?:\\.|[^"\\])*"|[^,"\\ ]+', re.S)
 _FIELD_KV = re.compile(r'((?:\\.|[^,=\\ ])+)=([A-Za-z]?"(?:\\.|[^"\\])*"|[^,"\\ ]+)', re.S)
 _MEASUREMENT_ESC = re.compile(r"\\([, \\])")
 _KEY_ESC = re.compile(r"\\([,= \\])")
