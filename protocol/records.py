@@ -432,7 +432,8 @@ def decode_records(
 
 # ---------------------------------------------------------------------------- building
 
-def _zigzag_varint(v: int) -> bytes:
+def zigzag_varint(v: int) -> bytes:
+    """A signed value as Kafka's zigzag varint (record lengths, deltas, key/value lengths)."""
     u = (v << 1) if v >= 0 else (((-v) << 1) - 1)
     out = bytearray()
     while u >= 0x80:
@@ -443,14 +444,14 @@ def _zigzag_varint(v: int) -> bytes:
 
 
 _ZZ_LIMIT = 1 << 13  # every value in [-8192, 8192) zigzags to at most 2 bytes: cache them
-_ZZ = [_zigzag_varint(v) for v in range(-_ZZ_LIMIT, _ZZ_LIMIT)]
+_ZZ = [zigzag_varint(v) for v in range(-_ZZ_LIMIT, _ZZ_LIMIT)]
 _NULL = _ZZ[_ZZ_LIMIT - 1]  # zigzag(-1): a null key/value
 
 
 def _zz(v: int) -> bytes:
     if -_ZZ_LIMIT <= v < _ZZ_LIMIT:
         return _ZZ[v + _ZZ_LIMIT]
-    return _zigzag_varint(v)
+    return zigzag_varint(v)
 
 
 def _as_bytes(b: Any) -> bytes | bytearray | memoryview | None:

@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from crc32c import crc32c
 
+from protocol.records import zigzag_varint
+
 __all__ = ["json_objects", "records_batch"]
 
 # ---------------------------------------------------------------------------- shared helpers
@@ -63,15 +65,7 @@ def _as_array(a: pa.Array | pa.ChunkedArray | Sequence[object], what: str) -> pa
 
 # ---------------------------------------------------------------------------- varints
 
-def _zigzag_bytes(v: int) -> bytes:
-    """One zigzag varint, for the per-batch constants (header names, fixed values)."""
-    u = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
+_zigzag_bytes = zigzag_varint  # one zigzag varint, for the per-batch constants
 
 
 def _varint_pieces(values: pa.Array) -> list[pa.Array]:
