@@ -1,0 +1,1 @@
+"""Benchmarks: tmqgate against Apache Kafka (`python -m bench.run`), and micro-benchmarks."""

@@ -1,0 +1,456 @@
+"""RESULTS.md, PROFILE.md and results.png from the results dictionary of bench/run.py."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# --------------------------------------------------------------------------- environment
+
+
+def _meminfo_bytes(key: str) -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _mount_of(path: Path) -> str:
+    """Device and filesystem type holding `path` (longest mount point prefix)."""
+    best = ("", "?", "?")
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            dev, mnt, fstype = line.split()[:3]
+            if str(path).startswith(mnt) and len(mnt) >= len(best[0]):
+                best = (mnt, dev, fstype)
+    except OSError:
+        pass
+    return f"{best[1]} ({best[2]}, mounted on {best[0]})"
+
+
+def machine_info(workdir: Path) -> dict[str, Any]:
+    return {"nproc": os.cpu_count(), "cpu_model": _cpu_model(), "ram_bytes": _meminfo_bytes("MemTotal"),
+            "kernel": f"{platform.system()} {platform.release()}", "data_disk": _mount_of(workdir),
+            "load_at_start": os.getloadavg()}
+
+
+def _cmd_first_line(cmd: list[str]) -> str:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        return (proc.stdout + proc.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "unavailable"
+
+
+def _pkg(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def versions() -> dict[str, str]:
+    from compat_tests.kafka_ref import kafka_version
+
+    commit = _cmd_first_line(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    try:
+        import confluent_kafka
+
+        librdkafka = confluent_kafka.libversion()[0]
+    except ImportError:
+        librdkafka = "not installed"
+    return {"tmqgate": f"{_pkg('tmqgate')} (git {commit}{', uncommitted changes in tree' if dirty else ''})",
+            "python": platform.python_version(), "apache_kafka": kafka_version() or "not installed",
+            "java": _cmd_first_line(["java", "-version"]), "confluent_kafka": _pkg("confluent-kafka"),
+            "librdkafka": librdkafka, "pyarrow": _pkg("pyarrow"), "plyvel": _pkg("plyvel"),
+            "py_spy": _pkg("py-spy"), "matplotlib": _pkg("matplotlib")}
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _num(x: Any, digits: int = 0) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, float) and digits:
+        return f"{x:,.{digits}f}"
+    if isinstance(x, float) and abs(x) < 100 and x != int(x):
+        return f"{x:,.1f}"
+    return f"{x:,.0f}"
+
+
+def _mb(n: int | None) -> str:
+    return "–" if not n else f"{n / 2**20:,.0f} MiB"
+
+
+def _ratio(t: Any, k: Any) -> str:
+    if not isinstance(t, int | float) or not isinstance(k, int | float) or not k or math.isnan(t) or math.isnan(k):
+        return "–"
+    return f"{t / k:.2f}"
+
+
+def _get(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+# --------------------------------------------------------------------------- RESULTS.md
+
+
+def markdown(res: dict[str, Any], chart: Path | None) -> str:
+    mode = res["mode"]
+    brokers = res["brokers"]
+    names = [n for n in ("tmqgate", "kafka") if n in brokers]
+    both = "tmqgate" in brokers and "kafka" in brokers
+    m, v = res["machine"], res["versions"]
+    t, k = brokers.get("tmqgate", {}), brokers.get("kafka", {})
+    md: list[str] = [
+        "# Benchmarks: tmqgate and Apache Kafka",
+        "",
+        f"Mode **{mode['name']}** — `{res['command']}` — {res['started']} to {res['finished']} "
+        f"({res['total_s']:.0f} s). Written by `bench/run.py`; figures are single runs on a shared "
+        "machine, not averages: read them as orders of magnitude and ratios, not as exact values.",
+        "",
+    ]
+    if chart is not None:
+        md += [f"![results]({chart.name})", ""]
+
+    md += ["## Machine and load", ""]
+    loads = [f"{n}: {_loads(brokers[n])}" for n in names]
+    md += [f"- {m['nproc']} CPUs ({m['cpu_model']}), {_mb(m['ram_bytes'])} RAM, {m['kernel']}",
+           f"- broker data of both brokers on the same disk: {m['data_disk']}",
+           "- brokers, clients (perf tools, librdkafka) and other work share the machine; "
+           f"1-minute load average at start {m['load_at_start'][0]:.2f}; " + "; ".join(loads),
+           ""]
+
+    md += ["## Versions", ""]
+    md += [f"- tmqgate {v['tmqgate']} on Python {v['python']} (pyarrow {v['pyarrow']}, plyvel {v['plyvel']})",
+           f"- Apache Kafka {v['apache_kafka']} (reference broker from its Maven jars, KRaft combined mode, "
+           f"one node) on {v['java']}",
+           f"- clients: Kafka {v['apache_kafka']} perf tools (Java), confluent-kafka {v['confluent_kafka']} "
+           f"(librdkafka {v['librdkafka']})",
+           ""]
+
+    md += ["## Settings", "",
+           "- **Durability, both at their defaults and comparable:** Apache Kafka acknowledges once the "
+           "batch is in its log segment in the OS page cache (`log.flush.interval.*` unset: flushing is left "
+           "to the OS); tmqgate `wal_level = 1` hands every WAL write to the OS before the ack (survives a "
+           "broker crash, not a power loss). Neither fsyncs per write.",
+           "- **tmqgate**: `tmqgate serve --config` with " +
+           ", ".join(f"`{a} = {b}`" for a, b in _get(t, "settings").items()) if _get(t, "settings") else
+           "- **tmqgate**: not run",
+           "  (`group_initial_rebalance_delay_ms = 0` as the Kafka reference has; the KIP-848 heartbeat "
+           "interval set to Kafka's default 5 s — tmqgate's own default is 3 s).",
+           "- **Apache Kafka**: " + (", ".join(f"`{a}={b}`" for a, b in k["settings"].items())
+                                     if _get(k, "settings") else "not run") +
+           "; everything else at Kafka's defaults.",
+           f"- **Workloads**: {mode['records']:,} records of 1 KiB into a 4-partition topic, "
+           "kafka-producer-perf-test with `--throughput -1`, `batch.size=65536 linger.ms=5`; "
+           "perf tools on a full-JIT JVM (`-Xmx1g`, serial GC)"
+           + (f"; first an unmeasured warm-up run of {mode['warmup_records']:,} records (acks=1) on each broker"
+              if mode["warmup_records"] else "")
+           + f". End-to-end: {mode['e2e_rate']:,} msg/s for {mode['e2e_seconds']:g} s of 1 KiB messages "
+           f"(acks=all, linger.ms=0) into a 1-partition topic, after {mode['e2e_warmup_s']:g} s at the same rate "
+           "unmeasured, a consumer in the same process"
+           + (f"; EndToEndLatency with {mode['e2e_java_records']:,} messages" if mode["e2e_java_records"] else "")
+           + f". Query topics over {mode['query_rows']:,} rows. Rebalance: {mode['rebalance_trials']} trial(s) "
+           "per protocol.",
+           ""]
+
+    # 1. producer
+    md += ["## 1. Producer throughput (kafka-producer-perf-test)", ""]
+    rows = []
+    for n in names:
+        for acks in ("1", "all"):
+            r = _get(brokers[n], f"produce_acks_{acks}")
+            if r:
+                rows.append([n, acks, _num(r["records_per_s"]), _num(r["mb_per_s"], 2), _num(r["avg_ms"]),
+                             _num(r["p50_ms"]), _num(r["p99_ms"]), _num(r["p999_ms"]), _num(r["max_ms"])])
+    md += _table(["broker", "acks", "records/s", "MB/s", "avg ms", "p50 ms", "p99 ms", "p99.9 ms", "max ms"], rows)
+    if both:
+        md += ["", "tmqgate / Kafka (throughput: > 1 favours tmqgate; latency: < 1 favours tmqgate):", ""]
+        rows = []
+        for acks in ("1", "all"):
+            a, b = _get(t, f"produce_acks_{acks}") or {}, _get(k, f"produce_acks_{acks}") or {}
+            rows.append([acks] + [_ratio(a.get(x), b.get(x)) for x in
+                                  ("records_per_s", "mb_per_s", "p50_ms", "p99_ms", "p999_ms")])
+        md += _table(["acks", "records/s", "MB/s", "p50", "p99", "p99.9"], rows)
+    md += [""]
+
+    # 2. consumer
+    md += ["## 2. Consumer throughput (kafka-consumer-perf-test, over the acks=1 data)", "",
+           "`MB/s` and `records/s` span the whole run including the group join; `fetch` figures exclude it.", ""]
+    rows = []
+    for n in names:
+        r = _get(brokers[n], "consume")
+        if r:
+            rows.append([n, _num(r["mb_per_s"], 1), _num(r["records_per_s"]), _num(r["fetch_mb_per_s"], 1),
+                         _num(r["fetch_records_per_s"]), _num(r["rebalance_ms"])])
+    md += _table(["broker", "MB/s", "records/s", "fetch MB/s", "fetch records/s", "group join ms"], rows)
+    if both:
+        a, b = _get(t, "consume") or {}, _get(k, "consume") or {}
+        md += ["", "tmqgate / Kafka: MB/s " + _ratio(a.get("mb_per_s"), b.get("mb_per_s")) +
+               ", fetch MB/s " + _ratio(a.get("fetch_mb_per_s"), b.get("fetch_mb_per_s")) +
+               ", fetch records/s " + _ratio(a.get("fetch_records_per_s"), b.get("fetch_records_per_s"))]
+    md += [""]
+
+    # 3. latency
+    md += ["## 3. End-to-end latency", "",
+           "Produce call to consumer receipt, in ms. *fixed rate*: confluent-kafka pair at a fixed rate; "
+           "*EndToEndLatency*: Kafka's tool, one message at a time (send, wait until consumed, repeat).", ""]
+    rows = []
+    for n in names:
+        for key, label in (("e2e", "fixed rate"), ("e2e_java", "EndToEndLatency")):
+            r = _get(brokers[n], key)
+            if r:
+                extra = f"{r['received']:,}/{r['messages']:,} received at {r['achieved_rate']:,} msg/s" \
+                    if key == "e2e" else f"{r['messages']:,} messages"
+                rows.append([n, label, _num(r["mean_ms"], 2), _num(r["p50_ms"], 2), _num(r["p99_ms"], 2),
+                             _num(r["p999_ms"], 2), extra])
+    md += _table(["broker", "method", "mean", "p50", "p99", "p99.9", "messages"], rows)
+    if both:
+        rows = []
+        for key, label in (("e2e", "fixed rate"), ("e2e_java", "EndToEndLatency")):
+            a, b = _get(t, key) or {}, _get(k, key) or {}
+            rows.append([label] + [_ratio(a.get(x), b.get(x)) for x in ("mean_ms", "p50_ms", "p99_ms", "p999_ms")])
+        md += ["", "tmqgate / Kafka (< 1 favours tmqgate):", ""]
+        md += _table(["method", "mean", "p50", "p99", "p99.9"], rows)
+    md += [""]
+
+    # 4. query topics
+    md += ["## 4. Query topics (tmqgate only)", ""]
+    q = _get(t, "query")
+    if q:
+        ing = q["ingest"]
+        md += [f"{q['rows']:,} rows (`ts TIMESTAMP, v DOUBLE, k BIGINT`, k uniform 0..99, tag `g`, 64 child "
+               "tables) in a database with `VGROUPS 4`, written as InfluxDB line protocol (100 lines per Kafka "
+               f"record, keyed by child table) through Produce at {_num(ing['rows_per_s'])} rows/s. "
+               "Each topic read from the beginning to the end of all 4 partitions by one confluent-kafka "
+               "consumer (timed from assign to the last partition EOF); *scanned rows/s* = all rows in the "
+               "WAL / time, *delivered* = rows reaching the consumer.", ""]
+        rows = []
+        for r in q["topics"].values():
+            rows.append([f"`{r['definition'].split(' AS ', 1)[1]}`", f"{r['records']:,} / {r['expected']:,}",
+                         _num(r["seconds"], 2), _num(r["records_per_s"]), _num(r["rows_scanned_per_s"]),
+                         _num(r["mb_per_s"], 1)])
+        md += _table(["topic", "delivered / expected", "s", "delivered rows/s", "scanned rows/s", "value MB/s"],
+                     rows)
+        cons = _get(t, "consume")
+        if cons:
+            md += ["", f"For comparison, the plain topic of workload 2 delivered "
+                   f"{_num(cons['fetch_records_per_s'])} records/s (1 KiB each) to kafka-consumer-perf-test."]
+    else:
+        md += ["not run" + (f": {_get(t, 'errors', 'query')}" if _get(t, "errors", "query") else "")]
+    md += [""]
+
+    # 5. rebalance
+    md += ["## 5. Rebalance", "",
+           "Seconds from a second consumer's `subscribe()` until the two members own disjoint halves of a "
+           "4-partition topic (fed at 1,000 msg/s) and each has received a message since then. "
+           "confluent-kafka; classic = librdkafka's default eager `range,roundrobin` assignors, "
+           "heartbeat 3 s; KIP-848 = `group.protocol=consumer`, server-side assignment.", ""]
+    rows = []
+    for n in names:
+        for proto, label in (("classic", "classic"), ("consumer", "KIP-848")):
+            r = _get(brokers[n], f"rebalance_{proto}")
+            if r:
+                rows.append([n, label, _num(r.get("median_s"), 2), _num(r.get("min_s"), 2), _num(r.get("max_s"), 2),
+                             ", ".join(f"{x:.2f}" for x in r["times_s"]) + (f" ({len(r['errors'])} failed)"
+                                                                            if r["errors"] else "")])
+    md += _table(["broker", "protocol", "median s", "min s", "max s", "trials"], rows)
+    if both:
+        md += ["", "tmqgate / Kafka median: classic " +
+               _ratio(_get(t, "rebalance_classic", "median_s"), _get(k, "rebalance_classic", "median_s")) +
+               ", KIP-848 " +
+               _ratio(_get(t, "rebalance_consumer", "median_s"), _get(k, "rebalance_consumer", "median_s"))]
+    md += [""]
+
+    # 6. resources
+    md += ["## 6. Broker CPU and memory during workloads 1 and 2", "",
+           "CPU = utime + stime of the broker process (all threads) over the run, from /proc/PID/stat; "
+           "peak RSS sampled every 100 ms (VmRSS); VmHWM = the kernel's high-water mark since the broker "
+           "started. *busy* = broker CPU / wall time, in % of one core. The perf tool (a JVM) is a "
+           "separate process: its CPU seconds are the *client CPU s* column; where the broker is far from "
+           "busy, the throughput of workloads 1–2 is set by the client and the shared CPUs, not by the broker.",
+           ""]
+    rows = []
+    for n in names:
+        res = _get(brokers[n], "resources") or {}
+        for key, label, wl in (("produce_acks_1", "1 acks=1", "produce_acks_1"),
+                               ("produce_acks_all", "1 acks=all", "produce_acks_all"), ("consume", "2", "consume")):
+            r = res.get(key)
+            if r:
+                per = r["cpu_s"] / (mode["records"] / 1e6) if mode["records"] else None
+                busy = 100 * r["cpu_s"] / r["wall_s"] if r["wall_s"] else None
+                rows.append([n, label, _num(r["wall_s"], 1), _num(r["cpu_s"], 2), _num(busy, 0) + "%",
+                             _num(per, 1), _num(_get(brokers[n], wl, "client_cpu_s"), 1),
+                             _mb(r["peak_rss_bytes"]), _mb(r["vmhwm_bytes"])])
+    md += _table(["broker", "workload", "wall s", "CPU s", "busy", "CPU s per M records", "client CPU s",
+                  "peak RSS", "VmHWM"], rows)
+    if both:
+        rt, rk = _get(t, "resources") or {}, _get(k, "resources") or {}
+        rows = []
+        for key in ("produce_acks_1", "produce_acks_all", "consume"):
+            a, b = rt.get(key) or {}, rk.get(key) or {}
+            rows.append([key, _ratio(a.get("cpu_s"), b.get("cpu_s")),
+                         _ratio(a.get("peak_rss_bytes"), b.get("peak_rss_bytes"))])
+        md += ["", "tmqgate / Kafka (< 1 favours tmqgate):", ""]
+        md += _table(["workload", "CPU s", "peak RSS"], rows)
+    md += [""]
+
+    # startup, errors
+    md += ["## Start-up and failures", ""]
+    for n in names:
+        b = brokers[n]
+        md.append(f"- {n}: ready in {_num(b.get('start_s'), 1)} s" if b.get("start_s") else f"- {n}: did not start")
+        for key, err in (b.get("errors") or {}).items():
+            md.append(f"  - **{key} failed**: {err}")
+        for proto in ("classic", "consumer"):
+            for err in _get(b, f"rebalance_{proto}", "errors") or []:
+                md.append(f"  - rebalance {proto} trial failed: {err}")
+    if "profile" in res:
+        md += ["", "A py-spy profile of tmqgate during workloads 1 and 2 (separate pass) is in "
+               "[PROFILE.md](PROFILE.md)."]
+    md += [""]
+    return "\n".join(md)
+
+
+def _loads(b: dict[str, Any]) -> str:
+    lo = [r.get("load1_min") for r in (b.get("resources") or {}).values()]
+    hi = [r.get("load1_max") for r in (b.get("resources") or {}).values()]
+    lo = [x for x in lo if x is not None]
+    hi = [x for x in hi if x is not None]
+    span = f"{min(lo):.2f}–{max(hi):.2f} during workloads 1–2" if lo else "not sampled"
+    before = b.get("load_before") or [float("nan")]
+    after = b.get("load_after") or [float("nan")]
+    return f"{before[0]:.2f} before, {span}, {after[0]:.2f} after"
+
+
+# --------------------------------------------------------------------------- PROFILE.md
+
+
+def profile_markdown(res: dict[str, Any]) -> str:
+    prof = res.get("profile") or {}
+    md = ["# tmqgate under py-spy", "",
+          f"Mode **{res['mode']['name']}**: a fresh tmqgate with `py-spy record --format raw --function "
+          "--rate 100` attached (blocking sampling, which slows the broker a little) during workloads 1 and 2. "
+          "Samples are taken only while a thread is busy (idle epoll waits are not sampled); a C extension's "
+          "time (LevelDB, crc32c, pyarrow) counts against the Python function that called it. *own* = the "
+          "innermost frame, *total* = anywhere on the stack. Raw collapsed stacks sit beside this file in "
+          "`profiles/` (not committed; feed them to flamegraph.pl or speedscope).", ""]
+    if "error" in prof:
+        md += [f"Profiling failed: {prof['error']}", ""]
+    md += ["`EpollSelector.select` is the event loop in `epoll_wait`: py-spy counts it as busy, but it is "
+           "mostly the broker waiting for the network — compare the broker's CPU seconds with the wall time.", ""]
+    for label, p in (prof.get("profiles") or {}).items():
+        perf = prof.get(label) or {}
+        use = _get(prof, "resources", label) or {}
+        speed = (f"{_num(perf.get('records_per_s'))} records/s" if perf.get("records_per_s") else
+                 f"{_num(perf.get('fetch_records_per_s'))} fetch records/s")
+        md += [f"## {label}", "",
+               f"{p['samples']:,} samples; under the profiler {speed}; broker CPU "
+               f"{_num(use.get('cpu_s'), 2)} s over {_num(use.get('wall_s'), 1)} s wall.", ""]
+        for kind, title in (("own", "Top {} by own time (innermost frame)"),
+                            ("total", "Top {} of tmqgate's functions by total time (anywhere on the stack)")):
+            rows = [[str(i), f"{e['share'] * 100:.1f}%", f"`{e['frame']}`"] for i, e in enumerate(p[kind], 1)]
+            md += [title.format(len(rows)) + ":", ""] + _table(["#", kind, "function (file:line)"], rows) + [""]
+    return "\n".join(md)
+
+
+# --------------------------------------------------------------------------- chart
+
+
+def chart(res: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    brokers = res["brokers"]
+    names = [n for n in ("tmqgate", "kafka") if n in brokers]
+    colors = {"tmqgate": "#2a7ab0", "kafka": "#d9822b"}
+    fig, axes = plt.subplots(2, 4, figsize=(19, 8.5))
+    fig.suptitle(f"tmqgate vs Apache Kafka {res['versions']['apache_kafka']} — {res['mode']['name']} mode, "
+                 f"{res['machine']['nproc']} CPUs, {res['started']}", fontsize=11)
+
+    def bars(ax: Any, title: str, groups: list[str], values: dict[str, list[float | None]], ylabel: str,
+             log: bool = False) -> None:
+        width = 0.8 / max(1, len(values))
+        for i, (n, vals) in enumerate(values.items()):
+            xs = [g + i * width for g in range(len(groups))]
+            ys = [0 if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in vals]
+            rects = ax.bar(xs, ys, width, label=n, color=colors.get(n))
+            ax.bar_label(rects, labels=[_short(v) for v in vals], fontsize=7)
+        ax.set_xticks([g + width * (len(values) - 1) / 2 for g in range(len(groups))], groups, fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(ylabel, fontsize=8)
+        if log:
+            ax.set_yscale("log")
+        ax.legend(fontsize=7)
+
+    b = brokers
+    bars(axes[0][0], "1. producer (kafka-producer-perf-test)", ["acks=1", "acks=all"],
+         {n: [_get(b[n], f"produce_acks_{a}", "records_per_s") for a in ("1", "all")] for n in names}, "records/s")
+    bars(axes[0][1], "2. consumer (kafka-consumer-perf-test)", ["MB/s", "fetch MB/s"],
+         {n: [_get(b[n], "consume", "mb_per_s"), _get(b[n], "consume", "fetch_mb_per_s")] for n in names}, "MB/s")
+    bars(axes[0][2], "3. end-to-end latency (fixed rate)", ["p50", "p99", "p99.9"],
+         {n: [_get(b[n], "e2e", f"{p}_ms") for p in ("p50", "p99", "p999")] for n in names}, "ms", log=True)
+    bars(axes[0][3], "3. EndToEndLatency (one at a time)", ["p50", "p99", "p99.9"],
+         {n: [_get(b[n], "e2e_java", f"{p}_ms") for p in ("p50", "p99", "p999")] for n in names}, "ms", log=True)
+    q = _get(b.get("tmqgate", {}), "query", "topics") or {}
+    bars(axes[1][0], "4. query topics (tmqgate): delivered rows/s", ["k < 10", "k < 90", "database"],
+         {"tmqgate": [_get(q, key, "records_per_s") for key in ("select_k_lt_10", "select_k_lt_90", "database")]},
+         "rows/s")
+    bars(axes[1][1], "5. rebalance (median)", ["classic", "KIP-848"],
+         {n: [_get(b[n], f"rebalance_{p}", "median_s") for p in ("classic", "consumer")] for n in names}, "s")
+    bars(axes[1][2], "6. broker CPU s during 1+2", ["acks=1", "acks=all", "consume"],
+         {n: [_get(b[n], "resources", key, "cpu_s") for key in ("produce_acks_1", "produce_acks_all", "consume")]
+          for n in names}, "CPU s")
+    bars(axes[1][3], "6. broker peak RSS during 1+2", ["peak RSS", "VmHWM"],
+         {n: [max((r.get(key) or 0 for r in (_get(b[n], "resources") or {}).values()), default=0) / 2**20
+              for key in ("peak_rss_bytes", "vmhwm_bytes")] for n in names}, "MiB")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _short(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if abs(v) >= 1e6:
+        return f"{v / 1e6:.1f}M"
+    if abs(v) >= 1e3:
+        return f"{v / 1e3:.1f}k"
+    return f"{v:.3g}"

@@ -1,0 +1,286 @@
+"""tmqgate against Apache Kafka on the same machine: `python -m bench.run --quick|--full`.
+
+Starts tmqgate, then the reference Apache Kafka broker (compat_tests/kafka_ref.py, 4.x from
+its jars, full JIT), one after the other with their data on the same disk, and runs the same
+workloads against each (see bench/workloads.py):
+
+1. kafka-producer-perf-test, 1 KiB records into a 4-partition topic, acks=1 and acks=all
+2. kafka-consumer-perf-test over the acks=1 data
+3. end-to-end latency at a fixed rate (confluent-kafka pair) and with EndToEndLatency
+4. tmqgate only: query topics at 10% / 90% selectivity and a database topic
+5. rebalance time, classic and KIP-848 groups
+6. the broker's CPU seconds and peak memory during 1 and 2
+
+and writes RESULTS.md, results.json and results.png to --out (default bench/).  Modes:
+`--smoke` (5,000 records, tmqgate only, for the smoke test), `--quick` (100,000 records,
+< 5 minutes), `--full` (1,000,000 records).  `--profile` adds a pass with py-spy attached
+to tmqgate during workloads 1 and 2 and writes PROFILE.md.  Nothing here asserts timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import pyspy, report, workloads
+from bench.procstats import ResourceSampler, Usage
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    records: int
+    e2e_rate: int
+    e2e_seconds: float
+    e2e_java_records: int
+    query_rows: int
+    rebalance_trials: int
+    warmup_records: int  # an unmeasured producer run first (JIT warm-up of the Kafka broker)
+    e2e_warmup_s: float
+    brokers: tuple[str, ...] = ("tmqgate", "kafka")
+
+
+MODES = {
+    "smoke": Mode("smoke", 5_000, 200, 1.0, 0, 5_000, 1, 0, 0.5, ("tmqgate",)),
+    "quick": Mode("quick", 100_000, 1000, 3.0, 500, 100_000, 3, 20_000, 2.0),
+    "full": Mode("full", 1_000_000, 1000, 10.0, 5000, 1_000_000, 5, 200_000, 5.0),
+}
+
+# Broker settings.  Durability is each broker's default: Kafka leaves flushing to the OS page
+# cache (log.flush.interval.* unset), tmqgate's wal_level 1 hands every write to the OS before
+# the ack.  Group timings are made equal: no initial rebalance delay on either, and tmqgate's
+# KIP-848 heartbeat interval set to Kafka's default (5 s; tmqgate's own default is 3 s).
+TMQGATE_CONFIG: dict[str, Any] = {
+    "wal_level": 1,
+    "group_initial_rebalance_delay_ms": 0,
+    "group_consumer_heartbeat_interval_ms": 5000,
+}
+KAFKA_HEAP_OPTS = "-Xmx1G -Xms1G"  # what Apache Kafka's kafka-server-start.sh uses
+
+
+@dataclass
+class Running:
+    """A started broker: where it listens, its pid, and how to stop it."""
+
+    name: str
+    bootstrap: str
+    pid: int
+    stop: Callable[[], None]
+    http: str | None = None
+    start_s: float = 0.0
+    settings: dict[str, str] = field(default_factory=dict)
+
+
+def start_tmqgate(workdir: Path) -> Running:
+    from compat_tests.brokers import TmqgateProcess
+
+    t0 = time.perf_counter()
+    proc = TmqgateProcess(workdir, config=TMQGATE_CONFIG, ready_timeout=120)
+    proc.start()
+    assert proc.proc is not None
+    settings = {k: str(v) for k, v in TMQGATE_CONFIG.items()}
+    return Running("tmqgate", proc.bootstrap, proc.proc.pid, proc.stop, f"127.0.0.1:{proc.http_port}",
+                   time.perf_counter() - t0, settings)
+
+
+def start_kafka(workdir: Path) -> Running:
+    from compat_tests import kafka_ref
+
+    t0 = time.perf_counter()
+    ref = kafka_ref.start_reference_kafka(workdir, heap_opts=KAFKA_HEAP_OPTS,
+                                          jvm_opts=kafka_ref.FULL_JIT_JVM_OPTS, ready_timeout=240)
+    settings = {"KAFKA_HEAP_OPTS": KAFKA_HEAP_OPTS, "KAFKA_JVM_PERFORMANCE_OPTS": kafka_ref.FULL_JIT_JVM_OPTS,
+                **kafka_ref.SINGLE_NODE_CONFIG}
+    return Running("kafka", ref.bootstrap, ref.pid, ref.stop, None, time.perf_counter() - t0, settings)
+
+
+STARTERS = {"tmqgate": start_tmqgate, "kafka": start_kafka}
+
+
+def _step(out: dict[str, Any], key: str, fn: Callable[[], Any]) -> Any:
+    """Run one measurement; a failure is recorded under out["errors"] and the run goes on."""
+    log(f"  {key} ...")
+    t0 = time.perf_counter()
+    try:
+        value = fn()
+    except Exception as exc:  # noqa: BLE001 - a benchmark reports what failed and continues
+        out.setdefault("errors", {})[key] = f"{type(exc).__name__}: {exc}"
+        log(f"  {key} FAILED: {exc}")
+        traceback.print_exc(file=sys.stderr)
+        return None
+    out[key] = value
+    log(f"  {key} done in {time.perf_counter() - t0:.1f}s: {_brief(value)}")
+    return value
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) < 300 else text[:300] + "..."
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.1f}] {msg}", file=sys.stderr, flush=True)
+
+
+def throughput_workloads(broker: Running, mode: Mode, out: dict[str, Any],
+                         wrap: Callable[[str], Any] | None = None) -> None:
+    """Workloads 1 and 2 with the broker's resources sampled around each run.  `wrap(label)`
+    gives an extra context manager per workload (the profiler)."""
+    import contextlib
+
+    usage: dict[str, Usage] = {}
+    topics: dict[str, str] = {}
+    if mode.warmup_records:
+        def warmup() -> dict[str, Any]:
+            topic = workloads.unique("bench-warmup")
+            workloads.create_topic(broker.bootstrap, topic, 4)
+            return workloads.producer_perf(broker.bootstrap, topic, mode.warmup_records, "1")
+
+        _step(out, "warmup", warmup)
+    for acks in ("1", "all"):
+        key = f"produce_acks_{acks}"
+        topic = workloads.unique(f"bench-perf-acks{acks}")
+
+        def produce(topic: str = topic, acks: str = acks, key: str = key) -> dict[str, Any]:
+            workloads.create_topic(broker.bootstrap, topic, 4)
+            with wrap(key) if wrap else contextlib.nullcontext(), ResourceSampler(broker.pid) as s:
+                result = workloads.producer_perf(broker.bootstrap, topic, mode.records, acks)
+            usage[key] = s.usage
+            return result
+
+        if _step(out, key, produce) is not None:
+            topics[acks] = topic
+    if "1" in topics:
+        def consume() -> dict[str, Any]:
+            with wrap("consume") if wrap else contextlib.nullcontext(), ResourceSampler(broker.pid) as s:
+                result = workloads.consumer_perf(broker.bootstrap, topics["1"], mode.records)
+            usage["consume"] = s.usage
+            return result
+
+        _step(out, "consume", consume)
+    out["resources"] = {k: u.to_json() for k, u in usage.items()}
+
+
+def run_broker(name: str, mode: Mode, workdir: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"load_before": os.getloadavg()}
+    log(f"starting {name}")
+    broker = STARTERS[name](workdir / name)
+    out.update(start_s=broker.start_s, settings=broker.settings, pid=broker.pid)
+    log(f"{name} ready on {broker.bootstrap} (pid {broker.pid}) in {broker.start_s:.1f}s")
+    try:
+        throughput_workloads(broker, mode, out)
+        _step(out, "e2e", lambda: workloads.e2e_latency(broker.bootstrap, mode.e2e_rate, mode.e2e_seconds,
+                                                        warmup_s=mode.e2e_warmup_s))
+        if mode.e2e_java_records:
+            _step(out, "e2e_java", lambda: workloads.e2e_latency_java(broker.bootstrap, mode.e2e_java_records))
+        if broker.http:
+            _step(out, "query", lambda: workloads.query_topics(broker.bootstrap, str(broker.http), mode.query_rows))
+        for protocol in ("classic", "consumer"):
+            _step(out, f"rebalance_{protocol}",
+                  lambda p=protocol: workloads.rebalance(broker.bootstrap, p, mode.rebalance_trials))
+    finally:
+        out["load_after"] = os.getloadavg()
+        log(f"stopping {name}")
+        broker.stop()
+    return out
+
+
+def profile_tmqgate(mode: Mode, workdir: Path, out_dir: Path) -> dict[str, Any]:
+    """A separate pass: fresh tmqgate, py-spy attached during workloads 1 and 2."""
+    if not pyspy.available():
+        return {"error": "py-spy is not installed (pip install py-spy)"}
+    broker = start_tmqgate(workdir / "tmqgate-profile")
+    prof_dir = out_dir / "profiles"
+    files: dict[str, Path] = {}
+    out: dict[str, Any] = {}
+
+    def wrap(label: str) -> pyspy.PySpy:
+        files[label] = prof_dir / f"{mode.name}-{label}.raw.txt"
+        return pyspy.PySpy(broker.pid, files[label])
+
+    try:
+        throughput_workloads(broker, mode, out, wrap)
+    finally:
+        broker.stop()
+    out["profiles"] = {}
+    for label, path in files.items():
+        if path.exists():
+            samples, own, total = pyspy.top_entries(path, 15)
+            out["profiles"][label] = {"file": str(path), "samples": samples,
+                                      "own": [e.__dict__ for e in own], "total": [e.__dict__ for e in total]}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    group = parser.add_mutually_exclusive_group()
+    for name in MODES:
+        group.add_argument(f"--{name}", dest="mode", action="store_const", const=name)
+    parser.add_argument("--out", type=Path, default=None, help="where RESULTS.md etc. go (default bench/)")
+    parser.add_argument("--workdir", type=Path, default=None, help="broker data (default: a temporary dir)")
+    parser.add_argument("--brokers", default=None, help="comma-separated subset of tmqgate,kafka")
+    parser.add_argument("--profile", action="store_true", help="also profile tmqgate with py-spy (1 and 2)")
+    parser.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
+    parser.add_argument("--keep", action="store_true", help="keep the broker data afterwards")
+    args = parser.parse_args(argv)
+    mode = MODES[args.mode or "quick"]
+    brokers = tuple(args.brokers.split(",")) if args.brokers else mode.brokers
+    out_dir = (args.out or (BENCH_DIR / ".smoke" if mode.name == "smoke" else BENCH_DIR)).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="tmqgate-bench-"))).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    command = "python -m bench.run " + " ".join(argv if argv is not None else sys.argv[1:])
+    results: dict[str, Any] = {"mode": mode.__dict__, "command": command.strip(),
+                               "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                               "machine": report.machine_info(workdir), "versions": report.versions(),
+                               "brokers": {}}
+    t0 = time.perf_counter()
+    log(f"mode {mode.name}, brokers {', '.join(brokers)}, data in {workdir}")
+    try:
+        for name in brokers:
+            try:
+                results["brokers"][name] = run_broker(name, mode, workdir)
+            except Exception as exc:  # noqa: BLE001 - e.g. Kafka jars missing: report and go on
+                traceback.print_exc(file=sys.stderr)
+                results["brokers"][name] = {"errors": {"start": f"{type(exc).__name__}: {exc}"}}
+        if args.profile:
+            log("profiling tmqgate with py-spy")
+            try:
+                results["profile"] = profile_tmqgate(mode, workdir, out_dir)
+            except Exception as exc:  # noqa: BLE001
+                traceback.print_exc(file=sys.stderr)
+                results["profile"] = {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    results["total_s"] = time.perf_counter() - t0
+    results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    chart = None
+    if not args.no_chart:
+        try:
+            chart = report.chart(results, out_dir / "results.png")
+        except ImportError:
+            log("matplotlib not installed (pip install -e .[bench]): no chart")
+    (out_dir / "RESULTS.md").write_text(report.markdown(results, chart))
+    if "profile" in results:
+        (out_dir / "PROFILE.md").write_text(report.profile_markdown(results))
+    log(f"done in {results['total_s']:.0f}s: {out_dir / 'RESULTS.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

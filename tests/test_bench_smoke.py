@@ -1,0 +1,59 @@
+"""`python -m bench.run --smoke` runs end to end and writes its results.
+
+Only the benchmark's smallest mode (5,000 records, tmqgate only, well under a minute): it
+checks that the command works and that RESULTS.md has every section, never a timing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compat_tests.kafka_ref import jars_installed
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SECTIONS = (
+    "## Machine and load",
+    "## Versions",
+    "## Settings",
+    "## 1. Producer throughput",
+    "## 2. Consumer throughput",
+    "## 3. End-to-end latency",
+    "## 4. Query topics (tmqgate only)",
+    "## 5. Rebalance",
+    "## 6. Broker CPU and memory",
+)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not jars_installed() or shutil.which("java") is None,
+                    reason="needs the Kafka perf tools: scripts/install_java.sh")
+def test_bench_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("confluent_kafka")
+    chart = importlib.util.find_spec("matplotlib") is not None
+    cmd = [sys.executable, "-m", "bench.run", "--smoke", "--out", str(tmp_path),
+           "--workdir", str(tmp_path / "data")] + ([] if chart else ["--no-chart"])
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    text = (tmp_path / "RESULTS.md").read_text()
+    for section in SECTIONS:
+        assert section in text, f"{section!r} missing from RESULTS.md:\n{text}"
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert list(results["brokers"]) == ["tmqgate"]
+    tmqgate = results["brokers"]["tmqgate"]
+    assert tmqgate["produce_acks_1"]["records"] == 5000, tmqgate.get("errors")
+    assert tmqgate["consume"]["records"] == 5000, tmqgate.get("errors")
+    assert set(tmqgate["resources"]) == {"produce_acks_1", "produce_acks_all", "consume"}
+    if chart:
+        assert (tmp_path / "results.png").stat().st_size > 0
+    assert not (tmp_path / "data").exists()  # broker data removed afterwards
