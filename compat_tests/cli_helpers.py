@@ -338,10 +338,11 @@ def consumer_perf_stats(text: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- producing data
 
 
-def produce(bootstrap: str, topic: str, records: Sequence[tuple[int, bytes | None, bytes]],
+def produce(bootstrap: str, topic: str, records: Sequence[tuple],
             timeout: float = 30.0) -> None:
-    """Produce (partition, key, value) records with acks=all through librdkafka and check
-    every delivery report; used where the producing side is not what a test is about."""
+    """Produce (partition, key, value[, timestamp_ms]) records with acks=all through
+    librdkafka and check every delivery report; used where the producing side is not what a
+    test is about."""
     from confluent_kafka import Producer
 
     errors: list[str] = []
@@ -355,8 +356,8 @@ def produce(bootstrap: str, topic: str, records: Sequence[tuple[int, bytes | Non
             delivered += 1
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-    for part, key, value in records:
-        p.produce(topic, value=value, key=key, partition=part, on_delivery=cb)
+    for part, key, value, *ts in records:
+        p.produce(topic, value=value, key=key, partition=part, on_delivery=cb, timestamp=ts[0] if ts else 0)
     left = p.flush(timeout)
     assert left == 0 and not errors and delivered == len(records), \
         f"produce to {topic}: {left} undelivered, {delivered}/{len(records)} delivered, errors {errors[:5]}"

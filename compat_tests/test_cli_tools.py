@@ -8,6 +8,7 @@ its assertions need.  Consumer-group tooling is in `test_cli_groups.py`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -215,7 +216,10 @@ def test_console_producer_consumer_keys_headers_and_group_progress(broker: Broke
 def test_kafka_get_offsets_earliest_latest(broker: Broker, admin: AdminClient, topic_factory) -> None:
     b = broker.bootstrap
     topic = topic_factory("cli-offsets", 3)
-    produce(b, topic, [(0, None, b"a%d" % i) for i in range(5)] + [(1, None, b"b%d" % i) for i in range(2)])
+    base = int(time.time() * 1000) - 600_000  # ten minutes ago: well inside retention
+    # partition 0: timestamps rising 1 s apart; partition 1: falling (max timestamp at offset 0)
+    produce(b, topic, [(0, None, b"a%d" % i, base + 1000 * i) for i in range(5)]
+            + [(1, None, b"b%d" % i, base + 10_000 - 1000 * i) for i in range(2)])
     # move partition 0's log start to 2, so earliest differs from 0 somewhere
     res = admin.delete_records([TopicPartition(topic, 0, 2)])
     for fut in res.values():
@@ -225,12 +229,15 @@ def test_kafka_get_offsets_earliest_latest(broker: Broker, admin: AdminClient, t
     assert parse_get_offsets(latest.stdout) == {(topic, 0): 5, (topic, 1): 2, (topic, 2): 0}, latest.describe()
     earliest = run("kafka-get-offsets", "--bootstrap-server", b, "--topic", topic, "--time", "-2")
     assert parse_get_offsets(earliest.stdout) == {(topic, 0): 2, (topic, 1): 0, (topic, 2): 0}, earliest.describe()
-    # named specs and a partition filter; default --time is latest
+    # a partition filter; the default --time is latest
     some = run("kafka-get-offsets", "--bootstrap-server", b, "--topic-partitions", f"{topic}:0-2")
     assert parse_get_offsets(some.stdout) == {(topic, 0): 5, (topic, 1): 2}, some.describe()
-    named = run("kafka-get-offsets", "--bootstrap-server", b, "--topic", topic, "--partitions", "0",
-                "--time", "earliest")
-    assert parse_get_offsets(named.stdout) == {(topic, 0): 2}, named.describe()
+    # by timestamp: the first offset whose timestamp is >= the given one (none in empty partition 2)
+    by_ts = run("kafka-get-offsets", "--bootstrap-server", b, "--topic", topic, "--time", str(base + 2500))
+    assert parse_get_offsets(by_ts.stdout) == {(topic, 0): 3, (topic, 1): 0}, by_ts.describe()
+    # -3 = max-timestamp: the offset of the record with the largest timestamp
+    max_ts = run("kafka-get-offsets", "--bootstrap-server", b, "--topic", topic, "--time", "-3")
+    assert parse_get_offsets(max_ts.stdout) == {(topic, 0): 4, (topic, 1): 0}, max_ts.describe()
 
 
 # --------------------------------------------------------------------------- perf tools
