@@ -11,7 +11,6 @@ windows, none missing.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,19 +114,22 @@ def test_batch_pipeline_matches_python(broker: Broker, spark: Any) -> None:
 
 def test_pipeline_killed_and_restarted_from_checkpoint(broker: Broker, spark: Any, tmp_path: Path) -> None:
     """`python -m pipelines.windowed` (its own driver and JVM) is SIGKILLed after a few
-    micro-batches and started again with the same checkpoint: it resumes from the checkpointed
-    offsets and window state, and the output topic, deduped by (key, window_start), holds every
-    expected window exactly — duplicates allowed (at-least-once sink) only if identical."""
+    micro-batches and the job is started again with the same checkpoint (in this module's
+    session, whose JVM is already warm): it resumes from the checkpointed offsets and window
+    state, and the output topic, deduped by (key, window_start), holds every expected window
+    exactly -- duplicates allowed (at-least-once sink) only if identical."""
+    from pipelines.windowed import start_stream
+
     src, out = _topics(broker, "pipe-kill")
     events = make_events(240, seed=9)
     flush = flush_event(events, partition=len(events) % 2)
     expected = expected_windows(events)
     produce_events(broker.bootstrap, src, [*events, flush])
+    checkpoint = str(tmp_path / "ckpt")
 
-    args = ["--bootstrap", broker.bootstrap, "--input", src, "--output", out,
-            "--checkpoint", str(tmp_path / "ckpt"), "--max-offsets-per-trigger", "40", "--trigger-seconds", "1",
-            "--master", "local[2]"]
-    first = PipelineProcess(args, tmp_path / "run1.log")
+    first = PipelineProcess(["--bootstrap", broker.bootstrap, "--input", src, "--output", out,
+                             "--checkpoint", checkpoint, "--max-offsets-per-trigger", "40",
+                             "--trigger-seconds", "1", "--master", "local[2]"], tmp_path / "run1.log")
     try:
         first.wait_batches(4, timeout=180)
     finally:
@@ -136,17 +138,18 @@ def test_pipeline_killed_and_restarted_from_checkpoint(broker: Broker, spark: An
     assert before, "no window closed before the kill (batches 2-3 close the first ones)"
     assert len(before) < len(expected), "the job finished before it was killed; nothing left to recover"
 
-    second = PipelineProcess(args, tmp_path / "run2.log")
+    q = start_stream(spark, broker.bootstrap, src, out, checkpoint, trigger_seconds=1.0, max_offsets_per_trigger=40)
     try:
-        wait_for(lambda: second.proc.poll() is not None
-                 or len(output_results(broker.bootstrap, out, 2)[1]) >= len(expected),
-                 240, f"all {len(expected)} window results after the restart")
-        assert second.proc.poll() is None, f"restarted job exited:\n{second.log_tail()}"
-        time.sleep(2)  # a (wrong) extra result would show up now
+        wait_for(lambda: q.exception() is not None or len(output_results(broker.bootstrap, out, 2)[1]) >= len(expected),
+                 180, f"all {len(expected)} window results after the restart")
+        assert q.exception() is None, q.exception()
+        q.processAllAvailable()
+        progress = list(q.recentProgress)
     finally:
-        second.kill()
+        q.stop()
     raw, deduped = output_results(broker.bootstrap, out, 2)  # raises if duplicates differ
     assert _results_as_rows(deduped) == _results_as_rows(expected), (
         f"missing {sorted(set(expected) - set(deduped))}, unexpected {sorted(set(deduped) - set(expected))}")
     assert all(r["key"] != "flush" for r in raw)
-    assert second.batches and min(second.batches) > 0, "the restart did not resume from the checkpoint"
+    assert progress and min(p["batchId"] for p in progress) >= 4, "the restart did not resume from the checkpoint"
+    assert sum(op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p["stateOperators"]) == 0
