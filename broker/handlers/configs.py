@@ -71,6 +71,15 @@ async def describe_configs(broker: Broker, req: Request) -> dict[str, Any]:
                     if synonyms:
                         entry["synonyms"] = [{"name": key.name, "value": value, "source": source}]
                     result["configs"].append(entry)
+                # A TDengine topic's definition (tmq.as) shows as a read-only dynamic config.
+                for name, value in topic.configs.items():
+                    if name not in TOPIC_CONFIGS and (keys is None or name in keys):
+                        result["configs"].append({
+                            "name": name, "value": value, "read_only": True,
+                            "config_source": SOURCE_DYNAMIC_TOPIC, "is_sensitive": False, "config_type": 2,
+                            "documentation": None,
+                            "synonyms": [{"name": name, "value": value, "source": SOURCE_DYNAMIC_TOPIC}]
+                            if synonyms else []})
         elif rtype == BROKER:
             if name not in ("", str(broker.config.node_id)):
                 result.update(error_code=int(ErrorCode.INVALID_REQUEST),
