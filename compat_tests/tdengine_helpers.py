@@ -310,54 +310,74 @@ def read_kafka_python(bootstrap: str, topic: str, partitions: int = VGROUPS, tim
         c.close()
 
 
-def read_confluent(bootstrap: str, topic: str, partitions: int = VGROUPS, timeout: float = 120.0) -> list[Rec]:
-    """Everything up to the end offsets, by confluent-kafka with manual assignment from earliest.
+def _ck_rec(m: Any) -> Rec:
+    if m.error() is not None:
+        raise AssertionError(f"consume error: {m.error()}")
+    return Rec(m.partition(), m.offset(), None if m.key() is None else m.key().decode(), m.value(),
+               m.timestamp()[1], dict(m.headers() or []))
+
+
+class CkConsumer:
+    """A confluent-kafka consumer that knows its fetch positions.
 
     A view's last versions may deliver no record (filtered rows, meta entries), so the
     application position (last record + 1) need not reach the end offset; librdkafka's fetch
     position (`next_offset` in its statistics) does, and says when a partition is read."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    fetched: dict[int, int] = {}
+    def __init__(self, bootstrap: str, topic: str, **config: Any) -> None:
+        from confluent_kafka import Consumer
 
-    def stats(text: str) -> None:
-        for p, d in json.loads(text).get("topics", {}).get(topic, {}).get("partitions", {}).items():
-            if p != "-1":
-                fetched[int(p)] = int(d["next_offset"])
+        self.topic = topic
+        self.fetched: dict[int, int] = {}
+        conf = {"bootstrap.servers": bootstrap, "group.id": "td-unused-" + uuid.uuid4().hex[:8],
+                "enable.auto.commit": False, "fetch.wait.max.ms": 100, "enable.partition.eof": False,
+                "statistics.interval.ms": 100, "stats_cb": self._stats}
+        conf.update(config)
+        self.c = Consumer(conf)
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "td-unused-" + uuid.uuid4().hex[:8],
-                  "enable.auto.commit": False, "fetch.wait.max.ms": 100, "enable.partition.eof": False,
-                  "statistics.interval.ms": 100, "stats_cb": stats})
-    try:
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1]
+    def _stats(self, text: str) -> None:
+        for p, d in json.loads(text).get("topics", {}).get(self.topic, {}).get("partitions", {}).items():
+            if p != "-1" and int(d["next_offset"]) >= 0:
+                self.fetched[int(p)] = int(d["next_offset"])
+
+    def end_offsets(self, partitions: int = VGROUPS) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+
+        return {p: self.c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30, cached=False)[1]
                 for p in range(partitions)}
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+
+    def drain(self, ends: dict[int, int], timeout: float = 120.0) -> list[Rec]:
+        """Consume until every partition's position reached `ends` (partitions with end 0
+        or not in `ends` need nothing)."""
         out: list[Rec] = []
         last: dict[int, int] = {}
-        seen = 0
         deadline = time.monotonic() + timeout
         while True:
-            for m in c.consume(num_messages=10000, timeout=0.1):
-                if m.error() is not None:
-                    raise AssertionError(f"consume error: {m.error()}")
-                out.append(Rec(m.partition(), m.offset(), None if m.key() is None else m.key().decode(),
-                               m.value(), m.timestamp()[1], dict(m.headers() or [])))
-            for r in out[seen:]:
+            for m in self.c.consume(num_messages=10000, timeout=0.1):
+                r = _ck_rec(m)
+                out.append(r)
                 last[r.partition] = r.offset + 1
-            seen = len(out)
-            have = {p: max(fetched.get(p, -1), last.get(p, -1)) for p in range(partitions)}
-            if all(ends[p] == 0 or have[p] >= ends[p] for p in range(partitions)):
+            if all(e == 0 or max(self.fetched.get(p, -1), last.get(p, -1)) >= e for p, e in ends.items()):
                 # the statistics may run ahead of the records handed out: drain what is queued
-                while True:
-                    more = c.consume(num_messages=10000, timeout=0.3)
-                    if not more:
-                        return out
-                    for m in more:
-                        if m.error() is not None:
-                            raise AssertionError(f"consume error: {m.error()}")
-                        out.append(Rec(m.partition(), m.offset(), None if m.key() is None else m.key().decode(),
-                                       m.value(), m.timestamp()[1], dict(m.headers() or [])))
-            assert time.monotonic() < deadline, f"read {topic}: fetch positions {fetched} never reached {ends}"
+                while more := self.c.consume(num_messages=10000, timeout=0.3):
+                    out.extend(_ck_rec(m) for m in more)
+                return out
+            assert time.monotonic() < deadline, \
+                f"read {self.topic}: fetch positions {self.fetched}, records up to {last}, never reached {ends}"
+
+    def close(self) -> None:
+        self.c.close()
+
+
+def read_confluent(bootstrap: str, topic: str, partitions: int = VGROUPS, timeout: float = 120.0) -> list[Rec]:
+    """Everything up to the end offsets, by confluent-kafka with manual assignment from earliest."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    c = CkConsumer(bootstrap, topic)
+    try:
+        ends = c.end_offsets(partitions)
+        c.c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        return c.drain(ends, timeout)
     finally:
         c.close()
 
