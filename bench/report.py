@@ -73,15 +73,16 @@ def versions() -> dict[str, str]:
     from compat_tests.kafka_ref import kafka_version
 
     commit = _cmd_first_line(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    # the broker's own packages only: other work in progress elsewhere in the tree is no concern
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "broker", "storage",
+                            "protocol", "coordinator"], capture_output=True, text=True).stdout.strip()
     try:
         import confluent_kafka
 
         librdkafka = confluent_kafka.libversion()[0]
     except ImportError:
         librdkafka = "not installed"
-    return {"tmqgate": f"{_pkg('tmqgate')} (git {commit}{', uncommitted changes in tree' if dirty else ''})",
+    return {"tmqgate": f"{_pkg('tmqgate')} (git {commit}{', with uncommitted broker changes' if dirty else ''})",
             "python": platform.python_version(), "apache_kafka": kafka_version() or "not installed",
             "java": _cmd_first_line(["java", "-version"]), "confluent_kafka": _pkg("confluent-kafka"),
             "librdkafka": librdkafka, "pyarrow": _pkg("pyarrow"), "plyvel": _pkg("plyvel"),
