@@ -210,6 +210,12 @@ class Background:
         return self.proc.returncode
 
 
+def client_errors(stderr: str) -> list[str]:
+    """Lines where a tool's Kafka client logged an error or an exception (the tools log at
+    WARN and above to stderr); a clean run has none."""
+    return [ln for ln in stderr.splitlines() if " ERROR " in f" {ln} " or "Exception" in ln]
+
+
 # --------------------------------------------------------------------------- parsers
 
 
@@ -232,7 +238,7 @@ def parse_table(text: str, first: str = "GROUP") -> list[dict[str, str]]:
             continue
         if len(fields) != len(header):
             raise AssertionError(f"row does not match its header {header}: {line!r} in:\n{text}")
-        rows.append(dict(zip(header, fields)))
+        rows.append(dict(zip(header, fields, strict=True)))
     return rows
 
 
@@ -331,7 +337,7 @@ def consumer_perf_stats(text: str) -> dict[str, str]:
             names = [c.strip() for c in line.split(",")]
             values = [c.strip() for c in lines[i + 1].split(",")]
             if len(names) == len(values):
-                return dict(zip(names, values))
+                return dict(zip(names, values, strict=True))
     return {}
 
 

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from .cli_helpers import (
     Background,
+    client_errors,
     parse_assignment,
     parse_table,
     poll,
@@ -155,6 +156,7 @@ def test_kafka_consumer_groups_list_describe_reset_delete(broker: Broker, topic_
 
     # the member leaves; 3 more records land in partition 1: lag 3 there, 0 elsewhere
     consumer.stop()
+    assert not client_errors(consumer.stderr()), consumer.describe()
     produce(b, topic, [(1, None, b"late-%d" % i) for i in range(3)])
     text, rows = poll(lambda: _offsets(b, group, topic),
                       lambda tr: all(r["CONSUMER-ID"] == "-" for r in tr[1].values()) and len(tr[1]) == 3,
@@ -245,3 +247,6 @@ def test_three_console_consumers_split_four_partitions(broker: Broker, topic_fac
         assert len(lines) == PER_PARTITION * len(owned[cid]), (cid, len(lines))
     by_client = {int(p): r["CLIENT-ID"] for p, r in rows.items()}
     assert by_client == {p: cid for cid, ps in owned.items() for p in ps}, otext
+    for c in consumers.values():
+        c.stop()
+        assert not client_errors(c.stderr()), c.describe()
