@@ -218,11 +218,11 @@ class TopicRegistry:
         if topic.kind != KAFKA:
             raise TopicError("INVALID_REQUEST",
                              f"'{topic.name}' takes its partitions from the vnodes of database {topic.db}")
-        if count <= topic.partitions:
-            raise TopicError("INVALID_PARTITIONS",
-                             f"Topic currently has {topic.partitions} partitions, which is higher than "
-                             f"the requested {count}." if count < topic.partitions else
-                             f"Topic already has {topic.partitions} partitions.")
+        if count < topic.partitions:
+            raise TopicError("INVALID_PARTITIONS", f"The topic {topic.name} currently has {topic.partitions} "
+                                                   f"partition(s); {count} would not be an increase.")
+        if count == topic.partitions:
+            raise TopicError("INVALID_PARTITIONS", f"Topic already has {topic.partitions} partition(s).")
         if validate_only:
             return
         self._store.add_vnodes(topic.db, count)

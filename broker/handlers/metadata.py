@@ -105,3 +105,40 @@ async def describe_cluster(broker: Broker, req: Request) -> dict[str, Any]:
                      "is_fenced": False}],
         "cluster_authorized_operations": -2147483648,
     }
+
+
+@api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0)
+async def describe_topic_partitions(broker: Broker, req: Request) -> dict[str, Any]:
+    """KIP-966's paged topic description (kafka-topics --describe in 4.x): topics in name order
+    from the cursor, at most response_partition_limit partitions, then a cursor to go on."""
+    body = req.body
+    limit = max(1, body.get("response_partition_limit") or 2000)
+    cursor = body.get("cursor")
+    names = sorted(t["name"] for t in body["topics"]) if body["topics"] else [t.name for t in broker.topics.all()]
+    if cursor is not None:
+        names = [n for n in names if n >= cursor["topic_name"]]
+    out: list[dict[str, Any]] = []
+    next_cursor = None
+    left = limit
+    for name in names:
+        topic = broker.topics.get(name)
+        if topic is None:
+            out.append(_missing(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        entry = topic_metadata(broker, topic)
+        first = cursor["partition_index"] if cursor is not None and name == cursor["topic_name"] else 0
+        parts = entry["partitions"][first:]
+        if len(parts) > left:
+            next_cursor = {"topic_name": name, "partition_index": parts[left]["partition_index"]}
+            parts = parts[:left]
+        for p in parts:
+            p["eligible_leader_replicas"] = []
+            p["last_known_elr"] = []
+        entry["partitions"] = parts
+        out.append(entry)
+        left -= len(parts)
+        if next_cursor is not None or left == 0:
+            if next_cursor is None and name != names[-1]:
+                next_cursor = {"topic_name": names[names.index(name) + 1], "partition_index": 0}
+            break
+    return {"throttle_time_ms": 0, "topics": out, "next_cursor": next_cursor}
