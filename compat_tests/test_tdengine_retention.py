@@ -104,13 +104,22 @@ def test_wal_retention_period_moves_log_start_and_resets_lagging_consumers(td: T
     td.sql(f"CREATE DATABASE {db} VGROUPS {VG} WAL_RETENTION_PERIOD 1")
     info = next(d for d in td.rows("SHOW DATABASES") if d["name"] == db)
     assert (info["vgroups"], info["wal_retention_period"], info["wal_retention_size"]) == (VG, 1, -1)
-    td.sql(METERS_DDL.format(db=db))
-    for k in range(3):
-        _insert(td, db, tables, 1000 + 10 * k)
-    ends1 = end_offsets(td.bootstrap, db, VG)
+    probe = _kp(td, "earliest")  # connected before the writes, so the offsets come back quickly
+    tps = [TopicPartition(db, p) for p in range(VG)]
+    try:
+        probe.beginning_offsets(tps)
+        first_write = time.monotonic()
+        td.sql(METERS_DDL.format(db=db))
+        for k in range(3):
+            _insert(td, db, tables, 1000 + 10 * k)
+        begin0 = {tp.partition: o for tp, o in probe.beginning_offsets(tps).items()}
+        elapsed = time.monotonic() - first_write
+        ends1 = {tp.partition: o for tp, o in probe.end_offsets(tps).items()}
+    finally:
+        probe.close()
     assert all(e > 0 for e in ends1.values()), ends1
-    # (written within the last second: nothing has expired yet)
-    assert beginning_offsets(td.bootstrap, db, VG) == {p: 0 for p in range(VG)}
+    if elapsed < 1.0:  # nothing can have expired yet (a loaded machine may take longer)
+        assert begin0 == {p: 0 for p in range(VG)}, (begin0, elapsed)
 
     # after ~1 s + a retention check, every entry is gone: log start = next version
     wait_until(lambda: beginning_offsets(td.bootstrap, db, VG) == ends1, 15, 0.2,
@@ -123,7 +132,6 @@ def test_wal_retention_period_moves_log_start_and_resets_lagging_consumers(td: T
         assert hist[v]["live"]["entries"] == 0 and hist[v]["live"]["bytes"] == 0
         assert sum(c["entries"] for c in hist[v]["collected"]) >= 2  # the create-stable meta entry + rows
 
-    tps = [TopicPartition(db, p) for p in range(VG)]
     # kafka-python, auto.offset.reset=earliest: positioned at 0 (before the log start), the
     # fetch is OFFSET_OUT_OF_RANGE and the consumer resets to the new log start
     c = _kp(td, "earliest")
