@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import struct
 import time
 from contextvars import ContextVar
@@ -63,6 +64,9 @@ class Broker:
         bound = self._server.sockets[0].getsockname()
         if self.config.advertised_listener:
             self.advertised = parse_hostport(self.config.advertised_listener)
+        elif host in ("0.0.0.0", "::", ""):
+            # A wildcard is no address to give clients; Kafka advertises the host's name then.
+            self.advertised = (socket.getfqdn(), bound[1])
         else:
             self.advertised = (host, bound[1])
         self._tasks.append(asyncio.create_task(self._housekeeping()))
