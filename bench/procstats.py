@@ -1,9 +1,11 @@
 """A broker process's CPU time and memory, read from /proc (Linux).
 
 `ResourceSampler` wraps a workload: CPU seconds (utime + stime of every thread, from
-/proc/PID/stat) before and after, peak resident memory sampled every 100 ms (VmRSS), the
-kernel's own high-water mark (VmHWM, since the process started) and the 1-minute load
-average seen while it ran.
+/proc/PID/stat) before and after, peak resident memory sampled every 100 ms (VmRSS, and its
+anonymous part RssAnon: VmRSS also counts pages of memory-mapped files, such as the SSTables
+LevelDB reads through mmap, which are page cache the kernel can take back), the kernel's own
+high-water mark (VmHWM, since the process started) and the 1-minute load average seen while
+it ran.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Usage:
     wall_s: float = 0.0
     cpu_s: float = 0.0
     peak_rss: int = 0
+    peak_anon: int = 0
     hwm: int = 0
     load_min: float = 0.0
     load_max: float = 0.0
@@ -53,13 +56,15 @@ class Usage:
 
     def merge(self, other: Usage) -> Usage:
         return Usage(self.wall_s + other.wall_s, self.cpu_s + other.cpu_s,
-                     max(self.peak_rss, other.peak_rss), max(self.hwm, other.hwm),
+                     max(self.peak_rss, other.peak_rss), max(self.peak_anon, other.peak_anon),
+                     max(self.hwm, other.hwm),
                      min(self.load_min, other.load_min) if self.samples else other.load_min,
                      max(self.load_max, other.load_max), self.samples + other.samples)
 
     def to_json(self) -> dict[str, float | int]:
         return {"wall_s": round(self.wall_s, 3), "cpu_s": round(self.cpu_s, 3),
-                "peak_rss_bytes": self.peak_rss, "vmhwm_bytes": self.hwm,
+                "peak_rss_bytes": self.peak_rss, "peak_rss_anon_bytes": self.peak_anon,
+                "vmhwm_bytes": self.hwm,
                 "load1_min": round(self.load_min, 2), "load1_max": round(self.load_max, 2)}
 
 
@@ -78,6 +83,9 @@ class ResourceSampler:
         rss = status_bytes(self.pid, "VmRSS")
         if rss is not None:
             self.usage.peak_rss = max(self.usage.peak_rss, rss)
+        anon = status_bytes(self.pid, "RssAnon")
+        if anon is not None:
+            self.usage.peak_anon = max(self.usage.peak_anon, anon)
         self._loads.append(os.getloadavg()[0])
         self.usage.samples += 1
 

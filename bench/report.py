@@ -179,8 +179,9 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
            f"- **Workloads**: {mode['records']:,} records of 1 KiB into a 4-partition topic, "
            "kafka-producer-perf-test with `--throughput -1`, `batch.size=65536 linger.ms=5`; "
            "perf tools on a full-JIT JVM (`-Xmx1g`, serial GC)"
-           + (f"; first an unmeasured warm-up run of {mode['warmup_records']:,} records (acks=1) on each broker"
-              if mode["warmup_records"] else "")
+           + (f"; first an unmeasured warm-up on each broker, {mode['warmup_records']:,} records produced "
+              "(acks=1) and consumed with the same tools — Kafka's JIT needs that many before its throughput and "
+              "latency settle" if mode["warmup_records"] else "")
            + f". End-to-end: {mode['e2e_rate']:,} msg/s for {mode['e2e_seconds']:g} s of 1 KiB messages "
            f"(acks=all, linger.ms=0) into a 1-partition topic, after {mode['e2e_warmup_s']:g} s at the same rate "
            "unmeasured, a consumer in the same process"
@@ -300,8 +301,10 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
     # 6. resources
     md += ["## 6. Broker CPU and memory during workloads 1 and 2", "",
            "CPU = utime + stime of the broker process (all threads) over the run, from /proc/PID/stat; "
-           "peak RSS sampled every 100 ms (VmRSS); VmHWM = the kernel's high-water mark since the broker "
-           "started. *busy* = broker CPU / wall time, in % of one core. The perf tool (a JVM) is a "
+           "peak RSS sampled every 100 ms (VmRSS), and of its anonymous part (RssAnon: heap, stacks — VmRSS "
+           "also counts touched pages of memory-mapped files, e.g. the SSTables LevelDB reads through mmap, "
+           "which are page cache the kernel can reclaim); VmHWM = the kernel's high-water mark of VmRSS since "
+           "the broker started. *busy* = broker CPU / wall time, in % of one core. The perf tool (a JVM) is a "
            "separate process: its CPU seconds are the *client CPU s* column; where the broker is far from "
            "busy, the throughput of workloads 1–2 is set by the client and the shared CPUs, not by the broker.",
            ""]
@@ -316,18 +319,19 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
                 busy = 100 * r["cpu_s"] / r["wall_s"] if r["wall_s"] else None
                 rows.append([n, label, _num(r["wall_s"], 1), _num(r["cpu_s"], 2), _num(busy, 0) + "%",
                              _num(per, 1), _num(_get(brokers[n], wl, "client_cpu_s"), 1),
-                             _mb(r["peak_rss_bytes"]), _mb(r["vmhwm_bytes"])])
+                             _mb(r["peak_rss_bytes"]), _mb(r.get("peak_rss_anon_bytes")), _mb(r["vmhwm_bytes"])])
     md += _table(["broker", "workload", "wall s", "CPU s", "busy", "CPU s per M records", "client CPU s",
-                  "peak RSS", "VmHWM"], rows)
+                  "peak RSS", "peak RssAnon", "VmHWM"], rows)
     if both:
         rt, rk = _get(t, "resources") or {}, _get(k, "resources") or {}
         rows = []
         for key in ("produce_acks_1", "produce_acks_all", "consume"):
             a, b = rt.get(key) or {}, rk.get(key) or {}
             rows.append([key, _ratio(a.get("cpu_s"), b.get("cpu_s")),
-                         _ratio(a.get("peak_rss_bytes"), b.get("peak_rss_bytes"))])
+                         _ratio(a.get("peak_rss_bytes"), b.get("peak_rss_bytes")),
+                         _ratio(a.get("peak_rss_anon_bytes"), b.get("peak_rss_anon_bytes"))])
         md += ["", "tmqgate / Kafka (< 1 favours tmqgate):", ""]
-        md += _table(["workload", "CPU s", "peak RSS"], rows)
+        md += _table(["workload", "CPU s", "peak RSS", "peak RssAnon"], rows)
     md += [""]
 
     # startup, errors
@@ -438,9 +442,9 @@ def chart(res: dict[str, Any], path: Path) -> Path:
     bars(axes[1][2], "6. broker CPU s during 1+2", ["acks=1", "acks=all", "consume"],
          {n: [_get(b[n], "resources", key, "cpu_s") for key in ("produce_acks_1", "produce_acks_all", "consume")]
           for n in names}, "CPU s")
-    bars(axes[1][3], "6. broker peak RSS during 1+2", ["peak RSS", "VmHWM"],
+    bars(axes[1][3], "6. broker peak memory during 1+2", ["VmRSS", "RssAnon"],
          {n: [max((r.get(key) or 0 for r in (_get(b[n], "resources") or {}).values()), default=0) / 2**20
-              for key in ("peak_rss_bytes", "vmhwm_bytes")] for n in names}, "MiB")
+              for key in ("peak_rss_bytes", "peak_rss_anon_bytes")] for n in names}, "MiB")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
