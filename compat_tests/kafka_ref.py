@@ -253,7 +253,7 @@ def _child_env(heap_opts: str, jvm_opts: str) -> dict[str, str]:
 def _format_storage(config_path: Path, cluster_id: str, log_path: Path) -> None:
     """`kafka-storage format --standalone`: this node alone is the initial controller quorum."""
     cmd = [str(tool("kafka-storage")), "format", "--config", str(config_path),
-           "--cluster-id", cluster_id, "--standalone"]
+           f"--cluster-id={cluster_id}", "--standalone"]  # an id may start with "-"
     # a short-lived tool: small heap, C1 only for a quicker JVM start
     env = _child_env("-Xmx256m", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
