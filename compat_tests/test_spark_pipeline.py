@@ -44,8 +44,12 @@ def spark() -> Iterator[Any]:
 def _topics(broker: Broker, prefix: str, partitions: int = 2) -> tuple[str, str]:
     d = ConfluentDriver(broker.bootstrap)
     src, out = unique_topic(f"{prefix}-in"), unique_topic(f"{prefix}-out")
-    d.create_topic(src, partitions)
-    d.create_topic(out, partitions)
+    # The events are from 2023 (BASE_TS): under the default 7-day retention.ms a broker deletes
+    # them at its next retention check (Kafka rolls and drops the time-expired segments), which
+    # Spark then reports as data loss. Historical data is kept with retention.ms=-1.
+    keep = {"retention.ms": "-1"}
+    d.create_topic(src, partitions, keep)
+    d.create_topic(out, partitions, keep)
     return src, out
 
 
