@@ -30,6 +30,35 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """utime + stime per thread (by thread id; the main thread's id is the pid)."""
+    out: dict[int, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return out
+
+
+def io_bytes(pid: int, key: str = "write_bytes") -> int | None:
+    """A counter of /proc/PID/io: write_bytes = bytes the process caused to be written to
+    storage (counted when it dirties page-cache pages, so also for data the OS flushes later)."""
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
 def status_bytes(pid: int, key: str) -> int | None:
     """A `kB` line of /proc/PID/status (VmRSS, VmHWM, ...) in bytes."""
     try:
@@ -47,6 +76,8 @@ class Usage:
 
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    main_thread_cpu_s: float = 0.0  # the Python thread running the event loop (tid == pid)
+    disk_write_bytes: int = 0  # /proc/PID/io write_bytes over the span
     peak_rss: int = 0
     peak_anon: int = 0
     hwm: int = 0
@@ -56,6 +87,8 @@ class Usage:
 
     def merge(self, other: Usage) -> Usage:
         return Usage(self.wall_s + other.wall_s, self.cpu_s + other.cpu_s,
+                     self.main_thread_cpu_s + other.main_thread_cpu_s,
+                     self.disk_write_bytes + other.disk_write_bytes,
                      max(self.peak_rss, other.peak_rss), max(self.peak_anon, other.peak_anon),
                      max(self.hwm, other.hwm),
                      min(self.load_min, other.load_min) if self.samples else other.load_min,
@@ -63,6 +96,7 @@ class Usage:
 
     def to_json(self) -> dict[str, float | int]:
         return {"wall_s": round(self.wall_s, 3), "cpu_s": round(self.cpu_s, 3),
+                "main_thread_cpu_s": round(self.main_thread_cpu_s, 3), "disk_write_bytes": self.disk_write_bytes,
                 "peak_rss_bytes": self.peak_rss, "peak_rss_anon_bytes": self.peak_anon,
                 "vmhwm_bytes": self.hwm,
                 "load1_min": round(self.load_min, 2), "load1_max": round(self.load_max, 2)}
@@ -95,6 +129,8 @@ class ResourceSampler:
 
     def __enter__(self) -> ResourceSampler:
         self._cpu0 = cpu_seconds(self.pid) or 0.0
+        self._main0 = thread_cpu_seconds(self.pid).get(self.pid, 0.0)
+        self._wb0 = io_bytes(self.pid) or 0
         self._t0 = time.perf_counter()
         self._sample()
         self._thread = threading.Thread(target=self._run, name="resource-sampler", daemon=True)
@@ -109,6 +145,10 @@ class ResourceSampler:
         self.usage.wall_s = time.perf_counter() - self._t0
         cpu1 = cpu_seconds(self.pid)
         self.usage.cpu_s = (cpu1 - self._cpu0) if cpu1 is not None else 0.0
+        main1 = thread_cpu_seconds(self.pid).get(self.pid)
+        self.usage.main_thread_cpu_s = (main1 - self._main0) if main1 is not None else 0.0
+        wb1 = io_bytes(self.pid)
+        self.usage.disk_write_bytes = (wb1 - self._wb0) if wb1 is not None else 0
         self.usage.hwm = status_bytes(self.pid, "VmHWM") or 0
         self.usage.load_min = min(self._loads)
         self.usage.load_max = max(self._loads)

@@ -23,11 +23,16 @@ def available() -> bool:
     return shutil.which("py-spy") is not None
 
 
+# the event loop in epoll_wait: py-spy does not always see it as idle
+WAITING = "EpollSelector.select ("
+
+
 @dataclass
 class Entry:
     frame: str
     samples: int
     share: float  # of all samples
+    busy_share: float  # of the samples not waiting in epoll
 
 
 class PySpy:
@@ -82,13 +87,21 @@ def top_entries(path: Path, n: int = 15) -> tuple[int, list[Entry], list[Entry]]
     """(total samples, top `n` by own time, top `n` of tmqgate's functions by total time)."""
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
+    total_busy: Counter[str] = Counter()  # the same, over stacks not waiting in epoll
     samples = 0
     for frames, count in read_stacks(path):
         samples += count
         own[frames[-1]] += count
+        waiting = frames[-1].startswith(WAITING)
         for frame in set(frames):
             if any(p in frame for p in PROJECT):
                 total[frame] += count
-    def entries(c: Counter[str]) -> list[Entry]:
-        return [Entry(f, k, k / samples if samples else 0.0) for f, k in c.most_common(n)]
-    return samples, entries(own), entries(total)
+                if not waiting:
+                    total_busy[frame] += count
+    busy = samples - sum(k for f, k in own.items() if f.startswith(WAITING))
+    own_busy = Counter({f: k for f, k in own.items() if not f.startswith(WAITING)})
+
+    def entries(c: Counter[str], c_busy: Counter[str]) -> list[Entry]:
+        return [Entry(f, k, k / samples if samples else 0.0, c_busy[f] / busy if busy else 0.0)
+                for f, k in c.most_common(n)]
+    return samples, entries(own, own_busy), entries(total, total_busy)

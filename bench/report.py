@@ -304,7 +304,11 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
            "peak RSS sampled every 100 ms (VmRSS), and of its anonymous part (RssAnon: heap, stacks — VmRSS "
            "also counts touched pages of memory-mapped files, e.g. the SSTables LevelDB reads through mmap, "
            "which are page cache the kernel can reclaim); VmHWM = the kernel's high-water mark of VmRSS since "
-           "the broker started. *busy* = broker CPU / wall time, in % of one core. The perf tool (a JVM) is a "
+           "the broker started. *main thread* = the thread whose id is the pid: tmqgate's event loop (the rest "
+           "is LevelDB's compaction thread and other helpers), the JVM's main thread for Kafka (which does "
+           "little; its work runs in network, I/O, GC and JIT threads). *disk writes* = /proc/PID/io "
+           "`write_bytes` over the run (counted when the broker dirties page-cache pages, so data the OS "
+           "flushes later counts too), and its multiple of the records' payload (records × 1 KiB). *busy* = broker CPU / wall time, in % of one core. The perf tool (a JVM) is a "
            "separate process: its CPU seconds are the *client CPU s* column; where the broker is far from "
            "busy, the throughput of workloads 1–2 is set by the client and the shared CPUs, not by the broker.",
            ""]
@@ -317,10 +321,15 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
             if r:
                 per = r["cpu_s"] / (mode["records"] / 1e6) if mode["records"] else None
                 busy = 100 * r["cpu_s"] / r["wall_s"] if r["wall_s"] else None
-                rows.append([n, label, _num(r["wall_s"], 1), _num(r["cpu_s"], 2), _num(busy, 0) + "%",
-                             _num(per, 1), _num(_get(brokers[n], wl, "client_cpu_s"), 1),
+                written = r.get("disk_write_bytes")
+                amp = (f"{_mb(written)} ({written / (mode['records'] * 1024):.1f}×)"
+                       if written and wl != "consume" and mode["records"] else _mb(written) if written else "0")
+                rows.append([n, label, _num(r["wall_s"], 1), _num(r["cpu_s"], 2),
+                             _num(r.get("main_thread_cpu_s"), 2), _num(busy, 0) + "%",
+                             _num(per, 1), _num(_get(brokers[n], wl, "client_cpu_s"), 1), amp,
                              _mb(r["peak_rss_bytes"]), _mb(r.get("peak_rss_anon_bytes")), _mb(r["vmhwm_bytes"])])
-    md += _table(["broker", "workload", "wall s", "CPU s", "busy", "CPU s per M records", "client CPU s",
+    md += _table(["broker", "workload", "wall s", "CPU s", "main thread CPU s", "busy", "CPU s per M records",
+                  "client CPU s", "disk writes (× payload)",
                   "peak RSS", "peak RssAnon", "VmHWM"], rows)
     if both:
         rt, rk = _get(t, "resources") or {}, _get(k, "resources") or {}
@@ -368,16 +377,21 @@ def _loads(b: dict[str, Any]) -> str:
 def profile_markdown(res: dict[str, Any]) -> str:
     prof = res.get("profile") or {}
     md = ["# tmqgate under py-spy", "",
-          f"Mode **{res['mode']['name']}**: a fresh tmqgate with `py-spy record --format raw --function "
-          "--rate 100` attached (blocking sampling, which slows the broker a little) during workloads 1 and 2. "
-          "Samples are taken only while a thread is busy (idle epoll waits are not sampled); a C extension's "
+          f"`{res['command']}` — mode **{res['mode']['name']}**, {res['started']}, 1-minute load average "
+          f"{res['machine']['load_at_start'][0]:.2f} at start, {res['machine']['nproc']} CPUs. "
+          "A fresh tmqgate (after the same unmeasured warm-up as the comparison) with `py-spy record --format "
+          "raw --function --rate 100` attached (blocking sampling, which slows the broker a little) during "
+          "workloads 1 and 2. Idle threads are not sampled; a C extension's "
           "time (LevelDB, crc32c, pyarrow) counts against the Python function that called it. *own* = the "
           "innermost frame, *total* = anywhere on the stack. Raw collapsed stacks sit beside this file in "
           "`profiles/` (not committed; feed them to flamegraph.pl or speedscope).", ""]
     if "error" in prof:
         md += [f"Profiling failed: {prof['error']}", ""]
     md += ["`EpollSelector.select` is the event loop in `epoll_wait`: py-spy counts it as busy, but it is "
-           "mostly the broker waiting for the network — compare the broker's CPU seconds with the wall time.", ""]
+           "mostly the broker waiting for the network — compare the broker's CPU seconds with the wall time. "
+           "The second percentage column leaves those samples out. Samples also include time a thread spends "
+           "blocked in a system call or waiting for a CPU on a loaded machine, so they are closer to wall "
+           "time than to CPU time.", ""]
     for label, p in (prof.get("profiles") or {}).items():
         perf = prof.get(label) or {}
         use = _get(prof, "resources", label) or {}
@@ -385,11 +399,16 @@ def profile_markdown(res: dict[str, Any]) -> str:
                  f"{_num(perf.get('fetch_records_per_s'))} fetch records/s")
         md += [f"## {label}", "",
                f"{p['samples']:,} samples; under the profiler {speed}; broker CPU "
-               f"{_num(use.get('cpu_s'), 2)} s over {_num(use.get('wall_s'), 1)} s wall.", ""]
+               f"{_num(use.get('cpu_s'), 2)} s (event-loop thread {_num(use.get('main_thread_cpu_s'), 2)} s, "
+               f"other threads such as LevelDB's compaction the rest) over {_num(use.get('wall_s'), 1)} s wall; "
+               f"{_mb(use.get('disk_write_bytes'))} written to disk.", ""]
         for kind, title in (("own", "Top {} by own time (innermost frame)"),
                             ("total", "Top {} of tmqgate's functions by total time (anywhere on the stack)")):
-            rows = [[str(i), f"{e['share'] * 100:.1f}%", f"`{e['frame']}`"] for i, e in enumerate(p[kind], 1)]
-            md += [title.format(len(rows)) + ":", ""] + _table(["#", kind, "function (file:line)"], rows) + [""]
+            rows = [[str(i), f"{e['share'] * 100:.1f}%",
+                     f"{e['busy_share'] * 100:.1f}%" if e.get("busy_share") else "–", f"`{e['frame']}`"]
+                    for i, e in enumerate(p[kind], 1)]
+            md += [title.format(len(rows)) + ":", ""] + _table(
+                ["#", f"{kind} (all samples)", f"{kind} (samples not in epoll)", "function (file:line)"], rows) + [""]
     return "\n".join(md)
 
 

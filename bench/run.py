@@ -14,7 +14,8 @@ workloads against each (see bench/workloads.py):
 and writes RESULTS.md, results.json and results.png to --out (default bench/).  Modes:
 `--smoke` (5,000 records, tmqgate only, for the smoke test), `--quick` (100,000 records,
 < 5 minutes), `--full` (1,000,000 records).  `--profile` adds a pass with py-spy attached
-to tmqgate during workloads 1 and 2 and writes PROFILE.md.  Nothing here asserts timings.
+to tmqgate during workloads 1 and 2 and writes PROFILE.md; `--profile-only` runs just that
+pass (and leaves RESULTS.md alone).  Nothing here asserts timings.
 """
 
 from __future__ import annotations
@@ -235,11 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="broker data (default: a temporary dir)")
     parser.add_argument("--brokers", default=None, help="comma-separated subset of tmqgate,kafka")
     parser.add_argument("--profile", action="store_true", help="also profile tmqgate with py-spy (1 and 2)")
+    parser.add_argument("--profile-only", action="store_true",
+                        help="only the py-spy pass: writes PROFILE.md, not RESULTS.md")
     parser.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
     parser.add_argument("--keep", action="store_true", help="keep the broker data afterwards")
     args = parser.parse_args(argv)
     mode = MODES[args.mode or "quick"]
     brokers = tuple(args.brokers.split(",")) if args.brokers else mode.brokers
+    if args.profile_only:
+        brokers, args.profile = (), True
     out_dir = (args.out or (BENCH_DIR / ".smoke" if mode.name == "smoke" else BENCH_DIR)).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="tmqgate-bench-"))).resolve()
@@ -271,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     results["total_s"] = time.perf_counter() - t0
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    if "profile" in results:
+        (out_dir / "PROFILE.md").write_text(report.profile_markdown(results))
+    if args.profile_only:
+        log(f"done in {results['total_s']:.0f}s: {out_dir / 'PROFILE.md'}")
+        return 0
     (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     chart = None
     if not args.no_chart:
@@ -279,8 +289,6 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             log("matplotlib not installed (pip install -e .[bench]): no chart")
     (out_dir / "RESULTS.md").write_text(report.markdown(results, chart))
-    if "profile" in results:
-        (out_dir / "PROFILE.md").write_text(report.profile_markdown(results))
     log(f"done in {results['total_s']:.0f}s: {out_dir / 'RESULTS.md'}")
     return 0
 
