@@ -491,7 +491,8 @@ class KString(KType):
 
 class KBytes(KType):
     """Bytes (int32 or compact length).  ``records`` is this with the payload written via ``wr``
-    so :meth:`Codec.encode_parts` can hand record data to the transport without copying it."""
+    so :meth:`Codec.encode_parts` can hand record data to the transport without copying it; a
+    ``records`` value may also be a list of buffers, encoded exactly as their concatenation."""
 
     def __init__(self, compact: bool, nullable: bool, records: bool = False) -> None:
         super().__init__()
@@ -513,7 +514,17 @@ class KBytes(KType):
             length = f"w(_st_i_pack({n}))"
             null = "w(b'\\xff\\xff\\xff\\xff')"
         g.code.append("_st_i_pack = struct.Struct('>i').pack")
-        body = [f"{ind}    {n} = len({val})", f"{ind}    {length}", f"{ind}    wr({val})"]
+        # A list is the record data in parts (e.g. stored batches, unjoined): one length prefix
+        # for their sum, then each part through ``wr``, so none is copied to make the field.
+        part = g.tmp("p")
+        body = [f"{ind}    if {val}.__class__ is list:",
+                f"{ind}        {n} = sum(map(len, {val}))",
+                f"{ind}        {length}",
+                f"{ind}        for {part} in {val}: wr({part})",
+                f"{ind}    else:",
+                f"{ind}        {n} = len({val})",
+                f"{ind}        {length}",
+                f"{ind}        wr({val})"]
         return [f"{ind}if {val} is None:",
                 f"{ind}    {null}" if self.nullable else f"{ind}    _not_null('records')",
                 f"{ind}else:", *body]
@@ -865,7 +876,8 @@ class Codec:
 
     def encode_parts(self, msg: dict, io: BytesIO | None = None, threshold: int = 4096) -> list:
         """Encode as a list of buffers where ``records`` payloads of ``threshold`` bytes or more are
-        the caller's own objects (not copied); for ``transport.writelines``."""
+        the caller's own objects (not copied), as is each such part of a ``records`` list; the
+        buffers joined are exactly :meth:`encode`'s bytes."""
         io = io if io is not None else BytesIO()
         w = io.write
         refs: list[tuple[int, Any]] = []

@@ -315,6 +315,30 @@ def test_records_pass_through() -> None:
     assert len(encode_response_parts(1, 12, 3, _fetch(b"tiny"))) == 1
 
 
+@pytest.mark.parametrize("version", [4, 11, 12, 13, 16, 17])
+def test_records_list_encodes_as_joined(version: int) -> None:
+    """A records field given as a list of parts (Fetch's stored batches, unjoined) encodes
+    byte for byte as their concatenation, with the length prefix of the sum, in every form."""
+    big = [os.urandom(n) for n in (5000, 16384, 4096, 70_000)]
+    mixed = [os.urandom(100), big[0], b"", os.urandom(4095), big[1], os.urandom(1)]
+    # [65 + 64 bytes]: the compact length prefix n + 1 = 130 is a two-byte uvarint
+    for records in (big, mixed, [b"x" * 65, b"y" * 64], [b"tiny"], [], [big[3]]):
+        def body(rec: object) -> dict:
+            return {"responses": [{"topic": "t", "topic_id": b"\x01" * 16, "partitions": [
+                {"partition_index": 0, "records": rec}, {"partition_index": 1, "records": None},
+                {"partition_index": 2, "records": b"z" * 5000}]}]}
+
+        joined = encode_response(1, version, 7, body(b"".join(records)))
+        assert encode_response(1, version, 7, body(records)) == joined
+        chunks = encode_response_parts(1, version, 7, body(records))
+        assert b"".join(chunks) == joined
+        # parts of threshold size or more travel as the caller's objects, smaller ones are inlined
+        big_ids = {id(r) for r in records if len(r) >= 4096}
+        assert {id(ch) for ch in chunks if id(ch) in big_ids} == big_ids
+        corr, decoded = decode_response(1, version, joined[4:])
+        assert corr == 7 and decoded["responses"][0]["partitions"][0]["records"] == b"".join(records)
+
+
 def test_produce_request_records() -> None:
     rec = os.urandom(64 * 1024)
     body = {"acks": -1, "timeout_ms": 100, "topic_data": [
