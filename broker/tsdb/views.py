@@ -21,6 +21,7 @@ from broker.tsdb.encode import json_objects, records_batch
 from broker.tsdb.rows import TBNAME, conform, decode_rows
 
 if TYPE_CHECKING:
+    from broker.sql.expr import Filter, Projection
     from broker.tsdb.types import StableSchema
     from storage import Store
     from storage.model import WalEntry
@@ -53,20 +54,37 @@ class _Compiled:
     """A topic's filter and projection compiled against one version of a supertable's schema."""
 
     def __init__(self, topic: TopicDef, schema: StableSchema) -> None:
+        self.schema = schema
+        self.filter: Filter | None = None
+        self.projection: Projection | None = None
+        if topic.kind != "database":
+            self._compile(topic, schema)
+        tags = {t.name for t in schema.tags}
+        self.filter_needs_tags = self.filter is not None and bool(tags & set(self.filter.columns))
+        # database and supertable topics deliver every column and tag
+        self.values_need_tags = self.projection is None or bool(tags & set(self.projection.columns))
+
+    def _compile(self, topic: TopicDef, schema: StableSchema) -> None:
         from broker.sql.expr import compile_filter, compile_projection
         from broker.sql.parser import parse
 
-        self.schema = schema
-        self.filter = None
-        self.projection = None
-        if topic.kind == "database":
-            return
         stmt = parse(topic.statement)
         if topic.kind == "select":
             self.projection = compile_projection(stmt.select, schema)
             self.filter = self.projection.where
         elif stmt.where is not None:
             self.filter = compile_filter(stmt.where, schema, tags_only=True)
+
+
+@dataclass
+class _Run:
+    """Consecutive rows entries of one supertable, evaluated as one table: versions first..last."""
+
+    stable: str
+    compiled: _Compiled
+    tables: list[pa.Table]
+    first: int
+    last: int
 
 
 class View:
@@ -94,45 +112,69 @@ class View:
 
     def read(self, vnode: int, from_version: int, max_bytes: int) -> list[bytes]:
         """Record batches covering versions from `from_version` on, about `max_bytes` of them
-        (at least one batch when any entry exists there)."""
+        (at least one batch when any entry exists there).
+
+        Consecutive rows entries of one supertable are evaluated together as one table and
+        become one record batch: the filter, projection and encoding then run once per run of
+        entries, not once per entry (ingestion writes an entry per produced batch, often a few
+        hundred rows)."""
         entries = self._store.read_entries(self.topic.db, vnode, from_version, max(max_bytes, 1))
         out: list[bytes] = []
         size = 0
         skipped_from: int | None = None  # start of a run of versions that yield no records
         skipped_to = -1
-        for entry in entries:
-            start = max(from_version, entry.version)
-            last = entry.version + entry.count - 1
-            batch = self._evaluate(entry, start, last)
+        run: _Run | None = None
+
+        def emit(batch: bytes | None, first: int, last: int) -> None:
+            nonlocal skipped_from, skipped_to, size
             if batch is None:
                 if skipped_from is None:
-                    skipped_from = start
+                    skipped_from = first
                 skipped_to = last
-                continue
+                return
             if skipped_from is not None:
                 out.append(_empty(skipped_from, skipped_to))
                 skipped_from = None
             out.append(batch)
             size += len(batch)
+
+        for entry in entries:
+            start = max(from_version, entry.version)
+            last = entry.version + entry.count - 1
+            rows = self._rows_of(entry, start) if entry.kind == "rows" else None
+            if rows is not None:
+                stable, compiled, table = rows
+                if run is not None and run.stable == stable and run.compiled is compiled:
+                    run.tables.append(table)
+                    run.last = last
+                    continue
+                if run is not None:
+                    emit(self._run_batch(run), run.first, run.last)
+                    if size >= max_bytes:
+                        run = None
+                        break
+                run = _Run(stable, compiled, [table], start, last)
+                continue
+            if run is not None:
+                emit(self._run_batch(run), run.first, run.last)
+                run = None
+                if size >= max_bytes:
+                    break
+            batch = self._meta(entry, last) if entry.kind == "meta" and self.topic.meta is not None else None
+            emit(batch, start, last)
             if size >= max_bytes:
                 break
+        if run is not None:
+            emit(self._run_batch(run), run.first, run.last)
         if skipped_from is not None:
             out.append(_empty(skipped_from, skipped_to))
         return out
 
-    def _evaluate(self, entry: WalEntry, start: int, last: int) -> bytes | None:
-        """The batch for one entry, or None when it delivers no record to this topic."""
-        if entry.kind == "rows":
-            if self.topic.meta == "only":
-                return None
-            return self._rows(entry, start, last)
-        if entry.kind == "meta":
-            if self.topic.meta is None:
-                return None
-            return self._meta(entry, last)
-        return None
-
-    def _rows(self, entry: WalEntry, start: int, last: int) -> bytes | None:
+    def _rows_of(self, entry: WalEntry, start: int) -> tuple[str, _Compiled, pa.Table] | None:
+        """(supertable, compiled view, rows from `start` conformed to the current schema) of a
+        rows entry this topic reads, or None when it delivers nothing here."""
+        if self.topic.meta == "only":
+            return None
         table = decode_rows(entry.data)
         stable = (table.schema.metadata or {}).get(STABLE_METADATA_KEY, b"").decode()
         if self.topic.stable is not None and stable != self.topic.stable:
@@ -143,14 +185,28 @@ class View:
         skip = start - entry.version
         if skip:
             table = table.slice(skip)
-        table = self._catalog.with_tags(self.topic.db, stable, conform(table, compiled.schema))
-        offsets = pc.add(pa.array(range(len(table)), pa.int64()), start) if len(table) else pa.array([], pa.int64())
+        return stable, compiled, conform(table, compiled.schema).replace_schema_metadata(None)
+
+    def _run_batch(self, run: _Run) -> bytes | None:
+        """The record batch of a run of rows entries, or None when no row passes the filter.
+
+        Tags are joined on only when the filter or the values need them, and then after the
+        filter when only the values do (a selective filter on columns joins few rows)."""
+        compiled = run.compiled
+        table = pa.concat_tables(run.tables) if len(run.tables) > 1 else run.tables[0]
+        offsets = _versions(run.first, len(table))
+        with_tags = False
         if compiled.filter is not None:
+            if compiled.filter_needs_tags:
+                table = self._catalog.with_tags(self.topic.db, run.stable, table)
+                with_tags = True
             mask = compiled.filter.mask(table)
             table = table.filter(mask)
             offsets = offsets.filter(mask)
         if len(table) == 0:
             return None
+        if compiled.values_need_tags and not with_tags:
+            table = self._catalog.with_tags(self.topic.db, run.stable, table)
         ts_name = compiled.schema.columns[0].name
         if compiled.projection is not None:
             values_table = compiled.projection.evaluate(table)
@@ -158,9 +214,9 @@ class View:
             values_table = table.drop_columns([TBNAME])
         tbnames = table.column(TBNAME)
         return records_batch(
-            base_offset=start, last_offset=last, offsets=offsets,
+            base_offset=run.first, last_offset=run.last, offsets=offsets,
             timestamps=table.column(ts_name), keys=tbnames, values=json_objects(values_table),
-            headers=[("tmq.db", self._db_header), ("tmq.stable", stable.encode()),
+            headers=[("tmq.db", self._db_header), ("tmq.stable", run.stable.encode()),
                      ("tmq.table", tbnames), ("tmq.type", TYPE_DATA)])
 
     def _meta(self, entry: WalEntry, last: int) -> bytes | None:
@@ -175,6 +231,19 @@ class View:
             values=pa.array([entry.data], pa.binary()),
             headers=[("tmq.db", self._db_header), ("tmq.stable", (stable or "").encode()),
                      ("tmq.table", table.encode()), ("tmq.type", TYPE_META)])
+
+
+_versions_cache = pa.array([], pa.int64())
+
+
+def _versions(first: int, n: int) -> pa.Array:
+    """Versions first, first + 1, …, first + n - 1 (int64): the offsets of a run's rows."""
+    global _versions_cache
+    if len(_versions_cache) < n:
+        size = max(n, 2 * len(_versions_cache), 4096)
+        _versions_cache = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), size))
+        _versions_cache = pc.subtract(_versions_cache, 1)
+    return pc.add(_versions_cache.slice(0, n), first)
 
 
 def _empty(first: int, last: int) -> bytes:
