@@ -23,7 +23,7 @@ from protocol.errors import ErrorCode
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 #: While a member waits for partitions another member must release, it polls this often (ms).
-RECONCILE_HEARTBEAT_MS = 500
+RECONCILE_HEARTBEAT_MS = 200
 
 EMPTY = "Empty"
 ASSIGNING = "Assigning"
@@ -44,7 +44,7 @@ class TopicSource(Protocol):
 @dataclass
 class ConsumerConfig:
     session_timeout_ms: int = 12_000
-    heartbeat_interval_ms: int = 3000
+    heartbeat_interval_ms: int = 1000
 
 
 @dataclass

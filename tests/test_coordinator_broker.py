@@ -134,7 +134,7 @@ async def classic_and_kip848(data_dir: str) -> None:
 
         r1 = await c1.call(68, 1, cgh("member-1", 0, [], join=True))
         assert (r1["error_code"], r1["member_id"], r1["member_epoch"], r1["heartbeat_interval_ms"]) == (
-            0, "member-1", 1, 3000)
+            0, "member-1", 1, 1000)
         assert r1["assignment"]["topic_partitions"] == [{"topic_id": tid, "partitions": [0, 1, 2, 3]}]
         r2 = await c2.call(68, 1, cgh("member-2", 0, [], join=True))
         assert r2["member_epoch"] == 2 and r2["assignment"]["topic_partitions"] == []

@@ -116,7 +116,7 @@ def test_first_member_gets_everything_on_its_joining_heartbeat(tmp_path: Any) ->
     c = make(tmp_path)
     r = hb(c, 0)
     assert r["error_code"] == 0 and r["member_id"] == "m1" and r["member_epoch"] == 1
-    assert r["heartbeat_interval_ms"] == 3000
+    assert r["heartbeat_interval_ms"] == 1000
     assert parts(r) == [0, 1, 2, 3]
     again = hb(c, 3000, "m1", 1, owned={"t": [0, 1, 2, 3]})
     assert again["assignment"] is None and again["member_epoch"] == 1
@@ -129,7 +129,7 @@ def test_second_member_waits_for_revocation(tmp_path: Any) -> None:
     r2 = hb(c, 100)
     # Target computed at once (c2 → 2,3), but c1 still owns them: c2 advances with nothing yet.
     assert r2["member_id"] == "m2" and r2["member_epoch"] == 2 and parts(r2) == []
-    assert r2["heartbeat_interval_ms"] == 500  # polls fast while waiting for a release
+    assert r2["heartbeat_interval_ms"] == 200  # polls fast while waiting for a release
     d = c.consumer_describe(["g"])[0]
     assert d["group_state"] == "Reconciling" and d["group_epoch"] == 2 and d["assignment_epoch"] == 2
     targets = {m["member_id"]: m["target_assignment"]["topic_partitions"][0]["partitions"] for m in d["members"]}
