@@ -12,8 +12,8 @@ workloads against each (see bench/workloads.py):
 6. the broker's CPU seconds and peak memory during 1 and 2
 
 and writes RESULTS.md, results.json and results.png to --out (default bench/).  Modes:
-`--smoke` (5,000 records, tmqgate only, for the smoke test), `--quick` (100,000 records,
-< 5 minutes), `--full` (1,000,000 records).  `--profile` adds a pass with py-spy attached
+`--smoke` (5,000 records, tmqgate only, for the smoke test), `--quick` (100,000 records and
+1,000,000 query-topic rows, < 5 minutes), `--full` (1,000,000 records).  `--profile` adds a pass with py-spy attached
 to tmqgate during workloads 1 and 2 and writes PROFILE.md; `--profile-only` runs just that
 pass (and leaves RESULTS.md alone).  Nothing here asserts timings.
 """
@@ -57,18 +57,19 @@ class Mode:
 
 MODES = {
     "smoke": Mode("smoke", 5_000, 200, 1.0, 0, 5_000, 1, 0, 0.5, ("tmqgate",)),
-    "quick": Mode("quick", 100_000, 1000, 3.0, 500, 100_000, 3, 300_000, 3.0),
+    # quick mode still reads query topics over the 1,000,000 rows the issue names: at 100,000 the
+    # consumer's start-up is most of the time
+    "quick": Mode("quick", 100_000, 1000, 3.0, 500, 1_000_000, 5, 300_000, 3.0),
     "full": Mode("full", 1_000_000, 1000, 10.0, 5000, 1_000_000, 5, 500_000, 5.0),
 }
 
 # Broker settings.  Durability is each broker's default: Kafka leaves flushing to the OS page
 # cache (log.flush.interval.* unset), tmqgate's wal_level 1 hands every write to the OS before
-# the ack.  Group timings are made equal: no initial rebalance delay on either, and tmqgate's
-# KIP-848 heartbeat interval set to Kafka's default (5 s; tmqgate's own default is 3 s).
+# the ack.  No initial rebalance delay on either; group heartbeats at each broker's default
+# (KIP-848: Kafka 5 s, tmqgate 1 s; classic: the client's 3 s on both).
 TMQGATE_CONFIG: dict[str, Any] = {
     "wal_level": 1,
     "group_initial_rebalance_delay_ms": 0,
-    "group_consumer_heartbeat_interval_ms": 5000,
 }
 KAFKA_HEAP_OPTS = "-Xmx1G -Xms1G"  # what Apache Kafka's kafka-server-start.sh uses
 
