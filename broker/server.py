@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import struct
 import time
@@ -36,6 +37,57 @@ from storage import Store
 
 log = logging.getLogger("tmqgate.server")
 _SIZE = struct.Struct(">i")
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
+
+
+def write_parts(transport: asyncio.WriteTransport, fd: int, parts: list) -> None:
+    """Send one response's buffers in order without joining them.
+
+    `StreamWriter.writelines` joins its buffers (a full copy of a Fetch response), and a
+    socket transport then copies whatever the socket did not take into its own buffer. Here,
+    when the transport has nothing queued, one gathered write (`writev`) hands the parts to
+    the kernel straight from the stored batches; only what the socket did not take is given
+    to the transport, which queues it behind and sends it when the socket is writable. With
+    `fd` -1 (no plain socket, e.g. TLS) or data already queued, each part goes to the
+    transport as it is: sent at once or copied once into its buffer, in order either way.
+    """
+    if len(parts) == 1:
+        transport.write(parts[0])
+        return
+    i = 0
+    n = 0
+    if fd >= 0 and not transport.get_write_buffer_size() and not transport.is_closing():
+        count = len(parts)
+        while i < count:
+            chunk = parts[i:i + _IOV_MAX]
+            try:
+                n = os.writev(fd, chunk)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            for part in chunk:
+                if n < len(part):
+                    break
+                n -= len(part)
+                i += 1
+            else:
+                continue  # the whole chunk went out
+            break
+        if i == count:
+            return
+    if n:  # the rest of a part the socket took in part: a view, not a copy of it
+        transport.write(memoryview(parts[i])[n:])
+        i += 1
+    for part in parts[i:]:
+        transport.write(part)
+
+
+def _socket_fd(writer: asyncio.StreamWriter) -> int:
+    """The plain socket under `writer` that `write_parts` may write to directly, or -1."""
+    transport = writer.transport
+    sock = transport.get_extra_info("socket")
+    if sock is None or transport.get_extra_info("sslcontext") is not None:
+        return -1
+    return sock.fileno()
 
 
 class Broker:
@@ -146,6 +198,8 @@ class Broker:
     async def _connection_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                peer: Any) -> None:
         max_size = self.config.socket_request_max_bytes
+        transport = writer.transport
+        fd = _socket_fd(writer)
         current_client.set(ClientInfo(host=peer[0] if peer else "", port=peer[1] if peer else 0))
         while True:
             (size,) = _SIZE.unpack(await reader.readexactly(4))
@@ -179,9 +233,9 @@ class Broker:
             body = await entry.handler(self, request)
             if body is None:
                 continue
-            # Large record payloads go out uncopied (writelines of the codec's parts).
-            writer.writelines(encode_response_parts(request.api_key, request.api_version,
-                                                    request.correlation_id, body))
+            # Large record payloads (Fetch's stored batches) go out uncopied.
+            write_parts(transport, fd, encode_response_parts(request.api_key, request.api_version,
+                                                             request.correlation_id, body))
             await writer.drain()
 
     def retention_defaults(self) -> dict[str, str]:

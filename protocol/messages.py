@@ -140,8 +140,9 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: d
 
 def encode_response_parts(api_key: int, api_version: int, correlation_id: int, body: dict,
                           threshold: int = 4096) -> list:
-    """Like :func:`encode_response` but as buffers for ``transport.writelines``: ``records``
-    payloads of at least ``threshold`` bytes are passed through uncopied."""
+    """Like :func:`encode_response` but as a list of buffers for the caller to send in order:
+    ``records`` payloads (or parts of a ``records`` list) of at least ``threshold`` bytes are
+    passed through uncopied; the buffers joined are exactly :func:`encode_response`'s frame."""
     io = _response_head(api_key, api_version, correlation_id)
     parts = codec_for(api_key, api_version, "response").encode_parts(body, io, threshold)
     size = sum(map(len, parts)) - 4

@@ -86,10 +86,12 @@ def _read_all(broker: Broker, wanted: list[tuple[dict[str, Any], Topic | None]],
                         if total > 0:
                             batches = _within(batches, limit)
                         if batches:
-                            records = b"".join(batches)
-                            entry["records"] = records
-                            total += len(records)
-                            budget -= len(records)
+                            # The stored batches as they are: the codec writes the list as one
+                            # records field and the server sends the parts without joining them.
+                            size = sum(map(len, batches))
+                            entry["records"] = batches
+                            total += size
+                            budget -= size
             parts.append(entry)
         responses.append({"topic": t.get("topic"), "topic_id": t.get("topic_id"), "partitions": parts})
     return responses, total, errors
