@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from broker.topic_configs import effective, validate
 from broker.tsdb.catalog import TsdbCatalog
 from broker.tsdb.views import TopicDef, View
+from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -148,6 +149,18 @@ class TopicRegistry:
 
     def by_id(self, topic_id: bytes) -> Topic | None:
         return self._by_id.get(topic_id)
+
+    @staticmethod
+    def partition_error(topic: Topic | None, index: int, by_id: bool = False) -> ErrorCode | None:
+        """Why partition `index` of a looked-up `topic` cannot be served, or None if it can.
+
+        A missing topic is UNKNOWN_TOPIC_ID when it was looked up by id (v13+ Fetch/Produce),
+        UNKNOWN_TOPIC_OR_PARTITION otherwise, as is a partition outside [0, partitions)."""
+        if topic is None:
+            return ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if not 0 <= index < topic.partitions:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return None
 
     def all(self) -> list[Topic]:
         return sorted(self._by_name.values(), key=lambda t: t.name)

@@ -144,9 +144,11 @@ async def delete_records(broker: Broker, req: Request) -> dict[str, Any]:
         for p in t["partitions"]:
             index = p["partition_index"]
             entry = {"partition_index": index, "low_watermark": -1, "error_code": 0}
-            if topic is None or not 0 <= index < topic.partitions:
-                entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            error = broker.topics.partition_error(topic, index)
+            if error is not None:
+                entry["error_code"] = int(error)
             else:
+                assert topic is not None
                 hw = store.next_version(topic.db, index)
                 offset = hw if p["offset"] == -1 else p["offset"]
                 if not 0 <= offset <= hw:

@@ -51,6 +51,7 @@ def _read_all(broker: Broker, wanted: list[tuple[dict[str, Any], Topic | None]],
               by_id: bool) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (topic responses, bytes of records, any error)."""
     store = broker.store
+    partition_error = broker.topics.partition_error
     budget = max_bytes if max_bytes > 0 else 0x7FFFFFFF
     total = 0
     errors = False
@@ -63,14 +64,12 @@ def _read_all(broker: Broker, wanted: list[tuple[dict[str, Any], Topic | None]],
                                      "last_stable_offset": -1, "log_start_offset": -1,
                                      "aborted_transactions": None, "preferred_read_replica": -1,
                                      "records": b""}
-            if topic is None:
-                entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_ID if by_id
-                                          else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                errors = True
-            elif not 0 <= index < topic.partitions:
-                entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            error = partition_error(topic, index, by_id)
+            if error is not None:
+                entry["error_code"] = int(error)
                 errors = True
             else:
+                assert topic is not None
                 hw = store.next_version(topic.db, index)
                 start = store.log_start(topic.db, index)
                 entry.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)

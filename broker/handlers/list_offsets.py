@@ -53,8 +53,9 @@ async def list_offsets(broker: Broker, req: Request) -> dict[str, Any]:
             index = p["partition_index"]
             entry: dict[str, Any] = {"partition_index": index, "error_code": 0, "timestamp": -1,
                                      "offset": -1, "leader_epoch": -1}
-            if topic is None or not 0 <= index < topic.partitions:
-                entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            error = broker.topics.partition_error(topic, index)
+            if error is not None:
+                entry["error_code"] = int(error)
                 parts.append(entry)
                 continue
             ts = p["timestamp"]

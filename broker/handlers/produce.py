@@ -46,11 +46,10 @@ async def produce(broker: Broker, req: Request) -> dict[str, Any] | None:
                                      "log_start_offset": -1, "record_errors": [], "error_message": None}
             if acks not in (0, 1, -1):
                 entry["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
-            elif topic is None:
-                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif not 0 <= index < topic.partitions:
-                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif (error := broker.topics.partition_error(topic, index, by_id)) is not None:
+                entry["error_code"] = error
             else:
+                assert topic is not None
                 try:
                     entry["base_offset"], entry["log_append_time_ms"] = append_records(
                         broker, topic, index, pdata["records"])
