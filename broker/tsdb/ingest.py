@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.sql.ast import SqlError
-from broker.sql.executor import Executor
+from broker.sql.executor import shared_executor
 from broker.tsdb.rows import RowsError
 from broker.tsdb.schemaless import (
     SchemalessError,
@@ -99,7 +99,7 @@ def ingest(broker: Broker, topic: Topic, vnode: int, batch: bytes) -> int:
     rows = parse_records(batch)
     if not rows:
         raise IngestError("the record batch holds no rows")
-    executor = Executor(broker)
+    executor = shared_executor(broker)
     catalog = broker.topics.catalog
     info = broker.store.get_database(topic.db)
     children = broker.store.child_tables(topic.db)
