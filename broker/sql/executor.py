@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 
@@ -47,6 +47,21 @@ class Result:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+# A child table an INSERT creates (USING ... TAGS): database info, name, supertable, tags.
+_ChildCreate = tuple[Any, str, StableSchema, dict[str, Any]]
+
+
+class _CheckedRows(NamedTuple):
+    """One VALUES clause of an INSERT after its checks: where its rows go, and each row's
+    values by column name."""
+
+    db: str
+    schema: StableSchema
+    vnode: int
+    table: str
+    rows: list[dict[str, Any]]
 
 
 def shared_executor(broker: Broker) -> Executor:
@@ -275,27 +290,22 @@ class Executor:
     # -- writes ---------------------------------------------------------------------------
 
     def _Insert(self, stmt: ast.Insert, db: str | None) -> Result:
+        """Check everything, then build the tables, then write: a failed INSERT writes nothing."""
         now = _now_ms()
-        # Check and convert everything first: a failed INSERT writes nothing.
-        groups: dict[tuple[str, str, int], tuple[StableSchema, list[str], dict[str, list[Any]]]] = {}
-        creates: list[tuple[Any, str, StableSchema, dict[str, Any]]] = []
-        total = 0
+        creates, checked = self._check_insert(stmt, db, now)
+        tables = self._group_insert(checked)
+        self._write_insert(creates, tables)
+        return Result.affected(sum(len(entry.rows) for entry in checked))
+
+    def _check_insert(self, stmt: ast.Insert, db: str | None,
+                      now: int) -> tuple[list[_ChildCreate], list[_CheckedRows]]:
+        """Resolve each VALUES clause's table and columns and check every value, in statement
+        order (so the first error is the one reported), before anything is written; returns the
+        child tables the USING clauses create, and each clause's rows as checked values."""
+        creates: list[_ChildCreate] = []
+        checked: list[_CheckedRows] = []
         for rows in stmt.tables:
-            info = self._database(rows.db or db)
-            child = self.store.child_tables(info.name).get(rows.table)
-            if child is None:
-                planned = next((c for c in creates if c[0].name == info.name and c[1] == rows.table), None)
-                if planned is not None:
-                    schema = planned[2]
-                elif rows.stable is None:
-                    raise SqlError(f"Table does not exist: {rows.table}")
-                else:
-                    schema = self._stable(info.name, rows.stable)
-                    creates.append((info, rows.table, schema, rows.resolve_tags(schema, now_ms=now)))
-                vnode = home_vnode(rows.table, info.vgroups)
-            else:
-                schema = self._stable(info.name, child.stable)
-                vnode = child.vnode
+            info, schema, vnode = self._insert_target(rows, db, creates, now)
             names = [c.name for c in schema.columns] if rows.columns is None else rows.columns
             cols = []
             for name in names:
@@ -305,35 +315,71 @@ class Executor:
                 cols.append(col)
             if cols[0] is not schema.columns[0] and schema.columns[0] not in cols:
                 raise SqlError(f"Primary timestamp column {schema.columns[0].name} can not be null")
-            key = (info.name, schema.name, vnode)
-            _, tbnames, values = groups.setdefault(key, (schema, [], defaultdict(list)))
-            for row in rows.values:
-                if len(row) != len(cols):
-                    raise SqlError(f"Illegal number of columns: {len(row)} values for {len(cols)} columns")
-                given = {}
-                for col, value in zip(cols, row, strict=True):
-                    try:
-                        given[col.name] = check_value(col.type, value, now_ms=now)
-                    except TypeError_ as exc:
-                        raise SqlError(f"Invalid value for column {col.name}: {exc}") from None
-                if given.get(schema.columns[0].name) is None:
-                    raise SqlError(f"Primary timestamp column {schema.columns[0].name} can not be null")
-                tbnames.append(rows.table)
-                for c in schema.columns:
+            checked.append(_CheckedRows(info.name, schema, vnode, rows.table,
+                                        [self._check_row(schema, cols, row, now) for row in rows.values]))
+        return creates, checked
+
+    def _insert_target(self, rows: ast.InsertRows, db: str | None, creates: list[_ChildCreate],
+                       now: int) -> tuple[Any, StableSchema, int]:
+        """The database, supertable and vnode of a VALUES clause's table: an existing child
+        table, one an earlier clause creates, or a new one its USING clause adds to `creates`."""
+        info = self._database(rows.db or db)
+        child = self.store.child_tables(info.name).get(rows.table)
+        if child is not None:
+            return info, self._stable(info.name, child.stable), child.vnode
+        planned = next((c for c in creates if c[0].name == info.name and c[1] == rows.table), None)
+        if planned is not None:
+            schema = planned[2]
+        elif rows.stable is None:
+            raise SqlError(f"Table does not exist: {rows.table}")
+        else:
+            schema = self._stable(info.name, rows.stable)
+            creates.append((info, rows.table, schema, rows.resolve_tags(schema, now_ms=now)))
+        return info, schema, home_vnode(rows.table, info.vgroups)
+
+    @staticmethod
+    def _check_row(schema: StableSchema, cols: list[Any], row: list[Any], now: int) -> dict[str, Any]:
+        """One row of literals as checked values by column name (NOW and friends at `now`)."""
+        if len(row) != len(cols):
+            raise SqlError(f"Illegal number of columns: {len(row)} values for {len(cols)} columns")
+        given = {}
+        for col, value in zip(cols, row, strict=True):
+            try:
+                given[col.name] = check_value(col.type, value, now_ms=now)
+            except TypeError_ as exc:
+                raise SqlError(f"Invalid value for column {col.name}: {exc}") from None
+        if given.get(schema.columns[0].name) is None:
+            raise SqlError(f"Primary timestamp column {schema.columns[0].name} can not be null")
+        return given
+
+    @staticmethod
+    def _group_insert(checked: list[_CheckedRows]) -> dict[tuple[str, str, int], pa.Table]:
+        """One rows table per (database, supertable, vnode), whichever child tables and VALUES
+        clauses its rows came from, since the WAL takes a supertable's rows as one entry per
+        vnode. Building it may still refuse a value, and nothing has been written yet."""
+        groups: dict[tuple[str, str, int], tuple[StableSchema, list[str], dict[str, list[Any]]]] = {}
+        for entry in checked:
+            key = (entry.db, entry.schema.name, entry.vnode)
+            _, tbnames, values = groups.setdefault(key, (entry.schema, [], defaultdict(list)))
+            for given in entry.rows:
+                tbnames.append(entry.table)
+                for c in entry.schema.columns:
                     values[c.name].append(given.get(c.name))
-                total += 1
         tables = {}
         for key, (schema, tbnames, values) in groups.items():
             try:
-                table = build_rows_table(schema, tbnames, values)
+                tables[key] = build_rows_table(schema, tbnames, values)
             except RowsError as exc:
                 raise SqlError(str(exc)) from None
-            tables[key] = (schema, table)
+        return tables
+
+    def _write_insert(self, creates: list[_ChildCreate], tables: dict[tuple[str, str, int], pa.Table]) -> None:
+        """Create the USING clauses' child tables (their meta entries come before their rows in
+        the WAL, as a WITH META topic delivers them), then append each group's rows."""
         for info, name, schema, tags in creates:
             self.create_child(info, name, schema, tags)
-        for (dbname, stable, vnode), (_schema, table) in tables.items():
+        for (dbname, stable, vnode), table in tables.items():
             self.append_rows(dbname, stable, vnode, table)
-        return Result.affected(total)
 
     def append_rows(self, db: str, stable: str, vnode: int, table: pa.Table) -> int:
         """Append one supertable's rows to a vnode's WAL (one version per row); wake fetches."""
