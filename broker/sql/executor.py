@@ -177,10 +177,7 @@ class Executor:
             raise SqlError(f"STable already exists: {stmt.name}")
         if stmt.name in self.store.child_tables(info.name):
             raise SqlError(f"Table already exists: {stmt.name}")
-        schema = stmt.schema()
-        self._write_stable(info, schema, create=True, details={
-            "columns": [{"name": c.name, "type": str(c.type)} for c in schema.columns],
-            "tags": [{"name": t.name, "type": str(t.type)} for t in schema.tags]})
+        self.write_stable_change(info, None, stmt.schema())
         return Result.affected(0)
 
     def _write_stable(self, info: Any, schema: StableSchema, *, create: bool, details: dict[str, Any]) -> None:
