@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from storage.model import WalEntry
 
 TYPE_DATA = b"data"
+#: A Fetch reads a view's WAL in chunks of partition_max_bytes, at most this many per partition.
+SCAN_CHUNKS = 4
 TYPE_META = b"meta"
 
 
@@ -117,13 +119,14 @@ class View:
         Consecutive rows entries of one supertable are evaluated together as one table and
         become one record batch: the filter, projection and encoding then run once per run of
         entries, not once per entry (ingestion writes an entry per produced batch, often a few
-        hundred rows)."""
-        entries = self._store.read_entries(self.topic.db, vnode, from_version, max(max_bytes, 1))
+        hundred rows). As Kafka's partition_max_bytes bounds what a Fetch returns, the WAL is
+        read in chunks of about `max_bytes` until the batches reach `max_bytes`, so a selective
+        topic fills a response; at most SCAN_CHUNKS chunks, to bound the time one Fetch holds
+        the event loop."""
         out: list[bytes] = []
         size = 0
         skipped_from: int | None = None  # start of a run of versions that yield no records
         skipped_to = -1
-        run: _Run | None = None
 
         def emit(batch: bytes | None, first: int, last: int) -> None:
             nonlocal skipped_from, skipped_to, size
@@ -138,34 +141,40 @@ class View:
             out.append(batch)
             size += len(batch)
 
-        for entry in entries:
-            start = max(from_version, entry.version)
-            last = entry.version + entry.count - 1
-            rows = self._rows_of(entry, start) if entry.kind == "rows" else None
-            if rows is not None:
-                stable, compiled, table = rows
-                if run is not None and run.stable == stable and run.compiled is compiled:
-                    run.tables.append(table)
-                    run.last = last
-                    continue
-                if run is not None:
-                    emit(self._run_batch(run), run.first, run.last)
-                    if size >= max_bytes:
+        version = from_version
+        for _ in range(SCAN_CHUNKS):
+            entries = self._store.read_entries(self.topic.db, vnode, version, max(max_bytes, 1))
+            if not entries:
+                break
+            run: _Run | None = None
+            for entry in entries:
+                start = max(version, entry.version)
+                last = entry.version + entry.count - 1
+                rows = self._rows_of(entry, start) if entry.kind == "rows" else None
+                if rows is not None:
+                    stable, compiled, table = rows
+                    if run is not None and run.stable == stable and run.compiled is compiled:
+                        run.tables.append(table)
+                        run.last = last
+                        continue
+                    if run is not None:
+                        emit(self._run_batch(run), run.first, run.last)
+                    run = _Run(stable, compiled, [table], start, last)
+                else:
+                    if run is not None:
+                        emit(self._run_batch(run), run.first, run.last)
                         run = None
-                        break
-                run = _Run(stable, compiled, [table], start, last)
-                continue
-            if run is not None:
-                emit(self._run_batch(run), run.first, run.last)
-                run = None
+                    meta = entry.kind == "meta" and self.topic.meta is not None
+                    emit(self._meta(entry, last) if meta else None, start, last)
                 if size >= max_bytes:
                     break
-            batch = self._meta(entry, last) if entry.kind == "meta" and self.topic.meta is not None else None
-            emit(batch, start, last)
-            if size >= max_bytes:
-                break
-        if run is not None:
-            emit(self._run_batch(run), run.first, run.last)
+            else:
+                if run is not None:
+                    emit(self._run_batch(run), run.first, run.last)
+                version = entries[-1].version + entries[-1].count
+                if size < max_bytes:
+                    continue
+            break
         if skipped_from is not None:
             out.append(_empty(skipped_from, skipped_to))
         return out
