@@ -283,6 +283,10 @@ class KafkaPythonMember(_ThreadMember):
             "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
             "max_poll_interval_ms": MAX_POLL_INTERVAL_MS,
             "fetch_max_wait_ms": 200,
+            # A leader that computed the assignment before it had the topic's metadata ("No
+            # partition metadata for topic", seen under load) assigns nothing for it and only
+            # rejoins once its metadata refreshes: refresh every 3 s rather than kafka-python's 5 min.
+            "metadata_max_age_ms": 3000,
             **self.extra,
         }
 
