@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from broker.sql.ast import SqlError
-from broker.sql.executor import shared_executor
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -25,7 +24,7 @@ INTERNAL_ERROR = 0x0001
 
 def make_app(broker: Broker) -> web.Application:
     app = web.Application(client_max_size=256 * 1024 * 1024)
-    executor = shared_executor(broker)
+    executor = broker.executor
 
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "node_id": broker.config.node_id,

@@ -20,6 +20,7 @@ from typing import Any
 
 from broker.apis import ApiKey, load_handlers
 from broker.config import BrokerConfig, parse_hostport
+from broker.sql.executor import Executor
 from broker.topic_configs import TOPIC_CONFIGS
 from broker.topics import TopicRegistry
 from broker.waiters import DataNotifier
@@ -99,6 +100,8 @@ class Broker:
         self.store = Store(config.data_dir, wal_level=config.wal_level,
                            fsync_period_ms=config.wal_fsync_period_ms)
         self.topics = TopicRegistry(self, self.store)
+        # The one SQL executor: the HTTP front, schemaless ingestion and tmq.as topics share it.
+        self.executor = Executor(self)
         self.notifier = DataNotifier()
         self.apis = load_handlers()
         self.coordinator = for_broker(self)

@@ -188,7 +188,6 @@ class TopicRegistry:
     def _create_tmq(self, name: str, partitions: int, configs: dict[str, str | None],
                     validate_only: bool) -> Topic:
         from broker.sql import ast
-        from broker.sql.executor import Executor
         from broker.sql.parser import parse
 
         unknown = set(configs) - {TMQ_AS, TMQ_META, TMQ_DB}
@@ -199,7 +198,7 @@ class TopicRegistry:
         if meta not in ("", "with", "only"):
             raise TopicError("INVALID_CONFIG", f"{TMQ_META} must be 'with' or 'only', not {meta!r}")
         text = f"CREATE TOPIC {name} {meta.upper() + ' META ' if meta else ''}AS {configs[TMQ_AS]}"
-        executor = Executor(self._broker)
+        executor = self._broker.executor
         try:
             stmt = parse(text)
             assert isinstance(stmt, ast.CreateTopic)

@@ -64,22 +64,12 @@ class _CheckedRows(NamedTuple):
     rows: list[dict[str, Any]]
 
 
-def shared_executor(broker: Broker) -> Executor:
-    """The broker's one Executor, made on first use and kept on the broker: the SQL front and
-    schemaless ingestion (once per produced batch) share it instead of building their own."""
-    executor: Executor | None = getattr(broker, "_sql_executor", None)
-    if executor is None:
-        executor = Executor(broker)
-        broker._sql_executor = executor  # type: ignore[attr-defined]
-    return executor
-
-
 class Executor:
     """Executes statements for one broker; `db` is the session's current database (USE).
 
     It holds only the broker and its store and catalog, never a statement's or session's
-    state (that is passed along in each call), so one Executor serves every caller: see
-    `shared_executor`."""
+    state (that is passed along in each call), so the broker's one Executor
+    (`Broker.executor`) serves every caller."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker

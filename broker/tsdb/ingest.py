@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.sql.ast import SqlError
-from broker.sql.executor import shared_executor
 from broker.tsdb.rows import RowsError
 from broker.tsdb.schemaless import (
     SchemalessError,
@@ -99,7 +98,7 @@ def ingest(broker: Broker, topic: Topic, vnode: int, batch: bytes) -> int:
     rows = parse_records(batch)
     if not rows:
         raise IngestError("the record batch holds no rows")
-    executor = shared_executor(broker)
+    executor = broker.executor
     catalog = broker.topics.catalog
     info = broker.store.get_database(topic.db)
     children = broker.store.child_tables(topic.db)
