@@ -1,14 +1,26 @@
 """The LevelDB key layout of tmqgate — the one place it is written down.
 
-Everything lives in one LevelDB so that a WAL entry, the vnode counters, the time index and
-the producer state are written by one atomic ``WriteBatch``. Integers in keys are big-endian
-unsigned so that byte order is numeric order and range scans come out sorted. ``db`` is the
-numeric database id (u32, never reused), not the name: a dropped and recreated database of
-the same name gets a new id and can never see the old data.
+A store is two LevelDBs (layout version 2):
+
+* the *main* DB, in the data directory itself: the catalog, the WAL *index*, the vnode
+  counters, the time index, the producer state, group offsets and the log history — small
+  values that one atomic ``WriteBatch`` keeps consistent;
+* the *payload log*, in ``<data dir>/wal-payloads``: the WAL entries' bytes, keyed by one
+  global, strictly increasing payload sequence number (u64 big-endian). Its keys only ever
+  grow, so LevelDB moves its tables down the levels without rewriting them (trivial moves):
+  a record batch is written about twice (log + table) instead of once per compaction level.
+
+Integers in keys are big-endian unsigned so that byte order is numeric order and range scans
+come out sorted. ``db`` is the numeric database id (u32, never reused), not the name: a
+dropped and recreated database of the same name gets a new id and can never see the old data.
+
+Main DB:
 
 ===========  =====================================================  ===============================================
 prefix       key (after the prefix byte)                            value
 ===========  =====================================================  ===============================================
+0x00 LAYOUT  (nothing)                                              layout version u32 (2); a non-empty DB without
+                                                                    it is of layout 1 (entries inline): refused
 0x01 NAME    database name (utf-8)                                  db id u32
 0x02 DBINFO  db u32                                                 JSON {name, vgroups, topic_id (hex), created_ms,
                                                                     kind ("kafka" | "tsdb"; absent = "kafka"),
@@ -21,12 +33,13 @@ prefix       key (after the prefix byte)                            value
 0x08 CTABLE  db u32, child table name (utf-8)                       JSON [name, stable name, {tag: value}, vnode]
 0x09 TMQTOPIC TDengine topic name (utf-8)                           JSON {topic_id (hex), definition (opaque JSON),
                                                                     created_ms}
-0x10 WAL     db u32, vnode u32, base version u64, kind u8           data (kind 0): the stored record batch, base
-                                                                    offset already set to the version;
-                                                                    meta (kind 1): i64 append time ms + payload;
-                                                                    rows (kind 2): i64 append time ms, i64 max
-                                                                    timestamp, i64 min timestamp + payload
-                                                                    (Arrow IPC, opaque here)
+0x10 WAL     db u32, vnode u32, base version u64, kind u8           the entry's index: payload sequence u64, payload
+                                                                    length u32, age timestamp i64, index timestamp
+                                                                    i64 (data and rows: max timestamp; meta: 0)
+0x11 PAYSEQ  (nothing)                                              last committed payload sequence u64 (in every
+                                                                    WriteBatch that adds WAL index keys)
+0x12 PAYGC   (nothing)                                              payload sequences u64 x n whose index keys the
+                                                                    same WriteBatch deleted (redone at open)
 0x20 VNODE   db u32, vnode u32                                      next version u64, log start u64, bytes u64,
                                                                     entries u64 (absent in stores written before
                                                                     it existed: counted once at open)
@@ -45,6 +58,28 @@ prefix       key (after the prefix byte)                            value
                                                                     last ts i64, removed ms i64, reason u8
 0x7F SYNC    (nothing)                                              marker written with sync=True by Store.sync()
 ===========  =====================================================  ===============================================
+
+Payload log (``<data dir>/wal-payloads``):
+
+===========  =====================================================  ===============================================
+key          payload sequence u64 (global, strictly increasing)     the stored entry: data (kind 0): the record
+                                                                    batch, base offset already set to the version;
+                                                                    meta (kind 1): i64 append time ms + payload;
+                                                                    rows (kind 2): i64 append time ms, i64 max
+                                                                    timestamp, i64 min timestamp + payload
+                                                                    (Arrow IPC, opaque here)
+===========  =====================================================  ===============================================
+
+Writing WAL entries: the payloads go to the payload log first (with the same sync rule),
+then the main WriteBatch with their index keys, the counters and PAYSEQ = the highest
+sequence written. A payload above PAYSEQ was never indexed (the process died between the
+two writes, so it was never acknowledged): the store deletes those at open and continues
+at PAYSEQ + 1, so a WriteBatch stays all-or-nothing for readers across kill -9. Within a
+vnode, later versions have higher sequences.
+
+Removing WAL entries: the main WriteBatch deletes the index keys and puts their sequences
+under PAYGC; then the payloads are deleted from the payload log. A store killed in between
+finishes the payload deletes at open.
 
 A vnode's versions are dense: a data entry of N records takes N consecutive versions, a rows
 entry of N rows takes N, a meta entry takes one, so an entry's last version is the next entry's base - 1 (or next version - 1).
@@ -73,6 +108,7 @@ from __future__ import annotations
 
 import struct
 
+LAYOUT = b"\x00"
 NAME = b"\x01"
 DBINFO = b"\x02"
 DBCONF = b"\x03"
@@ -83,6 +119,8 @@ STABLE = b"\x07"
 CTABLE = b"\x08"
 TMQTOPIC = b"\x09"
 WAL = b"\x10"
+PAYSEQ = b"\x11"
+PAYGC = b"\x12"
 VNODE = b"\x20"
 TIME = b"\x30"
 PRODUCER = b"\x40"
@@ -90,6 +128,9 @@ OFFSET = b"\x50"
 GROUP = b"\x60"
 HISTORY = b"\x70"
 SYNC = b"\x7f"
+
+#: The layout this code writes and reads (see the module docstring).
+LAYOUT_VERSION = 2
 
 KIND_DATA = 0
 KIND_META = 1
@@ -201,6 +242,32 @@ def wal_key_version(key: bytes) -> int:
 
 def wal_key_kind(key: bytes) -> int:
     return key[17]
+
+
+_WIDX = struct.Struct(">QIqq")
+
+
+def pack_wal_index(seq: int, size: int, age_ts: int, index_ts: int) -> bytes:
+    """A WAL key's value: payload sequence, payload length, age timestamp, index timestamp."""
+    return _WIDX.pack(seq, size, age_ts, index_ts)
+
+
+def unpack_wal_index(b: bytes) -> tuple[int, int, int, int]:
+    """(payload sequence, payload length, age timestamp, index timestamp)."""
+    return _WIDX.unpack(b)
+
+
+def wal_index_seq(b: bytes) -> int:
+    return _U64.unpack_from(b, 0)[0]
+
+
+def pack_seqs(seqs: list[int]) -> bytes:
+    """PAYGC value: payload sequences, u64 each."""
+    return struct.pack(f">{len(seqs)}Q", *seqs)
+
+
+def unpack_seqs(b: bytes) -> tuple[int, ...]:
+    return struct.unpack(f">{len(b) // 8}Q", b)
 
 
 def vnode_key(db: int, vnode: int) -> bytes:

@@ -26,6 +26,10 @@ class StorageError(Exception):
     """Base of the errors raised by the store."""
 
 
+class LayoutMismatch(StorageError):
+    """The data directory was written with another storage layout (no migration exists)."""
+
+
 class UnknownDatabase(StorageError, KeyError):
     """No database of that name."""
 

@@ -1,7 +1,11 @@
-"""Store: vnode WALs, catalog, producer state and group offsets in one LevelDB.
+"""Store: vnode WALs, catalog, producer state and group offsets in two LevelDBs.
 
-One LevelDB holds everything (layout in ``storage.keys``) so that a WAL entry, its vnode's
-counters, the time index and the producer state go to disk in one atomic ``WriteBatch``.
+The main LevelDB holds everything but the WAL entries' bytes (layout in ``storage.keys``)
+so that a WAL entry's index key, its vnode's counters, the time index and the producer state
+go to disk in one atomic ``WriteBatch``. The bytes themselves go to the *payload log*
+(``<data dir>/wal-payloads``), a second LevelDB keyed by a global increasing sequence, written
+just before that WriteBatch: its keys only grow, so compaction never rewrites record batches
+(see ``storage.keys`` for how a WriteBatch stays all-or-nothing across kill -9).
 The broker is single-threaded asyncio, so calls are plain and synchronous; per-vnode
 counters (next version, log start, size, max timestamp) and producer states are cached in
 memory and LevelDB is only read for WAL data and cold producer states.
@@ -13,8 +17,11 @@ Durability (TDengine's WAL_LEVEL / WAL_FSYNC_PERIOD):
   process (not a power loss / kernel crash).
 * ``wal_level=2, fsync_period_ms=0``: every write uses ``sync=True`` (fsync before return).
 * ``wal_level=2, fsync_period_ms>0``: writes use ``sync=False`` and the broker calls
-  ``sync()`` every ``fsync_period_ms``; it writes a tiny marker with ``sync=True``, which
-  fsyncs LevelDB's log and with it every earlier write.
+  ``sync()`` every ``fsync_period_ms``; it writes a tiny marker with ``sync=True`` to the
+  payload log, then to the main DB, which fsyncs each LevelDB's log and with it every
+  earlier write.
+
+The same rule applies to the payload-log write and the main WriteBatch of an append.
 
 Catalog changes (create/drop database, vnodes, configs, options, supertables, child tables,
 TDengine topics) are always written with sync=True: they are rare and losing one is worse
@@ -75,6 +82,7 @@ from storage.model import (
     DatabaseExists,
     DatabaseInfo,
     HistoryRecord,
+    LayoutMismatch,
     ObjectExists,
     OffsetOutOfRange,
     ProducerBatch,
@@ -102,6 +110,7 @@ __all__ = [
     "DatabaseExists",
     "DatabaseInfo",
     "HistoryRecord",
+    "LayoutMismatch",
     "ObjectExists",
     "OffsetOutOfRange",
     "ProducerBatch",
@@ -219,10 +228,6 @@ def _age_ts(kind: int, value: bytes) -> int:
     return _I64.unpack_from(value, 0)[0]
 
 
-def _entry_timestamp(key: bytes, value: bytes) -> int:
-    return _age_ts(key[17], value)
-
-
 def _index_ts(kind: int, value: bytes) -> int | None:
     """What the time index holds: a data batch's or rows entry's max timestamp; meta: none."""
     if kind == keys.KIND_DATA:
@@ -233,11 +238,19 @@ def _index_ts(kind: int, value: bytes) -> int | None:
 
 
 class _Dead(NamedTuple):
-    """A head entry chosen for removal."""
+    """A head entry chosen for removal (``seq``: its payload's sequence)."""
 
     key: bytes
     size: int
     ts: int
+    seq: int
+
+
+_unpack_index = keys.unpack_wal_index
+_pack_index = keys.pack_wal_index
+
+
+PAYLOAD_DIR = "wal-payloads"
 
 
 class Store:
@@ -277,6 +290,22 @@ class Store:
             max_file_size=32 << 20,
             compression=None,
         )
+        try:
+            self._check_layout()
+            # The payload log: keys (payload sequences) only grow, so its tables move down
+            # the levels without being rewritten.
+            self._plog = plyvel.DB(
+                os.path.join(self.path, PAYLOAD_DIR),
+                create_if_missing=True,
+                write_buffer_size=write_buffer_size,
+                lru_cache_size=lru_cache_size,
+                max_file_size=64 << 20,
+                compression=None,
+            )
+        except BaseException:
+            self._db.close()
+            raise
+        self._pseq = 0  # the next payload sequence (set by _load)
         self._dbs: dict[str, _Db] = {}
         self._dbs_by_id: dict[int, _Db] = {}
         self._producers: dict[
@@ -299,8 +328,10 @@ class Store:
         return self.wal_level == 2 and self.fsync_period_ms > 0
 
     def sync(self) -> None:
-        """Make every earlier write durable: a sync=True write fsyncs LevelDB's log."""
+        """Make every earlier write durable: a sync=True write fsyncs a LevelDB's log (the
+        payload log first, then the main DB, so no synced index points at a lost payload)."""
         if self._dirty:
+            self._plog.write_batch(sync=True).write()  # an empty batch: log record + fsync
             self._db.put(keys.SYNC, b"", sync=True)
             self._dirty = False
 
@@ -309,7 +340,86 @@ class Store:
             return
         if self.wal_level == 2:
             self.sync()
+        self._plog.close()
         self._db.close()
+
+    def _check_layout(self) -> None:
+        """Refuse a data directory of another layout; stamp a new one with ours."""
+        raw = self._db.get(keys.LAYOUT)
+        if raw is None:
+            if next(self._db.iterator(include_value=False), None) is not None:
+                raise LayoutMismatch(
+                    f"{self.path} holds a tmqgate store of storage layout 1 (WAL entries inline); "
+                    f"this tmqgate reads layout {keys.LAYOUT_VERSION} only and cannot migrate it: "
+                    "use a new data directory"
+                )
+            self._db.put(keys.LAYOUT, keys.u32(keys.LAYOUT_VERSION), sync=True)
+            return
+        version = keys.read_u32(raw)
+        if version != keys.LAYOUT_VERSION:
+            raise LayoutMismatch(
+                f"{self.path} holds a tmqgate store of storage layout {version}; this tmqgate "
+                f"reads layout {keys.LAYOUT_VERSION} only"
+            )
+
+    # payload log ---------------------------------------------------------------------------
+
+    def _put_payload(self, value: bytes, sync: bool) -> int:
+        """Write one payload at the next sequence (before the main WriteBatch that indexes
+        it); returns the sequence."""
+        seq = self._pseq
+        self._plog.put(keys.u64(seq), value, sync=sync)
+        return seq
+
+    def _put_payloads(self, values: list[bytes], sync: bool) -> int:
+        """Write payloads at the next sequences in one batch; returns the first sequence."""
+        seq = self._pseq
+        wb = self._plog.write_batch(sync=sync)
+        for i, value in enumerate(values):
+            wb.put(keys.u64(seq + i), value)
+        wb.write()
+        return seq
+
+    def _unput_payloads(self, first: int, n: int) -> None:
+        """Best effort after a failed main write: drop payloads nothing indexes."""
+        try:
+            wb = self._plog.write_batch()
+            for seq in range(first, first + n):
+                wb.delete(keys.u64(seq))
+            wb.write()
+        except Exception:  # noqa: BLE001 - open() deletes them anyway (above PAYSEQ)
+            pass
+
+    def _delete_payloads(self, seqs: Iterable[int]) -> None:
+        """Delete payloads whose index keys a committed WriteBatch removed (and listed under
+        PAYGC, so a crash before this finishes is repaired at open)."""
+        wb = self._plog.write_batch()
+        for seq in seqs:
+            wb.delete(keys.u64(seq))
+        wb.write()
+
+    def _payload(self, seq: int) -> bytes:
+        value = self._plog.get(keys.u64(seq))
+        if value is None:
+            raise StorageError(f"payload {seq} missing from the payload log")
+        return value
+
+    def _load_payload_log(self) -> None:
+        """Delete payloads above the last committed sequence (written, never indexed, never
+        acknowledged), finish the payload deletes of the last removal, set the next sequence."""
+        raw = self._db.get(keys.PAYSEQ)
+        committed = keys.read_u64(raw) if raw is not None else -1
+        stale = list(self._plog.iterator(start=keys.u64(committed + 1), include_value=False))
+        if stale:
+            wb = self._plog.write_batch(sync=True)
+            for key in stale:
+                wb.delete(key)
+            wb.write()
+        gc = self._db.get(keys.PAYGC)
+        if gc is not None:
+            self._delete_payloads(keys.unpack_seqs(gc))
+            self._db.delete(keys.PAYGC)
+        self._pseq = committed + 1
 
     def __enter__(self) -> Store:
         return self
@@ -371,6 +481,7 @@ class Store:
             self._topics[key[1:].decode()] = TmqTopic(
                 bytes.fromhex(t["topic_id"]), t["definition"], t["created_ms"]
             )
+        self._load_payload_log()
         stale: list[int] = []
         for key, value in db.iterator(prefix=keys.HISTORY):
             seq = keys.history_key_seq(key)
@@ -422,17 +533,29 @@ class Store:
                 it.seek(keys.db_prefix(prefix, dbid + 1))
 
     def _delete_prefix(self, prefix: bytes, chunk: int = 10_000) -> None:
-        it = self._db.iterator(prefix=prefix, include_value=False)
+        """Delete every key under ``prefix`` in chunks; under WAL also their payloads."""
+        wal = prefix[:1] == keys.WAL
+        it = self._db.iterator(prefix=prefix, include_value=wal)
         while True:
             wb = self._db.write_batch()
             n = 0
-            for key in it:
+            seqs: list[int] = []
+            for item in it:
+                if wal:
+                    key, value = item
+                    seqs.append(keys.wal_index_seq(value))
+                else:
+                    key = item
                 wb.delete(key)
                 n += 1
                 if n >= chunk:
                     break
+            if seqs:
+                wb.put(keys.PAYGC, keys.pack_seqs(seqs))
             if n:
                 self._write(wb)
+            if seqs:
+                self._delete_payloads(seqs)
             if n < chunk:
                 return
 
@@ -712,8 +835,15 @@ class Store:
         value = b"".join((keys.u64(base), memoryview(batch)[8:]))
         nxt = base + record_count
         size = vs.size + len(value)
-        wb = self._batch()
-        wb.put(keys.wal_key(dbid, vnode, base, keys.KIND_DATA), value)
+        sync = self._sync_each
+        seq = self._put_payload(value, sync)
+        wb = self._db.write_batch(sync=sync)
+        batch_max_ts = _I64.unpack_from(value, 35)[0]  # the header's, as retention reads it
+        wb.put(
+            keys.wal_key(dbid, vnode, base, keys.KIND_DATA),
+            _pack_index(seq, size - vs.size, batch_max_ts, batch_max_ts),
+        )
+        wb.put(keys.PAYSEQ, keys.u64(seq))
         wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(nxt, vs.log_start, size, vs.entries + 1))
         new_max = vs.max_ts is None or max_timestamp > vs.max_ts
         if new_max:
@@ -729,7 +859,12 @@ class Store:
             del batches[:-MAX_PRODUCER_BATCHES]
             pstate = (epoch, _now_ms(), batches)
             wb.put(keys.producer_key(dbid, vnode, pid), keys.pack_producer(*pstate))
-        self._write(wb)
+        try:
+            self._write(wb)
+        except BaseException:
+            self._unput_payloads(seq, 1)
+            raise
+        self._pseq = seq + 1
         vs.next = nxt
         vs.size = size
         vs.entries += 1
@@ -802,7 +937,19 @@ class Store:
             pairs: Iterable[tuple[bytes, bytes]] = it
         else:
             pairs = itertools.chain((first,), it)
-        return ((keys.wal_key_version(k), k[17], v) for k, v in pairs)
+        return self._with_payloads(pairs)
+
+    def _with_payloads(self, pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[int, int, bytes]]:
+        """(base, kind, payload) for (WAL key, index value) pairs: one payload-log get each,
+        fetched lazily (readers stop at max_bytes)."""
+        get = self._plog.get
+        u64 = keys.u64
+        version = keys.wal_key_version
+        for k, v in pairs:
+            value = get(u64(keys.wal_index_seq(v)))
+            if value is None:
+                raise StorageError(f"payload {keys.wal_index_seq(v)} of WAL key {k.hex()} is missing")
+            yield version(k), k[17], value
 
     @staticmethod
     def _with_counts(
@@ -927,7 +1074,7 @@ class Store:
         if offset <= vs.log_start:
             return vs.log_start
         self._truncate_head(
-            dbid, vnode, vs, lambda key, value, end, size: end <= offset, offset, reason="delete_records"
+            dbid, vnode, vs, lambda key, idx, end, size: end <= offset, offset, reason="delete_records"
         )
         return vs.log_start
 
@@ -963,7 +1110,7 @@ class Store:
                         d.info.id,
                         vnode,
                         vs,
-                        lambda key, value, end, size, limit=limit: _entry_timestamp(key, value) < limit,
+                        lambda key, idx, end, size, limit=limit: idx[2] < limit,
                         reason=age_reason,
                         now_ms=now,
                     )
@@ -972,7 +1119,7 @@ class Store:
                         d.info.id,
                         vnode,
                         vs,
-                        lambda key, value, end, size, rb=rbytes: size - len(value) >= rb,
+                        lambda key, idx, end, size, rb=rbytes: size - idx[1] >= rb,
                         reason=size_reason,
                         now_ms=now,
                     )
@@ -983,16 +1130,17 @@ class Store:
         dbid: int,
         vnode: int,
         vs: _Vnode,
-        remove: Callable[[bytes, bytes, int, int], bool],
+        remove: Callable[[bytes, tuple[int, int, int, int], int, int], bool],
         new_log_start: int | None = None,
         *,
         reason: str,
         now_ms: int | None = None,
     ) -> int:
-        """Remove the longest prefix of entries for which remove(key, value, end, size) holds.
+        """Remove the longest prefix of entries for which remove(key, idx, end, size) holds.
 
-        ``end`` is the entry's last version + 1 and ``size`` the vnode size before removing
-        it. Moves log start to max(old, first kept base, new_log_start), repairs the time
+        ``idx`` is the WAL key's value unpacked (payload sequence, length, age timestamp,
+        index timestamp: no payload is read), ``end`` the entry's last version + 1 and
+        ``size`` the vnode size before removing it. Moves log start to max(old, first kept base, new_log_start), repairs the time
         index head and records the removal in the log history. Returns how many entries were
         removed.
         """
@@ -1003,12 +1151,12 @@ class Store:
         cur = next(it, None)
         while cur is not None:
             nxt = next(it, None)
-            key, value = cur
+            key, idx = cur[0], _unpack_index(cur[1])
             end = keys.wal_key_version(nxt[0]) if nxt is not None else vs.next
-            if not remove(key, value, end, vs.size - freed):
+            if not remove(key, idx, end, vs.size - freed):
                 break
-            dead.append(_Dead(key, len(value), _age_ts(key[17], value)))
-            freed += len(value)
+            dead.append(_Dead(key, idx[1], idx[2], idx[0]))
+            freed += idx[1]
             cur = nxt
         if not dead:
             if new_log_start is not None and new_log_start > vs.log_start:
@@ -1040,7 +1188,8 @@ class Store:
     ) -> HistoryRecord:
         """Delete ``dead`` (the vnode's first entries, in order; ``first_kept`` is the base
         after them) in one WriteBatch with the new counters, the time index repair and the
-        log-history record (trimming the history to ``history_limit``)."""
+        log-history record (trimming the history to ``history_limit``); then their payloads
+        (listed under PAYGC in that WriteBatch, so open finishes an interrupted delete)."""
         log_start = max(vs.log_start, first_kept, new_log_start or 0)
         freed = sum(e.size for e in dead)
         size = vs.size - freed
@@ -1048,6 +1197,8 @@ class Store:
         wb = self._batch()
         for e in dead:
             wb.delete(e.key)
+        seqs = [e.seq for e in dead]
+        wb.put(keys.PAYGC, keys.pack_seqs(seqs))
         wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(vs.next, log_start, size, entries))
         max_ts = self._reindex_head(dbid, vnode, first_kept, wb)
         rec = HistoryRecord(
@@ -1072,6 +1223,7 @@ class Store:
                 for old in trimmed:
                     wb.delete(keys.history_key(old))
         self._write(wb)
+        self._delete_payloads(seqs)
         vs.log_start = log_start
         vs.size = size
         vs.entries = entries
@@ -1106,9 +1258,9 @@ class Store:
         running: int | None = None
         running_base = 0
         for key, value in self._db.iterator(start=keys.wal_seek_key(dbid, vnode, first_kept), stop=stop):
-            ts = _index_ts(key[17], value)
-            if ts is None:
+            if key[17] == keys.KIND_META:
                 continue
+            ts = _unpack_index(value)[3]
             if running is None or ts > running:
                 running, running_base = ts, keys.wal_key_version(key)
                 wb.put(keys.time_key(dbid, vnode, ts), keys.u64(running_base))
@@ -1177,7 +1329,7 @@ class Store:
                 if head is None or after is None:
                     continue
                 cursors[(d.info.id, vnode)] = (it, after)
-                heap.append((_age_ts(head[0][17], head[1]), d.info.id, vnode, head))
+                heap.append((_unpack_index(head[1])[2], d.info.id, vnode, head))
         heapq.heapify(heap)
         plan: dict[tuple[int, int], list[tuple[str, list[_Dead]]]] = {}
         first_kept: dict[tuple[int, int], int] = {}
@@ -1195,8 +1347,9 @@ class Store:
             runs = plan.setdefault((dbid, vnode), [])
             if not runs or runs[-1][0] != reason:
                 runs.append((reason, []))
-            runs[-1][1].append(_Dead(key, len(value), ts))
-            freed += len(value)
+            idx = _unpack_index(value)
+            runs[-1][1].append(_Dead(key, idx[1], ts, idx[0]))
+            freed += idx[1]
             it, after = cursors[(dbid, vnode)]
             first_kept[(dbid, vnode)] = keys.wal_key_version(after[0])
             nxt = next(it, None)
@@ -1204,13 +1357,17 @@ class Store:
                 heapq.heappop(heap)
                 continue
             cursors[(dbid, vnode)] = (it, nxt)
-            heapq.heapreplace(heap, (_age_ts(after[0][17], after[1]), dbid, vnode, after))
+            heapq.heapreplace(heap, (_unpack_index(after[1])[2], dbid, vnode, after))
 
         out: list[dict[str, Any]] = []
+        seq_lo, seq_hi = None, None
         for (dbid, vnode), runs in plan.items():
             d = self._dbs_by_id[dbid]
             vs = d.vnodes[vnode]
             for i, (reason, dead) in enumerate(runs):
+                lo, hi = min(e.seq for e in dead), max(e.seq for e in dead)
+                seq_lo = lo if seq_lo is None else min(seq_lo, lo)
+                seq_hi = hi if seq_hi is None else max(seq_hi, hi)
                 kept = (
                     keys.wal_key_version(runs[i + 1][1][0].key)
                     if i + 1 < len(runs)
@@ -1223,6 +1380,9 @@ class Store:
                     start=keys.vnode_prefix(keys.WAL, dbid, vnode),
                     stop=keys.wal_seek_key(dbid, vnode, first_kept[(dbid, vnode)]),
                 )
+        if compact and seq_lo is not None and seq_hi is not None:
+            # The bytes live in the payload log: compact the removed payloads' range.
+            self._plog.compact_range(start=keys.u64(seq_lo), stop=keys.u64(seq_hi + 1))
         return out
 
     # log history (RT's log-history API) ----------------------------------------------------
@@ -1264,15 +1424,15 @@ class Store:
                     p = keys.vnode_prefix(keys.WAL, dbid, vnode)
                     for key, value in self._db.iterator(prefix=p):
                         live["first_version"] = keys.wal_key_version(key)
-                        live["first_ts"] = _age_ts(key[17], value)
+                        live["first_ts"] = _unpack_index(value)[2]
                         break
                     if vs.tail_bases:
                         last_kind, last_value = vs.tail_entries[-1]
+                        last_ts = _age_ts(last_kind, last_value)
                     else:
-                        last_key, last_value = next(self._db.iterator(prefix=p, reverse=True))
-                        last_kind = last_key[17]
+                        last_ts = _unpack_index(next(self._db.iterator(prefix=p, reverse=True))[1])[2]
                     live["last_version"] = vs.next - 1
-                    live["last_ts"] = _age_ts(last_kind, last_value)
+                    live["last_ts"] = last_ts
                 collected = [r.as_dict(d.info.name) for r in by_vnode.get((dbid, vnode), ())]
                 for c in collected:
                     del c["db"], c["vnode"]

@@ -10,8 +10,10 @@ neither. So the broker writes them through one transaction::
             tx.append_meta("db", vnode, meta_json)
 
 Everything staged goes to disk in one ``WriteBatch`` when the ``with`` block ends (synced:
-catalog changes are always synced), and only then is the in-memory state (catalog dicts,
-vnode counters, hot tail) updated. An exception inside the block discards the batch:
+catalog changes are always synced) — the WAL entries' bytes just before it, in one batch to
+the payload log, with the same sync flag (``storage.keys``: a payload nothing indexes is
+dropped at open) — and only then is the in-memory state (catalog dicts, vnode counters, hot
+tail) updated. An exception inside the block discards the batch:
 nothing reaches disk or memory. Reads inside the block (``tx.stable``, ``tx.child_table``)
 see the transaction's own staged changes; ``store.*`` reads do not until it commits.
 
@@ -90,7 +92,11 @@ class Transaction:
 
     def __init__(self, store: Store, *, sync: bool = True) -> None:
         self._store = store
+        self._sync = sync
         self._wb = store._db.write_batch(sync=sync)
+        # WAL entries in staging order: (dbid, vnode, base, kind, value, age ts, index ts);
+        # their index keys are put at commit, once the payloads have sequences.
+        self._entries: list[tuple[int, int, int, int, bytes, int, int]] = []
         self._stables: dict[tuple[int, str], dict[str, Any] | None] = {}
         self._ctables: dict[tuple[int, str], ChildTable | None] = {}
         self._topics: dict[str, TmqTopic | None] = {}
@@ -291,10 +297,12 @@ class Transaction:
             d = self._drafts[(dbid, vnode)] = _Draft(dbid, vnode, vs)
         return d
 
-    def _stage(self, d: _Draft, kind: int, value: bytes, count: int, index_ts: int | None) -> int:
+    def _stage(
+        self, d: _Draft, kind: int, value: bytes, count: int, age_ts: int, index_ts: int | None
+    ) -> int:
         base = d.next
         wb = self._wb
-        wb.put(keys.wal_key(d.dbid, d.vnode, base, kind), value)
+        self._entries.append((d.dbid, d.vnode, base, kind, value, age_ts, index_ts or 0))
         d.next = base + count
         d.size += len(value)
         d.entries += 1
@@ -315,7 +323,7 @@ class Transaction:
         d = self._draft(db, vnode)
         ts = _now_ms() if timestamp_ms is None else timestamp_ms
         value = _I64.pack(ts) + bytes(payload)
-        return self._stage(d, keys.KIND_META, value, 1, None)
+        return self._stage(d, keys.KIND_META, value, 1, ts, None)
 
     def append_rows(
         self,
@@ -334,7 +342,7 @@ class Transaction:
         d = self._draft(db, vnode)
         ts = _now_ms() if timestamp_ms is None else timestamp_ms
         value = b"".join((keys.ROWS_HEADER.pack(ts, max_timestamp, min_timestamp), payload))
-        return self._stage(d, keys.KIND_ROWS, value, row_count, max_timestamp)
+        return self._stage(d, keys.KIND_ROWS, value, row_count, ts, max_timestamp)
 
     # end -----------------------------------------------------------------------------------
 
@@ -342,6 +350,7 @@ class Transaction:
         """Discard everything staged."""
         self._open = False
         self._wb.clear()
+        self._entries.clear()
 
     def commit(self) -> None:
         """Write the batch, then apply the staged state to memory."""
@@ -357,7 +366,26 @@ class Transaction:
                 raise TransactionConflict(f"vnode {d.vnode} of db id {d.dbid} changed during the transaction")
         if not (self._stables or self._ctables or self._topics or self._drafts):
             return
-        s._write(self._wb)
+        entries = self._entries
+        first = seq = s._pseq
+        if entries:
+            # Payloads first, then the WriteBatch that indexes them (see storage.keys).
+            s._put_payloads([e[4] for e in entries], self._sync)
+            put = self._wb.put
+            for dbid, vnode, base, kind, value, age_ts, index_ts in entries:
+                put(
+                    keys.wal_key(dbid, vnode, base, kind),
+                    keys.pack_wal_index(seq, len(value), age_ts, index_ts),
+                )
+                seq += 1
+            put(keys.PAYSEQ, keys.u64(seq - 1))
+        try:
+            s._write(self._wb)
+        except BaseException:
+            if entries:
+                s._unput_payloads(first, len(entries))
+            raise
+        s._pseq = seq
         for (dbid, name), schema in self._stables.items():
             stables = s._stables.get(dbid)
             if stables is None:
