@@ -1,0 +1,237 @@
+"""The payload log (layout 2): WAL bytes in ``<data>/wal-payloads`` keyed by a global sequence,
+the main DB's WAL keys pointing at them. Orphans above the last committed sequence go at
+open, removals take the payloads with them, reopened stores read back exact bytes, and a
+layout-1 data directory is refused."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import plyvel
+import pytest
+from kafka.record.default_records import DefaultRecordBatch
+from test_storage import make_batch, put
+
+from storage import LayoutMismatch, StorageError, Store, WalEntry, keys
+from storage.store import PAYLOAD_DIR
+
+
+def payload_seqs(s: Store) -> list[int]:
+    return [keys.read_u64(k) for k in s._plog.iterator(include_value=False)]
+
+
+def indexed_seqs(s: Store) -> list[int]:
+    return sorted(keys.wal_index_seq(v) for _, v in s._db.iterator(prefix=keys.WAL))
+
+
+def fill(s: Store, db: str, vnodes: int, n: int, rng: random.Random) -> dict[tuple[int, int], bytes]:
+    """n data batches of random sizes (up to ~70 KiB) spread over the vnodes; version ->
+    stored bytes."""
+    out: dict[tuple[int, int], bytes] = {}
+    for i in range(n):
+        vnode = rng.randrange(vnodes)
+        count = rng.randint(1, 5)
+        batch = make_batch(count, ts=1000 + i, value_size=rng.choice([10, 300, 14_000]))
+        base = s.append(db, vnode, batch, count, DefaultRecordBatch(batch).max_timestamp)
+        out[(vnode, base)] = s.read(db, vnode, base, 1)[0]
+    return out
+
+
+def test_reopened_store_reads_back_exact_bytes(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    path = tmp_path / "d"
+    with Store(path, tail_cache_bytes=0) as s:
+        s.create_database("k", 3)
+        s.create_database("t", 2, kind="tsdb")
+        stored = fill(s, "k", 3, 60, rng)
+        written: dict[int, list[WalEntry]] = {0: [], 1: []}
+        for i in range(20):
+            payload = rng.randbytes(rng.choice([5, 1000, 70_000]))
+            with s.transaction() as tx:
+                v = tx.append_meta("t", i % 2, b"meta%d" % i, timestamp_ms=50 + i)
+                b = tx.append_rows("t", i % 2, payload, 3, 900 + i, 800 + i, timestamp_ms=60 + i)
+            written[i % 2] += [
+                WalEntry(v, True, b"meta%d" % i, "meta", 1),
+                WalEntry(b, False, payload, "rows", 3),
+            ]
+        assert indexed_seqs(s) == payload_seqs(s) == list(range(60 + 40))
+        assert {vn: s.read_entries("t", vn, 0, 1 << 30) for vn in (0, 1)} == written
+    with Store(path, tail_cache_bytes=0) as s:
+        for (vnode, base), data in stored.items():
+            assert s.read("k", vnode, base, 1) == [data]
+            assert DefaultRecordBatch(data).base_offset == base
+        for vn in (0, 1):
+            assert s.read_entries("t", vn, 0, 1 << 30) == written[vn]
+        # appends continue after the last committed sequence
+        base = put(s, "k", 0, 2)
+        assert payload_seqs(s)[-1] == 100 and indexed_seqs(s)[-1] == 100
+        assert DefaultRecordBatch(s.read("k", 0, base, 1)[0]).base_offset == base
+
+
+def test_payloads_above_last_committed_sequence_are_removed_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    with Store(path, tail_cache_bytes=0) as s:
+        s.create_database("db", 2)
+        stored = fill(s, "db", 2, 10, random.Random(1))
+    # A writer killed between the payload write and the main WriteBatch leaves payloads
+    # nothing indexes (never acknowledged).
+    plog = plyvel.DB(os.path.join(path, PAYLOAD_DIR))
+    for seq in (10, 11, 500):
+        plog.put(keys.u64(seq), b"orphan %d" % seq)
+    plog.close()
+    with Store(path, tail_cache_bytes=0) as s:
+        assert payload_seqs(s) == list(range(10))
+        for (vnode, base), data in stored.items():
+            assert s.read("db", vnode, base, 1) == [data]
+        nxt = s.next_version("db", 1)
+        base = put(s, "db", 1, 3)
+        assert base == nxt
+        assert payload_seqs(s) == list(range(11))
+        batch = DefaultRecordBatch(s.read("db", 1, base, 1 << 20)[-1])
+        assert batch.base_offset == base and batch.validate_crc()
+    with Store(path) as s:
+        assert payload_seqs(s) == indexed_seqs(s) == list(range(11))
+
+
+def test_failed_main_write_leaves_no_payload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Store(tmp_path / "d") as s:
+        s.create_database("db", 1)
+        put(s, "db", 0, 1)
+
+        def broken_write(wb: object) -> None:
+            raise OSError("disk full")
+
+        monkeypatch.setattr(s, "_write", broken_write)
+        with pytest.raises(OSError):
+            put(s, "db", 0, 2)
+        with pytest.raises(OSError):
+            with s.transaction() as tx:
+                tx.append_meta("db", 0, b"m")
+        monkeypatch.undo()
+        assert payload_seqs(s) == [0]
+        assert put(s, "db", 0, 1) == 1
+        assert payload_seqs(s) == indexed_seqs(s) == [0, 1]
+
+
+def test_delete_before_and_retention_remove_payloads(tmp_path: Path) -> None:
+    with Store(tmp_path / "d", tail_cache_bytes=0) as s:
+        s.create_database("db", 2, {"retention.bytes": "-1"})
+        for i in range(10):
+            put(s, "db", i % 2, 2, ts=1000 + i)  # vnode 0: versions 0,2,..,8; vnode 1 too
+        assert len(payload_seqs(s)) == 10
+        assert s.delete_before("db", 0, 4) == 4  # two entries of vnode 0
+        assert len(payload_seqs(s)) == 8
+        assert payload_seqs(s) == indexed_seqs(s)
+        s.set_configs("db", {"retention.ms": "100"})
+        removed = s.enforce_retention(now_ms=1106)
+        assert removed == 3  # max ts < 1006: vnode 0's 1005, vnode 1's 1002 and 1004
+        assert payload_seqs(s) == indexed_seqs(s)
+        assert len(payload_seqs(s)) == 10 - 2 - removed
+        size = s.log_size("db", 1)
+        s.set_configs("db", {"retention.bytes": str(size - size // 3)})  # 3 equal entries: one goes
+        assert s.enforce_retention(now_ms=0) == 1
+        assert payload_seqs(s) == indexed_seqs(s)
+        assert len(payload_seqs(s)) == 10 - 2 - removed - 1
+        for vnode in (0, 1):
+            got = s.read("db", vnode, s.log_start("db", vnode), 1 << 20)
+            assert [DefaultRecordBatch(b).base_offset for b in got][0] == s.log_start("db", vnode)
+
+
+def test_archiver_removes_payloads(tmp_path: Path) -> None:
+    with Store(tmp_path / "d", tail_cache_bytes=0) as s:
+        s.create_database("db", 2)
+        fill(s, "db", 2, 20, random.Random(3))
+        total = s.total_bytes()
+        out = s.collect(max_total_bytes=total // 2)
+        gone = sum(r["entries"] for r in out)
+        assert gone > 0
+        assert len(payload_seqs(s)) == 20 - gone
+        assert payload_seqs(s) == indexed_seqs(s)
+        assert sum(len(v) for _, v in s._plog.iterator()) == s.total_bytes()
+
+
+def test_drop_database_removes_its_payloads(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    with Store(path, tail_cache_bytes=0) as s:
+        s.create_database("a", 2)
+        s.create_database("b", 1, kind="tsdb")
+        kept = fill(s, "a", 2, 8, random.Random(5))
+        for i in range(6):
+            s.append_rows("b", 0, b"r%d" % i, 2, i, i)
+            s.append_meta("b", 0, b"m%d" % i)
+        assert len(payload_seqs(s)) == 20
+        s.drop_database("b")
+        assert len(payload_seqs(s)) == 8
+        assert payload_seqs(s) == indexed_seqs(s)
+        for (vnode, base), data in kept.items():
+            assert s.read("a", vnode, base, 1) == [data]
+    with Store(path) as s:
+        assert len(payload_seqs(s)) == 8
+
+
+def test_payload_deletes_interrupted_by_a_crash_finish_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "d"
+    s = Store(path, tail_cache_bytes=0)
+    s.create_database("db", 1)
+    for _ in range(6):
+        put(s, "db", 0, 1)
+    monkeypatch.setattr(s, "_delete_payloads", lambda seqs: None)  # "killed" before it ran
+    s.delete_before("db", 0, 4)
+    assert len(payload_seqs(s)) == 6 and indexed_seqs(s) == [4, 5]
+    s.close()
+    with Store(path) as s:
+        assert payload_seqs(s) == [4, 5]
+        assert s._db.get(keys.PAYGC) is None
+        assert [DefaultRecordBatch(b).base_offset for b in s.read("db", 0, 0, 1 << 20)] == [4, 5]
+
+
+def test_interrupted_drop_collects_payloads_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    with Store(path) as s:
+        info = s.create_database("db", 1)
+        s.create_database("other", 1)
+        put(s, "other", 0, 1)
+        for _ in range(4):
+            put(s, "db", 0, 1)
+        s._db.delete(keys.dbinfo_key(info.id))  # as if killed right after the catalog delete
+        s._db.delete(keys.name_key("db"))
+    with Store(path) as s:
+        assert len(payload_seqs(s)) == 1 and payload_seqs(s) == indexed_seqs(s)
+        assert len(s.read("other", 0, 0, 1 << 20)) == 1
+
+
+def test_missing_payload_is_an_error_not_a_short_read(tmp_path: Path) -> None:
+    with Store(tmp_path / "d", tail_cache_bytes=0) as s:
+        s.create_database("db", 1)
+        put(s, "db", 0, 1)
+        put(s, "db", 0, 1)
+        s._plog.delete(keys.u64(1))
+        with pytest.raises(StorageError):
+            s.read("db", 0, 0, 1 << 20)
+
+
+def test_layout_1_data_dir_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "old"
+    db = plyvel.DB(str(path), create_if_missing=True)
+    db.put(keys.name_key("db"), keys.u32(1))  # what a layout-1 store holds, without LAYOUT
+    db.put(keys.wal_key(1, 0, 0, keys.KIND_DATA), make_batch(1))
+    db.close()
+    with pytest.raises(LayoutMismatch, match="layout 1"):
+        Store(path)
+    assert not os.path.exists(os.path.join(path, PAYLOAD_DIR))
+    db = plyvel.DB(str(path))  # the store let go of the directory
+    db.put(keys.LAYOUT, keys.u32(3))
+    db.close()
+    with pytest.raises(LayoutMismatch, match="layout 3"):
+        Store(path)
+
+
+def test_new_store_is_stamped_with_the_layout(tmp_path: Path) -> None:
+    with Store(tmp_path / "d") as s:
+        assert keys.read_u32(s._db.get(keys.LAYOUT)) == keys.LAYOUT_VERSION
+    with Store(tmp_path / "d") as s:  # reopens fine
+        assert s.databases() == []
