@@ -81,6 +81,12 @@ Removing WAL entries: the main WriteBatch deletes the index keys and puts their 
 under PAYGC; then the payloads are deleted from the payload log. A store killed in between
 finishes the payload deletes at open.
 
+Limit: the two LevelDBs recover their logs independently. kill -9 loses nothing either has
+written, but a power loss (or kernel crash) with writes not yet fsynced (wal_level 1, or
+inside a fsync period) could keep an index key whose payload was lost; reading that entry
+then raises StorageError. ``Store.sync()`` fsyncs the payload log before the main DB, so a
+synced state never has such a key.
+
 A vnode's versions are dense: a data entry of N records takes N consecutive versions, a rows
 entry of N rows takes N, a meta entry takes one, so an entry's last version is the next entry's base - 1 (or next version - 1).
 Because the kind byte follows the base version, kind does not disturb version order, and a
