@@ -404,6 +404,68 @@ class Store:
             raise StorageError(f"payload {seq} missing from the payload log")
         return value
 
+    def _repair_lost_payloads(self) -> None:
+        """Roll back vnode tails whose payloads the payload log lost.
+
+        Only possible after a power loss with unsynced writes (see ``storage.keys``): each
+        LevelDB recovers a prefix of its log, so the payload log may end below PAYSEQ while
+        the main DB kept the index keys. Within a vnode sequences grow with versions, so the
+        lost entries are each vnode's newest ones: their index keys, time index entries and
+        producer batches go, and the vnode's next version moves back to the first lost base
+        (as a log that lost its unsynced tail would). One seek when nothing was lost.
+        """
+        raw = self._db.get(keys.PAYSEQ)
+        if raw is None:
+            return
+        last = next(self._plog.iterator(reverse=True, include_value=False), None)
+        present = keys.read_u64(last) if last is not None else -1
+        if present >= keys.read_u64(raw):
+            return
+        wb = self._db.write_batch(sync=True)
+        repaired = False
+        for vkey, state in self._db.iterator(prefix=keys.VNODE):
+            dbid, vnode = keys.parse_vnode_key(vkey)
+            lost: list[tuple[bytes, bytes]] = []
+            for key, value in self._db.iterator(
+                prefix=keys.vnode_prefix(keys.WAL, dbid, vnode), reverse=True
+            ):
+                if keys.wal_index_seq(value) <= present:
+                    break
+                lost.append((key, value))
+            if not lost:
+                continue
+            repaired = True
+            first = keys.wal_key_version(lost[-1][0])
+            for key, _ in lost:
+                wb.delete(key)
+            for key, value in self._db.iterator(
+                prefix=keys.vnode_prefix(keys.TIME, dbid, vnode), reverse=True
+            ):
+                if keys.read_u64(value) < first:
+                    break
+                wb.delete(key)
+            for key, value in self._db.iterator(prefix=keys.vnode_prefix(keys.PRODUCER, dbid, vnode)):
+                epoch, update_ms, batches = keys.unpack_producer(value)
+                kept = [b for b in batches if b[2] < first]
+                if not kept:
+                    wb.delete(key)
+                elif len(kept) < len(batches):
+                    wb.put(key, keys.pack_producer(epoch, update_ms, kept))
+            _, start, size, entries = keys.unpack_vnode_state(state)
+            if entries is None:
+                p = keys.vnode_prefix(keys.WAL, dbid, vnode)
+                entries = sum(1 for _ in self._db.iterator(prefix=p, include_value=False))
+            size -= sum(keys.unpack_wal_index(v)[1] for _, v in lost)
+            wb.put(vkey, keys.pack_vnode_state(first, min(start, first), size, entries - len(lost)))
+        if not repaired:  # the newest payloads were removed (retention ...), none lost
+            return
+        # Every sequence still indexed is <= present now.
+        if present >= 0:
+            wb.put(keys.PAYSEQ, keys.u64(present))
+        else:
+            wb.delete(keys.PAYSEQ)
+        wb.write()
+
     def _load_payload_log(self) -> None:
         """Delete payloads above the last committed sequence (written, never indexed, never
         acknowledged), finish the payload deletes of the last removal, set the next sequence."""
@@ -439,6 +501,7 @@ class Store:
         """Read the catalog, vnode counters and log history; drop data of databases no longer
         listed."""
         db = self._db
+        self._repair_lost_payloads()
         by_id: dict[int, _Db] = {}
         for key, value in db.iterator(prefix=keys.DBINFO):
             dbid = keys.read_u32(key[1:])

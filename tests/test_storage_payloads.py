@@ -235,3 +235,46 @@ def test_new_store_is_stamped_with_the_layout(tmp_path: Path) -> None:
         assert keys.read_u32(s._db.get(keys.LAYOUT)) == keys.LAYOUT_VERSION
     with Store(tmp_path / "d") as s:  # reopens fine
         assert s.databases() == []
+
+
+def test_payload_log_that_lost_its_tail_rolls_back_the_vnode_tails(tmp_path: Path) -> None:
+    """A power loss can keep index keys whose payloads the payload log lost (its unsynced
+    tail): open rolls those vnodes back to their last entry with a payload."""
+    path = tmp_path / "d"
+    with Store(path, tail_cache_bytes=0) as s:
+        s.create_database("db", 2)
+        for i in range(8):  # seq i -> vnode i % 2, 2 records each, producer 7 on vnode 0
+            batch = make_batch(2, ts=1000 + i)
+            producer = (7, 0, i) if i % 2 == 0 else None
+            s.append("db", i % 2, batch, 2, 1001 + i, producer=producer)
+        assert [b.base_offset for b in s.producer_batches("db", 0, 7)] == [0, 2, 4, 6]
+    plog = plyvel.DB(os.path.join(path, PAYLOAD_DIR))
+    for seq in (5, 6, 7):  # lost: vnode 1's version 4 (seq 5), vnode 0's 6, vnode 1's 6
+        plog.delete(keys.u64(seq))
+    plog.close()
+    with Store(path, tail_cache_bytes=0) as s:
+        assert (s.next_version("db", 0), s.next_version("db", 1)) == (6, 4)
+        assert (s.log_entries("db", 0), s.log_entries("db", 1)) == (3, 2)
+        assert s.log_size("db", 0) == sum(len(b) for b in s.read("db", 0, 0, 1 << 20))
+        assert [DefaultRecordBatch(b).base_offset for b in s.read("db", 1, 0, 1 << 20)] == [0, 2]
+        assert [b.base_offset for b in s.producer_batches("db", 0, 7)] == [0, 2, 4]
+        assert s.max_timestamp_offset("db", 0) == (4, 1005)
+        assert s.offset_for_timestamp("db", 1, 1006) is None
+        assert put(s, "db", 1, 1) == 4
+        assert payload_seqs(s) == indexed_seqs(s) == [0, 1, 2, 3, 4, 5]
+    with Store(path) as s:
+        assert s.next_version("db", 1) == 5 and len(s.read("db", 1, 0, 1 << 20)) == 3
+
+
+def test_removing_the_newest_payloads_keeps_sequences_increasing(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    with Store(path) as s:
+        s.create_database("db", 1)
+        for _ in range(3):
+            put(s, "db", 0, 1)
+        s.delete_before("db", 0, -1)
+        assert payload_seqs(s) == []
+    with Store(path) as s:
+        assert s.next_version("db", 0) == 3 and s.log_start("db", 0) == 3
+        put(s, "db", 0, 1)
+        assert payload_seqs(s) == [3]
