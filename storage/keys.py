@@ -83,9 +83,11 @@ finishes the payload deletes at open.
 
 Limit: the two LevelDBs recover their logs independently. kill -9 loses nothing either has
 written, but a power loss (or kernel crash) with writes not yet fsynced (wal_level 1, or
-inside a fsync period) could keep an index key whose payload was lost; reading that entry
-then raises StorageError. ``Store.sync()`` fsyncs the payload log before the main DB, so a
-synced state never has such a key.
+inside a fsync period) could keep index keys whose payloads were lost (the payload log then
+ends below PAYSEQ). Open rolls those back: within a vnode sequences grow with versions, so
+they are each vnode's newest entries; their index keys, time index entries and producer
+batches go and the vnode's next version moves back (``Store._repair_lost_payloads``).
+``Store.sync()`` fsyncs the payload log before the main DB, so a synced state never needs it.
 
 A vnode's versions are dense: a data entry of N records takes N consecutive versions, a rows
 entry of N rows takes N, a meta entry takes one, so an entry's last version is the next entry's base - 1 (or next version - 1).
