@@ -398,12 +398,6 @@ class Store:
             wb.delete(keys.u64(seq))
         wb.write()
 
-    def _payload(self, seq: int) -> bytes:
-        value = self._plog.get(keys.u64(seq))
-        if value is None:
-            raise StorageError(f"payload {seq} missing from the payload log")
-        return value
-
     def _repair_lost_payloads(self) -> None:
         """Roll back vnode tails whose payloads the payload log lost.
 
