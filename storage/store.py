@@ -228,15 +228,6 @@ def _age_ts(kind: int, value: bytes) -> int:
     return _I64.unpack_from(value, 0)[0]
 
 
-def _index_ts(kind: int, value: bytes) -> int | None:
-    """What the time index holds: a data batch's or rows entry's max timestamp; meta: none."""
-    if kind == keys.KIND_DATA:
-        return _I64.unpack_from(value, 35)[0]
-    if kind == keys.KIND_ROWS:
-        return _I64.unpack_from(value, 8)[0]
-    return None
-
-
 class _Dead(NamedTuple):
     """A head entry chosen for removal (``seq``: its payload's sequence)."""
 
@@ -383,17 +374,15 @@ class Store:
     def _unput_payloads(self, first: int, n: int) -> None:
         """Best effort after a failed main write: drop payloads nothing indexes."""
         try:
-            wb = self._plog.write_batch()
-            for seq in range(first, first + n):
-                wb.delete(keys.u64(seq))
-            wb.write()
+            self._delete_payloads(range(first, first + n))
         except Exception:  # noqa: BLE001 - open() deletes them anyway (above PAYSEQ)
             pass
 
-    def _delete_payloads(self, seqs: Iterable[int]) -> None:
-        """Delete payloads whose index keys a committed WriteBatch removed (and listed under
-        PAYGC, so a crash before this finishes is repaired at open)."""
-        wb = self._plog.write_batch()
+    def _delete_payloads(self, seqs: Iterable[int], sync: bool = False) -> None:
+        """Delete payloads in one batch: ones whose index keys a committed WriteBatch removed
+        (listed under PAYGC, so a crash before this finishes is repaired at open), or ones
+        nothing indexes."""
+        wb = self._plog.write_batch(sync=sync)
         for seq in seqs:
             wb.delete(keys.u64(seq))
         wb.write()
@@ -465,12 +454,9 @@ class Store:
         acknowledged), finish the payload deletes of the last removal, set the next sequence."""
         raw = self._db.get(keys.PAYSEQ)
         committed = keys.read_u64(raw) if raw is not None else -1
-        stale = list(self._plog.iterator(start=keys.u64(committed + 1), include_value=False))
+        stale = [keys.read_u64(k) for k in self._plog.iterator(start=keys.u64(committed + 1), include_value=False)]
         if stale:
-            wb = self._plog.write_batch(sync=True)
-            for key in stale:
-                wb.delete(key)
-            wb.write()
+            self._delete_payloads(stale, sync=True)
         gc = self._db.get(keys.PAYGC)
         if gc is not None:
             self._delete_payloads(keys.unpack_seqs(gc))
@@ -895,10 +881,10 @@ class Store:
         sync = self._sync_each
         seq = self._put_payload(value, sync)
         wb = self._db.write_batch(sync=sync)
-        batch_max_ts = _I64.unpack_from(value, 35)[0]  # the header's, as retention reads it
+        batch_max_ts = _age_ts(keys.KIND_DATA, value)  # the header's, as retention reads it
         wb.put(
             keys.wal_key(dbid, vnode, base, keys.KIND_DATA),
-            _pack_index(seq, size - vs.size, batch_max_ts, batch_max_ts),
+            _pack_index(seq, len(value), batch_max_ts, batch_max_ts),
         )
         wb.put(keys.PAYSEQ, keys.u64(seq))
         wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(nxt, vs.log_start, size, vs.entries + 1))
