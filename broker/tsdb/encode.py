@@ -28,7 +28,7 @@ from crc32c import crc32c
 
 from protocol.records import zigzag_varint
 
-__all__ = ["json_objects", "records_batch"]
+__all__ = ["arange", "json_objects", "records_batch"]
 
 # ---------------------------------------------------------------------------- shared helpers
 
@@ -50,6 +50,11 @@ def _unit_offsets(n: int) -> pa.Buffer:
         ones = pa.repeat(pa.scalar(1, pa.int32()), size)
         _arange_cache = pc.subtract(pc.cumulative_sum(ones), 1).cast(pa.int32()).buffers()[1]
     return _arange_cache.slice(0, need)
+
+
+def arange(n: int) -> pa.Int32Array:
+    """0, 1, …, n - 1 (int32) over the shared cached buffer of :func:`_unit_offsets`."""
+    return pa.Array.from_buffers(pa.int32(), n, [None, _unit_offsets(n)])
 
 
 def _as_array(a: pa.Array | pa.ChunkedArray | Sequence[object], what: str) -> pa.Array:

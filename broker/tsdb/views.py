@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker.tsdb.catalog import STABLE_METADATA_KEY, TsdbCatalog
-from broker.tsdb.encode import json_objects, records_batch
+from broker.tsdb.encode import arange, json_objects, records_batch
 from broker.tsdb.rows import TBNAME, conform, decode_rows
 
 if TYPE_CHECKING:
@@ -242,17 +242,9 @@ class View:
                      ("tmq.table", table.encode()), ("tmq.type", TYPE_META)])
 
 
-_versions_cache = pa.array([], pa.int64())
-
-
 def _versions(first: int, n: int) -> pa.Array:
     """Versions first, first + 1, …, first + n - 1 (int64): the offsets of a run's rows."""
-    global _versions_cache
-    if len(_versions_cache) < n:
-        size = max(n, 2 * len(_versions_cache), 4096)
-        _versions_cache = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), size))
-        _versions_cache = pc.subtract(_versions_cache, 1)
-    return pc.add(_versions_cache.slice(0, n), first)
+    return pc.add(arange(n).cast(pa.int64()), first)
 
 
 def _empty(first: int, last: int) -> bytes:
