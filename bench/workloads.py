@@ -27,6 +27,7 @@ import urllib.request
 import uuid
 from typing import Any
 
+from compat_tests.cli_helpers import consumer_perf_stats
 from compat_tests.kafka_ref import FULL_JIT_JVM_OPTS, tool
 
 # The perf tools run with the JIT fully on (the compat wrappers default to C1 only for a
@@ -113,14 +114,10 @@ def producer_perf(bootstrap: str, topic: str, records: int, acks: str, record_si
 # --------------------------------------------------------------------------- 2. consumer
 
 def parse_consumer_stats(text: str) -> dict[str, str]:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    for i, line in enumerate(lines):
-        if line.startswith("start.time") and i + 1 < len(lines):
-            names = [c.strip() for c in line.split(",")]
-            values = [c.strip() for c in lines[i + 1].split(",")]
-            if len(names) == len(values):
-                return dict(zip(names, values, strict=True))
-    raise WorkloadError(f"no statistics in kafka-consumer-perf-test output:\n{text[-2000:]}")
+    stats = consumer_perf_stats(text)
+    if not stats:
+        raise WorkloadError(f"no statistics in kafka-consumer-perf-test output:\n{text[-2000:]}")
+    return stats
 
 
 def consumer_perf(bootstrap: str, topic: str, records: int, timeout: float = 1800) -> dict[str, Any]:
