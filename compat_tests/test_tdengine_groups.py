@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from .group_helpers import kp_subscribe
 from .helpers import wait_until
 from .tdengine_helpers import (
     BASE_TS,
@@ -47,14 +48,8 @@ def _kp_consumer(td: TdBroker, group: str, topic: str, reset: str, client_id: st
     c = KafkaConsumer(bootstrap_servers=td.bootstrap, group_id=group, client_id=client_id,
                       auto_offset_reset=reset, enable_auto_commit=False, session_timeout_ms=10_000,
                       heartbeat_interval_ms=1000, **kw)
-    # Have the topic's metadata before joining.  With group.initial.rebalance.delay.ms=0 (the
-    # test brokers' setting) a kafka-python 3.0.12 leader that joins before its metadata
-    # arrived assigns nothing and rejoins at once; when that second join outlives a poll()
-    # timeout the client drops its result (need_rejoin() is already false once the leader's
-    # assignment snapshot matches the metadata, so the finished join task is never collected)
-    # and the consumer stays unassigned with heartbeats disabled until the session expires.
+    kp_subscribe(c, topic)
     assert c.partitions_for_topic(topic) == set(range(VGROUPS))
-    c.subscribe([topic])
     return c
 
 
