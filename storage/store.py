@@ -57,6 +57,7 @@ rows entry (TDengine ages WAL by write time; rows may be back-filled with old ti
 from __future__ import annotations
 
 import bisect
+import contextlib
 import heapq
 import itertools
 import json
@@ -335,12 +336,29 @@ class Store:
         wb.write()
         return seq
 
-    def _unput_payloads(self, first: int, n: int) -> None:
-        """Best effort after a failed main write: drop payloads nothing indexes."""
+    def _write_indexed(self, wb: _WriteBatch, first: int, n: int) -> None:
+        """Write the main WriteBatch that indexes payloads ``first`` .. ``first + n - 1``
+        (already in the payload log), recording PAYSEQ; once it is written the next sequence
+        moves past them. If it fails, the payloads (indexed by nothing) are dropped again, on a
+        best-effort basis: open() drops them anyway, being above PAYSEQ."""
+        last = first + n - 1
+        wb.put(keys.PAYSEQ, keys.u64(last))
         try:
-            self._delete_payloads(range(first, first + n))
-        except Exception:  # noqa: BLE001 - open() deletes them anyway (above PAYSEQ)
-            pass
+            self._write(wb)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._delete_payloads(range(first, last + 1))
+            raise
+        self._pseq = last + 1
+
+    def _write_removing(self, wb: _WriteBatch, seqs: list[int]) -> None:
+        """Write the main WriteBatch that deletes the index keys of payloads ``seqs``, listing
+        them under PAYGC (so open finishes an interrupted delete), then delete the payloads."""
+        if seqs:
+            wb.put(keys.PAYGC, keys.pack_seqs(seqs))
+        self._write(wb)
+        if seqs:
+            self._delete_payloads(seqs)
 
     def _delete_payloads(self, seqs: Iterable[int], sync: bool = False) -> None:
         """Delete payloads in one batch: ones whose index keys a committed WriteBatch removed
@@ -557,12 +575,8 @@ class Store:
                 n += 1
                 if n >= chunk:
                     break
-            if seqs:
-                wb.put(keys.PAYGC, keys.pack_seqs(seqs))
             if n:
-                self._write(wb)
-            if seqs:
-                self._delete_payloads(seqs)
+                self._write_removing(wb, seqs)
             if n < chunk:
                 return
 
@@ -842,15 +856,13 @@ class Store:
         value = b"".join((keys.u64(base), memoryview(batch)[8:]))
         nxt = base + record_count
         size = vs.size + len(value)
-        sync = self._sync_each
-        seq = self._put_payload(value, sync)
-        wb = self._db.write_batch(sync=sync)
+        seq = self._put_payload(value, self._sync_each)
+        wb = self._batch()
         batch_max_ts = _age_ts(keys.KIND_DATA, value)  # the header's, as retention reads it
         wb.put(
             keys.wal_key(dbid, vnode, base, keys.KIND_DATA),
             _pack_index(seq, len(value), batch_max_ts, batch_max_ts),
         )
-        wb.put(keys.PAYSEQ, keys.u64(seq))
         wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(nxt, vs.log_start, size, vs.entries + 1))
         new_max = vs.max_ts is None or max_timestamp > vs.max_ts
         if new_max:
@@ -866,12 +878,7 @@ class Store:
             del batches[:-MAX_PRODUCER_BATCHES]
             pstate = (epoch, _now_ms(), batches)
             wb.put(keys.producer_key(dbid, vnode, pid), keys.pack_producer(*pstate))
-        try:
-            self._write(wb)
-        except BaseException:
-            self._unput_payloads(seq, 1)
-            raise
-        self._pseq = seq + 1
+        self._write_indexed(wb, seq, 1)
         vs.next = nxt
         vs.size = size
         vs.entries += 1
@@ -1215,8 +1222,6 @@ class Store:
         wb = self._batch()
         for e in dead:
             wb.delete(e.key)
-        seqs = [e.seq for e in dead]
-        wb.put(keys.PAYGC, keys.pack_seqs(seqs))
         wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(vs.next, log_start, size, entries))
         max_ts = self._reindex_head(dbid, vnode, first_kept, wb)
         rec = HistoryRecord(
@@ -1240,8 +1245,7 @@ class Store:
                 trimmed = list(itertools.islice(self._history, excess))
                 for old in trimmed:
                     wb.delete(keys.history_key(old))
-        self._write(wb)
-        self._delete_payloads(seqs)
+        self._write_removing(wb, [e.seq for e in dead])
         vs.log_start = log_start
         vs.size = size
         vs.entries = entries
@@ -1378,14 +1382,12 @@ class Store:
             heapq.heapreplace(heap, (_unpack_index(after[1])[2], dbid, vnode, after))
 
         out: list[dict[str, Any]] = []
-        seq_lo, seq_hi = None, None
+        removed: list[int] = []  # payload sequences
         for (dbid, vnode), runs in plan.items():
             d = self._dbs_by_id[dbid]
             vs = d.vnodes[vnode]
             for i, (reason, dead) in enumerate(runs):
-                lo, hi = min(e.seq for e in dead), max(e.seq for e in dead)
-                seq_lo = lo if seq_lo is None else min(seq_lo, lo)
-                seq_hi = hi if seq_hi is None else max(seq_hi, hi)
+                removed.extend(e.seq for e in dead)
                 kept = (
                     keys.wal_key_version(runs[i + 1][1][0].key)
                     if i + 1 < len(runs)
@@ -1398,9 +1400,9 @@ class Store:
                     start=keys.vnode_prefix(keys.WAL, dbid, vnode),
                     stop=keys.wal_seek_key(dbid, vnode, first_kept[(dbid, vnode)]),
                 )
-        if compact and seq_lo is not None and seq_hi is not None:
+        if compact and removed:
             # The bytes live in the payload log: compact the removed payloads' range.
-            self._plog.compact_range(start=keys.u64(seq_lo), stop=keys.u64(seq_hi + 1))
+            self._plog.compact_range(start=keys.u64(min(removed)), stop=keys.u64(max(removed) + 1))
         return out
 
     # log history (RT's log-history API) ----------------------------------------------------

@@ -367,25 +367,18 @@ class Transaction:
         if not (self._stables or self._ctables or self._topics or self._drafts):
             return
         entries = self._entries
-        first = seq = s._pseq
         if entries:
             # Payloads first, then the WriteBatch that indexes them (see storage.keys).
-            s._put_payloads([e[4] for e in entries], self._sync)
+            first = s._put_payloads([e[4] for e in entries], self._sync)
             put = self._wb.put
-            for dbid, vnode, base, kind, value, age_ts, index_ts in entries:
+            for seq, (dbid, vnode, base, kind, value, age_ts, index_ts) in enumerate(entries, first):
                 put(
                     keys.wal_key(dbid, vnode, base, kind),
                     keys.pack_wal_index(seq, len(value), age_ts, index_ts),
                 )
-                seq += 1
-            put(keys.PAYSEQ, keys.u64(seq - 1))
-        try:
+            s._write_indexed(self._wb, first, len(entries))
+        else:
             s._write(self._wb)
-        except BaseException:
-            if entries:
-                s._unput_payloads(first, len(entries))
-            raise
-        s._pseq = seq
         for (dbid, name), schema in self._stables.items():
             stables = s._stables.get(dbid)
             if stables is None:
