@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from storage.model import WalEntry
 
 TYPE_DATA = b"data"
+TYPE_META = b"meta"
 #: A Fetch reads a view's WAL in chunks of partition_max_bytes, at most this many per partition.
 SCAN_CHUNKS = 4
-TYPE_META = b"meta"
 
 
 @dataclass(frozen=True)
@@ -141,12 +141,20 @@ class View:
             out.append(batch)
             size += len(batch)
 
+        run: _Run | None = None
+
+        def flush() -> None:
+            """Emit the pending run of rows entries, if any."""
+            nonlocal run
+            if run is not None:
+                emit(self._run_batch(run), run.first, run.last)
+                run = None
+
         version = from_version
         for _ in range(SCAN_CHUNKS):
             entries = self._store.read_entries(self.topic.db, vnode, version, max(max_bytes, 1))
             if not entries:
                 break
-            run: _Run | None = None
             for entry in entries:
                 start = max(version, entry.version)
                 last = entry.version + entry.count - 1
@@ -157,24 +165,21 @@ class View:
                         run.tables.append(table)
                         run.last = last
                         continue
-                    if run is not None:
-                        emit(self._run_batch(run), run.first, run.last)
+                    flush()
                     run = _Run(stable, compiled, [table], start, last)
                 else:
-                    if run is not None:
-                        emit(self._run_batch(run), run.first, run.last)
-                        run = None
+                    flush()
                     meta = entry.kind == "meta" and self.topic.meta is not None
                     emit(self._meta(entry, last) if meta else None, start, last)
                 if size >= max_bytes:
                     break
             else:
-                if run is not None:
-                    emit(self._run_batch(run), run.first, run.last)
+                flush()
                 version = entries[-1].version + entries[-1].count
                 if size < max_bytes:
                     continue
             break
+        # a run still pending when the response filled up is left for the next Fetch
         if skipped_from is not None:
             out.append(_empty(skipped_from, skipped_to))
         return out
