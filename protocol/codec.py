@@ -39,7 +39,7 @@ __all__ = [
     "build_struct",
     "codec_for",
     "default_value",
-    "precompile",
+    "iter_precompile",
 ]
 
 
@@ -908,14 +908,10 @@ class Codec:
         return parts
 
 
-def precompile(api_keys: Iterable[int] | None = None) -> int:
-    """Build every codec up front (about 3 ms each) so the first requests don't pay for it."""
-    return sum(1 for _ in iter_precompile(api_keys))
-
-
 def iter_precompile(api_keys: Iterable[int] | None = None) -> Iterator[Codec]:
-    """:func:`precompile` one codec at a time, in the order of ``api_keys`` and newest version
-    first (what current clients send), for a server that lets other work run in between."""
+    """Build the codecs of ``api_keys`` (default: all) ahead of their first request, about
+    3 ms each, one per step so a server can let other work run in between; in the order of
+    ``api_keys``, newest version first (what current clients send)."""
     for key in api_keys if api_keys is not None else SCHEMAS:
         s = SCHEMAS[key]
         for v in range(s.max_version, s.min_version - 1, -1):
