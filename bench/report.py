@@ -266,10 +266,9 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
                "reaching the consumer.", ""]
         rows = []
         for r in q["topics"].values():
-            stream_s = r.get("streaming_s", r["seconds"])
             rows.append([f"`{r['definition'].split(' AS ', 1)[1]}`", f"{r['records']:,} / {r['expected']:,}",
-                         _num(stream_s, 2), _num(r.get("streaming_records_per_s", r["records_per_s"])),
-                         _num(q["rows"] / stream_s if stream_s else None),
+                         _num(r["streaming_s"], 2), _num(r["streaming_records_per_s"]),
+                         _num(r["rows_scanned_per_s"]),
                          _num(r["seconds"], 2), _num(r["records_per_s"]), _num(r["mb_per_s"], 1)])
         md += _table(["topic", "delivered / expected", "streaming s", "delivered rows/s", "scanned rows/s",
                       "whole read s", "whole read rows/s", "value MB/s"], rows)
