@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import struct
 from typing import Any
 
 from broker.apis import ApiKey
@@ -15,34 +14,10 @@ from broker.config import BrokerConfig
 from broker.server import Broker, write_parts
 from protocol.codec import codec_for
 from protocol.errors import ErrorCode
-from protocol.messages import decode_response, encode_request
 from protocol.records import build_batch, iter_batches
+from tests.broker_conn import Conn
 
 E = ErrorCode
-
-
-class Conn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer, self.corr = reader, writer, 0
-
-    @classmethod
-    async def open(cls, port: int, rcvbuf: int | None = None) -> Conn:
-        sock = socket.socket()
-        if rcvbuf is not None:  # a small window: the broker's writev takes part of a response
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-        return cls(*await asyncio.open_connection(sock=sock))
-
-    async def call(self, api_key: int, version: int, body: dict[str, Any], pause: float = 0) -> dict[str, Any]:
-        self.corr += 1
-        self.writer.write(encode_request(api_key, version, self.corr, "t", body))
-        await self.writer.drain()
-        (size,) = struct.unpack(">i", await self.reader.readexactly(4))
-        await asyncio.sleep(pause)  # let the broker find the socket full before we read on
-        corr, resp = decode_response(api_key, version, await self.reader.readexactly(size))
-        assert corr == self.corr
-        return resp
 
 
 def fetch_body(topic: str | None, topic_id: bytes, partitions: list[int], max_bytes: int = 50 << 20) -> dict:
@@ -130,8 +105,8 @@ async def scenario(data_dir: str) -> None:
                 codec_for(key, version, "request")
                 codec_for(key, version, "response")
         assert codec_for.cache_info().misses == misses
-        conn.writer.close()
-        small.writer.close()
+        conn.close()
+        small.close()
     finally:
         await broker.stop()
 

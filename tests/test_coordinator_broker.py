@@ -9,35 +9,10 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.server import Broker
 from protocol.errors import ErrorCode
-from protocol.messages import decode_response, encode_request
+from tests.broker_conn import Conn
 from tests.test_coordinator import subscription
 
 E = ErrorCode
-
-
-class Conn:
-    """One client connection speaking raw Kafka frames."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
-        self.reader, self.writer, self.client_id = reader, writer, client_id
-        self.corr = 0
-
-    @classmethod
-    async def open(cls, port: int, client_id: str = "test") -> Conn:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        return cls(reader, writer, client_id)
-
-    async def call(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        self.corr += 1
-        self.writer.write(encode_request(api_key, version, self.corr, self.client_id, body))
-        await self.writer.drain()
-        (size,) = struct.unpack(">i", await self.reader.readexactly(4))
-        corr, resp = decode_response(api_key, version, await self.reader.readexactly(size))
-        assert corr == self.corr
-        return resp
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 def assignment(*partitions: int, topic: str = "t") -> bytes:
