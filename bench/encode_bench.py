@@ -12,7 +12,7 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker.tsdb.encode import json_objects, records_batch
+from tmqgate.broker.tsdb.encode import json_objects, records_batch
 
 
 def sample_table(n: int) -> pa.Table:

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from protocol.schemas import SCHEMAS
+from tmqgate.protocol.schemas import SCHEMAS
 
 if TYPE_CHECKING:
-    from broker.server import Broker
-    from protocol.messages import Request
+    from tmqgate.broker.server import Broker
+    from tmqgate.protocol.messages import Request
 
 Handler = Callable[["Broker", "Request"], Awaitable[dict[str, Any] | None]]
 
@@ -90,6 +90,6 @@ def api(key: ApiKey, min_version: int, max_version: int,
 
 def load_handlers() -> dict[int, ApiEntry]:
     """Import every handler module so its @api registrations run; return the table."""
-    from broker import handlers  # noqa: F401  (import registers)
+    from tmqgate.broker import handlers  # noqa: F401  (import registers)
 
     return API_TABLE

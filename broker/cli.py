@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from broker.config import BrokerConfig
+from tmqgate.broker.config import BrokerConfig
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,8 +62,8 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig) -> None:
-    from broker.http import start_http
-    from broker.server import Broker
+    from tmqgate.broker.http import start_http
+    from tmqgate.broker.server import Broker
 
     broker = Broker(config)
     await broker.start()

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker.sql.ast import SqlError
+from tmqgate.broker.sql.ast import SqlError
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from tmqgate.broker.server import Broker
 
 log = logging.getLogger("tmqgate.http")
 

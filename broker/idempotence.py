@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from protocol.errors import ErrorCode
+from tmqgate.protocol.errors import ErrorCode
 
 INT32_MAX = 2**31 - 1
 REMEMBERED_BATCHES = 5

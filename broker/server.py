@@ -18,16 +18,16 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
-from broker.apis import ApiKey, load_handlers
-from broker.config import BrokerConfig, parse_hostport
-from broker.sql.executor import Executor
-from broker.topic_configs import TOPIC_CONFIGS
-from broker.topics import TopicRegistry
-from broker.waiters import DataNotifier
-from coordinator.runtime import for_broker
-from protocol.codec import iter_precompile
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from tmqgate.broker.apis import ApiKey, load_handlers
+from tmqgate.broker.config import BrokerConfig, parse_hostport
+from tmqgate.broker.sql.executor import Executor
+from tmqgate.broker.topic_configs import TOPIC_CONFIGS
+from tmqgate.broker.topics import TopicRegistry
+from tmqgate.broker.waiters import DataNotifier
+from tmqgate.coordinator.runtime import for_broker
+from tmqgate.protocol.codec import iter_precompile
+from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.messages import (
     InvalidRequest,
     UnknownApi,
     UnsupportedVersion,
@@ -35,7 +35,7 @@ from protocol.messages import (
     encode_response,
     encode_response_parts,
 )
-from storage import Store
+from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.server")
 _SIZE = struct.Struct(">i")

@@ -19,14 +19,14 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker.topic_configs import effective, validate
-from broker.tsdb.catalog import TsdbCatalog
-from broker.tsdb.views import TopicDef, View
-from protocol.errors import ErrorCode
+from tmqgate.broker.topic_configs import effective, validate
+from tmqgate.broker.tsdb.catalog import TsdbCatalog
+from tmqgate.broker.tsdb.views import TopicDef, View
+from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.server import Broker
-    from storage import Store
+    from tmqgate.broker.server import Broker
+    from tmqgate.storage import Store
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
@@ -187,8 +187,8 @@ class TopicRegistry:
 
     def _create_tmq(self, name: str, partitions: int, configs: dict[str, str | None],
                     validate_only: bool) -> Topic:
-        from broker.sql import ast
-        from broker.sql.parser import parse
+        from tmqgate.broker.sql import ast
+        from tmqgate.broker.sql.parser import parse
 
         unknown = set(configs) - {TMQ_AS, TMQ_META, TMQ_DB}
         if unknown:

@@ -46,7 +46,7 @@ def _tmqgate_cmd() -> list[str]:
     exe = shutil.which("tmqgate")
     if exe:
         return [exe]
-    return [sys.executable, "-c", "import sys; from broker.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from tmqgate.broker.cli import main; sys.exit(main())"]
 
 
 def _toml(config: dict[str, Any]) -> str:

@@ -122,7 +122,7 @@ class RecordingProxy:
 
     def _rewrite(self, api_key: int, version: int, frame: bytes) -> bytes:
         """Point every advertised broker address at this proxy."""
-        from protocol.messages import decode_response, encode_response
+        from tmqgate.protocol.messages import decode_response, encode_response
 
         host, port = split_hostport(self.bootstrap)
         corr, body = decode_response(api_key, version, frame)

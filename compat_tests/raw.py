@@ -99,14 +99,14 @@ class RawConn:
 
     def send_request(self, api_key: int, version: int, body: dict[str, Any],
                      correlation_id: int | None = None) -> int:
-        from protocol.messages import encode_request
+        from tmqgate.protocol.messages import encode_request
 
         corr = next(self._corr) if correlation_id is None else correlation_id
         self.send_bytes(encode_request(api_key, version, corr, self.client_id, body))
         return corr
 
     def recv_response(self, api_key: int, version: int, corr: int, timeout: float | None = None) -> dict:
-        from protocol.messages import decode_response
+        from tmqgate.protocol.messages import decode_response
 
         got_corr, body = decode_response(api_key, version, self.recv_frame(timeout))
         assert got_corr == corr, f"correlation id {got_corr}, expected {corr}"
@@ -163,14 +163,14 @@ class RawConn:
 
 def one_record_batch(value: bytes, key: bytes | None = None, size_pad: int = 0) -> bytes:
     """A single-record uncompressed v2 batch built by our codec."""
-    from protocol.records import build_batch
+    from tmqgate.protocol.records import build_batch
 
     return build_batch([(key, value + b"." * size_pad, [], int(time.time() * 1000))])
 
 
 def fetched_values(partition_response: dict) -> list[tuple[int, bytes | None]]:
     """(offset, value) of every record in a Fetch partition response."""
-    from protocol.records import decode_records, iter_batches
+    from tmqgate.protocol.records import decode_records, iter_batches
 
     data = partition_response.get("records") or b""
     out = []

@@ -35,7 +35,7 @@ WATERMARK_MS = 5_000
 
 def spark_session(app_name: str) -> Any:
     """The module's SparkSession (the JVM is shared by every session of this process)."""
-    from pipelines.session import build_session
+    from tmqgate.pipelines.session import build_session
 
     return build_session(app_name, "local[2]", {
         # Spark caches Kafka producers per configuration, in the JVM, beyond session.stop();
@@ -179,7 +179,7 @@ def produce_events(bootstrap: str, topic: str, events: Sequence[Event], chunk: i
 
 def output_results(bootstrap: str, topic: str, partitions: int) -> tuple[list[dict[str, Any]], dict]:
     """(every result record's JSON, deduped by (key, window_start)) of an output topic."""
-    from pipelines.windowed import dedupe_results
+    from tmqgate.pipelines.windowed import dedupe_results
 
     values = [json.loads(r.value or b"null") for r in read_topic(bootstrap, topic, partitions)]
     return values, dedupe_results(values)
@@ -199,7 +199,7 @@ class PipelineProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()/kill()
-        self.proc = subprocess.Popen([sys.executable, "-m", "pipelines.windowed", *args], cwd=str(REPO_ROOT),
+        self.proc = subprocess.Popen([sys.executable, "-m", "tmqgate.pipelines.windowed", *args], cwd=str(REPO_ROOT),
                                      env=env, stdout=subprocess.PIPE, stderr=self._log, start_new_session=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

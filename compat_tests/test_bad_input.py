@@ -99,7 +99,7 @@ def test_connection_closed(broker: Broker, good: RawConn, data: bytes) -> None:
 
 def test_api_versions_unsupported_version(broker: Broker, good: RawConn) -> None:
     """A too-new ApiVersions gets a v0 UNSUPPORTED_VERSION answer naming the usable range."""
-    from protocol.messages import decode_response
+    from tmqgate.protocol.messages import decode_response
 
     with RawConn(broker.bootstrap) as c:
         supported = c.api_versions()
@@ -118,7 +118,7 @@ def test_api_versions_unsupported_version(broker: Broker, good: RawConn) -> None
 
 def test_partial_frame_does_not_block_others(broker: Broker, good: RawConn, topic: str) -> None:
     """Half a frame parks only its own connection; the rest arrives later and is answered."""
-    from protocol.messages import decode_response, encode_request
+    from tmqgate.protocol.messages import decode_response, encode_request
 
     frame = encode_request(18, 3, 99, "compat-slow", {"client_software_name": "slow",
                                                      "client_software_version": "1"})
@@ -154,7 +154,7 @@ def test_produce_bad_crc(broker: Broker, good: RawConn, topic: str) -> None:
     with RawConn(broker.bootstrap) as c:
         before = c.list_offsets(topic, 0, -1)["offset"]
         assert c.produce(topic, 0, _corrupt_crc(one_record_batch(b"bad crc")))["error_code"] == CORRUPT_MESSAGE
-        from protocol.records import build_batch
+        from tmqgate.protocol.records import build_batch
 
         gz = _corrupt_crc(build_batch([(b"k", b"v" * 500)], compression=1))
         assert c.produce(topic, 0, gz)["error_code"] == CORRUPT_MESSAGE

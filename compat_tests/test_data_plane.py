@@ -69,7 +69,7 @@ def test_produce_consume_roundtrip(broker: Broker, client: str, codec: str) -> N
             assert g.timestamp_type == 0, "CreateTime expected"
 
     # -- the stored batches keep the producer's codec (topic compression.type=producer)
-    from protocol.records import iter_batches
+    from tmqgate.protocol.records import iter_batches
 
     from .raw import RawConn
 

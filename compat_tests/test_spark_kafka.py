@@ -128,8 +128,8 @@ def test_idempotent_sink_writes_exactly_once(broker: Broker, spark: Any) -> None
     """df.write.format("kafka"): kafka-clients 3.x producers are idempotent by default
     (enable.idempotence=true, acks=all), so Spark's sink gets a producer id and sends sequenced
     batches; every row lands exactly once, at offsets 0..n-1 of its partition."""
-    from protocol.messages import decode_request, decode_response
-    from protocol.records import iter_batches
+    from tmqgate.protocol.messages import decode_request, decode_response
+    from tmqgate.protocol.records import iter_batches
 
     topic = unique_topic("spark-sink")
     ConfluentDriver(broker.bootstrap).create_topic(topic, 2)

@@ -61,7 +61,7 @@ def test_streaming_pipeline_matches_python(broker: Broker, spark: Any, tmp_path:
     """The streaming job over live data: every window closed by the watermark is written once
     (no restart, so no duplicates), equal to the plain-Python computation; the window still
     open at the end (the flush event's) is not written in append mode."""
-    from pipelines.windowed import start_stream
+    from tmqgate.pipelines.windowed import start_stream
 
     src, out = _topics(broker, "pipe-stream")
     events = make_events(240)
@@ -98,7 +98,7 @@ def test_batch_pipeline_matches_python(broker: Broker, spark: Any) -> None:
     """spark.read over the whole topic: every window (the flush event's too: batch has no late
     data and no watermark) equal to the plain-Python computation, collected and via the CLI's
     --batch writing to a topic."""
-    from pipelines.windowed import batch_results, main
+    from tmqgate.pipelines.windowed import batch_results, main
 
     src, out = _topics(broker, "pipe-batch")
     events = make_events(180, seed=5)
@@ -122,7 +122,7 @@ def test_pipeline_killed_and_restarted_from_checkpoint(broker: Broker, spark: An
     session, whose JVM is already warm): it resumes from the checkpointed offsets and window
     state, and the output topic, deduped by (key, window_start), holds every expected window
     exactly -- duplicates allowed (at-least-once sink) only if identical."""
-    from pipelines.windowed import start_stream
+    from tmqgate.pipelines.windowed import start_stream
 
     src, out = _topics(broker, "pipe-kill")
     events = make_events(240, seed=9)

@@ -61,7 +61,7 @@ def _workload(broker: Broker, client: str) -> Capture:
 @pytest.mark.parametrize("client", CLIENTS)
 def test_client_requests_roundtrip(broker: Broker, client: str) -> None:
     """decode_request then encode_request gives back the client's exact bytes."""
-    from protocol.messages import decode_request, encode_request
+    from tmqgate.protocol.messages import decode_request, encode_request
 
     cap = _workload(broker, client)
     assert not cap.errors, cap.errors
@@ -86,7 +86,7 @@ def test_client_requests_roundtrip(broker: Broker, client: str) -> None:
 @pytest.mark.parametrize("client", CLIENTS)
 def test_broker_responses_roundtrip(broker: Broker, client: str) -> None:
     """decode_response then encode_response gives back the broker's exact bytes."""
-    from protocol.messages import decode_response, encode_response
+    from tmqgate.protocol.messages import decode_response, encode_response
 
     cap = _workload(broker, client)
     assert cap.responses

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.codec import DecodeError, decode_versioned
-from protocol.errors import ErrorCode
+from tmqgate.protocol.codec import DecodeError, decode_versioned
+from tmqgate.protocol.errors import ErrorCode
 
 Reply = Callable[[dict[str, Any]], None]
 

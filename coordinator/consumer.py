@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from coordinator.assignor import ASSIGNOR_NAMES, DEFAULT_ASSIGNOR, TopicPartition, assign
-from protocol.errors import ErrorCode
+from tmqgate.coordinator.assignor import ASSIGNOR_NAMES, DEFAULT_ASSIGNOR, TopicPartition, assign
+from tmqgate.protocol.errors import ErrorCode
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2

@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from coordinator.classic import ClassicConfig, ClassicGroup, Reply, parse_assignment, parse_subscription
-from coordinator.consumer import ConsumerConfig, ConsumerGroup, HeartbeatError, TopicSource
-from protocol.errors import ErrorCode
+from tmqgate.coordinator.classic import ClassicConfig, ClassicGroup, Reply, parse_assignment, parse_subscription
+from tmqgate.coordinator.consumer import ConsumerConfig, ConsumerGroup, HeartbeatError, TopicSource
+from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from storage import Store
+    from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.coordinator")
 

@@ -15,10 +15,10 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from coordinator.coordinator import GroupCoordinator
+from tmqgate.coordinator.coordinator import GroupCoordinator
 
 if TYPE_CHECKING:
-    from broker.topics import TopicRegistry
+    from tmqgate.broker.topics import TopicRegistry
 
 log = logging.getLogger("tmqgate.coordinator")
 
@@ -111,9 +111,9 @@ class CoordinatorRuntime:
 
 def for_broker(broker: Any) -> CoordinatorRuntime:
     """The coordinator of a Broker: its store, its topics, its group.* settings."""
-    from coordinator.classic import ClassicConfig
-    from coordinator.consumer import ConsumerConfig
-    from coordinator.coordinator import CoordinatorConfig
+    from tmqgate.coordinator.classic import ClassicConfig
+    from tmqgate.coordinator.consumer import ConsumerConfig
+    from tmqgate.coordinator.coordinator import CoordinatorConfig
 
     cfg = broker.config
     config = CoordinatorConfig(

@@ -29,9 +29,9 @@ Batch (`batch_results`, `--batch`) computes the same aggregation over everything
 at once with `spark.read.format("kafka")`; without a stream there is no late data, so every
 window is complete and the watermark does not apply.
 
-    python -m pipelines.windowed --bootstrap 127.0.0.1:9092 --input events --output windows \\
+    python -m tmqgate.pipelines.windowed --bootstrap 127.0.0.1:9092 --input events --output windows \\
         --checkpoint /tmp/windows-ckpt
-    python -m pipelines.windowed --bootstrap 127.0.0.1:9092 --input events --output windows-batch --batch
+    python -m tmqgate.pipelines.windowed --bootstrap 127.0.0.1:9092 --input events --output windows-batch --batch
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def _kv(s: str) -> tuple[str, str]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m pipelines.windowed", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tmqgate.pipelines.windowed", description=__doc__.split("\n\n")[0])
     p.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT]")
     p.add_argument("--input", required=True, help="topic of JSON events {key, value, ts}")
     p.add_argument("--output", help="topic for the window results (batch: optional, else printed)")
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from pyspark.sql import SparkSession
 
-    from pipelines.session import build_session
+    from tmqgate.pipelines.session import build_session
 
     owned = SparkSession.getActiveSession() is None
     spark = build_session("tmqgate-windowed" + ("-batch" if args.batch else ""), args.master, dict(args.conf))

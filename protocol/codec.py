@@ -374,7 +374,7 @@ class _Gen:
         self.code = code
         self.structs: dict[int, tuple[str, str]] = {}
         self.fmts: dict[str, str] = {}
-        code.append(f"from protocol.codec import ({', '.join(_HELPERS.split())})")
+        code.append(f"from tmqgate.protocol.codec import ({', '.join(_HELPERS.split())})")
 
     @staticmethod
     def of(code: CodeGen) -> _Gen:

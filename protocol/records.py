@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
-from protocol.compression import (
+from tmqgate.protocol.compression import (
     DEFAULT_MAX_DECOMPRESSED,
     CorruptRecord,
     DecompressedTooLarge,

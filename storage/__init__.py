@@ -1,6 +1,6 @@
 """storage package: the only code that touches LevelDB (layout in storage.keys)."""
 
-from storage.model import (
+from tmqgate.storage.model import (
     ChildTable,
     CommittedOffset,
     DatabaseExists,
@@ -25,8 +25,8 @@ from storage.model import (
     UnknownVnode,
     WalEntry,
 )
-from storage.store import Store
-from storage.txn import Transaction
+from tmqgate.storage.store import Store
+from tmqgate.storage.txn import Transaction
 
 __all__ = [
     "ChildTable",

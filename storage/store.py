@@ -73,8 +73,8 @@ from typing import Any, NamedTuple
 
 import plyvel
 
-from storage import keys
-from storage.model import (
+from tmqgate.storage import keys
+from tmqgate.storage.model import (
     ENTRY_KINDS,
     REASON_CODE,
     REMOVAL_REASONS,
@@ -93,7 +93,7 @@ from storage.model import (
     UnknownVnode,
     WalEntry,
 )
-from storage.txn import Transaction
+from tmqgate.storage.txn import Transaction
 
 __all__ = ["Store"]  # the model types are exported by the storage package
 

@@ -34,8 +34,8 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from storage import keys
-from storage.model import (
+from tmqgate.storage import keys
+from tmqgate.storage.model import (
     ChildTable,
     StableExists,
     StorageError,
@@ -50,7 +50,7 @@ from storage.model import (
 )
 
 if TYPE_CHECKING:
-    from storage.store import Store, _Vnode
+    from tmqgate.storage.store import Store, _Vnode
 
 _DELETED = None
 _I64 = struct.Struct(">q")

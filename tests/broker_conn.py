@@ -7,7 +7,7 @@ import socket
 import struct
 from typing import Any
 
-from protocol.messages import decode_response, encode_request
+from tmqgate.protocol.messages import decode_response, encode_request
 
 
 class Conn:

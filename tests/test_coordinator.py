@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.classic import ClassicConfig
-from coordinator.coordinator import CoordinatorConfig, GroupCoordinator
-from protocol.errors import ErrorCode
-from storage import Store
+from tmqgate.coordinator.classic import ClassicConfig
+from tmqgate.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
+from tmqgate.protocol.errors import ErrorCode
+from tmqgate.storage import Store
 
 E = ErrorCode
 

@@ -6,9 +6,9 @@ import asyncio
 import struct
 from typing import Any
 
-from broker.config import BrokerConfig
-from broker.server import Broker
-from protocol.errors import ErrorCode
+from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.server import Broker
+from tmqgate.protocol.errors import ErrorCode
 from tests.broker_conn import Conn
 from tests.test_coordinator import subscription
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.assignor import assign
-from coordinator.coordinator import GroupCoordinator
-from protocol.errors import ErrorCode
-from storage import Store
+from tmqgate.coordinator.assignor import assign
+from tmqgate.coordinator.coordinator import GroupCoordinator
+from tmqgate.protocol.errors import ErrorCode
+from tmqgate.storage import Store
 from tests.test_coordinator import Topics
 
 E = ErrorCode

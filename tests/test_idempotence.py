@@ -1,7 +1,7 @@
 """Sequence checks of idempotent producers, against the cases Kafka's ProducerStateManager names."""
 
-from broker.idempotence import INT32_MAX, check_sequence
-from protocol.errors import ErrorCode
+from tmqgate.broker.idempotence import INT32_MAX, check_sequence
+from tmqgate.protocol.errors import ErrorCode
 
 
 def state(epoch, *batches):

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from test_protocol_strategies import ALL_APIS, message_strategy
 
-from protocol.codec import DecodeError, EncodeError, KArray, KPrim, KString, codec_for
-from protocol.errors import ErrorCode
-from protocol.framing import FrameReader, FrameTooLarge
-from protocol.messages import (
+from tmqgate.protocol.codec import DecodeError, EncodeError, KArray, KPrim, KString, codec_for
+from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.framing import FrameReader, FrameTooLarge
+from tmqgate.protocol.messages import (
     InvalidRequest,
     Request,
     UnknownApi,
@@ -28,7 +28,7 @@ from protocol.messages import (
     request_header_version,
     response_header_version,
 )
-from protocol.schemas import SCHEMAS, snake_case
+from tmqgate.protocol.schemas import SCHEMAS, snake_case
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 

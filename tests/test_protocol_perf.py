@@ -10,7 +10,7 @@ import os
 import time
 import timeit
 
-from protocol.messages import (
+from tmqgate.protocol.messages import (
     decode_request,
     decode_response,
     encode_request,

@@ -14,9 +14,9 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import compression
-from protocol.compression import CorruptRecord, DecompressedTooLarge, compress, decompress
-from protocol.records import (
+from tmqgate.protocol import compression
+from tmqgate.protocol.compression import CorruptRecord, DecompressedTooLarge, compress, decompress
+from tmqgate.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
     Record,

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from kafka.protocol.api_message import ApiMessage
 from test_protocol_strategies import ALL_COMBOS, API_KINDS, filled_message, message_strategy
 
-from protocol.codec import codec_for
-from protocol.schemas import SCHEMAS
+from tmqgate.protocol.codec import codec_for
+from tmqgate.protocol.schemas import SCHEMAS
 
 FAST = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 

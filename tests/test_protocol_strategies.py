@@ -7,8 +7,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from protocol.codec import default_value
-from protocol.schemas import SCHEMAS, FieldSpec
+from tmqgate.protocol.codec import default_value
+from tmqgate.protocol.schemas import SCHEMAS, FieldSpec
 
 INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.sql.ast import SqlError
-from broker.sql.expr import check_topic_query, compile_filter, compile_projection
-from broker.sql.parser import parse
+from tmqgate.broker.sql.ast import SqlError
+from tmqgate.broker.sql.expr import check_topic_query, compile_filter, compile_projection
+from tmqgate.broker.sql.parser import parse
 
 SCHEMA = parse(
     "CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase DOUBLE, note VARCHAR(16)) "

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from broker.sql.ast import (
+from tmqgate.broker.sql.ast import (
     AlterStableAddColumn,
     AlterStableAddTag,
     CreateDatabase,
@@ -28,8 +28,8 @@ from broker.sql.ast import (
     Statement,
     UseDatabase,
 )
-from broker.sql.parser import parse, parse_script
-from broker.tsdb.types import Column, parse_type
+from tmqgate.broker.sql.parser import parse, parse_script
+from tmqgate.broker.tsdb.types import Column, parse_type
 
 
 def C(name, t):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from storage import (
+from tmqgate.storage import (
     DatabaseExists,
     OffsetOutOfRange,
     ProducerBatch,

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
-from storage import Store
+from tmqgate.storage import Store
 
 WRITER = textwrap.dedent(
     """
     import sys
     from kafka.record.default_records import DefaultRecordBatchBuilder
-    from storage import Store
+    from tmqgate.storage import Store
 
     path, wal_level, period = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     s = Store(path, wal_level=wal_level, fsync_period_ms=period)
@@ -90,7 +90,7 @@ def test_acknowledged_appends_survive_sigkill(tmp_path: Path, wal_level: int) ->
 TX_WRITER = textwrap.dedent(
     """
     import json, sys
-    from storage import Store
+    from tmqgate.storage import Store
 
     path = sys.argv[1]
     s = Store(path)

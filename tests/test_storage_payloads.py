@@ -14,8 +14,8 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from test_storage import make_batch, put
 
-from storage import LayoutMismatch, StorageError, Store, WalEntry, keys
-from storage.store import PAYLOAD_DIR
+from tmqgate.storage import LayoutMismatch, StorageError, Store, WalEntry, keys
+from tmqgate.storage.store import PAYLOAD_DIR
 
 
 def payload_seqs(s: Store) -> list[int]:

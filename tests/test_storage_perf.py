@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from storage import ChildTable, Store
+from tmqgate.storage import ChildTable, Store
 
 N_TABLES = 100_000
 

@@ -12,7 +12,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from test_storage import offsets, put
 
-from storage import (
+from tmqgate.storage import (
     ChildTable,
     StableExists,
     StorageError,

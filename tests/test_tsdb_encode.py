@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatch
 
-from broker.tsdb.encode import json_objects, records_batch
-from protocol.records import Record, build_batch, decode_records, parse_header, verify_crc
+from tmqgate.broker.tsdb.encode import json_objects, records_batch
+from tmqgate.protocol.records import Record, build_batch, decode_records, parse_header, verify_crc
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.tsdb.rows import (
+from tmqgate.broker.tsdb.rows import (
     TBNAME,
     RowsError,
     arrow_schema,
@@ -18,7 +18,7 @@ from broker.tsdb.rows import (
     decode_rows,
     encode_rows,
 )
-from broker.tsdb.types import Column, StableSchema, parse_type
+from tmqgate.broker.tsdb.types import Column, StableSchema, parse_type
 
 
 def meters(*extra: tuple[str, str]) -> StableSchema:

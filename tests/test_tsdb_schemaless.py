@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.tsdb.rows import decode_rows, encode_rows
-from broker.tsdb.schemaless import (
+from tmqgate.broker.tsdb.rows import decode_rows, encode_rows
+from tmqgate.broker.tsdb.schemaless import (
     TAG_NULL,
     SchemalessError,
     SchemalessRow,
@@ -24,7 +24,7 @@ from broker.tsdb.schemaless import (
     schema_delta,
     string_length,
 )
-from broker.tsdb.types import Column, StableSchema, parse_type
+from tmqgate.broker.tsdb.types import Column, StableSchema, parse_type
 
 NOW = 1_700_000_000_123
 T = parse_type

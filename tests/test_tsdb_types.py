@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.tsdb.types import (
+from tmqgate.broker.tsdb.types import (
     INTEGER_RANGES,
     Column,
     NowValue,

@@ -1,3 +1,3 @@
 """Kafka API handlers; importing this package registers them in broker.apis.API_TABLE."""
 
-from broker.handlers import admin, configs, fetch, groups, list_offsets, metadata, produce  # noqa: F401
+from tmqgate.broker.handlers import admin, configs, fetch, groups, list_offsets, metadata, produce  # noqa: F401

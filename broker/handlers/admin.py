@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.apis import ApiKey, api
-from broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS
-from broker.topics import TopicError
-from protocol.errors import ErrorCode
+from tmqgate.broker.apis import ApiKey, api
+from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS
+from tmqgate.broker.topics import TopicError
+from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.server import Broker
-    from protocol.messages import Request
+    from tmqgate.broker.server import Broker
+    from tmqgate.protocol.messages import Request
 
 ZERO_UUID = bytes(16)
 INT16_MAX = 2**15 - 1

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.apis import ApiKey, api
-from broker.topic_configs import (
+from tmqgate.broker.apis import ApiKey, api
+from tmqgate.broker.topic_configs import (
     SOURCE_DEFAULT,
     SOURCE_DYNAMIC_TOPIC,
     SOURCE_STATIC_BROKER,
     TOPIC_CONFIGS,
 )
-from broker.topics import TopicError, validate_configs
-from protocol.errors import ErrorCode
+from tmqgate.broker.topics import TopicError, validate_configs
+from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.server import Broker
-    from broker.topics import Topic
-    from protocol.messages import Request
+    from tmqgate.broker.server import Broker
+    from tmqgate.broker.topics import Topic
+    from tmqgate.protocol.messages import Request
 
 TOPIC = 2
 BROKER = 4

@@ -13,13 +13,13 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from broker.apis import ApiKey, api
-from protocol.errors import ErrorCode
+from tmqgate.broker.apis import ApiKey, api
+from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.server import Broker
-    from broker.topics import Topic
-    from protocol.messages import Request
+    from tmqgate.broker.server import Broker
+    from tmqgate.broker.topics import Topic
+    from tmqgate.protocol.messages import Request
 
 
 @api(ApiKey.FETCH, 4, 18)

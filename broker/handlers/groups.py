@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.apis import ApiKey, api
-from protocol.errors import ErrorCode
+from tmqgate.broker.apis import ApiKey, api
+from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.server import Broker
-    from protocol.messages import Request
+    from tmqgate.broker.server import Broker
+    from tmqgate.protocol.messages import Request
 
 ZERO_UUID = bytes(16)
 KEY_TYPE_GROUP = 0
@@ -23,7 +23,7 @@ KEY_TYPE_TRANSACTION = 1
 
 def _host() -> str:
     """The member's client host as Kafka reports it: Java's InetAddress.toString(), "/1.2.3.4"."""
-    from broker.server import current_client
+    from tmqgate.broker.server import current_client
 
     client = current_client.get(None)
     return f"/{client.host}" if client is not None else ""

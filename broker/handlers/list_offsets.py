@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.apis import ApiKey, api
-from protocol.errors import ErrorCode
-from protocol.records import decode_records, parse_header
+from tmqgate.broker.apis import ApiKey, api
+from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.records import decode_records, parse_header
 
 if TYPE_CHECKING:
-    from broker.server import Broker
-    from broker.topics import Topic
-    from protocol.messages import Request
+    from tmqgate.broker.server import Broker
+    from tmqgate.broker.topics import Topic
+    from tmqgate.protocol.messages import Request
 
 LATEST = -1
 EARLIEST = -2

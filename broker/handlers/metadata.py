@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.apis import ApiKey, api
-from broker.topics import Topic, TopicError, check_topic_name
-from protocol.errors import ErrorCode
+from tmqgate.broker.apis import ApiKey, api
+from tmqgate.broker.topics import Topic, TopicError, check_topic_name
+from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.server import Broker
-    from protocol.messages import Request
+    from tmqgate.broker.server import Broker
+    from tmqgate.protocol.messages import Request
 
 ZERO_UUID = bytes(16)
 # Leader epoch -1 tells clients we do not track epochs, so they skip epoch validation.

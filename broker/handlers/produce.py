@@ -9,18 +9,18 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from broker.apis import ApiKey, api
-from broker.idempotence import check_sequence
-from broker.topics import TMQ, TSDB
-from broker.tsdb.ingest import IngestError, ingest
-from protocol.compression import CorruptRecord
-from protocol.errors import ErrorCode
-from protocol.records import MAGIC, BatchHeader, iter_batches, verify_crc, with_log_append_time
+from tmqgate.broker.apis import ApiKey, api
+from tmqgate.broker.idempotence import check_sequence
+from tmqgate.broker.topics import TMQ, TSDB
+from tmqgate.broker.tsdb.ingest import IngestError, ingest
+from tmqgate.protocol.compression import CorruptRecord
+from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.records import MAGIC, BatchHeader, iter_batches, verify_crc, with_log_append_time
 
 if TYPE_CHECKING:
-    from broker.server import Broker
-    from broker.topics import Topic
-    from protocol.messages import Request
+    from tmqgate.broker.server import Broker
+    from tmqgate.broker.topics import Topic
+    from tmqgate.protocol.messages import Request
 
 
 class ProduceError(Exception):

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from sqlglot import exp
 
-from broker.tsdb.types import Column, NowValue, StableSchema, TypeError_, check_value
+from tmqgate.broker.tsdb.types import Column, NowValue, StableSchema, TypeError_, check_value
 
 __all__ = [
     "SqlError",

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 
-from broker.sql import ast
-from broker.sql.ast import SqlError
-from broker.sql.parser import parse_script
-from broker.tsdb.catalog import STABLE_METADATA_KEY, home_vnode, meta_payload, schema_to_json
-from broker.tsdb.rows import RowsError, build_rows_table, encode_rows
-from broker.tsdb.types import StableSchema, TypeError_, check_value
-from broker.tsdb.views import TopicDef
+from tmqgate.broker.sql import ast
+from tmqgate.broker.sql.ast import SqlError
+from tmqgate.broker.sql.parser import parse_script
+from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, home_vnode, meta_payload, schema_to_json
+from tmqgate.broker.tsdb.rows import RowsError, build_rows_table, encode_rows
+from tmqgate.broker.tsdb.types import StableSchema, TypeError_, check_value
+from tmqgate.broker.tsdb.views import TopicDef
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from tmqgate.broker.server import Broker
 
 DEFAULT_VGROUPS = 2  # TDengine's default
 
@@ -393,7 +393,7 @@ class Executor:
     def define_topic(self, stmt: ast.CreateTopic, db: str | None) -> TopicDef:
         """Check a CREATE TOPIC against the catalog and compile its view once (errors now,
         not at the first Fetch)."""
-        from broker.sql.expr import compile_filter, compile_projection
+        from tmqgate.broker.sql.expr import compile_filter, compile_projection
 
         info = self._database(stmt.db or db)
         stable = None

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from broker.sql.ast import SqlError
-from broker.sql.parser import DIALECT, node_position
-from broker.tsdb.types import (
+from tmqgate.broker.sql.ast import SqlError
+from tmqgate.broker.sql.parser import DIALECT, node_position
+from tmqgate.broker.tsdb.types import (
     BIGINT,
     BOOL,
     DOUBLE,

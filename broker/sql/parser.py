@@ -19,7 +19,7 @@ from sqlglot import exp
 from sqlglot.dialects.mysql import MySQL
 from sqlglot.tokens import TokenType
 
-from broker.sql.ast import (
+from tmqgate.broker.sql.ast import (
     AlterStableAddColumn,
     AlterStableAddTag,
     CreateDatabase,
@@ -42,7 +42,7 @@ from broker.sql.ast import (
     Statement,
     UseDatabase,
 )
-from broker.tsdb.types import Column, TypeError_, duration_ms, type_from_name
+from tmqgate.broker.tsdb.types import Column, TypeError_, duration_ms, type_from_name
 
 __all__ = ["parse", "parse_script", "parse_expression", "SqlError", "DIALECT", "MAX_NAME"]
 
@@ -662,7 +662,7 @@ class _Parser:
                     meta_pos,
                 )
             sel = self.select_stmt(topic=True)
-            from broker.sql.expr import check_topic_query  # expr imports this module
+            from tmqgate.broker.sql.expr import check_topic_query  # expr imports this module
 
             check_topic_query(sel.select)
             return CreateTopic(

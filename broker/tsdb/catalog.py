@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from kafka.partitioner.default import murmur2
 
-from broker.tsdb.rows import TBNAME
-from broker.tsdb.types import Column, StableSchema, parse_type
+from tmqgate.broker.tsdb.rows import TBNAME
+from tmqgate.broker.tsdb.types import Column, StableSchema, parse_type
 
 if TYPE_CHECKING:
-    from storage import Store
+    from tmqgate.storage import Store
 
 STABLE_METADATA_KEY = b"tmq.stable"
 

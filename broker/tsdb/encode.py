@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from crc32c import crc32c
 
-from protocol.records import zigzag_varint
+from tmqgate.protocol.records import zigzag_varint
 
 __all__ = ["arange", "json_objects", "records_batch"]
 

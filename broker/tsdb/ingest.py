@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.sql.ast import SqlError
-from broker.tsdb.rows import RowsError
-from broker.tsdb.schemaless import (
+from tmqgate.broker.sql.ast import SqlError
+from tmqgate.broker.tsdb.rows import RowsError
+from tmqgate.broker.tsdb.schemaless import (
     SchemalessError,
     SchemalessRow,
     child_table_tags,
@@ -27,14 +27,14 @@ from broker.tsdb.schemaless import (
     parse_opentsdb_json,
     plan_schema,
 )
-from broker.tsdb.types import Column, StableSchema
-from protocol.records import decode_records
+from tmqgate.broker.tsdb.types import Column, StableSchema
+from tmqgate.protocol.records import decode_records
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from broker.server import Broker
-    from broker.topics import Topic
+    from tmqgate.broker.server import Broker
+    from tmqgate.broker.topics import Topic
 
 PRECISION_HEADER = "tmq.precision"
 PRECISIONS = ("ns", "us", "ms", "s")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from broker.tsdb.types import StableSchema
+from tmqgate.broker.tsdb.types import StableSchema
 
 __all__ = [
     "TBNAME",

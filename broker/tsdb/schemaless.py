@@ -59,8 +59,8 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from broker.tsdb.rows import build_rows_table
-from broker.tsdb.types import (
+from tmqgate.broker.tsdb.rows import build_rows_table
+from tmqgate.broker.tsdb.types import (
     BIGINT,
     BOOL,
     DOUBLE,

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker.tsdb.catalog import STABLE_METADATA_KEY, TsdbCatalog
-from broker.tsdb.encode import arange, json_objects, records_batch
-from broker.tsdb.rows import TBNAME, conform, decode_rows
+from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, TsdbCatalog
+from tmqgate.broker.tsdb.encode import arange, json_objects, records_batch
+from tmqgate.broker.tsdb.rows import TBNAME, conform, decode_rows
 
 if TYPE_CHECKING:
-    from broker.sql.expr import Filter, Projection
-    from broker.tsdb.types import StableSchema
-    from storage import Store
-    from storage.model import WalEntry
+    from tmqgate.broker.sql.expr import Filter, Projection
+    from tmqgate.broker.tsdb.types import StableSchema
+    from tmqgate.storage import Store
+    from tmqgate.storage.model import WalEntry
 
 TYPE_DATA = b"data"
 TYPE_META = b"meta"
@@ -67,8 +67,8 @@ class _Compiled:
         self.values_need_tags = self.projection is None or bool(tags & set(self.projection.columns))
 
     def _compile(self, topic: TopicDef, schema: StableSchema) -> None:
-        from broker.sql.expr import compile_filter, compile_projection
-        from broker.sql.parser import parse
+        from tmqgate.broker.sql.expr import compile_filter, compile_projection
+        from tmqgate.broker.sql.parser import parse
 
         stmt = parse(topic.statement)
         if topic.kind == "select":
