@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from tmqgate.broker.sql.ast import SqlError
-from tmqgate.broker.sql.parser import DIALECT, node_position
+from tmqgate.broker.sql.parser import AGGREGATE_FUNCTIONS, DIALECT, check_topic_query, node_position
 from tmqgate.broker.tsdb.types import (
     BIGINT,
     BOOL,
@@ -54,12 +54,6 @@ __all__ = [
 NULLTYPE = TDType("NULL", pa.null())
 TBNAME = varchar(192)
 
-AGGREGATE_FUNCTIONS = frozenset(
-    """AVG SUM COUNT MAX MIN FIRST LAST LAST_ROW SPREAD STDDEV STDDEV_POP VARIANCE VAR_POP TWA IRATE
-    APERCENTILE PERCENTILE LEASTSQUARES HYPERLOGLOG HISTOGRAM ELAPSED MODE TOP BOTTOM SAMPLE TAIL
-    UNIQUE DIFF DERIVATIVE CSUM MAVG STATECOUNT STATEDURATION INTERP GROUP_CONCAT COUNT_IF
-    FORECAST""".split()
-)
 _WINDOW_PSEUDO = frozenset({"_WSTART", "_WEND", "_WDURATION", "_IROWTS", "_ISFILLED", "_QSTART", "_QEND"})
 
 Value = pa.Array | pa.Scalar
@@ -1027,50 +1021,3 @@ def compile_projection(select: exp.Select, schema: StableSchema) -> Projection:
         return Projection(names, types, list(comp.used), where, evs)
 
     return _guard(go)
-
-
-def check_topic_query(select: exp.Expression) -> None:
-    """Refuse what a query topic may not hold (TDengine allows only projection and filter)."""
-    comp_root = select.root() if isinstance(select, exp.Expression) else select
-
-    def fail(what: str, node: exp.Expression) -> SqlError:
-        p = node_position(node, comp_root)
-        return SqlError(f"not allowed in a topic: {what}" + (f" at position {p}" if p is not None else ""), p)
-
-    if not isinstance(select, exp.Select):
-        raise SqlError(f"not allowed in a topic: {type(select).__name__.upper()} (only a single SELECT)")
-    for key, what in (
-        ("distinct", "DISTINCT"),
-        ("group", "GROUP BY"),
-        ("having", "HAVING"),
-        ("order", "ORDER BY"),
-        ("limit", "LIMIT"),
-        ("offset", "OFFSET"),
-        ("joins", "JOIN"),
-        ("laterals", "LATERAL"),
-        ("windows", "WINDOW"),
-        ("qualify", "QUALIFY"),
-        ("into", "INTO"),
-        ("with_", "WITH"),
-        ("with", "WITH"),
-    ):
-        val = select.args.get(key)
-        if val:
-            node = val[0] if isinstance(val, list) else val
-            raise fail(what, node if isinstance(node, exp.Expression) else select)
-    from_ = select.args.get("from_") or select.args.get("from")
-    if from_ is None:
-        raise SqlError("not allowed in a topic: a query without FROM")
-    if not isinstance(from_.this, exp.Table):
-        raise fail("subquery in FROM", from_.this)
-    for node in select.walk():
-        if node is select:
-            continue
-        if isinstance(node, exp.Select | exp.Subquery | exp.Exists):
-            raise fail("subquery", node)
-        if isinstance(node, exp.Window):
-            raise fail("window function", node)
-        if isinstance(node, exp.AggFunc):
-            raise fail(f"aggregate function {node.sql_name().upper()}", node)
-        if isinstance(node, exp.Anonymous) and str(node.name).upper() in AGGREGATE_FUNCTIONS:
-            raise fail(f"aggregate function {str(node.name).upper()}", node)

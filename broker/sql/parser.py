@@ -44,7 +44,7 @@ from tmqgate.broker.sql.ast import (
 )
 from tmqgate.broker.tsdb.types import Column, TypeError_, duration_ms, type_from_name
 
-__all__ = ["parse", "parse_script", "parse_expression", "SqlError", "DIALECT", "MAX_NAME"]
+__all__ = ["parse", "parse_script", "parse_expression", "check_topic_query", "SqlError", "DIALECT", "MAX_NAME"]
 
 MAX_DB_NAME = 64
 MAX_TABLE_NAME = 192
@@ -662,8 +662,6 @@ class _Parser:
                     meta_pos,
                 )
             sel = self.select_stmt(topic=True)
-            from tmqgate.broker.sql.expr import check_topic_query  # expr imports this module
-
             check_topic_query(sel.select)
             return CreateTopic(
                 name,
@@ -1070,6 +1068,63 @@ def _node_pos(node: Any, root: exp.Expression) -> int | None:
 
 
 node_position = _node_pos
+
+
+# --- query topics ------------------------------------------------------------------------
+
+AGGREGATE_FUNCTIONS = frozenset(
+    """AVG SUM COUNT MAX MIN FIRST LAST LAST_ROW SPREAD STDDEV STDDEV_POP VARIANCE VAR_POP TWA IRATE
+    APERCENTILE PERCENTILE LEASTSQUARES HYPERLOGLOG HISTOGRAM ELAPSED MODE TOP BOTTOM SAMPLE TAIL
+    UNIQUE DIFF DERIVATIVE CSUM MAVG STATECOUNT STATEDURATION INTERP GROUP_CONCAT COUNT_IF
+    FORECAST""".split()
+)
+
+
+def check_topic_query(select: exp.Expression) -> None:
+    """Refuse what a query topic may not hold (TDengine allows only projection and filter)."""
+    comp_root = select.root() if isinstance(select, exp.Expression) else select
+
+    def fail(what: str, node: exp.Expression) -> SqlError:
+        p = node_position(node, comp_root)
+        return SqlError(f"not allowed in a topic: {what}" + (f" at position {p}" if p is not None else ""), p)
+
+    if not isinstance(select, exp.Select):
+        raise SqlError(f"not allowed in a topic: {type(select).__name__.upper()} (only a single SELECT)")
+    for key, what in (
+        ("distinct", "DISTINCT"),
+        ("group", "GROUP BY"),
+        ("having", "HAVING"),
+        ("order", "ORDER BY"),
+        ("limit", "LIMIT"),
+        ("offset", "OFFSET"),
+        ("joins", "JOIN"),
+        ("laterals", "LATERAL"),
+        ("windows", "WINDOW"),
+        ("qualify", "QUALIFY"),
+        ("into", "INTO"),
+        ("with_", "WITH"),
+        ("with", "WITH"),
+    ):
+        val = select.args.get(key)
+        if val:
+            node = val[0] if isinstance(val, list) else val
+            raise fail(what, node if isinstance(node, exp.Expression) else select)
+    from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is None:
+        raise SqlError("not allowed in a topic: a query without FROM")
+    if not isinstance(from_.this, exp.Table):
+        raise fail("subquery in FROM", from_.this)
+    for node in select.walk():
+        if node is select:
+            continue
+        if isinstance(node, exp.Select | exp.Subquery | exp.Exists):
+            raise fail("subquery", node)
+        if isinstance(node, exp.Window):
+            raise fail("window function", node)
+        if isinstance(node, exp.AggFunc):
+            raise fail(f"aggregate function {node.sql_name().upper()}", node)
+        if isinstance(node, exp.Anonymous) and str(node.name).upper() in AGGREGATE_FUNCTIONS:
+            raise fail(f"aggregate function {str(node.name).upper()}", node)
 
 
 # --- entry points -----------------------------------------------------------------------
