@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.topic_configs import effective, validate
 from tmqgate.broker.tsdb.catalog import TsdbCatalog
 from tmqgate.broker.tsdb.views import TopicDef, View
@@ -42,13 +43,8 @@ TMQ_META = "tmq.meta"
 TMQ_DB = "tmq.db"
 
 
-class TopicError(Exception):
-    """A topic operation Kafka refuses; carries the Kafka error code name and a message."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class TopicError(KafkaError):
+    """A topic operation Kafka refuses, with its error code and message."""
 
 
 @dataclass
@@ -80,15 +76,15 @@ class Topic:
 def check_topic_name(name: str | None) -> str:
     """Kafka's topic name rules (INVALID_TOPIC_EXCEPTION otherwise)."""
     if not name:
-        raise TopicError("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be empty")
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
     if name in (".", ".."):
-        raise TopicError("INVALID_TOPIC_EXCEPTION", "Topic name cannot be \".\" or \"..\"")
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
     if len(name) > MAX_NAME_LENGTH:
-        raise TopicError("INVALID_TOPIC_EXCEPTION",
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                          f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, "
                          f"topic name: {name}")
     if not _LEGAL.match(name):
-        raise TopicError("INVALID_TOPIC_EXCEPTION",
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                          f"Topic name \"{name}\" is illegal, it contains a character other than "
                          "ASCII alphanumerics, '.', '_' and '-'")
     return name
@@ -101,7 +97,7 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
         try:
             out[key] = validate(key, value)
         except ValueError as exc:
-            raise TopicError("INVALID_CONFIG", str(exc)) from None
+            raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     return out
 
 
@@ -171,11 +167,11 @@ class TopicRegistry:
         it), or — with the tmq.as config — a TDengine topic over an existing database."""
         check_topic_name(name)
         if name in self._by_name:
-            raise TopicError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if configs.get(TMQ_AS) is not None:
             return self._create_tmq(name, partitions, configs, validate_only)
         if partitions < 1:
-            raise TopicError("INVALID_PARTITIONS", "Number of partitions must be larger than 0.")
+            raise TopicError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         clean = validate_configs(configs)
         if validate_only:
             return Topic(name, bytes(16), name, partitions, clean)
@@ -192,11 +188,11 @@ class TopicRegistry:
 
         unknown = set(configs) - {TMQ_AS, TMQ_META, TMQ_DB}
         if unknown:
-            raise TopicError("INVALID_CONFIG", f"A TDengine topic takes only the configs {TMQ_AS}, {TMQ_META}, "
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"A TDengine topic takes only the configs {TMQ_AS}, {TMQ_META}, "
                                                f"{TMQ_DB}; got {', '.join(sorted(unknown))}")
         meta = (configs.get(TMQ_META) or "").strip().lower()
         if meta not in ("", "with", "only"):
-            raise TopicError("INVALID_CONFIG", f"{TMQ_META} must be 'with' or 'only', not {meta!r}")
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{TMQ_META} must be 'with' or 'only', not {meta!r}")
         text = f"CREATE TOPIC {name} {meta.upper() + ' META ' if meta else ''}AS {configs[TMQ_AS]}"
         executor = self._broker.executor
         try:
@@ -204,10 +200,10 @@ class TopicRegistry:
             assert isinstance(stmt, ast.CreateTopic)
             definition = executor.define_topic(stmt, configs.get(TMQ_DB))
         except ast.SqlError as exc:
-            raise TopicError("INVALID_CONFIG", f"{TMQ_AS}: {exc.message}") from None
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{TMQ_AS}: {exc.message}") from None
         vgroups = self._store.get_database(definition.db).vgroups
         if partitions not in (-1, vgroups):
-            raise TopicError("INVALID_PARTITIONS",
+            raise TopicError(ErrorCode.INVALID_PARTITIONS,
                              f"A topic over database {definition.db} has its {vgroups} vnodes as partitions")
         if validate_only:
             return Topic(name, bytes(16), definition.db, vgroups, {}, TMQ)
@@ -218,7 +214,7 @@ class TopicRegistry:
 
     def delete(self, topic: Topic) -> None:
         if topic.kind == TSDB:
-            raise TopicError("INVALID_REQUEST", f"'{topic.name}' is a database; drop it with DROP DATABASE")
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"'{topic.name}' is a database; drop it with DROP DATABASE")
         if topic.kind == TMQ:
             self._store.drop_tmq_topic(topic.name)
         else:
@@ -228,13 +224,13 @@ class TopicRegistry:
 
     def add_partitions(self, topic: Topic, count: int, validate_only: bool = False) -> None:
         if topic.kind != KAFKA:
-            raise TopicError("INVALID_REQUEST",
+            raise TopicError(ErrorCode.INVALID_REQUEST,
                              f"'{topic.name}' takes its partitions from the vnodes of database {topic.db}")
         if count < topic.partitions:
-            raise TopicError("INVALID_PARTITIONS", f"The topic {topic.name} currently has {topic.partitions} "
+            raise TopicError(ErrorCode.INVALID_PARTITIONS, f"The topic {topic.name} currently has {topic.partitions} "
                                                    f"partition(s); {count} would not be an increase.")
         if count == topic.partitions:
-            raise TopicError("INVALID_PARTITIONS", f"Topic already has {topic.partitions} partition(s).")
+            raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {topic.partitions} partition(s).")
         if validate_only:
             return
         self._store.add_vnodes(topic.db, count)
@@ -243,6 +239,6 @@ class TopicRegistry:
     def set_configs(self, topic: Topic, configs: dict[str, str]) -> None:
         """Replace the topic's own configs (values already validated)."""
         if topic.kind != KAFKA:
-            raise TopicError("INVALID_REQUEST", f"'{topic.name}' is configured through SQL, not topic configs")
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"'{topic.name}' is configured through SQL, not topic configs")
         self._store.set_configs(topic.db, configs)
         topic.configs = dict(configs)

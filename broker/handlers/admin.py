@@ -18,8 +18,7 @@ ZERO_UUID = bytes(16)
 INT16_MAX = 2**15 - 1
 
 
-def _error(code: str | ErrorCode, message: str | None = None) -> dict[str, Any]:
-    code = ErrorCode[code] if isinstance(code, str) else code
+def _error(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
     return {"error_code": int(code), "error_message": message}
 
 
@@ -62,30 +61,30 @@ def _layout(broker: Broker, t: dict[str, Any]) -> tuple[int, int]:
     assignments = t.get("assignments") or []
     if assignments:
         if t["num_partitions"] != -1 or t["replication_factor"] != -1:
-            raise TopicError("INVALID_REQUEST",
+            raise TopicError(ErrorCode.INVALID_REQUEST,
                              "Both numPartitions or replicationFactor and replicasAssignments were set. "
                              "Both cannot be used at the same time.")
         indexes = sorted(a["partition_index"] for a in assignments)
         if indexes != list(range(len(indexes))):
-            raise TopicError("INVALID_REPLICA_ASSIGNMENT", "Partitions should be a consecutive 0-based integer sequence")
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions should be a consecutive 0-based integer sequence")
         for a in assignments:
             if a["broker_ids"] != [node]:
-                raise TopicError("INVALID_REPLICA_ASSIGNMENT",
+                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                  f"Replica assignment {a['broker_ids']} names brokers other than {node}")
         return len(indexes), 1
     partitions = t["num_partitions"]
     if partitions == -1:
         partitions = broker.config.num_partitions
     if partitions < 1:
-        raise TopicError("INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value.")
+        raise TopicError(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
     replication = t["replication_factor"]
     if replication == -1:
         replication = 1
     if replication < 1:
-        raise TopicError("INVALID_REPLICATION_FACTOR",
+        raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          "Replication factor must be larger than 0, or -1 to use the default value.")
     if replication > 1:
-        raise TopicError("INVALID_REPLICATION_FACTOR",
+        raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          f"Unable to replicate the partition {replication} time(s): The target replication "
                          f"factor of {replication} cannot be reached because only 1 broker(s) are registered.")
     return partitions, replication
@@ -122,11 +121,11 @@ async def create_partitions(broker: Broker, req: Request) -> dict[str, Any]:
         topic = broker.topics.get(t["name"])
         try:
             if topic is None:
-                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{t['name']}' does not exist.")
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t['name']}' does not exist.")
             if t.get("assignments"):
                 node = broker.config.node_id
                 if any(a["broker_ids"] != [node] for a in t["assignments"]):
-                    raise TopicError("INVALID_REPLICA_ASSIGNMENT", f"Only broker {node} exists.")
+                    raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Only broker {node} exists.")
             broker.topics.add_partitions(topic, t["count"], validate_only=body.get("validate_only", False))
         except TopicError as exc:
             entry.update(_error(exc.code, exc.message))

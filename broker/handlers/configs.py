@@ -120,7 +120,7 @@ def _alter(broker: Broker, rtype: int, name: str, compute: Any, validate_only: b
         if not validate_only:
             broker.topics.set_configs(topic, new)
     except TopicError as exc:
-        out.update(error_code=int(ErrorCode[exc.code]), error_message=exc.message)
+        out.update(error_code=int(exc.code), error_message=exc.message)
     return out
 
 
@@ -153,7 +153,7 @@ async def incremental_alter_configs(broker: Broker, req: Request) -> dict[str, A
                     new.pop(name, None)
                 elif op in (APPEND, SUBTRACT):
                     if key is None or key.type != 7:
-                        raise TopicError("INVALID_CONFIG",
+                        raise TopicError(ErrorCode.INVALID_CONFIG,
                                          f"Config value append/subtract is not allowed for config key {name}")
                     items = [v for v in (new.get(name) or key.default).split(",") if v]
                     for v in (value or "").split(","):
@@ -163,7 +163,7 @@ async def incremental_alter_configs(broker: Broker, req: Request) -> dict[str, A
                             items.remove(v)
                     new[name] = ",".join(items)
                 else:
-                    raise TopicError("INVALID_REQUEST", f"Unknown config operation {op}")
+                    raise TopicError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op}")
             return new
         return compute
 

@@ -88,7 +88,7 @@ def _auto_create(broker: Broker, name: str) -> Topic | ErrorCode:
         check_topic_name(name)
         return broker.topics.create(name, broker.config.num_partitions, {})
     except TopicError as exc:
-        return ErrorCode[exc.code]
+        return exc.code
 
 
 @api(ApiKey.DESCRIBE_CLUSTER, 0, 2)

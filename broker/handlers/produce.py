@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.apis import ApiKey, api
+from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.idempotence import check_sequence
 from tmqgate.broker.topics import TMQ, TSDB
 from tmqgate.broker.tsdb.ingest import IngestError, ingest
@@ -23,11 +24,8 @@ if TYPE_CHECKING:
     from tmqgate.protocol.messages import Request
 
 
-class ProduceError(Exception):
-    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(message or code.name)
-        self.code = code
-        self.message = message
+class ProduceError(KafkaError):
+    """A partition's batch Kafka refuses."""
 
 
 @api(ApiKey.PRODUCE, 3, 13, advertise_from=0)
