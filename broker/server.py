@@ -4,6 +4,9 @@ per connection, in order, as Kafka answers a channel (it mutes it while a reques
 A bad frame fails its own connection only: Kafka closes the connection when it cannot parse
 a request header or body, or when the size prefix passes socket.request.max.bytes; an
 unsupported ApiVersions version gets the v0 error response carrying our ranges (KIP-511).
+
+Framing is the StreamReader's own: `readexactly(4)` for the size, checked before the body is
+read, then `readexactly(size)` — one copy out of the reader's buffer, nothing else buffered.
 """
 
 from __future__ import annotations

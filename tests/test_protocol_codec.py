@@ -14,7 +14,6 @@ from test_protocol_strategies import ALL_APIS, message_strategy
 
 from tmqgate.protocol.codec import DecodeError, EncodeError, KArray, KPrim, KString, codec_for
 from tmqgate.protocol.errors import ErrorCode
-from tmqgate.protocol.framing import FrameReader, FrameTooLarge
 from tmqgate.protocol.messages import (
     InvalidRequest,
     Request,
@@ -370,43 +369,3 @@ def test_codec_compiled_and_uncompiled_agree() -> None:
     assert c.compiled.build(msg) == wire and c.construct.build(msg) == wire
     assert c.compiled.parse(wire) == c.decode(wire) == c.construct.parse(wire)
     assert codec_for(3, 12, "response") is c  # cached
-
-
-# --------------------------------------------------------------------------------------------
-# framing
-# --------------------------------------------------------------------------------------------
-
-
-def test_frame_reader_splits_and_joins() -> None:
-    frames = [b"", b"a", os.urandom(1000), b"xyz"]
-    stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
-    assert FrameReader(4096).feed(stream) == frames
-    r = FrameReader(4096)
-    out: list[bytes] = []
-    for i in range(len(stream)):
-        out += r.feed(stream[i:i + 1])
-    assert out == frames and r.buffered == 0
-    r = FrameReader(4096)
-    assert r.feed(stream[:7]) == [b""] and r.feed(memoryview(stream)[7:]) == frames[1:]
-
-
-@given(st.lists(st.binary(max_size=50), max_size=8), st.lists(st.integers(1, 40), max_size=20))
-def test_frame_reader_any_chunking(frames: list[bytes], cuts: list[int]) -> None:
-    stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
-    r, out, pos = FrameReader(100), [], 0
-    for c in cuts:
-        out += r.feed(stream[pos:pos + c])
-        pos += c
-    out += r.feed(stream[pos:])
-    assert out == frames
-
-
-def test_frame_too_large() -> None:
-    with pytest.raises(FrameTooLarge) as e:
-        FrameReader(100).feed(struct.pack(">i", 101))
-    assert e.value.size == 101
-    with pytest.raises(FrameTooLarge):
-        FrameReader(100).feed(b"\xff\xff\xff\xff")
-    r = FrameReader(100)
-    assert r.feed(struct.pack(">i", 100)[:2]) == []
-    assert r.feed(struct.pack(">i", 100)[2:] + b"x" * 100) == [b"x" * 100]
