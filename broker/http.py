@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from tmqgate.broker.sql.ast import SqlError
+from tmqgate.broker.tdengine import SqlError
 
 if TYPE_CHECKING:
     from tmqgate.broker.server import Broker

@@ -23,7 +23,7 @@ from typing import Any
 
 from tmqgate.broker.apis import ApiKey, load_handlers
 from tmqgate.broker.config import BrokerConfig, parse_hostport
-from tmqgate.broker.sql.executor import Executor
+from tmqgate.broker.tdengine import Executor, GroupQueries, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicRegistry
 from tmqgate.broker.waiters import DataNotifier
@@ -102,12 +102,17 @@ class Broker:
         self.config = config
         self.store = Store(config.data_dir, wal_level=config.wal_level,
                            fsync_period_ms=config.wal_fsync_period_ms)
-        self.topics = TopicRegistry(self, self.store)
-        # The one SQL executor: the HTTP front, schemaless ingestion and tmq.as topics share it.
-        self.executor = Executor(self)
+        self.catalog = TsdbCatalog(self.store)
+        self.topics = TopicRegistry(self.store, self.catalog)
         self.notifier = DataNotifier()
         self.apis = load_handlers()
         self.coordinator = for_broker(self)
+        # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
+        machine = self.coordinator.machine
+        self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
+                                 GroupQueries(subscribed_to=machine.groups_subscribed_to,
+                                              group_ids=machine.group_ids, members=machine.members,
+                                              now_ms=self.coordinator.now))
         self.started_ms = int(time.time() * 1000)
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []

@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tmqgate.broker.errors import KafkaError
+from tmqgate.broker.tdengine import SqlError, TopicDef, View, topic_definition
 from tmqgate.broker.topic_configs import effective, validate
-from tmqgate.broker.tsdb.catalog import TsdbCatalog
-from tmqgate.broker.tsdb.views import TopicDef, View
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tmqgate.broker.server import Broker
+    from tmqgate.broker.tdengine import TsdbCatalog
     from tmqgate.storage import Store
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -102,12 +101,12 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
 
 
 class TopicRegistry:
-    """Name and id lookups of every topic kind, backed by the storage catalog."""
+    """Name and id lookups of every topic kind, backed by the storage catalog (`store`) and,
+    for database and TDengine topics, the TDengine catalog cache their views read through."""
 
-    def __init__(self, broker: Broker, store: Store) -> None:
-        self._broker = broker
+    def __init__(self, store: Store, catalog: TsdbCatalog) -> None:
         self._store = store
-        self.catalog = TsdbCatalog(store)
+        self.catalog = catalog
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[bytes, Topic] = {}
         self.reload()
@@ -183,9 +182,6 @@ class TopicRegistry:
 
     def _create_tmq(self, name: str, partitions: int, configs: dict[str, str | None],
                     validate_only: bool) -> Topic:
-        from tmqgate.broker.sql import ast
-        from tmqgate.broker.sql.parser import parse
-
         unknown = set(configs) - {TMQ_AS, TMQ_META, TMQ_DB}
         if unknown:
             raise TopicError(ErrorCode.INVALID_CONFIG, f"A TDengine topic takes only the configs {TMQ_AS}, {TMQ_META}, "
@@ -194,12 +190,9 @@ class TopicRegistry:
         if meta not in ("", "with", "only"):
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{TMQ_META} must be 'with' or 'only', not {meta!r}")
         text = f"CREATE TOPIC {name} {meta.upper() + ' META ' if meta else ''}AS {configs[TMQ_AS]}"
-        executor = self._broker.executor
         try:
-            stmt = parse(text)
-            assert isinstance(stmt, ast.CreateTopic)
-            definition = executor.define_topic(stmt, configs.get(TMQ_DB))
-        except ast.SqlError as exc:
+            definition = topic_definition(self._store, self.catalog, text, configs.get(TMQ_DB))
+        except SqlError as exc:
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{TMQ_AS}: {exc.message}") from None
         vgroups = self._store.get_database(definition.db).vgroups
         if partitions not in (-1, vgroups):

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from tmqgate.broker.apis import ApiKey, api
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.idempotence import check_sequence
+from tmqgate.broker.tdengine import IngestError, ingest
 from tmqgate.broker.topics import TMQ, TSDB
-from tmqgate.broker.tsdb.ingest import IngestError, ingest
 from tmqgate.protocol.compression import CorruptRecord
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import MAGIC, BatchHeader, iter_batches, verify_crc, with_log_append_time
@@ -76,7 +76,7 @@ def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | No
     batch, header = _validated_batch(topic, records)
     if topic.kind == TSDB:
         try:
-            return ingest(broker, topic, vnode, batch), -1
+            return ingest(broker.executor, topic.db, vnode, batch), -1
         except IngestError as exc:
             raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
     now_ms = int(time.time() * 1000)

@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import pyarrow as pa
 
 from tmqgate.broker.sql import ast
 from tmqgate.broker.sql.ast import SqlError
-from tmqgate.broker.sql.parser import parse_script
+from tmqgate.broker.sql.parser import parse, parse_script
 from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, home_vnode, meta_payload, schema_to_json
 from tmqgate.broker.tsdb.rows import RowsError, build_rows_table, encode_rows
 from tmqgate.broker.tsdb.types import StableSchema, TypeError_, check_value
 from tmqgate.broker.tsdb.views import TopicDef
 
 if TYPE_CHECKING:
-    from tmqgate.broker.server import Broker
+    from tmqgate.broker.tsdb.catalog import TsdbCatalog
+    from tmqgate.storage import Store
 
 DEFAULT_VGROUPS = 2  # TDengine's default
 
@@ -64,17 +66,88 @@ class _CheckedRows(NamedTuple):
     rows: list[dict[str, Any]]
 
 
+class TopicNames(Protocol):
+    """What SQL needs of the Kafka topic registry: databases and TDengine topics share the
+    Kafka topic namespace, and DDL changes the topics and views the registry holds."""
+
+    def get(self, name: str | None) -> Any: ...
+
+    def reload(self) -> None: ...
+
+    def invalidate_views(self, db: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class GroupQueries:
+    """What SQL asks of the consumer groups (the broker answers from its coordinator)."""
+
+    subscribed_to: Callable[[str], Collection[str]]  # groups with live members subscribed to a topic
+    group_ids: Callable[[], Collection[str]]  # every known group
+    members: Callable[[], list[dict[str, Any]]]  # live members (SHOW CONSUMERS / SUBSCRIPTIONS)
+    now_ms: Callable[[], int]  # the clock the members' joined_ms is on
+
+
+def _database(store: Store, name: str | None) -> Any:
+    if name is None:
+        raise SqlError("Database not specified or available (USE db, or qualify the name as db.table)")
+    info = store.get_database(name)
+    if info is None or info.kind != "tsdb":
+        raise SqlError(f"Database not exist: {name}")
+    return info
+
+
+def _stable(catalog: TsdbCatalog, db: str, name: str) -> StableSchema:
+    found = catalog.find_stable(db, name)
+    if found is None:
+        raise SqlError(f"STable not exist: {db}.{name}")
+    schema = catalog.schema(db, found)
+    assert schema is not None
+    return schema
+
+
+def define_topic(store: Store, catalog: TsdbCatalog, stmt: ast.CreateTopic, db: str | None) -> TopicDef:
+    """Check a CREATE TOPIC against the catalog and compile its view once (errors now,
+    not at the first Fetch)."""
+    from tmqgate.broker.sql.expr import compile_filter, compile_projection
+
+    info = _database(store, stmt.db or db)
+    stable = None
+    if stmt.kind != "database":
+        schema = _stable(catalog, info.name, stmt.stable or "")
+        stable = schema.name
+        if stmt.kind == "select":
+            if stmt.meta is not None:
+                raise SqlError("WITH META / ONLY META is only for database and supertable topics")
+            compile_projection(stmt.select, schema)
+        elif stmt.where is not None:
+            compile_filter(stmt.where, schema, tags_only=True)
+    # The statement is kept as written; the view needs only its SELECT or WHERE, and the
+    # database is stored beside it.
+    return TopicDef(stmt.name, stmt.kind, info.name, stable, stmt.meta, stmt.statement)
+
+
+def topic_definition(store: Store, catalog: TsdbCatalog, text: str, db: str | None) -> TopicDef:
+    """The definition of the TDengine topic a `CREATE TOPIC …` statement text makes (as the
+    tmq.as topic config does), checked against the catalog; SqlError if it cannot be made."""
+    stmt = parse(text)
+    assert isinstance(stmt, ast.CreateTopic)
+    return define_topic(store, catalog, stmt, db)
+
+
 class Executor:
-    """Executes statements for one broker; `db` is the session's current database (USE).
+    """Executes statements; `db` is the session's current database (USE).
 
-    It holds only the broker and its store and catalog, never a statement's or session's
-    state (that is passed along in each call), so the broker's one Executor
-    (`Broker.executor`) serves every caller."""
+    It holds only its collaborators — the store, the catalog, the topic registry, the data
+    notifier's `notify` and the group queries — never a statement's or session's state (that
+    is passed along in each call), so the broker's one Executor serves every caller."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.store = broker.store
-        self.catalog = broker.topics.catalog
+    def __init__(self, store: Store, catalog: TsdbCatalog, topics: TopicNames,
+                 notify: Callable[[str, int], None], groups: GroupQueries) -> None:
+        self.store = store
+        self.catalog = catalog
+        self.topics = topics
+        self.notify = notify
+        self.groups = groups
 
     def execute(self, text: str, db: str | None = None) -> Result:
         """Run every statement of `text`; returns the last one's result."""
@@ -94,30 +167,20 @@ class Executor:
     # -- helpers --------------------------------------------------------------------------
 
     def _database(self, name: str | None) -> Any:
-        if name is None:
-            raise SqlError("Database not specified or available (USE db, or qualify the name as db.table)")
-        info = self.store.get_database(name)
-        if info is None or info.kind != "tsdb":
-            raise SqlError(f"Database not exist: {name}")
-        return info
+        return _database(self.store, name)
 
     def _stable(self, db: str, name: str) -> StableSchema:
-        found = self.catalog.find_stable(db, name)
-        if found is None:
-            raise SqlError(f"STable not exist: {db}.{name}")
-        schema = self.catalog.schema(db, found)
-        assert schema is not None
-        return schema
+        return _stable(self.catalog, db, name)
 
     def _name_free(self, name: str) -> None:
         """Databases are Kafka topics too, so a database, a Kafka topic and a TDengine topic
         may not share a name."""
-        if self.broker.topics.get(name) is not None:
+        if self.topics.get(name) is not None:
             raise SqlError(f"Name already used by a topic or database: {name}")
 
     def _changed(self, db: str, stable: str | None = None) -> None:
         self.catalog.invalidate(db, stable)
-        self.broker.topics.invalidate_views(db)
+        self.topics.invalidate_views(db)
 
     def _run(self, stmt: ast.Statement, db: str | None) -> Result:
         handler = getattr(self, "_" + type(stmt).__name__, None)
@@ -128,7 +191,7 @@ class Executor:
     # -- databases ------------------------------------------------------------------------
 
     def _CreateDatabase(self, stmt: ast.CreateDatabase, _db: str | None) -> Result:
-        if self.store.get_database(stmt.name) is not None or self.broker.topics.get(stmt.name) is not None:
+        if self.store.get_database(stmt.name) is not None or self.topics.get(stmt.name) is not None:
             if stmt.if_not_exists and self.store.get_database(stmt.name) is not None:
                 return Result.affected(0)
             raise SqlError(f"Database already exists: {stmt.name}")
@@ -140,7 +203,7 @@ class Executor:
                        wal_retention_period=-1 if stmt.wal_retention_period is None else stmt.wal_retention_period,
                        wal_retention_size=-1 if stmt.wal_retention_size is None else stmt.wal_retention_size)
         self.store.create_database(stmt.name, vgroups, {}, kind="tsdb", options=options)
-        self.broker.topics.reload()
+        self.topics.reload()
         return Result.affected(0)
 
     def _DropDatabase(self, stmt: ast.DropDatabase, _db: str | None) -> Result:
@@ -154,7 +217,7 @@ class Executor:
             raise SqlError(f"Topic must be dropped first: {', '.join(sorted(users))}")
         self.store.drop_database(stmt.name)
         self.catalog.invalidate(stmt.name)
-        self.broker.topics.reload()
+        self.topics.reload()
         return Result.affected(0)
 
     # -- supertables and child tables -----------------------------------------------------
@@ -182,7 +245,7 @@ class Executor:
                 tx.append_meta(info.name, vnode, payload)
         self._changed(info.name, schema.name)
         for vnode in range(info.vgroups):
-            self.broker.notifier.notify(info.name, vnode)
+            self.notify(info.name, vnode)
 
     def write_stable_change(self, info: Any, current: StableSchema | None, schema: StableSchema) -> None:
         """Create `schema`, or alter `current` into it (schemaless writes add and widen columns
@@ -245,7 +308,7 @@ class Executor:
             tx.create_child_table(info.name, name, schema.name, tags, vnode)
             tx.append_meta(info.name, vnode, payload)
         self.catalog.invalidate(info.name, schema.name)
-        self.broker.notifier.notify(info.name, vnode)
+        self.notify(info.name, vnode)
         return vnode
 
     def _DropStable(self, stmt: ast.DropStable, db: str | None) -> Result:
@@ -374,7 +437,7 @@ class Executor:
         ts = table.column(1)
         base = self.store.append_rows(db, vnode, encode_rows(table), table.num_rows,
                                       pa.compute.max(ts).as_py(), pa.compute.min(ts).as_py())
-        self.broker.notifier.notify(db, vnode)
+        self.notify(db, vnode)
         return base
 
     # -- topics ---------------------------------------------------------------------------
@@ -387,52 +450,35 @@ class Executor:
         self._name_free(stmt.name)
         topic = self.define_topic(stmt, db)
         self.store.create_tmq_topic(stmt.name, topic.to_json())
-        self.broker.topics.reload()
+        self.topics.reload()
         return Result.affected(0)
 
     def define_topic(self, stmt: ast.CreateTopic, db: str | None) -> TopicDef:
-        """Check a CREATE TOPIC against the catalog and compile its view once (errors now,
-        not at the first Fetch)."""
-        from tmqgate.broker.sql.expr import compile_filter, compile_projection
-
-        info = self._database(stmt.db or db)
-        stable = None
-        if stmt.kind != "database":
-            schema = self._stable(info.name, stmt.stable or "")
-            stable = schema.name
-            if stmt.kind == "select":
-                if stmt.meta is not None:
-                    raise SqlError("WITH META / ONLY META is only for database and supertable topics")
-                compile_projection(stmt.select, schema)
-            elif stmt.where is not None:
-                compile_filter(stmt.where, schema, tags_only=True)
-        # The statement is kept as written; the view needs only its SELECT or WHERE, and the
-        # database is stored beside it.
-        return TopicDef(stmt.name, stmt.kind, info.name, stable, stmt.meta, stmt.statement)
+        return define_topic(self.store, self.catalog, stmt, db)
 
     def _DropTopic(self, stmt: ast.DropTopic, _db: str | None) -> Result:
         if self.store.tmq_topic(stmt.name) is None:
             if stmt.if_exists:
                 return Result.affected(0)
             raise SqlError(f"Topic not exist: {stmt.name}")
-        groups = self.broker.coordinator.machine.groups_subscribed_to(stmt.name)
+        groups = self.groups.subscribed_to(stmt.name)
         if groups and not stmt.force:
             raise SqlError(f"Topic being consumed by group(s) {', '.join(sorted(groups))}; "
                            "unsubscribe first or use DROP TOPIC ... FORCE")
         self.store.drop_tmq_topic(stmt.name)
         for group in self.store.offset_groups():
             self.store.delete_offsets(group, stmt.name)
-        self.broker.topics.reload()
+        self.topics.reload()
         return Result.affected(0)
 
     def _DropConsumerGroup(self, stmt: ast.DropConsumerGroup, _db: str | None) -> Result:
-        if self.broker.topics.get(stmt.topic) is None:
+        if self.topics.get(stmt.topic) is None:
             raise SqlError(f"Topic not exist: {stmt.topic}")
-        if stmt.group not in self.store.offset_groups() and stmt.group not in self.broker.coordinator.machine.group_ids():
+        if stmt.group not in self.store.offset_groups() and stmt.group not in self.groups.group_ids():
             if stmt.if_exists:
                 return Result.affected(0)
             raise SqlError(f"Consumer group not exist: {stmt.group}")
-        if stmt.group in self.broker.coordinator.machine.groups_subscribed_to(stmt.topic) and not stmt.force:
+        if stmt.group in self.groups.subscribed_to(stmt.topic) and not stmt.force:
             raise SqlError(f"Consumer group {stmt.group} is being used by active consumers of {stmt.topic}")
         self.store.delete_offsets(stmt.group, stmt.topic)
         return Result.affected(0)
@@ -476,10 +522,10 @@ class Executor:
                        ("meta", "VARCHAR", 8)], rows)
 
     def _show_consumers(self, _stmt: ast.Show, _db: str | None) -> Result:
-        wall, clock = _now_ms(), self.broker.coordinator.now()
+        wall, clock = _now_ms(), self.groups.now_ms()
         rows = [[m["member_id"], m["group"], m["client_id"], m["state"], ",".join(m["topics"]),
                  (clock - m["joined_ms"]) // 1000, wall - (clock - m["joined_ms"])]
-                for m in self.broker.coordinator.machine.members()]
+                for m in self.groups.members()]
         return Result([("consumer_id", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192),
                        ("client_id", "VARCHAR", 192), ("status", "VARCHAR", 20), ("topics", "VARCHAR", 1024),
                        ("up_time", "BIGINT", 8), ("subscribe_time", "TIMESTAMP", 8)], rows)
@@ -488,7 +534,7 @@ class Executor:
         """One row per (topic, group, vnode): the owning consumer, the committed offset, and
         the versions consumed (committed offset minus the log start)."""
         owners: dict[tuple[str, str, int], str] = {}
-        for m in self.broker.coordinator.machine.members():
+        for m in self.groups.members():
             for topic, partitions in m["assignment"].items():
                 for p in partitions:
                     owners[(m["group"], topic, p)] = m["member_id"]

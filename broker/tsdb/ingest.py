@@ -33,8 +33,7 @@ from tmqgate.protocol.records import decode_records
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from tmqgate.broker.server import Broker
-    from tmqgate.broker.topics import Topic
+    from tmqgate.broker.sql.executor import Executor
 
 PRECISION_HEADER = "tmq.precision"
 PRECISIONS = ("ns", "us", "ms", "s")
@@ -92,22 +91,22 @@ def _apply_plan(current: StableSchema | None, name: str, plan: object) -> Stable
     return StableSchema(current.name, columns, tags)
 
 
-def ingest(broker: Broker, topic: Topic, vnode: int, batch: bytes) -> int:
-    """Write a record batch's rows into database `topic.db` on `vnode`; returns the first
-    version the rows took (the produce response's base offset)."""
+def ingest(executor: Executor, db: str, vnode: int, batch: bytes) -> int:
+    """Write a record batch's rows into database `db` on `vnode` through `executor` (which
+    logs the catalog changes they need); returns the first version the rows took (the
+    produce response's base offset)."""
     rows = parse_records(batch)
     if not rows:
         raise IngestError("the record batch holds no rows")
-    executor = broker.executor
-    catalog = broker.topics.catalog
-    info = broker.store.get_database(topic.db)
-    children = broker.store.child_tables(topic.db)
+    catalog = executor.catalog
+    info = executor.store.get_database(db)
+    children = executor.store.child_tables(db)
     # Plan every change and build every table before writing anything.
     planned: list[tuple[StableSchema | None, StableSchema, bool, list[tuple[str, dict]], pa.Table]] = []
     try:
         for name, stable_rows in group_rows(rows).items():
-            stored = catalog.find_stable(topic.db, name)
-            current = catalog.schema(topic.db, stored) if stored else None
+            stored = catalog.find_stable(db, name)
+            current = catalog.schema(db, stored) if stored else None
             plan = plan_schema(current, stable_rows)
             schema = current if plan.empty and current is not None else _apply_plan(current, name, plan)
             new_children = []
@@ -127,7 +126,7 @@ def ingest(broker: Broker, topic: Topic, vnode: int, batch: bytes) -> int:
                 executor.write_stable_change(info, current, schema)
             for name, tags in new_children:
                 executor.create_child(info, name, schema, tags, vnode=vnode)
-            base = executor.append_rows(topic.db, schema.name, vnode, table)
+            base = executor.append_rows(db, schema.name, vnode, table)
             first = base if first is None else first
     except SqlError as exc:
         raise IngestError(exc.message) from None

@@ -1,0 +1,42 @@
+"""The TDengine subsystem's interface: the one module through which the Kafka core
+(`apis`, `server`, `http`, `cli`, `topics`, `handlers/*`) uses `broker.sql` and `broker.tsdb`.
+
+The subsystem keeps TDengine's data model (databases of supertables and child tables, rows
+entries in the vnode WALs, TDengine topics as views) and its SQL; the core knows it only
+through these names:
+
+- SQL, for the HTTP front, `tmqgate sql` and SQL-made topics:
+  `Executor` (one per broker; built from the store, the catalog, the topic registry, the
+  data notifier's `notify` and `GroupQueries`), its `Result`, `GroupQueries` (what SQL asks
+  of the consumer groups), `SqlError` (a refused statement, with its position if a parse error);
+- `topic_definition(store, catalog, text, db)` — the checked `TopicDef` of a
+  `CREATE TOPIC … AS …` text (CreateTopics with the `tmq.as` config);
+- Produce to a database topic: `ingest(executor, db, vnode, batch)` and its `IngestError`;
+- Fetch from a database or TDengine topic: `View(definition, store, catalog)`, whose
+  `read(vnode, offset, max_bytes)` returns record batches, and its `TopicDef`;
+- `TsdbCatalog(store)` — the cached catalog (supertable schemas, child tables) shared by the
+  topic registry, the executor and the views.
+
+The dependency goes one way: the subsystem does not import the Kafka core (the executor
+sees the topic registry through its `TopicNames` protocol).
+"""
+
+from tmqgate.broker.sql.ast import SqlError
+from tmqgate.broker.sql.executor import Executor, GroupQueries, Result, TopicNames, topic_definition
+from tmqgate.broker.tsdb.catalog import TsdbCatalog
+from tmqgate.broker.tsdb.ingest import IngestError, ingest
+from tmqgate.broker.tsdb.views import TopicDef, View
+
+__all__ = [
+    "Executor",
+    "GroupQueries",
+    "IngestError",
+    "Result",
+    "SqlError",
+    "TopicDef",
+    "TopicNames",
+    "TsdbCatalog",
+    "View",
+    "ingest",
+    "topic_definition",
+]
