@@ -1,24 +1,41 @@
 """The API table: which Kafka APIs and versions we serve, and their handlers.
 
-A handler is `async def handler(broker, request) -> dict | None`; it returns the response
-body (None when no response is owed, as for Produce with acks=0). The advertised version
-range is the handler's declared range, clipped to what the message schemas define.
+A handler is `async def handler(ctx, request) -> dict | None`; it returns the response body
+(None when no response is owed, as for Produce with acks=0). The advertised version range is
+the handler's declared range, clipped to what the message schemas define.
+
+Handlers never see the `Broker`. `ctx` is the small frozen context of the handler's family,
+one of the dataclasses in `broker/handlers/context.py` (`DataPlane`, `AdminApis`,
+`ClusterApis`, `GroupApis`), holding just the collaborators that family uses. A handler
+module names its family once, and every handler it registers takes that context:
+
+    api = apis_with(DataPlane)
+
+    @api(ApiKey.FETCH, 4, 18)
+    async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]: ...
+
+The server (the composition root) builds one instance of each context at start, binds each
+entry's handler to the instance of its `context` type (`bind`), and dispatches a request to
+the bound handler: `await handlers[api_key](request)`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.schemas import SCHEMAS
 
 if TYPE_CHECKING:
-    from tmqgate.broker.server import Broker
     from tmqgate.protocol.messages import Request
 
-Handler = Callable[["Broker", "Request"], Awaitable[dict[str, Any] | None]]
+Response = Awaitable[dict[str, Any] | None]
+Handler = Callable[[Any, "Request"], Response]  # (the family's context, request)
+BoundHandler = Callable[["Request"], Response]
 
 
 class ApiKey(IntEnum):
@@ -63,33 +80,49 @@ class ApiEntry:
     min_version: int
     max_version: int
     handler: Handler
+    context: type  # the context class the handler takes (broker/handlers/context.py)
     advertised_min: int  # what ApiVersions says; below min_version the request is still refused
 
 
 API_TABLE: dict[int, ApiEntry] = {}
 
 
-def api(key: ApiKey, min_version: int, max_version: int,
-        advertise_from: int | None = None) -> Callable[[Handler], Handler]:
-    """Register a handler for `key` serving [min_version, max_version] within the schema's range.
+def apis_with(context: type) -> Callable[..., Callable[[Handler], Handler]]:
+    """The `api` decorator of a handler module whose handlers take a `context` instance."""
 
-    `advertise_from` lowers the minimum ApiVersions reports without serving those versions:
-    Kafka 4 does this for Produce v0-v2 (KAFKA-18659), because librdkafka's feature detection
-    looks for them."""
+    def api(key: ApiKey, min_version: int, max_version: int,
+            advertise_from: int | None = None) -> Callable[[Handler], Handler]:
+        """Register a handler for `key` serving [min_version, max_version] within the schema's range.
 
-    def register(handler: Handler) -> Handler:
-        schema = SCHEMAS[int(key)]
-        lo = max(min_version, schema.min_version)
-        hi = min(max_version, schema.max_version)
-        advertised = lo if advertise_from is None else min(advertise_from, lo)
-        API_TABLE[int(key)] = ApiEntry(int(key), lo, hi, handler, advertised)
-        return handler
+        `advertise_from` lowers the minimum ApiVersions reports without serving those versions:
+        Kafka 4 does this for Produce v0-v2 (KAFKA-18659), because librdkafka's feature detection
+        looks for them."""
 
-    return register
+        def register(handler: Handler) -> Handler:
+            schema = SCHEMAS[int(key)]
+            lo = max(min_version, schema.min_version)
+            hi = min(max_version, schema.max_version)
+            advertised = lo if advertise_from is None else min(advertise_from, lo)
+            API_TABLE[int(key)] = ApiEntry(int(key), lo, hi, handler, context, advertised)
+            return handler
+
+        return register
+
+    return api
 
 
-def load_handlers() -> dict[int, ApiEntry]:
-    """Import every handler module so its @api registrations run; return the table."""
-    from tmqgate.broker import handlers  # noqa: F401  (import registers)
+def bind(table: Mapping[int, ApiEntry], contexts: Mapping[type, Any]) -> dict[int, BoundHandler]:
+    """Each API's handler with its context instance bound: `handlers[key](request)`."""
+    return {key: partial(entry.handler, contexts[entry.context]) for key, entry in table.items()}
 
-    return API_TABLE
+
+def api_versions_body(table: Mapping[int, ApiEntry], error: ErrorCode = ErrorCode.NONE) -> dict[str, Any]:
+    """The ApiVersions response body: every served API's advertised range."""
+    return {
+        "error_code": int(error),
+        "api_keys": [
+            {"api_key": e.key, "min_version": e.advertised_min, "max_version": e.max_version}
+            for e in sorted(table.values(), key=lambda e: e.key)
+        ],
+        "throttle_time_ms": 0,
+    }

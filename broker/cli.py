@@ -62,12 +62,13 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig) -> None:
-    from tmqgate.broker.http import start_http
+    from tmqgate.broker.http import make_app, start_http
     from tmqgate.broker.server import Broker
 
     broker = Broker(config)
     await broker.start()
-    runner = await start_http(broker)
+    runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id),
+                              config.http_address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,7 +11,9 @@ from aiohttp import web
 from tmqgate.broker.tdengine import SqlError
 
 if TYPE_CHECKING:
-    from tmqgate.broker.server import Broker
+    from tmqgate.broker.tdengine import Executor
+    from tmqgate.broker.topics import TopicRegistry
+    from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.http")
 
@@ -22,13 +24,12 @@ STATEMENT_ERROR = 0x2601
 INTERNAL_ERROR = 0x0001
 
 
-def make_app(broker: Broker) -> web.Application:
+def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int) -> web.Application:
+    """The HTTP front over the broker's SQL executor, store and topic registry."""
     app = web.Application(client_max_size=256 * 1024 * 1024)
-    executor = broker.executor
 
     async def health(_request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "node_id": broker.config.node_id,
-                                  "topics": len(broker.topics.all())})
+        return web.json_response({"status": "ok", "node_id": node_id, "topics": len(topics.all())})
 
     async def rest_sql(request: web.Request) -> web.Response:
         text = await request.text()
@@ -45,7 +46,7 @@ def make_app(broker: Broker) -> web.Application:
         return web.json_response(result.to_json())
 
     async def log_history(request: web.Request) -> web.Response:
-        return web.json_response({"vnodes": broker.store.log_history(request.query.get("db"))})
+        return web.json_response({"vnodes": store.log_history(request.query.get("db"))})
 
     app.router.add_get("/health", health)
     app.router.add_post("/rest/sql", rest_sql)
@@ -54,9 +55,10 @@ def make_app(broker: Broker) -> web.Application:
     return app
 
 
-async def start_http(broker: Broker) -> web.AppRunner:
-    runner = web.AppRunner(make_app(broker), access_log=None)
+async def start_http(app: web.Application, address: tuple[str, int]) -> web.AppRunner:
+    """Serve `app` on `address` (host, port) until the runner is cleaned up."""
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    host, port = broker.config.http_address
+    host, port = address
     await web.TCPSite(runner, host, port, reuse_address=True).start()
     return runner

@@ -18,11 +18,13 @@ import os
 import socket
 import struct
 import time
-from contextvars import ContextVar
 from typing import Any
 
-from tmqgate.broker.apis import ApiKey, load_handlers
+from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
+from tmqgate.broker.client import ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig, parse_hostport
+from tmqgate.broker.handlers import API_TABLE
+from tmqgate.broker.handlers.context import AdminApis, ClusterApis, DataPlane, GroupApis, Node
 from tmqgate.broker.tdengine import Executor, GroupQueries, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicRegistry
@@ -96,7 +98,10 @@ def _socket_fd(writer: asyncio.StreamWriter) -> int:
 
 
 class Broker:
-    """One tmqgate broker node: storage, topic registry, and the Kafka listener."""
+    """One tmqgate broker node: storage, topic registry, and the Kafka listener.
+
+    The composition root: it owns the network and builds every collaborator; handlers get
+    the small contexts of broker/handlers/context.py, never the Broker itself."""
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -105,7 +110,7 @@ class Broker:
         self.catalog = TsdbCatalog(self.store)
         self.topics = TopicRegistry(self.store, self.catalog)
         self.notifier = DataNotifier()
-        self.apis = load_handlers()
+        self.apis = API_TABLE
         self.coordinator = for_broker(self)
         # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
         machine = self.coordinator.machine
@@ -117,6 +122,7 @@ class Broker:
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: set[asyncio.Task[None]] = set()
+        self._handlers: dict[int, BoundHandler] = {}
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
         # Captures every request frame when set (tests use it for byte-for-byte round trips).
         self.frame_hook: Any = None
@@ -133,10 +139,22 @@ class Broker:
             self.advertised = (socket.getfqdn(), bound[1])
         else:
             self.advertised = (host, bound[1])
+        self._handlers = bind(self.apis, self._contexts())
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         self._tasks.append(asyncio.create_task(self._precompile()))
         await self.coordinator.start()
         log.info("tmqgate listening on %s:%d (data dir %s)", host, bound[1], self.config.data_dir)
+
+    def _contexts(self) -> dict[type, Any]:
+        """One context of each handler family (the advertised address is known from start)."""
+        cfg = self.config
+        node = Node(cfg.node_id, cfg.cluster_id, self.advertised)
+        return {
+            DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor),
+            AdminApis: AdminApis(self.store, self.topics, cfg),
+            ClusterApis: ClusterApis(node, self.topics, cfg, self.apis),
+            GroupApis: GroupApis(self.coordinator, self.topics, node),
+        }
 
     @property
     def port(self) -> int:
@@ -261,7 +279,7 @@ class Broker:
                     continue
                 log.warning("closing %s: api %d v%d not served", peer, request.api_key, request.api_version)
                 return
-            body = await entry.handler(self, request)
+            body = await self._handlers[request.api_key](request)
             if body is None:
                 continue
             # Large record payloads (Fetch's stored batches) go out uncopied.
@@ -274,33 +292,9 @@ class Broker:
         return {name: self.config.topic_defaults.get(name, TOPIC_CONFIGS[name].default)
                 for name in ("retention.ms", "retention.bytes")}
 
-    def api_versions_body(self, error: ErrorCode = ErrorCode.NONE) -> dict[str, Any]:
-        return {
-            "error_code": int(error),
-            "api_keys": [
-                {"api_key": e.key, "min_version": e.advertised_min, "max_version": e.max_version}
-                for e in sorted(self.apis.values(), key=lambda e: e.key)
-            ],
-            "throttle_time_ms": 0,
-        }
-
     def api_versions_error(self, correlation_id: int) -> bytes:
         """The v0 UNSUPPORTED_VERSION answer a Kafka broker gives to an ApiVersions it can't parse."""
         # Kafka lists only its ApiVersions range in this answer; the client retries with it.
-        body = self.api_versions_body(ErrorCode.UNSUPPORTED_VERSION)
+        body = api_versions_body(self.apis, ErrorCode.UNSUPPORTED_VERSION)
         body["api_keys"] = [k for k in body["api_keys"] if k["api_key"] == ApiKey.API_VERSIONS]
         return encode_response(ApiKey.API_VERSIONS, 0, correlation_id, body)
-
-
-class ClientInfo:
-    """Who is on the other end of a connection (for group membership and SHOW CONSUMERS)."""
-
-    __slots__ = ("host", "port")
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host = host
-        self.port = port
-
-
-# The connection a handler is serving (each connection runs in its own task, so its own context).
-current_client: ContextVar[ClientInfo] = ContextVar("current_client")

@@ -1,3 +1,7 @@
-"""Kafka API handlers; importing this package registers them in broker.apis.API_TABLE."""
+"""Kafka API handlers; importing this package registers them in `API_TABLE` (broker/apis.py
+describes handlers, their contexts and how the server binds them)."""
 
+from tmqgate.broker.apis import API_TABLE
 from tmqgate.broker.handlers import admin, configs, fetch, groups, list_offsets, metadata, produce  # noqa: F401
+
+__all__ = ["API_TABLE"]

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.apis import ApiKey, api
+from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicError
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tmqgate.broker.server import Broker
     from tmqgate.protocol.messages import Request
+
+api = apis_with(AdminApis)
 
 ZERO_UUID = bytes(16)
 INT16_MAX = 2**15 - 1
@@ -23,7 +25,7 @@ def _error(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
 
 
 @api(ApiKey.CREATE_TOPICS, 2, 7)
-async def create_topics(broker: Broker, req: Request) -> dict[str, Any]:
+async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
     body = req.body
     validate_only = body.get("validate_only", False)
     names = [t["name"] for t in body["topics"]]
@@ -37,9 +39,9 @@ async def create_topics(broker: Broker, req: Request) -> dict[str, Any]:
             results.append(result)
             continue
         try:
-            partitions, replication = _layout(broker, t)
+            partitions, replication = _layout(ctx, t)
             configs = {c["name"]: c["value"] for c in t.get("configs") or []}
-            topic = broker.topics.create(name, partitions, configs, validate_only=validate_only)
+            topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only)
         except TopicError as exc:
             result.update(_error(exc.code, exc.message))
             results.append(result)
@@ -55,9 +57,9 @@ async def create_topics(broker: Broker, req: Request) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "topics": results}
 
 
-def _layout(broker: Broker, t: dict[str, Any]) -> tuple[int, int]:
+def _layout(ctx: AdminApis, t: dict[str, Any]) -> tuple[int, int]:
     """Partition count and replication factor of a CreateTopics entry, checked as Kafka does."""
-    node = broker.config.node_id
+    node = ctx.config.node_id
     assignments = t.get("assignments") or []
     if assignments:
         if t["num_partitions"] != -1 or t["replication_factor"] != -1:
@@ -74,7 +76,7 @@ def _layout(broker: Broker, t: dict[str, Any]) -> tuple[int, int]:
         return len(indexes), 1
     partitions = t["num_partitions"]
     if partitions == -1:
-        partitions = broker.config.num_partitions
+        partitions = ctx.config.num_partitions
     if partitions < 1:
         raise TopicError(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
     replication = t["replication_factor"]
@@ -91,7 +93,7 @@ def _layout(broker: Broker, t: dict[str, Any]) -> tuple[int, int]:
 
 
 @api(ApiKey.DELETE_TOPICS, 1, 6)
-async def delete_topics(broker: Broker, req: Request) -> dict[str, Any]:
+async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
     body = req.body
     if req.api_version >= 6:
         wanted = [(t.get("name"), t.get("topic_id") or ZERO_UUID) for t in body["topics"]]
@@ -99,7 +101,7 @@ async def delete_topics(broker: Broker, req: Request) -> dict[str, Any]:
         wanted = [(name, ZERO_UUID) for name in body["topic_names"]]
     responses = []
     for name, topic_id in wanted:
-        topic = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
+        topic = ctx.topics.get(name) if name is not None else ctx.topics.by_id(topic_id)
         entry: dict[str, Any] = {"name": name, "topic_id": topic_id, **_error(ErrorCode.NONE)}
         if topic is None:
             entry.update(_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None
@@ -107,26 +109,26 @@ async def delete_topics(broker: Broker, req: Request) -> dict[str, Any]:
                                 "This server does not host this topic-partition."))
         else:
             entry.update(name=topic.name, topic_id=topic.topic_id)
-            broker.topics.delete(topic)
+            ctx.topics.delete(topic)
         responses.append(entry)
     return {"throttle_time_ms": 0, "responses": responses}
 
 
 @api(ApiKey.CREATE_PARTITIONS, 0, 3)
-async def create_partitions(broker: Broker, req: Request) -> dict[str, Any]:
+async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
     body = req.body
     results = []
     for t in body["topics"]:
         entry: dict[str, Any] = {"name": t["name"], **_error(ErrorCode.NONE)}
-        topic = broker.topics.get(t["name"])
+        topic = ctx.topics.get(t["name"])
         try:
             if topic is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t['name']}' does not exist.")
             if t.get("assignments"):
-                node = broker.config.node_id
+                node = ctx.config.node_id
                 if any(a["broker_ids"] != [node] for a in t["assignments"]):
                     raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Only broker {node} exists.")
-            broker.topics.add_partitions(topic, t["count"], validate_only=body.get("validate_only", False))
+            ctx.topics.add_partitions(topic, t["count"], validate_only=body.get("validate_only", False))
         except TopicError as exc:
             entry.update(_error(exc.code, exc.message))
         results.append(entry)
@@ -134,16 +136,16 @@ async def create_partitions(broker: Broker, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.DELETE_RECORDS, 0, 2)
-async def delete_records(broker: Broker, req: Request) -> dict[str, Any]:
-    store = broker.store
+async def delete_records(ctx: AdminApis, req: Request) -> dict[str, Any]:
+    store = ctx.store
     topics = []
     for t in req.body["topics"]:
-        topic = broker.topics.get(t["name"])
+        topic = ctx.topics.get(t["name"])
         parts = []
         for p in t["partitions"]:
             index = p["partition_index"]
             entry = {"partition_index": index, "low_watermark": -1, "error_code": 0}
-            error = broker.topics.partition_error(topic, index)
+            error = ctx.topics.partition_error(topic, index)
             if error is not None:
                 entry["error_code"] = int(error)
             else:
@@ -162,7 +164,7 @@ async def delete_records(broker: Broker, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.INIT_PRODUCER_ID, 0, 5)
-async def init_producer_id(broker: Broker, req: Request) -> dict[str, Any]:
+async def init_producer_id(ctx: AdminApis, req: Request) -> dict[str, Any]:
     """A new producer id with epoch 0; a known id asking again (KIP-360) gets its epoch bumped."""
     body = req.body
     producer_id = body.get("producer_id", -1)
@@ -170,5 +172,5 @@ async def init_producer_id(broker: Broker, req: Request) -> dict[str, Any]:
     if producer_id >= 0 and 0 <= epoch < INT16_MAX - 1:
         return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id,
                 "producer_epoch": epoch + 1}
-    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": broker.store.allocate_producer_id(),
+    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": ctx.store.allocate_producer_id(),
             "producer_epoch": 0}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.apis import ApiKey, api
+from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.topic_configs import (
     SOURCE_DEFAULT,
     SOURCE_DYNAMIC_TOPIC,
@@ -15,9 +16,10 @@ from tmqgate.broker.topics import TopicError, validate_configs
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tmqgate.broker.server import Broker
     from tmqgate.broker.topics import Topic
     from tmqgate.protocol.messages import Request
+
+api = apis_with(AdminApis)
 
 TOPIC = 2
 BROKER = 4
@@ -26,9 +28,9 @@ BROKER_LOGGER = 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def _broker_configs(broker: Broker) -> dict[str, tuple[str, int]]:
+def _broker_configs(ctx: AdminApis) -> dict[str, tuple[str, int]]:
     """The broker settings a Kafka tool may ask about, as (value, config_type)."""
-    c = broker.config
+    c = ctx.config
     return {
         "num.partitions": (str(c.num_partitions), 3),
         "auto.create.topics.enable": (str(c.auto_create_topics_enable).lower(), 1),
@@ -44,7 +46,7 @@ def _broker_configs(broker: Broker) -> dict[str, tuple[str, int]]:
 
 
 @api(ApiKey.DESCRIBE_CONFIGS, 1, 4)
-async def describe_configs(broker: Broker, req: Request) -> dict[str, Any]:
+async def describe_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
     body = req.body
     synonyms = body.get("include_synonyms", False)
     docs = body.get("include_documentation", False)
@@ -54,7 +56,7 @@ async def describe_configs(broker: Broker, req: Request) -> dict[str, Any]:
         result: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": rtype,
                                   "resource_name": name, "configs": []}
         if rtype == TOPIC:
-            topic = broker.topics.get(name)
+            topic = ctx.topics.get(name)
             if topic is None:
                 result.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                               error_message=f"Topic '{name}' does not exist.")
@@ -81,11 +83,11 @@ async def describe_configs(broker: Broker, req: Request) -> dict[str, Any]:
                             "synonyms": [{"name": name, "value": value, "source": SOURCE_DYNAMIC_TOPIC}]
                             if synonyms else []})
         elif rtype == BROKER:
-            if name not in ("", str(broker.config.node_id)):
+            if name not in ("", str(ctx.config.node_id)):
                 result.update(error_code=int(ErrorCode.INVALID_REQUEST),
-                              error_message=f"Unexpected broker id, expected {broker.config.node_id} but received {name}")
+                              error_message=f"Unexpected broker id, expected {ctx.config.node_id} but received {name}")
             elif name:
-                for key, (value, ctype) in _broker_configs(broker).items():
+                for key, (value, ctype) in _broker_configs(ctx).items():
                     if keys is not None and key not in keys:
                         continue
                     result["configs"].append({
@@ -101,7 +103,7 @@ async def describe_configs(broker: Broker, req: Request) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _alter(broker: Broker, rtype: int, name: str, compute: Any, validate_only: bool) -> dict[str, Any]:
+def _alter(ctx: AdminApis, rtype: int, name: str, compute: Any, validate_only: bool) -> dict[str, Any]:
     """Apply `compute(current configs) -> new configs` to a topic resource; report as Kafka does."""
     out: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": rtype, "resource_name": name}
     if rtype == BROKER:
@@ -111,25 +113,25 @@ def _alter(broker: Broker, rtype: int, name: str, compute: Any, validate_only: b
     if rtype != TOPIC:
         out.update(error_code=int(ErrorCode.INVALID_REQUEST), error_message=f"Unsupported resource type {rtype}")
         return out
-    topic: Topic | None = broker.topics.get(name)
+    topic: Topic | None = ctx.topics.get(name)
     if topic is None:
         out.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), error_message=f"Topic '{name}' does not exist.")
         return out
     try:
         new = validate_configs(compute(dict(topic.configs)))
         if not validate_only:
-            broker.topics.set_configs(topic, new)
+            ctx.topics.set_configs(topic, new)
     except TopicError as exc:
         out.update(error_code=int(exc.code), error_message=exc.message)
     return out
 
 
 @api(ApiKey.ALTER_CONFIGS, 0, 2)
-async def alter_configs(broker: Broker, req: Request) -> dict[str, Any]:
+async def alter_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
     """AlterConfigs replaces the resource's whole set of dynamic configs."""
     body = req.body
     responses = [
-        _alter(broker, r["resource_type"], r["resource_name"],
+        _alter(ctx, r["resource_type"], r["resource_name"],
                lambda _old, r=r: {c["name"]: c["value"] for c in r["configs"]},
                body.get("validate_only", False))
         for r in body["resources"]
@@ -138,7 +140,7 @@ async def alter_configs(broker: Broker, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
-async def incremental_alter_configs(broker: Broker, req: Request) -> dict[str, Any]:
+async def incremental_alter_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
     body = req.body
 
     def apply(changes: list[dict[str, Any]]) -> Any:
@@ -168,7 +170,7 @@ async def incremental_alter_configs(broker: Broker, req: Request) -> dict[str, A
         return compute
 
     responses = [
-        _alter(broker, r["resource_type"], r["resource_name"], apply(r["configs"]), body.get("validate_only", False))
+        _alter(ctx, r["resource_type"], r["resource_name"], apply(r["configs"]), body.get("validate_only", False))
         for r in body["resources"]
     ]
     return {"throttle_time_ms": 0, "responses": responses}

@@ -13,27 +13,29 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.apis import ApiKey, api
+from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tmqgate.broker.server import Broker
     from tmqgate.broker.topics import Topic
     from tmqgate.protocol.messages import Request
 
+api = apis_with(DataPlane)
+
 
 @api(ApiKey.FETCH, 4, 18)
-async def fetch(broker: Broker, req: Request) -> dict[str, Any]:
+async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
     body = req.body
     by_id = req.api_version >= 13
     wanted: list[tuple[dict[str, Any], Topic | None]] = []
     for t in body["topics"]:
-        topic = broker.topics.by_id(t["topic_id"]) if by_id else broker.topics.get(t["topic"])
+        topic = ctx.topics.by_id(t["topic_id"]) if by_id else ctx.topics.get(t["topic"])
         wanted.append((t, topic))
     deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000
     min_bytes = body["min_bytes"]
     while True:
-        responses, size, errors = _read_all(broker, wanted, body.get("max_bytes", 0x7FFFFFFF), by_id)
+        responses, size, errors = _read_all(ctx, wanted, body.get("max_bytes", 0x7FFFFFFF), by_id)
         remaining = deadline - time.monotonic()
         if size >= min_bytes or errors or remaining <= 0:
             break
@@ -42,16 +44,16 @@ async def fetch(broker: Broker, req: Request) -> dict[str, Any]:
         if not watched:
             await asyncio.sleep(remaining)
             continue
-        await broker.notifier.wait(watched, remaining)
+        await ctx.notifier.wait(watched, remaining)
     # session_id 0: we keep no fetch sessions (KIP-227), so clients send full fetches.
     return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
 
 
-def _read_all(broker: Broker, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,
+def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,
               by_id: bool) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (topic responses, bytes of records, any error)."""
-    store = broker.store
-    partition_error = broker.topics.partition_error
+    store = ctx.store
+    partition_error = ctx.topics.partition_error
     budget = max_bytes if max_bytes > 0 else 0x7FFFFFFF
     total = 0
     errors = False

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.apis import ApiKey, api
+from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import decode_records, parse_header
 
 if TYPE_CHECKING:
-    from tmqgate.broker.server import Broker
     from tmqgate.broker.topics import Topic
     from tmqgate.protocol.messages import Request
+
+api = apis_with(DataPlane)
 
 LATEST = -1
 EARLIEST = -2
@@ -21,11 +23,11 @@ EARLIEST_PENDING_UPLOAD = -5
 LATEST_TIERED = -6
 
 
-def _first_record_at(broker: Broker, topic: Topic, vnode: int, base: int, ts: int) -> tuple[int, int]:
+def _first_record_at(ctx: DataPlane, topic: Topic, vnode: int, base: int, ts: int) -> tuple[int, int]:
     """The storage time index finds the entry; this finds the record, as Kafka returns it: the
     first offset (not below log start) whose timestamp is at least `ts`. A view topic may have
     filtered out every row of that entry, so the scan goes on through later ones."""
-    store = broker.store
+    store = ctx.store
     offset = max(base, store.log_start(topic.db, vnode))
     end = store.next_version(topic.db, vnode)
     while offset < end:
@@ -43,17 +45,17 @@ def _first_record_at(broker: Broker, topic: Topic, vnode: int, base: int, ts: in
 
 
 @api(ApiKey.LIST_OFFSETS, 1, 10)
-async def list_offsets(broker: Broker, req: Request) -> dict[str, Any]:
-    store = broker.store
+async def list_offsets(ctx: DataPlane, req: Request) -> dict[str, Any]:
+    store = ctx.store
     topics = []
     for t in req.body["topics"]:
-        topic = broker.topics.get(t["name"])
+        topic = ctx.topics.get(t["name"])
         parts = []
         for p in t["partitions"]:
             index = p["partition_index"]
             entry: dict[str, Any] = {"partition_index": index, "error_code": 0, "timestamp": -1,
                                      "offset": -1, "leader_epoch": -1}
-            error = broker.topics.partition_error(topic, index)
+            error = ctx.topics.partition_error(topic, index)
             if error is not None:
                 entry["error_code"] = int(error)
                 parts.append(entry)
@@ -68,11 +70,11 @@ async def list_offsets(broker: Broker, req: Request) -> dict[str, Any]:
             elif ts == MAX_TIMESTAMP:
                 found = store.max_timestamp_offset(topic.db, index)
                 if found is not None:
-                    entry["offset"], entry["timestamp"] = _first_record_at(broker, topic, index, found[0], found[1])
+                    entry["offset"], entry["timestamp"] = _first_record_at(ctx, topic, index, found[0], found[1])
             elif ts >= 0:
                 found = store.offset_for_timestamp(topic.db, index, ts)
                 if found is not None:
-                    entry["offset"], entry["timestamp"] = _first_record_at(broker, topic, index, found[0], ts)
+                    entry["offset"], entry["timestamp"] = _first_record_at(ctx, topic, index, found[0], ts)
             else:
                 entry["error_code"] = int(ErrorCode.INVALID_REQUEST)
             parts.append(entry)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.apis import ApiKey, api
+from tmqgate.broker.apis import ApiKey, api_versions_body, apis_with
+from tmqgate.broker.handlers.context import ClusterApis
 from tmqgate.broker.topics import Topic, TopicError, check_topic_name
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tmqgate.broker.server import Broker
     from tmqgate.protocol.messages import Request
+
+api = apis_with(ClusterApis)
 
 ZERO_UUID = bytes(16)
 # Leader epoch -1 tells clients we do not track epochs, so they skip epoch validation.
@@ -18,13 +20,13 @@ LEADER_EPOCH = -1
 
 
 @api(ApiKey.API_VERSIONS, 0, 4)
-async def api_versions(broker: Broker, req: Request) -> dict[str, Any]:
-    return broker.api_versions_body()
+async def api_versions(ctx: ClusterApis, req: Request) -> dict[str, Any]:
+    return api_versions_body(ctx.apis)
 
 
-def topic_metadata(broker: Broker, topic: Topic) -> dict[str, Any]:
+def topic_metadata(ctx: ClusterApis, topic: Topic) -> dict[str, Any]:
     """One topic's metadata entry: every partition led by this node, its only replica."""
-    node = broker.config.node_id
+    node = ctx.node.node_id
     return {
         "error_code": 0,
         "name": topic.name,
@@ -38,9 +40,9 @@ def topic_metadata(broker: Broker, topic: Topic) -> dict[str, Any]:
     }
 
 
-def brokers(broker: Broker) -> list[dict[str, Any]]:
-    host, port = broker.advertised
-    return [{"node_id": broker.config.node_id, "host": host, "port": port, "rack": None}]
+def brokers(ctx: ClusterApis) -> list[dict[str, Any]]:
+    host, port = ctx.node.advertised
+    return [{"node_id": ctx.node.node_id, "host": host, "port": port, "rack": None}]
 
 
 def _missing(name: str | None, topic_id: bytes, code: ErrorCode) -> dict[str, Any]:
@@ -49,83 +51,83 @@ def _missing(name: str | None, topic_id: bytes, code: ErrorCode) -> dict[str, An
 
 
 @api(ApiKey.METADATA, 0, 13)
-async def metadata(broker: Broker, req: Request) -> dict[str, Any]:
+async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
     body = req.body
     wanted = body.get("topics")
-    allow_auto = body.get("allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
+    allow_auto = body.get("allow_auto_topic_creation", True) and ctx.config.auto_create_topics_enable
     if wanted is None or (req.api_version == 0 and not wanted):
-        topics = [topic_metadata(broker, t) for t in broker.topics.all()]
+        topics = [topic_metadata(ctx, t) for t in ctx.topics.all()]
     else:
         topics = []
         for entry in wanted:
             name, topic_id = entry.get("name"), entry.get("topic_id") or ZERO_UUID
             if name is None:
-                topic = broker.topics.by_id(topic_id)
-                topics.append(topic_metadata(broker, topic) if topic else
+                topic = ctx.topics.by_id(topic_id)
+                topics.append(topic_metadata(ctx, topic) if topic else
                               _missing(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID))
                 continue
-            topic = broker.topics.get(name)
+            topic = ctx.topics.get(name)
             if topic is None and allow_auto:
-                topic = _auto_create(broker, name)
+                topic = _auto_create(ctx, name)
                 if isinstance(topic, ErrorCode):
                     topics.append(_missing(name, ZERO_UUID, topic))
                     continue
-            topics.append(topic_metadata(broker, topic) if topic else
+            topics.append(topic_metadata(ctx, topic) if topic else
                           _missing(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     return {
         "throttle_time_ms": 0,
-        "brokers": brokers(broker),
-        "cluster_id": broker.config.cluster_id,
-        "controller_id": broker.config.node_id,
+        "brokers": brokers(ctx),
+        "cluster_id": ctx.node.cluster_id,
+        "controller_id": ctx.node.node_id,
         "topics": topics,
         "error_code": 0,
     }
 
 
-def _auto_create(broker: Broker, name: str) -> Topic | ErrorCode:
+def _auto_create(ctx: ClusterApis, name: str) -> Topic | ErrorCode:
     """Kafka's auto.create.topics.enable: a Metadata request for a missing topic creates it."""
     try:
         check_topic_name(name)
-        return broker.topics.create(name, broker.config.num_partitions, {})
+        return ctx.topics.create(name, ctx.config.num_partitions, {})
     except TopicError as exc:
         return exc.code
 
 
 @api(ApiKey.DESCRIBE_CLUSTER, 0, 2)
-async def describe_cluster(broker: Broker, req: Request) -> dict[str, Any]:
-    host, port = broker.advertised
+async def describe_cluster(ctx: ClusterApis, req: Request) -> dict[str, Any]:
+    host, port = ctx.node.advertised
     return {
         "throttle_time_ms": 0,
         "error_code": 0,
         "error_message": None,
         "endpoint_type": req.body.get("endpoint_type", 1),
-        "cluster_id": broker.config.cluster_id,
-        "controller_id": broker.config.node_id,
-        "brokers": [{"broker_id": broker.config.node_id, "host": host, "port": port, "rack": None,
+        "cluster_id": ctx.node.cluster_id,
+        "controller_id": ctx.node.node_id,
+        "brokers": [{"broker_id": ctx.node.node_id, "host": host, "port": port, "rack": None,
                      "is_fenced": False}],
         "cluster_authorized_operations": -2147483648,
     }
 
 
 @api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0)
-async def describe_topic_partitions(broker: Broker, req: Request) -> dict[str, Any]:
+async def describe_topic_partitions(ctx: ClusterApis, req: Request) -> dict[str, Any]:
     """KIP-966's paged topic description (kafka-topics --describe in 4.x): topics in name order
     from the cursor, at most response_partition_limit partitions, then a cursor to go on."""
     body = req.body
     limit = max(1, body.get("response_partition_limit") or 2000)
     cursor = body.get("cursor")
-    names = sorted(t["name"] for t in body["topics"]) if body["topics"] else [t.name for t in broker.topics.all()]
+    names = sorted(t["name"] for t in body["topics"]) if body["topics"] else [t.name for t in ctx.topics.all()]
     if cursor is not None:
         names = [n for n in names if n >= cursor["topic_name"]]
     out: list[dict[str, Any]] = []
     next_cursor = None
     left = limit
     for name in names:
-        topic = broker.topics.get(name)
+        topic = ctx.topics.get(name)
         if topic is None:
             out.append(_missing(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             continue
-        entry = topic_metadata(broker, topic)
+        entry = topic_metadata(ctx, topic)
         first = cursor["partition_index"] if cursor is not None and name == cursor["topic_name"] else 0
         parts = entry["partitions"][first:]
         if len(parts) > left:

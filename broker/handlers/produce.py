@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.apis import ApiKey, api
+from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.errors import KafkaError
+from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.idempotence import check_sequence
 from tmqgate.broker.tdengine import IngestError, ingest
 from tmqgate.broker.topics import TMQ, TSDB
@@ -19,9 +20,10 @@ from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import MAGIC, BatchHeader, iter_batches, verify_crc, with_log_append_time
 
 if TYPE_CHECKING:
-    from tmqgate.broker.server import Broker
     from tmqgate.broker.topics import Topic
     from tmqgate.protocol.messages import Request
+
+api = apis_with(DataPlane)
 
 
 class ProduceError(KafkaError):
@@ -29,14 +31,14 @@ class ProduceError(KafkaError):
 
 
 @api(ApiKey.PRODUCE, 3, 13, advertise_from=0)
-async def produce(broker: Broker, req: Request) -> dict[str, Any] | None:
+async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
     body = req.body
     acks = body["acks"]
     by_id = req.api_version >= 13
     responses = []
     for topic_data in body["topic_data"]:
-        topic = (broker.topics.by_id(topic_data["topic_id"]) if by_id
-                 else broker.topics.get(topic_data["name"]))
+        topic = (ctx.topics.by_id(topic_data["topic_id"]) if by_id
+                 else ctx.topics.get(topic_data["name"]))
         partitions = []
         for pdata in topic_data["partition_data"]:
             index = pdata["index"]
@@ -44,15 +46,15 @@ async def produce(broker: Broker, req: Request) -> dict[str, Any] | None:
                                      "log_start_offset": -1, "record_errors": [], "error_message": None}
             if acks not in (0, 1, -1):
                 entry["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
-            elif (error := broker.topics.partition_error(topic, index, by_id)) is not None:
+            elif (error := ctx.topics.partition_error(topic, index, by_id)) is not None:
                 entry["error_code"] = error
             else:
                 assert topic is not None
                 try:
                     entry["base_offset"], entry["log_append_time_ms"] = append_records(
-                        broker, topic, index, pdata["records"])
+                        ctx, topic, index, pdata["records"])
                     entry["error_code"] = 0
-                    entry["log_start_offset"] = broker.store.log_start(topic.db, index)
+                    entry["log_start_offset"] = ctx.store.log_start(topic.db, index)
                 except ProduceError as exc:
                     entry["error_code"] = exc.code
                     entry["error_message"] = exc.message
@@ -65,7 +67,7 @@ async def produce(broker: Broker, req: Request) -> dict[str, Any] | None:
     return {"responses": responses, "throttle_time_ms": 0}
 
 
-def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | None) -> tuple[int, int]:
+def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | None) -> tuple[int, int]:
     """Validate one partition's batch as Kafka does and append it.
 
     Returns (base offset, log append time): the time is -1 unless the topic stamps batches
@@ -76,14 +78,14 @@ def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | No
     batch, header = _validated_batch(topic, records)
     if topic.kind == TSDB:
         try:
-            return ingest(broker.executor, topic.db, vnode, batch), -1
+            return ingest(ctx.executor, topic.db, vnode, batch), -1
         except IngestError as exc:
             raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
     now_ms = int(time.time() * 1000)
     log_append_time = topic.config("message.timestamp.type") == "LogAppendTime"
     if not log_append_time:
         _check_timestamps(topic, header.base_timestamp, header.max_timestamp, now_ms)
-    store = broker.store
+    store = ctx.store
     producer = None
     if header.producer_id >= 0 and header.base_sequence >= 0:
         known = store.producer_state(topic.db, vnode, header.producer_id)
@@ -99,7 +101,7 @@ def append_records(broker: Broker, topic: Topic, vnode: int, records: bytes | No
     if log_append_time:
         batch, max_timestamp = with_log_append_time(batch, now_ms), now_ms
     base = store.append(topic.db, vnode, batch, header.record_count, max_timestamp, producer=producer)
-    broker.notifier.notify(topic.db, vnode)
+    ctx.notifier.notify(topic.db, vnode)
     return base, now_ms if log_append_time else -1
 
 

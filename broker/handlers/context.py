@@ -1,0 +1,67 @@
+"""What Kafka handlers get instead of the Broker: one small frozen context per handler family,
+holding only the collaborators that family uses (see broker/apis.py for how a handler module
+names its family and how the server binds it).
+
+- `DataPlane` — Produce, Fetch, ListOffsets: the store, the topic registry, the notifier that
+  wakes long-polling fetches, and the SQL executor schemaless ingestion writes through;
+- `AdminApis` — topic administration and configs: the store, the topic registry, the config;
+- `ClusterApis` — ApiVersions, Metadata, DescribeCluster, DescribeTopicPartitions: this node
+  as clients see it, the topic registry, the config, and the API table;
+- `GroupApis` — the group APIs: the coordinator runtime, the topic registry, this node.
+
+The server builds one of each at start (the advertised address is known only then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tmqgate.broker.apis import ApiEntry
+    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.tdengine import Executor
+    from tmqgate.broker.topics import TopicRegistry
+    from tmqgate.broker.waiters import DataNotifier
+    from tmqgate.coordinator.runtime import CoordinatorRuntime
+    from tmqgate.storage import Store
+
+
+@dataclass(frozen=True)
+class Node:
+    """This broker as clients see it: the only node, leader and coordinator of everything."""
+
+    node_id: int
+    cluster_id: str
+    advertised: tuple[str, int]  # (host, port) given to clients
+
+
+@dataclass(frozen=True)
+class DataPlane:
+    store: Store
+    topics: TopicRegistry
+    notifier: DataNotifier
+    executor: Executor  # writes the rows Produce sends to a database topic
+
+
+@dataclass(frozen=True)
+class AdminApis:
+    store: Store
+    topics: TopicRegistry
+    config: BrokerConfig
+
+
+@dataclass(frozen=True)
+class ClusterApis:
+    node: Node
+    topics: TopicRegistry
+    config: BrokerConfig
+    apis: Mapping[int, ApiEntry]
+
+
+@dataclass(frozen=True)
+class GroupApis:
+    coordinator: CoordinatorRuntime
+    topics: TopicRegistry
+    node: Node
