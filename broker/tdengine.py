@@ -23,9 +23,9 @@ sees the topic registry through its `TopicNames` protocol).
 
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.executor import Executor, GroupQueries, Result, TopicNames, topic_definition
+from tmqgate.broker.sql.ingest import IngestError, ingest
+from tmqgate.broker.sql.views import TopicDef, View
 from tmqgate.broker.tsdb.catalog import TsdbCatalog
-from tmqgate.broker.tsdb.ingest import IngestError, ingest
-from tmqgate.broker.tsdb.views import TopicDef, View
 
 __all__ = [
     "Executor",

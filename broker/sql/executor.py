@@ -19,10 +19,10 @@ import pyarrow as pa
 from tmqgate.broker.sql import ast
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.parser import parse, parse_script
+from tmqgate.broker.sql.views import TopicDef
 from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, home_vnode, meta_payload, schema_to_json
 from tmqgate.broker.tsdb.rows import RowsError, build_rows_table, encode_rows
 from tmqgate.broker.tsdb.types import StableSchema, TypeError_, check_value
-from tmqgate.broker.tsdb.views import TopicDef
 
 if TYPE_CHECKING:
     from tmqgate.broker.tsdb.catalog import TsdbCatalog
