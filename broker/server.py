@@ -263,6 +263,7 @@ class Broker:
                 request = decode_request(frame)
             except UnsupportedVersion as exc:
                 if exc.api_key == ApiKey.API_VERSIONS:
+                    assert exc.correlation_id is not None  # decode_request read the header
                     writer.write(self.api_versions_error(exc.correlation_id))
                     await writer.drain()
                     continue

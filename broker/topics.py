@@ -194,7 +194,9 @@ class TopicRegistry:
             definition = topic_definition(self._store, self.catalog, text, configs.get(TMQ_DB))
         except SqlError as exc:
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{TMQ_AS}: {exc.message}") from None
-        vgroups = self._store.get_database(definition.db).vgroups
+        info = self._store.get_database(definition.db)
+        assert info is not None  # topic_definition found it
+        vgroups = info.vgroups
         if partitions not in (-1, vgroups):
             raise TopicError(ErrorCode.INVALID_PARTITIONS,
                              f"A topic over database {definition.db} has its {vgroups} vnodes as partitions")
@@ -233,5 +235,6 @@ class TopicRegistry:
         """Replace the topic's own configs (values already validated)."""
         if topic.kind != KAFKA:
             raise TopicError(ErrorCode.INVALID_REQUEST, f"'{topic.name}' is configured through SQL, not topic configs")
-        self._store.set_configs(topic.db, configs)
+        stored: dict[str, str | None] = dict(configs)
+        self._store.set_configs(topic.db, stored)
         topic.configs = dict(configs)

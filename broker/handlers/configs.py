@@ -87,13 +87,14 @@ async def describe_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 result.update(error_code=int(ErrorCode.INVALID_REQUEST),
                               error_message=f"Unexpected broker id, expected {ctx.config.node_id} but received {name}")
             elif name:
-                for key, (value, ctype) in _broker_configs(ctx).items():
-                    if keys is not None and key not in keys:
+                for setting, (value, ctype) in _broker_configs(ctx).items():
+                    if keys is not None and setting not in keys:
                         continue
                     result["configs"].append({
-                        "name": key, "value": value, "read_only": True, "config_source": SOURCE_STATIC_BROKER,
+                        "name": setting, "value": value, "read_only": True, "config_source": SOURCE_STATIC_BROKER,
                         "is_sensitive": False, "config_type": ctype, "documentation": None,
-                        "synonyms": [{"name": key, "value": value, "source": SOURCE_STATIC_BROKER}] if synonyms else []})
+                        "synonyms": [{"name": setting, "value": value, "source": SOURCE_STATIC_BROKER}]
+                        if synonyms else []})
         elif rtype == BROKER_LOGGER:
             pass
         else:

@@ -15,6 +15,7 @@ from tmqgate.broker.handlers.context import GroupApis
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from tmqgate.coordinator.coordinator import OffsetEntry
     from tmqgate.protocol.messages import Request
 
 api = apis_with(GroupApis)
@@ -80,6 +81,7 @@ async def heartbeat(ctx: GroupApis, req: Request) -> dict[str, Any]:
 async def leave_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
     body = req.body
     rt = ctx.coordinator
+    members: list[tuple[str, str | None]]
     if req.api_version < 3:
         members = [(body["member_id"], None)]
     else:
@@ -98,8 +100,8 @@ async def offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
     body = req.body
     rt = ctx.coordinator
     by_id = req.api_version >= 10
-    entries = []
-    slots: list[tuple[int, int, int | None]] = []  # (topic slot, partition slot, entry index | None)
+    entries: list[OffsetEntry] = []
+    slots: list[tuple[int, int, int]] = []  # (topic slot, partition slot, entry index)
     topics_out = []
     for ti, t in enumerate(body.get("topics") or []):
         if by_id:

@@ -60,6 +60,7 @@ async def list_offsets(ctx: DataPlane, req: Request) -> dict[str, Any]:
                 entry["error_code"] = int(error)
                 parts.append(entry)
                 continue
+            assert topic is not None
             ts = p["timestamp"]
             if ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
                 entry["offset"] = store.log_start(topic.db, index)

@@ -68,10 +68,11 @@ async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
                 continue
             topic = ctx.topics.get(name)
             if topic is None and allow_auto:
-                topic = _auto_create(ctx, name)
-                if isinstance(topic, ErrorCode):
-                    topics.append(_missing(name, ZERO_UUID, topic))
+                created = _auto_create(ctx, name)
+                if isinstance(created, ErrorCode):
+                    topics.append(_missing(name, ZERO_UUID, created))
                     continue
+                topic = created
             topics.append(topic_metadata(ctx, topic) if topic else
                           _missing(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     return {

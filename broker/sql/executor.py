@@ -118,6 +118,7 @@ def define_topic(store: Store, catalog: TsdbCatalog, stmt: ast.CreateTopic, db: 
         if stmt.kind == "select":
             if stmt.meta is not None:
                 raise SqlError("WITH META / ONLY META is only for database and supertable topics")
+            assert stmt.select is not None
             compile_projection(stmt.select, schema)
         elif stmt.where is not None:
             compile_filter(stmt.where, schema, tags_only=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -56,7 +56,7 @@ TBNAME = varchar(192)
 
 _WINDOW_PSEUDO = frozenset({"_WSTART", "_WEND", "_WDURATION", "_IROWTS", "_ISFILLED", "_QSTART", "_QEND"})
 
-Value = pa.Array | pa.Scalar
+Value: TypeAlias = pa.Array | pa.Scalar
 Evaluator = Callable[[pa.Table, "_Ctx"], Value]
 _NO = object()
 

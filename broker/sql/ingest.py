@@ -21,6 +21,7 @@ from tmqgate.broker.tsdb.rows import RowsError
 from tmqgate.broker.tsdb.schemaless import (
     SchemalessError,
     SchemalessRow,
+    SchemaPlan,
     child_table_tags,
     group_rows,
     parse_line_protocol,
@@ -79,9 +80,9 @@ def parse_records(batch: bytes) -> list[SchemalessRow]:
     return rows
 
 
-def _apply_plan(current: StableSchema | None, name: str, plan: object) -> StableSchema:
+def _apply_plan(current: StableSchema | None, name: str, plan: SchemaPlan) -> StableSchema:
     """The supertable's schema after the plan's additions and widenings."""
-    new_columns, new_tags, widen_columns, widen_tags = plan  # type: ignore[misc]
+    new_columns, new_tags, widen_columns, widen_tags = plan
     if current is None:
         return StableSchema(name, list(new_columns), list(new_tags))
     widened_c = {c.name: c for c in widen_columns}

@@ -12,7 +12,7 @@ import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import sqlglot
 from sqlglot import exp
@@ -624,7 +624,7 @@ class _Parser:
     def create_topic(self) -> CreateTopic:
         ine = self.if_not_exists()
         name = self.ident("topic")
-        meta = None
+        meta: Literal["with", "only"] | None = None
         meta_pos = self.tok.pos
         if self.accept_kw("WITH"):
             self.expect_kw("META")
@@ -635,6 +635,7 @@ class _Parser:
             meta = "only"
         self.expect_kw("AS")
         statement = self.text[self.toks[0].pos : self.toks[-1].pos].strip()
+        db: str | None
         if self.accept_kw("DATABASE"):
             db = self.ident("database")
             self.expect_end()
@@ -728,8 +729,8 @@ class _Parser:
                 pos,
             )
         if tree.args.get("joins"):
-            pos = self.find_kw(lo, hi, "JOIN", "CROSS", "INNER", "LEFT", "RIGHT", "FULL", "NATURAL", ",")
-            pos = pos if pos is not None else start
+            found = self.find_kw(lo, hi, "JOIN", "CROSS", "INNER", "LEFT", "RIGHT", "FULL", "NATURAL", ",")
+            pos = found if found is not None else start
             raise SqlError(
                 f"{'not allowed in a topic' if topic else 'not supported'}: JOIN at position {pos}", pos
             )

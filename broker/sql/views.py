@@ -67,11 +67,14 @@ class _Compiled:
         self.values_need_tags = self.projection is None or bool(tags & set(self.projection.columns))
 
     def _compile(self, topic: TopicDef, schema: StableSchema) -> None:
+        from tmqgate.broker.sql.ast import CreateTopic
         from tmqgate.broker.sql.expr import compile_filter, compile_projection
         from tmqgate.broker.sql.parser import parse
 
         stmt = parse(topic.statement)
+        assert isinstance(stmt, CreateTopic)
         if topic.kind == "select":
+            assert stmt.select is not None
             self.projection = compile_projection(stmt.select, schema)
             self.filter = self.projection.where
         elif stmt.where is not None:

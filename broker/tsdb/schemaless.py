@@ -570,7 +570,9 @@ def _split_head(line: str, lineno: int) -> tuple[str, str]:
         if i < 0:
             raise SchemalessError("missing field set", lineno)
         return line[:i], line[i + 1 :]
-    i = _UNTIL_SPACE.match(line).end()
+    m = _UNTIL_SPACE.match(line)
+    assert m is not None  # the pattern matches any text
+    i = m.end()
     if i >= len(line):
         raise SchemalessError("missing field set", lineno)
     if line[i] != " ":
@@ -619,7 +621,7 @@ def parse_line_protocol(
             # Fast path: no escapes, no strings, one space between sections, and values it
             # can type with certainty; anything else is left to the general path below,
             # which also words the errors.
-            cols = None
+            cols: dict[str, tuple[TDType, Any]] | None = None
             if "\\" not in line and '"' not in line:
                 i = line.find(" ")
                 if i > 0:
@@ -858,6 +860,7 @@ def parse_opentsdb_json(
                 value = (DOUBLE, raw_value)
             else:
                 value = _json_value(raw_value, "value", i)
+            key: tuple[Any, ...] | None
             try:
                 key = (metric, tuple(tags_in.items()), tuple(map(type, tags_in.values())))
                 got = heads.get(key)
@@ -1042,16 +1045,16 @@ def plan_schema(current: StableSchema | None, rows: StableBatch | Iterable[Schem
         for k in b.tag_types:
             if k == TS_COLUMN:
                 raise SchemalessError(f"tag {k!r} is the timestamp column", b.tag_lines[k])
-        new_cols = [Column(TS_COLUMN, TIMESTAMP)]
+        new_cols: list[Column] = [Column(TS_COLUMN, TIMESTAMP)]
         new_cols += [Column(k, _sized(t, b.column_max_len.get(k, 0))) for k, t in b.column_types.items()]
-        new_tags = [Column(k, _sized(t, b.tag_max_len.get(k, 0))) for k, t in b.tag_types.items()]
+        new_tags: list[Column] = [Column(k, _sized(t, b.tag_max_len.get(k, 0))) for k, t in b.tag_types.items()]
         if not new_tags:
             new_tags = [Column(TAG_NULL, type_from_name("NCHAR", 1))]
         return SchemaPlan(new_cols, new_tags, [], [])
     col_of = {c.name: c for c in current.columns}
     tag_of = {c.name: c for c in current.tags}
     ts_name = current.columns[0].name
-    new_cols: list[Column] = []
+    new_cols = []
     widen_cols: list[Column] = []
     for k, t in b.column_types.items():
         line = b.column_lines[k]
@@ -1068,7 +1071,7 @@ def plan_schema(current: StableSchema | None, rows: StableBatch | Iterable[Schem
             )
         elif c.type.length is not None and b.column_max_len.get(k, 0) > c.type.length:
             widen_cols.append(Column(k, _sized(c.type, b.column_max_len[k])))
-    new_tags: list[Column] = []
+    new_tags = []
     widen_tags: list[Column] = []
     for k, t in b.tag_types.items():
         line = b.tag_lines[k]
