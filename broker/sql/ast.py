@@ -209,7 +209,7 @@ class CreateTopic(Statement):
     kind: Literal["database", "stable", "select"] = "database"
     db: str | None = None
     stable: str | None = None
-    where: exp.Expression | None = field(default=None, compare=False)
+    where: exp.Expr | None = field(default=None, compare=False)
     select: exp.Select | None = field(default=None, compare=False)
     sql: str | None = None
     statement: str = ""

@@ -73,7 +73,7 @@ class _Text:
 
     __slots__ = ("node", "_s")
 
-    def __init__(self, node: exp.Expression) -> None:
+    def __init__(self, node: exp.Expr) -> None:
         self.node = node
         self._s: str | None = None
 
@@ -197,7 +197,7 @@ _NUMERIC_RE = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
 
 
 class _Compiler:
-    def __init__(self, schema: StableSchema, root: exp.Expression, tags_only: bool = False) -> None:
+    def __init__(self, schema: StableSchema, root: exp.Expr, tags_only: bool = False) -> None:
         self.schema = schema
         self.root = root
         self.tags_only = tags_only
@@ -207,15 +207,15 @@ class _Compiler:
 
     # -- errors --
 
-    def pos(self, node: exp.Expression) -> int | None:
+    def pos(self, node: exp.Expr) -> int | None:
         return node_position(node, self.root)
 
-    def error(self, message: str, node: exp.Expression) -> SqlError:
+    def error(self, message: str, node: exp.Expr) -> SqlError:
         p = self.pos(node)
         return SqlError(f"{message} at position {p}" if p is not None else message, p)
 
     @staticmethod
-    def text(node: exp.Expression) -> _Text:
+    def text(node: exp.Expr) -> _Text:
         return _Text(node)
 
     def describe(self, v: _V) -> str:
@@ -223,14 +223,14 @@ class _Compiler:
 
     # -- dispatch --
 
-    def compile(self, node: exp.Expression) -> _V:
+    def compile(self, node: exp.Expr) -> _V:
         v = self._compile(node)
         if node.args.get("negate") and v.type.is_bool:  # sqlglot marks NOT LIKE etc. this way
             inner = v
             return _V(BOOL, lambda t, c: pc.invert(inner.ev(t, c)), self.text(node))
         return v
 
-    def _compile(self, node: exp.Expression) -> _V:
+    def _compile(self, node: exp.Expr) -> _V:
         if isinstance(node, exp.Paren):
             return self.compile(node.this)
         if isinstance(node, exp.Literal):
@@ -338,7 +338,7 @@ class _Compiler:
         cname, arrow = col.name, col.type.arrow
         return _V(col.type, lambda t, c: _column(t, cname, arrow, c.n), col.name)
 
-    def now(self, node: exp.Expression, day: bool = False) -> _V:
+    def now(self, node: exp.Expr, day: bool = False) -> _V:
         def ev(t: pa.Table, c: _Ctx) -> Value:
             return pa.scalar(c.now_ms - (c.now_ms % 86_400_000 if day else 0), pa.int64())
 
@@ -398,7 +398,7 @@ class _Compiler:
             _cast(a.ev(t, c), pa.int64(), safe=False), _cast(b.ev(t, c), pa.int64(), safe=False)
         )
 
-    def _coerce(self, a: _V, b: _V, node: exp.Expression) -> tuple[_V, _V, pa.DataType]:
+    def _coerce(self, a: _V, b: _V, node: exp.Expr) -> tuple[_V, _V, pa.DataType]:
         """Bring two operands of a comparison into one Arrow type (timestamp strings parsed)."""
         if a.type.is_timestamp and b.type.is_string and isinstance(b.const, str):
             b = self.ts_literal(b, node)
@@ -412,14 +412,14 @@ class _Compiler:
             )
         return a, b, dom
 
-    def ts_literal(self, v: _V, node: exp.Expression) -> _V:
+    def ts_literal(self, v: _V, node: exp.Expr) -> _V:
         try:
             ms = parse_timestamp(v.const)
         except TypeError_ as e:
             raise self.error(str(e), node) from None
         return _V(TIMESTAMP, lambda t, c: pa.scalar(ms, pa.int64()), v.text, ms)
 
-    def compare(self, node: exp.Expression, a: _V, b: _V) -> _V:
+    def compare(self, node: exp.Expr, a: _V, b: _V) -> _V:
         text = self.text(node)
         if a.type is NULLTYPE or b.type is NULLTYPE:
             return _V(BOOL, lambda t, c: _null(pa.bool_()), text, None)
@@ -431,14 +431,14 @@ class _Compiler:
             exp.GTE: pc.greater_equal,
             exp.LT: pc.less,
             exp.LTE: pc.less_equal,
-        }[type(node)]
+        }[type(node)]  # type: ignore[index]  # (node is one of these comparisons)
         return _V(
             BOOL,
             lambda t, c: fn(_cast(a.ev(t, c), dom, safe=False), _cast(b.ev(t, c), dom, safe=False)),
             text,
         )
 
-    def as_bool(self, node: exp.Expression) -> _V:
+    def as_bool(self, node: exp.Expr) -> _V:
         v = self.compile(node)
         if v.type.is_bool:
             return v
@@ -505,13 +505,13 @@ class _Compiler:
         le = self.compare(exp.LTE(this=node.this, expression=node.args["high"]), a, hi)
         return _V(BOOL, lambda t, c: pc.and_kleene(ge.ev(t, c), le.ev(t, c)), self.text(node))
 
-    def _string_operand(self, node: exp.Expression, what: str) -> _V:
+    def _string_operand(self, node: exp.Expr, what: str) -> _V:
         v = self.compile(node)
         if not (v.type.is_string or v.type is NULLTYPE):
             raise self.error(f"{what} needs a string operand, got {self.describe(v)}", node)
         return v
 
-    def _pattern(self, node: exp.Expression, what: str) -> str:
+    def _pattern(self, node: exp.Expr, what: str) -> str:
         v = self.compile(node)
         if not isinstance(v.const, str):
             raise self.error(f"{what} needs a string constant pattern, got {v.text}", node)
@@ -736,18 +736,18 @@ class _Compiler:
             return self.trim(node, fname, args, text)
         raise self.error(f"unknown function {fname}", node)
 
-    def arity(self, node: exp.Expression, fname: str, args: list[Any], lo: int, hi: int) -> None:
+    def arity(self, node: exp.Expr, fname: str, args: list[Any], lo: int, hi: int) -> None:
         if not lo <= len(args) <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
             raise self.error(f"function {fname} takes {want} arguments, got {len(args)}", node)
 
-    def numeric_arg(self, node: exp.Expression, fname: str) -> _V:
+    def numeric_arg(self, node: exp.Expr, fname: str) -> _V:
         v = self.compile(node)
         if not (v.type.is_numeric or v.type is NULLTYPE):
             raise self.error(f"function {fname} needs a numeric argument, got {self.describe(v)}", node)
         return v
 
-    def string_arg(self, node: exp.Expression, fname: str) -> _V:
+    def string_arg(self, node: exp.Expr, fname: str) -> _V:
         v = self.compile(node)
         if not (v.type.is_string or v.type is NULLTYPE):
             raise self.error(f"function {fname} needs a string argument, got {self.describe(v)}", node)
@@ -763,7 +763,7 @@ class _Compiler:
 
         return ev
 
-    def math_same(self, node: exp.Func, fname: str, text: str) -> _V:
+    def math_same(self, node: exp.Func, fname: str, text: str | _Text) -> _V:
         a = self.numeric_arg(node.this, fname)
         rtype = a.type if a.type is not NULLTYPE else DOUBLE
         ndigits = 0
@@ -795,7 +795,7 @@ class _Compiler:
 
         return _V(rtype, ev, text)
 
-    def concat(self, node: exp.Concat | exp.ConcatWs, text: str) -> _V:
+    def concat(self, node: exp.Concat | exp.ConcatWs, text: str | _Text) -> _V:
         parts = list(node.expressions)
         ws = isinstance(node, exp.ConcatWs)
         fname = "CONCAT_WS" if ws else "CONCAT"
@@ -816,13 +816,13 @@ class _Compiler:
 
         return _V(rtype, ev, text)
 
-    def _int_const(self, node: exp.Expression, what: str) -> int:
+    def _int_const(self, node: exp.Expr, what: str) -> int:
         v = self.compile(node)
         if not isinstance(v.const, int) or isinstance(v.const, bool):
             raise self.error(f"{what} must be an integer constant", node)
         return v.const
 
-    def substr(self, node: exp.Func, args: list[exp.Expression], text: str) -> _V:
+    def substr(self, node: exp.Func, args: list[exp.Expr], text: str | _Text) -> _V:
         if isinstance(node, exp.Substring):
             x, start, length = node.this, node.args.get("start"), node.args.get("length")
         else:
@@ -833,7 +833,7 @@ class _Compiler:
             raise self.error("SUBSTR needs a start position", node)
         pos = self._int_const(start, "SUBSTR's position")
         n = self._int_const(length, "SUBSTR's length") if length is not None else None
-        if n is not None and n < 0:
+        if length is not None and n is not None and n < 0:
             raise self.error("SUBSTR's length must not be negative", length)
         if pos > 0:
             lo: int | None = pos - 1
@@ -846,7 +846,7 @@ class _Compiler:
         rtype = a.type if a.type.is_string else varchar(1)
         return _V(rtype, self._str_fn(a, pc.utf8_slice_codeunits, start=lo, stop=hi), text)
 
-    def trim(self, node: exp.Func, fname: str, args: list[exp.Expression], text: str) -> _V:
+    def trim(self, node: exp.Func, fname: str, args: list[exp.Expr], text: str | _Text) -> _V:
         chars = " "
         if isinstance(node, exp.Trim):
             x = node.this
@@ -931,7 +931,7 @@ class Projection:
     def evaluate(self, table: pa.Table, *, now_ms: int | None = None) -> pa.Table:
         ctx = _Ctx(table.num_rows, _now(now_ms))
         arrays = [
-            _run(lambda v=v, t=t: _full(v.ev(table, ctx), ctx.n, t.arrow), name)
+            _run(lambda v=v, t=t: _full(v.ev(table, ctx), ctx.n, t.arrow), name)  # type: ignore[misc]
             for v, t, name in zip(self._evs, self.types, self.names, strict=True)
         ]
         return pa.Table.from_arrays(arrays, names=list(self.names))
@@ -956,7 +956,7 @@ def _guard(fn: Callable[[], Any]) -> Any:
         raise SqlError(f"cannot compile expression: {type(e).__name__}: {e}") from None
 
 
-def compile_filter(expr: exp.Expression, schema: StableSchema, *, tags_only: bool = False) -> Filter:
+def compile_filter(expr: exp.Expr, schema: StableSchema, *, tags_only: bool = False) -> Filter:
     """Compile a WHERE condition (a sqlglot expression or Where node) against a supertable.
 
     `tags_only` is for `CREATE TOPIC … AS STABLE st WHERE …`, which may read only tags and tbname.
@@ -971,7 +971,7 @@ def compile_filter(expr: exp.Expression, schema: StableSchema, *, tags_only: boo
     return _guard(go)
 
 
-def _output_name(comp: _Compiler, node: exp.Expression, raw: str | None, v: _V) -> str:
+def _output_name(comp: _Compiler, node: exp.Expr, raw: str | None, v: _V) -> str:
     if isinstance(node, exp.Alias):
         return node.alias
     label = str(v.text)

@@ -62,7 +62,7 @@ MAX_TAGS = 128
 # --- the sqlglot dialect ----------------------------------------------------------------
 
 
-def _parse_match(self: Any, this: exp.Expression | None) -> exp.Expression | None:
+def _parse_match(self: Any, this: exp.Expr | None) -> exp.Expr | None:
     """`a MATCH 're'` / `a NMATCH 're'` (TDengine's regex operators) as REGEXP_LIKE [negated]."""
     negate = self._prev.text.upper() == "NMATCH"
     node = self.expression(exp.RegexpLike(this=this, expression=self._parse_bitwise()))
@@ -75,7 +75,7 @@ class TDengine(MySQL):
     class Tokenizer(MySQL.Tokenizer):
         KEYWORDS = {**MySQL.Tokenizer.KEYWORDS, "MATCH": TokenType.RLIKE, "NMATCH": TokenType.RLIKE}
 
-    class Parser(MySQL.Parser):
+    class Parser(MySQL.Parser):  # type: ignore[valid-type,misc]  # (sqlglot types it as a variable)
         RANGE_PARSERS = {**MySQL.Parser.RANGE_PARSERS, TokenType.RLIKE: _parse_match}
 
 
@@ -1011,7 +1011,7 @@ def _sqlglot_error(e: Exception, sub: str, pos: _PosMap) -> SqlError:
     )
 
 
-def _parse_sqlglot(text: str, start: int, end: int) -> tuple[exp.Expression, _PosMap]:
+def _parse_sqlglot(text: str, start: int, end: int) -> tuple[exp.Expr, _PosMap]:
     sub, pmap = _rewrite(text, start, end)
     try:
         tree = sqlglot.parse_one(sub, dialect=DIALECT)
@@ -1036,7 +1036,7 @@ def parse_query(text: str, start: int = 0, end: int | None = None) -> exp.Select
     return tree
 
 
-def parse_expression(text: str, start: int = 0, end: int | None = None) -> exp.Expression:
+def parse_expression(text: str, start: int = 0, end: int | None = None) -> exp.Expr:
     """A boolean condition or expression in text[start:end] (e.g. a topic's WHERE) via sqlglot."""
     end = len(text) if end is None else end
     tree, _ = _parse_sqlglot(text, start, end)
@@ -1049,7 +1049,7 @@ _LEADING_KEYWORD = {exp.Case: "case", exp.Cast: "cast", exp.TryCast: "try_cast",
                     exp.Subquery: "select", exp.Exists: "exists"}  # fmt: skip
 
 
-def _node_pos(node: Any, root: exp.Expression) -> int | None:
+def _node_pos(node: Any, root: exp.Expr) -> int | None:
     """Best-effort original position of a sqlglot node: its leftmost token that carries a
     position, moved back to the keyword that opens a CASE/CAST/SELECT."""
     pmap = root.meta.get("tmq_pos")
@@ -1081,11 +1081,11 @@ AGGREGATE_FUNCTIONS = frozenset(
 )
 
 
-def check_topic_query(select: exp.Expression) -> None:
+def check_topic_query(select: exp.Expr) -> None:
     """Refuse what a query topic may not hold (TDengine allows only projection and filter)."""
     comp_root = select.root() if isinstance(select, exp.Expression) else select
 
-    def fail(what: str, node: exp.Expression) -> SqlError:
+    def fail(what: str, node: exp.Expr) -> SqlError:
         p = node_position(node, comp_root)
         return SqlError(f"not allowed in a topic: {what}" + (f" at position {p}" if p is not None else ""), p)
 

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from kafka.partitioner.default import murmur2
+from kafka.partitioner.default import murmur2  # type: ignore[import-untyped]
 
 from tmqgate.broker.tsdb.rows import TBNAME
 from tmqgate.broker.tsdb.types import Column, StableSchema, parse_type
