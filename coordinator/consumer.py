@@ -503,7 +503,8 @@ class ConsumerGroup:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "error_code": 0, "error_message": None, "group_id": self.group_id, "group_state": self.state,
+            "error_code": 0, "error_message": None, "group_id": self.group_id,
+            "group_state": self.state.value,
             "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
             "assignor_name": DEFAULT_ASSIGNOR, "authorized_operations": -2147483648,
             "members": [

@@ -268,3 +268,23 @@ def test_consumer_random_walk_states_follow_the_epochs(tmp_path: Any, seed: int)
         for gone in [m for m in epochs if not isinstance(group, ConsumerGroup) or m not in group.members]:
             epochs.pop(gone)
     assert {MS.STABLE, MS.UNREVOKED_PARTITIONS} <= member_states
+
+
+# ---- what clients see --------------------------------------------------------------------
+
+
+def test_reported_states_are_plain_strings_and_filter(tmp_path: Any) -> None:
+    c = make_consumer(tmp_path)
+    hb(c, 0, group="kip")
+    hb(c, 10, group="kip")  # the second member waits for a release: Reconciling
+    r = classic_join(c, 0, version=3, group="old")
+    c.tick(3000)  # the default group.initial.rebalance.delay.ms
+    classic_sync(c, 3001, r.value["member_id"], 1, group="old")  # type: ignore[index]
+    listed = {g["group_id"]: g["group_state"] for g in c.list_groups()}
+    assert listed == {"kip": "Reconciling", "old": "Stable"}
+    assert all(type(s) is str for s in listed.values())
+    assert [g["group_id"] for g in c.list_groups(states=["reconciling"])] == ["kip"]
+    assert [g["group_id"] for g in c.list_groups(states=["Stable", "Empty"])] == ["old"]
+    described = c.describe_group("old", 5)["group_state"]
+    kip = c.consumer_describe(["kip"])[0]["group_state"]
+    assert (described, kip) == ("Stable", "Reconciling") and type(described) is str and type(kip) is str
