@@ -20,11 +20,11 @@ from typing import Any
 
 from tmqgate.broker.apis import ApiKey, load_handlers
 from tmqgate.broker.config import BrokerConfig, parse_hostport
+from tmqgate.broker.group_coordinator import for_broker
 from tmqgate.broker.sql.executor import Executor
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicRegistry
 from tmqgate.broker.waiters import DataNotifier
-from tmqgate.coordinator.runtime import for_broker
 from tmqgate.protocol.codec import iter_precompile
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.messages import (
