@@ -1,10 +1,10 @@
 """Kafka message schemas, loaded from Apache Kafka's JSON message definitions.
 
-The JSON files come from kafka-python's bundle (``kafka/protocol/schemas/resources``), which
-carries Apache Kafka's own definitions verbatim; ours in ``protocol/resources`` add what that
-bundle lacks (KIP-848's ConsumerGroupHeartbeat / ConsumerGroupDescribe) and win on a clash.
-Using the upstream definitions instead of hand-written layouts means every field, version
-range, nullability and tag is exactly what real clients expect.
+The JSON files in ``protocol/resources`` are Apache Kafka's own (``common/message/*.json`` of
+the ``kafka-clients`` jar), vendored verbatim from the release the reference broker runs by
+``scripts/refresh_schemas.py``, which records the release in ``resources/VERSION``.  Using the
+upstream definitions instead of hand-written layouts means every field, version range,
+nullability and tag is exactly what real clients expect.
 
 The parsed form (:class:`FieldSpec`, :class:`MessageSpec`, :class:`ApiSchema`) is what
 ``protocol.codec`` compiles and what the tests build value strategies from.
@@ -19,12 +19,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import kafka.protocol.schemas as _kp_schemas
-
 __all__ = [
     "ApiSchema",
     "FieldSpec",
     "MessageSpec",
+    "KAFKA_VERSION",
     "SCHEMAS",
     "Versions",
     "load_json_file",
@@ -36,8 +35,10 @@ Versions = tuple[int, int] | None
 
 MAX_VERSION = 0x7FFF
 
-KAFKA_PYTHON_RESOURCES = Path(_kp_schemas.__file__).parent / "resources"
-OUR_RESOURCES = Path(__file__).parent / "resources"
+RESOURCES = Path(__file__).parent / "resources"
+
+#: The Apache Kafka release the vendored schemas come from (first line of ``resources/VERSION``).
+KAFKA_VERSION: str = (RESOURCES / "VERSION").read_text(encoding="utf-8").split("\n", 1)[0].strip()
 
 PRIMITIVE_TYPES = frozenset(
     {"bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64",
@@ -204,12 +205,11 @@ def parse_message(data: dict) -> MessageSpec:
 
 @cache
 def load_messages() -> dict[str, MessageSpec]:
-    """All message specs by name (kafka-python's bundle, then ours on top)."""
+    """All message specs by name."""
     out: dict[str, MessageSpec] = {}
-    for folder in (KAFKA_PYTHON_RESOURCES, OUR_RESOURCES):
-        for path in sorted(folder.glob("*.json")):
-            spec = parse_message(load_json_file(path))
-            out[spec.name] = spec
+    for path in sorted(RESOURCES.glob("*.json")):
+        spec = parse_message(load_json_file(path))
+        out[spec.name] = spec
     return out
 
 
