@@ -17,7 +17,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.coordinator.classic import ClassicConfig, ClassicGroup, Reply, parse_assignment, parse_subscription
+from tmqgate.coordinator.classic import (
+    ClassicConfig,
+    ClassicGroup,
+    Reply,
+    parse_assignment,
+    parse_subscription,
+)
 from tmqgate.coordinator.consumer import ConsumerConfig, ConsumerGroup, HeartbeatError, TopicSource
 from tmqgate.protocol.errors import ErrorCode
 
