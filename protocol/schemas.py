@@ -22,6 +22,7 @@ from typing import Any
 __all__ = [
     "ApiSchema",
     "FieldSpec",
+    "JsonObject",
     "MessageSpec",
     "KAFKA_VERSION",
     "SCHEMAS",
@@ -29,6 +30,9 @@ __all__ = [
     "load_json_file",
     "snake_case",
 ]
+
+#: A parsed JSON object (a schema, a field or a struct).
+JsonObject = dict[str, Any]
 
 #: Inclusive version range; ``None`` stands for "no versions" (Kafka's ``"none"``).
 Versions = tuple[int, int] | None
@@ -116,7 +120,7 @@ class MessageSpec:
     flexible_versions: Versions
     fields: tuple[FieldSpec, ...]
     latest_unstable: bool = False
-    json: dict = field(default_factory=dict, repr=False)
+    json: JsonObject = field(default_factory=dict, repr=False)
 
     def flexible(self, v: int) -> bool:
         return in_versions(self.flexible_versions, v)
@@ -146,16 +150,16 @@ class ApiSchema:
         return self.flexible_min is not None and v >= self.flexible_min
 
 
-def load_json_file(path: Path) -> dict:
+def load_json_file(path: Path) -> JsonObject:
     """Read one schema file: drop ``//`` comment lines, inline ``commonStructs``."""
-    data = json.loads(_COMMENT_LINE.sub("", path.read_text(encoding="utf-8")))
+    data: JsonObject = json.loads(_COMMENT_LINE.sub("", path.read_text(encoding="utf-8")))
     common = {s["name"]: s["fields"] for s in data.get("commonStructs", [])}
     if common:
         _resolve_common(data.get("fields", []), common)
     return data
 
 
-def _resolve_common(fields: list[dict], common: dict[str, list[dict]]) -> None:
+def _resolve_common(fields: list[JsonObject], common: dict[str, list[JsonObject]]) -> None:
     for f in fields:
         t = f["type"]
         inner = t[2:] if t.startswith("[]") else t
@@ -165,7 +169,7 @@ def _resolve_common(fields: list[dict], common: dict[str, list[dict]]) -> None:
             _resolve_common(f["fields"], common)
 
 
-def _parse_field(j: dict) -> FieldSpec:
+def _parse_field(j: JsonObject) -> FieldSpec:
     t = j["type"]
     is_array = t.startswith("[]")
     elem = t[2:] if is_array else t
@@ -190,7 +194,7 @@ def _parse_field(j: dict) -> FieldSpec:
     )
 
 
-def parse_message(data: dict) -> MessageSpec:
+def parse_message(data: JsonObject) -> MessageSpec:
     return MessageSpec(
         name=data["name"],
         kind=data["type"],
@@ -215,8 +219,8 @@ def load_messages() -> dict[str, MessageSpec]:
 
 def _build_schemas() -> dict[int, ApiSchema]:
     msgs = load_messages()
-    reqs = {m.api_key: m for m in msgs.values() if m.kind == "request"}
-    resps = {m.api_key: m for m in msgs.values() if m.kind == "response"}
+    reqs = {m.api_key: m for m in msgs.values() if m.kind == "request" and m.api_key is not None}
+    resps = {m.api_key: m for m in msgs.values() if m.kind == "response" and m.api_key is not None}
     schemas: dict[int, ApiSchema] = {}
     for key in sorted(reqs):
         req, resp = reqs[key], resps.get(key)
