@@ -37,6 +37,9 @@ if [[ "$what" == all || "$what" == mypy ]]; then
         -p tmqgate.broker -p tmqgate.pipelines || status=$?
 fi
 if [[ "$what" == all || "$what" == imports ]]; then
-    PYTHONPATH="$PWD/.mypy-shim" lint-imports --no-cache --no-logo || status=$?
+    # lint-imports, run by this python3 (whose site-packages has import-linter)
+    PYTHONPATH="$PWD/.mypy-shim" python3 -c \
+        'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())' \
+        --no-cache --no-logo || status=$?
 fi
 exit $status
