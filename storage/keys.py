@@ -86,7 +86,7 @@ written, but a power loss (or kernel crash) with writes not yet fsynced (wal_lev
 inside a fsync period) could keep index keys whose payloads were lost (the payload log then
 ends below PAYSEQ). Open rolls those back: within a vnode sequences grow with versions, so
 they are each vnode's newest entries; their index keys, time index entries and producer
-batches go and the vnode's next version moves back (``Store._repair_lost_payloads``).
+batches go and the vnode's next version moves back (``storage.payloads``).
 ``Store.sync()`` fsyncs the payload log before the main DB, so a synced state never needs it.
 
 A vnode's versions are dense: a data entry of N records takes N consecutive versions, a rows

@@ -1,11 +1,18 @@
-"""Sequence checks of idempotent producers, against the cases Kafka's ProducerStateManager names."""
+"""Sequence checks of idempotent producers, against the cases Kafka's ProducerStateManager names,
+and the window they are checked against."""
 
-from tmqgate.broker.idempotence import INT32_MAX, check_sequence
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.storage.producers import (
+    INT32_MAX,
+    BatchMeta,
+    ProducerAppend,
+    ProducerWindow,
+    check_sequence,
+)
 
 
 def state(epoch, *batches):
-    return (epoch, list(batches))
+    return ProducerWindow(epoch, tuple(BatchMeta(*b) for b in batches))
 
 
 def test_unknown_producer_accepts_any_sequence():
@@ -50,3 +57,16 @@ def test_sequence_wraps_at_int32_max():
     assert check_sequence(s, 0, 0, 5) == (ErrorCode.NONE, None)
     s = state(0, (INT32_MAX - 1, 2, 100, 104))
     assert check_sequence(s, 0, INT32_MAX - 1, 5) == (ErrorCode.NONE, 100)
+
+
+def test_window_keeps_the_last_five_batches_of_the_epoch():
+    window = None
+    for i in range(7):
+        window = ProducerAppend(5, 1, 2 * i, 2, window).window_at(3 * i)
+    assert window == state(1, *[(2 * i, 2 * i + 1, 3 * i, 3 * i + 1) for i in range(2, 7)])
+    assert check_sequence(window, 1, 8, 2) == (ErrorCode.NONE, 12)
+    assert check_sequence(window, 1, 2, 2).error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER  # evicted
+    # a new epoch starts a fresh window; the last sequence wraps at Int32.MAX
+    window = ProducerAppend(5, 2, INT32_MAX - 1, 3, window).window_at(21)
+    assert window == state(2, (INT32_MAX - 1, 0, 21, 23))
+    assert check_sequence(window, 2, 1, 1) == (ErrorCode.NONE, None)
