@@ -107,7 +107,7 @@ class _WalEntryFields(NamedTuple):
     is_meta: bool
     data: bytes
     kind: str
-    count: int
+    count: int  # type: ignore[assignment]  # the version count; shadows tuple.count on purpose
 
 
 class WalEntry(_WalEntryFields):

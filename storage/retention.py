@@ -144,23 +144,12 @@ class Retention:
                 continue
             for vnode, vs in enumerate(d.vnodes):
                 if rms >= 0:
-                    limit = now - rms
                     removed += self._truncate_head(
-                        d.info.id,
-                        vnode,
-                        vs,
-                        lambda key, idx, end, size, limit=limit: idx[2] < limit,
-                        reason=age_reason,
-                        now_ms=now,
+                        d.info.id, vnode, vs, _older_than(now - rms), reason=age_reason, now_ms=now
                     )
                 if rbytes >= 0 and vs.size > rbytes:
                     removed += self._truncate_head(
-                        d.info.id,
-                        vnode,
-                        vs,
-                        lambda key, idx, end, size, rb=rbytes: size - idx[1] >= rb,
-                        reason=size_reason,
-                        now_ms=now,
+                        d.info.id, vnode, vs, _above_without(rbytes), reason=size_reason, now_ms=now
                     )
         return removed
 
@@ -396,9 +385,9 @@ class Retention:
         out: list[dict[str, Any]] = []
         removed: list[int] = []  # payload sequences
         for (dbid, vnode), runs in plan.items():
-            d = self._catalog.by_id(dbid)
-            assert d is not None
-            vs = d.vnodes[vnode]
+            database = self._catalog.by_id(dbid)
+            assert database is not None
+            vs = database.vnodes[vnode]
             for i, (reason, dead) in enumerate(runs):
                 removed.extend(e.seq for e in dead)
                 kept = (
@@ -407,7 +396,7 @@ class Retention:
                     else first_kept[(dbid, vnode)]
                 )
                 rec = self._remove_head(dbid, vnode, vs, dead, kept, None, reason, now)
-                out.append(rec.as_dict(d.info.name))
+                out.append(rec.as_dict(database.info.name))
             if compact:
                 db.compact_range(
                     start=keys.vnode_prefix(keys.WAL, dbid, vnode),
@@ -486,6 +475,16 @@ class Retention:
                     }
                 )
         return out
+
+
+def _older_than(limit: int) -> _Predicate:
+    """retention.ms: the entry's age timestamp is below ``limit``."""
+    return lambda key, idx, end, size: idx[2] < limit
+
+
+def _above_without(limit: int) -> _Predicate:
+    """retention.bytes: the vnode stays >= ``limit`` bytes without the entry."""
+    return lambda key, idx, end, size: size - idx[1] >= limit
 
 
 def _int_option(options: dict[str, Any], name: str) -> int:
