@@ -187,10 +187,10 @@ class Wal:
         new_max = vs.max_ts is None or max_timestamp > vs.max_ts
         if new_max:
             wb.put(keys.time_key(dbid, vnode, max_timestamp), keys.u64(base))
-        window = None
+        staged = None  # (producer id, its window after this batch)
         if producer is not None:
-            window = producer.window_at(base)
-            self._producers.stage(wb, dbid, vnode, producer.producer_id, window)
+            staged = (producer.producer_id, producer.window_at(base))
+            self._producers.stage(wb, dbid, vnode, *staged)
         batch_max_ts = age_ts(keys.KIND_DATA, value)  # the header's, as retention reads it
         entry = NewEntry(keys.wal_key(dbid, vnode, base, keys.KIND_DATA), value, batch_max_ts, batch_max_ts)
         core.write_entries(wb, (entry,), core.sync_each)
@@ -201,8 +201,8 @@ class Wal:
         if new_max:
             vs.max_ts = max_timestamp
             vs.max_ts_base = base
-        if producer is not None and window is not None:
-            self._producers.remember(dbid, vnode, producer.producer_id, window)
+        if staged is not None:
+            self._producers.remember(dbid, vnode, *staged)
         return Appended(base, vs.log_start)
 
     def transaction(self, *, sync: bool) -> Transaction:
