@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tmqgate.storage import keys
 from tmqgate.storage.model import (
@@ -32,6 +32,8 @@ from tmqgate.storage.wal import Vnode
 
 if TYPE_CHECKING:
     from tmqgate.storage.core import Core, WriteBatch
+
+_T = TypeVar("_T")
 
 
 def _now_ms() -> int:
@@ -314,26 +316,20 @@ class Catalog:
         """Take a committed transaction's changes into memory (None = dropped); changes to
         a database dropped meanwhile are ignored."""
         for (dbid, name), schema in stables.items():
-            by_name = self._stables.get(dbid)
-            if by_name is None:
-                continue
-            if schema is None:
-                by_name.pop(name, None)
-            else:
-                by_name[name] = schema
+            if dbid in self._stables:
+                _set_or_pop(self._stables[dbid], name, schema)
         for (dbid, name), t in ctables.items():
-            tables = self._ctables.get(dbid)
-            if tables is None:
-                continue
-            if t is None:
-                tables.pop(name, None)
-            else:
-                tables[name] = t
+            if dbid in self._ctables:
+                _set_or_pop(self._ctables[dbid], name, t)
         for name, topic in topics.items():
-            if topic is None:
-                self._topics.pop(name, None)
-            else:
-                self._topics[name] = topic
+            _set_or_pop(self._topics, name, topic)
+
+
+def _set_or_pop(objects: dict[str, _T], name: str, value: _T | None) -> None:
+    if value is None:
+        objects.pop(name, None)
+    else:
+        objects[name] = value
 
 
 def _dbinfo_json(info: DatabaseInfo) -> bytes:
