@@ -94,7 +94,7 @@ class _Draft:
 class Transaction:
     """See the module docstring. Obtain one from ``Store.transaction()``."""
 
-    def __init__(self, core: Core, catalog: Catalog, *, sync: bool = True, tail_cache_bytes: int = 0) -> None:
+    def __init__(self, core: Core, catalog: Catalog, *, sync: bool, tail_cache_bytes: int) -> None:
         self._core = core
         self._catalog = catalog
         self._sync = sync
