@@ -197,9 +197,10 @@ class Core:
             self.write(wb)
             return
         payloads = self.payloads
-        first = payloads.stage([e.value for e in entries], sync)
-        for seq, e in enumerate(entries, first):
-            wb.put(e.key, keys.pack_wal_index(seq, len(e.value), e.age_ts, e.index_ts))
+        first = payloads.stage([e[1] for e in entries], sync)
+        put = wb.put
+        for seq, (key, value, age_ts, index_ts) in enumerate(entries, first):
+            put(key, keys.pack_wal_index(seq, len(value), age_ts, index_ts))
         last = first + len(entries) - 1
         wb.put(keys.PAYSEQ, keys.u64(last))
         try:

@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 BATCH_HEADER_SIZE = 61  # record batch v2 header up to and including the record count
 _I64 = struct.Struct(">q")
 _ROWS_HEADER_SIZE = keys.ROWS_HEADER.size
-_new_entry = tuple.__new__  # WalEntry without its __new__ (all five fields given)
+#: A NamedTuple built without its Python-level __new__ (all fields given): the append path
+#: makes two per batch.
+_new_tuple = tuple.__new__
 
 
 class Vnode:
@@ -192,7 +194,8 @@ class Wal:
             staged = (producer.producer_id, producer.window_at(base))
             self._producers.stage(wb, dbid, vnode, *staged)
         batch_max_ts = age_ts(keys.KIND_DATA, value)  # the header's, as retention reads it
-        entry = NewEntry(keys.wal_key(dbid, vnode, base, keys.KIND_DATA), value, batch_max_ts, batch_max_ts)
+        key = keys.wal_key(dbid, vnode, base, keys.KIND_DATA)
+        entry = _new_tuple(NewEntry, (key, value, batch_max_ts, batch_max_ts))
         core.write_entries(wb, (entry,), core.sync_each)
         vs.next = nxt
         vs.size = size
@@ -203,7 +206,7 @@ class Wal:
             vs.max_ts_base = base
         if staged is not None:
             self._producers.remember(dbid, vnode, *staged)
-        return Appended(base, vs.log_start)
+        return _new_tuple(Appended, (base, vs.log_start))
 
     def transaction(self, *, sync: bool) -> Transaction:
         """A transaction over the catalog and these WALs (``storage.txn``)."""
@@ -334,7 +337,7 @@ class Wal:
             n = len(value)
             if out and total + n > max_bytes:
                 break
-            out.append(_new_entry(WalEntry, (version, kind == keys.KIND_META, value, kinds[kind], count)))
+            out.append(_new_tuple(WalEntry, (version, kind == keys.KIND_META, value, kinds[kind], count)))
             total += n
             if total >= max_bytes:
                 break
