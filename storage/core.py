@@ -33,7 +33,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
-import plyvel  # type: ignore[import-untyped]
+import plyvel
 
 from tmqgate.storage import keys
 from tmqgate.storage.model import LayoutMismatch

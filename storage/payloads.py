@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-import plyvel  # type: ignore[import-untyped]
+import plyvel
 
 from tmqgate.storage import keys
 from tmqgate.storage.model import StorageError
