@@ -23,13 +23,13 @@ from typing import Any
 from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
 from tmqgate.broker.client import ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig, parse_hostport
+from tmqgate.broker.group_coordinator import for_broker
 from tmqgate.broker.handlers import API_TABLE
 from tmqgate.broker.handlers.context import AdminApis, ClusterApis, DataPlane, GroupApis, Node
 from tmqgate.broker.tdengine import Executor, GroupQueries, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicRegistry
 from tmqgate.broker.waiters import DataNotifier
-from tmqgate.coordinator.runtime import for_broker
 from tmqgate.protocol.codec import iter_precompile
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.messages import (

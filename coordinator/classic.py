@@ -11,6 +11,47 @@ clear = the member removed.
 
 JoinGroup and SyncGroup answers are deferred: the caller passes a ``reply`` callable that the
 machine calls (now, or later from another event or ``tick``). Nothing here knows asyncio.
+
+States (``ClassicGroupState``; the values are what DescribeGroups and ListGroups return).
+Every change goes through ``ClassicGroup._transition``, checked against ``VALID_PREVIOUS``,
+which is Kafka's ``ClassicGroupState`` table:
+
+Empty — no members (a new group, or every member left or expired). Restored groups with no
+    members start here too.
+    actions: JoinGroup from a new member is accepted; JoinGroup naming a member id, SyncGroup,
+        Heartbeat and an OffsetCommit with a generation answer UNKNOWN_MEMBER_ID; an
+        OffsetCommit with generation < 0 (a "simple" group) is stored.
+    → PreparingRebalance: a member joins (the first rebalance of an empty group waits
+        group.initial.rebalance.delay.ms, extended while members keep arriving, up to the
+        rebalance timeout).
+    → Dead: DeleteGroups.
+PreparingRebalance — waiting for every known member to (re)join.
+    actions: JoinGroup is parked until the join completes; Heartbeat and SyncGroup answer
+        REBALANCE_IN_PROGRESS; LeaveGroup and session expiry remove members.
+    → CompletingRebalance: every member rejoined (and no MEMBER_ID_REQUIRED id is pending,
+        and the initial delay is over), or the join deadline passed with some members in:
+        the generation is bumped, the protocol elected, members that did not rejoin
+        removed (static ones kept) and every parked JoinGroup answered.
+    → Empty: the join completes with nobody left (the generation is still bumped).
+    → Dead: DeleteGroups once the last member left during the initial delay.
+CompletingRebalance — the new generation is out; waiting for the leader's SyncGroup.
+    actions: followers' SyncGroup is parked; Heartbeat is answered normally; an OffsetCommit
+        answers REBALANCE_IN_PROGRESS.
+    → Stable: the leader's SyncGroup brings the assignment; every parked SyncGroup is answered.
+    → PreparingRebalance: a member joins or changes its protocols, a member leaves or expires,
+        or the sync deadline (the rebalance timeout) passes — members that sent no SyncGroup
+        are removed; parked SyncGroups answer REBALANCE_IN_PROGRESS and assignments are reset.
+    → Dead: allowed by the table (as in Kafka); DeleteGroups needs an empty group, so here
+        Dead is entered from Empty or a member-less PreparingRebalance.
+Stable — every member has its assignment (also where a group with members is restored).
+    actions: SyncGroup returns the member's assignment; JoinGroup from a follower with the same
+        protocols returns the current generation; heartbeats and commits are accepted.
+    → PreparingRebalance: a new member, the leader rejoining, a follower with new protocols,
+        a static member coming back as the leader or with new protocols, a leave or an expiry.
+    → Dead: allowed by the table, not reached (see CompletingRebalance).
+Dead — deleted; the coordinator forgets the group. JoinGroup answers COORDINATOR_NOT_AVAILABLE
+    and every member request UNKNOWN/COORDINATOR_NOT_AVAILABLE. No way out (Dead → Dead is
+    allowed, as in Kafka).
 """
 
 from __future__ import annotations
@@ -18,18 +59,41 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
+from tmqgate.coordinator.transitions import check
 from tmqgate.protocol.codec import DecodeError, decode_versioned
 from tmqgate.protocol.errors import ErrorCode
 
 Reply = Callable[[dict[str, Any]], None]
 
-EMPTY = "Empty"
-PREPARING = "PreparingRebalance"
-COMPLETING = "CompletingRebalance"
-STABLE = "Stable"
-DEAD = "Dead"
+
+
+class ClassicGroupState(StrEnum):
+    """A classic group's state; the value is the name Kafka's APIs report."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+EMPTY = ClassicGroupState.EMPTY
+PREPARING = ClassicGroupState.PREPARING_REBALANCE
+COMPLETING = ClassicGroupState.COMPLETING_REBALANCE
+STABLE = ClassicGroupState.STABLE
+DEAD = ClassicGroupState.DEAD
+
+#: For each state, the states it may be entered from (Kafka's ClassicGroupState table).
+VALID_PREVIOUS: dict[ClassicGroupState, frozenset[ClassicGroupState]] = {
+    EMPTY: frozenset({PREPARING}),
+    PREPARING: frozenset({STABLE, COMPLETING, EMPTY}),
+    COMPLETING: frozenset({PREPARING}),
+    STABLE: frozenset({COMPLETING}),
+    DEAD: frozenset({STABLE, PREPARING, COMPLETING, EMPTY, DEAD}),
+}
 
 
 @dataclass
@@ -75,7 +139,7 @@ class ClassicGroup:
     group_id: str
     config: ClassicConfig
     new_id: Callable[[], str]
-    state: str = EMPTY
+    state: ClassicGroupState = EMPTY  # changed only by _transition
     generation: int = 0
     protocol_type: str | None = None
     protocol_name: str | None = None
@@ -91,6 +155,10 @@ class ClassicGroup:
     dirty: bool = False  # persist at the end of the event
 
     kind = "classic"
+
+    def _transition(self, target: ClassicGroupState) -> None:
+        """The one place the state changes; a move VALID_PREVIOUS does not list raises."""
+        self.state = check(f"classic group {self.group_id}", VALID_PREVIOUS, self.state, target)
 
     # ---- queries -----------------------------------------------------------------------
 
@@ -129,7 +197,7 @@ class ClassicGroup:
             rebalance = session
         protocol_type = body.get("protocol_type") or ""
         protocols = [(p["name"], bytes(p["metadata"] or b"")) for p in body.get("protocols") or []]
-        base = {"member_id": member_id, "generation_id": -1, "protocol_name": None, "protocol_type": None,
+        base: dict[str, Any] = {"member_id": member_id, "generation_id": -1, "protocol_name": None, "protocol_type": None,
                 "leader": "", "members": []}
         if self.state == DEAD:
             reply(_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, **base))
@@ -207,7 +275,7 @@ class ClassicGroup:
                 given = {a["member_id"]: bytes(a["assignment"] or b"") for a in body.get("assignments") or []}
                 for m in self.members.values():
                     m.assignment = given.get(m.member_id, b"")
-                self.state = STABLE
+                self._transition(STABLE)
                 self.sync_deadline = None
                 self.dirty = True
                 for m in self.members.values():
@@ -277,7 +345,7 @@ class ClassicGroup:
 
     def delete(self) -> None:
         """DeleteGroups on an empty group: it is Dead from now on."""
-        self.state = DEAD
+        self._transition(DEAD)
 
     # ---- internals ---------------------------------------------------------------------
 
@@ -402,7 +470,7 @@ class ClassicGroup:
         else:
             self.initial_delay = False
             self.join_deadline = now + self._rebalance_timeout()
-        self.state = PREPARING
+        self._transition(PREPARING)
         self._try_complete_join(now)
 
     def _rebalance_timeout(self) -> int:
@@ -423,7 +491,7 @@ class ClassicGroup:
         self.generation += 1
         self.dirty = True
         if not self.members:
-            self.state = EMPTY
+            self._transition(EMPTY)
             self.protocol_name = None
             self.leader_id = None
             return
@@ -431,7 +499,7 @@ class ClassicGroup:
         if self.leader_id not in self.members or self.members[self.leader_id].join_reply is None:
             joined = [m.member_id for m in self.members.values() if m.join_reply is not None]
             self.leader_id = joined[0] if joined else next(iter(self.members))
-        self.state = COMPLETING
+        self._transition(COMPLETING)
         self.sync_deadline = now + self._rebalance_timeout()
         for m in self.members.values():
             if m.join_reply is not None:
@@ -469,9 +537,11 @@ class ClassicGroup:
     @classmethod
     def restore(cls, group_id: str, data: dict[str, Any], config: ClassicConfig, new_id: Callable[[], str],
                 now: int) -> ClassicGroup:
-        group = cls(group_id, config, new_id, generation=data.get("generation", 0),
-                    protocol_type=data.get("protocol_type"))
-        for m in data.get("members") or []:
+        members = data.get("members") or []
+        # The initial state, not a transition: a group with members comes back Stable.
+        group = cls(group_id, config, new_id, state=STABLE if members else EMPTY,
+                    generation=data.get("generation", 0), protocol_type=data.get("protocol_type"))
+        for m in members:
             member = ClassicMember(
                 m["member_id"], m.get("instance_id"), m.get("client_id", ""), m.get("client_host", ""),
                 m["session_timeout_ms"], m["rebalance_timeout_ms"], data.get("protocol_type") or "",
@@ -480,7 +550,6 @@ class ClassicGroup:
             if member.instance_id is not None:
                 group.static[member.instance_id] = member.member_id
         if group.members:
-            group.state = STABLE
             group.protocol_name = data.get("protocol_name")
             group.leader_id = data.get("leader") if data.get("leader") in group.members else next(iter(group.members))
         return group

@@ -8,6 +8,46 @@ that left its target (it keeps its epoch until it stops reporting them), and a p
 handed to its new owner only after the previous owner released it. Heartbeats keep members
 alive; missing them for the session timeout (TDengine's 12 s) removes the member, as does
 not revoking within the rebalance timeout.
+
+Group states (``ConsumerGroupState``; the values are what ConsumerGroupDescribe and ListGroups
+return). As in Kafka's ``ConsumerGroup.maybeUpdateGroupState`` the state follows from the
+epochs: it is recomputed at the end of every event (heartbeat, tick, restore) and a change goes
+through ``ConsumerGroup._transition``, checked against ``GROUP_VALID_PREVIOUS``:
+
+Empty — no members. → any live state when a member joins (Stable or Reconciling at once, as the
+    target is recomputed in the same heartbeat); → Dead on DeleteGroups.
+Assigning — the group epoch is ahead of the assignment epoch: the target assignment is stale.
+    The target is recomputed in the same event that bumps the epoch, so this is only seen
+    when a joining heartbeat failed (unsupported assignor, bad regex) after adding its member;
+    the next event recomputes it.
+Reconciling — some member (not away on a static leave, epoch -2) is not at the assignment epoch
+    or does not hold exactly its target yet: revocations and hand-overs are under way.
+Stable — every member holds its target at the assignment epoch.
+Dead — deleted (DeleteGroups, only when Empty); the coordinator forgets the group. No way out.
+Between the four live states every move is possible (members join, leave, expire; topics
+change; reconciliation ends), so the table allows all of them; only Dead is constrained.
+
+Member states (``MemberState``, internal; Kafka's ``MemberState`` plus JOINING), the outcome
+of the member's own last reconciliation; changed only by ``ConsumerGroup._set_member_state``,
+checked against ``MEMBER_VALID_PREVIOUS``:
+
+JOINING — joined (or rejoined with epoch 0: it starts over) and holds nothing yet.
+    → Stable or UnreleasedPartitions on its next reconciliation; never UnrevokedPartitions
+    (it holds nothing to revoke).
+STABLE — holds its whole target at its member epoch (which may lag the assignment epoch until
+    its next heartbeat reconciles it). → UnrevokedPartitions when its target lost partitions,
+    → UnreleasedPartitions when it gained partitions others still hold, → JOINING on rejoin.
+UNREVOKED_PARTITIONS — must stop reporting partitions that left its target; it keeps its old
+    epoch and the revocation deadline (its rebalance timeout) runs. → Stable or
+    UnreleasedPartitions once it reports them gone, → JOINING on rejoin; a miss of the
+    revocation deadline removes the member.
+UNRELEASED_PARTITIONS — at the assignment epoch, waiting for partitions of its target that
+    other members still hold (it heartbeats every RECONCILE_HEARTBEAT_MS meanwhile).
+    → Stable when they are released, → UnrevokedPartitions when a new target takes some of
+    its partitions, → JOINING on rejoin.
+A static leave (epoch -2) is an epoch, not a state: the member keeps its state and partitions
+until it comes back (under a new member id it takes over the old one) or its session expires.
+Removal (leave, session or revocation timeout) deletes the member; it has no state after that.
 """
 
 from __future__ import annotations
@@ -15,9 +55,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum, StrEnum
 from typing import Any, Protocol
 
 from tmqgate.coordinator.assignor import ASSIGNOR_NAMES, DEFAULT_ASSIGNOR, TopicPartition, assign
+from tmqgate.coordinator.transitions import check
 from tmqgate.protocol.errors import ErrorCode
 
 LEAVE_EPOCH = -1
@@ -25,10 +67,52 @@ STATIC_LEAVE_EPOCH = -2
 #: While a member waits for partitions another member must release, it polls this often (ms).
 RECONCILE_HEARTBEAT_MS = 200
 
-EMPTY = "Empty"
-ASSIGNING = "Assigning"
-RECONCILING = "Reconciling"
-STABLE = "Stable"
+
+
+class ConsumerGroupState(StrEnum):
+    """A KIP-848 group's state; the value is the name Kafka's APIs report."""
+
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+EMPTY = ConsumerGroupState.EMPTY
+ASSIGNING = ConsumerGroupState.ASSIGNING
+RECONCILING = ConsumerGroupState.RECONCILING
+STABLE = ConsumerGroupState.STABLE
+DEAD = ConsumerGroupState.DEAD
+
+_LIVE = frozenset({EMPTY, ASSIGNING, RECONCILING, STABLE})
+
+#: For each group state, the states it may be entered from (a change only; see the notes above).
+GROUP_VALID_PREVIOUS: dict[ConsumerGroupState, frozenset[ConsumerGroupState]] = {
+    **{state: _LIVE - {state} for state in _LIVE},
+    DEAD: frozenset({EMPTY}),
+}
+
+
+class MemberState(Enum):
+    """Where a KIP-848 member's reconciliation stands (internal; see the notes above)."""
+
+    JOINING = "joining"
+    STABLE = "stable"
+    UNREVOKED_PARTITIONS = "unrevoked_partitions"
+    UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+
+#: For each member state, the states it may be entered from (a change only).
+MEMBER_VALID_PREVIOUS: dict[MemberState, frozenset[MemberState]] = {
+    MemberState.JOINING: frozenset({MemberState.STABLE, MemberState.UNREVOKED_PARTITIONS,
+                                    MemberState.UNRELEASED_PARTITIONS}),
+    MemberState.STABLE: frozenset({MemberState.JOINING, MemberState.UNREVOKED_PARTITIONS,
+                                   MemberState.UNRELEASED_PARTITIONS}),
+    MemberState.UNREVOKED_PARTITIONS: frozenset({MemberState.STABLE, MemberState.UNRELEASED_PARTITIONS}),
+    MemberState.UNRELEASED_PARTITIONS: frozenset({MemberState.JOINING, MemberState.STABLE,
+                                                  MemberState.UNREVOKED_PARTITIONS}),
+}
 
 
 class TopicSource(Protocol):
@@ -66,6 +150,7 @@ class ConsumerMember:
     revocation_deadline: int | None = None
     last_sent: frozenset[TopicPartition] | None = None
     joined_ms: int = 0  # coordinator clock time of joining (SHOW CONSUMERS up time)
+    state: MemberState = MemberState.JOINING  # changed only by ConsumerGroup._set_member_state
 
     def topics(self, all_names: Callable[[], Iterable[str]]) -> set[str]:
         out = set(self.subscribed_names)
@@ -95,17 +180,24 @@ class ConsumerGroup:
     static: dict[str, str] = field(default_factory=dict)
     image: tuple[tuple[str, bytes, int], ...] | None = None
     dirty: bool = False
+    state: ConsumerGroupState = EMPTY  # changed only by _transition, at the end of each event
 
     kind = "consumer"
     protocol_type = "consumer"
 
-    # ---- queries -----------------------------------------------------------------------
+    # ---- states ------------------------------------------------------------------------
 
-    def is_empty(self) -> bool:
-        return not self.members
+    def _transition(self, target: ConsumerGroupState) -> None:
+        """The one place the group state changes (a no-change is not a transition)."""
+        if target is not self.state:
+            self.state = check(f"consumer group {self.group_id}", GROUP_VALID_PREVIOUS, self.state, target)
 
-    @property
-    def state(self) -> str:
+    def _settle(self) -> None:
+        """Move to the state the epochs say (Kafka's maybeUpdateGroupState); ends every event."""
+        if self.state is not DEAD:
+            self._transition(self._epochs_state())
+
+    def _epochs_state(self) -> ConsumerGroupState:
         if not self.members:
             return EMPTY
         if self.group_epoch > self.assignment_epoch:
@@ -116,6 +208,21 @@ class ConsumerGroup:
             if m.member_epoch != self.assignment_epoch or m.revoking or m.assigned != self.target.get(mid, set()):
                 return RECONCILING
         return STABLE
+
+    def _set_member_state(self, member: ConsumerMember, target: MemberState) -> None:
+        """The one place a member's state changes (a no-change is not a transition)."""
+        if target is not member.state:
+            member.state = check(f"member {member.member_id} of consumer group {self.group_id}",
+                                 MEMBER_VALID_PREVIOUS, member.state, target)
+
+    def delete(self) -> None:
+        """DeleteGroups on an empty group: it is Dead from now on."""
+        self._transition(DEAD)
+
+    # ---- queries -----------------------------------------------------------------------
+
+    def is_empty(self) -> bool:
+        return not self.members
 
     def subscribed_topics(self) -> set[str]:
         out: set[str] = set()
@@ -132,6 +239,12 @@ class ConsumerGroup:
 
     def heartbeat(self, now: int, body: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
         """One ConsumerGroupHeartbeat; returns the response body (errors raise HeartbeatError)."""
+        try:
+            return self._heartbeat(now, body, client_id, client_host)
+        finally:
+            self._settle()
+
+    def _heartbeat(self, now: int, body: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
         member_id = body.get("member_id") or ""
         epoch = body["member_epoch"]
         instance_id = body.get("instance_id")
@@ -141,15 +254,16 @@ class ConsumerGroup:
         if epoch == 0:
             member = self._join(now, body, member_id, instance_id)
         else:
-            member = self.members.get(member_id)
-            if member is None:
+            known = self.members.get(member_id)
+            if known is None:
                 raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {self.group_id}.")
             if instance_id is not None and self.static.get(instance_id, member_id) != member_id:
                 raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID)
-            if epoch != member.member_epoch and not (
-                    epoch == member.previous_epoch and owned is not None and owned <= member.assigned):
+            if epoch != known.member_epoch and not (
+                    epoch == known.previous_epoch and owned is not None and owned <= known.assigned):
                 raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
-                                     f"The member epoch {epoch} is fenced; the current epoch is {member.member_epoch}.")
+                                     f"The member epoch {epoch} is fenced; the current epoch is {known.member_epoch}.")
+            member = known
         self._update(member, body, client_id, client_host)
         self.refresh()
         self._reconcile(now, member, owned)
@@ -192,6 +306,7 @@ class ConsumerGroup:
             if m.session_deadline <= now or (m.revocation_deadline is not None and m.revocation_deadline <= now):
                 self._remove(mid)
         self.refresh()
+        self._settle()
 
     def refresh(self) -> None:
         """Re-read the subscribed topics' metadata; a change (topic created, deleted, grown)
@@ -251,6 +366,7 @@ class ConsumerGroup:
             # A known member rejoining from epoch 0 starts over; its target stays its own.
             member.assigned, member.revoking, member.revocation_deadline = set(), set(), None
             member.previous_epoch, member.member_epoch, member.last_sent = member.member_epoch, 0, None
+            self._set_member_state(member, MemberState.JOINING)
             self.dirty = True
         return member
 
@@ -347,12 +463,13 @@ class ConsumerGroup:
             member.assigned -= gone
             member.revoking = gone
             member.revocation_deadline = now + member.rebalance_timeout_ms
+            self._set_member_state(member, MemberState.UNREVOKED_PARTITIONS)
             self.dirty = True
             return
         if member.member_epoch != self.assignment_epoch:
             member.previous_epoch, member.member_epoch = member.member_epoch, self.assignment_epoch
             self.dirty = True
-        held = set()
+        held: set[TopicPartition] = set()
         for other in self.members.values():
             if other is not member:
                 held |= other.assigned | other.revoking
@@ -360,6 +477,8 @@ class ConsumerGroup:
         if free:
             member.assigned |= free
             self.dirty = True
+        self._set_member_state(member, MemberState.STABLE if member.assigned == target
+                               else MemberState.UNRELEASED_PARTITIONS)
 
     def _interval(self, member: ConsumerMember) -> int:
         target = self.target.get(member.member_id, set())
@@ -384,7 +503,8 @@ class ConsumerGroup:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "error_code": 0, "error_message": None, "group_id": self.group_id, "group_state": self.state,
+            "error_code": 0, "error_message": None, "group_id": self.group_id,
+            "group_state": self.state.value,
             "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
             "assignor_name": DEFAULT_ASSIGNOR, "authorized_operations": -2147483648,
             "members": [
@@ -419,16 +539,33 @@ class ConsumerGroup:
         group = cls(group_id, config, topics, new_id, data["group_epoch"], data["assignment_epoch"])
         group.image = tuple((n, bytes.fromhex(tid), c) for n, tid, c in data.get("image") or [])
         for m in data.get("members") or []:
+            assigned = {(t, p) for t, p in m["assigned"]}
+            revoking = {(t, p) for t, p in m["revoking"]}
+            target = {(t, p) for t, p in m["target"]}
             member = ConsumerMember(
                 m["member_id"], m.get("instance_id"), m.get("rack_id"), m.get("client_id", ""),
                 m.get("client_host", ""), list(m.get("subscribed_names") or []), m.get("subscribed_regex"),
                 m.get("server_assignor"), m.get("rebalance_timeout_ms", 300_000), m["member_epoch"],
-                m.get("previous_epoch", -1), {(t, p) for t, p in m["assigned"]}, {(t, p) for t, p in m["revoking"]},
-                session_deadline=now + config.session_timeout_ms)
+                m.get("previous_epoch", -1), assigned, revoking, session_deadline=now + config.session_timeout_ms,
+                # the initial member state, not a transition: what the restored fields say
+                state=_restored_member_state(m["member_epoch"], group.assignment_epoch, assigned, revoking, target))
             if member.revoking:
                 member.revocation_deadline = now + member.rebalance_timeout_ms
             group.members[member.member_id] = member
-            group.target[member.member_id] = {(t, p) for t, p in m["target"]}
+            group.target[member.member_id] = target
             if member.instance_id is not None:
                 group.static[member.instance_id] = member.member_id
+        group._settle()
         return group
+
+
+def _restored_member_state(epoch: int, assignment_epoch: int, assigned: set[TopicPartition],
+                           revoking: set[TopicPartition], target: set[TopicPartition]) -> MemberState:
+    """A restored member's state as its persisted fields say (member states are not persisted)."""
+    if revoking:
+        return MemberState.UNREVOKED_PARTITIONS
+    if epoch == 0 and not assigned:
+        return MemberState.JOINING
+    if epoch == assignment_epoch and assigned != target:
+        return MemberState.UNRELEASED_PARTITIONS
+    return MemberState.STABLE

@@ -17,7 +17,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.coordinator.classic import ClassicConfig, ClassicGroup, Reply, parse_assignment, parse_subscription
+from tmqgate.coordinator.classic import (
+    ClassicConfig,
+    ClassicGroup,
+    ClassicGroupState,
+    Reply,
+    parse_assignment,
+    parse_subscription,
+)
 from tmqgate.coordinator.consumer import ConsumerConfig, ConsumerGroup, HeartbeatError, TopicSource
 from tmqgate.protocol.errors import ErrorCode
 
@@ -135,7 +142,7 @@ class GroupCoordinator:
             group = ClassicGroup(group_id, self.config.classic, self.new_id)
             self.groups[group_id] = group
         group.join(now, body, version, client_id, client_host, reply)
-        if group.is_empty() and not group.pending and group.generation == 0 and group.state == "Empty":
+        if group.is_empty() and not group.pending and group.generation == 0 and group.state is ClassicGroupState.EMPTY:
             del self.groups[group_id]  # a refused join leaves nothing behind
             return
         self._persist(group)
@@ -270,8 +277,8 @@ class GroupCoordinator:
         for topic, partitions in topics:
             rows = []
             for p in partitions:
-                c = stored.get((topic, p))
-                rows.append((p, c.offset, c.leader_epoch, c.metadata or "", ErrorCode.NONE) if c else
+                found = stored.get((topic, p))
+                rows.append((p, found.offset, found.leader_epoch, found.metadata or "", ErrorCode.NONE) if found else
                             (p, -1, -1, "", ErrorCode.NONE))
             out.append((topic, rows))
         return ErrorCode.NONE, out
@@ -305,10 +312,11 @@ class GroupCoordinator:
         for group_id in sorted(set(self.groups) | self._offset_groups):
             group = self.groups.get(group_id)
             if group is None:
-                entry = {"group_id": group_id, "protocol_type": "", "group_state": "Empty", "group_type": "classic"}
+                entry = {"group_id": group_id, "protocol_type": "", "group_state": ClassicGroupState.EMPTY.value,
+                         "group_type": "classic"}
             else:
                 entry = {"group_id": group_id, "protocol_type": group.protocol_type or "",
-                         "group_state": group.state, "group_type": group.kind}
+                         "group_state": group.state.value, "group_type": group.kind}
             if wanted_states and entry["group_state"].lower() not in wanted_states:
                 continue
             if wanted_types and entry["group_type"] not in wanted_types:
@@ -321,16 +329,16 @@ class GroupCoordinator:
         base = {"group_id": group_id, "error_code": 0, "error_message": None, "protocol_type": "",
                 "protocol_data": "", "members": [], "authorized_operations": -2147483648}
         if group is None and group_id in self._offset_groups:
-            return {**base, "group_state": "Empty"}
+            return {**base, "group_state": ClassicGroupState.EMPTY.value}
         if not isinstance(group, ClassicGroup):
             if version >= 6:
                 message = f"Group {group_id} is not a classic group." if group else f"Group {group_id} not found."
-                return {**base, "group_state": "Dead", "error_code": int(ErrorCode.GROUP_ID_NOT_FOUND),
-                        "error_message": message}
-            return {**base, "group_state": "Dead"}
-        stable = group.state == "Stable"
+                return {**base, "group_state": ClassicGroupState.DEAD.value,
+                        "error_code": int(ErrorCode.GROUP_ID_NOT_FOUND), "error_message": message}
+            return {**base, "group_state": ClassicGroupState.DEAD.value}
+        stable = group.state is ClassicGroupState.STABLE
         return {
-            **base, "group_state": group.state, "protocol_type": group.protocol_type or "",
+            **base, "group_state": group.state.value, "protocol_type": group.protocol_type or "",
             "protocol_data": (group.protocol_name or "") if stable else "",
             "members": [
                 {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
@@ -351,7 +359,7 @@ class GroupCoordinator:
             if group is not None and (not group.is_empty() or getattr(group, "pending", None)):
                 out.append((group_id, ErrorCode.NON_EMPTY_GROUP))
                 continue
-            if isinstance(group, ClassicGroup):
+            if group is not None:
                 group.delete()
             self.groups.pop(group_id, None)
             self._offset_groups.discard(group_id)
@@ -367,7 +375,7 @@ class GroupCoordinator:
         out = []
         for group_id, group in sorted(self.groups.items()):
             if isinstance(group, ClassicGroup):
-                ready = group.state == "Stable"
+                ready = group.state is ClassicGroupState.STABLE
                 for m in group.members.values():
                     out.append({"group": group_id, "member_id": m.member_id, "client_id": m.client_id,
                                 "host": m.client_host, "state": "ready" if ready else "rebalancing",
@@ -376,15 +384,15 @@ class GroupCoordinator:
                                 "joined_ms": m.joined_ms})
             else:
                 names = group.topics.names
-                for m in group.members.values():
+                for cm in group.members.values():
                     assignment: dict[str, list[int]] = {}
-                    for topic, partition in sorted(m.assigned):
+                    for topic, partition in sorted(cm.assigned):
                         assignment.setdefault(topic, []).append(partition)
-                    settled = m.member_epoch == group.assignment_epoch and not m.revoking
-                    out.append({"group": group_id, "member_id": m.member_id, "client_id": m.client_id,
-                                "host": m.client_host, "state": "ready" if settled else "rebalancing",
-                                "topics": sorted(m.topics(names)), "assignment": assignment,
-                                "joined_ms": m.joined_ms})
+                    settled = cm.member_epoch == group.assignment_epoch and not cm.revoking
+                    out.append({"group": group_id, "member_id": cm.member_id, "client_id": cm.client_id,
+                                "host": cm.client_host, "state": "ready" if settled else "rebalancing",
+                                "topics": sorted(cm.topics(names)), "assignment": assignment,
+                                "joined_ms": cm.joined_ms})
         return out
 
     def groups_subscribed_to(self, topic: str) -> set[str]:

@@ -3,7 +3,9 @@ timer task that calls ``tick`` at the state machine's next deadline (and at leas
 second, so topic changes reach KIP-848 groups and deleted topics lose their offsets).
 
 The state machine itself (``coordinator.coordinator``) knows nothing of asyncio; this module
-is the only place the two meet.
+is the only place the two meet. Nothing in ``coordinator`` imports the broker: the broker
+builds the runtime (``tmqgate.broker.group_coordinator``) from its settings and a
+``TopicSource`` over its topic registry.
 """
 
 from __future__ import annotations
@@ -12,13 +14,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
+from tmqgate.coordinator.classic import Reply
 from tmqgate.coordinator.coordinator import GroupCoordinator
-
-if TYPE_CHECKING:
-    from tmqgate.broker.topics import TopicRegistry
 
 log = logging.getLogger("tmqgate.coordinator")
 
@@ -30,28 +30,10 @@ def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-class RegistryTopics:
-    """The broker's topic registry seen through the coordinator's TopicSource protocol."""
-
-    def __init__(self, registry: TopicRegistry) -> None:
-        self._registry = registry
-
-    def lookup(self, name: str) -> tuple[bytes, int] | None:
-        topic = self._registry.get(name)
-        return (topic.topic_id, topic.partitions) if topic is not None else None
-
-    def name_of(self, topic_id: bytes) -> str | None:
-        topic = self._registry.by_id(topic_id)
-        return topic.name if topic is not None else None
-
-    def names(self) -> Iterable[str]:
-        return [t.name for t in self._registry.all()]
-
-
 class CoordinatorRuntime:
     """Owns a GroupCoordinator, feeds it the clock, and turns its replies into awaitables."""
 
-    def __init__(self, machine: GroupCoordinator, clock: Any = monotonic_ms) -> None:
+    def __init__(self, machine: GroupCoordinator, clock: Callable[[], int] = monotonic_ms) -> None:
         self.machine = machine
         self.clock = clock
         self._wake: asyncio.Event | None = None
@@ -90,7 +72,7 @@ class CoordinatorRuntime:
             except Exception:  # the timer must survive a bad group
                 log.exception("coordinator tick failed")
 
-    async def _deferred(self, start: Any) -> dict[str, Any]:
+    async def _deferred(self, start: Callable[[Reply], None]) -> dict[str, Any]:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 
         def reply(result: dict[str, Any]) -> None:
@@ -108,20 +90,3 @@ class CoordinatorRuntime:
     async def sync_group(self, body: dict[str, Any]) -> dict[str, Any]:
         return await self._deferred(lambda reply: self.machine.sync_group(self.now(), body, reply))
 
-
-def for_broker(broker: Any) -> CoordinatorRuntime:
-    """The coordinator of a Broker: its store, its topics, its group.* settings."""
-    from tmqgate.coordinator.classic import ClassicConfig
-    from tmqgate.coordinator.consumer import ConsumerConfig
-    from tmqgate.coordinator.coordinator import CoordinatorConfig
-
-    cfg = broker.config
-    config = CoordinatorConfig(
-        classic=ClassicConfig(min_session_timeout_ms=cfg.group_min_session_timeout_ms,
-                              max_session_timeout_ms=cfg.group_max_session_timeout_ms,
-                              initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms),
-        consumer=ConsumerConfig(session_timeout_ms=cfg.group_consumer_session_timeout_ms,
-                                heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms),
-        offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
-    )
-    return CoordinatorRuntime(GroupCoordinator(broker.store, RegistryTopics(broker.topics), config, monotonic_ms()))

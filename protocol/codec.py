@@ -27,6 +27,7 @@ from construct.core import CodeGen
 from .schemas import SCHEMAS, FieldSpec, MessageSpec, in_versions, load_messages
 
 __all__ = [
+    "Chunk",
     "Codec",
     "DecodeError",
     "EncodeError",
@@ -40,7 +41,15 @@ __all__ = [
     "codec_for",
     "default_value",
     "iter_precompile",
+    "Message",
 ]
+
+#: A decoded message or struct: snake_case field names to values.
+Message = dict[str, Any]
+#: One buffer of an encoded message.
+Chunk = bytes | bytearray | memoryview
+#: ``io.write`` of the buffer a message is encoded into.
+_Write = Callable[[Chunk], object]
 
 
 class DecodeError(ValueError):
@@ -224,7 +233,7 @@ class ViewIO(BytesIO):
 
 
 def _records_tail(io: BytesIO, n: int) -> bytes | memoryview:
-    view = getattr(io, "view", None)
+    view: memoryview | None = getattr(io, "view", None)
     if view is None:
         return _read_exact(io, n)
     p = io.tell()
@@ -262,7 +271,7 @@ def _r_cnrecords(io: BytesIO) -> bytes | memoryview | None:
     return _records_tail(io, n)
 
 
-def _w_str(w: Callable, s: str) -> None:
+def _w_str(w: _Write, s: str) -> None:
     b = s.encode()
     n = len(b)
     if n > _MAX_STRING:
@@ -271,14 +280,14 @@ def _w_str(w: Callable, s: str) -> None:
     w(b)
 
 
-def _w_nstr(w: Callable, s: str | None) -> None:
+def _w_nstr(w: _Write, s: str | None) -> None:
     if s is None:
         w(b"\xff\xff")
     else:
         _w_str(w, s)
 
 
-def _w_cstr(w: Callable, s: str) -> None:
+def _w_cstr(w: _Write, s: str) -> None:
     b = s.encode()
     n = len(b)
     if n < 127:
@@ -290,19 +299,19 @@ def _w_cstr(w: Callable, s: str) -> None:
     w(b)
 
 
-def _w_cnstr(w: Callable, s: str | None) -> None:
+def _w_cnstr(w: _Write, s: str | None) -> None:
     if s is None:
         w(b"\x00")
     else:
         _w_cstr(w, s)
 
 
-def _w_bytes(w: Callable, b: bytes) -> None:
+def _w_bytes(w: _Write, b: bytes) -> None:
     w(_pack_i(len(b)))
     w(b)
 
 
-def _w_nbytes(w: Callable, b: bytes | None) -> None:
+def _w_nbytes(w: _Write, b: bytes | None) -> None:
     if b is None:
         w(b"\xff\xff\xff\xff")
     else:
@@ -310,13 +319,13 @@ def _w_nbytes(w: Callable, b: bytes | None) -> None:
         w(b)
 
 
-def _w_cbytes(w: Callable, b: bytes) -> None:
+def _w_cbytes(w: _Write, b: bytes) -> None:
     n = len(b)
     w(_UV[n + 1] if n < 127 else _uv_bytes(n + 1))
     w(b)
 
 
-def _w_cnbytes(w: Callable, b: bytes | None) -> None:
+def _w_cnbytes(w: _Write, b: bytes | None) -> None:
     if b is None:
         w(b"\x00")
     else:
@@ -327,7 +336,7 @@ def _not_null(what: str) -> None:
     raise EncodeError(f"null given for non-nullable {what}")
 
 
-def _w_tags(w: Callable, items: list) -> None:
+def _w_tags(w: _Write, items: list[tuple[int, Any]]) -> None:
     """Write a tagged-fields section from ``(tag, encoded_bytes)`` pairs, sorted by tag."""
     items.sort(key=_first)
     w(_uv_bytes(len(items)))
@@ -346,10 +355,10 @@ def _eq_default(v: Any, d: Any) -> bool:
         if v.get("_unknown_tags"):
             return False
         return all(_eq_default(v.get(k, dv), dv) for k, dv in d.items())
-    return v == d
+    return bool(v == d)
 
 
-def _first(item: tuple) -> Any:
+def _first(item: tuple[Any, ...]) -> Any:
     return item[0]
 
 
@@ -381,11 +390,11 @@ class _Gen:
         gen = getattr(code, "_kafka_gen", None)
         if gen is None:
             gen = _Gen(code)
-            code._kafka_gen = gen  # type: ignore[attr-defined]
+            code._kafka_gen = gen
         return gen
 
     def uid(self) -> int:
-        return self.code.allocateId()
+        return int(self.code.allocateId())
 
     def tmp(self, prefix: str) -> str:
         return f"{prefix}{self.uid()}"
@@ -404,7 +413,7 @@ class _Gen:
         return name
 
 
-class KType(Construct):
+class KType(Construct):  # type: ignore[misc]  # construct has no type information
     """Base of our Kafka wire types: emits inline code, parses/builds via its compiled self."""
 
     #: struct format of a fixed-size value, or None
@@ -439,14 +448,14 @@ class KType(Construct):
             c = self.__dict__["_compiled_cache"] = self.compile()
         return c
 
-    def _parse(self, stream, context, path):  # noqa: ANN001 - construct's signature
+    def _parse(self, stream: Any, context: Any, path: Any) -> Any:
         return self._compiled_self().parsefunc(stream, context)
 
-    def _build(self, obj, stream, context, path):  # noqa: ANN001
+    def _build(self, obj: Any, stream: Any, context: Any, path: Any) -> Any:
         self._compiled_self().buildfunc(obj, stream, context)
         return obj
 
-    def _sizeof(self, context, path):  # noqa: ANN001
+    def _sizeof(self, context: Any, path: Any) -> int:
         if self.fixed is not None:
             return struct.calcsize(">" + self.fixed)
         raise SizeofError(path=path)
@@ -457,6 +466,8 @@ class KPrim(KType):
 
     FORMATS = {"bool": "?", "int8": "b", "int16": "h", "uint16": "H", "int32": "i",
                "uint32": "I", "int64": "q", "float64": "d", "uuid": "16s"}
+
+    fixed: str  # always fixed-size
 
     def __init__(self, type_name: str) -> None:
         super().__init__()
@@ -602,8 +613,8 @@ class KStruct(KType):
     what a missing key encodes as, and what an absent tagged field decodes as.
     """
 
-    def __init__(self, name: str, fields: list[tuple[str, KType, Any]],
-                 tagged: list[tuple[int, str, KType, Any]] = (), flexible: bool = False,
+    def __init__(self, name: str, fields: Iterable[tuple[str, KType, Any]],
+                 tagged: Iterable[tuple[int, str, KType, Any]] = (), flexible: bool = False,
                  nullable: bool = False, order: list[str] | None = None) -> None:
         super().__init__()
         self.name = name
@@ -633,7 +644,7 @@ class KStruct(KType):
         def flush() -> None:
             if not group:
                 return
-            fmt = "".join(t.fixed for _, t in group)
+            fmt = "".join(t.fixed or "" for _, t in group)
             size = struct.calcsize(">" + fmt)
             names = ", ".join(var[k] for k, _ in group)
             lines.append(f"{ind}{names}, = {g.fmt(fmt)}.unpack(io.read({size}))")
@@ -699,7 +710,7 @@ class KStruct(KType):
         def flush() -> None:
             if not group:
                 return
-            fmt = "".join(t.fixed for _, t, _ in group)
+            fmt = "".join(t.fixed or "" for _, t, _ in group)
             for k, t, d in group:
                 if t.fixed == "16s":
                     lines.append(f"{ind}if len(g({k!r}, {d!r})) != 16: raise EncodeError('{k}: uuid must be 16 bytes')")
@@ -773,7 +784,7 @@ def default_value(f: FieldSpec, v: int) -> Any:
             return None
     if f.is_array:
         return []
-    if f.is_struct:
+    if f.fields is not None:  # a struct
         return {s.key: default_value(s, v) for s in f.fields if s.present(v)}
     t = f.type
     if t in _INT_TYPES:
@@ -801,7 +812,7 @@ def default_value(f: FieldSpec, v: int) -> Any:
 def _field_type(f: FieldSpec, v: int, flexible: bool, path: str) -> KType:
     compact = flexible and (f.flexible_versions is None or in_versions(f.flexible_versions, v))
     nullable = f.nullable(v)
-    if f.is_struct:
+    if f.fields is not None:  # a struct
         elem: KType = build_struct(f.fields, v, flexible, name=f"{path}_{f.name}",
                                    nullable=nullable and not f.is_array)
     elif f.type == "string":
@@ -818,13 +829,15 @@ def _field_type(f: FieldSpec, v: int, flexible: bool, path: str) -> KType:
 def build_struct(fields: tuple[FieldSpec, ...], v: int, flexible: bool, name: str = "msg",
                  nullable: bool = False) -> KStruct:
     """The :class:`KStruct` for ``fields`` at version ``v``."""
-    plain, tagged, order = [], [], []
+    plain: list[tuple[str, KType, Any]] = []
+    tagged: list[tuple[int, str, KType, Any]] = []
+    order: list[str] = []
     for f in fields:
         if not f.present(v):
             continue
         order.append(f.key)
         t = _field_type(f, v, flexible, name)
-        if flexible and f.tagged(v):
+        if flexible and f.tag is not None and f.tagged(v):
             tagged.append((f.tag, f.key, t, default_value(f, v)))
         else:
             plain.append((f.key, t, default_value(f, v)))
@@ -841,18 +854,18 @@ class Codec:
         self.construct = build_struct(spec.fields, version, spec.flexible(version), name=spec.name)
         self.compiled = self.construct._compiled_self()
         p, b = self.compiled.module.__dict__["_kafka_gen_names"]
-        self._parse = self.compiled.module.__dict__[p]
-        self._build = self.compiled.module.__dict__[b]
+        self._parse: Callable[[BytesIO], Message] = self.compiled.module.__dict__[p]
+        self._build: Callable[[Message, _Write, _Write], object] = self.compiled.module.__dict__[b]
 
     def __repr__(self) -> str:
         return f"<Codec {self.spec.name} v{self.version}>"
 
-    def decode(self, buf: bytes | bytearray | memoryview, records_view: bool = False) -> dict:
+    def decode(self, buf: bytes | bytearray | memoryview, records_view: bool = False) -> Message:
         """Decode a body; trailing bytes are ignored (as Kafka does).  With ``records_view``
         the ``records`` fields are zero-copy ``memoryview`` slices of ``buf`` instead of bytes."""
         return self.decode_from(ViewIO(buf) if records_view else BytesIO(buf))
 
-    def decode_from(self, io: BytesIO) -> dict:
+    def decode_from(self, io: BytesIO) -> Message:
         try:
             return self._parse(io)
         except DecodeError:
@@ -860,12 +873,12 @@ class Codec:
         except Exception as exc:  # any malformed input must surface as DecodeError
             raise DecodeError(f"{self.spec.name} v{self.version}: {exc!r}") from exc
 
-    def encode(self, msg: dict) -> bytes:
+    def encode(self, msg: Message) -> bytes:
         io = BytesIO()
         self.encode_into(msg, io)
         return io.getvalue()
 
-    def encode_into(self, msg: dict, io: BytesIO) -> None:
+    def encode_into(self, msg: Message, io: BytesIO) -> None:
         w = io.write
         try:
             self._build(msg, w, w)
@@ -874,16 +887,16 @@ class Codec:
         except Exception as exc:
             raise EncodeError(f"{self.spec.name} v{self.version}: {exc!r}") from exc
 
-    def encode_parts(self, msg: dict, io: BytesIO | None = None, threshold: int = 4096) -> list:
+    def encode_parts(self, msg: Message, io: BytesIO | None = None, threshold: int = 4096) -> list[Chunk]:
         """Encode as a list of buffers where ``records`` payloads of ``threshold`` bytes or more are
         the caller's own objects (not copied), as is each such part of a ``records`` list; the
         buffers joined are exactly :meth:`encode`'s bytes."""
         io = io if io is not None else BytesIO()
         w = io.write
-        refs: list[tuple[int, Any]] = []
+        refs: list[tuple[int, Chunk]] = []
         tell = io.tell
 
-        def wr(data: Any) -> None:
+        def wr(data: Chunk) -> None:
             if len(data) < threshold:
                 w(data)
             else:
@@ -896,7 +909,7 @@ class Codec:
         head = io.getvalue()
         if not refs:
             return [head]
-        parts: list = []
+        parts: list[Chunk] = []
         prev = 0
         for pos, data in refs:
             if pos > prev:
@@ -938,12 +951,15 @@ def data_codec(name: str, version: int) -> Codec:
     return Codec(spec, -1, version, "data")
 
 
-def decode_versioned(name: str, data: bytes) -> dict:
+def decode_versioned(name: str, data: bytes) -> Message:
     """Decode `int16 version` + body of a data schema (newer versions read as our newest)."""
     if len(data) < 2:
         raise DecodeError(f"{name}: {len(data)} bytes is too short")
     version = int.from_bytes(data[:2], "big", signed=True)
-    newest = _data_specs()[name].valid_versions[1]
+    valid = _data_specs()[name].valid_versions
+    if valid is None:
+        raise DecodeError(f"{name} has no versions")
+    newest = valid[1]
     return data_codec(name, min(max(version, 0), newest)).decode(data[2:])
 
 

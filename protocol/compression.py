@@ -156,7 +156,8 @@ def _snappy_decompress(data: bytes, max_size: int) -> bytes:
 
 def _lz4_compress(data: bytes) -> bytes:
     # Kafka's Java KafkaLZ4BlockInputStream refuses linked blocks; it writes no content size.
-    return lz4.frame.compress(data, block_linked=False, store_size=False)
+    out: bytes = lz4.frame.compress(data, block_linked=False, store_size=False)
+    return out
 
 
 def _lz4_decompress(data: bytes, max_size: int) -> bytes:
@@ -243,7 +244,8 @@ def compress(codec: int, data: bytes) -> bytes:
     return fn(data)
 
 
-def decompress(codec: int, data: bytes, max_size: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:
+def decompress(codec: int, data: bytes | bytearray | memoryview,
+               max_size: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:
     """Decompress a batch payload; raise :class:`CorruptRecord` if it is malformed or would
     exceed ``max_size`` bytes."""
     if codec == NONE:

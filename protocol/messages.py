@@ -13,7 +13,19 @@ import struct
 from dataclasses import dataclass, field
 from io import BytesIO
 
-from .codec import DecodeError, ViewIO, _r_nstr, _read_exact, _uv_bytes, _uv_read, _w_nstr, _w_tags, codec_for
+from .codec import (
+    Chunk,
+    DecodeError,
+    Message,
+    ViewIO,
+    _r_nstr,
+    _read_exact,
+    _uv_bytes,
+    _uv_read,
+    _w_nstr,
+    _w_tags,
+    codec_for,
+)
 from .schemas import SCHEMAS
 
 __all__ = [
@@ -69,7 +81,7 @@ class Request:
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: dict
+    body: Message
     header_tags: dict[int, bytes] = field(default_factory=dict)
 
 
@@ -128,7 +140,7 @@ def _response_head(api_key: int, api_version: int, correlation_id: int) -> Bytes
     return io
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, body: dict) -> bytes:
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Message) -> bytes:
     """Full response frame: int32 size, response header v0/v1, body."""
     io = _response_head(api_key, api_version, correlation_id)
     codec_for(api_key, api_version, "response").encode_into(body, io)
@@ -138,8 +150,8 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: d
     return io.getvalue()
 
 
-def encode_response_parts(api_key: int, api_version: int, correlation_id: int, body: dict,
-                          threshold: int = 4096) -> list:
+def encode_response_parts(api_key: int, api_version: int, correlation_id: int, body: Message,
+                          threshold: int = 4096) -> list[Chunk]:
     """Like :func:`encode_response` but as a list of buffers for the caller to send in order:
     ``records`` payloads (or parts of a ``records`` list) of at least ``threshold`` bytes are
     passed through uncopied; the buffers joined are exactly :func:`encode_response`'s frame."""
@@ -151,7 +163,7 @@ def encode_response_parts(api_key: int, api_version: int, correlation_id: int, b
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
-                   body: dict, header_tags: dict[int, bytes] | None = None) -> bytes:
+                   body: Message, header_tags: dict[int, bytes] | None = None) -> bytes:
     """Full request frame: int32 size, request header v1/v2, body (for tests and tools)."""
     schema = SCHEMAS[api_key]
     io = BytesIO()
@@ -172,7 +184,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes | bytearray | memoryview,
-                    records_view: bool = False) -> tuple[int, dict]:
+                    records_view: bool = False) -> tuple[int, Message]:
     """Parse a response frame (size prefix stripped) → ``(correlation_id, body)``.
 
     An ApiVersions response carrying UNSUPPORTED_VERSION is read as v0, as Kafka clients do,

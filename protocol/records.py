@@ -214,7 +214,7 @@ def verify_crc(batch: bytes | bytearray | memoryview) -> bool:
     if batch_length < _MIN_BATCH_LENGTH or end > n:
         return False
     (stored,) = _U32.unpack_from(batch, _CRC_OFFSET)
-    return crc32c(memoryview(batch)[_ATTRIBUTES_OFFSET:end]) == stored
+    return bool(crc32c(memoryview(batch)[_ATTRIBUTES_OFFSET:end]) == stored)
 
 
 def with_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) -> bytes:
@@ -493,7 +493,9 @@ def build_batch(
     null = _NULL
     now: int | None = None
     base_ts: int | None = None
-    max_ts: int | None = None
+    max_ts = NO_TIMESTAMP  # the first record's timestamp replaces it
+    ts: int | None
+    headers: Any
     delta = -1
     count = 0
     for rec in records:
@@ -566,7 +568,7 @@ def build_batch(
         attributes,
         max(delta, 0),
         NO_TIMESTAMP if base_ts is None else base_ts,
-        NO_TIMESTAMP if max_ts is None else max_ts,
+        max_ts,
         producer_id,
         producer_epoch,
         base_sequence,

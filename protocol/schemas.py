@@ -1,10 +1,10 @@
 """Kafka message schemas, loaded from Apache Kafka's JSON message definitions.
 
-The JSON files come from kafka-python's bundle (``kafka/protocol/schemas/resources``), which
-carries Apache Kafka's own definitions verbatim; ours in ``protocol/resources`` add what that
-bundle lacks (KIP-848's ConsumerGroupHeartbeat / ConsumerGroupDescribe) and win on a clash.
-Using the upstream definitions instead of hand-written layouts means every field, version
-range, nullability and tag is exactly what real clients expect.
+The JSON files in ``protocol/resources`` are Apache Kafka's own (``common/message/*.json`` of
+the ``kafka-clients`` jar), vendored verbatim from the release the reference broker runs by
+``scripts/refresh_schemas.py``, which records the release in ``resources/VERSION``.  Using the
+upstream definitions instead of hand-written layouts means every field, version range,
+nullability and tag is exactly what real clients expect.
 
 The parsed form (:class:`FieldSpec`, :class:`MessageSpec`, :class:`ApiSchema`) is what
 ``protocol.codec`` compiles and what the tests build value strategies from.
@@ -19,25 +19,30 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import kafka.protocol.schemas as _kp_schemas
-
 __all__ = [
     "ApiSchema",
     "FieldSpec",
+    "JsonObject",
     "MessageSpec",
+    "KAFKA_VERSION",
     "SCHEMAS",
     "Versions",
     "load_json_file",
     "snake_case",
 ]
 
+#: A parsed JSON object (a schema, a field or a struct).
+JsonObject = dict[str, Any]
+
 #: Inclusive version range; ``None`` stands for "no versions" (Kafka's ``"none"``).
 Versions = tuple[int, int] | None
 
 MAX_VERSION = 0x7FFF
 
-KAFKA_PYTHON_RESOURCES = Path(_kp_schemas.__file__).parent / "resources"
-OUR_RESOURCES = Path(__file__).parent / "resources"
+RESOURCES = Path(__file__).parent / "resources"
+
+#: The Apache Kafka release the vendored schemas come from (first line of ``resources/VERSION``).
+KAFKA_VERSION: str = (RESOURCES / "VERSION").read_text(encoding="utf-8").split("\n", 1)[0].strip()
 
 PRIMITIVE_TYPES = frozenset(
     {"bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64",
@@ -115,7 +120,7 @@ class MessageSpec:
     flexible_versions: Versions
     fields: tuple[FieldSpec, ...]
     latest_unstable: bool = False
-    json: dict = field(default_factory=dict, repr=False)
+    json: JsonObject = field(default_factory=dict, repr=False)
 
     def flexible(self, v: int) -> bool:
         return in_versions(self.flexible_versions, v)
@@ -145,16 +150,16 @@ class ApiSchema:
         return self.flexible_min is not None and v >= self.flexible_min
 
 
-def load_json_file(path: Path) -> dict:
+def load_json_file(path: Path) -> JsonObject:
     """Read one schema file: drop ``//`` comment lines, inline ``commonStructs``."""
-    data = json.loads(_COMMENT_LINE.sub("", path.read_text(encoding="utf-8")))
+    data: JsonObject = json.loads(_COMMENT_LINE.sub("", path.read_text(encoding="utf-8")))
     common = {s["name"]: s["fields"] for s in data.get("commonStructs", [])}
     if common:
         _resolve_common(data.get("fields", []), common)
     return data
 
 
-def _resolve_common(fields: list[dict], common: dict[str, list[dict]]) -> None:
+def _resolve_common(fields: list[JsonObject], common: dict[str, list[JsonObject]]) -> None:
     for f in fields:
         t = f["type"]
         inner = t[2:] if t.startswith("[]") else t
@@ -164,7 +169,7 @@ def _resolve_common(fields: list[dict], common: dict[str, list[dict]]) -> None:
             _resolve_common(f["fields"], common)
 
 
-def _parse_field(j: dict) -> FieldSpec:
+def _parse_field(j: JsonObject) -> FieldSpec:
     t = j["type"]
     is_array = t.startswith("[]")
     elem = t[2:] if is_array else t
@@ -189,7 +194,7 @@ def _parse_field(j: dict) -> FieldSpec:
     )
 
 
-def parse_message(data: dict) -> MessageSpec:
+def parse_message(data: JsonObject) -> MessageSpec:
     return MessageSpec(
         name=data["name"],
         kind=data["type"],
@@ -204,19 +209,18 @@ def parse_message(data: dict) -> MessageSpec:
 
 @cache
 def load_messages() -> dict[str, MessageSpec]:
-    """All message specs by name (kafka-python's bundle, then ours on top)."""
+    """All message specs by name."""
     out: dict[str, MessageSpec] = {}
-    for folder in (KAFKA_PYTHON_RESOURCES, OUR_RESOURCES):
-        for path in sorted(folder.glob("*.json")):
-            spec = parse_message(load_json_file(path))
-            out[spec.name] = spec
+    for path in sorted(RESOURCES.glob("*.json")):
+        spec = parse_message(load_json_file(path))
+        out[spec.name] = spec
     return out
 
 
 def _build_schemas() -> dict[int, ApiSchema]:
     msgs = load_messages()
-    reqs = {m.api_key: m for m in msgs.values() if m.kind == "request"}
-    resps = {m.api_key: m for m in msgs.values() if m.kind == "response"}
+    reqs = {m.api_key: m for m in msgs.values() if m.kind == "request" and m.api_key is not None}
+    resps = {m.api_key: m for m in msgs.values() if m.kind == "response" and m.api_key is not None}
     schemas: dict[int, ApiSchema] = {}
     for key in sorted(reqs):
         req, resp = reqs[key], resps.get(key)

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 bash scripts/install_java.sh
 python3 -m ruff check .
+# Types (mypy) and the package layering (import-linter): see scripts/check_layers.sh.
+bash scripts/check_layers.sh
 status=0
 python3 -m pytest -q -p no:cacheprovider --durations=15 tests compat_tests "$@" || status=$?
 python3 -m pytest -q -p no:cacheprovider --durations=15 compat_tests --target kafka "$@" || status=$?

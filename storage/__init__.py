@@ -1,4 +1,5 @@
-"""storage package: the only code that touches LevelDB (layout in storage.keys)."""
+"""storage package: the only code that touches LevelDB (layout in storage.keys, the parts in
+storage.store)."""
 
 from tmqgate.storage.model import (
     ChildTable,
@@ -9,8 +10,6 @@ from tmqgate.storage.model import (
     LayoutMismatch,
     ObjectExists,
     OffsetOutOfRange,
-    ProducerBatch,
-    ProducerState,
     StableExists,
     StorageError,
     TableExists,
@@ -25,10 +24,14 @@ from tmqgate.storage.model import (
     UnknownVnode,
     WalEntry,
 )
+from tmqgate.storage.producers import BatchMeta, ProducerAppend, ProducerWindow
 from tmqgate.storage.store import Store
 from tmqgate.storage.txn import Transaction
+from tmqgate.storage.wal import Appended
 
 __all__ = [
+    "Appended",
+    "BatchMeta",
     "ChildTable",
     "CommittedOffset",
     "DatabaseExists",
@@ -37,8 +40,8 @@ __all__ = [
     "LayoutMismatch",
     "ObjectExists",
     "OffsetOutOfRange",
-    "ProducerBatch",
-    "ProducerState",
+    "ProducerAppend",
+    "ProducerWindow",
     "StableExists",
     "StorageError",
     "Store",

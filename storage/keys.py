@@ -86,7 +86,7 @@ written, but a power loss (or kernel crash) with writes not yet fsynced (wal_lev
 inside a fsync period) could keep index keys whose payloads were lost (the payload log then
 ends below PAYSEQ). Open rolls those back: within a vnode sequences grow with versions, so
 they are each vnode's newest entries; their index keys, time index entries and producer
-batches go and the vnode's next version moves back (``Store._repair_lost_payloads``).
+batches go and the vnode's next version moves back (``storage.payloads``).
 ``Store.sync()`` fsyncs the payload log before the main DB, so a synced state never needs it.
 
 A vnode's versions are dense: a data entry of N records takes N consecutive versions, a rows
@@ -174,11 +174,13 @@ def u64(n: int) -> bytes:
 
 
 def read_u32(b: bytes) -> int:
-    return _U32.unpack(b)[0]
+    n: int = _U32.unpack(b)[0]
+    return n
 
 
 def read_u64(b: bytes) -> int:
-    return _U64.unpack(b)[0]
+    n: int = _U64.unpack(b)[0]
+    return n
 
 
 # catalog -------------------------------------------------------------------------------------
@@ -215,7 +217,8 @@ def ctable_key(db: int, name: str) -> bytes:
 
 def catalog_key_db(key: bytes) -> int:
     """The db id of a STABLE or CTABLE key."""
-    return _U32.unpack_from(key, 1)[0]
+    n: int = _U32.unpack_from(key, 1)[0]
+    return n
 
 
 def catalog_key_name(key: bytes) -> str:
@@ -245,7 +248,8 @@ def wal_seek_key(db: int, vnode: int, version: int) -> bytes:
 
 
 def wal_key_version(key: bytes) -> int:
-    return _U64.unpack_from(key, 9)[0]
+    n: int = _U64.unpack_from(key, 9)[0]
+    return n
 
 
 def wal_key_kind(key: bytes) -> int:
@@ -266,7 +270,8 @@ def unpack_wal_index(b: bytes) -> tuple[int, int, int, int]:
 
 
 def wal_index_seq(b: bytes) -> int:
-    return _U64.unpack_from(b, 0)[0]
+    n: int = _U64.unpack_from(b, 0)[0]
+    return n
 
 
 def pack_seqs(seqs: list[int]) -> bytes:
@@ -310,7 +315,8 @@ def time_key(db: int, vnode: int, timestamp: int) -> bytes:
 
 
 def time_key_ts(key: bytes) -> int:
-    return _U64.unpack_from(key, 9)[0] - TS_BIAS
+    n: int = _U64.unpack_from(key, 9)[0]
+    return n - TS_BIAS
 
 
 # producers -----------------------------------------------------------------------------------
@@ -392,7 +398,8 @@ def history_key(seq: int) -> bytes:
 
 
 def history_key_seq(key: bytes) -> int:
-    return _U64.unpack_from(key, 1)[0]
+    n: int = _U64.unpack_from(key, 1)[0]
+    return n
 
 
 _HISTORY = struct.Struct(">IIQQIQqqqB")

@@ -102,29 +102,12 @@ class DatabaseInfo:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-class ProducerState(NamedTuple):
-    """What the broker needs for sequence checks (of the producer's latest batch)."""
-
-    epoch: int
-    last_seq: int
-    last_base_offset: int
-
-
-class ProducerBatch(NamedTuple):
-    """One of the last MAX_PRODUCER_BATCHES batches of a producer, for duplicate detection."""
-
-    first_seq: int
-    last_seq: int
-    base_offset: int
-    last_offset: int
-
-
 class _WalEntryFields(NamedTuple):
     version: int
     is_meta: bool
     data: bytes
     kind: str
-    count: int
+    count: int  # type: ignore[assignment]  # the version count; shadows tuple.count on purpose
 
 
 class WalEntry(_WalEntryFields):

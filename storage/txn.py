@@ -22,7 +22,8 @@ to a vnode the transaction appended to before it commits, ``commit`` raises
 ``TransactionConflict`` and keeps nothing (versions would otherwise collide).
 
 Store's single-object catalog methods (``create_stable`` ...) and ``append_rows`` /
-``append_meta`` are one-operation transactions, so there is one implementation of each rule.
+``append_meta`` are one-operation transactions, so there is one implementation of each rule;
+``commit`` writes through the same write path as ``Store.append`` (``Core.write_entries``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.storage import keys
+from tmqgate.storage.core import NewEntry
 from tmqgate.storage.model import (
     ChildTable,
     StableExists,
@@ -50,7 +52,9 @@ from tmqgate.storage.model import (
 )
 
 if TYPE_CHECKING:
-    from tmqgate.storage.store import Store, _Vnode
+    from tmqgate.storage.catalog import Catalog
+    from tmqgate.storage.core import Core
+    from tmqgate.storage.wal import Vnode
 
 _DELETED = None
 _I64 = struct.Struct(">q")
@@ -74,7 +78,7 @@ class _Draft:
 
     __slots__ = ("dbid", "vnode", "vs", "start", "next", "size", "entries", "max_ts", "max_ts_base", "added")
 
-    def __init__(self, dbid: int, vnode: int, vs: _Vnode) -> None:
+    def __init__(self, dbid: int, vnode: int, vs: Vnode) -> None:
         self.dbid = dbid
         self.vnode = vnode
         self.vs = vs
@@ -90,13 +94,15 @@ class _Draft:
 class Transaction:
     """See the module docstring. Obtain one from ``Store.transaction()``."""
 
-    def __init__(self, store: Store, *, sync: bool = True) -> None:
-        self._store = store
+    def __init__(self, core: Core, catalog: Catalog, *, sync: bool, tail_cache_bytes: int) -> None:
+        self._core = core
+        self._catalog = catalog
         self._sync = sync
-        self._wb = store._db.write_batch(sync=sync)
-        # WAL entries in staging order: (dbid, vnode, base, kind, value, age ts, index ts);
-        # their index keys are put at commit, once the payloads have sequences.
-        self._entries: list[tuple[int, int, int, int, bytes, int, int]] = []
+        self._tail_cache_bytes = tail_cache_bytes
+        self._wb = core.batch(sync=sync)
+        # WAL entries in staging order; their index keys are put at commit, once the
+        # payloads have sequences.
+        self._entries: list[NewEntry] = []
         self._stables: dict[tuple[int, str], dict[str, Any] | None] = {}
         self._ctables: dict[tuple[int, str], ChildTable | None] = {}
         self._topics: dict[str, TmqTopic | None] = {}
@@ -115,24 +121,24 @@ class Transaction:
     # reads through the overlay -------------------------------------------------------------
 
     def _dbid(self, db: str) -> int:
-        return self._store._get(db).info.id
+        return self._catalog.database(db).info.id
 
     def _stable(self, dbid: int, name: str) -> dict[str, Any] | None:
         k = (dbid, name)
         if k in self._stables:
             return self._stables[k]
-        return self._store._stables[dbid].get(name)
+        return self._catalog.stables_of(dbid).get(name)
 
     def _ctable(self, dbid: int, name: str) -> ChildTable | None:
         k = (dbid, name)
         if k in self._ctables:
             return self._ctables[k]
-        return self._store._ctables[dbid].get(name)
+        return self._catalog.child_tables_of(dbid).get(name)
 
     def _topic(self, name: str) -> TmqTopic | None:
         if name in self._topics:
             return self._topics[name]
-        return self._store._topics.get(name)
+        return self._catalog.tmq_topic(name)
 
     def stable(self, db: str, name: str) -> dict[str, Any] | None:
         """The supertable's schema JSON as this transaction sees it."""
@@ -175,7 +181,7 @@ class Transaction:
             raise UnknownStable(f"{db}.{name}")
         children = [
             n
-            for n, t in self._store._ctables[dbid].items()
+            for n, t in self._catalog.child_tables_of(dbid).items()
             if t.stable == name and (dbid, n) not in self._ctables
         ]
         children += [
@@ -203,12 +209,12 @@ class Transaction:
         writers create tables by the ten thousand.
         """
         self._check_open()
-        d = self._store._get(db)
+        d = self._catalog.database(db)
         dbid = d.info.id
         nvnodes = len(d.vnodes)
-        existing = self._store._ctables[dbid]
+        existing = self._catalog.child_tables_of(dbid)
         staged = self._ctables
-        stables = self._store._stables[dbid]
+        stables = self._catalog.stables_of(dbid)
         staged_stables = self._stables
         put = self._wb.put
         prefix = keys.db_prefix(keys.CTABLE, dbid)
@@ -291,7 +297,7 @@ class Transaction:
     # WAL -----------------------------------------------------------------------------------
 
     def _draft(self, db: str, vnode: int) -> _Draft:
-        dbid, vs = self._store._vnode(db, vnode)
+        dbid, vs = self._catalog.vnode(db, vnode)
         d = self._drafts.get((dbid, vnode))
         if d is None:
             d = self._drafts[(dbid, vnode)] = _Draft(dbid, vnode, vs)
@@ -302,7 +308,7 @@ class Transaction:
     ) -> int:
         base = d.next
         wb = self._wb
-        self._entries.append((d.dbid, d.vnode, base, kind, value, age_ts, index_ts or 0))
+        self._entries.append(NewEntry(keys.wal_key(d.dbid, d.vnode, base, kind), value, age_ts, index_ts or 0))
         d.next = base + count
         d.size += len(value)
         d.entries += 1
@@ -353,54 +359,21 @@ class Transaction:
         self._entries.clear()
 
     def commit(self) -> None:
-        """Write the batch, then apply the staged state to memory."""
+        """Write the batch (through the one write path, ``Core.write_entries``), then apply
+        the staged state to memory."""
         self._check_open()
         self._open = False
-        s = self._store
         for d in self._drafts.values():
             vs = d.vs
-            cur = s._dbs_by_id.get(d.dbid)
-            alive = cur is not None and d.vnode < len(cur.vnodes) and cur.vnodes[d.vnode] is vs
+            alive = self._catalog.vnode_by_id(d.dbid, d.vnode) is vs
             if not alive or (vs.next, vs.log_start, vs.size) != d.start:
                 self._wb.clear()
                 raise TransactionConflict(f"vnode {d.vnode} of db id {d.dbid} changed during the transaction")
         if not (self._stables or self._ctables or self._topics or self._drafts):
             return
-        entries = self._entries
-        if entries:
-            # Payloads first, then the WriteBatch that indexes them (see storage.keys).
-            first = s._put_payloads([e[4] for e in entries], self._sync)
-            put = self._wb.put
-            for seq, (dbid, vnode, base, kind, value, age_ts, index_ts) in enumerate(entries, first):
-                put(
-                    keys.wal_key(dbid, vnode, base, kind),
-                    keys.pack_wal_index(seq, len(value), age_ts, index_ts),
-                )
-            s._write_indexed(self._wb, first, len(entries))
-        else:
-            s._write(self._wb)
-        for (dbid, name), schema in self._stables.items():
-            stables = s._stables.get(dbid)
-            if stables is None:
-                continue
-            if schema is None:
-                stables.pop(name, None)
-            else:
-                stables[name] = schema
-        for (dbid, name), t in self._ctables.items():
-            ctables = s._ctables.get(dbid)
-            if ctables is None:
-                continue
-            if t is None:
-                ctables.pop(name, None)
-            else:
-                ctables[name] = t
-        for name, topic in self._topics.items():
-            if topic is None:
-                s._topics.pop(name, None)
-            else:
-                s._topics[name] = topic
-        cap = s.tail_cache_bytes
+        self._core.write_entries(self._wb, self._entries, self._sync)
+        self._catalog.apply(self._stables, self._ctables, self._topics)
+        cap = self._tail_cache_bytes
         for d in self._drafts.values():
             vs = d.vs
             vs.next = d.next

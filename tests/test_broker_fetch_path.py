@@ -9,13 +9,13 @@ import os
 import socket
 from typing import Any
 
+from tests.broker_conn import Conn
 from tmqgate.broker.apis import ApiKey
 from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.server import Broker, write_parts
 from tmqgate.protocol.codec import codec_for
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import build_batch, iter_batches
-from tests.broker_conn import Conn
 
 E = ErrorCode
 

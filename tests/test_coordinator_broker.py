@@ -6,11 +6,11 @@ import asyncio
 import struct
 from typing import Any
 
+from tests.broker_conn import Conn
+from tests.test_coordinator import subscription
 from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.protocol.errors import ErrorCode
-from tests.broker_conn import Conn
-from tests.test_coordinator import subscription
 
 E = ErrorCode
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from tests.test_coordinator import Topics
 from tmqgate.coordinator.assignor import assign
 from tmqgate.coordinator.coordinator import GroupCoordinator
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import Store
-from tests.test_coordinator import Topics
 
 E = ErrorCode
 

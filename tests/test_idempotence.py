@@ -1,11 +1,25 @@
-"""Sequence checks of idempotent producers, against the cases Kafka's ProducerStateManager names."""
+"""Sequence checks of idempotent producers, against the cases Kafka's ProducerStateManager names,
+and the window they are checked against."""
 
-from tmqgate.broker.idempotence import INT32_MAX, check_sequence
+import asyncio
+
+from tests.broker_conn import Conn
+from tmqgate.broker.apis import ApiKey
+from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.server import Broker
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.records import build_batch
+from tmqgate.storage.producers import (
+    INT32_MAX,
+    BatchMeta,
+    ProducerAppend,
+    ProducerWindow,
+    check_sequence,
+)
 
 
 def state(epoch, *batches):
-    return (epoch, list(batches))
+    return ProducerWindow(epoch, tuple(BatchMeta(*b) for b in batches))
 
 
 def test_unknown_producer_accepts_any_sequence():
@@ -50,3 +64,72 @@ def test_sequence_wraps_at_int32_max():
     assert check_sequence(s, 0, 0, 5) == (ErrorCode.NONE, None)
     s = state(0, (INT32_MAX - 1, 2, 100, 104))
     assert check_sequence(s, 0, INT32_MAX - 1, 5) == (ErrorCode.NONE, 100)
+
+
+def test_window_keeps_the_last_five_batches_of_the_epoch():
+    window = None
+    for i in range(7):
+        window = ProducerAppend(5, 1, 2 * i, 2, window).window_at(3 * i)
+    assert window == state(1, *[(2 * i, 2 * i + 1, 3 * i, 3 * i + 1) for i in range(2, 7)])
+    assert check_sequence(window, 1, 8, 2) == (ErrorCode.NONE, 12)
+    assert check_sequence(window, 1, 2, 2).error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER  # evicted
+    # a new epoch starts a fresh window; the last sequence wraps at Int32.MAX
+    window = ProducerAppend(5, 2, INT32_MAX - 1, 3, window).window_at(21)
+    assert window == state(2, (INT32_MAX - 1, 0, 21, 23))
+    assert check_sequence(window, 2, 1, 1) == (ErrorCode.NONE, None)
+
+
+# What a producer sees, over TCP from a real Broker -------------------------------------------
+
+
+def _produce_body(records: bytes) -> dict:
+    return {"transactional_id": None, "acks": -1, "timeout_ms": 1000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": records}]}]}
+
+
+def _batch(first_seq: int, n: int, epoch: int = 0) -> bytes:
+    return build_batch([(None, b"v%d" % (first_seq + i)) for i in range(n)],
+                       producer_id=4242, producer_epoch=epoch, base_sequence=first_seq)
+
+
+async def _produce(conn: Conn, records: bytes) -> tuple[int, int, int]:
+    resp = await conn.call(ApiKey.PRODUCE, 9, _produce_body(records))
+    p = resp["responses"][0]["partition_responses"][0]
+    return p["error_code"], p["base_offset"], p["log_start_offset"]
+
+
+async def _retried_batches_scenario(data_dir: str) -> None:
+    broker = Broker(BrokerConfig(listen="127.0.0.1:0", data_dir=data_dir))
+    await broker.start()
+    try:
+        broker.topics.create("t", 1, {})
+        conn = await Conn.open(broker.port)
+        assert await _produce(conn, _batch(0, 2)) == (0, 0, 0)
+        assert await _produce(conn, _batch(2, 3)) == (0, 2, 0)
+        # a retried batch gets its original offset and is not stored again
+        assert await _produce(conn, _batch(0, 2)) == (0, 0, 0)
+        assert await _produce(conn, _batch(2, 3)) == (0, 2, 0)
+        assert broker.store.next_version("t", 0) == 5
+        assert (await _produce(conn, _batch(9, 1)))[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert (await _produce(conn, _batch(5, 1, epoch=-1)))[0] == ErrorCode.INVALID_PRODUCER_EPOCH
+        # the log start offset answered is the one after the append
+        broker.store.delete_before("t", 0, 2)
+        assert await _produce(conn, _batch(5, 1)) == (0, 5, 2)
+        assert await _produce(conn, _batch(5, 1)) == (0, 5, 2)
+        conn.close()
+    finally:
+        await broker.stop()
+    broker = Broker(BrokerConfig(listen="127.0.0.1:0", data_dir=data_dir))
+    await broker.start()
+    try:  # the window survives a restart
+        conn = await Conn.open(broker.port)
+        assert await _produce(conn, _batch(2, 3)) == (0, 2, 2)
+        assert await _produce(conn, _batch(6, 1)) == (0, 6, 2)
+        assert broker.store.next_version("t", 0) == 7
+        conn.close()
+    finally:
+        await broker.stop()
+
+
+def test_retried_batches_get_their_original_offsets(tmp_path) -> None:
+    asyncio.run(_retried_batches_scenario(str(tmp_path / "data")))

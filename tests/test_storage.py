@@ -9,10 +9,11 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from tmqgate.storage import (
+    BatchMeta,
     DatabaseExists,
     OffsetOutOfRange,
-    ProducerBatch,
-    ProducerState,
+    ProducerAppend,
+    ProducerWindow,
     Store,
     UnknownDatabase,
     UnknownVnode,
@@ -47,7 +48,7 @@ def make_batch(
 
 def put(store: Store, db: str, vnode: int, n: int, ts: int = 1000, **kw: object) -> int:
     batch = make_batch(n, ts, **kw)  # type: ignore[arg-type]
-    return store.append(db, vnode, batch, n, DefaultRecordBatch(batch).max_timestamp)
+    return store.append(db, vnode, batch, n, DefaultRecordBatch(batch).max_timestamp).base
 
 
 def offsets(batches: list[bytes]) -> list[int]:
@@ -139,7 +140,7 @@ def test_reopen_keeps_catalog_versions_producers(tmp_path: Path) -> None:
         put(s, "db", 0, 3)
         s.append_meta("db", 0, b"m")
         put(s, "db", 2, 5, ts=7000)
-        s.append("db", 1, make_batch(2), 2, 1001, producer=(42, 3, 10))
+        s.append("db", 1, make_batch(2), 2, 1001, producer=ProducerAppend(42, 3, 10, 2, None))
         s.set_configs("db", {"retention.bytes": "500"}, merge=True)
         pid = s.allocate_producer_id()
         s.commit_offset("g", "db", 0, 3, "meta", leader_epoch=1, commit_ms=99)
@@ -157,7 +158,7 @@ def test_reopen_keeps_catalog_versions_producers(tmp_path: Path) -> None:
         assert s.next_version("db", 2) == 5
         assert s.next_version("other", 0) == 0
         assert put(s, "db", 0, 1) == 4
-        assert s.producer_state("db", 1, 42) == ProducerState(3, 11, 0)
+        assert s.producer_window("db", 1, 42) == ProducerWindow(3, (BatchMeta(10, 11, 0, 1),))
         assert s.allocate_producer_id() == pid + 1
         assert s.fetch_offsets("g")[("db", 0)].offset == 3
         assert s.offset_for_timestamp("db", 2, 7003) == (0, 7004)
@@ -303,7 +304,7 @@ def test_drop_and_recreate_sees_no_old_data(tmp_path: Path) -> None:
     with Store(tmp_path / "d") as s:
         old = s.create_database("db", 2)
         put(s, "db", 0, 3)
-        s.append("db", 1, make_batch(1), 1, 0, producer=(7, 0, 0))
+        s.append("db", 1, make_batch(1), 1, 0, producer=ProducerAppend(7, 0, 0, 1, None))
         with pytest.raises(DatabaseExists):
             s.create_database("db", 1)
         s.drop_database("db")
@@ -315,14 +316,14 @@ def test_drop_and_recreate_sees_no_old_data(tmp_path: Path) -> None:
         assert s.database_by_topic_id(old.topic_id) is None
         assert s.next_version("db", 0) == 0
         assert s.read("db", 0, 0, 1 << 20) == []
-        assert s.producer_state("db", 1, 7) is None
+        assert s.producer_window("db", 1, 7) is None
         assert put(s, "db", 0, 1) == 0
     with Store(tmp_path / "d") as s:
         assert offsets(s.read("db", 0, 0, 1 << 20)) == [0]
         assert s.next_version("db", 0) == 1
         # nothing of the old id remains
         for prefix in keys.PER_DB_PREFIXES:
-            assert list(s._db.iterator(prefix=keys.db_prefix(prefix, old.id))) == []
+            assert list(s.core.db.iterator(prefix=keys.db_prefix(prefix, old.id))) == []
 
 
 def test_orphaned_data_collected_on_open(tmp_path: Path) -> None:
@@ -330,12 +331,12 @@ def test_orphaned_data_collected_on_open(tmp_path: Path) -> None:
     with Store(tmp_path / "d") as s:
         info = s.create_database("db", 1)
         put(s, "db", 0, 3)
-        s._db.delete(keys.dbinfo_key(info.id))
-        s._db.delete(keys.name_key("db"))
+        s.core.db.delete(keys.dbinfo_key(info.id))
+        s.core.db.delete(keys.name_key("db"))
     with Store(tmp_path / "d") as s:
         assert s.databases() == []
         for prefix in keys.PER_DB_PREFIXES:
-            assert list(s._db.iterator(prefix=keys.db_prefix(prefix, info.id))) == []
+            assert list(s.core.db.iterator(prefix=keys.db_prefix(prefix, info.id))) == []
 
 
 def test_add_vnodes(tmp_path: Path) -> None:
@@ -357,24 +358,24 @@ def test_add_vnodes(tmp_path: Path) -> None:
         assert s.next_version("db", 2) == 1
 
 
-def test_producer_state(store: Store) -> None:
-    store.create_database("db", 2)
-    assert store.producer_state("db", 0, 5) is None
-    for i in range(7):
-        store.append("db", 0, make_batch(2), 2, 0, producer=(5, 1, 2 * i))
-        store.append("db", 0, make_batch(1), 1, 0)  # others interleave
-    assert store.producer_state("db", 0, 5) == ProducerState(1, 13, 18)
-    assert store.producer_state("db", 1, 5) is None
-    assert store.producer_batches("db", 0, 5) == [
-        ProducerBatch(2 * i, 2 * i + 1, 3 * i, 3 * i + 1) for i in range(2, 7)
-    ]
-    assert store.find_duplicate("db", 0, 5, 1, 8, 9) == ProducerBatch(8, 9, 12, 13)
-    assert store.find_duplicate("db", 0, 5, 1, 2, 3) is None  # evicted (older than 5 batches)
-    assert store.find_duplicate("db", 0, 5, 2, 8, 9) is None  # other epoch
-    # a new epoch starts a fresh history; the sequence wraps at int32 max like Kafka
-    store.append("db", 0, make_batch(3), 3, 0, producer=(5, 2, 2**31 - 2))
-    assert store.producer_state("db", 0, 5) == ProducerState(2, 0, 21)
-    assert store.producer_batches("db", 0, 5) == [ProducerBatch(2**31 - 2, 0, 21, 23)]
+def test_producer_window(tmp_path: Path) -> None:
+    """append stores the window it is handed (after the batch, at the base it assigns) in the
+    batch's WriteBatch; it survives a reopen."""
+    with Store(tmp_path / "d") as s:
+        s.create_database("db", 2)
+        assert s.producer_window("db", 0, 5) is None
+        for i in range(7):
+            pending = ProducerAppend(5, 1, 2 * i, 2, s.producer_window("db", 0, 5))
+            assert s.append("db", 0, make_batch(2), 2, 0, producer=pending).base == 3 * i
+            s.append("db", 0, make_batch(1), 1, 0)  # others interleave
+        last5 = ProducerWindow(1, tuple(BatchMeta(2 * i, 2 * i + 1, 3 * i, 3 * i + 1) for i in range(2, 7)))
+        assert s.producer_window("db", 0, 5) == last5
+        assert s.producer_window("db", 1, 5) is None
+    with Store(tmp_path / "d") as s:
+        assert s.producer_window("db", 0, 5) == last5
+        pending = ProducerAppend(5, 2, 2**31 - 2, 3, s.producer_window("db", 0, 5))
+        s.append("db", 0, make_batch(3), 3, 0, producer=pending)
+        assert s.producer_window("db", 0, 5) == ProducerWindow(2, (BatchMeta(2**31 - 2, 0, 21, 23),))
 
 
 def test_group_offsets(tmp_path: Path) -> None:
@@ -451,7 +452,7 @@ def test_reads_match_a_model(store: Store) -> None:
         else:
             n = rng.randrange(1, 6)
             batch = make_batch(n, ts=step, value_size=rng.randrange(1, 800))
-            v = store.append("db", 0, batch, n, step + n - 1)
+            v = store.append("db", 0, batch, n, step + n - 1).base
             model.append((v, n, False, len(batch)))
         if step % 10 == 0 or step == 299:
             hw = store.next_version("db", 0)

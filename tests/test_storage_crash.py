@@ -21,7 +21,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from kafka.record.default_records import DefaultRecordBatchBuilder
-    from tmqgate.storage import Store
+    from tmqgate.storage import ProducerAppend, Store
 
     path, wal_level, period = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     s = Store(path, wal_level=wal_level, fsync_period_ms=period)
@@ -34,7 +34,9 @@ WRITER = textwrap.dedent(
         for j in range(n):
             b.append(j, timestamp=1000 + i, key=None, value=b"v%d" % i + b"x" * 200, headers=[])
         vnode = i % 2
-        base = s.append("db", vnode, bytes(b.build()), n, 1000 + i, producer=(9, 0, i * 4))
+        window = s.producer_window("db", vnode, 9)
+        base = s.append("db", vnode, bytes(b.build()), n, 1000 + i,
+                        producer=ProducerAppend(9, 0, i * 4, n, window)).base
         if i % 7 == 0:
             s.append_meta("db", vnode, b"meta%d" % i)
         sys.stdout.write(f"{vnode} {base} {n} {i}\\n")
@@ -44,10 +46,16 @@ WRITER = textwrap.dedent(
 )
 
 
+def writer_env() -> dict[str, str]:
+    """The writer imports the tmqgate under test: the caller's PYTHONPATH (a worktree's) first."""
+    paths = [os.environ.get("PYTHONPATH", ""), str(Path(__file__).resolve().parents[1])]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+
+
 @pytest.mark.parametrize("wal_level", [1, 2])
 def test_acknowledged_appends_survive_sigkill(tmp_path: Path, wal_level: int) -> None:
     path = tmp_path / "data"
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = writer_env()
     acked: list[tuple[int, int, int, int]] = []
     for _round in range(2):  # the second round appends after a crash recovery
         proc = subprocess.Popen(
@@ -83,8 +91,8 @@ def test_acknowledged_appends_survive_sigkill(tmp_path: Path, wal_level: int) ->
             records = list(batch)
             assert [r.offset for r in records] == list(range(base, base + n))
             assert records[0].value.startswith(b"v%dx" % i)
-        state = s.producer_state("db", acked[-1][0], 9)
-        assert state is not None and state.epoch == 0
+        window = s.producer_window("db", acked[-1][0], 9)
+        assert window is not None and window.epoch == 0
 
 
 TX_WRITER = textwrap.dedent(
@@ -115,7 +123,7 @@ TX_WRITER = textwrap.dedent(
 def test_catalog_and_meta_entry_survive_sigkill_together(tmp_path: Path) -> None:
     """A child table is in the catalog exactly when its meta entry (and rows) is in the WAL."""
     path = tmp_path / "data"
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = writer_env()
     acked: dict[str, tuple[int, int, int]] = {}
     for _round in range(2):
         proc = subprocess.Popen([sys.executable, "-c", TX_WRITER, str(path)], stdout=subprocess.PIPE, env=env)

@@ -14,16 +14,21 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from test_storage import make_batch, put
 
-from tmqgate.storage import LayoutMismatch, StorageError, Store, WalEntry, keys
-from tmqgate.storage.store import PAYLOAD_DIR
+from tmqgate.storage import BatchMeta, LayoutMismatch, ProducerAppend, StorageError, Store, WalEntry, keys
+from tmqgate.storage.payloads import PAYLOAD_DIR
 
 
 def payload_seqs(s: Store) -> list[int]:
-    return [keys.read_u64(k) for k in s._plog.iterator(include_value=False)]
+    return [keys.read_u64(k) for k in s.core.payloads.db.iterator(include_value=False)]
 
 
 def indexed_seqs(s: Store) -> list[int]:
-    return sorted(keys.wal_index_seq(v) for _, v in s._db.iterator(prefix=keys.WAL))
+    return sorted(keys.wal_index_seq(v) for _, v in s.core.db.iterator(prefix=keys.WAL))
+
+
+def window_batches(s: Store, producer_id: int) -> tuple[BatchMeta, ...]:
+    window = s.producer_window("db", 0, producer_id)
+    return () if window is None else window.batches
 
 
 def fill(s: Store, db: str, vnodes: int, n: int, rng: random.Random) -> dict[tuple[int, int], bytes]:
@@ -34,7 +39,7 @@ def fill(s: Store, db: str, vnodes: int, n: int, rng: random.Random) -> dict[tup
         vnode = rng.randrange(vnodes)
         count = rng.randint(1, 5)
         batch = make_batch(count, ts=1000 + i, value_size=rng.choice([10, 300, 14_000]))
-        base = s.append(db, vnode, batch, count, DefaultRecordBatch(batch).max_timestamp)
+        base = s.append(db, vnode, batch, count, DefaultRecordBatch(batch).max_timestamp).base
         out[(vnode, base)] = s.read(db, vnode, base, 1)[0]
     return out
 
@@ -103,7 +108,7 @@ def test_failed_main_write_leaves_no_payload(tmp_path: Path, monkeypatch: pytest
         def broken_write(wb: object) -> None:
             raise OSError("disk full")
 
-        monkeypatch.setattr(s, "_write", broken_write)
+        monkeypatch.setattr(s.core, "write", broken_write)
         with pytest.raises(OSError):
             put(s, "db", 0, 2)
         with pytest.raises(OSError):
@@ -149,7 +154,7 @@ def test_archiver_removes_payloads(tmp_path: Path) -> None:
         assert gone > 0
         assert len(payload_seqs(s)) == 20 - gone
         assert payload_seqs(s) == indexed_seqs(s)
-        assert sum(len(v) for _, v in s._plog.iterator()) == s.total_bytes()
+        assert sum(len(v) for _, v in s.core.payloads.db.iterator()) == s.total_bytes()
 
 
 def test_drop_database_removes_its_payloads(tmp_path: Path) -> None:
@@ -179,13 +184,13 @@ def test_payload_deletes_interrupted_by_a_crash_finish_at_open(
     s.create_database("db", 1)
     for _ in range(6):
         put(s, "db", 0, 1)
-    monkeypatch.setattr(s, "_delete_payloads", lambda seqs: None)  # "killed" before it ran
+    monkeypatch.setattr(s.core.payloads, "delete", lambda seqs: None)  # "killed" before it ran
     s.delete_before("db", 0, 4)
     assert len(payload_seqs(s)) == 6 and indexed_seqs(s) == [4, 5]
     s.close()
     with Store(path) as s:
         assert payload_seqs(s) == [4, 5]
-        assert s._db.get(keys.PAYGC) is None
+        assert s.core.db.get(keys.PAYGC) is None
         assert [DefaultRecordBatch(b).base_offset for b in s.read("db", 0, 0, 1 << 20)] == [4, 5]
 
 
@@ -197,8 +202,8 @@ def test_interrupted_drop_collects_payloads_at_open(tmp_path: Path) -> None:
         put(s, "other", 0, 1)
         for _ in range(4):
             put(s, "db", 0, 1)
-        s._db.delete(keys.dbinfo_key(info.id))  # as if killed right after the catalog delete
-        s._db.delete(keys.name_key("db"))
+        s.core.db.delete(keys.dbinfo_key(info.id))  # as if killed right after the catalog delete
+        s.core.db.delete(keys.name_key("db"))
     with Store(path) as s:
         assert len(payload_seqs(s)) == 1 and payload_seqs(s) == indexed_seqs(s)
         assert len(s.read("other", 0, 0, 1 << 20)) == 1
@@ -209,7 +214,7 @@ def test_missing_payload_is_an_error_not_a_short_read(tmp_path: Path) -> None:
         s.create_database("db", 1)
         put(s, "db", 0, 1)
         put(s, "db", 0, 1)
-        s._plog.delete(keys.u64(1))
+        s.core.payloads.db.delete(keys.u64(1))
         with pytest.raises(StorageError):
             s.read("db", 0, 0, 1 << 20)
 
@@ -232,7 +237,7 @@ def test_layout_1_data_dir_is_refused(tmp_path: Path) -> None:
 
 def test_new_store_is_stamped_with_the_layout(tmp_path: Path) -> None:
     with Store(tmp_path / "d") as s:
-        assert keys.read_u32(s._db.get(keys.LAYOUT)) == keys.LAYOUT_VERSION
+        assert keys.read_u32(s.core.db.get(keys.LAYOUT)) == keys.LAYOUT_VERSION
     with Store(tmp_path / "d") as s:  # reopens fine
         assert s.databases() == []
 
@@ -245,9 +250,9 @@ def test_payload_log_that_lost_its_tail_rolls_back_the_vnode_tails(tmp_path: Pat
         s.create_database("db", 2)
         for i in range(8):  # seq i -> vnode i % 2, 2 records each, producer 7 on vnode 0
             batch = make_batch(2, ts=1000 + i)
-            producer = (7, 0, i) if i % 2 == 0 else None
+            producer = ProducerAppend(7, 0, i, 2, s.producer_window("db", 0, 7)) if i % 2 == 0 else None
             s.append("db", i % 2, batch, 2, 1001 + i, producer=producer)
-        assert [b.base_offset for b in s.producer_batches("db", 0, 7)] == [0, 2, 4, 6]
+        assert [b.base_offset for b in window_batches(s, 7)] == [0, 2, 4, 6]
     plog = plyvel.DB(os.path.join(path, PAYLOAD_DIR))
     for seq in (5, 6, 7):  # lost: vnode 1's version 4 (seq 5), vnode 0's 6, vnode 1's 6
         plog.delete(keys.u64(seq))
@@ -257,7 +262,7 @@ def test_payload_log_that_lost_its_tail_rolls_back_the_vnode_tails(tmp_path: Pat
         assert (s.log_entries("db", 0), s.log_entries("db", 1)) == (3, 2)
         assert s.log_size("db", 0) == sum(len(b) for b in s.read("db", 0, 0, 1 << 20))
         assert [DefaultRecordBatch(b).base_offset for b in s.read("db", 1, 0, 1 << 20)] == [0, 2]
-        assert [b.base_offset for b in s.producer_batches("db", 0, 7)] == [0, 2, 4]
+        assert [b.base_offset for b in window_batches(s, 7)] == [0, 2, 4]
         assert s.max_timestamp_offset("db", 0) == (4, 1005)
         assert s.offset_for_timestamp("db", 1, 1006) is None
         assert put(s, "db", 1, 1) == 4

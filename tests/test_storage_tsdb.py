@@ -159,7 +159,7 @@ def test_catalog_errors_leave_nothing_behind(store: Store) -> None:
     assert list(store.child_tables("power")) == ["d1"]
     assert store.create_child_tables("power", [(f"x{i}", "meters", {"i": i}, i % 2) for i in range(3)]) == 3
     assert sorted(store.child_tables("power")) == ["d1", "x0", "x1", "x2"]
-    assert sorted(k[5:] for k in store._db.iterator(prefix=keys.CTABLE, include_value=False)) == [
+    assert sorted(k[5:] for k in store.core.db.iterator(prefix=keys.CTABLE, include_value=False)) == [
         b"d1",
         b"x0",
         b"x1",
@@ -176,7 +176,7 @@ def test_drop_database_drops_its_catalog(tmp_path: Path) -> None:
         s.create_database("power", 1, kind="tsdb")
         assert s.stables("power") == {} and s.child_tables("power") == {}
         for prefix in (keys.STABLE, keys.CTABLE):
-            assert list(s._db.iterator(prefix=keys.db_prefix(prefix, old.id))) == []
+            assert list(s.core.db.iterator(prefix=keys.db_prefix(prefix, old.id))) == []
     with Store(tmp_path / "d") as s:
         assert s.stables("power") == {} and s.child_tables("power") == {}
 
@@ -188,11 +188,11 @@ def test_databases_written_before_kind_and_entry_counts_load_as_kafka(tmp_path: 
         put(s, "old", 0, 2)
         s.append_meta("old", 0, b"m")
         put(s, "old", 0, 1)
-        raw = json.loads(s._db.get(keys.dbinfo_key(info.id)))
+        raw = json.loads(s.core.db.get(keys.dbinfo_key(info.id)))
         del raw["kind"], raw["options"]
-        s._db.put(keys.dbinfo_key(info.id), json.dumps(raw).encode())
-        nxt, start, size, _ = keys.unpack_vnode_state(s._db.get(keys.vnode_key(info.id, 0)))
-        s._db.put(keys.vnode_key(info.id, 0), struct_old(nxt, start, size))
+        s.core.db.put(keys.dbinfo_key(info.id), json.dumps(raw).encode())
+        nxt, start, size, _ = keys.unpack_vnode_state(s.core.db.get(keys.vnode_key(info.id, 0)))
+        s.core.db.put(keys.vnode_key(info.id, 0), struct_old(nxt, start, size))
     with Store(tmp_path / "d") as s:
         again = s.get_database("old")
         assert again is not None and again.kind == "kafka" and again.options == {}
@@ -203,7 +203,7 @@ def test_databases_written_before_kind_and_entry_counts_load_as_kafka(tmp_path: 
         assert s.log_entries("old", 0) == 4
     with Store(tmp_path / "d") as s:
         assert s.log_entries("old", 0) == 4
-        assert len(s._db.get(keys.vnode_key(info.id, 0))) == 32
+        assert len(s.core.db.get(keys.vnode_key(info.id, 0))) == 32
 
 
 def struct_old(nxt: int, start: int, size: int) -> bytes:
@@ -263,7 +263,7 @@ def test_transaction_sees_its_own_staged_changes(store: Store) -> None:
             tx.create_child_table("power", "x", "old", {}, 0)
     assert dict(store.stables("power")) == {"meters": SCHEMA2}
     assert dict(store.child_tables("power")) == {"d9": ChildTable("d9", "meters", {}, 1)}
-    assert sorted(k[5:] for k in store._db.iterator(prefix=keys.CTABLE, include_value=False)) == [b"d9"]
+    assert sorted(k[5:] for k in store.core.db.iterator(prefix=keys.CTABLE, include_value=False)) == [b"d9"]
     tx2 = store.transaction()
     tx2.commit()  # an empty transaction writes nothing
     with pytest.raises(StorageError):
@@ -273,27 +273,27 @@ def test_transaction_sees_its_own_staged_changes(store: Store) -> None:
 def test_transaction_failure_keeps_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     store.create_database("power", 1, kind="tsdb")
     meta(store, "power", 0, 20, 1)
-    before = list(store._db.iterator())
+    before = list(store.core.db.iterator())
     with pytest.raises(RuntimeError):
         with store.transaction() as tx:
             tx.create_stable("power", "meters", SCHEMA)
             tx.create_child_table("power", "d1", "meters", {}, 0)
             tx.append_meta("power", 0, b"create")
             raise RuntimeError("broker failed half way")
-    assert list(store._db.iterator()) == before
+    assert list(store.core.db.iterator()) == before
     assert store.stables("power") == {} and store.child_tables("power") == {}
     assert store.next_version("power", 0) == 1
 
     def broken_write(wb: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(store, "_write", broken_write)
+    monkeypatch.setattr(store.core, "write", broken_write)
     with pytest.raises(OSError):
         with store.transaction() as tx:
             tx.create_stable("power", "meters", SCHEMA)
             tx.append_meta("power", 0, b"create")
     monkeypatch.undo()
-    assert list(store._db.iterator()) == before
+    assert list(store.core.db.iterator()) == before
     assert store.stables("power") == {}
     assert store.next_version("power", 0) == 1 and store.log_entries("power", 0) == 1
     assert [e.version for e in store.read_entries("power", 0, 0, 1 << 20)] == [0]
@@ -668,7 +668,7 @@ def test_log_history_is_bounded(tmp_path: Path) -> None:
         assert [r.first_version for r in s.history()] == [2, 3, 4]
     with Store(tmp_path / "d", history_limit=3) as s:
         assert [r.first_version for r in s.history()] == [2, 3, 4]
-        assert len(list(s._db.iterator(prefix=keys.HISTORY))) == 3
+        assert len(list(s.core.db.iterator(prefix=keys.HISTORY))) == 3
     with Store(tmp_path / "d", history_limit=0) as s:  # 0: no new history (old records kept)
         s.delete_before("k", 0, -1)
         assert [r.first_version for r in s.history()] == [2, 3, 4]

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import DataPlane
-from tmqgate.broker.idempotence import check_sequence
 from tmqgate.broker.tdengine import IngestError, ingest
 from tmqgate.broker.topics import TMQ, TSDB
 from tmqgate.protocol.compression import CorruptRecord
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import MAGIC, BatchHeader, iter_batches, verify_crc, with_log_append_time
+from tmqgate.storage.producers import ProducerAppend, check_sequence
 
 if TYPE_CHECKING:
     from tmqgate.broker.topics import Topic
@@ -51,10 +51,9 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
             else:
                 assert topic is not None
                 try:
-                    entry["base_offset"], entry["log_append_time_ms"] = append_records(
-                        ctx, topic, index, pdata["records"])
+                    entry["base_offset"], entry["log_append_time_ms"], entry["log_start_offset"] = (
+                        append_records(ctx, topic, index, pdata["records"]))
                     entry["error_code"] = 0
-                    entry["log_start_offset"] = ctx.store.log_start(topic.db, index)
                 except ProduceError as exc:
                     entry["error_code"] = exc.code
                     entry["error_message"] = exc.message
@@ -67,20 +66,23 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
     return {"responses": responses, "throttle_time_ms": 0}
 
 
-def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | None) -> tuple[int, int]:
+def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | None) -> tuple[int, int, int]:
     """Validate one partition's batch as Kafka does and append it.
 
-    Returns (base offset, log append time): the time is -1 unless the topic stamps batches
-    with LogAppendTime, as in Kafka's produce response."""
+    Returns (base offset, log append time, log start offset): the time is -1 unless the topic
+    stamps batches with LogAppendTime, as in Kafka's produce response. At most two store
+    calls: the producer's window (idempotent producers only), then the append — or the log
+    start, for a retried batch or a tsdb ingest."""
     if topic.kind == TMQ:
         raise ProduceError(ErrorCode.INVALID_REQUEST,
                            f"'{topic.name}' is a TDengine topic (a view); write to database '{topic.db}'")
     batch, header = _validated_batch(topic, records)
     if topic.kind == TSDB:
         try:
-            return ingest(ctx.executor, topic.db, vnode, batch), -1
+            base = ingest(ctx.executor, topic.db, vnode, batch)
         except IngestError as exc:
             raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
+        return base, -1, ctx.store.log_start(topic.db, vnode)
     now_ms = int(time.time() * 1000)
     log_append_time = topic.config("message.timestamp.type") == "LogAppendTime"
     if not log_append_time:
@@ -88,21 +90,20 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
     store = ctx.store
     producer = None
     if header.producer_id >= 0 and header.base_sequence >= 0:
-        known = store.producer_state(topic.db, vnode, header.producer_id)
-        state = None if known is None else (
-            known.epoch, [tuple(b) for b in store.producer_batches(topic.db, vnode, header.producer_id)])
-        verdict = check_sequence(state, header.producer_epoch, header.base_sequence, header.record_count)
+        window = store.producer_window(topic.db, vnode, header.producer_id)
+        verdict = check_sequence(window, header.producer_epoch, header.base_sequence, header.record_count)
         if verdict.duplicate_of is not None:
-            return verdict.duplicate_of, -1
+            return verdict.duplicate_of, -1, store.log_start(topic.db, vnode)
         if verdict.error != ErrorCode.NONE:
             raise ProduceError(verdict.error)
-        producer = (header.producer_id, header.producer_epoch, header.base_sequence)
+        producer = ProducerAppend(header.producer_id, header.producer_epoch, header.base_sequence,
+                                  header.record_count, window)
     max_timestamp = header.max_timestamp
     if log_append_time:
         batch, max_timestamp = with_log_append_time(batch, now_ms), now_ms
-    base = store.append(topic.db, vnode, batch, header.record_count, max_timestamp, producer=producer)
+    appended = store.append(topic.db, vnode, batch, header.record_count, max_timestamp, producer=producer)
     ctx.notifier.notify(topic.db, vnode)
-    return base, now_ms if log_append_time else -1
+    return appended.base, now_ms if log_append_time else -1, appended.log_start
 
 
 def _validated_batch(topic: Topic, records: bytes | None) -> tuple[bytes, BatchHeader]:

@@ -1,0 +1,59 @@
+"""The broker's group coordinator: ``coordinator``'s runtime fed by this broker's topic
+registry and group.* settings.
+
+``coordinator`` knows nothing of the broker; it asks for a ``TopicSource`` (topic ids and
+partition counts) and its config dataclasses. This module is the one place that builds them
+from a Broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from tmqgate.coordinator.classic import ClassicConfig
+from tmqgate.coordinator.consumer import ConsumerConfig
+from tmqgate.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
+from tmqgate.coordinator.runtime import CoordinatorRuntime, monotonic_ms
+
+if TYPE_CHECKING:
+    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.server import Broker
+    from tmqgate.broker.topics import TopicRegistry
+
+
+class RegistryTopics:
+    """The broker's topic registry seen through the coordinator's TopicSource protocol."""
+
+    def __init__(self, registry: TopicRegistry) -> None:
+        self._registry = registry
+
+    def lookup(self, name: str) -> tuple[bytes, int] | None:
+        topic = self._registry.get(name)
+        return (topic.topic_id, topic.partitions) if topic is not None else None
+
+    def name_of(self, topic_id: bytes) -> str | None:
+        topic = self._registry.by_id(topic_id)
+        return topic.name if topic is not None else None
+
+    def names(self) -> Iterable[str]:
+        return [t.name for t in self._registry.all()]
+
+
+def coordinator_config(cfg: BrokerConfig) -> CoordinatorConfig:
+    """The coordinator's settings from the broker's group.* (and offset.metadata.max.bytes) ones."""
+    return CoordinatorConfig(
+        classic=ClassicConfig(min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+                              max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+                              initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms),
+        consumer=ConsumerConfig(session_timeout_ms=cfg.group_consumer_session_timeout_ms,
+                                heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms),
+        offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
+    )
+
+
+def for_broker(broker: Broker) -> CoordinatorRuntime:
+    """The coordinator of a Broker: its store, its topics, its group.* settings."""
+    machine = GroupCoordinator(broker.store, RegistryTopics(broker.topics), coordinator_config(broker.config),
+                               monotonic_ms())
+    return CoordinatorRuntime(machine)

@@ -1,0 +1,262 @@
+"""The shared core of a Store: the two LevelDB handles, the sync policy and the write paths.
+
+Why one core: every part of the store (catalog, WAL, retention, producers, offsets) writes
+to the same main DB under the same durability rule, and WAL entries must reach the payload
+log and the main DB in one order. Keeping the handles, the rule and the paths here means
+there is exactly one place that decides how a write becomes durable:
+
+* ``write`` — a main-DB WriteBatch; under ``wal_level=1`` or a fsync period it marks the
+  store dirty so that ``sync`` fsyncs it later;
+* ``write_entries`` — THE write path of WAL entries, used by single appends and by
+  transactions alike: stage the payloads in the payload log, write the WriteBatch that
+  indexes them (with PAYSEQ), drop the staged payloads again if that fails, and only then
+  move the payload sequence on (``storage.keys``: a WriteBatch stays all-or-nothing);
+* ``write_removing`` — the reverse: unindex (listing the sequences under PAYGC), then delete
+  the payloads, so open can finish a delete a crash interrupted.
+
+Durability (TDengine's WAL_LEVEL / WAL_FSYNC_PERIOD):
+
+* ``wal_level=1``: writes use ``sync=False``. LevelDB appends every write to its log file
+  with ``write(2)`` before returning, so an acknowledged write survives SIGKILL of the
+  process (not a power loss / kernel crash).
+* ``wal_level=2, fsync_period_ms=0``: every write uses ``sync=True`` (fsync before return).
+* ``wal_level=2, fsync_period_ms>0``: writes use ``sync=False`` and the broker calls
+  ``sync()`` every ``fsync_period_ms``; it writes a tiny marker with ``sync=True`` to the
+  payload log, then to the main DB, which fsyncs each LevelDB's log and with it every
+  earlier write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
+
+import plyvel
+
+from tmqgate.storage import keys
+from tmqgate.storage.model import LayoutMismatch
+from tmqgate.storage.payloads import PayloadLog
+
+
+class WriteBatch(Protocol):
+    """What the store uses of a plyvel WriteBatch."""
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+    def delete(self, key: bytes) -> None: ...
+    def write(self) -> None: ...
+    def clear(self) -> None: ...
+
+
+class LevelDB(Protocol):
+    """What the store uses of a plyvel DB (plyvel has no type stubs)."""
+
+    @property
+    def closed(self) -> bool: ...
+    def get(self, key: bytes) -> bytes | None: ...
+    def put(self, key: bytes, value: bytes, *, sync: bool = False) -> None: ...
+    def delete(self, key: bytes, *, sync: bool = False) -> None: ...
+    def write_batch(self, *, sync: bool = False) -> WriteBatch: ...
+    def iterator(self, **options: Any) -> Any: ...
+    def raw_iterator(self) -> Any: ...
+    def compact_range(self, *, start: bytes | None = None, stop: bytes | None = None) -> None: ...
+    def close(self) -> None: ...
+
+
+class NewEntry(NamedTuple):
+    """A WAL entry to index: its WAL key, the stored value (goes to the payload log), its
+    age timestamp and index timestamp (``storage.keys``: the WAL key's value)."""
+
+    key: bytes
+    value: bytes
+    age_ts: int
+    index_ts: int
+
+
+class Core:
+    """The DB handles and the sync policy; see the module docstring."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        wal_level: int,
+        fsync_period_ms: int,
+        *,
+        write_buffer_size: int,
+        lru_cache_size: int,
+    ) -> None:
+        if wal_level not in (1, 2):
+            raise ValueError("wal_level must be 1 or 2")
+        if fsync_period_ms < 0:
+            raise ValueError("fsync_period_ms must be >= 0")
+        os.makedirs(path, exist_ok=True)
+        self.path = os.fspath(path)
+        self.wal_level = wal_level
+        self.fsync_period_ms = fsync_period_ms
+        #: Every write synced (wal_level 2 without a period); else writes mark ``dirty``.
+        self.sync_each = wal_level == 2 and fsync_period_ms == 0
+        self.dirty = False
+        # compression=None: batches arrive compressed by producers; snappy would waste CPU.
+        self.db: LevelDB = plyvel.DB(
+            self.path,
+            create_if_missing=True,
+            write_buffer_size=write_buffer_size,
+            lru_cache_size=lru_cache_size,
+            max_file_size=32 << 20,
+            compression=None,
+        )
+        try:
+            self._check_layout()
+            self.payloads = PayloadLog(
+                self.path, write_buffer_size=write_buffer_size, lru_cache_size=lru_cache_size
+            )
+        except BaseException:
+            self.db.close()
+            raise
+        self.payloads.recover(self.db)
+
+    def _check_layout(self) -> None:
+        """Refuse a data directory of another layout; stamp a new one with ours."""
+        raw = self.db.get(keys.LAYOUT)
+        if raw is None:
+            if next(self.db.iterator(include_value=False), None) is not None:
+                raise LayoutMismatch(
+                    f"{self.path} holds a tmqgate store of storage layout 1 (WAL entries inline); "
+                    f"this tmqgate reads layout {keys.LAYOUT_VERSION} only and cannot migrate it: "
+                    "use a new data directory"
+                )
+            self.db.put(keys.LAYOUT, keys.u32(keys.LAYOUT_VERSION), sync=True)
+            return
+        version = keys.read_u32(raw)
+        if version != keys.LAYOUT_VERSION:
+            raise LayoutMismatch(
+                f"{self.path} holds a tmqgate store of storage layout {version}; this tmqgate "
+                f"reads layout {keys.LAYOUT_VERSION} only"
+            )
+
+    # lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def needs_periodic_sync(self) -> bool:
+        return self.wal_level == 2 and self.fsync_period_ms > 0
+
+    def sync(self) -> None:
+        """Make every earlier write durable: a sync=True write fsyncs a LevelDB's log (the
+        payload log first, then the main DB, so no synced index points at a lost payload)."""
+        if self.dirty:
+            self.payloads.sync()
+            self.db.put(keys.SYNC, b"", sync=True)
+            self.dirty = False
+
+    @property
+    def closed(self) -> bool:
+        return self.db.closed
+
+    def close(self) -> None:
+        if self.db.closed:
+            return
+        if self.wal_level == 2:
+            self.sync()
+        self.payloads.close()
+        self.db.close()
+
+    # main-DB writes under the sync policy --------------------------------------------------
+
+    def batch(self, sync: bool | None = None) -> WriteBatch:
+        """A main-DB WriteBatch: synced per the policy, or as ``sync`` says (catalog: True)."""
+        return self.db.write_batch(sync=self.sync_each if sync is None else sync)
+
+    def write(self, wb: WriteBatch) -> None:
+        wb.write()
+        if not self.sync_each:
+            self.dirty = True
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """One main-DB key under the policy (no WriteBatch needed)."""
+        self.db.put(key, value, sync=self.sync_each)
+        if not self.sync_each:
+            self.dirty = True
+
+    def delete(self, key: bytes) -> None:
+        self.db.delete(key, sync=self.sync_each)
+        if not self.sync_each:
+            self.dirty = True
+
+    # THE write paths of WAL entries --------------------------------------------------------
+
+    def write_entries(self, wb: WriteBatch, entries: Sequence[NewEntry], sync: bool) -> None:
+        """Write ``wb`` (made with the same ``sync``) plus the index keys of ``entries``.
+
+        The payloads go to the payload log first, then ``wb`` with each entry's index key
+        and PAYSEQ; once ``wb`` is written the payload sequence moves past them. If it fails
+        the staged payloads (indexed by nothing) are dropped again, on a best-effort basis:
+        open drops them anyway, being above PAYSEQ. Without entries this is ``write``.
+        """
+        if not entries:
+            self.write(wb)
+            return
+        payloads = self.payloads
+        first = payloads.stage([e[1] for e in entries], sync)
+        put = wb.put
+        for seq, (key, value, age_ts, index_ts) in enumerate(entries, first):
+            put(key, keys.pack_wal_index(seq, len(value), age_ts, index_ts))
+        last = first + len(entries) - 1
+        wb.put(keys.PAYSEQ, keys.u64(last))
+        try:
+            self.write(wb)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                payloads.delete(range(first, last + 1))
+            raise
+        payloads.committed(last)
+
+    def write_removing(self, wb: WriteBatch, seqs: list[int]) -> None:
+        """Write ``wb``, which deletes the index keys of payloads ``seqs``, listing them under
+        PAYGC (so open finishes an interrupted delete); then delete the payloads."""
+        if seqs:
+            wb.put(keys.PAYGC, keys.pack_seqs(seqs))
+        self.write(wb)
+        if seqs:
+            self.payloads.delete(seqs)
+
+    def delete_database_data(self, dbid: int) -> None:
+        """Range-delete every per-database key of ``dbid`` (WAL payloads included)."""
+        for prefix in keys.PER_DB_PREFIXES:
+            self._delete_prefix(keys.db_prefix(prefix, dbid))
+
+    def delete_orphans(self, live: set[int]) -> None:
+        """Delete per-db data whose id is not in the catalog (a drop interrupted by a crash)."""
+        for prefix in keys.PER_DB_PREFIXES:
+            it = self.db.iterator(start=prefix, stop=keys.prefix_end(prefix), include_value=False)
+            while True:
+                key = next(it, None)
+                if key is None:
+                    break
+                dbid = keys.read_u32(key[1:5])
+                if dbid not in live:
+                    self._delete_prefix(keys.db_prefix(prefix, dbid))
+                it.seek(keys.db_prefix(prefix, dbid + 1))
+
+    def _delete_prefix(self, prefix: bytes, chunk: int = 10_000) -> None:
+        """Delete every key under ``prefix`` in chunks; under WAL also their payloads."""
+        wal = prefix[:1] == keys.WAL
+        it = self.db.iterator(prefix=prefix, include_value=wal)
+        while True:
+            wb = self.db.write_batch()
+            n = 0
+            seqs: list[int] = []
+            for item in it:
+                if wal:
+                    key, value = item
+                    seqs.append(keys.wal_index_seq(value))
+                else:
+                    key = item
+                wb.delete(key)
+                n += 1
+                if n >= chunk:
+                    break
+            if n:
+                self.write_removing(wb, seqs)
+            if n < chunk:
+                return

@@ -1,0 +1,170 @@
+"""Idempotent producers: the window of a producer's last batches, its rules and its storage.
+
+For each (vnode, producer id) the broker remembers the epoch and the last five batches'
+sequence ranges with their offsets, as Apache Kafka's ProducerStateManager does. A retried
+batch that matches one of them is answered with its original offset and not written again;
+a gap is OUT_OF_ORDER_SEQUENCE_NUMBER; an older sequence outside the remembered window is
+DUPLICATE_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH.
+
+Why one module: the check (``check_sequence``) and the update (``ProducerAppend.window_at``:
+the window after appending a batch) are two halves of one rule over one value
+(``ProducerWindow``) — with the Int32 wrap of sequences written once (``seq_add``) — so they
+live together, and the store only persists the window it is handed (``Producers``), in the
+same WriteBatch as the batch (``Wal.append``). The window's base offset is assigned by that
+append, which is why the broker hands over a ``ProducerAppend`` rather than the finished window.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, NamedTuple
+
+from tmqgate.protocol.errors import ErrorCode
+from tmqgate.storage import keys
+
+if TYPE_CHECKING:
+    from tmqgate.storage.core import Core, WriteBatch
+
+INT32_MAX = 2**31 - 1
+#: Batches remembered per producer and vnode (Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN).
+WINDOW_BATCHES = 5
+
+
+def seq_add(seq: int, n: int) -> int:
+    """``seq`` moved by ``n``: producer sequences wrap from Int32.MAX to 0, as Kafka's do."""
+    return (seq + n) % (INT32_MAX + 1)
+
+
+def _seq_before(a: int, b: int) -> bool:
+    """True when sequence a comes before b, allowing for the wrap at Int32.MAX."""
+    return 0 < seq_add(b, -a) < (INT32_MAX + 1) // 2
+
+
+class BatchMeta(NamedTuple):
+    """One remembered batch: its sequence range and its offsets (versions)."""
+
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+
+
+class ProducerWindow(NamedTuple):
+    """A producer's epoch and its last (at most ``WINDOW_BATCHES``) batches, oldest first."""
+
+    epoch: int
+    batches: tuple[BatchMeta, ...]
+
+
+class SequenceVerdict(NamedTuple):
+    """What to do with a batch: write it (error NONE, duplicate_of None), answer it with an
+    earlier write's base offset (duplicate_of set), or refuse it with ``error``."""
+
+    error: ErrorCode
+    duplicate_of: int | None = None
+
+
+def check_sequence(
+    window: ProducerWindow | None, epoch: int, first_seq: int, record_count: int
+) -> SequenceVerdict:
+    """Judge a batch against the producer's window (None: unknown producer)."""
+    if window is None:
+        # Unknown producer (new, or its state expired): accept any sequence (KIP-360).
+        return SequenceVerdict(ErrorCode.NONE)
+    if epoch < window.epoch:
+        return SequenceVerdict(ErrorCode.INVALID_PRODUCER_EPOCH)
+    if epoch > window.epoch:
+        if first_seq != 0:
+            return SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        return SequenceVerdict(ErrorCode.NONE)
+    batches = window.batches
+    last_seq = seq_add(first_seq, record_count - 1)
+    for b in batches:
+        if b.first_seq == first_seq and b.last_seq == last_seq:
+            return SequenceVerdict(ErrorCode.NONE, b.base_offset)
+    if not batches:
+        return SequenceVerdict(ErrorCode.NONE)
+    expected = seq_add(batches[-1].last_seq, 1)
+    if first_seq == expected:
+        return SequenceVerdict(ErrorCode.NONE)
+    oldest = batches[0].first_seq
+    if _seq_before(first_seq, expected) and not _seq_before(first_seq, oldest):
+        # Inside the remembered window but matching no batch exactly: the producer is confused.
+        return SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    if _seq_before(first_seq, oldest):
+        return SequenceVerdict(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
+    return SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+
+
+class ProducerAppend(NamedTuple):
+    """An idempotent producer's batch that ``check_sequence`` accepted, on its way to
+    ``Store.append`` (which stores ``window_at(base offset)`` with the batch)."""
+
+    producer_id: int
+    epoch: int
+    first_seq: int
+    record_count: int
+    window: ProducerWindow | None  # the window before this batch
+
+    def window_at(self, base_offset: int) -> ProducerWindow:
+        """The window after appending this batch at ``base_offset``: a new epoch starts a
+        fresh window; the oldest batch goes beyond ``WINDOW_BATCHES``."""
+        w = self.window
+        kept = w.batches if w is not None and w.epoch == self.epoch else ()
+        batch = BatchMeta(
+            self.first_seq,
+            seq_add(self.first_seq, self.record_count - 1),
+            base_offset,
+            base_offset + self.record_count - 1,
+        )
+        return ProducerWindow(self.epoch, (*kept, batch)[-WINDOW_BATCHES:])
+
+
+# persistence ---------------------------------------------------------------------------------
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Producers:
+    """Producer ids and the windows of (db id, vnode, producer id), cached after first use."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._windows: dict[tuple[int, int, int], ProducerWindow | None] = {}
+
+    def allocate_producer_id(self) -> int:
+        """A producer id never handed out before (persisted before it is returned)."""
+        db = self._core.db
+        raw = db.get(keys.NEXTPID)
+        pid = keys.read_u64(raw) if raw else 1000
+        db.put(keys.NEXTPID, keys.u64(pid + 1), sync=self._core.wal_level == 2)
+        return pid
+
+    def window(self, dbid: int, vnode: int, producer_id: int) -> ProducerWindow | None:
+        """The producer's window on the vnode, None if it has none there."""
+        k = (dbid, vnode, producer_id)
+        if k in self._windows:
+            return self._windows[k]
+        raw = self._core.db.get(keys.producer_key(dbid, vnode, producer_id))
+        window = None
+        if raw is not None:
+            epoch, _update_ms, batches = keys.unpack_producer(raw)
+            if batches:
+                window = ProducerWindow(epoch, tuple(BatchMeta(*b) for b in batches))
+        self._windows[k] = window
+        return window
+
+    def stage(self, wb: WriteBatch, dbid: int, vnode: int, producer_id: int, window: ProducerWindow) -> None:
+        """Put ``window`` into ``wb`` (the WriteBatch of the batch it describes)."""
+        value = keys.pack_producer(window.epoch, _now_ms(), list(window.batches))
+        wb.put(keys.producer_key(dbid, vnode, producer_id), value)
+
+    def remember(self, dbid: int, vnode: int, producer_id: int, window: ProducerWindow) -> None:
+        """Cache ``window`` once the WriteBatch that ``stage``d it is written."""
+        self._windows[(dbid, vnode, producer_id)] = window
+
+    def forget_database(self, dbid: int) -> None:
+        """Drop the cached windows of a dropped database."""
+        self._windows = {k: v for k, v in self._windows.items() if k[0] != dbid}
