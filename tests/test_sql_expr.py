@@ -473,3 +473,17 @@ def test_unsigned_bool_nchar_chunked_and_empty_tables():
     tbl = pa.Table.from_pylist(rows, schema=schema.arrow_schema())
     assert p.apply(pa.concat_tables([tbl, tbl])).to_pylist() == [{"x": 2.0**64, "y": -1}] * 2
     assert p.apply(schema.arrow_schema().empty_table()).num_rows == 0
+
+
+def test_in_matches_negative_zero_as_equal_does():
+    """`-0.0 = 0` is true, so `x IN (0)` must hold for -0.0 too (Arrow's is_in alone hashes the bits)."""
+    rows = [{"tbname": "d1", "ts": 1, "i": 1, "f": f, "s": "a", "t1": 1, "t2": "a"} for f in (-0.25, 0.0, 0.5)]
+    tbl = pa.Table.from_pylist(rows, schema=PSCHEMA.arrow_schema())
+
+    def mask(where: str) -> list[bool]:
+        return compile_projection(parse(f"SELECT ts FROM st WHERE {where}").select, PSCHEMA).where.mask(tbl).to_pylist()
+
+    assert mask("(f * 0) IN (0)") == [True, True, True]
+    assert mask("(f * 0) = 0") == [True, True, True]
+    assert mask("(f * 0) IN (-0.0)") == [True, True, True]
+    assert mask("f IN (0.5, 7)") == [False, False, True]

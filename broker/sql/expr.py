@@ -487,8 +487,16 @@ class _Compiler:
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
             raise self.error(f"IN values do not fit {a.type}: {err}", node) from None
 
+        # is_in hashes floats by their bits, so -0.0 would miss 0.0 (which `=` matches):
+        # adding 0.0 turns every zero into +0.0 on both sides.
+        floats = dom == pa.float64()
+        if floats:
+            value_set = pc.add(value_set, 0.0)
+
         def ev(t: pa.Table, c: _Ctx) -> Value:
             x = _full(a.ev(t, c), c.n, dom)
+            if floats:
+                x = pc.add(x, 0.0)
             r = pc.is_in(x, value_set=value_set, skip_nulls=True)
             r = pc.if_else(pc.is_null(x), _null(pa.bool_()), r)
             if has_null:
