@@ -3,7 +3,7 @@ registry and group.* settings.
 
 ``coordinator`` knows nothing of the broker; it asks for a ``TopicSource`` (topic ids and
 partition counts) and its config dataclasses. This module is the one place that builds them
-from a Broker.
+from the broker's settings and topic registry.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from tmqgate.coordinator.runtime import CoordinatorRuntime, monotonic_ms
 
 if TYPE_CHECKING:
     from tmqgate.broker.config import BrokerConfig
-    from tmqgate.broker.server import Broker
     from tmqgate.broker.topics import TopicRegistry
+    from tmqgate.storage import Store
 
 
 class RegistryTopics:
@@ -52,8 +52,7 @@ def coordinator_config(cfg: BrokerConfig) -> CoordinatorConfig:
     )
 
 
-def for_broker(broker: Broker) -> CoordinatorRuntime:
-    """The coordinator of a Broker: its store, its topics, its group.* settings."""
-    machine = GroupCoordinator(broker.store, RegistryTopics(broker.topics), coordinator_config(broker.config),
-                               monotonic_ms())
+def group_coordinator(store: Store, topics: TopicRegistry, cfg: BrokerConfig) -> CoordinatorRuntime:
+    """The broker's coordinator over its store and topics, with its group.* settings."""
+    machine = GroupCoordinator(store, RegistryTopics(topics), coordinator_config(cfg), monotonic_ms())
     return CoordinatorRuntime(machine)

@@ -23,7 +23,7 @@ from typing import Any
 from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
 from tmqgate.broker.client import ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig, parse_hostport
-from tmqgate.broker.group_coordinator import for_broker
+from tmqgate.broker.group_coordinator import group_coordinator
 from tmqgate.broker.handlers import API_TABLE
 from tmqgate.broker.handlers.context import AdminApis, ClusterApis, DataPlane, GroupApis, Node
 from tmqgate.broker.tdengine import Executor, GroupQueries, TsdbCatalog
@@ -111,7 +111,7 @@ class Broker:
         self.topics = TopicRegistry(self.store, self.catalog)
         self.notifier = DataNotifier()
         self.apis = API_TABLE
-        self.coordinator = for_broker(self)
+        self.coordinator = group_coordinator(self.store, self.topics, config)
         # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
         machine = self.coordinator.machine
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,

@@ -24,7 +24,6 @@ OLD_TOP_LEVEL = {name.split(".")[1] for name in PACKAGE_DIRS}
 #: Run-time modules that still import kafka-python (a test-only dependency now).
 #: TODO(issue 10, at merge): broker/tsdb/catalog.py imports murmur2 from tmqgate.protocol.partitioner
 #: instead of kafka.partitioner.default; then this set is empty.
-KAFKA_IMPORT_ALLOWED = {"broker/tsdb/catalog.py"}
 
 
 def _git_files(*patterns: str) -> list[str]:
@@ -62,8 +61,7 @@ def test_runtime_packages_do_not_import_kafka_python():
     found = {rel: [f"{line}: {mod}" for line, mod in _imported_modules(ROOT / rel) if mod.split(".")[0] == "kafka"]
              for rel in _git_files("*.py") if rel.startswith(folders)}
     found = {rel: hits for rel, hits in found.items() if hits}
-    assert set(found) <= KAFKA_IMPORT_ALLOWED, f"run-time imports of kafka-python: {found}"
-    assert set(found) == KAFKA_IMPORT_ALLOWED, "drop the fixed files from KAFKA_IMPORT_ALLOWED"
+    assert not found, f"run-time imports of kafka-python: {found}"
 
 
 def test_protocol_imports_without_kafka_python():

@@ -13,10 +13,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from kafka.partitioner.default import murmur2  # type: ignore[import-untyped]
 
 from tmqgate.broker.tsdb.rows import TBNAME
 from tmqgate.broker.tsdb.types import Column, StableSchema, parse_type
+from tmqgate.protocol.partitioner import murmur2
 
 if TYPE_CHECKING:
     from tmqgate.storage import Store
