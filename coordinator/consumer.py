@@ -340,6 +340,11 @@ class ConsumerGroup:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
         if not member_id:
             member_id = self.new_id()
+        held = self.members.get(member_id)
+        if held is not None and held.instance_id != instance_id:
+            # Another live member's id: taking it over would orphan that member's static entry.
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST,
+                                 f"Member id {member_id} is held by another member of the group.")
         if instance_id is not None and instance_id in self.static and self.static[instance_id] != member_id:
             old = self.members[self.static[instance_id]]
             if old.member_epoch != STATIC_LEAVE_EPOCH:

@@ -375,3 +375,23 @@ def test_joining_member_knows_its_target_immediately(tmp_path: Any, n: int) -> N
     sizes = sorted(sum(len(tp["partitions"]) for tp in m["target_assignment"]["topic_partitions"]) for m in d["members"])
     assert sizes == {1: [4], 2: [2, 2], 3: [1, 1, 2], 5: [0, 1, 1, 1, 1]}[n]
     assert d["assignment_epoch"] == d["group_epoch"]
+
+
+def test_join_under_another_live_members_id_is_refused(tmp_path: Any) -> None:
+    """A joining heartbeat may not take over a member id another live member holds: neither a
+    static member coming back nor a member naming a different instance id. Before, the
+    takeover overwrote the live member, and the next join with its instance id raised KeyError."""
+    c = make(tmp_path)
+    assert hb(c, 0, instance="i1")["member_id"] == "m1"
+    assert hb(c, 10, instance="i2")["member_id"] == "m2"
+    hb(c, 20, "m1", -2, instance="i1")  # i1 leaves temporarily
+    taken = hb(c, 30, "m2", 0, instance="i1")
+    assert taken["error_code"] == E.INVALID_REQUEST
+    assert hb(c, 31, "m2", 0, instance="i9")["error_code"] == E.INVALID_REQUEST
+    assert hb(c, 32, "m2", 0)["error_code"] == E.INVALID_REQUEST
+    # The group is as it was: m2 is still i2's, and i1 can still come back.
+    assert hb(c, 40, "m2", -1, instance="i2")["member_epoch"] == -1
+    again = hb(c, 50, instance="i2")
+    assert again["error_code"] == 0 and again["member_id"] == "m3"
+    back = hb(c, 60, instance="i1")
+    assert back["error_code"] == 0 and back["member_id"] == "m4"
