@@ -324,11 +324,14 @@ class _Parser:
             if problem is not None:
                 raise SqlError(f"{problem} at position {t.pos}", t.pos, INVALID_IDENTIFIER)
         if not name:
-            raise SqlError(f"empty {what} name at position {t.pos}", t.pos)
+            raise SqlError(f"Invalid identifier name: empty {what} name at position {t.pos}", t.pos,
+                           INVALID_IDENTIFIER)
         limit = MAX_NAME[what]
-        if len(name) > limit and len(name.encode("utf-8", "surrogatepass")) > limit:
+        if len(name) > limit:
+            shown = name if len(name) <= 80 else name[:80] + "..."
             raise SqlError(
-                f"{what} name {name!r} is too long (at most {limit} characters) at position {t.pos}", t.pos
+                f"Invalid identifier name: {what} name {shown!r} is too long (at most {limit} bytes) "
+                f"at position {t.pos}", t.pos, INVALID_IDENTIFIER,
             )
         self.advance()
         return name
