@@ -165,3 +165,22 @@ def test_schemaless_writes_follow_the_same_rule(td: TdBroker) -> None:
     assert p["error_code"] == 0, p
     assert [s["stable_name"] for s in td.rows(f"SHOW {db}.STABLES")] == ["m_x"]
     assert [t["table_name"] for t in td.rows(f"SHOW {db}.TABLES")] == ["a b"]
+
+
+@pytest.mark.tmqgate_only
+def test_create_topics_of_tdengine_topics_take_kafka_names(td: TdBroker, db: str) -> None:
+    """CreateTopics with `tmq.as` makes a TDengine topic: any legal Kafka name up to TDengine's
+    192 bytes ('my-topic' included, which unquoted SQL could not say); longer, or illegal for
+    Kafka, is INVALID_TOPIC_EXCEPTION as for any topic."""
+    tag = uuid.uuid4().hex[:8]
+    ok, too_long = f"tmq-{tag}.x", f"tmq-{tag}" + "z" * (193 - 4 - len(tag))
+    config = [{"name": "tmq.as", "value": f"DATABASE {db}"}]
+    with RawConn(td.bootstrap) as c:
+        body = c.request(19, 7, {
+            "topics": [{"name": n, "num_partitions": 2, "replication_factor": 1, "assignments": [],
+                        "configs": config} for n in (ok, too_long, "a b")],
+            "timeout_ms": 30000, "validate_only": False})
+        got = {t["name"]: t["error_code"] for t in body["topics"]}
+        assert got == {ok: 0, too_long: INVALID_TOPIC_EXCEPTION, "a b": INVALID_TOPIC_EXCEPTION}, body
+        assert ok in _topic_names(c) and too_long not in _topic_names(c)
+    assert ok in {t["topic_name"] for t in td.rows("SHOW TOPICS")}
