@@ -1,12 +1,25 @@
 """The HTTP front (SPEC.md): `POST /rest/sql[/db]` in the shape of TDengine's REST API,
-`GET /log-history` (each vnode's WAL ranges, collected ones included), and `GET /health`."""
+`GET /log-history` (each vnode's WAL ranges, collected ones included), and `GET /health`.
+
+Every refusal is JSON `{"code": <non-zero>, "desc": "..."}` with a 4xx/5xx status, as
+TDengine's REST API answers: the `_guard` middleware turns aiohttp's own answers (unknown
+path, wrong method, body too large) and any unexpected exception into that shape.
+
+A web page must not drive the SQL front (binding to loopback does not stop a page in a
+browser on the same host from POSTing `text/plain` SQL, a "simple" request that needs no
+CORS preflight): a request whose `Origin` header is not this server's own origin
+(scheme://host:port the request came to), or whose `Sec-Fetch-Site` says `cross-site` or
+`same-site`, is refused with 403 before any handler runs. Clients that send no `Origin`
+(curl, `tmqgate sql`, TDengine's REST connectors) are unaffected.
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from yarl import URL
 
 from tmqgate.broker.tdengine import SqlError
 
@@ -22,31 +35,87 @@ log = logging.getLogger("tmqgate.http")
 SYNTAX_ERROR = 0x2600
 STATEMENT_ERROR = 0x2601
 INTERNAL_ERROR = 0x0001
+# TDengine's database-not-found (TSDB_CODE_MND_DB_NOT_EXIST), for /log-history?db=...
+DB_NOT_EXIST = 0x0388
+# TDengine's HTTP module codes (TSDB_CODE_HTTP_*): URL not served (404, and 405 here), request
+# too big (413), no authority (403 here: a browser's cross-origin request)
+UNSUPPORTED_URL = 0x1101
+REQUEST_TOO_BIG = 0x1104
+FORBIDDEN = 0x1105
+
+
+def error_response(status: int, code: int, desc: str) -> web.Response:
+    """A refusal in TDengine's REST shape."""
+    return web.json_response({"code": code, "desc": desc}, status=status)
+
+
+def cross_origin(request: web.BaseRequest) -> str | None:
+    """Why `request` looks like a browser's cross-origin request (None if it does not)."""
+    site = request.headers.get("Sec-Fetch-Site", "").strip().lower()
+    if site in ("cross-site", "same-site"):
+        return f"cross-origin request refused (Sec-Fetch-Site: {site})"
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return None
+    try:
+        own = URL.build(scheme=request.scheme, authority=request.host).origin()
+        theirs = URL(origin.strip()).origin()
+    except ValueError:
+        return f"cross-origin request refused (Origin: {origin[:100]!r})"
+    if theirs != own:
+        return f"cross-origin request refused (Origin {origin[:100]!r} is not {str(own)!r})"
+    return None
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Any) -> web.StreamResponse:
+    problem = cross_origin(request)
+    if problem is not None:
+        return error_response(403, FORBIDDEN, problem)
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPException as exc:  # aiohttp's 404/405/413...: the same JSON as every refusal
+        if exc.status < 400:
+            raise
+        code = {413: REQUEST_TOO_BIG}.get(exc.status, UNSUPPORTED_URL if exc.status < 500 else INTERNAL_ERROR)
+        return error_response(exc.status, code, f"{exc.reason}: {request.method} {request.path}"
+                              if exc.status in (404, 405) else exc.text or exc.reason)
+    except Exception as exc:  # a bug must not answer aiohttp's HTML page; logged once, here
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response(500, INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
 
 
 def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int) -> web.Application:
     """The HTTP front over the broker's SQL executor, store and topic registry."""
-    app = web.Application(client_max_size=256 * 1024 * 1024)
+    app = web.Application(client_max_size=256 * 1024 * 1024, middlewares=[_guard])
 
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "node_id": node_id, "topics": len(topics.all())})
 
     async def rest_sql(request: web.Request) -> web.Response:
-        text = await request.text()
+        body = await request.read()
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return error_response(400, SYNTAX_ERROR, f"the SQL text is not UTF-8 (byte {exc.start})")
         db = request.match_info.get("db")
         try:
             result = executor.execute(text, db)
         except SqlError as exc:
             desc = exc.message
-            code = SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR
-            return web.json_response({"code": code, "desc": desc}, status=400)
+            code = exc.code or (SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR)
+            return error_response(400, code, desc)
         except Exception as exc:  # a bug must not take the endpoint down; the statement failed alone
             log.exception("statement failed: %s", text[:200])
             return web.json_response({"code": INTERNAL_ERROR, "desc": f"internal error: {exc}"}, status=500)
         return web.json_response(result.to_json())
 
     async def log_history(request: web.Request) -> web.Response:
-        return web.json_response({"vnodes": store.log_history(request.query.get("db"))})
+        db = request.query.get("db")
+        if db is not None and store.get_database(db) is None:
+            return error_response(404, DB_NOT_EXIST, f"Database not exist: {db}")
+        return web.json_response({"vnodes": store.log_history(db)})
 
     app.router.add_get("/health", health)
     app.router.add_post("/rest/sql", rest_sql)

@@ -8,7 +8,9 @@ through these names:
 - SQL, for the HTTP front, `tmqgate sql` and SQL-made topics:
   `Executor` (one per broker; built from the store, the catalog, the topic registry, the
   data notifier's `notify` and `GroupQueries`), its `Result`, `GroupQueries` (what SQL asks
-  of the consumer groups), `SqlError` (a refused statement, with its position if a parse error);
+  of the consumer groups), `SqlError` (a refused statement, with its position if a parse error,
+  and TDengine's code when it has a specific one: `INVALID_IDENTIFIER` for a name `tsdb.names`
+  refuses);
 - `topic_definition(store, catalog, text, db)` — the checked `TopicDef` of a
   `CREATE TOPIC … AS …` text (CreateTopics with the `tmq.as` config);
 - Produce to a database topic: `ingest(executor, db, vnode, batch)` and its `IngestError`;
@@ -26,8 +28,10 @@ from tmqgate.broker.sql.executor import Executor, GroupQueries, Result, TopicNam
 from tmqgate.broker.sql.ingest import IngestError, ingest
 from tmqgate.broker.sql.views import TopicDef, View
 from tmqgate.broker.tsdb.catalog import TsdbCatalog
+from tmqgate.broker.tsdb.names import INVALID_IDENTIFIER
 
 __all__ = [
+    "INVALID_IDENTIFIER",
     "Executor",
     "GroupQueries",
     "IngestError",

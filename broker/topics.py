@@ -15,21 +15,19 @@ The registry caches the catalog so the hot paths never touch LevelDB for it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tmqgate.broker.errors import KafkaError
-from tmqgate.broker.tdengine import SqlError, TopicDef, View, topic_definition
+from tmqgate.broker.tdengine import INVALID_IDENTIFIER, SqlError, TopicDef, View, topic_definition
 from tmqgate.broker.topic_configs import effective, validate
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.names import topic_name_problem
 
 if TYPE_CHECKING:
     from tmqgate.broker.tdengine import TsdbCatalog
     from tmqgate.storage import Store
 
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_NAME_LENGTH = 249
 
 KAFKA = "kafka"  # a plain Kafka topic
 TSDB = "tsdb"  # a SQL database, written with line protocol / JSON
@@ -73,19 +71,11 @@ class Topic:
 
 
 def check_topic_name(name: str | None) -> str:
-    """Kafka's topic name rules (INVALID_TOPIC_EXCEPTION otherwise)."""
-    if not name:
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_NAME_LENGTH:
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, "
-                         f"topic name: {name}")
-    if not _LEGAL.match(name):
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"Topic name \"{name}\" is illegal, it contains a character other than "
-                         "ASCII alphanumerics, '.', '_' and '-'")
+    """Kafka's topic name rules (INVALID_TOPIC_EXCEPTION otherwise); `protocol.names` holds them."""
+    problem = topic_name_problem(name)
+    if problem is not None:
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+    assert name is not None
     return name
 
 
@@ -189,10 +179,13 @@ class TopicRegistry:
         meta = (configs.get(TMQ_META) or "").strip().lower()
         if meta not in ("", "with", "only"):
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{TMQ_META} must be 'with' or 'only', not {meta!r}")
-        text = f"CREATE TOPIC {name} {meta.upper() + ' META ' if meta else ''}AS {configs[TMQ_AS]}"
+        # backquoted: a legal Kafka name ('my-topic') is not an unquoted TDengine one
+        text = f"CREATE TOPIC `{name}` {meta.upper() + ' META ' if meta else ''}AS {configs[TMQ_AS]}"
         try:
             definition = topic_definition(self._store, self.catalog, text, configs.get(TMQ_DB))
         except SqlError as exc:
+            if exc.code == INVALID_IDENTIFIER and exc.position == len("CREATE TOPIC "):  # the name itself
+                raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, exc.message) from None
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{TMQ_AS}: {exc.message}") from None
         info = self._store.get_database(definition.db)
         assert info is not None  # topic_definition found it

@@ -41,12 +41,15 @@ __all__ = [
 
 
 class SqlError(Exception):
-    """A statement TDengine would refuse; `position` is a 0-based offset into the SQL text."""
+    """A statement TDengine would refuse; `position` is a 0-based offset into the SQL text;
+    `code` TDengine's error code when the refusal has a specific one (e.g. 0x2617, an invalid
+    identifier name), else None (the HTTP front then says syntax or statement error)."""
 
-    def __init__(self, message: str, position: int | None = None) -> None:
+    def __init__(self, message: str, position: int | None = None, code: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.position = position
+        self.code = code
 
     def __str__(self) -> str:
         return self.message

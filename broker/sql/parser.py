@@ -42,14 +42,15 @@ from tmqgate.broker.sql.ast import (
     Statement,
     UseDatabase,
 )
+from tmqgate.broker.tsdb.names import INVALID_IDENTIFIER, MAX_LENGTH, Kind, name_problem
 from tmqgate.broker.tsdb.types import Column, TypeError_, duration_ms, type_from_name
 
 __all__ = ["parse", "parse_script", "parse_expression", "check_topic_query", "SqlError", "DIALECT", "MAX_NAME"]
 
-MAX_DB_NAME = 64
-MAX_TABLE_NAME = 192
-MAX_COLUMN_NAME = 64
-MAX_TOPIC_NAME = 192
+MAX_DB_NAME = MAX_LENGTH["database"]
+MAX_TABLE_NAME = MAX_LENGTH["table"]
+MAX_COLUMN_NAME = MAX_LENGTH["column"]
+MAX_TOPIC_NAME = MAX_LENGTH["topic"]
 MAX_NAME = {
     "database": MAX_DB_NAME,
     "table": MAX_TABLE_NAME,
@@ -308,8 +309,9 @@ class _Parser:
             return True
         return False
 
-    def ident(self, what: str = "table") -> str:
-        """A name: unquoted names are lower-cased (TDengine is case-insensitive), `quoted` kept."""
+    def ident(self, what: str = "table", new: Kind | None = None) -> str:
+        """A name: unquoted names are lower-cased (TDengine is case-insensitive), `quoted` kept.
+        `new`: the statement makes a `new` of that name, so it must pass `tsdb.names`' rule."""
         t = self.tok
         if t.kind == "word":
             name = t.text.lower()
@@ -317,21 +319,30 @@ class _Parser:
             name = t.text
         else:
             raise self.error(f"a {what} name")
+        if new is not None:
+            problem = name_problem(name, new, quoted=t.kind == "qident")
+            if problem is not None:
+                raise SqlError(f"{problem} at position {t.pos}", t.pos, INVALID_IDENTIFIER)
         if not name:
-            raise SqlError(f"empty {what} name at position {t.pos}", t.pos)
+            raise SqlError(f"Invalid identifier name: empty {what} name at position {t.pos}", t.pos,
+                           INVALID_IDENTIFIER)
         limit = MAX_NAME[what]
         if len(name) > limit:
+            shown = name if len(name) <= 80 else name[:80] + "..."
             raise SqlError(
-                f"{what} name {name!r} is too long (at most {limit} characters) at position {t.pos}", t.pos
+                f"Invalid identifier name: {what} name {shown!r} is too long (at most {limit} bytes) "
+                f"at position {t.pos}", t.pos, INVALID_IDENTIFIER,
             )
         self.advance()
         return name
 
-    def qualified(self, what: str = "table") -> tuple[str | None, str]:
-        first = self.ident("database" if self.peek().text == "." and self.peek().kind == "op" else what)
-        if self.accept_op("."):
-            return first, self.ident(what)
-        return None, first
+    def qualified(self, what: str = "table", new: Kind | None = None) -> tuple[str | None, str]:
+        """[db.]name; `new` (see `ident`) applies to the name, not to the database."""
+        if self.peek().text == "." and self.peek().kind == "op":
+            first = self.ident("database")
+            self.advance()
+            return first, self.ident(what, new)
+        return None, self.ident(what, new)
 
     # -- literals --
 
@@ -441,7 +452,7 @@ class _Parser:
             return self.create_database()
         if self.accept_kw("STABLE"):
             ine = self.if_not_exists()
-            db, name = self.qualified()
+            db, name = self.qualified(new="table")
             return self.stable_body(db, name, ine, need_tags=True)
         if self.accept_kw("TABLE"):
             return self.create_table()
@@ -451,7 +462,7 @@ class _Parser:
 
     def create_database(self) -> CreateDatabase:
         ine = self.if_not_exists()
-        stmt = CreateDatabase(self.ident("database"), if_not_exists=ine)
+        stmt = CreateDatabase(self.ident("database", new="database"), if_not_exists=ine)
         seen: set[str] = set()
         while self.tok.kind != "eof":
             t = self.tok
@@ -508,7 +519,7 @@ class _Parser:
         cols: list[tuple[Column, int]] = []
         while True:
             t = self.tok
-            name = self.ident("column")
+            name = self.ident("column", new="tag" if what == "tag" else "column")
             cols.append((Column(name, self.data_type()), t.pos))
             # optional column attributes TDengine accepts: ENCODE/COMPRESS/LEVEL 'x', COMMENT 'x'
             while self.at_kw("ENCODE", "COMPRESS", "LEVEL", "COMMENT"):
@@ -593,7 +604,7 @@ class _Parser:
         while True:
             ine = self.if_not_exists()
             t = self.tok
-            db, name = self.qualified()
+            db, name = self.qualified(new="table")
             if not tables and self.tok.kind == "op" and self.tok.text == "(":
                 return self.stable_body(db, name, ine, need_tags=False)
             if not self.at_kw("USING"):
@@ -623,7 +634,7 @@ class _Parser:
 
     def create_topic(self) -> CreateTopic:
         ine = self.if_not_exists()
-        name = self.ident("topic")
+        name = self.ident("topic", new="topic")
         meta: Literal["with", "only"] | None = None
         meta_pos = self.tok.pos
         if self.accept_kw("WITH"):
@@ -851,7 +862,7 @@ class _Parser:
         self.advance()
         kind = self.expect_kw("COLUMN", "TAG").text.upper()
         t = self.tok
-        col = Column(self.ident("column"), self.data_type())
+        col = Column(self.ident("column", new="tag" if kind == "TAG" else "column"), self.data_type())
         self.expect_end()
         if col.name.lower() == "tbname":
             raise SqlError(
@@ -866,8 +877,13 @@ class _Parser:
         tables: list[InsertRows] = []
         while True:
             db, name = self.qualified()
+            name_tok = self.toks[self.i - 1]
             rows = InsertRows(db, name)
             if self.accept_kw("USING"):
+                # the child table may be created here: its name must be one CREATE TABLE accepts
+                problem = name_problem(name, "table", quoted=name_tok.kind == "qident")
+                if problem is not None:
+                    raise SqlError(f"{problem} at position {name_tok.pos}", name_tok.pos, INVALID_IDENTIFIER)
                 sdb, stable = self.qualified()
                 if db is not None and sdb is not None and db != sdb:
                     raise SqlError(

@@ -59,6 +59,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from tmqgate.broker.tsdb.names import Kind, name_problem
 from tmqgate.broker.tsdb.rows import build_rows_table
 from tmqgate.broker.tsdb.types import (
     BIGINT,
@@ -272,11 +273,21 @@ def _dots(name: str) -> str:
 
 
 def _check_name(name: str, what: str, limit: int, line: int) -> None:
-    n = len(name) if name.isascii() else len(name.encode("utf-8", "surrogatepass"))
-    if n == 0:
-        raise SchemalessError(f"empty {what}", line)
-    if n > limit:
-        raise SchemalessError(f"{what} {name[:40]!r}... longer than {limit} bytes", line)
+    """Early refusal while parsing (`limit` is `tsdb.names`' for the kind of `what`)."""
+    _check_new(name, _KIND_OF.get(what, "column"), what, line)
+
+
+# What each name a schemaless line makes is, for `tsdb.names`' rule (checked in full where the
+# name is made: `plan_schema` for supertables, columns, tags and child tables).
+_KIND_OF: dict[str, Kind] = {"measurement": "table", "metric": "table", "tag key": "tag", "field key": "column"}
+
+
+def _check_new(name: str, kind: Kind, what: str, line: int) -> None:
+    """`tsdb.names`' rule for a name schemaless writing creates (TDengine quotes these names,
+    so the escaped-name rules apply; '.' was already turned into '_')."""
+    problem = name_problem(name, kind, quoted=True)
+    if problem is not None:
+        raise SchemalessError(f"{what}: {problem}", line)
 
 
 _PACK: dict[str, str] = {
@@ -1038,6 +1049,7 @@ def plan_schema(current: StableSchema | None, rows: StableBatch | Iterable[Schem
     where TDengine refuses the write; a string tag takes NCHAR and VARCHAR values alike.
     """
     b = _as_batch(current, rows)
+    _check_new_names(current, b)
     if current is None:
         for k in b.column_types:
             if k == TS_COLUMN:
@@ -1092,6 +1104,23 @@ def plan_schema(current: StableSchema | None, rows: StableBatch | Iterable[Schem
                         f"tag {k[:40]!r} value {str(tags[k][1])[:40]!r} does not fit tag {k} {c.type}", line
                     )
     return SchemaPlan(new_cols, new_tags, widen_cols, widen_tags)
+
+
+def _check_new_names(current: StableSchema | None, b: StableBatch) -> None:
+    """Every name these rows would create passes `tsdb.names`' rule: the supertable, its new
+    columns and tags, and the child tables (named by a tag, the tag values or the record key)."""
+    if current is None:
+        _check_new(b.stable, "table", "measurement", b.lines[0] if b.lines else 0)
+    known = set() if current is None else {c.name for c in (*current.columns, *current.tags)}
+    for k in b.column_types:
+        if k not in known:
+            _check_new(k, "column", "field key", b.column_lines[k])
+    for k in b.tag_types:
+        if k not in known:
+            _check_new(k, "tag", "tag key", b.tag_lines[k])
+    for tbname in b.tables:
+        if not tbname.startswith("t_") or len(tbname) != 34:  # generated names are always legal
+            _check_new(tbname, "table", "child table", b.lines[b.tbnames.index(tbname)])
 
 
 def schema_delta(
