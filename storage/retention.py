@@ -23,19 +23,28 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import shutil
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tmqgate.storage import keys
-from tmqgate.storage.model import REASON_CODE, REMOVAL_REASONS, HistoryRecord, OffsetOutOfRange
+from tmqgate.storage.model import (
+    REASON_CODE,
+    REMOVAL_REASONS,
+    HistoryRecord,
+    OffsetOutOfRange,
+    StorageIOError,
+)
 from tmqgate.storage.wal import age_ts
 
 if TYPE_CHECKING:
     from tmqgate.storage.catalog import Catalog
     from tmqgate.storage.core import Core, WriteBatch
     from tmqgate.storage.wal import Vnode, Wal
+
+log = logging.getLogger("tmqgate.storage")
 
 _unpack_index = keys.unpack_wal_index
 
@@ -384,6 +393,7 @@ class Retention:
 
         out: list[dict[str, Any]] = []
         removed: list[int] = []  # payload sequences
+        cut: list[tuple[bytes, bytes]] = []  # main-DB ranges to compact
         for (dbid, vnode), runs in plan.items():
             database = self._catalog.by_id(dbid)
             assert database is not None
@@ -397,14 +407,28 @@ class Retention:
                 )
                 rec = self._remove_head(dbid, vnode, vs, dead, kept, None, reason, now)
                 out.append(rec.as_dict(database.info.name))
-            if compact:
-                db.compact_range(
-                    start=keys.vnode_prefix(keys.WAL, dbid, vnode),
-                    stop=keys.wal_seek_key(dbid, vnode, first_kept[(dbid, vnode)]),
-                )
+            cut.append((keys.vnode_prefix(keys.WAL, dbid, vnode), keys.wal_seek_key(dbid, vnode, first_kept[(dbid, vnode)])))
         if compact and removed:
-            # The bytes live in the payload log: compact the removed payloads' range.
-            self._core.payloads.compact(min(removed), max(removed))
+            freed = sum(r["bytes"] for r in out)
+            try:
+                for start, stop in cut:
+                    db.compact_range(start=start, stop=stop)
+                # The bytes live in the payload log: compact the removed payloads' range.
+                self._core.payloads.compact(min(removed), max(removed))
+            except StorageIOError as exc:
+                log.error("archiver removed %d bytes of WAL entries but could not compact them, so "
+                          "the disk space is not given back yet (LevelDB frees deleted entries only "
+                          "when it compacts them; it retries on its own later): %s", freed, exc)
+            else:
+                if disk_usage_max_percent is not None and volume_bytes is None:
+                    du = shutil.disk_usage(self._core.path)
+                    if du.used > int(du.total * disk_usage_max_percent / 100):
+                        log.warning("archiver removed and compacted %d bytes of WAL entries; disk "
+                                    "usage under %s is still %.1f%% (> disk_usage_max_percent %s): "
+                                    "the rest of the disk is used by other files or by entries it "
+                                    "may not remove (each vnode keeps its newest entry)",
+                                    freed, self._core.path, 100 * du.used / du.total,
+                                    disk_usage_max_percent)
         return out
 
     # log history (RT's log-history API) ----------------------------------------------------
