@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from tmqgate.broker.tdengine import SqlError
+from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
     from tmqgate.broker.tdengine import Executor
@@ -22,6 +23,8 @@ log = logging.getLogger("tmqgate.http")
 SYNTAX_ERROR = 0x2600
 STATEMENT_ERROR = 0x2601
 INTERNAL_ERROR = 0x0001
+# What TDengine answers a write when the vnode's disk lacks space (TSDB_CODE_NO_ENOUGH_DISKSPACE).
+NO_ENOUGH_DISKSPACE = 0x012E
 
 
 def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int) -> web.Application:
@@ -40,6 +43,9 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             desc = exc.message
             code = SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR
             return web.json_response({"code": code, "desc": desc}, status=400)
+        except StorageIOError as exc:  # a full disk: nothing written, reads still work
+            return web.json_response({"code": NO_ENOUGH_DISKSPACE, "desc": f"No enough disk space: {exc}"},
+                                     status=500)
         except Exception as exc:  # a bug must not take the endpoint down; the statement failed alone
             log.exception("statement failed: %s", text[:200])
             return web.json_response({"code": INTERNAL_ERROR, "desc": f"internal error: {exc}"}, status=500)

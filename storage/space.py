@@ -131,13 +131,13 @@ class DiskSpace:
 
     def settle_at_open(self) -> None:
         """At open: keep or allocate the reserve, and start full when the disk lacks room."""
-        free = self.free_bytes()
-        if not self.reserve_present() and free >= self.reserve_bytes + self.reserve_bytes:
+        if not self.reserve_present() and self.room():
             self._allocate_reserve()
-            free = self.free_bytes()
-        if not self.reserve_present() or free < self.reserve_bytes:
-            self.full_reason = (f"disk full: {free} bytes free under {self.path}, "
-                                f"{self.reserve_bytes} needed beside the reserve")
+        if not self.reserve_present() or not self.room():
+            self.full_reason = (f"disk full: {self.free_bytes()} bytes free under {self.path}, "
+                                f"{self.need_bytes()} needed to take writes (the "
+                                f"{self.reserve_bytes}-byte reserve, if it is not in place, and as "
+                                "much again beside it)")
             self._next_check = time.monotonic() + RECHECK_S
 
     def failed(self, handle: GuardedDB, exc: BaseException) -> None:
@@ -148,12 +148,17 @@ class DiskSpace:
             log.error("storage is read-only: %s (reserve released: %d bytes)", self.full_reason, released)
         self._next_check = time.monotonic() + RECHECK_S
 
-    def room(self) -> bool:
-        """Whether there is room to leave the full state (reserve allocated or allocatable)."""
+    def need_bytes(self) -> int:
+        """Free bytes needed to take writes: the reserve (unless in place) and as much again
+        beside it (at least MIN_FREE)."""
         need = max(self.reserve_bytes, MIN_FREE)
         if not self.reserve_present():
             need += self.reserve_bytes
-        return self.free_bytes() >= need
+        return need
+
+    def room(self) -> bool:
+        """Whether there is room to leave the full state (reserve allocated or allocatable)."""
+        return self.free_bytes() >= self.need_bytes()
 
     def check(self) -> bool:
         """Leave the full state if there is room: reopen the handles a failed write left
