@@ -111,8 +111,9 @@ class Retention:
     def delete_before(self, db: str, vnode: int, offset: int) -> int:
         """Kafka DeleteRecords: log start becomes ``offset`` (-1 = high watermark).
 
-        Entries whose last version < offset are removed; one straddling it stays. Returns the
-        new log start; raises OffsetOutOfRange beyond the high watermark.
+        Entries whose last version < offset are removed; one straddling it stays, and what
+        was removed is compacted so the disk space comes back now (an operator freeing a full
+        disk). Returns the new log start; raises OffsetOutOfRange beyond the high watermark.
         """
         dbid, vs = self._catalog.vnode(db, vnode)
         if offset == -1:
@@ -122,7 +123,8 @@ class Retention:
         if offset <= vs.log_start:
             return vs.log_start
         self._truncate_head(
-            dbid, vnode, vs, lambda key, idx, end, size: end <= offset, offset, reason="delete_records"
+            dbid, vnode, vs, lambda key, idx, end, size: end <= offset, offset, reason="delete_records",
+            compact=True,
         )
         return vs.log_start
 
@@ -172,6 +174,7 @@ class Retention:
         *,
         reason: str,
         now_ms: int | None = None,
+        compact: bool = False,
     ) -> int:
         """Remove the longest prefix of entries for which remove(key, idx, end, size) holds.
 
@@ -206,6 +209,14 @@ class Retention:
         self._remove_head(
             dbid, vnode, vs, dead, first_kept, new_log_start, reason, _now_ms() if now_ms is None else now_ms
         )
+        if compact:
+            seqs = [e.seq for e in dead]
+            try:
+                self._core.db.compact_range(start=p, stop=keys.wal_seek_key(dbid, vnode, first_kept))
+                self._core.payloads.compact(min(seqs), max(seqs))
+            except StorageIOError as exc:
+                log.error("removed %d WAL entries but could not compact them, so their disk space "
+                          "comes back only when LevelDB compacts on its own: %s", len(dead), exc)
         return len(dead)
 
     def _remove_head(

@@ -87,3 +87,37 @@ def test_full_disk_append_then_drop_frees_and_reopen_read_only() -> None:
             assert read_all(s, "main") == [payload(i)[8:] for i in (*acked, 99_999, 2)]
         finally:
             s.close()
+
+
+def test_delete_records_on_full_disk_and_archiver_compaction_free_the_disk() -> None:
+    with small_fs(24) as fs:
+        path = os.path.join(fs, "data")
+        s = open_store(path)
+        try:
+            s.create_database("main", 1)
+            acked = append_until_full(s, "main")
+            assert s.read_only is not None
+            # DeleteRecords works on the full disk and gives the space back at once.
+            half = len(acked) // 2
+            before = free_bytes(fs)
+            assert s.delete_before("main", 0, half) == half
+            assert free_bytes(fs) > before + (half * BATCH) // 2
+            assert read_all(s, "main") == [payload(i)[8:] for i in acked[half:]]
+            assert s.check_space() and s.read_only is None
+            for i in range(len(acked), len(acked) + 100):
+                assert s.append("main", 0, payload(i), 1, 1_700_000_000_000 + i).base == i
+            # The archiver's disk guard, when the operator sets one: what it removes is
+            # compacted, so the filesystem really has the room afterwards.
+            used = fs_used_percent(fs)
+            removed = s.collect(disk_usage_max_percent=used - 20)
+            assert removed and {r["reason"] for r in removed} == {"archiver_disk"}
+            assert fs_used_percent(fs) <= used - 15
+        finally:
+            s.close()
+
+
+def fs_used_percent(path: str) -> float:
+    import shutil
+
+    du = shutil.disk_usage(path)
+    return 100 * du.used / du.total
