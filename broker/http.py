@@ -45,7 +45,7 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             return web.json_response({"code": code, "desc": desc}, status=400)
         except StorageIOError as exc:  # a full disk: nothing written, reads still work
             return web.json_response({"code": NO_ENOUGH_DISKSPACE, "desc": f"No enough disk space: {exc}"},
-                                     status=500)
+                                     status=503)
         except Exception as exc:  # a bug must not take the endpoint down; the statement failed alone
             log.exception("statement failed: %s", text[:200])
             return web.json_response({"code": INTERNAL_ERROR, "desc": f"internal error: {exc}"}, status=500)

@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from tmqgate.storage.space import RESERVE_FILE
+
 from .brokers import TmqgateProcess
 from .helpers import wait_until
 from .raw import RawConn, fetched_values, one_record_batch
+from .tdengine_helpers import METERS_DDL, TdBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from diskfull import fill, free_bytes, small_fs  # noqa: E402
@@ -29,6 +32,7 @@ from diskfull import fill, free_bytes, small_fs  # noqa: E402
 pytestmark = pytest.mark.tmqgate_only
 
 KAFKA_STORAGE_ERROR = 56
+NO_ENOUGH_DISKSPACE = 0x012E  # TDengine's TSDB_CODE_NO_ENOUGH_DISKSPACE
 VALUE = 20_000
 CONFIG = {
     "disk_reserve_bytes": 4 << 20,
@@ -48,6 +52,13 @@ def create_topics(conn: RawConn, *names: str) -> None:
     assert [t["error_code"] for t in body["topics"]] == [0] * len(names), body
 
 
+def room(fs: str) -> int:
+    """Free bytes plus the broker's reserve file (released on a full disk, taken again once
+    there is room — maybe between a DeleteTopics answer and our df)."""
+    reserve = Path(fs) / "data" / RESERVE_FILE
+    return free_bytes(fs) + (reserve.stat().st_size if reserve.exists() else 0)
+
+
 def read_all(conn: RawConn, topic: str) -> list[tuple[int, bytes | None]]:
     out: list[tuple[int, bytes | None]] = []
     while True:
@@ -62,7 +73,11 @@ def test_disk_full_produce_delete_restart(tmp_path: Path) -> None:
         proc = TmqgateProcess(tmp_path / "broker", config=CONFIG)
         proc.data_dir = Path(fs) / "data"  # the log stays off the small filesystem
         proc.start()
+        td = TdBroker(proc)
         try:
+            td.sql("CREATE DATABASE power VGROUPS 1")
+            td.sql(METERS_DDL.format(db="power"))
+            td.sql("INSERT INTO power.d1 USING power.meters TAGS ('SF', 1) VALUES (1000, 1.5, 220, 0.5)")
             with RawConn(proc.bootstrap) as conn:
                 create_topics(conn, "other", "main")
                 for i in range(300):  # ~6 MB to delete later
@@ -83,11 +98,11 @@ def test_disk_full_produce_delete_restart(tmp_path: Path) -> None:
                 assert read_all(conn, "main") == acked
                 assert "read-only" in proc.log_tail(200)
 
-                before = free_bytes(fs)
+                before = room(fs)
                 body = conn.request(20, 6, {"topics": [{"name": "other", "topic_id": bytes(16)}],
                                             "timeout_ms": 10_000})
                 assert [r["error_code"] for r in body["responses"]] == [0]
-                assert free_bytes(fs) > before + 4_000_000
+                assert room(fs) > before + 4_000_000  # "other" held ~6 MB
 
                 def writable() -> bool:
                     return conn.produce("main", 0, one_record_batch(b"after-delete"))["error_code"] == 0
@@ -106,6 +121,9 @@ def test_disk_full_produce_delete_restart(tmp_path: Path) -> None:
                 p = conn.produce("main", 0, one_record_batch(b"refused"))
                 assert p["error_code"] == KAFKA_STORAGE_ERROR
                 assert read_all(conn, "main") == acked
+                # SQL: an INSERT gets TDengine's disk-space error as JSON.
+                status, answer = td.post("INSERT INTO power.d1 VALUES (2000, 2.5, 221, 0.5)")
+                assert (status, answer["code"]) == (503, NO_ENOUGH_DISKSPACE), answer
                 os.unlink(filler)
 
                 def back() -> bool:
@@ -118,5 +136,6 @@ def test_disk_full_produce_delete_restart(tmp_path: Path) -> None:
 
                 wait_until(back, 15, 0.2, "produce to work once the disk has room")
                 assert read_all(conn, "main") == [*acked, (len(acked), b"room again")]
+                assert td.sql("INSERT INTO power.d1 VALUES (2000, 2.5, 221, 0.5)")["code"] == 0
         finally:
             proc.stop()

@@ -267,26 +267,30 @@ class GuardedDB:
         return StorageIOError(f"write to {self._path} failed: {exc!r}")
 
     def put(self, key: bytes, value: bytes, *, sync: bool = False) -> None:
-        self._ready()
+        if self.broken:
+            self._ready()
         try:
             self._db.put(key, value, sync=sync)
         except plyvel.IOError as exc:
             raise self._failed(exc) from exc
 
     def delete(self, key: bytes, *, sync: bool = False) -> None:
-        self._ready()
+        if self.broken:
+            self._ready()
         try:
             self._db.delete(key, sync=sync)
         except plyvel.IOError as exc:
             raise self._failed(exc) from exc
 
     def write_batch(self, *, sync: bool = False) -> GuardedBatch:
-        self._ready()  # a batch is made on the handle it will be written to
+        if self.broken:  # a batch is made on the handle it will be written to
+            self._ready()
         return GuardedBatch(self, self._db.write_batch(sync=sync))
 
     def compact_range(self, *, start: bytes | None = None, stop: bytes | None = None) -> None:
         """Compact the range; a failure (no room for the new tables) is a StorageIOError."""
-        self._ready()
+        if self.broken:
+            self._ready()
         try:
             self._db.compact_range(start=start, stop=stop)
         except plyvel.IOError as exc:
