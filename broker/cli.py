@@ -64,8 +64,13 @@ def _sql(args: argparse.Namespace) -> int:
 async def _serve(config: BrokerConfig) -> None:
     from tmqgate.broker.http import make_app, start_http
     from tmqgate.broker.server import Broker
+    from tmqgate.storage import StorageError
 
-    broker = Broker(config)
+    try:
+        broker = Broker(config)
+    except StorageError as exc:
+        print(f"tmqgate: cannot open the data directory {config.data_dir}: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     await broker.start()
     runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id),
                               config.http_address)
@@ -73,7 +78,9 @@ async def _serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"tmqgate ready: kafka {broker.advertised[0]}:{broker.port}, http {config.http}", flush=True)
+    read_only = broker.store.read_only
+    note = f" (READ-ONLY until there is room: {read_only})" if read_only else ""
+    print(f"tmqgate ready: kafka {broker.advertised[0]}:{broker.port}, http {config.http}{note}", flush=True)
     await stop.wait()
     logging.getLogger("tmqgate").info("shutting down")
     await runner.cleanup()

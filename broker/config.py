@@ -41,11 +41,21 @@ class BrokerConfig:
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # The archiver (003): oldest WAL entries are collected first when the data volume passes
     # disk_usage_max_percent of its filesystem (or of disk_volume_bytes, if set), or when the
-    # data passes data_max_bytes; checked every archiver_interval_ms.
-    disk_usage_max_percent: float | None = 90.0
+    # data passes data_max_bytes; checked every archiver_interval_ms. It removes acknowledged
+    # records that retention still keeps, so it is off unless the operator sets a limit (as
+    # Kafka, which deletes only by retention and answers KAFKA_STORAGE_ERROR on a full disk).
+    disk_usage_max_percent: float | None = None
     disk_volume_bytes: int | None = None
     data_max_bytes: int | None = None
     archiver_interval_ms: int = 10_000
+    # A full disk (storage.space): a file of disk_reserve_bytes kept in the data directory and
+    # released when a write finds no space, so LevelDB can reopen, delete and compact; it should
+    # be at least twice leveldb_write_buffer_bytes (each of the two LevelDBs replays its log at
+    # open). Writes answer KAFKA_STORAGE_ERROR while the disk is full; every
+    # disk_check_interval_ms the broker looks for room to take writes again. 0 = no reserve.
+    disk_reserve_bytes: int = 128 << 20
+    disk_check_interval_ms: int = 1000
+    leveldb_write_buffer_bytes: int = 64 << 20
     # Consumer groups (Kafka's group.* settings). The KIP-848 session timeout is TDengine's 12 s.
     # A KIP-848 member learns of a rebalance only from its next heartbeat, so the interval is
     # short (1 s, where Kafka says 5 s): a heartbeat costs the broker ~0.1 ms, and a member that

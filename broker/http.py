@@ -22,6 +22,7 @@ from aiohttp import web
 from yarl import URL
 
 from tmqgate.broker.tdengine import SqlError
+from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
     from tmqgate.broker.tdengine import Executor
@@ -42,6 +43,8 @@ DB_NOT_EXIST = 0x0388
 UNSUPPORTED_URL = 0x1101
 REQUEST_TOO_BIG = 0x1104
 FORBIDDEN = 0x1105
+# What TDengine answers a write when the vnode's disk lacks space (TSDB_CODE_NO_ENOUGH_DISKSPACE).
+NO_ENOUGH_DISKSPACE = 0x012E
 
 
 def error_response(status: int, code: int, desc: str) -> web.Response:
@@ -106,6 +109,8 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             desc = exc.message
             code = exc.code or (SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR)
             return error_response(400, code, desc)
+        except StorageIOError as exc:  # a full disk: nothing written, reads still work
+            return error_response(503, NO_ENOUGH_DISKSPACE, f"No enough disk space: {exc}")
         except Exception as exc:  # a bug must not take the endpoint down; the statement failed alone
             log.exception("statement failed: %s", text[:200])
             return web.json_response({"code": INTERNAL_ERROR, "desc": f"internal error: {exc}"}, status=500)

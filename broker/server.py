@@ -106,7 +106,12 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.store = Store(config.data_dir, wal_level=config.wal_level,
-                           fsync_period_ms=config.wal_fsync_period_ms)
+                           fsync_period_ms=config.wal_fsync_period_ms,
+                           write_buffer_size=config.leveldb_write_buffer_bytes,
+                           reserve_bytes=config.disk_reserve_bytes)
+        if self.store.read_only:
+            log.error("storage is read-only until there is room: %s (writes answer KAFKA_STORAGE_ERROR, "
+                      "reads work; disk_reserve_bytes=%d)", self.store.read_only, config.disk_reserve_bytes)
         self.catalog = TsdbCatalog(self.store)
         self.topics = TopicRegistry(self.store, self.catalog)
         self.notifier = DataNotifier()
@@ -201,6 +206,7 @@ class Broker:
             (cfg.retention_check_interval_ms / 1000,
              lambda: self.store.enforce_retention(int(time.time() * 1000), self.retention_defaults())),
             (cfg.archiver_interval_ms / 1000, self._collect),
+            (cfg.disk_check_interval_ms / 1000, self._check_space),
         ]
         if cfg.wal_level >= 2 and cfg.wal_fsync_period_ms > 0:
             jobs.append((cfg.wal_fsync_period_ms / 1000, self.store.sync))
@@ -215,6 +221,11 @@ class Broker:
                     except Exception:  # housekeeping must never take the broker down
                         log.exception("housekeeping job failed")
                     due[i] = now + every
+
+    def _check_space(self) -> None:
+        """A full disk: take writes again once there is room (storage.space logs it)."""
+        if self.store.read_only:
+            self.store.check_space()
 
     def _collect(self) -> None:
         """The archiver (003): oldest entries go first once the data passes its limits."""

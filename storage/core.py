@@ -33,11 +33,10 @@ import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
-import plyvel
-
 from tmqgate.storage import keys
-from tmqgate.storage.model import LayoutMismatch
+from tmqgate.storage.model import LayoutMismatch, StorageFull
 from tmqgate.storage.payloads import PayloadLog
+from tmqgate.storage.space import DiskSpace
 
 
 class WriteBatch(Protocol):
@@ -85,6 +84,7 @@ class Core:
         *,
         write_buffer_size: int,
         lru_cache_size: int,
+        reserve_bytes: int = 0,
     ) -> None:
         if wal_level not in (1, 2):
             raise ValueError("wal_level must be 1 or 2")
@@ -97,10 +97,11 @@ class Core:
         #: Every write synced (wal_level 2 without a period); else writes mark ``dirty``.
         self.sync_each = wal_level == 2 and fsync_period_ms == 0
         self.dirty = False
+        #: The reserve file and the full (read-only) state: ``storage.space``.
+        self.space = DiskSpace(self.path, reserve_bytes)
         # compression=None: batches arrive compressed by producers; snappy would waste CPU.
-        self.db: LevelDB = plyvel.DB(
+        self.db: LevelDB = self.space.open(
             self.path,
-            create_if_missing=True,
             write_buffer_size=write_buffer_size,
             lru_cache_size=lru_cache_size,
             max_file_size=32 << 20,
@@ -109,12 +110,18 @@ class Core:
         try:
             self._check_layout()
             self.payloads = PayloadLog(
-                self.path, write_buffer_size=write_buffer_size, lru_cache_size=lru_cache_size
+                self.path, self.space, write_buffer_size=write_buffer_size, lru_cache_size=lru_cache_size
             )
         except BaseException:
             self.db.close()
             raise
-        self.payloads.recover(self.db)
+        try:
+            self.payloads.recover(self.db)
+        except BaseException:
+            self.payloads.close()
+            self.db.close()
+            raise
+        self.space.settle_at_open()
 
     def _check_layout(self) -> None:
         """Refuse a data directory of another layout; stamp a new one with ours."""
@@ -191,8 +198,13 @@ class Core:
         The payloads go to the payload log first, then ``wb`` with each entry's index key
         and PAYSEQ; once ``wb`` is written the payload sequence moves past them. If it fails
         the staged payloads (indexed by nothing) are dropped again, on a best-effort basis:
-        open drops them anyway, being above PAYSEQ. Without entries this is ``write``.
+        open drops them anyway, being above PAYSEQ, and the next stage overwrites them. Without
+        entries this is ``write``. While the disk is full (``storage.space``) nothing is
+        written: ``StorageFull``; a write that finds the disk full raises it too, having
+        changed nothing that was acknowledged.
         """
+        if self.space.full and not self.space.check_due():
+            raise StorageFull(f"storage is read-only: {self.space.full_reason}")
         if not entries:
             self.write(wb)
             return
@@ -220,10 +232,18 @@ class Core:
         if seqs:
             self.payloads.delete(seqs)
 
-    def delete_database_data(self, dbid: int) -> None:
-        """Range-delete every per-database key of ``dbid`` (WAL payloads included)."""
+    def delete_database_data(self, dbid: int, *, compact: bool = False) -> None:
+        """Range-delete every per-database key of ``dbid`` (WAL payloads included); with
+        ``compact`` compact what was deleted, in both LevelDBs, to give the space back."""
+        seqs: list[int] = []
         for prefix in keys.PER_DB_PREFIXES:
-            self._delete_prefix(keys.db_prefix(prefix, dbid))
+            seqs.extend(self._delete_prefix(keys.db_prefix(prefix, dbid)))
+        if compact:
+            for prefix in keys.PER_DB_PREFIXES:
+                p = keys.db_prefix(prefix, dbid)
+                self.db.compact_range(start=p, stop=keys.prefix_end(p))
+            if seqs:
+                self.payloads.compact(min(seqs), max(seqs))
 
     def delete_orphans(self, live: set[int]) -> None:
         """Delete per-db data whose id is not in the catalog (a drop interrupted by a crash)."""
@@ -238,10 +258,12 @@ class Core:
                     self._delete_prefix(keys.db_prefix(prefix, dbid))
                 it.seek(keys.db_prefix(prefix, dbid + 1))
 
-    def _delete_prefix(self, prefix: bytes, chunk: int = 10_000) -> None:
-        """Delete every key under ``prefix`` in chunks; under WAL also their payloads."""
+    def _delete_prefix(self, prefix: bytes, chunk: int = 10_000) -> list[int]:
+        """Delete every key under ``prefix`` in chunks; under WAL also their payloads (their
+        sequences are returned)."""
         wal = prefix[:1] == keys.WAL
         it = self.db.iterator(prefix=prefix, include_value=wal)
+        removed: list[int] = []
         while True:
             wb = self.db.write_batch()
             n = 0
@@ -258,5 +280,6 @@ class Core:
                     break
             if n:
                 self.write_removing(wb, seqs)
+                removed.extend(seqs)
             if n < chunk:
-                return
+                return removed

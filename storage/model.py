@@ -26,6 +26,14 @@ class StorageError(Exception):
     """Base of the errors raised by the store."""
 
 
+class StorageIOError(StorageError):
+    """The disk refused a write (Kafka's KafkaStorageException: KAFKA_STORAGE_ERROR)."""
+
+
+class StorageFull(StorageIOError):
+    """No space left on the data directory's disk: the write was not made (``storage.space``)."""
+
+
 class LayoutMismatch(StorageError):
     """The data directory was written with another storage layout (no migration exists)."""
 

@@ -16,13 +16,12 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-import plyvel
-
 from tmqgate.storage import keys
 from tmqgate.storage.model import StorageError
 
 if TYPE_CHECKING:
     from tmqgate.storage.core import LevelDB
+    from tmqgate.storage.space import DiskSpace
 
 PAYLOAD_DIR = "wal-payloads"
 
@@ -30,10 +29,9 @@ PAYLOAD_DIR = "wal-payloads"
 class PayloadLog:
     """The payload LevelDB and the next payload sequence (set by ``recover``)."""
 
-    def __init__(self, data_dir: str, *, write_buffer_size: int, lru_cache_size: int) -> None:
-        self.db: LevelDB = plyvel.DB(
+    def __init__(self, data_dir: str, space: DiskSpace, *, write_buffer_size: int, lru_cache_size: int) -> None:
+        self.db: LevelDB = space.open(
             os.path.join(data_dir, PAYLOAD_DIR),
-            create_if_missing=True,
             write_buffer_size=write_buffer_size,
             lru_cache_size=lru_cache_size,
             max_file_size=64 << 20,

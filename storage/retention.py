@@ -23,19 +23,28 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import shutil
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tmqgate.storage import keys
-from tmqgate.storage.model import REASON_CODE, REMOVAL_REASONS, HistoryRecord, OffsetOutOfRange
+from tmqgate.storage.model import (
+    REASON_CODE,
+    REMOVAL_REASONS,
+    HistoryRecord,
+    OffsetOutOfRange,
+    StorageIOError,
+)
 from tmqgate.storage.wal import age_ts
 
 if TYPE_CHECKING:
     from tmqgate.storage.catalog import Catalog
     from tmqgate.storage.core import Core, WriteBatch
     from tmqgate.storage.wal import Vnode, Wal
+
+log = logging.getLogger("tmqgate.storage")
 
 _unpack_index = keys.unpack_wal_index
 
@@ -102,8 +111,9 @@ class Retention:
     def delete_before(self, db: str, vnode: int, offset: int) -> int:
         """Kafka DeleteRecords: log start becomes ``offset`` (-1 = high watermark).
 
-        Entries whose last version < offset are removed; one straddling it stays. Returns the
-        new log start; raises OffsetOutOfRange beyond the high watermark.
+        Entries whose last version < offset are removed; one straddling it stays, and what
+        was removed is compacted so the disk space comes back now (an operator freeing a full
+        disk). Returns the new log start; raises OffsetOutOfRange beyond the high watermark.
         """
         dbid, vs = self._catalog.vnode(db, vnode)
         if offset == -1:
@@ -113,7 +123,8 @@ class Retention:
         if offset <= vs.log_start:
             return vs.log_start
         self._truncate_head(
-            dbid, vnode, vs, lambda key, idx, end, size: end <= offset, offset, reason="delete_records"
+            dbid, vnode, vs, lambda key, idx, end, size: end <= offset, offset, reason="delete_records",
+            compact=True,
         )
         return vs.log_start
 
@@ -163,6 +174,7 @@ class Retention:
         *,
         reason: str,
         now_ms: int | None = None,
+        compact: bool = False,
     ) -> int:
         """Remove the longest prefix of entries for which remove(key, idx, end, size) holds.
 
@@ -197,6 +209,14 @@ class Retention:
         self._remove_head(
             dbid, vnode, vs, dead, first_kept, new_log_start, reason, _now_ms() if now_ms is None else now_ms
         )
+        if compact:
+            seqs = [e.seq for e in dead]
+            try:
+                self._core.db.compact_range(start=p, stop=keys.wal_seek_key(dbid, vnode, first_kept))
+                self._core.payloads.compact(min(seqs), max(seqs))
+            except StorageIOError as exc:
+                log.error("removed %d WAL entries but could not compact them, so their disk space "
+                          "comes back only when LevelDB compacts on its own: %s", len(dead), exc)
         return len(dead)
 
     def _remove_head(
@@ -384,6 +404,7 @@ class Retention:
 
         out: list[dict[str, Any]] = []
         removed: list[int] = []  # payload sequences
+        cut: list[tuple[bytes, bytes]] = []  # main-DB ranges to compact
         for (dbid, vnode), runs in plan.items():
             database = self._catalog.by_id(dbid)
             assert database is not None
@@ -397,14 +418,28 @@ class Retention:
                 )
                 rec = self._remove_head(dbid, vnode, vs, dead, kept, None, reason, now)
                 out.append(rec.as_dict(database.info.name))
-            if compact:
-                db.compact_range(
-                    start=keys.vnode_prefix(keys.WAL, dbid, vnode),
-                    stop=keys.wal_seek_key(dbid, vnode, first_kept[(dbid, vnode)]),
-                )
+            cut.append((keys.vnode_prefix(keys.WAL, dbid, vnode), keys.wal_seek_key(dbid, vnode, first_kept[(dbid, vnode)])))
         if compact and removed:
-            # The bytes live in the payload log: compact the removed payloads' range.
-            self._core.payloads.compact(min(removed), max(removed))
+            freed = sum(r["bytes"] for r in out)
+            try:
+                for start, stop in cut:
+                    db.compact_range(start=start, stop=stop)
+                # The bytes live in the payload log: compact the removed payloads' range.
+                self._core.payloads.compact(min(removed), max(removed))
+            except StorageIOError as exc:
+                log.error("archiver removed %d bytes of WAL entries but could not compact them, so "
+                          "the disk space is not given back yet (LevelDB frees deleted entries only "
+                          "when it compacts them; it retries on its own later): %s", freed, exc)
+            else:
+                if disk_usage_max_percent is not None and volume_bytes is None:
+                    du = shutil.disk_usage(self._core.path)
+                    if du.used > int(du.total * disk_usage_max_percent / 100):
+                        log.warning("archiver removed and compacted %d bytes of WAL entries; disk "
+                                    "usage under %s is still %.1f%% (> disk_usage_max_percent %s): "
+                                    "the rest of the disk is used by other files or by entries it "
+                                    "may not remove (each vnode keeps its newest entry)",
+                                    freed, self._core.path, 100 * du.used / du.total,
+                                    disk_usage_max_percent)
         return out
 
     # log history (RT's log-history API) ----------------------------------------------------

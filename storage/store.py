@@ -58,6 +58,7 @@ class Store:
         lru_cache_size: int = 64 << 20,
         tail_cache_bytes: int = 2 << 20,
         history_limit: int = 10_000,
+        reserve_bytes: int = 0,
     ) -> None:
         if history_limit < 0:
             raise ValueError("history_limit must be >= 0")
@@ -67,6 +68,7 @@ class Store:
             fsync_period_ms,
             write_buffer_size=write_buffer_size,
             lru_cache_size=lru_cache_size,
+            reserve_bytes=reserve_bytes,
         )
         self.catalog = Catalog(self.core)
         self.producers = Producers(self.core)
@@ -101,6 +103,16 @@ class Store:
     def sync(self) -> None:
         self.core.sync()
 
+    @property
+    def read_only(self) -> str | None:
+        """Why the store takes no new data (a full disk, ``storage.space``), or None."""
+        return self.core.space.full_reason
+
+    def check_space(self) -> bool:
+        """Leave the read-only state if the disk has room again (reopening what a failed
+        write left sticky, allocating the reserve); True when the store takes writes."""
+        return self.core.space.check()
+
     def close(self) -> None:
         self.core.close()
 
@@ -129,7 +141,9 @@ class Store:
 
     def drop_database(self, name: str) -> None:
         """Remove a database: the catalog (and its log history) atomically first, then its
-        data, supertables and child tables by range deletes (finished at open after a crash)."""
+        data, supertables and child tables by range deletes (finished at open after a crash),
+        then the deleted ranges are compacted so the disk space comes back now (LevelDB frees
+        deleted keys only when it compacts them). Works on a full disk (``storage.space``)."""
         d = self.catalog.database(name)
         wb = self.core.batch(sync=True)
         self.catalog.stage_drop(wb, d)
@@ -138,7 +152,7 @@ class Store:
         self.catalog.forget(d)
         self.retention.forget(gone)
         self.producers.forget_database(d.info.id)
-        self.core.delete_database_data(d.info.id)
+        self.core.delete_database_data(d.info.id, compact=True)
 
     def databases(self) -> list[DatabaseInfo]:
         return self.catalog.databases()

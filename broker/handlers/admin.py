@@ -10,6 +10,7 @@ from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicError
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
     from tmqgate.protocol.messages import Request
@@ -44,6 +45,10 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
             topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only)
         except TopicError as exc:
             result.update(_error(exc.code, exc.message))
+            results.append(result)
+            continue
+        except StorageIOError as exc:  # Errors.forException(KafkaStorageException), as Kafka
+            result.update(_error(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
             results.append(result)
             continue
         result.update(topic_id=topic.topic_id if not validate_only else ZERO_UUID,
@@ -109,7 +114,10 @@ async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
                                 "This server does not host this topic-partition."))
         else:
             entry.update(name=topic.name, topic_id=topic.topic_id)
-            ctx.topics.delete(topic)
+            try:
+                ctx.topics.delete(topic)
+            except StorageIOError as exc:
+                entry.update(_error(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
         responses.append(entry)
     return {"throttle_time_ms": 0, "responses": responses}
 
@@ -131,6 +139,8 @@ async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
             ctx.topics.add_partitions(topic, t["count"], validate_only=body.get("validate_only", False))
         except TopicError as exc:
             entry.update(_error(exc.code, exc.message))
+        except StorageIOError as exc:
+            entry.update(_error(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
         results.append(entry)
     return {"throttle_time_ms": 0, "results": results}
 
@@ -155,9 +165,12 @@ async def delete_records(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 if not 0 <= offset <= hw:
                     entry["error_code"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
                 else:
-                    if offset > store.log_start(topic.db, index):
-                        store.delete_before(topic.db, index, offset)
-                    entry["low_watermark"] = store.log_start(topic.db, index)
+                    try:
+                        if offset > store.log_start(topic.db, index):
+                            store.delete_before(topic.db, index, offset)
+                        entry["low_watermark"] = store.log_start(topic.db, index)
+                    except StorageIOError:  # as Kafka's offline log dir
+                        entry["error_code"] = int(ErrorCode.KAFKA_STORAGE_ERROR)
             parts.append(entry)
         topics.append({"name": t["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}

@@ -17,6 +17,7 @@ from tmqgate.broker.topics import TMQ, TSDB
 from tmqgate.protocol.compression import CorruptRecord
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import MAGIC, BatchHeader, iter_batches, verify_crc, with_log_append_time
+from tmqgate.storage import StorageIOError
 from tmqgate.storage.producers import ProducerAppend, check_sequence
 
 if TYPE_CHECKING:
@@ -57,6 +58,9 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                 except ProduceError as exc:
                     entry["error_code"] = exc.code
                     entry["error_message"] = exc.message
+                except StorageIOError as exc:  # a full disk: nothing written (storage.space)
+                    entry["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+                    entry["error_message"] = str(exc)
             entry["error_code"] = int(entry["error_code"])
             partitions.append(entry)
         responses.append({"name": topic_data.get("name"), "topic_id": topic_data.get("topic_id"),
