@@ -76,6 +76,8 @@ class TopicNames(Protocol):
 
     def invalidate_views(self, db: str) -> None: ...
 
+    def capacity_error(self, new_partitions: int, new_databases: int = 0) -> str | None: ...
+
 
 @dataclass(frozen=True)
 class GroupQueries:
@@ -199,6 +201,9 @@ class Executor:
         vgroups = stmt.vgroups if stmt.vgroups is not None else DEFAULT_VGROUPS
         if not 1 <= vgroups <= 1024:
             raise SqlError(f"Invalid option vgroups: {vgroups} (must be in 1..1024)")
+        refused = self.topics.capacity_error(vgroups, 1)  # the broker's max_databases / max_partitions
+        if refused is not None:
+            raise SqlError(refused)
         options = dict(stmt.options)
         options.update(precision=stmt.precision,
                        wal_retention_period=-1 if stmt.wal_retention_period is None else stmt.wal_retention_period,
