@@ -24,9 +24,12 @@ STATEMENT_ERROR = 0x2601
 INTERNAL_ERROR = 0x0001
 
 
-def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int) -> web.Application:
-    """The HTTP front over the broker's SQL executor, store and topic registry."""
-    app = web.Application(client_max_size=256 * 1024 * 1024)
+def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int,
+             max_body_bytes: int = 1_048_576) -> web.Application:
+    """The HTTP front over the broker's SQL executor, store and topic registry. A body over
+    `max_body_bytes` (the broker's max_sql_length, TDengine's 1 MiB SQL limit) is answered
+    413 before it is read whole, so no SQL text longer than that is ever parsed."""
+    app = web.Application(client_max_size=max_body_bytes)
 
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "node_id": node_id, "topics": len(topics.all())})
