@@ -1,11 +1,13 @@
 """Bounded resources of the Kafka listener: the request memory pool and the connection caps.
 
 `MemoryPool` is Kafka's `queued.max.request.bytes`: every request frame is reserved from one
-broker-wide pool before its body is read, and given back when its request has been answered.
-When the pool cannot hold a frame, its connection waits (nothing more is read from it, so the
-kernel's socket buffer fills and TCP pushes back on the client) until other requests free
-memory — as Kafka's SocketServer mutes a channel whose buffer it cannot allocate. Waiters are
-served first come, first served, so a large frame is not starved by a stream of small ones.
+broker-wide pool before its body is read, and given back when its connection reads its next
+request. When the pool cannot hold a frame, its connection waits (nothing more is read from
+it, so the kernel's socket buffer fills and TCP pushes back on the client) until memory is
+freed — as Kafka's SocketServer mutes a channel whose buffer it cannot allocate. Waiters are
+granted in arrival order among those that fit: a small frame (a normal client's request) is
+not held up behind large frames waiting for room, as in Kafka, where any muted channel whose
+allocation succeeds is read.
 
 `ConnectionLimits` is Kafka's `max.connections` and `max.connections.per.ip`: a connection
 over either is closed as soon as it is accepted.
@@ -14,8 +16,6 @@ over either is closed as soon as it is accepted.
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 from dataclasses import dataclass, field
 
 
@@ -25,18 +25,19 @@ class MemoryPool:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.used = 0
-        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     @property
     def bounded(self) -> bool:
         return self.capacity > 0
 
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
     async def reserve(self, size: int) -> None:
-        """Take `size` bytes, waiting (FIFO) until they are free. `size` <= capacity."""
-        if not self.bounded:
-            self.used += size
-            return
-        if not self._waiters and self.used + size <= self.capacity:
+        """Take `size` bytes (at most the capacity), waiting until they are free."""
+        if not self.bounded or self.used + size <= self.capacity:
             self.used += size
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -47,27 +48,26 @@ class MemoryPool:
         except BaseException:
             if future.done() and not future.cancelled():
                 self.release(size)  # granted as we were cancelled: give it back
-            else:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(entry)
-                self._wake()
+            elif entry in self._waiters:
+                self._waiters.remove(entry)
             raise
 
     def release(self, size: int) -> None:
         self.used -= size
-        self._wake()
+        if self._waiters:
+            self._wake()
 
     def _wake(self) -> None:
-        while self._waiters:
-            size, future = self._waiters[0]
+        waiting = []
+        for size, future in self._waiters:
             if future.done():
-                self._waiters.popleft()
                 continue
-            if self.used + size > self.capacity:
-                return
-            self._waiters.popleft()
-            self.used += size
-            future.set_result(None)
+            if self.used + size <= self.capacity:
+                self.used += size
+                future.set_result(None)
+            else:
+                waiting.append((size, future))
+        self._waiters = waiting
 
 
 @dataclass
