@@ -38,7 +38,7 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
         text = await request.text()
         db = request.match_info.get("db")
         try:
-            result = executor.execute(text, db)
+            result = await executor.execute_async(text, db)
         except SqlError as exc:
             desc = exc.message
             code = SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR
