@@ -362,13 +362,19 @@ def test_many_huge_frames_hold_no_more_than_the_pool(tmp_path: Path) -> None:
 @pytest.mark.tmqgate_only
 def test_sql_body_over_max_sql_length_is_refused_unread(small: TmqgateProcess) -> None:
     """max_sql_length (64 KiB here, TDengine's 1 MiB by default): a larger /rest/sql body is
-    answered 413 without being parsed or echoed; the front keeps serving."""
+    answered 413 without being parsed or echoed, and an error never quotes more than ~300
+    characters of a statement; the front keeps serving."""
     body = b"SELECT '" + b"x" * (64 << 10) + b"'"
     status, answer = sql(small, body)
     assert status == 413
     assert len(str(answer)) < 1000
     status, answer = sql(small, "SHOW DATABASES")
     assert status == 200, answer
+    # under the limit, a statement whose error quotes a 60 KB literal quotes only its ends
+    status, answer = sql(small, "DROP DATABASE '" + "y" * 60_000 + "'")
+    assert (status, answer["code"]) == (400, 0x2600), answer  # type: ignore[index]
+    desc = answer["desc"]  # type: ignore[index]
+    assert len(desc) <= 320 and desc.startswith("syntax error near 'yyy") and "at position 14" in desc, desc
     with RawConn(small.bootstrap) as c:
         c.api_versions()
 
