@@ -72,7 +72,8 @@ async def _serve(config: BrokerConfig) -> None:
         print(f"tmqgate: cannot open the data directory {config.data_dir}: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     await broker.start()
-    runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id),
+    runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id,
+                                       max_body_bytes=config.max_sql_length),
                               config.http_address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

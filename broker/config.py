@@ -66,6 +66,35 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 12_000
     group_consumer_heartbeat_interval_ms: int = 1000
     offset_metadata_max_bytes: int = 4096
+    # --- Bounded resources (issue 11, findings 3 and 4) -----------------------------------
+    # Partitions one CreateTopics/CreatePartitions request may create: Kafka's controller
+    # refuses an operation of more than 10,000 records (MAX_RECORDS_PER_USER_OP, one per
+    # partition) with POLICY_VIOLATION "Unable to perform excessively large batch operation.".
+    max_partitions_per_request: int = 10_000
+    # Partitions (vnodes) of all topics and databases on this broker (tmqgate's own; every
+    # vnode costs memory, Metadata response bytes and start-up time). Over it: POLICY_VIOLATION.
+    max_partitions: int = 100_000
+    # Databases (Kafka topics and SQL databases alike) on this broker (tmqgate's own).
+    max_databases: int = 10_000
+    # connections.max.idle.ms: a connection with no request for this long is closed.
+    connections_max_idle_ms: int = 600_000
+    # A frame whose size prefix has arrived must arrive whole within this time, or the
+    # connection is closed (tmqgate's own: a trickled frame holds pool memory).
+    request_read_timeout_ms: int = 60_000
+    # queued.max.request.bytes: the broker-wide pool request frames are read into. Kafka's
+    # default is -1 (unbounded); tmqgate caps it (256 MiB: two frames of the largest size
+    # socket.request.max.bytes allows, and far below the host's memory). A frame that does
+    # not fit waits for memory to be freed (its connection is not read meanwhile), as Kafka
+    # mutes a channel; -1 (or 0) = unbounded. Else must be >= socket_request_max_bytes.
+    queued_max_request_bytes: int = 268_435_456
+    # max.connections / max.connections.per.ip: a new connection over either is closed at
+    # once. Kafka's defaults are Int.MaxValue; tmqgate caps the total (each connection may
+    # hold up to ~400 KiB of socket buffers outside the pool), not the per-IP count (NAT).
+    max_connections: int = 4096
+    max_connections_per_ip: int = 2_147_483_647
+    # The SQL front: TDengine's maximum SQL length (1 MiB, TSDB_MAX_ALLOWED_SQL_LEN) is also
+    # the HTTP body limit of /rest/sql (a larger body gets 413 without being read whole).
+    max_sql_length: int = 1_048_576
 
     @classmethod
     def load(cls, path: str | Path | None, **overrides: object) -> BrokerConfig:
@@ -79,7 +108,16 @@ class BrokerConfig:
         if unknown:
             raise ValueError(f"unknown settings in {path}: {', '.join(sorted(unknown))}")
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)  # type: ignore[arg-type]
+        config = cls(**values)  # type: ignore[arg-type]
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """Refuse settings that contradict each other (Kafka checks these at start too)."""
+        pool = self.queued_max_request_bytes
+        if 0 < pool < self.socket_request_max_bytes:
+            raise ValueError(f"queued_max_request_bytes ({pool}) must be -1 or at least "
+                             f"socket_request_max_bytes ({self.socket_request_max_bytes})")
 
     @property
     def listen_address(self) -> tuple[str, int]:

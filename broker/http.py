@@ -89,9 +89,12 @@ async def _guard(request: web.Request, handler: Any) -> web.StreamResponse:
         return error_response(500, INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
 
 
-def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int) -> web.Application:
-    """The HTTP front over the broker's SQL executor, store and topic registry."""
-    app = web.Application(client_max_size=256 * 1024 * 1024, middlewares=[_guard])
+def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int,
+             max_body_bytes: int = 1_048_576) -> web.Application:
+    """The HTTP front over the broker's SQL executor, store and topic registry. A body over
+    `max_body_bytes` (the broker's max_sql_length, TDengine's 1 MiB SQL limit) is answered
+    413 before it is read whole, so no SQL text longer than that is ever parsed."""
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_guard])
 
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "node_id": node_id, "topics": len(topics.all())})
@@ -104,7 +107,7 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             return error_response(400, SYNTAX_ERROR, f"the SQL text is not UTF-8 (byte {exc.start})")
         db = request.match_info.get("db")
         try:
-            result = executor.execute(text, db)
+            result = await executor.execute_async(text, db)
         except SqlError as exc:
             desc = exc.message
             code = exc.code or (SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR)

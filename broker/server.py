@@ -26,6 +26,7 @@ from tmqgate.broker.config import BrokerConfig, parse_hostport
 from tmqgate.broker.group_coordinator import group_coordinator
 from tmqgate.broker.handlers import API_TABLE
 from tmqgate.broker.handlers.context import AdminApis, ClusterApis, DataPlane, GroupApis, Node
+from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
 from tmqgate.broker.tdengine import Executor, GroupQueries, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicRegistry
@@ -44,6 +45,9 @@ from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.server")
 _SIZE = struct.Struct(">i")
+# The StreamReader pauses its socket past twice this many unread bytes: what a connection may
+# buffer outside the request pool (frames themselves are reserved in the pool first).
+_READ_LIMIT = 64 * 1024
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
 
 
@@ -113,7 +117,8 @@ class Broker:
             log.error("storage is read-only until there is room: %s (writes answer KAFKA_STORAGE_ERROR, "
                       "reads work; disk_reserve_bytes=%d)", self.store.read_only, config.disk_reserve_bytes)
         self.catalog = TsdbCatalog(self.store)
-        self.topics = TopicRegistry(self.store, self.catalog)
+        self.topics = TopicRegistry(self.store, self.catalog, max_partitions=config.max_partitions,
+                                    max_databases=config.max_databases)
         self.notifier = DataNotifier()
         self.apis = API_TABLE
         self.coordinator = group_coordinator(self.store, self.topics, config)
@@ -128,6 +133,9 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._handlers: dict[int, BoundHandler] = {}
+        # queued.max.request.bytes and max.connections[.per.ip] (broker/limits.py).
+        self.pool = MemoryPool(config.queued_max_request_bytes)
+        self.connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip)
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
         # Captures every request frame when set (tests use it for byte-for-byte round trips).
         self.frame_hook: Any = None
@@ -135,7 +143,7 @@ class Broker:
     async def start(self) -> None:
         host, port = self.config.listen_address
         self._server = await asyncio.start_server(self._serve_connection, host, port,
-                                                  reuse_address=True, limit=1 << 20)
+                                                  reuse_address=True, limit=_READ_LIMIT)
         bound = self._server.sockets[0].getsockname()
         if self.config.advertised_listener:
             self.advertised = parse_hostport(self.config.advertised_listener)
@@ -241,33 +249,46 @@ class Broker:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        host = peer[0] if peer else ""
+        refused = self.connection_limits.admit(host)
+        if refused is not None:
+            log.warning("closing new connection from %s: %s", peer, refused)
+            self._connections.discard(task)
+            writer.transport.abort()
+            return
+        memory = FrameMemory(self.pool)
         try:
-            await self._connection_loop(reader, writer, peer)
+            await self._connection_loop(reader, writer, peer, memory)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except asyncio.CancelledError:
             raise
+        except TimeoutError as exc:
+            log.info("closing %s: %s", peer, exc)
         except Exception:
             log.exception("connection %s failed", peer)
         finally:
+            memory.free()
+            self.connection_limits.release(host)
             self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
     async def _connection_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                               peer: Any) -> None:
+                               peer: Any, memory: FrameMemory) -> None:
         max_size = self.config.socket_request_max_bytes
         transport = writer.transport
         fd = _socket_fd(writer)
         current_client.set(ClientInfo(host=peer[0] if peer else "", port=peer[1] if peer else 0))
         while True:
-            (size,) = _SIZE.unpack(await reader.readexactly(4))
+            (size,) = _SIZE.unpack(await self._read_size(reader))
+            memory.free()  # the previous frame (alive until now in this loop) goes back
             if size < 0 or size > max_size:
                 log.warning("closing %s: frame of %d bytes is over socket.request.max.bytes (%d)",
                             peer, size, max_size)
                 return
-            frame = await reader.readexactly(size)
+            frame = await self._read_frame(reader, size, memory)
             if self.frame_hook is not None:
                 self.frame_hook(frame)
             try:
@@ -298,6 +319,27 @@ class Broker:
             write_parts(transport, fd, encode_response_parts(request.api_key, request.api_version,
                                                              request.correlation_id, body))
             await writer.drain()
+
+    async def _read_size(self, reader: asyncio.StreamReader) -> bytes:
+        """The next frame's size prefix; a connection silent for connections.max.idle.ms is closed."""
+        idle_ms = self.config.connections_max_idle_ms
+        try:
+            async with asyncio.timeout(idle_ms / 1000 if idle_ms > 0 else None):
+                return await reader.readexactly(4)
+        except TimeoutError:
+            raise TimeoutError(f"idle for connections.max.idle.ms ({idle_ms} ms)") from None
+
+    async def _read_frame(self, reader: asyncio.StreamReader, size: int, memory: FrameMemory) -> bytes:
+        """A frame's body, read once `size` bytes are reserved in the pool (waiting for them,
+        unread, as Kafka mutes the channel); it must arrive within request_read_timeout_ms."""
+        await memory.take(size)
+        timeout_ms = self.config.request_read_timeout_ms
+        try:
+            async with asyncio.timeout(timeout_ms / 1000 if timeout_ms > 0 else None):
+                return await reader.readexactly(size)
+        except TimeoutError:
+            raise TimeoutError(f"a frame of {size} bytes was not received within "
+                               f"request_read_timeout_ms ({timeout_ms} ms)") from None
 
     def retention_defaults(self) -> dict[str, str]:
         """Kafka's topic defaults for retention, overridable in the broker's topic_defaults."""

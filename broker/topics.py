@@ -94,9 +94,13 @@ class TopicRegistry:
     """Name and id lookups of every topic kind, backed by the storage catalog (`store`) and,
     for database and TDengine topics, the TDengine catalog cache their views read through."""
 
-    def __init__(self, store: Store, catalog: TsdbCatalog) -> None:
+    def __init__(self, store: Store, catalog: TsdbCatalog, *, max_partitions: int = 100_000,
+                 max_databases: int = 10_000) -> None:
         self._store = store
         self.catalog = catalog
+        # The broker's caps (max_partitions, max_databases in broker/config.py).
+        self.max_partitions = max_partitions
+        self.max_databases = max_databases
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[bytes, Topic] = {}
         self.reload()
@@ -150,6 +154,19 @@ class TopicRegistry:
     def all(self) -> list[Topic]:
         return sorted(self._by_name.values(), key=lambda t: t.name)
 
+    def capacity_error(self, new_partitions: int, new_databases: int = 0) -> str | None:
+        """Why adding `new_partitions` vnodes in `new_databases` new databases would pass the
+        broker's max_partitions or max_databases, or None if it would not."""
+        infos = self._store.databases()
+        if new_databases and len(infos) + new_databases > self.max_databases:
+            return (f"The broker holds {len(infos)} database(s); {new_databases} more would exceed "
+                    f"max_databases ({self.max_databases}).")
+        total = sum(info.vgroups for info in infos)
+        if total + new_partitions > self.max_partitions:
+            return (f"The broker holds {total} partition(s); {new_partitions} more would exceed "
+                    f"max_partitions ({self.max_partitions}).")
+        return None
+
     def create(self, name: str, partitions: int, configs: dict[str, str | None],
                validate_only: bool = False) -> Topic:
         """CreateTopics: a plain topic (its database of `partitions` vnodes and the topic over
@@ -162,6 +179,9 @@ class TopicRegistry:
         if partitions < 1:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         clean = validate_configs(configs)
+        refused = self.capacity_error(partitions, 1)
+        if refused is not None:
+            raise TopicError(ErrorCode.POLICY_VIOLATION, refused)
         if validate_only:
             return Topic(name, bytes(16), name, partitions, clean)
         info = self._store.create_database(name, partitions, clean)
@@ -219,6 +239,9 @@ class TopicRegistry:
                                                    f"partition(s); {count} would not be an increase.")
         if count == topic.partitions:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {topic.partitions} partition(s).")
+        refused = self.capacity_error(count - topic.partitions)
+        if refused is not None:
+            raise TopicError(ErrorCode.POLICY_VIOLATION, refused)
         if validate_only:
             return
         self._store.add_vnodes(topic.db, count)

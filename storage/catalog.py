@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from tmqgate.storage.core import Core, WriteBatch
 
 _T = TypeVar("_T")
+# The most vnodes one database may have: a bound far above any real layout (the broker's own
+# max_partitions is lower), so that an absurd count is refused before a loop over it.
+MAX_VNODES = 1 << 20
 
 
 def _now_ms() -> int:
@@ -128,8 +131,8 @@ class Catalog:
         """
         if name in self._dbs:
             raise DatabaseExists(name)
-        if vgroups < 1:
-            raise ValueError("vgroups must be >= 1")
+        if not 1 <= vgroups <= MAX_VNODES:
+            raise ValueError(f"vgroups must be in 1..{MAX_VNODES}, not {vgroups}")
         if kind not in ("kafka", "tsdb"):
             raise ValueError("kind must be 'kafka' or 'tsdb'")
         core = self._core
@@ -198,6 +201,8 @@ class Catalog:
         old = d.info.vgroups
         if new_count <= old:
             raise ValueError(f"new vnode count {new_count} must exceed {old}")
+        if new_count > MAX_VNODES:  # refused before one key is written or one vnode built
+            raise ValueError(f"new vnode count {new_count} is over the limit of {MAX_VNODES} per database")
         info = replace(d.info, vgroups=new_count)
         wb = self._core.batch(sync=True)
         wb.put(keys.dbinfo_key(info.id), _dbinfo_json(info))

@@ -40,12 +40,24 @@ __all__ = [
 ]
 
 
+# An error quotes at most this much of the statement: a 1 MiB literal is not echoed back.
+MAX_ERROR_MESSAGE = 300
+
+
+def clip_message(message: str) -> str:
+    """`message` if short, else its head and tail (the position is at the end) around a mark."""
+    if len(message) <= MAX_ERROR_MESSAGE:
+        return message
+    return f"{message[:180]}…({len(message) - 280} characters)…{message[-100:]}"
+
+
 class SqlError(Exception):
     """A statement TDengine would refuse; `position` is a 0-based offset into the SQL text;
     `code` TDengine's error code when the refusal has a specific one (e.g. 0x2617, an invalid
     identifier name), else None (the HTTP front then says syntax or statement error)."""
 
     def __init__(self, message: str, position: int | None = None, code: int | None = None) -> None:
+        message = clip_message(message)
         super().__init__(message)
         self.message = message
         self.position = position

@@ -8,6 +8,7 @@ meta and data is the order a WITH META topic delivers.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from tmqgate.storage import Store
 
 DEFAULT_VGROUPS = 2  # TDengine's default
+# Texts this long or longer are parsed off the event loop (execute_async); shorter ones (~1 ms
+# to parse at most) are parsed in place, so they keep their order and latency.
+PARSE_IN_THREAD_CHARS = 16 * 1024
 
 
 @dataclass
@@ -75,6 +79,8 @@ class TopicNames(Protocol):
     def reload(self) -> None: ...
 
     def invalidate_views(self, db: str) -> None: ...
+
+    def capacity_error(self, new_partitions: int, new_databases: int = 0) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -152,7 +158,17 @@ class Executor:
 
     def execute(self, text: str, db: str | None = None) -> Result:
         """Run every statement of `text`; returns the last one's result."""
-        statements = parse_script(text)
+        return self._execute(parse_script(text), db)
+
+    async def execute_async(self, text: str, db: str | None = None) -> Result:
+        """`execute` for the event loop: a long text is parsed in a worker thread (parsing is
+        pure, text to statements; 1 MiB of SQL takes seconds), so the Kafka listener is not
+        held meanwhile; the statements run here, on the loop, which alone uses the store."""
+        if len(text) < PARSE_IN_THREAD_CHARS:
+            return self.execute(text, db)
+        return self._execute(await asyncio.to_thread(parse_script, text), db)
+
+    def _execute(self, statements: list[ast.Statement], db: str | None) -> Result:
         if not statements:
             raise SqlError("empty statement", 0)
         result = Result.affected(0)
@@ -199,6 +215,9 @@ class Executor:
         vgroups = stmt.vgroups if stmt.vgroups is not None else DEFAULT_VGROUPS
         if not 1 <= vgroups <= 1024:
             raise SqlError(f"Invalid option vgroups: {vgroups} (must be in 1..1024)")
+        refused = self.topics.capacity_error(vgroups, 1)  # the broker's max_databases / max_partitions
+        if refused is not None:
+            raise SqlError(refused)
         options = dict(stmt.options)
         options.update(precision=stmt.precision,
                        wal_retention_period=-1 if stmt.wal_retention_period is None else stmt.wal_retention_period,

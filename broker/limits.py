@@ -1,0 +1,117 @@
+"""Bounded resources of the Kafka listener: the request memory pool and the connection caps.
+
+`MemoryPool` is Kafka's `queued.max.request.bytes`: every request frame is reserved from one
+broker-wide pool before its body is read, and given back when its connection reads its next
+request. When the pool cannot hold a frame, its connection waits (nothing more is read from
+it, so the kernel's socket buffer fills and TCP pushes back on the client) until memory is
+freed — as Kafka's SocketServer mutes a channel whose buffer it cannot allocate. Waiters are
+granted in arrival order among those that fit: a small frame (a normal client's request) is
+not held up behind large frames waiting for room, as in Kafka, where any muted channel whose
+allocation succeeds is read.
+
+`ConnectionLimits` is Kafka's `max.connections` and `max.connections.per.ip`: a connection
+over either is closed as soon as it is accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+
+class MemoryPool:
+    """A byte budget shared by all connections; `capacity` <= 0 means unbounded."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    @property
+    def bounded(self) -> bool:
+        return self.capacity > 0
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def reserve(self, size: int) -> None:
+        """Take `size` bytes (at most the capacity), waiting until they are free."""
+        if not self.bounded or self.used + size <= self.capacity:
+            self.used += size
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (size, future)
+        self._waiters.append(entry)
+        try:
+            await future
+        except BaseException:
+            if future.done() and not future.cancelled():
+                self.release(size)  # granted as we were cancelled: give it back
+            elif entry in self._waiters:
+                self._waiters.remove(entry)
+            raise
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        if self._waiters:
+            self._wake()
+
+    def _wake(self) -> None:
+        waiting = []
+        for size, future in self._waiters:
+            if future.done():
+                continue
+            if self.used + size <= self.capacity:
+                self.used += size
+                future.set_result(None)
+            else:
+                waiting.append((size, future))
+        self._waiters = waiting
+
+
+@dataclass
+class ConnectionLimits:
+    """Counts open connections, in total and per client address."""
+
+    max_connections: int
+    max_per_ip: int
+    total: int = 0
+    per_ip: dict[str, int] = field(default_factory=dict)
+
+    def admit(self, host: str) -> str | None:
+        """Count a new connection from `host`, or say why it must be closed (then not counted)."""
+        if self.total >= self.max_connections:
+            return f"max.connections ({self.max_connections}) reached"
+        count = self.per_ip.get(host, 0)
+        if count >= self.max_per_ip:
+            return f"max.connections.per.ip ({self.max_per_ip}) reached for {host}"
+        self.total += 1
+        self.per_ip[host] = count + 1
+        return None
+
+    def release(self, host: str) -> None:
+        self.total -= 1
+        count = self.per_ip.get(host, 0) - 1
+        if count > 0:
+            self.per_ip[host] = count
+        else:
+            self.per_ip.pop(host, None)
+
+
+class FrameMemory:
+    """What one connection holds of the pool: the frame of the request it is answering."""
+
+    def __init__(self, pool: MemoryPool) -> None:
+        self.pool = pool
+        self.held = 0
+
+    async def take(self, size: int) -> None:
+        assert not self.held
+        await self.pool.reserve(size)
+        self.held = size
+
+    def free(self) -> None:
+        if self.held:
+            held, self.held = self.held, 0
+            self.pool.release(held)
