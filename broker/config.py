@@ -56,6 +56,11 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 12_000
     group_consumer_heartbeat_interval_ms: int = 1000
     offset_metadata_max_bytes: int = 4096
+    # Produce decompresses every batch to validate its records (as Kafka's LogValidator does);
+    # the decompressed records may pass neither the topic's max.message.bytes nor this cap, so
+    # a small compressed bomb is refused (MESSAGE_TOO_LARGE) before it is inflated. tmqgate's
+    # own setting: Kafka bounds only the compressed size.
+    max_decompressed_batch_bytes: int = 134_217_728
 
     @classmethod
     def load(cls, path: str | Path | None, **overrides: object) -> BrokerConfig:
