@@ -31,6 +31,7 @@ from .tdengine_helpers import TdBroker, td_broker_fixture, unique
 
 UNKNOWN_SERVER_ERROR = -1
 MESSAGE_TOO_LARGE = 10
+INVALID_TIMESTAMP = 32
 INVALID_RECORD = 87
 TD_CAP = 4_000_000
 
@@ -160,6 +161,20 @@ def test_poison_then_consumer_reads_on(broker: Broker) -> None:
     assert [o for o, _ in values] == list(range(len(values)))
     got = d.consume(name, {0: len(values)}, timeout=60)
     assert [(r.offset, r.value) for r in got] == values
+
+
+def test_timestamp_of_a_middle_record_is_checked(conn: RawConn, topic: str) -> None:
+    """Record 1 of 3 stamped two days ahead while the batch header's timestamps are now: the
+    broker checks each record's timestamp (message.timestamp.after.max.ms, default one hour),
+    not just the header's, and names the record in record_errors."""
+    now = int(time.time() * 1000)
+    body = records_of(build_batch([(None, b"a", [], now), (None, b"b", [], now + 2 * 86_400_000),
+                                   (None, b"c", [], now)]))
+    before, _ = _produce_good(conn, topic)
+    p = conn.produce(topic, 0, raw_batch(body, 3, timestamp=now))
+    assert (p["error_code"], p["base_offset"]) == (INVALID_TIMESTAMP, -1), p
+    assert [e["batch_index"] for e in p["record_errors"]] == [1], p
+    assert _produce_good(conn, topic)[0] == before + 1
 
 
 # --------------------------------------------------------------------------- bombs (finding 2)
