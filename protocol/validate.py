@@ -122,11 +122,15 @@ def _walk(buf: bytes | memoryview, pos: int, end: int, count: int, base_ts: int)
     i = 0
     try:
         for i in range(count):
-            # Record length: the 1-byte case inline (every record under 64 bytes), else the loop.
+            # Record length and timestamp delta: 1- and 2-byte varints inline, else the loop.
             v = buf[pos]
             if v < 0x80:
                 length = (v >> 1) ^ -(v & 1)
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                length = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 length, pos = varint(buf, pos, end)
             rec_end = pos + length
@@ -137,6 +141,10 @@ def _walk(buf: bytes | memoryview, pos: int, end: int, count: int, base_ts: int)
             if v < 0x80:
                 ts_delta = (v >> 1) ^ -(v & 1)
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                ts_delta = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 ts_delta, pos = varint(buf, pos, rec_end)
             v = buf[pos]
