@@ -95,6 +95,11 @@ class BrokerConfig:
     # The SQL front: TDengine's maximum SQL length (1 MiB, TSDB_MAX_ALLOWED_SQL_LEN) is also
     # the HTTP body limit of /rest/sql (a larger body gets 413 without being read whole).
     max_sql_length: int = 1_048_576
+    # Produce decompresses every batch to validate its records (as Kafka's LogValidator does);
+    # the decompressed records may pass neither the topic's max.message.bytes nor this cap, so
+    # a small compressed bomb is refused (MESSAGE_TOO_LARGE) before it is inflated. tmqgate's
+    # own setting: Kafka bounds only the compressed size.
+    max_decompressed_batch_bytes: int = 134_217_728
 
     @classmethod
     def load(cls, path: str | Path | None, **overrides: object) -> BrokerConfig:

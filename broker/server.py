@@ -163,7 +163,8 @@ class Broker:
         cfg = self.config
         node = Node(cfg.node_id, cfg.cluster_id, self.advertised)
         return {
-            DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor),
+            DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
+                                 cfg.max_decompressed_batch_bytes),
             AdminApis: AdminApis(self.store, self.topics, cfg),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis),
             GroupApis: GroupApis(self.coordinator, self.topics, node),

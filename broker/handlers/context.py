@@ -43,6 +43,7 @@ class DataPlane:
     topics: TopicRegistry
     notifier: DataNotifier
     executor: Executor  # writes the rows Produce sends to a database topic
+    max_decompressed_batch_bytes: int = 134_217_728  # BrokerConfig's: Produce's bomb bound
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,15 @@
 """Produce: validate each partition's record batch and append it to the vnode's WAL as bytes.
 
-The batch is never decoded: its header gives the record count, timestamps and producer
-fields; the CRC is checked; the stored copy differs only in its base offset (outside the CRC).
+The batch is validated as Kafka's LogValidator does (CRC, then every record parsed, the
+payload decompressed with its size bounded by the topic's max.message.bytes and the broker's
+max_decompressed_batch_bytes) but stored as received: the stored copy differs only in its
+base offset (outside the CRC).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -17,6 +20,7 @@ from tmqgate.broker.topics import TMQ, TSDB
 from tmqgate.protocol.compression import CorruptRecord
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import MAGIC, BatchHeader, iter_batches, verify_crc, with_log_append_time
+from tmqgate.protocol.validate import DecompressedTooLarge, InvalidRecords, Validated, validate_records
 from tmqgate.storage import StorageIOError
 from tmqgate.storage.producers import ProducerAppend, check_sequence
 
@@ -28,7 +32,13 @@ api = apis_with(DataPlane)
 
 
 class ProduceError(KafkaError):
-    """A partition's batch Kafka refuses."""
+    """A partition's batch Kafka refuses; ``record_errors`` are the response's (KIP-467):
+    (index of the record in the batch, message)."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None,
+                 record_errors: Sequence[tuple[int, str | None]] = ()) -> None:
+        super().__init__(code, message)
+        self.record_errors = list(record_errors)
 
 
 @api(ApiKey.PRODUCE, 3, 13, advertise_from=0)
@@ -58,6 +68,8 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                 except ProduceError as exc:
                     entry["error_code"] = exc.code
                     entry["error_message"] = exc.message
+                    entry["record_errors"] = [{"batch_index": i, "batch_index_error_message": m}
+                                              for i, m in exc.record_errors]
                 except StorageIOError as exc:  # a full disk: nothing written (storage.space)
                     entry["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
                     entry["error_message"] = str(exc)
@@ -80,7 +92,7 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
     if topic.kind == TMQ:
         raise ProduceError(ErrorCode.INVALID_REQUEST,
                            f"'{topic.name}' is a TDengine topic (a view); write to database '{topic.db}'")
-    batch, header = _validated_batch(topic, records)
+    batch, header, valid = _validated_batch(topic, records, ctx.max_decompressed_batch_bytes)
     if topic.kind == TSDB:
         try:
             base = ingest(ctx.executor, topic.db, vnode, batch)
@@ -90,7 +102,7 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
     now_ms = int(time.time() * 1000)
     log_append_time = topic.config("message.timestamp.type") == "LogAppendTime"
     if not log_append_time:
-        _check_timestamps(topic, header.base_timestamp, header.max_timestamp, now_ms)
+        _check_timestamps(topic, valid, now_ms)
     store = ctx.store
     producer = None
     if header.producer_id >= 0 and header.base_sequence >= 0:
@@ -110,8 +122,12 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
     return appended.base, now_ms if log_append_time else -1, appended.log_start
 
 
-def _validated_batch(topic: Topic, records: bytes | None) -> tuple[bytes, BatchHeader]:
-    """The partition's one record batch, checked as Kafka checks it before appending."""
+def _validated_batch(topic: Topic, records: bytes | None,
+                     max_decompressed: int) -> tuple[bytes, BatchHeader, Validated]:
+    """The partition's one record batch, checked as Kafka checks it before appending: the
+    batch as a whole, then every record (protocol.validate). The records, decompressed, may
+    not pass the topic's max.message.bytes nor ``max_decompressed`` (tmqgate's bound against
+    decompression bombs; Kafka has none)."""
     if not records:
         raise ProduceError(ErrorCode.INVALID_RECORD, "Produce request has no record batch")
     try:
@@ -136,24 +152,33 @@ def _validated_batch(topic: Topic, records: bytes | None) -> tuple[bytes, BatchH
         raise ProduceError(ErrorCode.CORRUPT_MESSAGE, "Record batch CRC mismatch")
     if header.is_control:
         raise ProduceError(ErrorCode.INVALID_RECORD, "Producers may not write control batches")
-    if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
-        raise ProduceError(ErrorCode.INVALID_RECORD,
-                           f"Record batch count {header.record_count} does not match its last offset delta "
-                           f"{header.last_offset_delta}")
-    return batch, header
+    bound = min(topic.max_message_bytes, max_decompressed)
+    try:
+        valid = validate_records(batch, header.record_count, header.last_offset_delta, header.attributes,
+                                 header.base_timestamp, header.size, bound)
+    except DecompressedTooLarge:
+        raise ProduceError(ErrorCode.MESSAGE_TOO_LARGE,
+                           f"The record batch decompresses to more than {bound} bytes (max.message.bytes "
+                           f"{topic.max_message_bytes}, max_decompressed_batch_bytes {max_decompressed})"
+                           ) from None
+    except InvalidRecords as exc:
+        errors = [] if exc.index is None else [(exc.index, str(exc))]
+        raise ProduceError(ErrorCode.INVALID_RECORD, str(exc), errors) from None
+    return batch, header, valid
 
 
-def _check_timestamps(topic: Topic, first: int, largest: int, now_ms: int) -> None:
+def _check_timestamps(topic: Topic, valid: Validated, now_ms: int) -> None:
     """message.timestamp.before/after.max.ms (KIP-937): CreateTime stamps too far from the
-    broker's clock are refused with INVALID_TIMESTAMP. The header's base timestamp stands for
-    the batch's earliest (clients write records in time order)."""
+    broker's clock are refused with INVALID_TIMESTAMP, naming the record (the records'
+    smallest and largest stamps, found by validation) in record_errors as Kafka does."""
     after_max = int(topic.config("message.timestamp.after.max.ms"))
     before_max = int(topic.config("message.timestamp.before.max.ms"))
+    largest, first = valid.max_timestamp, valid.min_timestamp
     if largest > now_ms + after_max:
-        raise ProduceError(ErrorCode.INVALID_TIMESTAMP,
-                           f"Timestamp {largest} of the record batch is more than "
-                           f"message.timestamp.after.max.ms ({after_max}) ahead of the broker's time")
+        message = (f"Timestamp {largest} of the record batch is more than "
+                   f"message.timestamp.after.max.ms ({after_max}) ahead of the broker's time")
+        raise ProduceError(ErrorCode.INVALID_TIMESTAMP, message, [(valid.max_index, message)])
     if 0 <= first < now_ms - before_max:
-        raise ProduceError(ErrorCode.INVALID_TIMESTAMP,
-                           f"Timestamp {first} of the record batch is more than "
-                           f"message.timestamp.before.max.ms ({before_max}) behind the broker's time")
+        message = (f"Timestamp {first} of the record batch is more than "
+                   f"message.timestamp.before.max.ms ({before_max}) behind the broker's time")
+        raise ProduceError(ErrorCode.INVALID_TIMESTAMP, message, [(valid.min_index, message)])

@@ -29,7 +29,7 @@ from tmqgate.broker.tsdb.schemaless import (
     plan_schema,
 )
 from tmqgate.broker.tsdb.types import Column, StableSchema
-from tmqgate.protocol.records import decode_records
+from tmqgate.protocol.records import CorruptRecord, DecompressedTooLarge, decode_records
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,9 +45,18 @@ class IngestError(ValueError):
 
 
 def parse_records(batch: bytes) -> list[SchemalessRow]:
-    """Every row in a record batch: each record value is one or more lines, or JSON."""
+    """Every row in a record batch: each record value is one or more lines, or JSON.
+
+    A batch that cannot be decoded (corrupt, or decompressing past the bound) is an
+    IngestError like a bad line, so the caller answers it instead of dropping the connection."""
     rows: list[SchemalessRow] = []
-    for record in decode_records(batch):
+    try:
+        records = decode_records(batch)
+    except DecompressedTooLarge as exc:
+        raise IngestError(f"the record batch is too large once decompressed: {exc}") from None
+    except CorruptRecord as exc:
+        raise IngestError(f"the record batch is corrupt: {exc}") from None
+    for record in records:
         if not record.value:
             continue
         precision = "ns"
