@@ -56,6 +56,10 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 12_000
     group_consumer_heartbeat_interval_ms: int = 1000
     offset_metadata_max_bytes: int = 4096
+    # Log lines about bad input and failed requests: at most log_rate_limit_messages of a kind
+    # per log_rate_limit_interval_ms, then one line saying how many were suppressed.
+    log_rate_limit_messages: int = 10
+    log_rate_limit_interval_ms: int = 60_000
 
     @classmethod
     def load(cls, path: str | Path | None, **overrides: object) -> BrokerConfig:
