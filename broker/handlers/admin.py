@@ -109,7 +109,14 @@ async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
                                 "This server does not host this topic-partition."))
         else:
             entry.update(name=topic.name, topic_id=topic.topic_id)
-            ctx.topics.delete(topic)
+            try:
+                ctx.topics.delete(topic)
+            except TopicError as exc:  # a database topic: DROP DATABASE deletes it
+                entry.update(_error(exc.code, exc.message))
+            else:
+                if ctx.notifier is not None:  # Fetches waiting on it answer at once
+                    for vnode in range(topic.partitions):
+                        ctx.notifier.notify(topic.db, vnode)
         responses.append(entry)
     return {"throttle_time_ms": 0, "responses": responses}
 

@@ -28,13 +28,14 @@ api = apis_with(DataPlane)
 async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
     body = req.body
     by_id = req.api_version >= 13
-    wanted: list[tuple[dict[str, Any], Topic | None]] = []
-    for t in body["topics"]:
-        topic = ctx.topics.by_id(t["topic_id"]) if by_id else ctx.topics.get(t["topic"])
-        wanted.append((t, topic))
     deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000
     min_bytes = body["min_bytes"]
     while True:
+        # Looked up on every pass: a topic deleted while the Fetch waited (its deletion wakes
+        # the wait) is answered at once, UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID, as Kafka.
+        wanted: list[tuple[dict[str, Any], Topic | None]] = [
+            (t, ctx.topics.by_id(t["topic_id"]) if by_id else ctx.topics.get(t["topic"]))
+            for t in body["topics"]]
         responses, size, errors = _read_all(ctx, wanted, body.get("max_bytes", 0x7FFFFFFF), by_id)
         remaining = deadline - time.monotonic()
         if size >= min_bytes or errors or remaining <= 0:
