@@ -313,18 +313,18 @@ class Broker:
     def _failed(self, request: Request, peer: Any, exc: Exception) -> dict[str, Any] | None:
         """Kafka's error answer to a request whose handler failed (KafkaApis' handleError):
         the KafkaError's code, else UNKNOWN_SERVER_ERROR with no message; one log line."""
-        if isinstance(exc, KafkaError):
-            code, message = exc.code, exc.message
+        if isinstance(exc, KafkaError):  # a refusal a handler did not catch: its own code
+            code, message, level = exc.code, exc.message, logging.INFO
         else:
-            code, message = ErrorCode.UNKNOWN_SERVER_ERROR, None
+            code, message, level = ErrorCode.UNKNOWN_SERVER_ERROR, None, logging.ERROR
         tb = exc.__traceback__
         while tb is not None and tb.tb_next is not None:
             tb = tb.tb_next
         where = f" at {tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb else ""
         name = ApiKey(request.api_key).name if request.api_key in ApiKey._value2member_map_ else request.api_key
-        if self.limited_log.error("handler-error", "error handling %s v%d (client id %r, peer %s), answered "
-                                  "%s: %r%s", name, request.api_version, request.client_id, peer,
-                                  code.name, exc, where):
+        if self.limited_log.log(level, "handler-error", "error handling %s v%d (client id %r, peer %s), "
+                                "answered %s: %r%s", name, request.api_version, request.client_id, peer,
+                                code.name, exc, where):
             log.debug("traceback of the failure above", exc_info=exc)
         return error_response(request.api_key, request.api_version, request.body, code, message)
 
