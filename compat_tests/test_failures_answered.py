@@ -181,3 +181,32 @@ def test_sigterm_with_open_connections_logs_no_traceback(tmp_path: Path, target:
     log = proc.log_path.read_text()
     assert "shutting down" in log
     assert "Traceback" not in log and "CancelledError" not in log, log
+
+
+OFFSET_COMMIT = 8
+
+
+def _commit(c: RawConn, group: str, topic: str, partitions: list[int]) -> list[tuple[int, int]]:
+    """A standalone (generation -1) OffsetCommit v8 of offset 1: (partition, error) per partition."""
+    body = c.request(OFFSET_COMMIT, 8, {
+        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+        "topics": [{"name": topic, "partitions": [
+            {"partition_index": p, "committed_offset": 1, "committed_leader_epoch": -1, "committed_metadata": ""}
+            for p in partitions]}]})
+    [t] = body["topics"]
+    return [(p["partition_index"], p["error_code"]) for p in t["partitions"]]
+
+
+def test_offset_commit_to_a_deleted_or_unknown_topic(broker: Broker) -> None:
+    """Kafka's KafkaApis refuses commits to topics and partitions it does not have."""
+    topic = unique_topic("commit-deleted")
+    admin = ConfluentDriver(broker.bootstrap)
+    admin.create_topic(topic, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with RawConn(broker.bootstrap) as c:
+        assert _commit(c, group, topic, [0, 5]) == [(0, 0), (5, UNKNOWN_TOPIC_OR_PARTITION)]
+        admin.delete_topic(topic)
+        admin.wait_topic_gone(topic)
+        assert _commit(c, group, topic, [0]) == [(0, UNKNOWN_TOPIC_OR_PARTITION)]
+        assert _commit(c, group, unique_topic("never"), [0, 1]) == [
+            (0, UNKNOWN_TOPIC_OR_PARTITION), (1, UNKNOWN_TOPIC_OR_PARTITION)]
