@@ -45,6 +45,15 @@ class RateLimitedLog:
     def error(self, kind: str, msg: str, *args: object) -> bool:
         return self.log(logging.ERROR, kind, msg, *args)
 
+    def flush(self, level: int = logging.WARNING) -> None:
+        """Say how many were suppressed in each kind's current interval (at shutdown)."""
+        now = self.clock()
+        for kind, window in self._windows.items():
+            if window[2]:
+                self.logger.log(level, "suppressed %d similar messages (%s) in the last %.0f s",
+                                int(window[2]), kind, now - window[0])
+                window[2] = 0
+
     def suppressed(self, kind: str) -> int:
         """Messages of `kind` suppressed in its current interval."""
         window = self._windows.get(kind)

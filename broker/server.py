@@ -184,6 +184,7 @@ class Broker:
                 await self._server.wait_closed()
         await self.coordinator.stop()
         self.store.close()
+        self.limited_log.flush()
 
     async def _precompile(self) -> None:
         """Build the codecs of every served API and version (0.6 s of CPU on an idle machine,

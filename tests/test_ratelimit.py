@@ -20,6 +20,12 @@ def test_first_n_per_interval_then_a_suppressed_count(caplog: pytest.LogCaptureF
         assert limited.suppressed("bad-frame") == 99_997
         now[0] = 61.0
         assert limited.warning("bad-frame", "bad frame again") is True
+        for _ in range(5):
+            limited.warning("bad-frame", "and again")
+        now[0] = 70.0
+        limited.flush()  # at shutdown: the current interval's count
+        limited.flush()  # said once
     assert [r.getMessage() for r in caplog.records] == [
         "bad frame 0", "bad frame 1", "bad frame 2", "another kind",
-        "suppressed 99997 similar messages (bad-frame) in the last 61 s", "bad frame again"]
+        "suppressed 99997 similar messages (bad-frame) in the last 61 s", "bad frame again",
+        "and again", "and again", "suppressed 3 similar messages (bad-frame) in the last 9 s"]
