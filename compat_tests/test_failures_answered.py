@@ -210,3 +210,17 @@ def test_offset_commit_to_a_deleted_or_unknown_topic(broker: Broker) -> None:
         assert _commit(c, group, topic, [0]) == [(0, UNKNOWN_TOPIC_OR_PARTITION)]
         assert _commit(c, group, unique_topic("never"), [0, 1]) == [
             (0, UNKNOWN_TOPIC_OR_PARTITION), (1, UNKNOWN_TOPIC_OR_PARTITION)]
+
+
+@pytest.mark.tmqgate_only
+def test_kafka_topics_delete_of_a_database_topic_ends_with_the_error(td: TdBroker) -> None:
+    """Before: kafka-topics --delete retried for 60 s against closed connections."""
+    from .cli_helpers import require_tools, run
+
+    require_tools()
+    db = f"db_{uuid.uuid4().hex[:8]}"
+    td.sql(f"CREATE DATABASE {db} VGROUPS 2")
+    r = run("kafka-topics", "--bootstrap-server", td.bootstrap, "--delete", "--topic", db,
+            check=False, timeout=40)  # under the admin client's 60 s retry budget
+    assert r.returncode == 1, r.describe()
+    assert f"'{db}' is a database; drop it with DROP DATABASE" in r.stdout, r.describe()
