@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,15 +187,25 @@ def test_sigterm_with_open_connections_logs_no_traceback(tmp_path: Path, target:
 OFFSET_COMMIT = 8
 
 
+COORDINATOR_NOT_READY = {14, 15, 16}  # load in progress, not available, not coordinator
+
+
 def _commit(c: RawConn, group: str, topic: str, partitions: list[int]) -> list[tuple[int, int]]:
-    """A standalone (generation -1) OffsetCommit v8 of offset 1: (partition, error) per partition."""
-    body = c.request(OFFSET_COMMIT, 8, {
-        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
-        "topics": [{"name": topic, "partitions": [
-            {"partition_index": p, "committed_offset": 1, "committed_leader_epoch": -1, "committed_metadata": ""}
-            for p in partitions]}]})
-    [t] = body["topics"]
-    return [(p["partition_index"], p["error_code"]) for p in t["partitions"]]
+    """A standalone (generation -1) OffsetCommit v8 of offset 1: sorted (partition, error) pairs;
+    retried while Kafka's coordinator is not ready (its offsets topic is made on first use)."""
+    deadline = time.monotonic() + 30
+    while True:
+        # FindCoordinator first: Kafka makes its offsets topic (and so a coordinator) on it
+        c.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})
+        body = c.request(OFFSET_COMMIT, 8, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": p, "committed_offset": 1, "committed_leader_epoch": -1,
+                 "committed_metadata": ""} for p in partitions]}]})
+        got = sorted((p["partition_index"], p["error_code"]) for t in body["topics"] for p in t["partitions"])
+        if not COORDINATOR_NOT_READY & {e for _, e in got} or time.monotonic() > deadline:
+            return got
+        time.sleep(0.5)
 
 
 def test_offset_commit_to_a_deleted_or_unknown_topic(broker: Broker) -> None:
