@@ -322,7 +322,7 @@ class Broker:
         while tb is not None and tb.tb_next is not None:
             tb = tb.tb_next
         where = f" at {tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb else ""
-        name = ApiKey(request.api_key).name if request.api_key in ApiKey._value2member_map_ else request.api_key
+        name = ApiKey(request.api_key).name  # served, so one of ours
         if self.limited_log.log(level, "handler-error", "error handling %s v%d (client id %r, peer %s), "
                                 "answered %s: %r%s", name, request.api_version, request.client_id, peer,
                                 code.name, exc, where):
