@@ -100,6 +100,10 @@ class BrokerConfig:
     # a small compressed bomb is refused (MESSAGE_TOO_LARGE) before it is inflated. tmqgate's
     # own setting: Kafka bounds only the compressed size.
     max_decompressed_batch_bytes: int = 134_217_728
+    # Log lines about bad input and failed requests: at most log_rate_limit_messages of a kind
+    # per log_rate_limit_interval_ms, then one line saying how many were suppressed.
+    log_rate_limit_messages: int = 10
+    log_rate_limit_interval_ms: int = 60_000
 
     @classmethod
     def load(cls, path: str | Path | None, **overrides: object) -> BrokerConfig:

@@ -4,6 +4,10 @@ per connection, in order, as Kafka answers a channel (it mutes it while a reques
 A bad frame fails its own connection only: Kafka closes the connection when it cannot parse
 a request header or body, or when the size prefix passes socket.request.max.bytes; an
 unsupported ApiVersions version gets the v0 error response carrying our ranges (KIP-511).
+A request that parses is always answered: an exception escaping its handler (or the encoding
+of its answer) becomes Kafka's error answer for that API and version (protocol.error_response:
+UNKNOWN_SERVER_ERROR, or a KafkaError's own code), and the connection lives on. Log lines about
+bad input and failures are rate-limited (broker/ratelimit.py).
 
 Framing is the StreamReader's own: `readexactly(4)` for the size, checked before the body is
 read, then `readexactly(size)` — one copy out of the reader's buffer, nothing else buffered.
@@ -23,18 +27,22 @@ from typing import Any
 from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
 from tmqgate.broker.client import ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig, parse_hostport
+from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.group_coordinator import group_coordinator
 from tmqgate.broker.handlers import API_TABLE
 from tmqgate.broker.handlers.context import AdminApis, ClusterApis, DataPlane, GroupApis, Node
 from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
+from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.tdengine import Executor, GroupQueries, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicRegistry
 from tmqgate.broker.waiters import DataNotifier
 from tmqgate.protocol.codec import iter_precompile
+from tmqgate.protocol.error_response import error_response
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.messages import (
     InvalidRequest,
+    Request,
     UnknownApi,
     UnsupportedVersion,
     decode_request,
@@ -139,6 +147,8 @@ class Broker:
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
         # Captures every request frame when set (tests use it for byte-for-byte round trips).
         self.frame_hook: Any = None
+        self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
+                                          config.log_rate_limit_interval_ms / 1000)
 
     async def start(self) -> None:
         host, port = self.config.listen_address
@@ -165,7 +175,7 @@ class Broker:
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
                                  cfg.max_decompressed_batch_bytes),
-            AdminApis: AdminApis(self.store, self.topics, cfg),
+            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis),
             GroupApis: GroupApis(self.coordinator, self.topics, node),
         }
@@ -188,6 +198,7 @@ class Broker:
                 await self._server.wait_closed()
         await self.coordinator.stop()
         self.store.close()
+        self.limited_log.flush()
 
     async def _precompile(self) -> None:
         """Build the codecs of every served API and version (0.6 s of CPU on an idle machine,
@@ -253,7 +264,7 @@ class Broker:
         host = peer[0] if peer else ""
         refused = self.connection_limits.admit(host)
         if refused is not None:
-            log.warning("closing new connection from %s: %s", peer, refused)
+            self.limited_log.warning("refused-connection", "closing new connection from %s: %s", peer, refused)
             self._connections.discard(task)
             writer.transport.abort()
             return
@@ -263,7 +274,9 @@ class Broker:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except asyncio.CancelledError:
-            raise
+            # stop() cancels open connections: end quietly (a cancelled task would have
+            # Python 3.11's start_server callback log a traceback per connection).
+            pass
         except TimeoutError as exc:
             log.info("closing %s: %s", peer, exc)
         except Exception:
@@ -286,8 +299,8 @@ class Broker:
             (size,) = _SIZE.unpack(await self._read_size(reader))
             memory.free()  # the previous frame (alive until now in this loop) goes back
             if size < 0 or size > max_size:
-                log.warning("closing %s: frame of %d bytes is over socket.request.max.bytes (%d)",
-                            peer, size, max_size)
+                self.limited_log.warning("bad-frame", "closing %s: frame of %d bytes is over "
+                                         "socket.request.max.bytes (%d)", peer, size, max_size)
                 return
             frame = await self._read_frame(reader, size, memory)
             if self.frame_hook is not None:
@@ -300,10 +313,11 @@ class Broker:
                     writer.write(self.api_versions_error(exc.correlation_id))
                     await writer.drain()
                     continue
-                log.warning("closing %s: unsupported version %d of api %d", peer, exc.api_version, exc.api_key)
+                self.limited_log.warning("bad-frame", "closing %s: unsupported version %d of api %d",
+                                         peer, exc.api_version, exc.api_key)
                 return
             except (UnknownApi, InvalidRequest) as exc:
-                log.warning("closing %s: %s", peer, exc)
+                self.limited_log.warning("bad-frame", "closing %s: %s", peer, exc)
                 return
             entry = self.apis.get(request.api_key)
             if entry is None or not entry.min_version <= request.api_version <= entry.max_version:
@@ -311,14 +325,23 @@ class Broker:
                     writer.write(self.api_versions_error(request.correlation_id))
                     await writer.drain()
                     continue
-                log.warning("closing %s: api %d v%d not served", peer, request.api_key, request.api_version)
+                self.limited_log.warning("bad-frame", "closing %s: api %d v%d not served",
+                                         peer, request.api_key, request.api_version)
                 return
-            body = await self._handlers[request.api_key](request)
-            if body is None:
-                continue
-            # Large record payloads (Fetch's stored batches) go out uncopied.
-            write_parts(transport, fd, encode_response_parts(request.api_key, request.api_version,
-                                                             request.correlation_id, body))
+            try:
+                body = await self._handlers[request.api_key](request)
+                if body is None:
+                    continue
+                # Large record payloads (Fetch's stored batches) go out uncopied.
+                parts = encode_response_parts(request.api_key, request.api_version,
+                                              request.correlation_id, body)
+            except Exception as exc:  # every failure is an answer (CancelledError is not one)
+                body = self._failed(request, peer, exc)
+                if body is None:
+                    return  # Kafka closes a connection it owes no answer (Produce acks=0)
+                parts = encode_response_parts(request.api_key, request.api_version,
+                                              request.correlation_id, body)
+            write_parts(transport, fd, parts)
             await writer.drain()
 
     async def _read_size(self, reader: asyncio.StreamReader) -> bytes:
@@ -341,6 +364,24 @@ class Broker:
         except TimeoutError:
             raise TimeoutError(f"a frame of {size} bytes was not received within "
                                f"request_read_timeout_ms ({timeout_ms} ms)") from None
+
+    def _failed(self, request: Request, peer: Any, exc: Exception) -> dict[str, Any] | None:
+        """Kafka's error answer to a request whose handler failed (KafkaApis' handleError):
+        the KafkaError's code, else UNKNOWN_SERVER_ERROR with no message; one log line."""
+        if isinstance(exc, KafkaError):  # a refusal a handler did not catch: its own code
+            code, message, level = exc.code, exc.message, logging.INFO
+        else:
+            code, message, level = ErrorCode.UNKNOWN_SERVER_ERROR, None, logging.ERROR
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f" at {tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb else ""
+        name = ApiKey(request.api_key).name  # served, so one of ours
+        if self.limited_log.log(level, "handler-error", "error handling %s v%d (client id %r, peer %s), "
+                                "answered %s: %r%s", name, request.api_version, request.client_id, peer,
+                                code.name, exc, where):
+            log.debug("traceback of the failure above", exc_info=exc)
+        return error_response(request.api_key, request.api_version, request.body, code, message)
 
     def retention_defaults(self) -> dict[str, str]:
         """Kafka's topic defaults for retention, overridable in the broker's topic_defaults."""

@@ -141,6 +141,12 @@ async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 ctx.topics.delete(topic)
             except StorageIOError as exc:
                 entry.update(_error(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
+            except TopicError as exc:  # a database topic: DROP DATABASE deletes it
+                entry.update(_error(exc.code, exc.message))
+            else:
+                if ctx.notifier is not None:  # Fetches waiting on it answer at once
+                    for vnode in range(topic.partitions):
+                        ctx.notifier.notify(topic.db, vnode)
         responses.append(entry)
     return {"throttle_time_ms": 0, "responses": responses}
 

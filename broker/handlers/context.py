@@ -51,6 +51,7 @@ class AdminApis:
     store: Store
     topics: TopicRegistry
     config: BrokerConfig
+    notifier: DataNotifier | None = None  # wakes the Fetches waiting on a deleted topic
 
 
 @dataclass(frozen=True)

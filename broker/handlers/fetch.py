@@ -28,14 +28,20 @@ api = apis_with(DataPlane)
 async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
     body = req.body
     by_id = req.api_version >= 13
-    wanted: list[tuple[dict[str, Any], Topic | None]] = []
-    for t in body["topics"]:
-        topic = ctx.topics.by_id(t["topic_id"]) if by_id else ctx.topics.get(t["topic"])
-        wanted.append((t, topic))
     deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000
     min_bytes = body["min_bytes"]
+    known: list[bool] | None = None
     while True:
-        responses, size, errors = _read_all(ctx, wanted, body.get("max_bytes", 0x7FFFFFFF), by_id)
+        # Looked up on every pass: a topic deleted while the Fetch waited (its deletion wakes
+        # the wait) is answered at once with UNKNOWN_TOPIC_OR_PARTITION — by id too, as Kafka
+        # does for an id it knew when the Fetch came (an id never known is UNKNOWN_TOPIC_ID).
+        wanted: list[tuple[dict[str, Any], Topic | None]] = [
+            (t, ctx.topics.by_id(t["topic_id"]) if by_id else ctx.topics.get(t["topic"]))
+            for t in body["topics"]]
+        if known is None:
+            known = [topic is not None for _, topic in wanted]
+        responses, size, errors = _read_all(ctx, wanted, body.get("max_bytes", 0x7FFFFFFF),
+                                            [by_id and not k for k in known])
         remaining = deadline - time.monotonic()
         if size >= min_bytes or errors or remaining <= 0:
             break
@@ -50,15 +56,16 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
 
 
 def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,
-              by_id: bool) -> tuple[list[dict[str, Any]], int, bool]:
-    """One pass over the requested partitions: (topic responses, bytes of records, any error)."""
+              by_id: list[bool]) -> tuple[list[dict[str, Any]], int, bool]:
+    """One pass over the requested partitions: (topic responses, bytes of records, any error);
+    `by_id[i]`: a missing topic i is UNKNOWN_TOPIC_ID (else UNKNOWN_TOPIC_OR_PARTITION)."""
     store = ctx.store
     partition_error = ctx.topics.partition_error
     budget = max_bytes if max_bytes > 0 else 0x7FFFFFFF
     total = 0
     errors = False
     responses = []
-    for t, topic in wanted:
+    for (t, topic), missing_by_id in zip(wanted, by_id, strict=True):
         parts = []
         for p in t["partitions"]:
             index = p["partition"]
@@ -66,7 +73,7 @@ def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]],
                                      "last_stable_offset": -1, "log_start_offset": -1,
                                      "aborted_transactions": None, "preferred_read_replica": -1,
                                      "records": b""}
-            error = partition_error(topic, index, by_id)
+            error = partition_error(topic, index, missing_by_id)
             if error is not None:
                 entry["error_code"] = int(error)
                 errors = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.apis import ApiKey, api_versions_body, apis_with
+from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import ClusterApis
 from tmqgate.broker.topics import Topic, TopicError, check_topic_name
 from tmqgate.protocol.errors import ErrorCode
@@ -55,6 +56,16 @@ async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
     body = req.body
     wanted = body.get("topics")
     allow_auto = body.get("allow_auto_topic_creation", True) and ctx.config.auto_create_topics_enable
+    if wanted and req.api_version < 12:
+        # Kafka's KafkaApis: v10/v11 carry topic ids in the schema but serve neither ids nor null
+        # names; the request fails as a whole, answered per topic (getErrorResponse, name "").
+        for entry in wanted:
+            if entry.get("name") is None:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"Topic name can not be null for version {req.api_version}")
+            if (entry.get("topic_id") or ZERO_UUID) != ZERO_UUID:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"Topic IDs are not supported in requests for version {req.api_version}")
     if wanted is None or (req.api_version == 0 and not wanted):
         topics = [topic_metadata(ctx, t) for t in ctx.topics.all()]
     else:

@@ -238,6 +238,8 @@ class Executor:
         self.store.drop_database(stmt.name)
         self.catalog.invalidate(stmt.name)
         self.topics.reload()
+        for vnode in range(info.vgroups):  # a Fetch waiting on it answers at once
+            self.notify(stmt.name, vnode)
         return Result.affected(0)
 
     # -- supertables and child tables -----------------------------------------------------
@@ -485,10 +487,14 @@ class Executor:
         if groups and not stmt.force:
             raise SqlError(f"Topic being consumed by group(s) {', '.join(sorted(groups))}; "
                            "unsubscribe first or use DROP TOPIC ... FORCE")
+        dropped = self.topics.get(stmt.name)
         self.store.drop_tmq_topic(stmt.name)
         for group in self.store.offset_groups():
             self.store.delete_offsets(group, stmt.name)
         self.topics.reload()
+        if dropped is not None:  # a Fetch waiting on it answers at once
+            for vnode in range(dropped.partitions):
+                self.notify(dropped.db, vnode)
         return Result.affected(0)
 
     def _DropConsumerGroup(self, stmt: ast.DropConsumerGroup, _db: str | None) -> Result:
