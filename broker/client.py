@@ -1,20 +1,32 @@
-"""Who is on the other end of the connection a handler is serving (for group membership and
-SHOW CONSUMERS). The server sets `current_client` as each connection starts; each
-connection runs in its own task, so in its own context."""
+"""Who is on the other end of the connection a handler is serving (for group membership,
+SHOW CONSUMERS, authorization and quotas). The server sets `current_client` as each
+connection starts; each connection runs in its own task, so in its own context.
+
+A connection's listener and security protocol are fixed when it is accepted; its principal
+is `User:ANONYMOUS` until TLS client authentication or SASL says otherwise (as Kafka's
+KafkaPrincipal.ANONYMOUS on a PLAINTEXT listener)."""
 
 from __future__ import annotations
 
 from contextvars import ContextVar
 
+ANONYMOUS = "User:ANONYMOUS"
+
 
 class ClientInfo:
-    """A connection's peer address."""
+    """A connection's peer address, the listener it came in on, and its principal."""
 
-    __slots__ = ("host", "port")
+    __slots__ = ("host", "port", "listener", "security_protocol", "principal", "advertised")
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, *, listener: str = "PLAINTEXT",
+                 security_protocol: str = "PLAINTEXT", principal: str = ANONYMOUS,
+                 advertised: tuple[str, int] | None = None) -> None:
         self.host = host
         self.port = port
+        self.listener = listener  # the listener's name, e.g. "PLAINTEXT", "SASL_SSL", "INTERNAL"
+        self.security_protocol = security_protocol  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
+        self.principal = principal  # "User:NAME"
+        self.advertised = advertised  # (host, port) Metadata gives this client for this node
 
 
 current_client: ContextVar[ClientInfo] = ContextVar("current_client")
