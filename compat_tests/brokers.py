@@ -50,15 +50,21 @@ def _tmqgate_cmd() -> list[str]:
 
 
 def _toml(config: dict[str, Any]) -> str:
-    """Flat TOML of broker settings (bools, ints, floats, strings)."""
+    """Flat TOML of broker settings (bools, ints, floats, strings, lists of strings)."""
+
+    def quoted(value: Any) -> str:
+        return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
     lines = []
     for key, value in config.items():
         if isinstance(value, bool):
             text = "true" if value else "false"
         elif isinstance(value, int | float):
             text = repr(value)
+        elif isinstance(value, list):
+            text = "[" + ", ".join(quoted(v) for v in value) + "]"
         else:
-            text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+            text = quoted(value)
         lines.append(f"{key} = {text}")
     return "\n".join(lines) + "\n"
 
