@@ -259,7 +259,8 @@ class GroupCoordinator:
                 with self._event(group_id, now):
                     group.tick(now)
             except Refused:
-                self._retry_at[group_id] = now + RETRY_MS
+                if group_id in self.groups:
+                    self._retry_at[group_id] = now + RETRY_MS
 
     def _check_topics(self) -> None:
         """A deleted (or deleted and re-created) topic loses its committed offsets, as in Kafka
@@ -552,6 +553,7 @@ class GroupCoordinator:
             if group is not None:
                 group.delete()
             self.groups.pop(group_id, None)
+            self._retry_at.pop(group_id, None)
             self._offset_groups.discard(group_id)
             out.append((group_id, ErrorCode.NONE))
         return out
