@@ -1,0 +1,34 @@
+"""storage.users: SCRAM credentials survive a reopen; only salt, iterations and keys are kept."""
+
+from __future__ import annotations
+
+from tmqgate.storage import ScramCredential, Store
+
+
+def test_credentials_round_trip_and_persist(tmp_path) -> None:
+    cred = ScramCredential(b"salt" * 8, 8192, b"S" * 64, b"K" * 64)
+    with Store(tmp_path) as store:
+        store.users.put_scram("alice", "SCRAM-SHA-512", cred)
+        store.users.put_scram("alice", "SCRAM-SHA-256", cred._replace(iterations=4096))
+        store.users.put_scram("b,ob=", "SCRAM-SHA-512", cred)
+    with Store(tmp_path) as store:
+        assert store.users.scram("alice", "SCRAM-SHA-512") == cred
+        assert store.users.scram("alice", "SCRAM-SHA-1") is None
+        assert store.users.scram("nobody", "SCRAM-SHA-512") is None
+        listing = store.users.scram_users()
+        assert sorted(listing) == ["alice", "b,ob="]
+        assert sorted(listing["alice"]) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+        assert store.users.delete_scram("alice", "SCRAM-SHA-256") is True
+        assert store.users.delete_scram("alice", "SCRAM-SHA-256") is False
+        assert store.users.delete_user("b,ob=") == 1
+        assert list(store.users.scram_users()) == ["alice"]
+
+
+def test_no_password_in_the_database(tmp_path) -> None:
+    from tmqgate.broker.auth.scram import make_credential
+
+    with Store(tmp_path) as store:
+        store.users.put_scram("alice", "SCRAM-SHA-512", make_credential("SCRAM-SHA-512", "alice-secret-pw"))
+        store.sync()
+    blob = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    assert b"alice-secret-pw" not in blob
