@@ -25,7 +25,78 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--http", default="127.0.0.1:6041", help="the broker's HTTP address (default 127.0.0.1:6041)")
     sql.add_argument("--db", help="database for unqualified names (as after USE db)")
     sql.add_argument("--json", action="store_true", help="print the raw JSON answer")
+    _user_parsers(sub)
     return parser
+
+
+def _user_parsers(sub: argparse._SubParsersAction) -> None:
+    """`tmqgate user add|list|delete`: SCRAM users of a data directory, with no broker running
+    (the first admin; online, use kafka-configs --entity-type users)."""
+    user = sub.add_parser("user", help="SCRAM users of a data directory (offline: the broker must be stopped)")
+    verbs = user.add_subparsers(dest="verb", required=True)
+    add = verbs.add_parser("add", help="create or replace a user's credential (password read from stdin)")
+    add.add_argument("name")
+    add.add_argument("--mechanism", default="SCRAM-SHA-512", choices=["SCRAM-SHA-512", "SCRAM-SHA-256"])
+    add.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations, 4096..16384 (default 4096)")
+    delete = verbs.add_parser("delete", help="remove a user's credentials (all mechanisms unless --mechanism)")
+    delete.add_argument("name")
+    delete.add_argument("--mechanism", choices=["SCRAM-SHA-512", "SCRAM-SHA-256"])
+    listing = verbs.add_parser("list", help="users and their mechanisms and iterations")
+    for p in (add, delete, listing):
+        p.add_argument("--data-dir", required=True, help="the broker's data directory")
+
+
+def _user(args: argparse.Namespace) -> int:
+    from tmqgate.broker.auth import scram
+    from tmqgate.storage import StorageError, Store
+
+    password = ""
+    if args.verb == "add":
+        try:
+            scram.check_iterations(args.iterations)
+        except ValueError as exc:
+            print(f"tmqgate user: {exc}", file=sys.stderr)
+            return 2
+        if sys.stdin.isatty():
+            import getpass
+
+            password = getpass.getpass(f"password for {args.name}: ")
+        else:
+            password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            print("tmqgate user: empty password (give it on stdin)", file=sys.stderr)
+            return 2
+    try:
+        store = Store(args.data_dir)
+    except (StorageError, OSError) as exc:
+        if "lock" in str(exc).lower():
+            print(f"tmqgate user: the data directory {args.data_dir} is in use (a running broker holds its "
+                  "lock): stop the broker, or change users online with kafka-configs --entity-type users",
+                  file=sys.stderr)
+        else:
+            print(f"tmqgate user: cannot open the data directory {args.data_dir}: {exc}", file=sys.stderr)
+        return 1
+    with store:
+        if args.verb == "add":
+            store.users.put_scram(args.name, args.mechanism,
+                                  scram.make_credential(args.mechanism, password, args.iterations))
+            store.sync()
+            print(f"user {args.name}: {args.mechanism} credential stored ({args.iterations} iterations)")
+        elif args.verb == "delete":
+            if args.mechanism:
+                n = int(store.users.delete_scram(args.name, args.mechanism))
+            else:
+                n = store.users.delete_user(args.name)
+            store.sync()
+            if not n:
+                print(f"tmqgate user: no such user credential: {args.name}", file=sys.stderr)
+                return 1
+            print(f"user {args.name}: {n} credential(s) deleted")
+        else:
+            for name, creds in store.users.scram_users().items():
+                mechs = ",".join(f"{m}=iterations={c.iterations}" for m, c in sorted(creds.items()))
+                print(f"{name}\t{mechs}")
+    return 0
 
 
 def _sql(args: argparse.Namespace) -> int:
@@ -94,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "sql":
         return _sql(args)
+    if args.command == "user":
+        return _user(args)
     config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir)
     asyncio.run(_serve(config))
     return 0

@@ -73,4 +73,4 @@ class Users:
             user, mechanism = keys.parse_scram_key(key)
             iterations, salt, stored_key, server_key = keys.unpack_scram(value)
             out.setdefault(user, {})[mechanism] = ScramCredential(salt, iterations, stored_key, server_key)
-        return out
+        return dict(sorted(out.items()))
