@@ -150,9 +150,11 @@ async def _serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, broker.reload_certificates)
     read_only = broker.store.read_only
     note = f" (READ-ONLY until there is room: {read_only})" if read_only else ""
-    print(f"tmqgate ready: kafka {broker.advertised[0]}:{broker.port}, http {config.http}{note}", flush=True)
+    kafka = ", ".join(f"{name}://{host}:{port}" for name, (host, port) in broker.advertised_by_listener.items())
+    print(f"tmqgate ready: kafka {kafka}, http {config.http}{note}", flush=True)
     await stop.wait()
     logging.getLogger("tmqgate").info("shutting down")
     await runner.cleanup()
