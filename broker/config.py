@@ -43,6 +43,24 @@ class BrokerConfig:
     ssl_min_version: str = "TLSv1.2"  # or "TLSv1.3"; older versions are never offered
     # ssl.principal.mapping.rules (one rule per entry): a certificate's subject DN -> principal.
     ssl_principal_mapping_rules: list[str] = field(default_factory=lambda: ["DEFAULT"])
+    # --- SASL (SASL_PLAINTEXT and SASL_SSL listeners; broker/auth/) ---------------------------
+    # sasl.enabled.mechanisms: Kafka's default ["GSSAPI"] needs Kerberos, which tmqgate does not
+    # speak; tmqgate's default is the SCRAM mechanisms and PLAIN (checked against the same SCRAM
+    # users). OAUTHBEARER may be added: with no JWKS it takes Kafka's unsecured tokens.
+    sasl_enabled_mechanisms: list[str] = field(
+        default_factory=lambda: ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
+    # connections.max.reauth.ms (KIP-368): 0 = sessions never expire (Kafka's default); else
+    # the session lifetime SaslAuthenticate answers, after which a connection that has not
+    # re-authenticated is closed at its next request.
+    connections_max_reauth_ms: int = 0
+    # sasl.oauthbearer.* (Kafka 4.x): signed JWTs checked against this JWKS (https:// or
+    # file://); None = unsecured tokens. Audience/issuer are checked when set.
+    sasl_oauthbearer_jwks_endpoint_url: str | None = None
+    sasl_oauthbearer_expected_audience: list[str] = field(default_factory=list)
+    sasl_oauthbearer_expected_issuer: str | None = None
+    sasl_oauthbearer_sub_claim_name: str = "sub"
+    sasl_oauthbearer_scope_claim_name: str = "scope"
+    sasl_oauthbearer_clock_skew_seconds: int = 30
     node_id: int = 1
     cluster_id: str = "tmqgate-cluster-00000"
     # socket.request.max.bytes in Kafka: a frame larger than this closes the connection.

@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.apis import ApiKey
 from tmqgate.broker.auth import scram
@@ -43,14 +43,22 @@ from tmqgate.broker.auth.mechanism import AuthenticationFailed, MechanismServer
 from tmqgate.broker.auth.oauthbearer import OAuthBearerServer, OAuthSettings, make_validator
 from tmqgate.broker.auth.plain import PlainServer
 from tmqgate.broker.client import ClientInfo
+from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.protocol.error_response import error_response
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.messages import Request
+
+if TYPE_CHECKING:
+    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.auth")
 
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", "OAUTHBEARER")
+#: Kafka's sasl.server.max.receive.size: the largest frame a connection may send before it is
+#: authenticated (a larger one closes it, as Kafka's "invalid receive size").
+SASL_MAX_RECEIVE_SIZE = 524_288
 
 
 class State(enum.Enum):
@@ -99,11 +107,28 @@ PASS = Step(Action.PASS)
 CLOSE = Step(Action.CLOSE)
 
 
+def authenticator(config: BrokerConfig, store: Store, limited_log: RateLimitedLog | None = None) -> Authenticator:
+    """The broker's Authenticator from its settings, over the store's SCRAM credentials."""
+    oauth = OAuthSettings(
+        jwks_endpoint_url=config.sasl_oauthbearer_jwks_endpoint_url,
+        expected_audience=tuple(config.sasl_oauthbearer_expected_audience),
+        expected_issuer=config.sasl_oauthbearer_expected_issuer,
+        sub_claim_name=config.sasl_oauthbearer_sub_claim_name,
+        scope_claim_name=config.sasl_oauthbearer_scope_claim_name,
+        clock_skew_seconds=config.sasl_oauthbearer_clock_skew_seconds)
+    if "OAUTHBEARER" in config.sasl_enabled_mechanisms and not oauth.jwks_endpoint_url:
+        log.warning("OAUTHBEARER takes unsecured tokens (alg none; Kafka's default validator): "
+                    "set sasl_oauthbearer_jwks_endpoint_url to require signed tokens")
+    return Authenticator(config.sasl_enabled_mechanisms, store.users.scram,
+                         max_reauth_ms=config.connections_max_reauth_ms, oauth=oauth, limited_log=limited_log)
+
+
 class Authenticator:
     """The broker's SASL settings and credential source; makes a `Session` per connection."""
 
     def __init__(self, enabled: Sequence[str], lookup: scram.Lookup, *, max_reauth_ms: int = 0,
-                 oauth: OAuthSettings | None = None, clock: Callable[[], float] = time.time) -> None:
+                 oauth: OAuthSettings | None = None, clock: Callable[[], float] = time.time,
+                 limited_log: RateLimitedLog | None = None) -> None:
         unknown = [m for m in enabled if m not in MECHANISMS]
         if unknown:
             raise ValueError(f"sasl_enabled_mechanisms: {', '.join(unknown)} not supported "
@@ -114,6 +139,8 @@ class Authenticator:
         self.lookup = lookup
         self.max_reauth_ms = max_reauth_ms
         self.clock = clock
+        # failed authentications are logged as Kafka does (INFO), at most so many per interval
+        self.limited_log = limited_log or RateLimitedLog(log)
         self._oauth_validator = make_validator(oauth or OAuthSettings()) if "OAUTHBEARER" in enabled else None
 
     def mechanism(self, name: str) -> MechanismServer:
@@ -150,6 +177,12 @@ class Session:
             raise scram.IllegalTransition(f"SASL session: {self.state.value} -> {to.value}")
         self.state = to
 
+    def max_frame(self, authenticated_limit: int) -> int:
+        """The largest frame the connection may send now (Kafka bounds unauthenticated ones)."""
+        if self.state is State.COMPLETE:
+            return authenticated_limit
+        return min(authenticated_limit, SASL_MAX_RECEIVE_SIZE)
+
     @property
     def _text(self) -> str:
         return "re-authentication" if self.state is State.REAUTHENTICATE else "authentication"
@@ -162,8 +195,8 @@ class Session:
                 self._move(State.REAUTHENTICATE)
                 return self._handshake(request)
             if self.expires_ms is not None and self.auth.clock() * 1000 > self.expires_ms:
-                log.info("closing %s:%d: its SASL session expired (%s)", self.client.host, self.client.port,
-                         self.principal)
+                self.auth.limited_log.log(logging.INFO, "authentication", "closing %s:%d: its SASL session "
+                                          "expired (%s)", self.client.host, self.client.port, self.principal)
                 return CLOSE
             return PASS
         if allowed is not None and key not in allowed:
@@ -220,8 +253,9 @@ class Session:
         except AuthenticationFailed as exc:
             message = exc.client_message or (f"Authentication failed during {self._text} due to invalid "
                                              f"credentials with SASL mechanism {self.mechanism_name}")
-            log.info("SASL %s of %s:%d failed (%s): %s", self._text, self.client.host, self.client.port,
-                     self.mechanism_name, exc.reason)
+            self.auth.limited_log.log(logging.INFO, "authentication", "failed %s of %s:%d with SASL mechanism "
+                                      "%s: %s", self._text, self.client.host, self.client.port,
+                                      self.mechanism_name, exc.reason)
             self.state = State.FAILED
             return Step(Action.ANSWER_AND_CLOSE, {"error_code": int(ErrorCode.SASL_AUTHENTICATION_FAILED),
                                                   "error_message": message, "auth_bytes": b""})
