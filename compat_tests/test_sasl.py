@@ -228,7 +228,7 @@ def test_unsupported_mechanism(sasl_broker: SecureBroker) -> None:
 def test_raw_scram_success_then_requests_served(sasl_broker: SecureBroker) -> None:
     with RawConn(sasl_broker.sasl_bootstrap) as c:
         body = _scram_auth(c, "alice", "alice-secret")
-        assert body["error_code"] == 0 and body["error_message"] is None
+        assert body["error_code"] == 0 and body["error_message"] == ""  # as Kafka: empty, not null
         assert body["session_lifetime_ms"] == 0  # connections.max.reauth.ms = 0: no expiry
         meta = c.request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
                                  "include_topic_authorized_operations": False})

@@ -262,7 +262,7 @@ class Session:
         lifetime = 0
         if principal is not None:
             lifetime = self._complete(principal)
-        return Step(Action.ANSWER, {"error_code": 0, "error_message": None, "auth_bytes": answer,
+        return Step(Action.ANSWER, {"error_code": 0, "error_message": "", "auth_bytes": answer,
                                     "session_lifetime_ms": lifetime})
 
     def _complete(self, principal: str) -> int:
