@@ -17,6 +17,8 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the broker")
     serve.add_argument("--listen", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
     serve.add_argument("--http", help="HTTP listener HOST:PORT (default 127.0.0.1:6041)")
+    serve.add_argument("--http-auth", choices=["none", "basic"],
+                       help="the SQL front's authentication (default none; basic: the broker's users)")
     serve.add_argument("--data-dir", help="data directory (default ./data)")
     serve.add_argument("--config", help="TOML file of broker settings")
     serve.add_argument("--log-level", default="INFO")
@@ -25,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--http", default="127.0.0.1:6041", help="the broker's HTTP address (default 127.0.0.1:6041)")
     sql.add_argument("--db", help="database for unqualified names (as after USE db)")
     sql.add_argument("--json", action="store_true", help="print the raw JSON answer")
+    sql.add_argument("--user", help="HTTP Basic user (password from $TMQGATE_PASSWORD, else prompted)")
     _user_parsers(sub)
     return parser
 
@@ -107,6 +110,16 @@ def _sql(args: argparse.Namespace) -> int:
 
     url = f"http://{args.http}/rest/sql" + (f"/{args.db}" if args.db else "")
     request = urllib.request.Request(url, data=args.statement.encode(), method="POST")
+    if args.user:
+        import base64
+        import getpass
+        import os
+
+        password = os.environ.get("TMQGATE_PASSWORD")
+        if password is None:
+            password = getpass.getpass(f"password for {args.user}: ")
+        token = base64.b64encode(f"{args.user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
     try:
         with urllib.request.urlopen(request, timeout=300) as response:
             answer = json.load(response)
@@ -143,8 +156,15 @@ async def _serve(config: BrokerConfig) -> None:
         print(f"tmqgate: cannot open the data directory {config.data_dir}: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     await broker.start()
+    authenticate = None
+    if config.http_auth == "basic":  # HTTP Basic against the SCRAM users, as SASL/PLAIN
+        from tmqgate.broker.auth.plain import verify_password
+
+        def authenticate(user: str, password: str) -> bool:
+            return verify_password(broker.store.users.scram, user, password) is not None
+
     runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id,
-                                       max_body_bytes=config.max_sql_length),
+                                       max_body_bytes=config.max_sql_length, authenticate=authenticate),
                               config.http_address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -169,7 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         return _sql(args)
     if args.command == "user":
         return _user(args)
-    config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir)
+    try:
+        config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir,
+                                   http_auth=args.http_auth)
+    except ValueError as exc:  # settings that contradict each other: refused before anything starts
+        print(f"tmqgate: {exc}", file=sys.stderr, flush=True)
+        return 2
     asyncio.run(_serve(config))
     return 0
 

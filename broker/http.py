@@ -11,11 +11,19 @@ CORS preflight): a request whose `Origin` header is not this server's own origin
 (scheme://host:port the request came to), or whose `Sec-Fetch-Site` says `cross-site` or
 `same-site`, is refused with 403 before any handler runs. Clients that send no `Origin`
 (curl, `tmqgate sql`, TDengine's REST connectors) are unaffected.
+
+Authentication (`http_auth = "basic"`): every path but `/health` takes HTTP Basic credentials
+of the broker's users, as TDengine's taosAdapter does (`Authorization: Basic base64(user:pass)`,
+checked like SASL/PLAIN against the SCRAM credentials); a missing, malformed or wrong one is
+answered 401 with `WWW-Authenticate: Basic` and the JSON error body.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -45,6 +53,47 @@ REQUEST_TOO_BIG = 0x1104
 FORBIDDEN = 0x1105
 # What TDengine answers a write when the vnode's disk lacks space (TSDB_CODE_NO_ENOUGH_DISKSPACE).
 NO_ENOUGH_DISKSPACE = 0x012E
+# 401: no credentials (TSDB_CODE_HTTP_NO_AUTH_INFO), wrong ones (TSDB_CODE_MND_AUTH_FAILURE)
+NO_AUTH_INFO = 0x1105
+AUTH_FAILURE = 0x0357
+#: Paths served without credentials (a load balancer's or orchestrator's probe).
+OPEN_PATHS = frozenset({"/health"})
+_CHALLENGE = {"WWW-Authenticate": 'Basic realm="tmqgate", charset="UTF-8"'}
+
+Authenticate = Callable[[str, str], bool]  # (user, password) -> the password is the user's
+
+
+def basic_credentials(header: str | None) -> tuple[str, str] | None:
+    """(user, password) of an `Authorization: Basic ...` header, or None if absent/malformed."""
+    if not header:
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, sep, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (user, password) if sep and user else None
+
+
+def unauthorized(code: int, desc: str) -> web.Response:
+    return web.json_response({"code": code, "desc": desc}, status=401, headers=_CHALLENGE)
+
+
+def _auth_middleware(authenticate: Authenticate) -> Any:
+    @web.middleware
+    async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path not in OPEN_PATHS:
+            credentials = basic_credentials(request.headers.get("Authorization"))
+            if credentials is None:
+                return unauthorized(NO_AUTH_INFO, "no auth info input: HTTP Basic credentials are required")
+            if not authenticate(*credentials):
+                return unauthorized(AUTH_FAILURE, "Authentication failure")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return auth
 
 
 def error_response(status: int, code: int, desc: str) -> web.Response:
@@ -90,11 +139,13 @@ async def _guard(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int,
-             max_body_bytes: int = 1_048_576) -> web.Application:
+             max_body_bytes: int = 1_048_576, authenticate: Authenticate | None = None) -> web.Application:
     """The HTTP front over the broker's SQL executor, store and topic registry. A body over
     `max_body_bytes` (the broker's max_sql_length, TDengine's 1 MiB SQL limit) is answered
-    413 before it is read whole, so no SQL text longer than that is ever parsed."""
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[_guard])
+    413 before it is read whole, so no SQL text longer than that is ever parsed. With
+    `authenticate`, requests need HTTP Basic credentials it accepts (not /health)."""
+    middlewares = [_guard] if authenticate is None else [_guard, _auth_middleware(authenticate)]
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
 
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "node_id": node_id, "topics": len(topics.all())})
