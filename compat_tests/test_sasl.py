@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.net.sasl.scram import ScramClient
 
 from . import cli_helpers as cli
+from .certs import Certs, make_certs, tls_config
 from .helpers import unique_topic
 from .raw import RawConn
 from .secure import (
@@ -30,6 +32,7 @@ from .secure import (
     java_client_properties,
     kafka_python_conf,
     secure_broker_fixture,
+    start_secure_broker,
 )
 
 sasl_broker = secure_broker_fixture()
@@ -319,3 +322,61 @@ def test_java_client_reauthenticates_transparently(reauth_broker: SecureBroker, 
     assert got == [f"r{i}" for i in range(5)], consumer.describe()
     assert "AuthenticationException" not in consumer.stderr(), consumer.describe()
     assert rc == 0, consumer.describe()
+
+
+# SASL_SSL: the production setting -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl_broker(tmp_path_factory: pytest.TempPathFactory, target: str,
+                    pytestconfig: pytest.Config) -> Iterator[tuple[SecureBroker, Certs]]:
+    if pytestconfig.getoption("--bootstrap"):
+        pytest.skip("--bootstrap given: these tests start a broker with SASL listeners")
+    certs = make_certs(tmp_path_factory.mktemp("sasl-certs"))
+    sb = start_secure_broker(target, tmp_path_factory.mktemp(f"{target}-sasl-ssl"), sasl_ssl=True,
+                             extra_config=tls_config(target, certs, "none"))
+    try:
+        yield sb, certs
+    finally:
+        sb.proc.stop()
+
+
+@pytest.mark.parametrize("client,mechanism", [("confluent", "SCRAM-SHA-512"), ("kafka-python", "PLAIN"),
+                                              ("aiokafka", "SCRAM-SHA-256")])
+def test_clients_over_sasl_ssl(sasl_ssl_broker: tuple[SecureBroker, Certs], client: str, mechanism: str) -> None:
+    sb, certs = sasl_ssl_broker
+    make_conf, roundtrip = CLIENTS[client]
+    topic = _topic(sb, f"sasl-ssl-{client}")
+    conf = make_conf(sb.sasl_ssl_bootstrap, "alice", "alice-secret", mechanism, protocol="SASL_SSL")
+    if client == "confluent":
+        conf["ssl.ca.location"] = certs.ca
+    elif client == "kafka-python":
+        conf["ssl_cafile"] = certs.ca
+    else:
+        import ssl
+
+        conf["ssl_context"] = ssl.create_default_context(cafile=certs.ca)
+    assert roundtrip(conf, topic) == _expected()
+
+
+def test_java_tools_over_sasl_ssl(sasl_ssl_broker: tuple[SecureBroker, Certs], tmp_path: Path) -> None:
+    cli.require_tools()
+    sb, certs = sasl_ssl_broker
+    topic = _topic(sb, "sasl-ssl-java")
+    props = tmp_path / "client.properties"
+    props.write_text(java_client_properties("alice", "alice-secret", "SCRAM-SHA-512", protocol="SASL_SSL",
+                                            extra={"ssl.truststore.type": "PEM",
+                                                   "ssl.truststore.location": certs.ca}))
+    cli.run("kafka-console-producer", "--bootstrap-server", sb.sasl_ssl_bootstrap, "--topic", topic,
+            "--command-config", str(props), input="".join(f"v{i}\n" for i in range(N)))
+    out = cli.run("kafka-console-consumer", "--bootstrap-server", sb.sasl_ssl_bootstrap, "--topic", topic,
+                  "--command-config", str(props), "--from-beginning", "--max-messages", str(N),
+                  "--timeout-ms", "60000")
+    assert [ln for ln in out.stdout.splitlines() if ln.startswith("v")] == [f"v{i}" for i in range(N)], out.describe()
+    bad = tmp_path / "bad.properties"
+    bad.write_text(java_client_properties("alice", "nope", "SCRAM-SHA-512", protocol="SASL_SSL",
+                                          extra={"ssl.truststore.type": "PEM", "ssl.truststore.location": certs.ca}))
+    out = cli.run("kafka-topics", "--bootstrap-server", sb.sasl_ssl_bootstrap, "--command-config", str(bad),
+                  "--list", check=False)
+    assert out.returncode == 1
+    assert "SaslAuthenticationException: " + FAILED.format("SCRAM-SHA-512") in out.stderr, out.describe()
