@@ -158,10 +158,10 @@ async def _serve(config: BrokerConfig) -> None:
     await broker.start()
     authenticate = None
     if config.http_auth == "basic":  # HTTP Basic against the SCRAM users, as SASL/PLAIN
-        from tmqgate.broker.auth.plain import verify_password
+        from tmqgate.broker.auth.plain import verify_password_async
 
-        def authenticate(user: str, password: str) -> bool:
-            return verify_password(broker.store.users.scram, user, password) is not None
+        async def authenticate(user: str, password: str) -> bool:  # PBKDF2 off the event loop
+            return await verify_password_async(broker.store.users.scram, user, password, asyncio.to_thread)
 
     runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id,
                                        max_body_bytes=config.max_sql_length, authenticate=authenticate),

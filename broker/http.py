@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -60,7 +60,7 @@ AUTH_FAILURE = 0x0357
 OPEN_PATHS = frozenset({"/health"})
 _CHALLENGE = {"WWW-Authenticate": 'Basic realm="tmqgate", charset="UTF-8"'}
 
-Authenticate = Callable[[str, str], bool]  # (user, password) -> the password is the user's
+Authenticate = Callable[[str, str], Awaitable[bool]]  # (user, password) -> the password is the user's
 
 
 def basic_credentials(header: str | None) -> tuple[str, str] | None:
@@ -88,7 +88,7 @@ def _auth_middleware(authenticate: Authenticate) -> Any:
             credentials = basic_credentials(request.headers.get("Authorization"))
             if credentials is None:
                 return unauthorized(NO_AUTH_INFO, "no auth info input: HTTP Basic credentials are required")
-            if not authenticate(*credentials):
+            if not await authenticate(*credentials):
                 return unauthorized(AUTH_FAILURE, "Authentication failure")
         response: web.StreamResponse = await handler(request)
         return response

@@ -382,7 +382,7 @@ class Broker:
                                          peer, request.api_key, request.api_version)
                 return
             if session is not None:
-                step = session.on_request(request)
+                step = await session.on_request(request)
                 if step.action is not Action.PASS:
                     if step.body is not None:
                         writer.write(encode_response(request.api_key, request.api_version,

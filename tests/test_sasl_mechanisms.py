@@ -3,6 +3,7 @@ SCRAM client), and a connection's authentication session, all sans-IO (no socket
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -214,6 +215,10 @@ def test_oauthbearer_signed_jwt_against_jwks_file(tmp_path) -> None:
 # the session ------------------------------------------------------------------------------------
 
 
+def _on(session, request: Request):
+    return asyncio.run(session.on_request(request))
+
+
 def _req(key: ApiKey, version: int, body: dict) -> Request:
     return Request(int(key), version, 7, "test", body)
 
@@ -230,47 +235,47 @@ def _session(clock=time.time, max_reauth_ms: int = 0, enabled=("SCRAM-SHA-512", 
 
 
 def _plain(session, user: str, password: str, version: int = 2):
-    step = session.on_request(_req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}))
+    step = _on(session, _req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}))
     assert step.action is Action.ANSWER and step.body["error_code"] == 0
-    return session.on_request(_req(ApiKey.SASL_AUTHENTICATE, version,
+    return _on(session, _req(ApiKey.SASL_AUTHENTICATE, version,
                                    {"auth_bytes": f"\0{user}\0{password}".encode()}))
 
 
 def test_session_before_authentication_only_versions_and_handshake() -> None:
     session, client = _session()
-    assert session.on_request(_req(ApiKey.API_VERSIONS, 3, {})).action is Action.PASS
-    assert session.on_request(_req(ApiKey.METADATA, 12, {"topics": None})).action is Action.CLOSE
+    assert _on(session, _req(ApiKey.API_VERSIONS, 3, {})).action is Action.PASS
+    assert _on(session, _req(ApiKey.METADATA, 12, {"topics": None})).action is Action.CLOSE
     assert client.principal == "User:ANONYMOUS"
 
 
 def test_session_unsupported_mechanism() -> None:
     session, _ = _session()
-    step = session.on_request(_req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "GSSAPI"}))
+    step = _on(session, _req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "GSSAPI"}))
     assert step.action is Action.ANSWER_AND_CLOSE
     assert step.body == {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": ["SCRAM-SHA-512", "PLAIN"]}
 
 
 def test_session_scram_success_sets_principal() -> None:
     session, client = _session()
-    session.on_request(_req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-512"}))
+    _on(session, _req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-512"}))
     c = ScramClient("alice", "alice-secret", "SCRAM-SHA-512")
-    step = session.on_request(_req(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": c.first_message()}))
+    step = _on(session, _req(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": c.first_message()}))
     assert step.action is Action.ANSWER and client.principal == "User:ANONYMOUS"
     c.process_server_first_message(step.body["auth_bytes"])
-    step = session.on_request(_req(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": c.final_message()}))
+    step = _on(session, _req(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": c.final_message()}))
     c.process_server_final_message(step.body["auth_bytes"])
     assert step.body["error_code"] == 0 and step.body["session_lifetime_ms"] == 0
     assert client.principal == "User:alice" and session.state is State.COMPLETE
-    assert session.on_request(_req(ApiKey.METADATA, 12, {"topics": None})).action is Action.PASS
+    assert _on(session, _req(ApiKey.METADATA, 12, {"topics": None})).action is Action.PASS
 
 
 def test_session_failure_message_and_close() -> None:
     session, client = _session()
-    session.on_request(_req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-512"}))
+    _on(session, _req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-512"}))
     c = ScramClient("alice", "nope", "SCRAM-SHA-512")
-    step = session.on_request(_req(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": c.first_message()}))
+    step = _on(session, _req(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": c.first_message()}))
     c.process_server_first_message(step.body["auth_bytes"])
-    step = session.on_request(_req(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": c.final_message()}))
+    step = _on(session, _req(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": c.final_message()}))
     assert step.action is Action.ANSWER_AND_CLOSE
     assert step.body["error_code"] == ErrorCode.SASL_AUTHENTICATION_FAILED
     assert step.body["error_message"] == ("Authentication failed during authentication due to invalid "
@@ -280,8 +285,8 @@ def test_session_failure_message_and_close() -> None:
 
 def test_session_other_request_during_authentication() -> None:
     session, _ = _session()
-    session.on_request(_req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}))
-    step = session.on_request(_req(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["g"]}))
+    _on(session, _req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}))
+    step = _on(session, _req(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["g"]}))
     assert step.action is Action.ANSWER_AND_CLOSE
     assert step.body["coordinators"][0]["error_code"] == ErrorCode.ILLEGAL_SASL_STATE
 
@@ -292,14 +297,14 @@ def test_session_lifetime_expiry_and_reauthentication() -> None:
     step = _plain(session, "alice", "alice-secret")
     assert step.body["session_lifetime_ms"] == 5000
     now[0] += 4
-    assert session.on_request(_req(ApiKey.METADATA, 12, {"topics": None})).action is Action.PASS
+    assert _on(session, _req(ApiKey.METADATA, 12, {"topics": None})).action is Action.PASS
     # re-authentication before expiry renews the session
     step = _plain(session, "alice", "alice-secret")
     assert step.action is Action.ANSWER and step.body["session_lifetime_ms"] == 5000
     now[0] += 4
-    assert session.on_request(_req(ApiKey.METADATA, 12, {"topics": None})).action is Action.PASS
+    assert _on(session, _req(ApiKey.METADATA, 12, {"topics": None})).action is Action.PASS
     now[0] += 2  # 6 s after the last authentication
-    assert session.on_request(_req(ApiKey.METADATA, 12, {"topics": None})).action is Action.CLOSE
+    assert _on(session, _req(ApiKey.METADATA, 12, {"topics": None})).action is Action.CLOSE
 
 
 def test_session_reauthentication_cannot_change_principal() -> None:
@@ -315,7 +320,7 @@ def test_session_v0_authenticate_no_reauthentication() -> None:
     session, _ = _session()
     _plain(session, "alice", "alice-secret", version=0)
     # the client cannot re-authenticate: a SaslHandshake goes to its handler (ILLEGAL_SASL_STATE)
-    assert session.on_request(_req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})).action is Action.PASS
+    assert _on(session, _req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})).action is Action.PASS
 
 
 def test_plaintext_connections_need_no_session() -> None:
@@ -323,3 +328,34 @@ def test_plaintext_connections_need_no_session() -> None:
     assert auth.session(ClientInfo("h", 1)) is None
     with pytest.raises(ValueError, match="GSSAPI"):
         Authenticator(["GSSAPI"], Users())
+
+
+def test_plain_async_hands_the_derivation_to_the_runner() -> None:
+    from tmqgate.broker.auth import plain
+
+    users = Users()
+    users.add("carol", "carol-secret", "SCRAM-SHA-512")
+    ran = []
+
+    async def run(fn, *args):
+        ran.append(fn)
+        return fn(*args)
+
+    server = PlainServer(users)
+    assert asyncio.run(server.respond_async(b"\0carol\0carol-secret", run)) == b""
+    assert ran == [plain.matches] and server.principal == "User:carol"
+    with pytest.raises(AuthenticationFailed):
+        asyncio.run(PlainServer(users).respond_async(b"\0carol\0wrong", run))
+
+
+def test_verified_password_cache_follows_the_credential() -> None:
+    from tmqgate.broker.auth.plain import verify_password
+
+    users = Users()
+    users.add("dave", "old-pw", "SCRAM-SHA-512")
+    assert verify_password(users, "dave", "old-pw") and verify_password(users, "dave", "old-pw")
+    users.add("dave", "new-pw", "SCRAM-SHA-512")  # a changed credential: the remembered check is void
+    assert not verify_password(users, "dave", "old-pw")
+    assert verify_password(users, "dave", "new-pw")
+    del users.creds[("dave", "SCRAM-SHA-512")]
+    assert not verify_password(users, "dave", "new-pw")

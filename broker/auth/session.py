@@ -30,10 +30,11 @@ REAUTHENTICATE -> REAUTHENTICATE | COMPLETE | FAILED; FAILED is final.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -128,7 +129,8 @@ class Authenticator:
 
     def __init__(self, enabled: Sequence[str], lookup: scram.Lookup, *, max_reauth_ms: int = 0,
                  oauth: OAuthSettings | None = None, clock: Callable[[], float] = time.time,
-                 limited_log: RateLimitedLog | None = None) -> None:
+                 limited_log: RateLimitedLog | None = None,
+                 run: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> None:
         unknown = [m for m in enabled if m not in MECHANISMS]
         if unknown:
             raise ValueError(f"sasl_enabled_mechanisms: {', '.join(unknown)} not supported "
@@ -139,6 +141,7 @@ class Authenticator:
         self.lookup = lookup
         self.max_reauth_ms = max_reauth_ms
         self.clock = clock
+        self.run = run  # where a mechanism's CPU-heavy step runs (PLAIN's key derivation)
         # failed authentications are logged as Kafka does (INFO), at most so many per interval
         self.limited_log = limited_log or RateLimitedLog(log)
         self._oauth_validator = make_validator(oauth or OAuthSettings()) if "OAUTHBEARER" in enabled else None
@@ -187,7 +190,7 @@ class Session:
     def _text(self) -> str:
         return "re-authentication" if self.state is State.REAUTHENTICATE else "authentication"
 
-    def on_request(self, request: Request) -> Step:
+    async def on_request(self, request: Request) -> Step:
         key = request.api_key
         allowed = ALLOWED[self.state]
         if self.state is State.COMPLETE:
@@ -213,7 +216,7 @@ class Session:
             return PASS
         if key == ApiKey.SASL_HANDSHAKE:
             return self._handshake(request)
-        return self._authenticate(request)
+        return await self._authenticate(request)
 
     def _handshake(self, request: Request) -> Step:
         name = request.body.get("mechanism", "")
@@ -237,14 +240,17 @@ class Session:
         self.mechanism = self.auth.mechanism(name)
         return Step(Action.ANSWER, body)
 
-    def _authenticate(self, request: Request) -> Step:
+    async def _authenticate(self, request: Request) -> Step:
         assert self.mechanism is not None
         if request.api_version > 0:
             self.supports_reauth = True
         try:
             if self._reauth_bad_mechanism is not None:
                 raise AuthenticationFailed("re-authentication with another mechanism", self._reauth_bad_mechanism)
-            answer = self.mechanism.respond(bytes(request.body.get("auth_bytes") or b""))
+            token = bytes(request.body.get("auth_bytes") or b"")
+            respond_async = getattr(self.mechanism, "respond_async", None)  # PLAIN: PBKDF2 off the loop
+            answer = (await respond_async(token, self.auth.run) if respond_async is not None
+                      else self.mechanism.respond(token))
             principal = self.mechanism.principal if self.mechanism.complete else None
             if principal is not None and self.state is State.REAUTHENTICATE and principal != self.principal:
                 old, new = (self.principal or "").replace(":", ".", 1), principal.replace(":", ".", 1)
