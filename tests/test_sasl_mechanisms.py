@@ -208,6 +208,7 @@ def test_oauthbearer_signed_jwt_against_jwks_file(tmp_path) -> None:
     assert attempt(key, {**good, "aud": "other"}) == invalid
     assert attempt(key, {**good, "iss": "https://evil.test"}) == invalid
     assert attempt(key, {**good, "exp": int(now) - 3600}) == invalid
+    assert attempt(key, {k: v for k, v in good.items() if k != "iat"}) == invalid  # Kafka requires iat
     assert OAuthBearerServer(make_validator(settings)).respond(
         _oauth_message(_unsecured(good))) == invalid  # alg none refused when signed tokens are required
 

@@ -5,7 +5,7 @@
   principal claim (`sub` unless configured) required, `iat` optional;
 - signed JWTs (Kafka's OAuthBearerValidatorCallbackHandler): the signature checked against a
   JWKS (`sasl_oauthbearer_jwks_endpoint_url`, an https:// URL or a file:// path, as Kafka's
-  `sasl.oauthbearer.jwks.endpoint.url`), `exp` and the principal claim required, `aud`
+  `sasl.oauthbearer.jwks.endpoint.url`), `exp`, `iat` and the principal claim required, `aud`
   checked against `expected_audience` and `iss` against `expected_issuer` when set, a clock
   skew allowed (`sasl.oauthbearer.clock.skew.seconds`, 30).
 
@@ -131,7 +131,7 @@ class JwksValidator:
                 token, key=key, algorithms=[header.get("alg", "")] if header.get("alg") != "none" else [],
                 audience=list(s.expected_audience) or None, issuer=s.expected_issuer,
                 leeway=s.clock_skew_seconds,
-                options={"require": ["exp"], "verify_aud": bool(s.expected_audience)})
+                options={"require": ["exp", "iat"], "verify_aud": bool(s.expected_audience)})
         except jwt.PyJWTError as exc:
             raise InvalidToken(str(exc)) from None
         return _check_claims(claims, s, now_s)
