@@ -24,7 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="INFO")
     sql = sub.add_parser("sql", help="run SQL statements on a running broker (its HTTP endpoint)")
     sql.add_argument("statement", help="one or more statements separated by ';'")
-    sql.add_argument("--http", default="127.0.0.1:6041", help="the broker's HTTP address (default 127.0.0.1:6041)")
+    sql.add_argument("--http", default="127.0.0.1:6041",
+                     help="the broker's HTTP address HOST:PORT, or https://HOST:PORT (default 127.0.0.1:6041)")
+    sql.add_argument("--cafile", help="CA certificates to check an https:// front's certificate with")
     sql.add_argument("--db", help="database for unqualified names (as after USE db)")
     sql.add_argument("--json", action="store_true", help="print the raw JSON answer")
     sql.add_argument("--user", help="HTTP Basic user (password from $TMQGATE_PASSWORD, else prompted)")
@@ -105,10 +107,12 @@ def _user(args: argparse.Namespace) -> int:
 def _sql(args: argparse.Namespace) -> int:
     """POST the statement to /rest/sql and print the answer as a table (or the error)."""
     import json
+    import ssl
     import urllib.error
     import urllib.request
 
-    url = f"http://{args.http}/rest/sql" + (f"/{args.db}" if args.db else "")
+    base = args.http if args.http.startswith(("http://", "https://")) else f"http://{args.http}"
+    url = f"{base}/rest/sql" + (f"/{args.db}" if args.db else "")
     request = urllib.request.Request(url, data=args.statement.encode(), method="POST")
     if args.user:
         import base64
@@ -120,8 +124,9 @@ def _sql(args: argparse.Namespace) -> int:
             password = getpass.getpass(f"password for {args.user}: ")
         token = base64.b64encode(f"{args.user}:{password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
+    context = ssl.create_default_context(cafile=args.cafile) if url.startswith("https://") else None
     try:
-        with urllib.request.urlopen(request, timeout=300) as response:
+        with urllib.request.urlopen(request, timeout=300, context=context) as response:
             answer = json.load(response)
     except urllib.error.HTTPError as exc:
         answer = json.load(exc)
@@ -147,6 +152,7 @@ def _sql(args: argparse.Namespace) -> int:
 
 async def _serve(config: BrokerConfig) -> None:
     from tmqgate.broker.http import make_app, start_http
+    from tmqgate.broker.listeners import server_ssl_context
     from tmqgate.broker.server import Broker
     from tmqgate.storage import StorageError
 
@@ -165,7 +171,8 @@ async def _serve(config: BrokerConfig) -> None:
 
     runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id,
                                        max_body_bytes=config.max_sql_length, authenticate=authenticate),
-                              config.http_address)
+                              config.http_address,
+                              server_ssl_context(config) if config.http_tls else None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

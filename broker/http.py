@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -180,10 +181,12 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
     return app
 
 
-async def start_http(app: web.Application, address: tuple[str, int]) -> web.AppRunner:
-    """Serve `app` on `address` (host, port) until the runner is cleaned up."""
+async def start_http(app: web.Application, address: tuple[str, int],
+                     ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
+    """Serve `app` on `address` (host, port) until the runner is cleaned up; HTTPS when
+    given the TLS context (the Kafka listeners' certificates, `http_tls`)."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, port = address
-    await web.TCPSite(runner, host, port, reuse_address=True).start()
+    await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context).start()
     return runner
