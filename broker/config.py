@@ -67,6 +67,9 @@ class BrokerConfig:
     # the session lifetime SaslAuthenticate answers, after which a connection that has not
     # re-authenticated is closed at its next request.
     connections_max_reauth_ms: int = 0
+    # connection.failed.authentication.delay.ms: a failed authentication is answered and its
+    # connection closed only after this delay (Kafka's default 100; 0 = at once).
+    connection_failed_authentication_delay_ms: int = 100
     # sasl.oauthbearer.* (Kafka 4.x): signed JWTs checked against this JWKS (https:// or
     # file://); None = unsecured tokens. Audience/issuer are checked when set.
     sasl_oauthbearer_jwks_endpoint_url: str | None = None

@@ -360,3 +360,22 @@ def test_verified_password_cache_follows_the_credential() -> None:
     assert verify_password(users, "dave", "new-pw")
     del users.creds[("dave", "SCRAM-SHA-512")]
     assert not verify_password(users, "dave", "new-pw")
+
+
+def test_failures_are_delayed() -> None:
+    """connection.failed.authentication.delay.ms: every failure step waits before it is answered."""
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    users = Users()
+    users.add("alice", "alice-secret", "SCRAM-SHA-512")
+    client = ClientInfo("127.0.0.1", 1, listener="SASL_PLAINTEXT", security_protocol="SASL_PLAINTEXT")
+    auth = Authenticator(["PLAIN"], users, failed_delay_ms=100, sleep=sleep)
+    session = auth.session(client)
+    assert _plain(session, "alice", "alice-secret").action is Action.ANSWER and slept == []
+    session = auth.session(client)
+    assert _plain(session, "alice", "bad").action is Action.ANSWER_AND_CLOSE and slept == [0.1]
+    step = _on(auth.session(client), _req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "GSSAPI"}))
+    assert step.action is Action.ANSWER_AND_CLOSE and slept == [0.1, 0.1]

@@ -12,7 +12,9 @@ Rules (Kafka's):
   Kafka request of type X during SASL authentication.") and the connection closed;
 - a failed authentication is answered SASL_AUTHENTICATION_FAILED with the mechanism's own
   message where Kafka gives one, else "Authentication failed during authentication due to
-  invalid credentials with SASL mechanism M", and the connection is closed;
+  invalid credentials with SASL mechanism M", and the connection is closed; every such
+  failure (a refused mechanism and a request out of turn too) is answered only after
+  connection_failed_authentication_delay_ms, as Kafka delays it;
 - success sets the connection's principal (`current_client`) and answers the session
   lifetime (SaslAuthenticate v1+): min(the credential's expiry - now,
   connections_max_reauth_ms), either one alone if the other is unset, 0 if neither;
@@ -121,7 +123,8 @@ def authenticator(config: BrokerConfig, store: Store, limited_log: RateLimitedLo
         log.warning("OAUTHBEARER takes unsecured tokens (alg none; Kafka's default validator): "
                     "set sasl_oauthbearer_jwks_endpoint_url to require signed tokens")
     return Authenticator(config.sasl_enabled_mechanisms, store.users.scram,
-                         max_reauth_ms=config.connections_max_reauth_ms, oauth=oauth, limited_log=limited_log)
+                         max_reauth_ms=config.connections_max_reauth_ms, oauth=oauth, limited_log=limited_log,
+                         failed_delay_ms=config.connection_failed_authentication_delay_ms)
 
 
 class Authenticator:
@@ -130,7 +133,8 @@ class Authenticator:
     def __init__(self, enabled: Sequence[str], lookup: scram.Lookup, *, max_reauth_ms: int = 0,
                  oauth: OAuthSettings | None = None, clock: Callable[[], float] = time.time,
                  limited_log: RateLimitedLog | None = None,
-                 run: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> None:
+                 run: Callable[..., Awaitable[Any]] = asyncio.to_thread, failed_delay_ms: int = 0,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
         unknown = [m for m in enabled if m not in MECHANISMS]
         if unknown:
             raise ValueError(f"sasl_enabled_mechanisms: {', '.join(unknown)} not supported "
@@ -142,6 +146,8 @@ class Authenticator:
         self.max_reauth_ms = max_reauth_ms
         self.clock = clock
         self.run = run  # where a mechanism's CPU-heavy step runs (PLAIN's key derivation)
+        self.failed_delay_ms = failed_delay_ms
+        self.sleep = sleep
         # failed authentications are logged as Kafka does (INFO), at most so many per interval
         self.limited_log = limited_log or RateLimitedLog(log)
         self._oauth_validator = make_validator(oauth or OAuthSettings()) if "OAUTHBEARER" in enabled else None
@@ -191,6 +197,14 @@ class Session:
         return "re-authentication" if self.state is State.REAUTHENTICATE else "authentication"
 
     async def on_request(self, request: Request) -> Step:
+        step = await self._step(request)
+        if step.action is Action.ANSWER_AND_CLOSE and self.auth.failed_delay_ms > 0:
+            # connection.failed.authentication.delay.ms: the failure is answered (and the
+            # connection closed) only after this delay, which slows password guessing
+            await self.auth.sleep(self.auth.failed_delay_ms / 1000)
+        return step
+
+    async def _step(self, request: Request) -> Step:
         key = request.api_key
         allowed = ALLOWED[self.state]
         if self.state is State.COMPLETE:
