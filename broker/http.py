@@ -15,7 +15,8 @@ CORS preflight): a request whose `Origin` header is not this server's own origin
 Authentication (`http_auth = "basic"`): every path but `/health` takes HTTP Basic credentials
 of the broker's users, as TDengine's taosAdapter does (`Authorization: Basic base64(user:pass)`,
 checked like SASL/PLAIN against the SCRAM credentials); a missing, malformed or wrong one is
-answered 401 with `WWW-Authenticate: Basic` and the JSON error body.
+answered 401 with `WWW-Authenticate: Basic` and the JSON error body. An authenticated
+request carries its principal as `request["principal"]` ("User:alice").
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def _auth_middleware(authenticate: Authenticate) -> Any:
                 return unauthorized(NO_AUTH_INFO, "no auth info input: HTTP Basic credentials are required")
             if not await authenticate(*credentials):
                 return unauthorized(AUTH_FAILURE, "Authentication failure")
+            request["principal"] = f"User:{credentials[0]}"  # who runs the SQL (the ACLs' principal)
         response: web.StreamResponse = await handler(request)
         return response
 

@@ -32,3 +32,24 @@ def test_no_password_in_the_database(tmp_path) -> None:
         store.sync()
     blob = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
     assert b"alice-secret-pw" not in blob
+
+
+def test_set_password_create_and_alter(tmp_path) -> None:
+    import pytest
+
+    from tmqgate.broker.auth.credentials import UnknownUser, UserExists, set_password
+    from tmqgate.broker.auth.plain import verify_password
+
+    with Store(tmp_path) as store:
+        users = store.users
+        set_password(users, "erin", "pw-1", create=True)
+        assert sorted(users.scram_users()["erin"]) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+        assert verify_password(users.scram, "erin", "pw-1")
+        with pytest.raises(UserExists):
+            set_password(users, "erin", "pw-2", create=True)
+        set_password(users, "erin", "pw-2", create=False)
+        assert verify_password(users.scram, "erin", "pw-2") and not verify_password(users.scram, "erin", "pw-1")
+        with pytest.raises(UnknownUser):
+            set_password(users, "frank", "pw", create=False)
+        with pytest.raises(ValueError):
+            set_password(users, "frank", "", create=True)
