@@ -179,6 +179,66 @@ def test_bad_credentials_fail_that_client_only(sasl_broker: SecureBroker, mechan
     assert delivered == [0, 1]
 
 
+def _kafka_python_bad_login(conf: dict) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError as KpError
+
+    with pytest.raises(KpError):
+        KafkaProducer(max_block_ms=8000, **conf)
+
+
+def _aiokafka_bad_login(conf: dict) -> None:
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError as AioError
+
+    async def go() -> None:
+        producer = AIOKafkaProducer(request_timeout_ms=8000, **conf)
+        try:
+            with pytest.raises(AioError):
+                await producer.start()
+        finally:
+            await producer.stop()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
+@pytest.mark.parametrize("user,password", [("alice", "wrong-password"), ("mallory", "alice-secret")])
+def test_python_clients_bad_credentials(sasl_broker: SecureBroker, client: str, user: str, password: str,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    """kafka-python and aiokafka with a wrong password or an unknown user: no bootstrap, and the
+    client logs the broker's SASL_AUTHENTICATION_FAILED (58) with Kafka's message; a confluent
+    producer authenticated as alice works meanwhile."""
+    topic = _topic(sasl_broker, "sasl-bad-py")
+    good = Producer({**confluent_conf(sasl_broker.sasl_bootstrap, "alice", "alice-secret", "SCRAM-SHA-512"),
+                     "acks": "all"})
+    good.produce(topic, value=b"before")
+    assert good.flush(30) == 0
+    make_conf = kafka_python_conf if client == "kafka-python" else aiokafka_conf
+    conf = make_conf(sasl_broker.sasl_bootstrap, user, password, "SCRAM-SHA-512")
+    with caplog.at_level("DEBUG"):
+        (_kafka_python_bad_login if client == "kafka-python" else _aiokafka_bad_login)(conf)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert FAILED.format("SCRAM-SHA-512") in logged, logged[-2000:]
+    good.produce(topic, value=b"after")
+    assert good.flush(30) == 0
+    assert _confluent_values(sasl_broker, topic) == [b"before", b"after"]
+
+
+def _confluent_values(sb: SecureBroker, topic: str) -> list[bytes]:
+    consumer = Consumer({**confluent_conf(sb.sasl_bootstrap, "alice", "alice-secret", "SCRAM-SHA-512"),
+                         "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < 2 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    consumer.close()
+    return got
+
+
 def test_java_client_wrong_password(sasl_broker: SecureBroker, tmp_path: Path) -> None:
     cli.require_tools()
     topic = _topic(sasl_broker, "sasl-java-bad")
