@@ -280,6 +280,16 @@ def test_only_versions_and_handshake_before_authentication(sasl_broker: SecureBr
         assert c.closed_within(10)
 
 
+def test_large_frame_before_authentication_closes(sasl_broker: SecureBroker) -> None:
+    """sasl.server.max.receive.size (512 KiB): a bigger frame before authentication closes the
+    connection without waiting for its body."""
+    import struct
+
+    with RawConn(sasl_broker.sasl_bootstrap) as c:
+        c.send_bytes(struct.pack(">i", 600_000) + b"\0" * 1024)
+        assert c.closed_within(10)
+
+
 def test_unsupported_mechanism(sasl_broker: SecureBroker) -> None:
     with RawConn(sasl_broker.sasl_bootstrap) as c:
         body = _handshake(c, "GSSAPI")
