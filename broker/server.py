@@ -358,6 +358,13 @@ class Broker:
             frame = await self._read_frame(reader, size, memory)
             if self.frame_hook is not None:
                 self.frame_hook(frame)
+            if session is not None and session.raw_tokens:  # after SaslHandshake v0: raw SASL tokens
+                token = await session.on_token(frame)
+                if token is None:
+                    return
+                writer.write(_SIZE.pack(len(token)) + token)
+                await writer.drain()
+                continue
             try:
                 request = decode_request(frame)
             except UnsupportedVersion as exc:

@@ -325,6 +325,30 @@ def test_raw_plain_failure_message(sasl_broker: SecureBroker) -> None:
         assert c.closed_within(10)
 
 
+def _raw_token(c: RawConn, token: bytes) -> bytes:
+    """SaslHandshake v0's framing: a size-prefixed SASL token each way."""
+    import struct
+
+    c.send_bytes(struct.pack(">i", len(token)) + token)
+    return c.recv_frame()
+
+
+def test_handshake_v0_raw_tokens(sasl_broker: SecureBroker) -> None:
+    """A SaslHandshake v0 client (before KIP-152) sends raw SCRAM tokens, not SaslAuthenticate;
+    then it is served; a wrong password closes the connection unanswered."""
+    meta = {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+    with RawConn(sasl_broker.sasl_bootstrap) as c:
+        assert c.request(17, 0, {"mechanism": "SCRAM-SHA-512"})["error_code"] == 0
+        client = ScramClient("alice", "alice-secret", "SCRAM-SHA-512")
+        client.process_server_first_message(_raw_token(c, client.first_message()))
+        client.process_server_final_message(_raw_token(c, client.final_message()))  # checks v=
+        assert c.request(3, 12, meta)["brokers"]
+    with RawConn(sasl_broker.sasl_bootstrap) as c:
+        assert c.request(17, 0, {"mechanism": "PLAIN"})["error_code"] == 0
+        c.send_bytes(len(b"\0alice\0wrong").to_bytes(4, "big") + b"\0alice\0wrong")
+        assert c.closed_within(10)
+
+
 def test_other_request_during_authentication(sasl_broker: SecureBroker) -> None:
     with RawConn(sasl_broker.sasl_bootstrap) as c:
         assert _handshake(c, "SCRAM-SHA-512")["error_code"] == 0

@@ -379,3 +379,14 @@ def test_failures_are_delayed() -> None:
     assert _plain(session, "alice", "bad").action is Action.ANSWER_AND_CLOSE and slept == [0.1]
     step = _on(auth.session(client), _req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "GSSAPI"}))
     assert step.action is Action.ANSWER_AND_CLOSE and slept == [0.1, 0.1]
+
+
+def test_session_handshake_v0_raw_tokens() -> None:
+    session, client = _session()
+    step = _on(session, _req(ApiKey.SASL_HANDSHAKE, 0, {"mechanism": "PLAIN"}))
+    assert step.action is Action.ANSWER and session.raw_tokens
+    assert asyncio.run(session.on_token(b"\0alice\0alice-secret")) == b""
+    assert not session.raw_tokens and client.principal == "User:alice"
+    session, client = _session()
+    _on(session, _req(ApiKey.SASL_HANDSHAKE, 0, {"mechanism": "PLAIN"}))
+    assert asyncio.run(session.on_token(b"\0alice\0nope")) is None and session.state is State.FAILED

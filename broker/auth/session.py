@@ -21,6 +21,8 @@ Rules (Kafka's):
 - KIP-368: an authenticated client that used SaslAuthenticate v1+ re-authenticates with a
   new SaslHandshake (same mechanism, same principal, else it fails and is closed); a
   connection whose session has expired is closed at its next other request;
+- SaslHandshake v0 (before KIP-152): the frames that follow are the mechanism's raw tokens and
+  so are the answers (`on_token`); a failure closes the connection without an answer;
 - once authenticated, SaslHandshake (when no re-authentication can start) and
   SaslAuthenticate go to their handlers (ILLEGAL_SASL_STATE, as KafkaApis answers).
 
@@ -179,6 +181,7 @@ class Session:
         self.principal: str | None = None
         self.expires_ms: int | None = None  # session end (epoch ms), None = never
         self.supports_reauth = False
+        self.raw_tokens = False  # after a SaslHandshake v0: frames are raw SASL tokens (on_token)
         self._reauth_bad_mechanism: str | None = None
 
     def _move(self, to: State) -> None:
@@ -239,11 +242,8 @@ class Session:
             self.state = State.FAILED
             body["error_code"] = int(ErrorCode.UNSUPPORTED_SASL_MECHANISM)
             return Step(Action.ANSWER_AND_CLOSE, body)
-        if request.api_version < 1:
-            # v0 sends raw SASL tokens after the handshake, which this server does not read.
-            self.state = State.FAILED
-            body["error_code"] = int(ErrorCode.UNSUPPORTED_VERSION)
-            return Step(Action.ANSWER_AND_CLOSE, body)
+        if request.api_version < 1 and self.state is not State.REAUTHENTICATE:
+            self.raw_tokens = True  # v0: raw SASL tokens follow, not SaslAuthenticate (on_token)
         if self.state is State.REAUTHENTICATE:
             self._reauth_bad_mechanism = None if name == self.mechanism_name else (
                 f"SASL mechanism '{name}' requested by client is not supported for re-authentication "
@@ -255,35 +255,58 @@ class Session:
         return Step(Action.ANSWER, body)
 
     async def _authenticate(self, request: Request) -> Step:
-        assert self.mechanism is not None
         if request.api_version > 0:
             self.supports_reauth = True
         try:
-            if self._reauth_bad_mechanism is not None:
-                raise AuthenticationFailed("re-authentication with another mechanism", self._reauth_bad_mechanism)
-            token = bytes(request.body.get("auth_bytes") or b"")
-            respond_async = getattr(self.mechanism, "respond_async", None)  # PLAIN: PBKDF2 off the loop
-            answer = (await respond_async(token, self.auth.run) if respond_async is not None
-                      else self.mechanism.respond(token))
-            principal = self.mechanism.principal if self.mechanism.complete else None
-            if principal is not None and self.state is State.REAUTHENTICATE and principal != self.principal:
-                old, new = (self.principal or "").replace(":", ".", 1), principal.replace(":", ".", 1)
-                raise AuthenticationFailed("principal changed", f"Cannot change principals during "
-                                           f"re-authentication from {old}: {new}")
+            answer, principal = await self._respond(bytes(request.body.get("auth_bytes") or b""))
         except AuthenticationFailed as exc:
-            message = exc.client_message or (f"Authentication failed during {self._text} due to invalid "
-                                             f"credentials with SASL mechanism {self.mechanism_name}")
-            self.auth.limited_log.log(logging.INFO, "authentication", "failed %s of %s:%d with SASL mechanism "
-                                      "%s: %s", self._text, self.client.host, self.client.port,
-                                      self.mechanism_name, exc.reason)
-            self.state = State.FAILED
             return Step(Action.ANSWER_AND_CLOSE, {"error_code": int(ErrorCode.SASL_AUTHENTICATION_FAILED),
-                                                  "error_message": message, "auth_bytes": b""})
+                                                  "error_message": self._failed(exc), "auth_bytes": b""})
         lifetime = 0
         if principal is not None:
             lifetime = self._complete(principal)
         return Step(Action.ANSWER, {"error_code": 0, "error_message": "", "auth_bytes": answer,
                                     "session_lifetime_ms": lifetime})
+
+    async def on_token(self, token: bytes) -> bytes | None:
+        """SaslHandshake v0: the frames after the handshake are the mechanism's raw tokens, and
+        so are the answers; None = failed (Kafka closes without an answer, after the delay)."""
+        try:
+            answer, principal = await self._respond(token)
+        except AuthenticationFailed as exc:
+            self._failed(exc)
+            if self.auth.failed_delay_ms > 0:
+                await self.auth.sleep(self.auth.failed_delay_ms / 1000)
+            return None
+        if principal is not None:
+            self._complete(principal)
+            self.raw_tokens = False
+        return answer
+
+    async def _respond(self, token: bytes) -> tuple[bytes, str | None]:
+        """The mechanism's answer to `token`, and the principal once it is complete."""
+        assert self.mechanism is not None
+        if self._reauth_bad_mechanism is not None:
+            raise AuthenticationFailed("re-authentication with another mechanism", self._reauth_bad_mechanism)
+        respond_async = getattr(self.mechanism, "respond_async", None)  # PLAIN: PBKDF2 off the loop
+        answer = (await respond_async(token, self.auth.run) if respond_async is not None
+                  else self.mechanism.respond(token))
+        principal = self.mechanism.principal if self.mechanism.complete else None
+        if principal is not None and self.state is State.REAUTHENTICATE and principal != self.principal:
+            old, new = (self.principal or "").replace(":", ".", 1), principal.replace(":", ".", 1)
+            raise AuthenticationFailed("principal changed", f"Cannot change principals during "
+                                       f"re-authentication from {old}: {new}")
+        return answer, principal
+
+    def _failed(self, exc: AuthenticationFailed) -> str:
+        """Log a failure, fail the session; the message the client is told."""
+        message = exc.client_message or (f"Authentication failed during {self._text} due to invalid "
+                                         f"credentials with SASL mechanism {self.mechanism_name}")
+        self.auth.limited_log.log(logging.INFO, "authentication", "failed %s of %s:%d with SASL mechanism "
+                                  "%s: %s", self._text, self.client.host, self.client.port,
+                                  self.mechanism_name, exc.reason)
+        self.state = State.FAILED
+        return message
 
     def _complete(self, principal: str) -> int:
         """Authenticated: the principal is the connection's; the session lifetime (ms) to send."""
