@@ -18,6 +18,18 @@ def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int
     return host, int(port)
 
 
+def _loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (or localhost): reachable from this host only."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
 @dataclass
 class BrokerConfig:
     """Everything the broker reads at start-up."""
@@ -45,6 +57,33 @@ class BrokerConfig:
     http_tls: bool = False
     # ssl.principal.mapping.rules (one rule per entry): a certificate's subject DN -> principal.
     ssl_principal_mapping_rules: list[str] = field(default_factory=lambda: ["DEFAULT"])
+    # --- SASL (SASL_PLAINTEXT and SASL_SSL listeners; broker/auth/) ---------------------------
+    # sasl.enabled.mechanisms: Kafka's default ["GSSAPI"] needs Kerberos, which tmqgate does not
+    # speak; tmqgate's default is the SCRAM mechanisms and PLAIN (checked against the same SCRAM
+    # users). OAUTHBEARER may be added: with no JWKS it takes Kafka's unsecured tokens.
+    sasl_enabled_mechanisms: list[str] = field(
+        default_factory=lambda: ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
+    # connections.max.reauth.ms (KIP-368): 0 = sessions never expire (Kafka's default); else
+    # the session lifetime SaslAuthenticate answers, after which a connection that has not
+    # re-authenticated is closed at its next request.
+    connections_max_reauth_ms: int = 0
+    # connection.failed.authentication.delay.ms: a failed authentication is answered and its
+    # connection closed only after this delay (Kafka's default 100; 0 = at once).
+    connection_failed_authentication_delay_ms: int = 100
+    # sasl.oauthbearer.* (Kafka 4.x): signed JWTs checked against this JWKS (https:// or
+    # file://); None = unsecured tokens. Audience/issuer are checked when set.
+    sasl_oauthbearer_jwks_endpoint_url: str | None = None
+    sasl_oauthbearer_expected_audience: list[str] = field(default_factory=list)
+    sasl_oauthbearer_expected_issuer: str | None = None
+    sasl_oauthbearer_sub_claim_name: str = "sub"
+    sasl_oauthbearer_scope_claim_name: str = "scope"
+    sasl_oauthbearer_clock_skew_seconds: int = 30
+    # --- The HTTP SQL front ----------------------------------------------------------------
+    # http_auth: "none" or "basic" (HTTP Basic with the broker's SCRAM users, as taosAdapter).
+    # The broker refuses to start with the front on a non-loopback address and no
+    # authentication unless allow_insecure_http is true.
+    http_auth: str = "none"
+    allow_insecure_http: bool = False
     node_id: int = 1
     cluster_id: str = "tmqgate-cluster-00000"
     # socket.request.max.bytes in Kafka: a frame larger than this closes the connection.
@@ -155,6 +194,11 @@ class BrokerConfig:
             raise ValueError(f"ssl_client_auth must be required, requested or none, not {self.ssl_client_auth!r}")
         if self.ssl_min_version not in ("TLSv1.2", "TLSv1.3"):
             raise ValueError(f"ssl_min_version must be TLSv1.2 or TLSv1.3, not {self.ssl_min_version!r}")
+        if self.http_auth not in ("none", "basic"):
+            raise ValueError(f"http_auth must be none or basic, not {self.http_auth!r}")
+        if self.http_auth == "none" and not self.allow_insecure_http and not _loopback(self.http_address[0]):
+            raise ValueError(f"the SQL front would listen on {self.http} with no authentication: set "
+                             'http_auth = "basic", or allow_insecure_http = true to accept that')
         pool = self.queued_max_request_bytes
         if 0 < pool < self.socket_request_max_bytes:
             raise ValueError(f"queued_max_request_bytes ({pool}) must be -1 or at least "

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
+from tmqgate.broker.auth.session import SASL_PROTOCOLS, Action, Authenticator, authenticator
 from tmqgate.broker.client import ANONYMOUS, ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.errors import KafkaError
@@ -150,6 +151,7 @@ class Broker:
         self._ssl: ssl.SSLContext | None = None
         self._mapping_rules = parse_rules(config.ssl_principal_mapping_rules)
         self.advertised_by_listener: dict[str, tuple[str, int]] = {}
+        self.authenticator: Authenticator | None = None  # built at start if a listener speaks SASL
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._handlers: dict[int, BoundHandler] = {}
@@ -174,6 +176,8 @@ class Broker:
             self._servers.append((listener, server))
             bound[listener.name] = (listener.host, server.sockets[0].getsockname()[1])
         self.advertised_by_listener = advertised_addresses(self.config, bound)
+        if any(li.security_protocol in SASL_PROTOCOLS for li in listeners):
+            self.authenticator = authenticator(self.config, self.store, self.limited_log)
         self.advertised = self.advertised_by_listener[listeners[0].name]
         self._handlers = bind(self.apis, self._contexts())
         self._tasks.append(asyncio.create_task(self._housekeeping()))
@@ -338,12 +342,15 @@ class Broker:
 
     async def _connection_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                peer: Any, memory: FrameMemory) -> None:
-        max_size = self.config.socket_request_max_bytes
         transport = writer.transport
         fd = _socket_fd(writer)
+        # SASL listeners: the connection's authentication says which requests may pass (auth/session.py)
+        session = self.authenticator.session(current_client.get()) if self.authenticator else None
         while True:
             (size,) = _SIZE.unpack(await self._read_size(reader))
             memory.free()  # the previous frame (alive until now in this loop) goes back
+            max_size = self.config.socket_request_max_bytes if session is None else session.max_frame(
+                self.config.socket_request_max_bytes)
             if size < 0 or size > max_size:
                 self.limited_log.warning("bad-frame", "closing %s: frame of %d bytes is over "
                                          "socket.request.max.bytes (%d)", peer, size, max_size)
@@ -351,6 +358,13 @@ class Broker:
             frame = await self._read_frame(reader, size, memory)
             if self.frame_hook is not None:
                 self.frame_hook(frame)
+            if session is not None and session.raw_tokens:  # after SaslHandshake v0: raw SASL tokens
+                token = await session.on_token(frame)
+                if token is None:
+                    return
+                writer.write(_SIZE.pack(len(token)) + token)
+                await writer.drain()
+                continue
             try:
                 request = decode_request(frame)
             except UnsupportedVersion as exc:
@@ -374,6 +388,16 @@ class Broker:
                 self.limited_log.warning("bad-frame", "closing %s: api %d v%d not served",
                                          peer, request.api_key, request.api_version)
                 return
+            if session is not None:
+                step = await session.on_request(request)
+                if step.action is not Action.PASS:
+                    if step.body is not None:
+                        writer.write(encode_response(request.api_key, request.api_version,
+                                                     request.correlation_id, step.body))
+                        await writer.drain()
+                    if step.action is Action.ANSWER:
+                        continue
+                    return
             try:
                 body = await self._handlers[request.api_key](request)
                 if body is None:

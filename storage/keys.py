@@ -57,6 +57,9 @@ prefix       key (after the prefix byte)                            value
                                                                     u64, entries u32, bytes u64, first ts i64,
                                                                     last ts i64, removed ms i64, reason u8
 0x7F SYNC    (nothing)                                              marker written with sync=True by Store.sync()
+0x90 SCRAM   user (u16 len + utf-8), mechanism name (utf-8, e.g.       iterations u32, then salt, StoredKey, ServerKey
+             "SCRAM-SHA-512")                                       each u16 len + bytes (RFC 5802; never the
+                                                                    password nor the salted password)
 ===========  =====================================================  ===============================================
 
 Payload log (``<data dir>/wal-payloads``):
@@ -136,6 +139,7 @@ OFFSET = b"\x50"
 GROUP = b"\x60"
 HISTORY = b"\x70"
 SYNC = b"\x7f"
+SCRAM = b"\x90"
 
 #: The layout this code writes and reads (see the module docstring).
 LAYOUT_VERSION = 2
@@ -425,3 +429,39 @@ def pack_history(
 def unpack_history(b: bytes) -> tuple[int, int, int, int, int, int, int, int, int, int]:
     """(db, vnode, first version, last version, entries, bytes, first ts, last ts, removed ms, reason)."""
     return _HISTORY.unpack(b)
+
+
+# SCRAM credentials ---------------------------------------------------------------------------
+
+
+def scram_user_prefix(user: str) -> bytes:
+    return SCRAM + _lstr(user)
+
+
+def scram_key(user: str, mechanism: str) -> bytes:
+    return scram_user_prefix(user) + mechanism.encode()
+
+
+def parse_scram_key(key: bytes) -> tuple[str, str]:
+    """(user, mechanism) of a SCRAM key."""
+    (ulen,) = struct.unpack_from(">H", key, 1)
+    return key[3 : 3 + ulen].decode(), key[3 + ulen :].decode()
+
+
+def pack_scram(iterations: int, salt: bytes, stored_key: bytes, server_key: bytes) -> bytes:
+    out = [_U32.pack(iterations)]
+    for part in (salt, stored_key, server_key):
+        out.append(struct.pack(">H", len(part)) + part)
+    return b"".join(out)
+
+
+def unpack_scram(b: bytes) -> tuple[int, bytes, bytes, bytes]:
+    """(iterations, salt, StoredKey, ServerKey)."""
+    (iterations,) = _U32.unpack_from(b, 0)
+    pos = 4
+    parts: list[bytes] = []
+    for _ in range(3):
+        (n,) = struct.unpack_from(">H", b, pos)
+        parts.append(bytes(b[pos + 2 : pos + 2 + n]))
+        pos += 2 + n
+    return iterations, parts[0], parts[1], parts[2]

@@ -11,7 +11,8 @@ concern, so that each can be read and changed alone:
 * ``storage.txn`` — catalog changes and WAL entries in one WriteBatch;
 * ``storage.retention`` — retention, DeleteRecords, the archiver and the log history;
 * ``storage.producers`` — producer ids and idempotent producers' windows;
-* ``storage.offsets`` — committed offsets and group metadata.
+* ``storage.offsets`` — committed offsets and group metadata;
+* ``storage.users`` — users' SCRAM credentials (salt, iterations, StoredKey, ServerKey).
 
 Callers (broker, coordinator, tests) talk to ``Store``; its methods delegate to the parts
 (``store.catalog``, ``store.wal`` ... are there for code that wants a part directly). Only
@@ -40,6 +41,7 @@ from tmqgate.storage.offsets import Offsets
 from tmqgate.storage.producers import ProducerAppend, Producers, ProducerWindow
 from tmqgate.storage.retention import Retention
 from tmqgate.storage.txn import Transaction
+from tmqgate.storage.users import Users
 from tmqgate.storage.wal import Appended, Wal
 
 __all__ = ["Store"]  # the model types are exported by the storage package
@@ -75,6 +77,7 @@ class Store:
         self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes)
         self.retention = Retention(self.core, self.catalog, self.wal, history_limit)
         self.offsets = Offsets(self.core)
+        self.users = Users(self.core)  # SCRAM credentials (storage.users)
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}
