@@ -95,6 +95,11 @@ class BrokerConfig:
     # The SQL front: TDengine's maximum SQL length (1 MiB, TSDB_MAX_ALLOWED_SQL_LEN) is also
     # the HTTP body limit of /rest/sql (a larger body gets 413 without being read whole).
     max_sql_length: int = 1_048_576
+    # SQL texts of 1 KiB or more are parsed in a process of their own, one at a time (pure
+    # Python parsing would hold the event loop: ~3 s for a 1 MiB INSERT). A parse running
+    # longer than this is stopped (the process replaced) and answered 503 "Operation timeout"
+    # (tmqgate's own; the slowest 1 MiB text parses in ~7 s on an idle core).
+    sql_parse_timeout_ms: int = 20_000
     # Produce decompresses every batch to validate its records (as Kafka's LogValidator does);
     # the decompressed records may pass neither the topic's max.message.bytes nor this cap, so
     # a small compressed bomb is refused (MESSAGE_TOO_LARGE) before it is inflated. tmqgate's

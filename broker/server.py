@@ -135,7 +135,8 @@ class Broker:
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
                                  GroupQueries(subscribed_to=machine.groups_subscribed_to,
                                               group_ids=machine.group_ids, members=machine.members,
-                                              now_ms=self.coordinator.now))
+                                              now_ms=self.coordinator.now),
+                                 parse_timeout_ms=config.sql_parse_timeout_ms)
         self.started_ms = int(time.time() * 1000)
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -197,6 +198,7 @@ class Broker:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
         await self.coordinator.stop()
+        self.executor.close()
         self.store.close()
         self.limited_log.flush()
 
