@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -219,6 +220,10 @@ class Broker:
             n += 1
             await asyncio.sleep(0)
         log.debug("built %d codecs in %.2fs", n, time.perf_counter() - t0)
+        # The start-up heap (modules, codecs, catalog) is kept out of the collector's sight
+        # from now on: a full collection, which a large request's temporaries set off, would
+        # walk all of it on the event loop (tens of ms; hundreds on a loaded host) — issue 11.
+        gc.freeze()
 
     async def _housekeeping(self) -> None:
         """Periodic jobs: WAL fsync (WAL_FSYNC_PERIOD), retention (log.retention.check.interval.ms)

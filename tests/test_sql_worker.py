@@ -122,19 +122,28 @@ def test_parse_timeout_stops_the_worker_and_the_next_text_gets_a_new_one() -> No
     asyncio.run(go())
 
 
-def test_killed_worker_fails_its_parse_only_and_is_replaced() -> None:
+def test_killed_worker_is_replaced_and_the_text_parsed_again() -> None:
+    """kill -9 of the worker while it parses: a new worker parses the text again; a text on
+    which the worker dies twice (here: it aborts) is answered ParseWorkerDied; the next text
+    is parsed."""
+
     async def go() -> None:
         worker = ParseWorker(timeout_s=60)
         try:
             pid = await worker.pid()
-            parsing = asyncio.ensure_future(worker.parse(slow_text(600)))
-            await asyncio.sleep(0.2)
+            text = long_insert(20_000)
+            parsing = asyncio.ensure_future(worker.parse(text))
+            await asyncio.sleep(0.3)
             os.kill(pid, signal.SIGKILL)
-            with pytest.raises(ParseWorkerDied, match="exit code -9"):
-                await parsing
-            text = long_insert(100)
-            assert await worker.parse(text) == parse_script(text)
-            assert await worker.pid() not in (pid, os.getpid())
+            assert await parsing == parse_script(text)
+            second = await worker.pid()
+            assert second not in (pid, os.getpid())
+            os.kill(second, signal.SIGKILL)  # idle: the next text is not lost either
+            small = long_insert(100)
+            assert await worker.parse(small) == parse_script(small)
+            with pytest.raises(ParseWorkerDied, match="died twice on this text .*exit code -6"):
+                await worker.run(os.abort)
+            assert await worker.parse(small) == parse_script(small)
         finally:
             worker.close()
 

@@ -35,9 +35,9 @@ DEFAULT_VGROUPS = 2  # TDengine's default
 # worker.py); shorter ones parse in place in a few ms at most (~10 ms/KiB for the slowest
 # shape, a long select list; ~3 ms/KiB for an INSERT), so they keep their order and latency.
 PARSE_IN_WORKER_CHARS = 1024
-# An INSERT run by execute_async checks its rows in steps of this many, yielding to the event
-# loop between steps (a 1 MiB INSERT has ~70,000 rows: ~0.3 s of checks in one go).
-CHECK_ROWS_PER_STEP = 2000
+# An INSERT run by execute_async checks its rows in steps of this many (~2 ms), yielding to the
+# event loop between steps (a 1 MiB INSERT has ~70,000 rows: ~0.3 s of checks in one go).
+CHECK_ROWS_PER_STEP = 500
 
 
 @dataclass
@@ -159,7 +159,7 @@ class Executor:
 
     def __init__(self, store: Store, catalog: TsdbCatalog, topics: TopicNames,
                  notify: Callable[[str, int], None], groups: GroupQueries,
-                 parse_timeout_ms: int = 20_000) -> None:
+                 parse_timeout_ms: int = 30_000) -> None:
         self.store = store
         self.catalog = catalog
         self.topics = topics

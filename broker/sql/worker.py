@@ -9,8 +9,9 @@ event loop (1 MiB of SQL parses for seconds); a process does. Rules:
   text, parses one text at a time; others wait their turn in its queue.
 - A parse that runs longer than `timeout_s` is stopped: pebble kills the worker and starts a
   new one; the caller gets `ParseTimeout`.
-- A worker that dies (kill -9, out of memory) fails the parse it had with `ParseWorkerDied`,
-  and the next text gets a new worker; the broker is not affected.
+- A worker that dies (kill -9, out of memory) is replaced by pebble, and the text it had (or
+  was about to get) is parsed again by the new one; a text on which the worker dies twice is
+  answered `ParseWorkerDied`. The broker is not affected.
 - The statements come back cheap to take in on the event loop: the worker pickles them in
   pieces (an INSERT's rows in chunks of `ROWS_PER_PIECE`) and `parse` unpickles them piece by
   piece, yielding to the loop between pieces. A `SqlError` (with its position and code) comes
@@ -35,7 +36,7 @@ from tmqgate.broker.sql import ast
 from tmqgate.broker.sql.parser import parse_script
 
 #: An INSERT's rows travel back (and are unpickled on the loop) in chunks of this many.
-ROWS_PER_PIECE = 2000
+ROWS_PER_PIECE = 500
 
 # A piece: ("stmt", pickled statement) or ("rows", index of the VALUES clause in the last
 # statement, pickled list of rows) — an Insert comes with empty VALUES, its rows follow.
@@ -100,21 +101,32 @@ class ParseWorker:
 
     async def parse(self, text: str) -> list[ast.Statement]:
         """`parse_script(text)` done in the worker; raises SqlError, ParseTimeout, ParseWorkerDied."""
-        future = self._get_pool().schedule(parse_pieces, args=(text,), timeout=self.timeout_s)
-        try:
-            pieces = await asyncio.wrap_future(future)
-        except FutureTimeout:
-            raise ParseTimeout(f"parsing took over {self.timeout_s * 1000:.0f} ms; stopped") from None
-        except ProcessExpired as exc:
-            raise ParseWorkerDied(f"the SQL parser process died ({exc}, exit code {exc.exitcode})") from None
-        except BrokenProcessPool as exc:  # the worker could not start: a new pool next time
-            self.close()
-            raise ParseWorkerDied(f"the SQL parser process could not start ({exc})") from None
+        pieces: list[Piece] = await self.run(parse_pieces, text)
         return await assemble(pieces)
 
     async def run(self, fn: Any, *args: Any) -> Any:
-        """Run a picklable `fn(*args)` in the worker (tests ask it for its pid this way)."""
-        return await asyncio.wrap_future(self._get_pool().schedule(fn, args=args, timeout=self.timeout_s))
+        """`fn(*args)` (picklable) in the worker, under the timeout; raises what `fn` raises,
+        ParseTimeout or ParseWorkerDied. (`parse` uses it; tests ask the worker's pid.)"""
+        died = ""
+        for _attempt in (1, 2):
+            pool = self._get_pool()
+            future = pool.schedule(fn, args=args, timeout=self.timeout_s)
+            try:
+                return await asyncio.wrap_future(future)
+            except FutureTimeout:
+                raise ParseTimeout(f"parsing took over {self.timeout_s * 1000:.0f} ms; stopped") from None
+            except ProcessExpired as exc:
+                # The worker died while on this text: once more on a new worker; a second
+                # death is this text's answer.
+                died = f"{exc}, exit code {exc.exitcode}"
+            except BrokenProcessPool as exc:
+                # pebble gives up its pool when the worker dies with tasks queued and none
+                # running (killed while idle, before the pool noticed): a new pool.
+                if self._pool is pool:
+                    self._pool = None
+                await asyncio.to_thread(_stop, pool)
+                died = str(exc)
+        raise ParseWorkerDied(f"the SQL parser process died twice on this text ({died})")
 
     async def pid(self) -> int:
         """The worker's process id (starting it if need be)."""
@@ -122,7 +134,12 @@ class ParseWorker:
         return pid
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.stop()
-            self._pool.join(timeout=5)
-            self._pool = None
+        """Stop the worker (waits up to 5 s for pebble's threads)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            _stop(pool)
+
+
+def _stop(pool: ProcessPool) -> None:
+    pool.stop()
+    pool.join(timeout=5)
