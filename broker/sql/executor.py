@@ -79,6 +79,20 @@ class _CheckedRows(NamedTuple):
 _Groups = dict[tuple[str, str, int], tuple[StableSchema, list[str], dict[str, list[Any]]]]
 
 
+class _Steps:
+    """Yields to the event loop once every CHECK_ROWS_PER_STEP rows done (however the rows
+    are split among VALUES clauses)."""
+
+    def __init__(self) -> None:
+        self._left = CHECK_ROWS_PER_STEP
+
+    async def done(self, rows: int) -> None:
+        self._left -= rows
+        if self._left <= 0:
+            self._left = CHECK_ROWS_PER_STEP
+            await asyncio.sleep(0)
+
+
 class TopicNames(Protocol):
     """What SQL needs of the Kafka topic registry: databases and TDengine topics share the
     Kafka topic namespace, and DDL changes the topics and views the registry holds."""
@@ -414,7 +428,7 @@ class Executor:
                      now: int) -> tuple[list[_ChildCreate], list[tuple[Any, StableSchema, int, list[Any]]]]:
         """Each VALUES clause's (database, supertable, vnode, columns), resolved and checked in
         statement order, and the child tables the USING clauses create; no row is looked at."""
-        creates: list[_ChildCreate] = []
+        creates: dict[tuple[str, str], _ChildCreate] = {}  # by (database, table), in order
         targets = []
         for rows in stmt.tables:
             info, schema, vnode = self._insert_target(rows, db, creates, now)
@@ -428,7 +442,7 @@ class Executor:
             if cols[0] is not schema.columns[0] and schema.columns[0] not in cols:
                 raise SqlError(f"Primary timestamp column {schema.columns[0].name} can not be null")
             targets.append((info, schema, vnode, cols))
-        return creates, targets
+        return list(creates.values()), targets
 
     async def _insert_async(self, stmt: ast.Insert, db: str | None) -> Result:
         """`_Insert` in bounded steps: the rows are checked and grouped CHECK_ROWS_PER_STEP at
@@ -441,12 +455,13 @@ class Executor:
             now = _now_ms()
             creates, targets = self._plan_insert(stmt, db, now)
             checked: list[_CheckedRows] = []
+            step = _Steps()
             for rows, (info, schema, vnode, cols) in zip(stmt.tables, targets, strict=True):
                 values = []
                 for start in range(0, len(rows.values), CHECK_ROWS_PER_STEP):
-                    values += [self._check_row(schema, cols, row, now)
-                               for row in rows.values[start:start + CHECK_ROWS_PER_STEP]]
-                    await asyncio.sleep(0)
+                    chunk = rows.values[start:start + CHECK_ROWS_PER_STEP]
+                    values += [self._check_row(schema, cols, row, now) for row in chunk]
+                    await step.done(len(chunk))
                 checked.append(_CheckedRows(info.name, schema, vnode, rows.table, values))
             grouped = await self._group_insert_async(checked)
             again_creates, again = self._plan_insert(stmt, db, now)
@@ -458,7 +473,7 @@ class Executor:
                 return Result.affected(sum(len(entry.rows) for entry in checked))
         raise SqlError("the tables of this INSERT kept changing while it was checked; nothing written")
 
-    def _insert_target(self, rows: ast.InsertRows, db: str | None, creates: list[_ChildCreate],
+    def _insert_target(self, rows: ast.InsertRows, db: str | None, creates: dict[tuple[str, str], _ChildCreate],
                        now: int) -> tuple[Any, StableSchema, int]:
         """The database, supertable and vnode of a VALUES clause's table: an existing child
         table, one an earlier clause creates, or a new one its USING clause adds to `creates`."""
@@ -466,14 +481,14 @@ class Executor:
         child = self.store.child_tables(info.name).get(rows.table)
         if child is not None:
             return info, self._stable(info.name, child.stable), child.vnode
-        planned = next((c for c in creates if c[0].name == info.name and c[1] == rows.table), None)
+        planned = creates.get((info.name, rows.table))
         if planned is not None:
             schema = planned[2]
         elif rows.stable is None:
             raise SqlError(f"Table does not exist: {rows.table}")
         else:
             schema = self._stable(info.name, rows.stable)
-            creates.append((info, rows.table, schema, rows.resolve_tags(schema, now_ms=now)))
+            creates[(info.name, rows.table)] = (info, rows.table, schema, rows.resolve_tags(schema, now_ms=now))
         return info, schema, home_vnode(rows.table, info.vgroups)
 
     @staticmethod
@@ -505,10 +520,12 @@ class Executor:
     async def _group_insert_async(checked: list[_CheckedRows]) -> _Groups:
         """`_group_insert`'s grouping, CHECK_ROWS_PER_STEP rows at a time between yields."""
         groups: _Groups = {}
+        step = _Steps()
         for entry in checked:
             for start in range(0, len(entry.rows), CHECK_ROWS_PER_STEP):
-                Executor._group_rows(groups, entry, entry.rows[start:start + CHECK_ROWS_PER_STEP])
-                await asyncio.sleep(0)
+                chunk = entry.rows[start:start + CHECK_ROWS_PER_STEP]
+                Executor._group_rows(groups, entry, chunk)
+                await step.done(len(chunk))
         return groups
 
     @staticmethod
