@@ -89,7 +89,6 @@ def test_long_text_is_parsed_in_the_worker_process() -> None:
         try:
             pid = await worker.pid()
             assert pid != os.getpid()
-            assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
             got = await worker.parse(text)
             assert got == parse_script(text)
             assert await worker.pid() == pid  # one worker, reused

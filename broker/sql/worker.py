@@ -6,8 +6,7 @@ event loop (1 MiB of SQL parses for seconds); a process does. Rules:
 
 - One worker process (pebble's ProcessPool, `max_workers=1`, the `spawn` context so it shares
   nothing with the broker's threads, LevelDB handles or sockets), started on the first long
-  text, parses one text at a time; others wait their turn in its queue. It runs at a lower
-  CPU priority (nice +10) than the broker.
+  text, parses one text at a time; others wait their turn in its queue.
 - A parse that runs longer than `timeout_s` is stopped: pebble kills the worker and starts a
   new one; the caller gets `ParseTimeout`.
 - A worker that dies (kill -9, out of memory) is replaced by pebble, and the text it had (or
@@ -82,15 +81,10 @@ async def assemble(pieces: list[Piece]) -> list[ast.Statement]:
     return statements
 
 
-#: The worker's CPU priority below the broker's: on a busy host the Kafka listener's process is
-#: scheduled first, and a long parse takes the CPU it leaves.
-WORKER_NICE = 10
-
-
 def _warm() -> None:
-    """The worker's initializer: a lower CPU priority, and the parser imported before the
-    first task's clock starts."""
-    os.nice(WORKER_NICE)
+    """The worker's initializer: the parser is imported before the first task's clock starts.
+    (The worker keeps the broker's CPU priority: at nice +10 a host busy with other work
+    starved it, a ~3 s parse running past the 30 s timeout.)"""
     import tmqgate.broker.sql.parser  # noqa: F401
 
 
