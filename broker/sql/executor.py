@@ -445,9 +445,10 @@ class Executor:
         return list(creates.values()), targets
 
     async def _insert_async(self, stmt: ast.Insert, db: str | None) -> Result:
-        """`_Insert` in bounded steps: the rows are checked and grouped CHECK_ROWS_PER_STEP at
-        a time with the loop free in between; then, with no yield between the last look at
-        the catalog and the writes, the plan is resolved again and, if a concurrent statement
+        """`_Insert` in bounded steps: the rows are checked, then grouped and built into Arrow
+        tables, CHECK_ROWS_PER_STEP at a time with the loop free in between; then, with no
+        yield between the last look at the catalog and the writes, the plan is resolved again
+        and, if a concurrent statement
         changed a table it uses (a supertable altered or dropped, a child table created), the
         checks start over (twice at most, then the INSERT is refused, nothing written). The
         writes themselves are `_write_insert`'s, on the loop like every store write."""
@@ -463,12 +464,11 @@ class Executor:
                     values += [self._check_row(schema, cols, row, now) for row in chunk]
                     await step.done(len(chunk))
                 checked.append(_CheckedRows(info.name, schema, vnode, rows.table, values))
-            grouped = await self._group_insert_async(checked)
+            tables = await self._build_insert_async(checked)
             again_creates, again = self._plan_insert(stmt, db, now)
             same = len(again_creates) == len(creates) and all(
                 a[0] is b[0] and a[1] is b[1] and a[2] == b[2] for a, b in zip(again, targets, strict=True))
             if same:
-                tables = self._build_groups(grouped)
                 self._write_insert(creates, tables)
                 return Result.affected(sum(len(entry.rows) for entry in checked))
         raise SqlError("the tables of this INSERT kept changing while it was checked; nothing written")
@@ -517,16 +517,22 @@ class Executor:
         return Executor._build_groups(groups)
 
     @staticmethod
-    async def _group_insert_async(checked: list[_CheckedRows]) -> _Groups:
-        """`_group_insert`'s grouping, CHECK_ROWS_PER_STEP rows at a time between yields."""
-        groups: _Groups = {}
+    async def _build_insert_async(checked: list[_CheckedRows]) -> dict[tuple[str, str, int], pa.Table]:
+        """`_group_insert` in steps: each CHECK_ROWS_PER_STEP rows are grouped and built into
+        Arrow tables between yields, and each group's tables are joined at the end (one copy,
+        in Arrow). Pure: nothing of the catalog or the store is looked at."""
+        parts: dict[tuple[str, str, int], list[pa.Table]] = {}
         step = _Steps()
         for entry in checked:
             for start in range(0, len(entry.rows), CHECK_ROWS_PER_STEP):
                 chunk = entry.rows[start:start + CHECK_ROWS_PER_STEP]
+                groups: _Groups = {}
                 Executor._group_rows(groups, entry, chunk)
+                for key, table in Executor._build_groups(groups).items():
+                    parts.setdefault(key, []).append(table)
                 await step.done(len(chunk))
-        return groups
+        return {key: tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
+                for key, tables in parts.items()}
 
     @staticmethod
     def _group_rows(groups: _Groups, entry: _CheckedRows, rows: list[dict[str, Any]]) -> None:
