@@ -158,6 +158,12 @@ class BrokerConfig:
     # more names it is served as ("name" any port, "name:port"; ["*"] = any Host, for a front
     # behind a proxy or a port map). Others get 421. tmqgate's own setting.
     http_allowed_hosts: list[str] = field(default_factory=list)
+    # SQL texts of 1 KiB or more are parsed in a process of their own, one at a time (pure
+    # Python parsing would hold the event loop: ~3 s for a 1 MiB INSERT). A parse running
+    # longer than this is stopped (the process replaced) and answered 503 "Operation timeout"
+    # (tmqgate's own; the slowest 1 MiB text parses in ~7 s on an idle core, a 1 MiB INSERT
+    # in ~3 s: the default leaves room for a host several times busier).
+    sql_parse_timeout_ms: int = 30_000
     # Produce decompresses every batch to validate its records (as Kafka's LogValidator does);
     # the decompressed records may pass neither the topic's max.message.bytes nor this cap, so
     # a small compressed bomb is refused (MESSAGE_TOO_LARGE) before it is inflated. tmqgate's

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from yarl import URL
 
-from tmqgate.broker.tdengine import SqlError
+from tmqgate.broker.tdengine import ParseTimeout, ParseWorkerDied, SqlError
 from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
@@ -159,6 +159,10 @@ class HostCheck:
         return (f"misdirected request: Host {header[:100]!r} is not a name this server is served as "
                 "(its address, localhost, or an entry of http_allowed_hosts)")
 
+# TDengine's "Operation timeout" (TSDB_CODE_TIMEOUT_ERROR): a long text's parse ran past
+# sql_parse_timeout_ms and was stopped (503: the server gave up on it; nothing was run).
+TIMEOUT_ERROR = 0x012C
+
 
 def error_response(status: int, code: int, desc: str) -> web.Response:
     """A refusal in TDengine's REST shape."""
@@ -240,6 +244,11 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             desc = exc.message
             code = exc.code or (SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR)
             return error_response(400, code, desc)
+        except ParseTimeout as exc:
+            return error_response(503, TIMEOUT_ERROR, f"Operation timeout: {exc} (sql_parse_timeout_ms); "
+                                  "nothing was run")
+        except ParseWorkerDied as exc:  # the next long text gets a new parsing process
+            return error_response(500, INTERNAL_ERROR, f"internal error: {exc}; nothing was run")
         except StorageIOError as exc:  # a full disk: nothing written, reads still work
             return error_response(503, NO_ENOUGH_DISKSPACE, f"No enough disk space: {exc}")
         return web.json_response(result.to_json())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import os
 import ssl
@@ -145,7 +146,8 @@ class Broker:
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
                                  GroupQueries(subscribed_to=machine.groups_subscribed_to,
                                               group_ids=machine.group_ids, members=machine.members,
-                                              now_ms=self.coordinator.now))
+                                              now_ms=self.coordinator.now),
+                                 parse_timeout_ms=config.sql_parse_timeout_ms)
         self.started_ms = int(time.time() * 1000)
         self._servers: list[tuple[Listener, asyncio.Server]] = []
         self._ssl: ssl.SSLContext | None = None
@@ -232,6 +234,7 @@ class Broker:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         await self.coordinator.stop()
+        self.executor.close()
         self.store.close()
         self.limited_log.flush()
 
@@ -252,6 +255,10 @@ class Broker:
             n += 1
             await asyncio.sleep(0)
         log.debug("built %d codecs in %.2fs", n, time.perf_counter() - t0)
+        # The start-up heap (modules, codecs, catalog) is kept out of the collector's sight
+        # from now on: a full collection, which a large request's temporaries set off, would
+        # walk all of it on the event loop (tens of ms; hundreds on a loaded host) — issue 11.
+        gc.freeze()
 
     async def _housekeeping(self) -> None:
         """Periodic jobs: WAL fsync (WAL_FSYNC_PERIOD), retention (log.retention.check.interval.ms)

@@ -10,7 +10,8 @@ through these names:
   data notifier's `notify` and `GroupQueries`), its `Result`, `GroupQueries` (what SQL asks
   of the consumer groups), `SqlError` (a refused statement, with its position if a parse error,
   and TDengine's code when it has a specific one: `INVALID_IDENTIFIER` for a name `tsdb.names`
-  refuses);
+  refuses); `ParseTimeout` / `ParseWorkerDied`, how the process that parses long texts
+  (broker/sql/worker.py) fails a parse;
 - `topic_definition(store, catalog, text, db)` — the checked `TopicDef` of a
   `CREATE TOPIC … AS …` text (CreateTopics with the `tmq.as` config);
 - Produce to a database topic: `ingest(executor, db, vnode, batch, decompressed)` and its `IngestError`;
@@ -27,6 +28,7 @@ from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.executor import Executor, GroupQueries, Result, TopicNames, topic_definition
 from tmqgate.broker.sql.ingest import IngestError, ingest
 from tmqgate.broker.sql.views import TopicDef, View
+from tmqgate.broker.sql.worker import ParseTimeout, ParseWorkerDied
 from tmqgate.broker.tsdb.catalog import TsdbCatalog
 from tmqgate.broker.tsdb.names import INVALID_IDENTIFIER
 
@@ -35,6 +37,8 @@ __all__ = [
     "Executor",
     "GroupQueries",
     "IngestError",
+    "ParseTimeout",
+    "ParseWorkerDied",
     "Result",
     "SqlError",
     "TopicDef",

@@ -40,8 +40,8 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
             for t in body["topics"]]
         if known is None:
             known = [topic is not None for _, topic in wanted]
-        responses, size, errors = _read_all(ctx, wanted, body.get("max_bytes", 0x7FFFFFFF),
-                                            [by_id and not k for k in known])
+        responses, size, errors = await _read_all(ctx, wanted, body.get("max_bytes", 0x7FFFFFFF),
+                                                  [by_id and not k for k in known])
         remaining = deadline - time.monotonic()
         if size >= min_bytes or errors or remaining <= 0:
             break
@@ -55,10 +55,12 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
 
 
-def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,
-              by_id: list[bool]) -> tuple[list[dict[str, Any]], int, bool]:
+async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,
+                    by_id: list[bool]) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (topic responses, bytes of records, any error);
-    `by_id[i]`: a missing topic i is UNKNOWN_TOPIC_ID (else UNKNOWN_TOPIC_OR_PARTITION)."""
+    `by_id[i]`: a missing topic i is UNKNOWN_TOPIC_ID (else UNKNOWN_TOPIC_OR_PARTITION).
+    A view's evaluation runs in steps with the event loop free between them (Topic.read_async),
+    never past the high watermark this answer gives."""
     store = ctx.store
     partition_error = ctx.topics.partition_error
     budget = max_bytes if max_bytes > 0 else 0x7FFFFFFF
@@ -90,7 +92,7 @@ def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]],
                     entry["error_code"] = 0
                     limit = min(p["partition_max_bytes"], budget)
                     if offset < hw and (limit > 0 or total == 0):
-                        batches = topic.read(store, index, offset, max(limit, 1))
+                        batches = await topic.read_async(store, index, offset, max(limit, 1), hw)
                         if total > 0:
                             batches = _within(batches, limit)
                         if batches:

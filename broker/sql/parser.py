@@ -9,6 +9,7 @@ Every failure is a `SqlError` carrying a 0-based offset into the text.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +60,11 @@ MAX_NAME = {
 }
 MAX_COLUMNS = 4096
 MAX_TAGS = 128
+# A query (a topic's SELECT or WHERE, an ad-hoc SELECT) of more sqlglot nodes than this is
+# refused (tmqgate's own bound; TDengine has none below its 1 MiB SQL length): a tree is
+# compiled, and a long text's tree is carried back from the parsing process and rebuilt, on
+# the event loop, at ~10 µs a node. Real topic queries have tens of nodes.
+MAX_QUERY_NODES = 1000
 
 # --- the sqlglot dialect ----------------------------------------------------------------
 
@@ -1037,6 +1043,9 @@ def _parse_sqlglot(text: str, start: int, end: int) -> tuple[exp.Expr, _PosMap]:
         raise _sqlglot_error(e, sub, pmap) from None
     if tree is None:
         raise SqlError(f"syntax error at position {start}: empty query", start)
+    if next(itertools.islice(tree.walk(), MAX_QUERY_NODES, None), None) is not None:
+        raise SqlError(f"query too complex at position {start}: more than {MAX_QUERY_NODES} "
+                       "expression nodes", start)
     tree.meta["tmq_pos"] = pmap
     tree.meta["tmq_text"] = text
     return tree, pmap
