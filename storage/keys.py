@@ -57,6 +57,9 @@ prefix       key (after the prefix byte)                            value
                                                                     u64, entries u32, bytes u64, first ts i64,
                                                                     last ts i64, removed ms i64, reason u8
 0x7F SYNC    (nothing)                                              marker written with sync=True by Store.sync()
+0xA0 ACL     resource type u8, pattern type u8, resource name       (empty: the key is the whole ACL binding, so
+             (u16 len + utf-8), principal (u16 len + utf-8), host    adding one twice keeps one)
+             (u16 len + utf-8), operation u8, permission u8
 ===========  =====================================================  ===============================================
 
 Payload log (``<data dir>/wal-payloads``):
@@ -135,6 +138,7 @@ PRODUCER = b"\x40"
 OFFSET = b"\x50"
 GROUP = b"\x60"
 HISTORY = b"\x70"
+ACL = b"\xa0"
 SYNC = b"\x7f"
 
 #: The layout this code writes and reads (see the module docstring).
@@ -425,3 +429,24 @@ def pack_history(
 def unpack_history(b: bytes) -> tuple[int, int, int, int, int, int, int, int, int, int]:
     """(db, vnode, first version, last version, entries, bytes, first ts, last ts, removed ms, reason)."""
     return _HISTORY.unpack(b)
+
+
+# ACLs ----------------------------------------------------------------------------------------
+
+
+def acl_key(resource_type: int, resource_name: str, pattern_type: int, principal: str, host: str,
+            operation: int, permission: int) -> bytes:
+    return (ACL + bytes((resource_type, pattern_type)) + _lstr(resource_name) + _lstr(principal)
+            + _lstr(host) + bytes((operation, permission)))
+
+
+def parse_acl_key(key: bytes) -> tuple[int, str, int, str, str, int, int]:
+    """(resource type, resource name, pattern type, principal, host, operation, permission)."""
+    resource_type, pattern_type = key[1], key[2]
+    pos = 3
+    strings: list[str] = []
+    for _ in range(3):
+        (n,) = struct.unpack_from(">H", key, pos)
+        strings.append(key[pos + 2 : pos + 2 + n].decode())
+        pos += 2 + n
+    return resource_type, strings[0], pattern_type, strings[1], strings[2], key[pos], key[pos + 1]

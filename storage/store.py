@@ -11,7 +11,8 @@ concern, so that each can be read and changed alone:
 * ``storage.txn`` — catalog changes and WAL entries in one WriteBatch;
 * ``storage.retention`` — retention, DeleteRecords, the archiver and the log history;
 * ``storage.producers`` — producer ids and idempotent producers' windows;
-* ``storage.offsets`` — committed offsets and group metadata.
+* ``storage.offsets`` — committed offsets and group metadata;
+* ``storage.acls`` — the authorizer's ACL bindings.
 
 Callers (broker, coordinator, tests) talk to ``Store``; its methods delegate to the parts
 (``store.catalog``, ``store.wal`` ... are there for code that wants a part directly). Only
@@ -26,6 +27,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tmqgate.storage.acls import Acls
 from tmqgate.storage.catalog import Catalog
 from tmqgate.storage.core import Core
 from tmqgate.storage.model import (
@@ -75,6 +77,7 @@ class Store:
         self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes)
         self.retention = Retention(self.core, self.catalog, self.wal, history_limit)
         self.offsets = Offsets(self.core)
+        self.acls = Acls(self.core)
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}
