@@ -24,13 +24,14 @@ import struct
 import time
 from typing import Any
 
+from tmqgate.broker.acl.authorizer import Authorizer
 from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
 from tmqgate.broker.client import ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig, parse_hostport
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.group_coordinator import group_coordinator
 from tmqgate.broker.handlers import API_TABLE
-from tmqgate.broker.handlers.context import AdminApis, ClusterApis, DataPlane, GroupApis, Node
+from tmqgate.broker.handlers.context import AclApis, AdminApis, ClusterApis, DataPlane, GroupApis, Node
 from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.tdengine import Executor, GroupQueries, TsdbCatalog
@@ -129,6 +130,9 @@ class Broker:
                                     max_databases=config.max_databases)
         self.notifier = DataNotifier()
         self.apis = API_TABLE
+        # authorizer = "acl": Kafka's ACLs, persisted in the store; "none": no checks at all.
+        self.authorizer = (Authorizer(self.store, config.super_users, config.allow_everyone_if_no_acl_found)
+                           if config.authorizer == "acl" else None)
         self.coordinator = group_coordinator(self.store, self.topics, config)
         # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
         machine = self.coordinator.machine
@@ -172,12 +176,14 @@ class Broker:
         """One context of each handler family (the advertised address is known from start)."""
         cfg = self.config
         node = Node(cfg.node_id, cfg.cluster_id, self.advertised)
+        auth = self.authorizer
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
-                                 cfg.max_decompressed_batch_bytes),
-            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier),
-            ClusterApis: ClusterApis(node, self.topics, cfg, self.apis),
-            GroupApis: GroupApis(self.coordinator, self.topics, node),
+                                 cfg.max_decompressed_batch_bytes, authorizer=auth),
+            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, authorizer=auth),
+            ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),
+            GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth),
+            AclApis: AclApis(auth),
         }
 
     @property

@@ -9,6 +9,10 @@ names its family and how the server binds it).
   as clients see it, the topic registry, the config, and the API table;
 - `GroupApis` — the group APIs: the coordinator runtime, the topic registry, this node.
 
+Every family has `authorizer`: the ACL authorizer (broker/acl/authorizer.py), None when
+`authorizer = "none"` — handlers check `if ctx.authorizer is not None`, so no authorizer costs
+nothing. `AclApis` (CreateAcls, DescribeAcls, DeleteAcls) holds only it.
+
 The server builds one of each at start (the advertised address is known only then).
 """
 
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.broker.tdengine import Executor
@@ -44,6 +49,7 @@ class DataPlane:
     notifier: DataNotifier
     executor: Executor  # writes the rows Produce sends to a database topic
     max_decompressed_batch_bytes: int = 134_217_728  # BrokerConfig's: Produce's bomb bound
+    authorizer: Authorizer | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class AdminApis:
     topics: TopicRegistry
     config: BrokerConfig
     notifier: DataNotifier | None = None  # wakes the Fetches waiting on a deleted topic
+    authorizer: Authorizer | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class ClusterApis:
     topics: TopicRegistry
     config: BrokerConfig
     apis: Mapping[int, ApiEntry]
+    authorizer: Authorizer | None = None
 
 
 @dataclass(frozen=True)
@@ -67,3 +75,9 @@ class GroupApis:
     coordinator: CoordinatorRuntime
     topics: TopicRegistry
     node: Node
+    authorizer: Authorizer | None = None
+
+
+@dataclass(frozen=True)
+class AclApis:
+    authorizer: Authorizer | None = None
