@@ -7,8 +7,9 @@ from __future__ import annotations
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.acl.model import AclBinding, AclFilter, Operation
+from tmqgate.broker.acl.model import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import AclApis
 from tmqgate.protocol.errors import ErrorCode
 
@@ -38,7 +39,8 @@ async def describe_acls(ctx: AclApis, req: Request) -> dict[str, Any]:
         resources.append({"resource_type": rt, "resource_name": name, "pattern_type": pt, "acls": [
             {"principal": a.principal, "host": a.host, "operation": a.operation,
              "permission_type": a.permission} for a in group]})
-    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "resources": resources}
+    # Kafka leaves the message at its generated default, "" (the CreateAcls results too).
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": "", "resources": resources}
 
 
 @api(ApiKey.CREATE_ACLS, 1, 3)
@@ -50,11 +52,16 @@ async def create_acls(ctx: AclApis, req: Request) -> dict[str, Any]:
             {"error_code": int(ErrorCode.SECURITY_DISABLED), "error_message": NO_AUTHORIZER}
             for _ in creations]}
     auth.require_cluster(Operation.ALTER)
+    if any(c["resource_type"] == ResourceType.ANY or c["resource_pattern_type"] in (PatternType.ANY, PatternType.MATCH)
+           or c["operation"] == Operation.ANY or c["permission_type"] == Permission.ANY for c in creations):
+        # Kafka builds an AclBinding of each creation first, and ANY in one fails the whole
+        # request (IllegalArgumentException): UNKNOWN_SERVER_ERROR for every creation.
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)
     errors = auth.create([AclBinding(c["resource_type"], c["resource_name"], c["resource_pattern_type"],
                                      c["principal"], c["host"], c["operation"], c["permission_type"])
                           for c in creations])
     return {"throttle_time_ms": 0, "results": [
-        {"error_code": int(ErrorCode.INVALID_REQUEST if err else ErrorCode.NONE), "error_message": err}
+        {"error_code": int(ErrorCode.INVALID_REQUEST if err else ErrorCode.NONE), "error_message": err or ""}
         for err in errors]}
 
 
