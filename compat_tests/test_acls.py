@@ -10,6 +10,7 @@ their own: once a resource has any ACL, only its ACLs decide (StandardAuthorizer
 from __future__ import annotations
 
 import re
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from . import kafka_ref
 from .brokers import TmqgateProcess
 from .cli_helpers import require_tools, run
-from .helpers import unique_topic
+from .helpers import split_hostport, unique_topic
 from .raw import RawConn, one_record_batch
 
 KAFKA_ACL_CONFIG = {
@@ -88,13 +89,26 @@ def acl_broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFac
 
 
 def create_acls(bootstrap: str, *acls: tuple[int, str, int, str, str, int, int]) -> list[tuple[int, str | None]]:
-    """CreateAcls v3 of (resource type, name, pattern, principal, host, operation, permission)."""
+    """CreateAcls v3 of (resource type, name, pattern, principal, host, operation, permission);
+    returns once the broker's authorizer has the created ones (the reference broker's learns
+    them from the metadata log a moment after the controller answers: DescribeAcls shows them
+    then)."""
     with RawConn(bootstrap) as c:
         body = c.request(30, 3, {"creations": [
             {"resource_type": rt, "resource_name": name, "resource_pattern_type": pt, "principal": pr,
              "host": host, "operation": op, "permission_type": perm}
             for rt, name, pt, pr, host, op, perm in acls]})
-    return [(r["error_code"], r["error_message"]) for r in body["results"]]
+        results = [(r["error_code"], r["error_message"]) for r in body["results"]]
+        deadline = time.monotonic() + 30
+        for (rt, name, pt, pr, host, op, perm), (code, _) in zip(acls, results, strict=True):
+            if code != 0:
+                continue
+            flt = {"resource_type_filter": rt, "resource_name_filter": name, "pattern_type_filter": pt,
+                   "principal_filter": pr, "host_filter": host, "operation": op, "permission_type": perm}
+            while not c.request(29, 3, flt)["resources"]:
+                assert time.monotonic() < deadline, f"ACL {flt} not in effect after 30 s"
+                time.sleep(0.05)
+    return results
 
 
 def deny(bootstrap: str, rt: int, name: str, op: int, pattern: int = LITERAL) -> None:
@@ -280,3 +294,76 @@ def test_denied_group(acl_broker: AclBroker) -> None:
         assert described["groups"][0]["error_code"] == GROUP_AUTHORIZATION_FAILED
         deleted = c.request(42, 2, {"groups_names": [group]})
         assert deleted["results"][0]["error_code"] == GROUP_AUTHORIZATION_FAILED
+
+
+class RawFrom(RawConn):
+    """A raw connection from another loopback address (host-specific ACLs)."""
+
+    def __init__(self, bootstrap: str, source: str) -> None:
+        host, port = split_hostport(bootstrap)
+        self.sock = socket.create_connection((host, port), timeout=15.0, source_address=(source, 0))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.timeout = 15.0
+        self.client_id = "compat-raw"
+
+
+OTHER_HOST = "127.0.0.2"
+CREATE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS = 5, 6, 7, 10, 11
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+
+def test_cluster_and_admin_apis_per_host(acl_broker: AclBroker) -> None:
+    """DENY ACLs of one client host: the same principal is refused from 127.0.0.2 what it may do
+    from 127.0.0.1 — the ACL APIs (CLUSTER_AUTHORIZATION_FAILED), CreateTopics without CREATE
+    and DeleteTopics without DELETE (on the cluster or the topic, either does), configs without
+    DESCRIBE_CONFIGS / ALTER_CONFIGS."""
+    bs = acl_broker.bootstrap
+    t = unique_topic("acl-adm")
+    make_topic(bs, t)
+    # The cluster gets ACLs: everything for ANONYMOUS from anywhere (the reference broker's own
+    # node connects as ANONYMOUS too), minus these from 127.0.0.2.
+    assert create_acls(bs, (CLUSTER, "kafka-cluster", LITERAL, ANON, "*", ALL, ALLOW),
+                       *((CLUSTER, "kafka-cluster", LITERAL, ANON, OTHER_HOST, op, DENY)
+                         for op in (ALTER, DESCRIBE, CREATE, DELETE, ALTER_CONFIGS)),
+                       (TOPIC, t, LITERAL, ANON, OTHER_HOST, DELETE, DENY),
+                       (TOPIC, t, LITERAL, ANON, OTHER_HOST, DESCRIBE_CONFIGS, DENY),
+                       (TOPIC, t, LITERAL, ANON, "*", READ, ALLOW),
+                       (TOPIC, t + "-new", PREFIXED, ANON, OTHER_HOST, CREATE, DENY)) == [(0, "")] * 10
+    acl = {"resource_type": TOPIC, "resource_name": t, "resource_pattern_type": LITERAL, "principal": ANON,
+           "host": "*", "operation": WRITE, "permission_type": ALLOW}
+    flt = {"resource_type_filter": TOPIC, "resource_name_filter": t, "pattern_type_filter": LITERAL,
+           "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}
+    with RawFrom(bs, OTHER_HOST) as c:
+        assert c.request(30, 3, {"creations": [acl]})["results"][0]["error_code"] == CLUSTER_AUTHORIZATION_FAILED
+        assert c.request(29, 3, flt)["error_code"] == CLUSTER_AUTHORIZATION_FAILED
+        deleted = c.request(31, 3, {"filters": [flt]})
+        assert deleted["filter_results"][0]["error_code"] == CLUSTER_AUTHORIZATION_FAILED
+        created = c.request(19, 7, {"topics": [{"name": t + "-new1", "num_partitions": 1, "replication_factor": 1,
+                                                "assignments": [], "configs": []}],
+                                    "timeout_ms": 30000, "validate_only": False})
+        assert [(x["error_code"], x["error_message"]) for x in created["topics"]] == \
+            [(TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")]
+        dropped = c.request(20, 6, {"topics": [{"name": t, "topic_id": bytes(16)}], "timeout_ms": 30000})
+        assert dropped["responses"][0]["error_code"] == TOPIC_AUTHORIZATION_FAILED
+        described = c.request(32, 4, {"resources": [{"resource_type": TOPIC, "resource_name": t,
+                                                     "configuration_keys": None}],
+                                      "include_synonyms": False, "include_documentation": False})
+        assert described["results"][0]["error_code"] == TOPIC_AUTHORIZATION_FAILED
+        altered = c.request(44, 1, {"resources": [{"resource_type": 4, "resource_name": "", "configs": [
+            {"name": "log.cleaner.threads", "config_operation": 0, "value": "2"}]}], "validate_only": True})
+        assert altered["responses"][0]["error_code"] == CLUSTER_AUTHORIZATION_FAILED
+    with RawConn(bs) as c:  # from 127.0.0.1 the same requests pass the authorizer
+        listed = c.request(29, 3, flt)
+        assert listed["error_code"] == 0
+        assert sorted((a["host"], a["operation"], a["permission_type"]) for r in listed["resources"]
+                      for a in r["acls"]) == [("*", READ, ALLOW), (OTHER_HOST, DELETE, DENY),
+                                              (OTHER_HOST, DESCRIBE_CONFIGS, DENY)]
+        described = c.request(32, 4, {"resources": [{"resource_type": TOPIC, "resource_name": t,
+                                                     "configuration_keys": ["cleanup.policy"]}],
+                                      "include_synonyms": False, "include_documentation": False})
+        assert described["results"][0]["error_code"] == TOPIC_AUTHORIZATION_FAILED  # no ALLOW of it anywhere
+        meta = c.request(3, 12, {"topics": [{"name": t, "topic_id": bytes(16)}], "allow_auto_topic_creation": False,
+                                 "include_topic_authorized_operations": True})
+        [entry] = meta["topics"]
+        assert entry["error_code"] == 0
+        assert entry["topic_authorized_operations"] == (1 << READ) | (1 << DESCRIBE)

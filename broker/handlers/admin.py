@@ -147,12 +147,14 @@ async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
         wanted = [(name, ZERO_UUID) for name in body["topic_names"]]
     responses = []
     auth = ctx.authorizer
+    if auth is not None and auth.allows_cluster(Operation.DELETE):
+        auth = None  # Kafka's controller: DELETE on the cluster deletes any topic
     for name, topic_id in wanted:
         topic = ctx.topics.get(name) if name is not None else ctx.topics.by_id(topic_id)
         entry: dict[str, Any] = {"name": name, "topic_id": topic_id, **_error(ErrorCode.NONE)}
         target = name if name is not None else topic.name if topic is not None else None
         if auth is not None and target is not None and not auth.allows(Operation.DELETE, ResourceType.TOPIC, target):
-            entry.update(_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED))  # DELETE on the topic
+            entry.update(_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED))  # else DELETE on the topic
         elif topic is None:
             entry.update(_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None
                                 else ErrorCode.UNKNOWN_TOPIC_ID,
