@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from yarl import URL
 
-from tmqgate.broker.tdengine import SqlError
+from tmqgate.broker.tdengine import Caller, SqlError
 from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
@@ -107,7 +107,8 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             return error_response(400, SYNTAX_ERROR, f"the SQL text is not UTF-8 (byte {exc.start})")
         db = request.match_info.get("db")
         try:
-            result = await executor.execute_async(text, db)
+            # The caller is User:ANONYMOUS until the HTTP front authenticates users.
+            result = await executor.execute_async(text, db, Caller(host=request.remote or ""))
         except SqlError as exc:
             desc = exc.message
             code = exc.code or (SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR)

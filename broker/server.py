@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from tmqgate.broker.acl.authorizer import Authorizer
+from tmqgate.broker.acl.sql_access import SqlAccess
 from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
 from tmqgate.broker.client import ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig, parse_hostport
@@ -140,6 +141,8 @@ class Broker:
                                  GroupQueries(subscribed_to=machine.groups_subscribed_to,
                                               group_ids=machine.group_ids, members=machine.members,
                                               now_ms=self.coordinator.now))
+        if self.authorizer is not None:  # SQL statements checked for their caller too
+            self.executor.access = SqlAccess(self.authorizer)
         self.started_ms = int(time.time() * 1000)
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []

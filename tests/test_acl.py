@@ -148,3 +148,18 @@ def test_authorizer_persists_and_super_users(tmp_path: Path) -> None:
         assert auth.authorize("User:alice", "h", Op.READ, T, ["t"]) == set()  # the cache dropped
     with Store(path) as store:
         assert list(Authorizer(store).acls) == []
+
+
+def test_sql_grant_revoke_users_parse_and_needs() -> None:
+    from tmqgate.broker.sql import access, ast
+    from tmqgate.broker.sql.parser import parse
+
+    assert parse("GRANT read ON power.* TO alice") == ast.Grant("read", "power", "alice")
+    assert parse("REVOKE ALL ON power.* FROM bob") == ast.Grant("all", "power", "bob", revoke=True)
+    assert parse("CREATE USER alice PASS 'secret'") == ast.UserPassword("alice", "secret")
+    assert parse("ALTER USER alice PASS 'new'") == ast.UserPassword("alice", "new", create=False)
+    assert access.needs(parse("CREATE TOPIC v AS SELECT ts FROM meters"), "power") == [
+        (("CREATE", "CLUSTER", "kafka-cluster"), ("CREATE", "TOPIC", "v")), (("READ", "TOPIC", "power"),)]
+    assert access.needs(parse("SELECT * FROM power.meters"), None) == [(("READ", "TOPIC", "power"),)]
+    assert access.needs(parse("GRANT write ON power.* TO a"), None) == [(("ALTER", "CLUSTER", "kafka-cluster"),)]
+    assert access.needs(parse("SHOW DATABASES"), None) == []

@@ -10,7 +10,7 @@ from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS
-from tmqgate.broker.topics import TopicError
+from tmqgate.broker.topics import TMQ_AS, TopicError
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError
 
@@ -69,6 +69,13 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
         try:
             partitions, replication = _layout(ctx, t)
             configs = {c["name"]: c["value"] for c in t.get("configs") or []}
+            if auth is not None and configs.get(TMQ_AS) is not None:
+                # A TDengine topic (a view) shows its database's data: making one needs READ
+                # on the database's topic, so nobody reads through a view what they may not read.
+                source = ctx.topics.create(name, partitions, configs, validate_only=True).db
+                if not auth.allows(Operation.READ, ResourceType.TOPIC, source):
+                    raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                     f"Authorization failed: a topic over '{source}' needs READ on it.")
             topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only)
         except TopicError as exc:
             result.update(_error(exc.code, exc.message))

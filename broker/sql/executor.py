@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import pyarrow as pa
 
 from tmqgate.broker.sql import ast
+from tmqgate.broker.sql.access import PERMISSION_DENIED, Access, Caller, refusal
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.parser import parse, parse_script
 from tmqgate.broker.sql.views import TopicDef
@@ -149,30 +150,39 @@ class Executor:
     is passed along in each call), so the broker's one Executor serves every caller."""
 
     def __init__(self, store: Store, catalog: TsdbCatalog, topics: TopicNames,
-                 notify: Callable[[str, int], None], groups: GroupQueries) -> None:
+                 notify: Callable[[str, int], None], groups: GroupQueries,
+                 access: Access | None = None) -> None:
         self.store = store
         self.catalog = catalog
         self.topics = topics
         self.notify = notify
         self.groups = groups
+        # The broker's authorizer when one is on (broker/sql/access.py): every statement is
+        # checked for its caller; None: nothing is checked.
+        self.access = access
 
-    def execute(self, text: str, db: str | None = None) -> Result:
-        """Run every statement of `text`; returns the last one's result."""
-        return self._execute(parse_script(text), db)
+    def execute(self, text: str, db: str | None = None, caller: Caller | None = None) -> Result:
+        """Run every statement of `text` as `caller` (default: User:ANONYMOUS); returns the
+        last one's result."""
+        return self._execute(parse_script(text), db, caller)
 
-    async def execute_async(self, text: str, db: str | None = None) -> Result:
+    async def execute_async(self, text: str, db: str | None = None, caller: Caller | None = None) -> Result:
         """`execute` for the event loop: a long text is parsed in a worker thread (parsing is
         pure, text to statements; 1 MiB of SQL takes seconds), so the Kafka listener is not
         held meanwhile; the statements run here, on the loop, which alone uses the store."""
         if len(text) < PARSE_IN_THREAD_CHARS:
-            return self.execute(text, db)
-        return self._execute(await asyncio.to_thread(parse_script, text), db)
+            return self.execute(text, db, caller)
+        return self._execute(await asyncio.to_thread(parse_script, text), db, caller)
 
-    def _execute(self, statements: list[ast.Statement], db: str | None) -> Result:
+    def _execute(self, statements: list[ast.Statement], db: str | None, caller: Caller | None = None) -> Result:
         if not statements:
             raise SqlError("empty statement", 0)
         result = Result.affected(0)
         for stmt in statements:
+            if self.access is not None:
+                why = refusal(self.access, caller or Caller(), stmt, db)
+                if why is not None:
+                    raise SqlError(why, code=PERMISSION_DENIED)
             if isinstance(stmt, ast.UseDatabase):
                 self._database(stmt.name)
                 db = stmt.name
@@ -495,6 +505,22 @@ class Executor:
         if dropped is not None:  # a Fetch waiting on it answers at once
             for vnode in range(dropped.partitions):
                 self.notify(dropped.db, vnode)
+        return Result.affected(0)
+
+    # -- users and privileges (the broker's SASL users and Kafka ACLs) -------------------------
+
+    def _Grant(self, stmt: ast.Grant, _db: str | None) -> Result:
+        if self.access is None:
+            raise SqlError('GRANT and REVOKE need the broker\'s authorizer (authorizer = "acl")')
+        if self.topics.get(stmt.db) is None:
+            raise SqlError(f"Database not exist: {stmt.db}")
+        self.access.grant(stmt.privilege, stmt.db, stmt.user, stmt.revoke)
+        return Result.affected(0)
+
+    def _UserPassword(self, stmt: ast.UserPassword, _db: str | None) -> Result:
+        if self.access is None:
+            raise SqlError('CREATE USER and ALTER USER need the broker\'s authorizer (authorizer = "acl")')
+        self.access.set_password(stmt.user, stmt.password, stmt.create)
         return Result.affected(0)
 
     def _DropConsumerGroup(self, stmt: ast.DropConsumerGroup, _db: str | None) -> Result:
