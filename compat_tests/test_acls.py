@@ -367,3 +367,26 @@ def test_cluster_and_admin_apis_per_host(acl_broker: AclBroker) -> None:
         [entry] = meta["topics"]
         assert entry["error_code"] == 0
         assert entry["topic_authorized_operations"] == (1 << READ) | (1 << DESCRIBE)
+
+
+TRANSACTIONAL_ID, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 5, 53
+
+
+def test_denied_transactional_id(acl_broker: AclBroker) -> None:
+    """InitProducerId and transactional Produce need WRITE on the transactional id."""
+    from tmqgate.protocol.records import build_batch
+
+    bs = acl_broker.bootstrap
+    t = unique_topic("acl-txn")
+    txn = unique_topic("acl-txn-id")
+    make_topic(bs, t)
+    deny(bs, TRANSACTIONAL_ID, txn, WRITE)
+    with RawConn(bs) as c:
+        init = c.request(22, 5, {"transactional_id": txn, "transaction_timeout_ms": 60000,
+                                 "producer_id": -1, "producer_epoch": -1})
+        assert (init["error_code"], init["producer_id"]) == (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+        batch = build_batch([(None, b"v", [], int(time.time() * 1000))], producer_id=1000, producer_epoch=0,
+                            base_sequence=0, is_transactional=True)
+        body = c.request(0, 9, {"transactional_id": txn, "acks": -1, "timeout_ms": 10000, "topic_data": [
+            {"name": t, "partition_data": [{"index": 0, "records": batch}]}]})
+        assert body["responses"][0]["partition_responses"][0]["error_code"] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED

@@ -48,9 +48,12 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
     acks = body["acks"]
     by_id = req.api_version >= 13
     auth = ctx.authorizer
-    if auth is not None and body["transactional_id"] is not None:
-        # Kafka: WRITE on the transactional id, else the whole request is refused.
-        auth.require(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"])
+    if auth is not None and _has_transactional_records(body):
+        # Kafka: transactional records need WRITE on the transactional id, else the whole
+        # request is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+        txn = body["transactional_id"]
+        if txn is None or not auth.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
+            raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     responses = []
     for topic_data in body["topic_data"]:
         topic = (ctx.topics.by_id(topic_data["topic_id"]) if by_id
@@ -91,6 +94,17 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
     if acks == 0:
         return None
     return {"responses": responses, "throttle_time_ms": 0}
+
+
+def _has_transactional_records(body: dict[str, Any]) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: a batch with the transactional bit
+    (attributes bit 4; the attributes' low byte is byte 22 of a v2 batch)."""
+    for topic_data in body["topic_data"]:
+        for pdata in topic_data["partition_data"]:
+            records = pdata["records"]
+            if records is not None and len(records) > 22 and records[22] & 0x10:
+                return True
+    return False
 
 
 def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | None) -> tuple[int, int, int]:
