@@ -390,3 +390,19 @@ def test_denied_transactional_id(acl_broker: AclBroker) -> None:
         body = c.request(0, 9, {"transactional_id": txn, "acks": -1, "timeout_ms": 10000, "topic_data": [
             {"name": t, "partition_data": [{"index": 0, "records": batch}]}]})
         assert body["responses"][0]["partition_responses"][0]["error_code"] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_created_topic_configs_need_describe_configs(acl_broker: AclBroker) -> None:
+    """CreateTopics makes a topic whose configs the client may not see: created (error 0), but
+    no configs, partitions or replication factor, and topic_config_error_code 29."""
+    bs = acl_broker.bootstrap
+    prefix = unique_topic("acl-dc") + "-"
+    deny(bs, TOPIC, prefix, DESCRIBE_CONFIGS, PREFIXED)
+    with RawConn(bs) as c:
+        body = c.request(19, 7, {"topics": [{"name": prefix + "x", "num_partitions": 2, "replication_factor": 1,
+                                             "assignments": [], "configs": []}],
+                                 "timeout_ms": 30000, "validate_only": False})
+    [r] = body["topics"]
+    assert (r["error_code"], r["topic_config_error_code"], r["num_partitions"], r["replication_factor"],
+            r["configs"]) == (0, TOPIC_AUTHORIZATION_FAILED, -1, -1, [])
+    assert r["topic_id"] != bytes(16)

@@ -92,6 +92,11 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
                            "read_only": False, "is_sensitive": False,
                            "config_source": SOURCE_DYNAMIC_TOPIC if key.name in topic.configs else SOURCE_DEFAULT}
                           for key in TOPIC_CONFIGS.values()])
+        if auth is not None and not auth.allows(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
+            # Kafka's controller: created, but its configs (and layout) are not shown to a
+            # client that may not DESCRIBE_CONFIGS it.
+            result.update(num_partitions=-1, replication_factor=-1, configs=[],
+                          topic_config_error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
         results.append(result)
     return {"throttle_time_ms": 0, "topics": results}
 
