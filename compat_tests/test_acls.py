@@ -243,6 +243,11 @@ def test_denied_read_on_a_topic(acl_broker: AclBroker) -> None:
     assert list_offsets_code(bs, t) == TOPIC_AUTHORIZATION_FAILED
     assert metadata(bs, [t]) == {t: TOPIC_AUTHORIZATION_FAILED}
     assert t not in metadata(bs, None)
+    with RawConn(bs) as c:  # DescribeTopicPartitions (kafka-topics --describe) alike
+        named = c.request(75, 0, {"topics": [{"name": t}], "response_partition_limit": 2000, "cursor": None})
+        assert [(x["name"], x["error_code"]) for x in named["topics"]] == [(t, TOPIC_AUTHORIZATION_FAILED)]
+        listed = c.request(75, 0, {"topics": [], "response_partition_limit": 2000, "cursor": None})
+        assert t not in {x["name"] for x in listed["topics"]}
     # ALLOW DESCRIBE and WRITE: Metadata, ListOffsets and Produce come back; READ stays denied.
     allow(bs, TOPIC, t, DESCRIBE)
     allow(bs, TOPIC, t, WRITE)
