@@ -161,6 +161,25 @@ def test_super_user_and_a_reader(broker: BrokerProcess, certs: Certs) -> None:
             {"resource_type": 2, "resource_name": hidden, "resource_pattern_type": 3, "principal": ALICE,
              "host": "*", "operation": 3, "permission_type": 3}]})
         assert created["results"][0]["error_code"] == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # OffsetFetch shows alice only the committed offsets of topics she may describe
+    def commit(c: RawConn, topic: str) -> int:
+        body = c.request(8, 8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                                "group_instance_id": None, "topics": [{"name": topic, "partitions": [
+                                    {"partition_index": 0, "committed_offset": 3, "committed_leader_epoch": -1,
+                                     "committed_metadata": None}]}]})
+        return int(body["topics"][0]["partitions"][0]["error_code"])
+
+    with RawTls(broker.listener_ports["SSL"], certs, "admin") as c:
+        assert commit(c, hidden) == 0
+    with RawTls(broker.listener_ports["SSL"], certs, "client") as c:
+        assert commit(c, hidden) == KafkaError.TOPIC_AUTHORIZATION_FAILED  # READ on the topic too
+        everything = c.request(9, 8, {"groups": [{"group_id": group, "topics": None}], "require_stable": False})
+        assert [t["name"] for t in everything["groups"][0]["topics"]] == [readable]
+        named = c.request(9, 8, {"groups": [{"group_id": group, "topics": [
+            {"name": hidden, "partition_indexes": [0]}]}], "require_stable": False})
+        [topic] = named["groups"][0]["topics"]
+        assert [(p["partition_index"], p["committed_offset"], p["error_code"]) for p in topic["partitions"]] == \
+            [(0, -1, KafkaError.TOPIC_AUTHORIZATION_FAILED)]
     # the super user reads everything, whatever the ACLs
     values, error = _consume(admin_conf, other_group, hidden, 5)
     assert error is None and len(values) == 5
