@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from yarl import URL
 
+from tmqgate.broker.client import ANONYMOUS
 from tmqgate.broker.tdengine import Caller, SqlError
 from tmqgate.storage import StorageIOError
 
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.http")
+# Where an authenticating middleware leaves the request's Kafka principal ("User:NAME").
+PRINCIPAL = "tmqgate.principal"
 
 # TDengine's error codes: a parse error (TSDB_CODE_PAR_SYNTAX_ERROR) and a statement the
 # catalog refuses (TSDB_CODE_PAR_INVALID_... family); the message says which.
@@ -183,8 +186,10 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             return error_response(400, SYNTAX_ERROR, f"the SQL text is not UTF-8 (byte {exc.start})")
         db = request.match_info.get("db")
         try:
-            # The caller is User:ANONYMOUS until the HTTP front authenticates users.
-            result = await executor.execute_async(text, db, Caller(host=request.remote or ""))
+            # SQL runs as the request's principal: what an authenticating middleware put under
+            # PRINCIPAL ("User:NAME"), else User:ANONYMOUS; ACLs decide what it may do.
+            caller = Caller(request.get(PRINCIPAL, ANONYMOUS), request.remote or "")
+            result = await executor.execute_async(text, db, caller)
         except SqlError as exc:
             desc = exc.message
             code = exc.code or (SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR)
