@@ -183,3 +183,10 @@ def test_super_user_and_a_reader(broker: BrokerProcess, certs: Certs) -> None:
     # the super user reads everything, whatever the ACLs
     values, error = _consume(admin_conf, other_group, hidden, 5)
     assert error is None and len(values) == 5
+    # ListGroups: without DESCRIBE on the cluster, alice sees only the groups she may describe
+    with RawTls(broker.listener_ports["SSL"], certs, "client") as c:
+        mine = {g["group_id"] for g in c.request(16, 5, {"states_filter": [], "types_filter": []})["groups"]}
+    with RawTls(broker.listener_ports["SSL"], certs, "admin") as c:
+        every = {g["group_id"] for g in c.request(16, 5, {"states_filter": [], "types_filter": []})["groups"]}
+    assert {group, other_group} <= every
+    assert group in mine and other_group not in mine
