@@ -299,6 +299,13 @@ def test_denied_group(acl_broker: AclBroker) -> None:
         assert described["groups"][0]["error_code"] == GROUP_AUTHORIZATION_FAILED
         deleted = c.request(42, 2, {"groups_names": [group]})
         assert deleted["results"][0]["error_code"] == GROUP_AUTHORIZATION_FAILED
+        # KIP-848's APIs alike
+        beat = c.request(68, 0, {"group_id": group, "member_id": "", "member_epoch": 0, "instance_id": None,
+                                 "rack_id": None, "rebalance_timeout_ms": 30000, "subscribed_topic_names": [t],
+                                 "server_assignor": None, "topic_partitions": []})
+        assert beat["error_code"] == GROUP_AUTHORIZATION_FAILED
+        cdesc = c.request(69, 0, {"group_ids": [group], "include_authorized_operations": False})
+        assert cdesc["groups"][0]["error_code"] == GROUP_AUTHORIZATION_FAILED
 
 
 class RawFrom(RawConn):
