@@ -173,6 +173,16 @@ class BrokerConfig:
     # per log_rate_limit_interval_ms, then one line saying how many were suppressed.
     log_rate_limit_messages: int = 10
     log_rate_limit_interval_ms: int = 60_000
+    # --- Authorization (issue 12, point 4) --------------------------------------------------
+    # "acl": Kafka's ACLs (StandardAuthorizer's decision, CreateAcls/DescribeAcls/DeleteAcls,
+    # every API checks what Kafka checks); "none": no authorizer (everyone may do anything,
+    # the ACL APIs answer SECURITY_DISABLED) — Kafka's authorizer.class.name unset.
+    authorizer: str = "none"
+    # super.users: principals allowed everything, whatever the ACLs say.
+    super_users: list[str] = field(default_factory=list)
+    # allow.everyone.if.no.acl.found: a resource with no ACL at all is open to everyone
+    # (Kafka's default, false: denied).
+    allow_everyone_if_no_acl_found: bool = False
 
     @classmethod
     def load(cls, path: str | Path | None, **overrides: object) -> BrokerConfig:
@@ -192,6 +202,11 @@ class BrokerConfig:
 
     def check(self) -> None:
         """Refuse settings that contradict each other (Kafka checks these at start too)."""
+        if self.authorizer not in ("acl", "none"):
+            raise ValueError(f'authorizer must be "acl" or "none", not {self.authorizer!r}')
+        bad = [p for p in self.super_users if ":" not in p]
+        if bad:
+            raise ValueError(f"super_users must be principals such as User:admin: {bad}")
         from tmqgate.broker.principal import parse_rules
         parse_rules(self.ssl_principal_mapping_rules)  # a bad rule refuses the start, as in Kafka
         if self.http_tls and not (self.ssl_certfile and self.ssl_keyfile):

@@ -28,7 +28,7 @@ Authentication (`http_auth = "basic"`): every path but `/health` takes HTTP Basi
 of the broker's users, as TDengine's taosAdapter does (`Authorization: Basic base64(user:pass)`,
 checked like SASL/PLAIN against the SCRAM credentials); a missing, malformed or wrong one is
 answered 401 with `WWW-Authenticate: Basic` and the JSON error body. An authenticated
-request carries its principal as `request["principal"]` ("User:alice").
+request carries its principal as `request[PRINCIPAL]` ("User:alice").
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from yarl import URL
 
-from tmqgate.broker.tdengine import ParseTimeout, ParseWorkerDied, SqlError
+from tmqgate.broker.client import ANONYMOUS
+from tmqgate.broker.tdengine import Caller, ParseTimeout, ParseWorkerDied, SqlError
 from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.http")
+# Where an authenticating middleware leaves the request's Kafka principal ("User:NAME").
+PRINCIPAL = "tmqgate.principal"
 
 # TDengine's error codes: a parse error (TSDB_CODE_PAR_SYNTAX_ERROR) and a statement the
 # catalog refuses (TSDB_CODE_PAR_INVALID_... family); the message says which.
@@ -104,7 +107,7 @@ def _auth_middleware(authenticate: Authenticate) -> Any:
                 return unauthorized(NO_AUTH_INFO, "no auth info input: HTTP Basic credentials are required")
             if not await authenticate(*credentials):
                 return unauthorized(AUTH_FAILURE, "Authentication failure")
-            request["principal"] = f"User:{credentials[0]}"  # who runs the SQL (the ACLs' principal)
+            request[PRINCIPAL] = f"User:{credentials[0]}"  # who runs the SQL (the ACLs' principal)
         response: web.StreamResponse = await handler(request)
         return response
 
@@ -239,7 +242,10 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             return error_response(400, SYNTAX_ERROR, f"the SQL text is not UTF-8 (byte {exc.start})")
         db = request.match_info.get("db")
         try:
-            result = await executor.execute_async(text, db)
+            # SQL runs as the request's principal: what an authenticating middleware put under
+            # PRINCIPAL ("User:NAME"), else User:ANONYMOUS; ACLs decide what it may do.
+            caller = Caller(request.get(PRINCIPAL, ANONYMOUS), request.remote or "")
+            result = await executor.execute_async(text, db, caller)
         except SqlError as exc:
             desc = exc.message
             code = exc.code or (SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR)

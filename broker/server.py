@@ -26,14 +26,17 @@ import struct
 import time
 from typing import Any
 
+from tmqgate.broker.acl.authorizer import Authorizer
+from tmqgate.broker.acl.sql_access import SqlAccess
 from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
+from tmqgate.broker.auth.credentials import set_password
 from tmqgate.broker.auth.session import SASL_PROTOCOLS, Action, Authenticator, authenticator
 from tmqgate.broker.client import ANONYMOUS, ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.group_coordinator import group_coordinator
 from tmqgate.broker.handlers import API_TABLE
-from tmqgate.broker.handlers.context import AdminApis, ClusterApis, DataPlane, GroupApis, Node
+from tmqgate.broker.handlers.context import AclApis, AdminApis, ClusterApis, DataPlane, GroupApis, Node
 from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
 from tmqgate.broker.listeners import (
     Listener,
@@ -44,7 +47,7 @@ from tmqgate.broker.listeners import (
 )
 from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules
 from tmqgate.broker.ratelimit import RateLimitedLog
-from tmqgate.broker.tdengine import Executor, GroupQueries, TsdbCatalog
+from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicRegistry
 from tmqgate.broker.waiters import DataNotifier
@@ -140,6 +143,9 @@ class Broker:
                                     max_databases=config.max_databases)
         self.notifier = DataNotifier()
         self.apis = API_TABLE
+        # authorizer = "acl": Kafka's ACLs, persisted in the store; "none": no checks at all.
+        self.authorizer = (Authorizer(self.store, config.super_users, config.allow_everyone_if_no_acl_found)
+                           if config.authorizer == "acl" else None)
         self.coordinator = group_coordinator(self.store, self.topics, config)
         # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
         machine = self.coordinator.machine
@@ -148,6 +154,8 @@ class Broker:
                                               group_ids=machine.group_ids, members=machine.members,
                                               now_ms=self.coordinator.now),
                                  parse_timeout_ms=config.sql_parse_timeout_ms)
+        if self.authorizer is not None:  # SQL statements checked for their caller too
+            self.executor.access = SqlAccess(self.authorizer, set_user_password=self._set_user_password)
         self.started_ms = int(time.time() * 1000)
         self._servers: list[tuple[Listener, asyncio.Server]] = []
         self._ssl: ssl.SSLContext | None = None
@@ -189,6 +197,13 @@ class Broker:
             log.info("tmqgate listening on %s://%s:%d (%s; data dir %s)", listener.name, listener.host,
                      server.sockets[0].getsockname()[1], listener.security_protocol, self.config.data_dir)
 
+    def _set_user_password(self, user: str, password: str, create: bool) -> None:
+        """CREATE USER / ALTER USER … PASS: the user's SCRAM credentials, as AlterUserScramCredentials."""
+        try:
+            set_password(self.store.users, user, password, create=create)
+        except (ValueError, KeyError) as exc:  # UserExists, UnknownUser, an empty name or password
+            raise SqlError(str(exc)) from None
+
     def reload_certificates(self) -> None:
         """SIGHUP: TLS listeners take the certificate files as they are now (new handshakes)."""
         if self._ssl is None:
@@ -204,12 +219,14 @@ class Broker:
         """One context of each handler family (the advertised address is known from start)."""
         cfg = self.config
         node = Node(cfg.node_id, cfg.cluster_id, self.advertised)
+        auth = self.authorizer
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
-                                 cfg.max_decompressed_batch_bytes),
-            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier),
-            ClusterApis: ClusterApis(node, self.topics, cfg, self.apis),
-            GroupApis: GroupApis(self.coordinator, self.topics, node),
+                                 cfg.max_decompressed_batch_bytes, authorizer=auth),
+            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, authorizer=auth),
+            ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),
+            GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth),
+            AclApis: AclApis(auth),
         }
 
     @property

@@ -17,6 +17,10 @@ through these names:
 - Produce to a database topic: `ingest(executor, db, vnode, batch, decompressed)` and its `IngestError`;
 - Fetch from a database or TDengine topic: `View(definition, store, catalog)`, whose
   `read(vnode, offset, max_bytes)` returns record batches, and its `TopicDef`;
+- who runs SQL: `Caller(principal, host)` (the executor's `execute(text, db, caller)`), and
+  `Access`, what the broker gives the executor when an authorizer is on (the decision, GRANT /
+  REVOKE as ACLs, CREATE / ALTER USER's passwords) — broker/sql/access.py names what each
+  statement needs;
 - `TsdbCatalog(store)` — the cached catalog (supertable schemas, child tables) shared by the
   topic registry, the executor and the views.
 
@@ -24,6 +28,7 @@ The dependency goes one way: the subsystem does not import the Kafka core (the e
 sees the topic registry through its `TopicNames` protocol).
 """
 
+from tmqgate.broker.sql.access import Access, Caller
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.executor import Executor, GroupQueries, Result, TopicNames, topic_definition
 from tmqgate.broker.sql.ingest import IngestError, ingest
@@ -34,6 +39,8 @@ from tmqgate.broker.tsdb.names import INVALID_IDENTIFIER
 
 __all__ = [
     "INVALID_IDENTIFIER",
+    "Access",
+    "Caller",
     "Executor",
     "GroupQueries",
     "IngestError",

@@ -60,6 +60,9 @@ prefix       key (after the prefix byte)                            value
 0x90 SCRAM   user (u16 len + utf-8), mechanism name (utf-8, e.g.       iterations u32, then salt, StoredKey, ServerKey
              "SCRAM-SHA-512")                                       each u16 len + bytes (RFC 5802; never the
                                                                     password nor the salted password)
+0xA0 ACL     resource type u8, pattern type u8, resource name       (empty: the key is the whole ACL binding, so
+             (u16 len + utf-8), principal (u16 len + utf-8), host    adding one twice keeps one)
+             (u16 len + utf-8), operation u8, permission u8
 ===========  =====================================================  ===============================================
 
 Payload log (``<data dir>/wal-payloads``):
@@ -138,6 +141,7 @@ PRODUCER = b"\x40"
 OFFSET = b"\x50"
 GROUP = b"\x60"
 HISTORY = b"\x70"
+ACL = b"\xa0"
 SYNC = b"\x7f"
 SCRAM = b"\x90"
 
@@ -465,3 +469,24 @@ def unpack_scram(b: bytes) -> tuple[int, bytes, bytes, bytes]:
         parts.append(bytes(b[pos + 2 : pos + 2 + n]))
         pos += 2 + n
     return iterations, parts[0], parts[1], parts[2]
+
+
+# ACLs ----------------------------------------------------------------------------------------
+
+
+def acl_key(resource_type: int, resource_name: str, pattern_type: int, principal: str, host: str,
+            operation: int, permission: int) -> bytes:
+    return (ACL + bytes((resource_type, pattern_type)) + _lstr(resource_name) + _lstr(principal)
+            + _lstr(host) + bytes((operation, permission)))
+
+
+def parse_acl_key(key: bytes) -> tuple[int, str, int, str, str, int, int]:
+    """(resource type, resource name, pattern type, principal, host, operation, permission)."""
+    resource_type, pattern_type = key[1], key[2]
+    pos = 3
+    strings: list[str] = []
+    for _ in range(3):
+        (n,) = struct.unpack_from(">H", key, pos)
+        strings.append(key[pos + 2 : pos + 2 + n].decode())
+        pos += 2 + n
+    return resource_type, strings[0], pattern_type, strings[1], strings[2], key[pos], key[pos + 1]

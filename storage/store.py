@@ -13,6 +13,7 @@ concern, so that each can be read and changed alone:
 * ``storage.producers`` — producer ids and idempotent producers' windows;
 * ``storage.offsets`` — committed offsets and group metadata;
 * ``storage.users`` — users' SCRAM credentials (salt, iterations, StoredKey, ServerKey).
+* ``storage.acls`` — the authorizer's ACL bindings.
 
 Callers (broker, coordinator, tests) talk to ``Store``; its methods delegate to the parts
 (``store.catalog``, ``store.wal`` ... are there for code that wants a part directly). Only
@@ -27,6 +28,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tmqgate.storage.acls import Acls
 from tmqgate.storage.catalog import Catalog
 from tmqgate.storage.core import Core
 from tmqgate.storage.model import (
@@ -78,6 +80,7 @@ class Store:
         self.retention = Retention(self.core, self.catalog, self.wal, history_limit)
         self.offsets = Offsets(self.core)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
+        self.acls = Acls(self.core)
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import pyarrow as pa
 
 from tmqgate.broker.sql import ast
+from tmqgate.broker.sql.access import PERMISSION_DENIED, Access, Caller, refusal
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.parser import parse, parse_script
 from tmqgate.broker.sql.views import TopicDef
@@ -173,7 +174,7 @@ class Executor:
 
     def __init__(self, store: Store, catalog: TsdbCatalog, topics: TopicNames,
                  notify: Callable[[str, int], None], groups: GroupQueries,
-                 parse_timeout_ms: int = 30_000) -> None:
+                 parse_timeout_ms: int = 30_000, access: Access | None = None) -> None:
         self.store = store
         self.catalog = catalog
         self.topics = topics
@@ -181,16 +182,20 @@ class Executor:
         self.groups = groups
         # Long texts are parsed here, one at a time; started on the first one (worker.py).
         self.parser = ParseWorker(parse_timeout_ms / 1000)
+        # The broker's authorizer when one is on (broker/sql/access.py): every statement is
+        # checked for its caller; None: nothing is checked.
+        self.access = access
 
     def close(self) -> None:
         """Stop the parsing process (the broker's stop)."""
         self.parser.close()
 
-    def execute(self, text: str, db: str | None = None) -> Result:
-        """Run every statement of `text`; returns the last one's result."""
-        return self._execute(parse_script(text), db)
+    def execute(self, text: str, db: str | None = None, caller: Caller | None = None) -> Result:
+        """Run every statement of `text` as `caller` (default: User:ANONYMOUS); returns the
+        last one's result."""
+        return self._execute(parse_script(text), db, caller)
 
-    async def execute_async(self, text: str, db: str | None = None) -> Result:
+    async def execute_async(self, text: str, db: str | None = None, caller: Caller | None = None) -> Result:
         """`execute` for the event loop, which it never holds for long: a long text is parsed
         in the parsing process (parsing is pure, text to statements; 1 MiB of SQL takes
         seconds of pure Python, which a thread would not take off the loop: it holds the GIL);
@@ -198,28 +203,37 @@ class Executor:
         here, on the loop, which alone uses the store; an INSERT's rows are checked in steps
         (`_insert_async`)."""
         if len(text) < PARSE_IN_WORKER_CHARS:
-            return self.execute(text, db)
+            return self.execute(text, db, caller)
         statements = await self.parser.parse(text)
         if not statements:
             raise SqlError("empty statement", 0)
         result = Result.affected(0)
         for stmt in statements:
             if isinstance(stmt, ast.Insert):
+                self._check(stmt, db, caller)
                 result = await self._insert_async(stmt, db)
             else:
-                result, db = self._step(stmt, db)
+                result, db = self._step(stmt, db, caller)
         return result
 
-    def _execute(self, statements: list[ast.Statement], db: str | None) -> Result:
+    def _execute(self, statements: list[ast.Statement], db: str | None, caller: Caller | None = None) -> Result:
         if not statements:
             raise SqlError("empty statement", 0)
         result = Result.affected(0)
         for stmt in statements:
-            result, db = self._step(stmt, db)
+            result, db = self._step(stmt, db, caller)
         return result
 
-    def _step(self, stmt: ast.Statement, db: str | None) -> tuple[Result, str | None]:
-        """Run one statement of a script: its result and the current database after it."""
+    def _check(self, stmt: ast.Statement, db: str | None, caller: Caller | None) -> None:
+        """Refuse `stmt` if the caller may not run it (with an authorizer on)."""
+        if self.access is not None:
+            why = refusal(self.access, caller or Caller(), stmt, db)
+            if why is not None:
+                raise SqlError(why, code=PERMISSION_DENIED)
+
+    def _step(self, stmt: ast.Statement, db: str | None, caller: Caller | None = None) -> tuple[Result, str | None]:
+        """Run one statement of a script as `caller`: its result and the current database after it."""
+        self._check(stmt, db, caller)
         if isinstance(stmt, ast.UseDatabase):
             self._database(stmt.name)
             return Result.affected(0), stmt.name
@@ -603,6 +617,22 @@ class Executor:
         if dropped is not None:  # a Fetch waiting on it answers at once
             for vnode in range(dropped.partitions):
                 self.notify(dropped.db, vnode)
+        return Result.affected(0)
+
+    # -- users and privileges (the broker's SASL users and Kafka ACLs) -------------------------
+
+    def _Grant(self, stmt: ast.Grant, _db: str | None) -> Result:
+        if self.access is None:
+            raise SqlError('GRANT and REVOKE need the broker\'s authorizer (authorizer = "acl")')
+        if self.topics.get(stmt.db) is None:
+            raise SqlError(f"Database not exist: {stmt.db}")
+        self.access.grant(stmt.privilege, stmt.db, stmt.user, stmt.revoke)
+        return Result.affected(0)
+
+    def _UserPassword(self, stmt: ast.UserPassword, _db: str | None) -> Result:
+        if self.access is None:
+            raise SqlError('CREATE USER and ALTER USER need the broker\'s authorizer (authorizer = "acl")')
+        self.access.set_password(stmt.user, stmt.password, stmt.create)
         return Result.affected(0)
 
     def _DropConsumerGroup(self, stmt: ast.DropConsumerGroup, _db: str | None) -> Result:
