@@ -219,7 +219,7 @@ def test_python_clients_bad_credentials(sasl_broker: SecureBroker, client: str, 
     with caplog.at_level("DEBUG"):
         (_kafka_python_bad_login if client == "kafka-python" else _aiokafka_bad_login)(conf)
     logged = "\n".join(r.getMessage() for r in caplog.records)
-    assert FAILED.format("SCRAM-SHA-512") in logged, logged[-2000:]
+    assert FAILED.format("SCRAM-SHA-512") in logged, (logged[-2000:], sasl_broker.proc.log_tail(40))
     good.produce(topic, value=b"after")
     assert good.flush(30) == 0
     assert _confluent_values(sasl_broker, topic) == [b"before", b"after"]
