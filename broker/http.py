@@ -232,7 +232,13 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
 
     async def health(_request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "node_id": node_id, "topics": len(topics.all())})
+        """Liveness and the storage's state: `read_only` says why writes are refused (a full
+        disk), `disk_guard_shortfall` the archiver's figures while it cannot bring usage under
+        disk_usage_max_percent (null otherwise): an operator's probe sees both."""
+        storage = {"read_only": store.read_only,
+                   "disk_guard_shortfall": store.retention.disk_guard_shortfall}
+        return web.json_response({"status": "ok", "node_id": node_id, "topics": len(topics.all()),
+                                  "storage": storage})
 
     async def rest_sql(request: web.Request) -> web.Response:
         body = await request.read()

@@ -13,8 +13,10 @@ tmqgate only: the reference Kafka would need its own log dir on the small filesy
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,11 @@ def room(fs: str) -> int:
     there is room — maybe between a DeleteTopics answer and our df)."""
     reserve = Path(fs) / "data" / RESERVE_FILE
     return free_bytes(fs) + (reserve.stat().st_size if reserve.exists() else 0)
+
+
+def health(proc: TmqgateProcess) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{proc.http_port}/health", timeout=10) as resp:
+        return json.load(resp)
 
 
 def read_all(conn: RawConn, topic: str) -> list[tuple[int, bytes | None]]:
@@ -116,6 +123,7 @@ def test_disk_full_produce_delete_restart(tmp_path: Path) -> None:
             filler = fill(fs)
             proc.start()
             assert "READ-ONLY" in proc.log_tail(200)
+            assert health(proc)["storage"]["read_only"]  # why writes are refused: an operator's probe sees it
             with RawConn(proc.bootstrap) as conn:
                 assert read_all(conn, "main") == acked
                 p = conn.produce("main", 0, one_record_batch(b"refused"))
@@ -137,5 +145,6 @@ def test_disk_full_produce_delete_restart(tmp_path: Path) -> None:
                 wait_until(back, 15, 0.2, "produce to work once the disk has room")
                 assert read_all(conn, "main") == [*acked, (len(acked), b"room again")]
                 assert td.sql("INSERT INTO power.d1 VALUES (2000, 2.5, 221, 0.5)")["code"] == 0
+                assert health(proc)["storage"] == {"read_only": None, "disk_guard_shortfall": None}
         finally:
             proc.stop()
