@@ -41,6 +41,8 @@ class BrokerConfig:
     ssl_cafile: str | None = None
     ssl_client_auth: str = "none"
     ssl_min_version: str = "TLSv1.2"  # or "TLSv1.3"; older versions are never offered
+    # The HTTP SQL front over HTTPS with the same certificate (and ssl_client_auth) settings.
+    http_tls: bool = False
     # ssl.principal.mapping.rules (one rule per entry): a certificate's subject DN -> principal.
     ssl_principal_mapping_rules: list[str] = field(default_factory=lambda: ["DEFAULT"])
     node_id: int = 1
@@ -142,6 +144,8 @@ class BrokerConfig:
         """Refuse settings that contradict each other (Kafka checks these at start too)."""
         from tmqgate.broker.principal import parse_rules
         parse_rules(self.ssl_principal_mapping_rules)  # a bad rule refuses the start, as in Kafka
+        if self.http_tls and not (self.ssl_certfile and self.ssl_keyfile):
+            raise ValueError("http_tls needs ssl_certfile and ssl_keyfile")
         if self.ssl_client_auth not in ("required", "requested", "none"):
             raise ValueError(f"ssl_client_auth must be required, requested or none, not {self.ssl_client_auth!r}")
         if self.ssl_min_version not in ("TLSv1.2", "TLSv1.3"):

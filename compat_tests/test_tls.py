@@ -211,3 +211,32 @@ def test_sighup_reloads_certificates(tls_broker: BrokerProcess, certs: Certs) ->
         time.sleep(0.1)
     assert served_subject() == "localhost-renewed"
     assert proc.poll() is None
+
+
+@pytest.mark.tmqgate_only
+def test_http_sql_front_over_https(tmp_path: Path, certs: Certs) -> None:
+    """http_tls: the SQL front answers over HTTPS with the listeners' certificate; `tmqgate sql`
+    checks it against --cafile; plain HTTP gets no answer."""
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    config = {**tls_config("tmqgate", certs), "http_tls": True}
+    proc = new_broker("tmqgate", tmp_path / "https", config=config)
+    proc.start()
+    try:
+        base = f"127.0.0.1:{proc.http_port}"  # type: ignore[attr-defined]
+        run = [sys.executable, "-m", "tmqgate.broker.cli", "sql", "--http", f"https://{base}", "--json"]
+        out = subprocess.run([*run, "--cafile", certs.ca, "CREATE DATABASE tlsdb"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        out = subprocess.run([*run, "--cafile", certs.ca, "SHOW DATABASES"], capture_output=True, text=True,
+                             timeout=60)
+        assert "tlsdb" in out.stdout
+        refused = subprocess.run([*run, "SHOW DATABASES"], capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "CERTIFICATE_VERIFY_FAILED" in refused.stderr
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(f"http://{base}/rest/sql", data=b"SHOW DATABASES", timeout=10)
+    finally:
+        proc.stop()
