@@ -1,13 +1,14 @@
 """The rest of the client matrix over secured listeners (issue 12): aiokafka, the Java
 client 4.x, the command-line tools with `--command-config` and Spark's Kafka source and sink,
 each over SSL presenting a client certificate to a broker that requires one
-(`ssl_client_auth = "required"` / `ssl.client.auth=required`). confluent-kafka and
-kafka-python over SSL are in test_tls.py.
+(`ssl_client_auth = "required"` / `ssl.client.auth=required`), and over SASL_SSL with
+SCRAM-SHA-512 (the broker's certificate checked, the user's password) once SASL is in the tree
+(compat_tests/secure.py). confluent-kafka and kafka-python over SSL are in test_tls.py.
 
 Every client is configured from one `ClientSecurity` (compat_tests/client_security.py), and
 the same tests run against the reference broker configured the same way (`--target kafka`).
 Each checks what a user would: the records and offsets read back, the group's committed
-offsets, the listener Metadata names; and a tool without a client certificate fails.
+offsets, the listener Metadata names; and a tool without its credential fails.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import ssl
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,25 +53,65 @@ def secured(tmp_path_factory: pytest.TempPathFactory, target: str, certs: Certs,
         proc.stop()
 
 
-def _security(certs: Certs) -> ClientSecurity:
-    return ClientSecurity("SSL", certs, client_cert="client")
+SASL_USER, SASL_PASSWORD = "alice", "alice-secret"
 
 
-def _bootstrap(secured: BrokerProcess, listener: str = "SSL") -> str:
-    return f"127.0.0.1:{secured.listener_ports[listener]}"
+@pytest.fixture(scope="module")
+def sasl_ssl_broker(tmp_path_factory: pytest.TempPathFactory, target: str, certs: Certs,
+                    pytestconfig: pytest.Config) -> Iterator[Any]:
+    """A broker with a SASL_SSL listener (SCRAM users admin and alice), the same certificate."""
+    if pytestconfig.getoption("--bootstrap"):
+        pytest.skip("--bootstrap given: these tests start a broker with secured listeners")
+    secure = pytest.importorskip("compat_tests.secure", reason="SASL is not in this tree yet")
+    sb = secure.start_secure_broker(target, tmp_path_factory.mktemp(f"{target}-sasl-ssl-clients"),
+                                    users={"admin": "admin-secret", SASL_USER: SASL_PASSWORD},
+                                    mechanisms=("SCRAM-SHA-512", "SCRAM-SHA-256"),
+                                    extra_config=tls_config(target, certs, "none"), sasl_ssl=True)
+    try:
+        yield sb
+    finally:
+        sb.proc.stop()
+
+
+@dataclass(frozen=True)
+class Channel:
+    """A secured listener and how a client connects to it."""
+
+    port: int
+    security: ClientSecurity
+    refused: ClientSecurity  # the same without its credential (no certificate / a wrong password)
+    refusal: str  # the Java client's exception then
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@pytest.fixture(scope="module", params=["SSL", "SASL_SSL"])
+def channel(request: pytest.FixtureRequest, certs: Certs) -> Channel:
+    if request.param == "SSL":
+        proc = request.getfixturevalue("secured")
+        return Channel(proc.listener_ports["SSL"], ClientSecurity("SSL", certs, client_cert="client"),
+                       ClientSecurity("SSL", certs), "SslAuthenticationException")
+    sb = request.getfixturevalue("sasl_ssl_broker")
+    return Channel(sb.listener_ports["SASL_SSL"],
+                   ClientSecurity("SASL_SSL", certs, mechanism="SCRAM-SHA-512", username=SASL_USER,
+                                  password=SASL_PASSWORD),
+                   ClientSecurity("SASL_SSL", certs, mechanism="SCRAM-SHA-512", username=SASL_USER,
+                                  password="wrong"), "SaslAuthenticationException")
 
 
 # --------------------------------------------------------------------------- aiokafka
 
 
-def test_aiokafka_over_ssl_with_client_certificate(secured: BrokerProcess, certs: Certs) -> None:
+def test_aiokafka(channel: Channel) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    bootstrap = _bootstrap(secured)
-    sec = _security(certs).aiokafka()
-    topic = unique_topic("aio-ssl")
-    group = unique_topic("aio-ssl-g")
+    bootstrap = channel.bootstrap
+    sec = channel.security.aiokafka()
+    topic = unique_topic("aio-sec")
+    group = unique_topic("aio-sec-g")
 
     async def go() -> tuple[list[int], list[tuple[int, bytes, bytes]], int, list[tuple[str, int]]]:
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **sec)
@@ -107,23 +149,22 @@ def test_aiokafka_over_ssl_with_client_certificate(secured: BrokerProcess, certs
     assert sent == list(range(10))
     assert got == [(i, f"k{i}".encode(), f"v{i}".encode()) for i in range(10)]
     assert committed == 10
-    assert brokers == [("127.0.0.1", secured.listener_ports["SSL"])]  # Metadata names the SSL listener
+    assert brokers == [("127.0.0.1", channel.port)]  # Metadata names the listener it came in on
 
 
 # --------------------------------------------------------------------------- the Java client
 
 
-def test_java_client_over_ssl_with_client_certificate(secured: BrokerProcess, certs: Certs,
-                                                      tmp_path: Path) -> None:
+def test_java_client(channel: Channel, tmp_path: Path) -> None:
     """kafka-clients 4.x: Admin, producer (acks=all, idempotent by default) and a consumer
-    group over SSL, trust and key stores as PEM files."""
+    group, trust and key stores as PEM files."""
     require_tools()
-    config = _security(certs).write_properties(tmp_path / "client.properties",
-                                               {"bootstrap.servers": _bootstrap(secured)})
-    topic = unique_topic("java-ssl")
-    result = java_roundtrip(config, topic, 12, unique_topic("java-ssl-g"))
+    config = channel.security.write_properties(tmp_path / "client.properties",
+                                               {"bootstrap.servers": channel.bootstrap})
+    topic = unique_topic("java-sec")
+    result = java_roundtrip(config, topic, 12, unique_topic("java-sec-g"))
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-3000:]}"
-    assert result.nodes == [f"127.0.0.1:{secured.listener_ports['SSL']}"]
+    assert result.nodes == [channel.bootstrap]
     assert result.sent == [(0, i) for i in range(12)]
     assert result.got == [(i, f"k{i}", f"v{i}") for i in range(12)]
     assert result.committed == 12
@@ -132,15 +173,16 @@ def test_java_client_over_ssl_with_client_certificate(secured: BrokerProcess, ce
 # --------------------------------------------------------------------------- command-line tools
 
 
-def test_cli_tools_with_command_config_over_ssl(secured: BrokerProcess, certs: Certs, tmp_path: Path) -> None:
+def test_cli_tools_with_command_config(channel: Channel, tmp_path: Path) -> None:
     """kafka-topics, kafka-console-producer/-consumer and kafka-consumer-groups with
-    `--command-config` holding the PEM trust store and key store; without the key store the
-    broker refuses the handshake and the tool fails with an SSL handshake error."""
+    `--command-config` (PEM trust store, and the key store or the SASL user); without the key
+    store (SSL) or with a wrong password (SASL_SSL) the tool fails with the authentication
+    error at once."""
     require_tools()
-    b = _bootstrap(secured)
-    config = str(_security(certs).write_properties(tmp_path / "ssl.properties"))
-    topic = unique_topic("cli-ssl")
-    group = unique_topic("cli-ssl-g")
+    b = channel.bootstrap
+    config = str(channel.security.write_properties(tmp_path / "client.properties"))
+    topic = unique_topic("cli-sec")
+    group = unique_topic("cli-sec-g")
 
     run("kafka-topics", "--bootstrap-server", b, "--command-config", config, "--create", "--topic", topic,
         "--partitions", "2", "--replication-factor", "1")
@@ -169,11 +211,11 @@ def test_cli_tools_with_command_config_over_ssl(secured: BrokerProcess, certs: C
     assert all(r["CURRENT-OFFSET"] == r["LOG-END-OFFSET"] and r["LAG"] == "0" for r in rows.values()), \
         desc.describe()
 
-    trust_only = ClientSecurity("SSL", certs).write_properties(tmp_path / "no-keystore.properties")
-    refused = run("kafka-topics", "--bootstrap-server", b, "--command-config", str(trust_only), "--list",
+    without = channel.refused.write_properties(tmp_path / "refused.properties")
+    refused = run("kafka-topics", "--bootstrap-server", b, "--command-config", str(without), "--list",
                   check=False)
     assert refused.returncode != 0, refused.describe()
-    assert "SslAuthenticationException" in refused.stderr + refused.stdout, refused.describe()
+    assert channel.refusal in refused.stderr + refused.stdout, refused.describe()
 
 
 def _refusal(port: int, certs: Certs, client: str | None) -> str:
@@ -220,20 +262,20 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
-def test_spark_sink_and_source_over_ssl(secured: BrokerProcess, certs: Certs, spark: Any) -> None:
+def test_spark_sink_and_source(channel: Channel, spark: Any) -> None:
     """One short job each way: df.write.format("kafka") and spark.read.format("kafka") with
-    kafka.security.protocol=SSL and the kafka.ssl.* options."""
+    kafka.security.protocol and the kafka.ssl.* / kafka.sasl.* options."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    sec = _security(certs)
-    b = _bootstrap(secured)
-    topic = unique_topic("spark-ssl")
+    sec = channel.security
+    b = channel.bootstrap
+    topic = unique_topic("spark-sec")
     admin = AdminClient({"bootstrap.servers": b, **sec.confluent()})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     rows = [(f"k{i}", f"v{i}") for i in range(8)]
     (spark.createDataFrame(rows, "key string, value string").coalesce(1).write.format("kafka")
      .option("kafka.bootstrap.servers", b).options(**sec.spark())
-     .option("kafka.client.id", "spark-ssl-" + uuid.uuid4().hex[:6]).option("topic", topic).save())
+     .option("kafka.client.id", "spark-sec-" + uuid.uuid4().hex[:6]).option("topic", topic).save())
     df = (spark.read.format("kafka").option("kafka.bootstrap.servers", b).options(**sec.spark())
           .option("subscribe", topic).option("startingOffsets", "earliest").option("endingOffsets", "latest")
           .load())
