@@ -157,10 +157,25 @@ def markdown(res: dict[str, Any]) -> str:
                          f"{m['consume']['broker_cpu_us_per_record']:.1f}"])
     md += report._table(["broker", "listener", "produce MB/s", "× PLAINTEXT", "consume MB/s", "× PLAINTEXT",
                          "broker CPU µs/record produced", "µs/record consumed"], rows)
+    profile = res.get("profile")
+    if profile:
+        md += ["", "tmqgate's event loop over SSL, py-spy (`--profile`, first round; own time, % of busy "
+               "samples; PROFILE_TLS.md has more):", ""]
+        for label, top in profile.items():
+            md.append(f"- {label}: " + ", ".join(f"`{frame.split(' (')[0]}` {share:.0f}%" for share, frame in top))
     notes = res.get("notes")
     if notes:
         md += ["", *notes]
     return "\n".join(md) + "\n"
+
+
+def profile_top(prof_dir: Path, n: int = 6) -> dict[str, list[tuple[float, str]]]:
+    out: dict[str, list[tuple[float, str]]] = {}
+    for path in sorted(prof_dir.glob("*.raw.txt")):
+        _samples, own, _total = pyspy.top_entries(path, n + 1)
+        out[path.name.removesuffix(".raw.txt")] = [(e.busy_share * 100, e.frame) for e in own
+                                                   if not e.frame.startswith(pyspy.WAITING)][:n]
+    return out
 
 
 def splice(results_md: Path, section: str) -> None:
@@ -212,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     res["total_s"] = time.perf_counter() - t0
+    if args.profile:
+        res["profile"] = profile_top(args.out / "profiles" / "tls")
     (args.out / "security_results.json").write_text(json.dumps(res, indent=1) + "\n")
     section = markdown(res)
     splice(args.out / "RESULTS.md", section)

@@ -11,6 +11,8 @@ sent (time.thread_time around the writes and drains), for each strategy of
 - `per-part`: each part its own transport.write (what write_parts did before)
 - `joined`: the whole response joined into one write
 - `coalesced`: small neighbouring parts joined up to 64 KiB, large ones as they are
+- `writelines`: one transport.writelines (the SSL transport encrypts every part, then reads
+  its BIO once and makes one socket write)
 - `write_parts`: whatever write_parts does now
 - `plaintext`: for reference, write_parts over a plain socket (gathered writev, no copies)
 
@@ -71,6 +73,10 @@ def coalesced(transport: Any, parts: list[bytes], limit: int = 64 * 1024) -> Non
         transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
 
+def writelines(transport: Any, parts: list[bytes]) -> None:
+    transport.writelines(parts)
+
+
 def current(transport: Any, parts: list[bytes]) -> None:
     write_parts(transport, -1, parts)
 
@@ -80,7 +86,8 @@ def plaintext(transport: Any, parts: list[bytes]) -> None:
 
 
 STRATEGIES: dict[str, Callable[[Any, list[bytes]], None]] = {
-    "per-part": per_part, "joined": joined, "coalesced": coalesced, "write_parts": current,
+    "per-part": per_part, "joined": joined, "coalesced": coalesced, "writelines": writelines,
+    "write_parts": current,
     "plaintext": plaintext}
 
 
