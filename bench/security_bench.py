@@ -2,8 +2,9 @@
 `python -m bench.security_bench [--records N] [--brokers tmqgate,kafka] [--profile]`.
 
 Each broker is started once with a PLAINTEXT and an SSL listener (and a SASL_SSL one where
-the broker has SASL: `SECURITIES`), certificates made at start (compat_tests/certs.py),
-the SSL client presenting a certificate the broker requires (mutual TLS). Against each listener,
+the tree has SASL, compat_tests/secure.py: `SECURITIES`), certificates made at start
+(compat_tests/certs.py), the SSL client presenting a certificate the broker checks (mutual
+TLS), the SASL_SSL client a SCRAM-SHA-512 user. Against each listener,
 in turn: kafka-producer-perf-test (1 KiB records, acks=1, into a 4-partition topic, bench/
 workloads.py's settings) then kafka-consumer-perf-test over the same records, with the
 listener's `--command-config`; the broker's CPU seconds are sampled around each run. An
@@ -37,7 +38,26 @@ from compat_tests.client_security import ClientSecurity
 
 BENCH_DIR = Path(__file__).resolve().parent
 SECTION = "## Over TLS / SASL_SSL"
-SECURITIES = ("PLAINTEXT", "SSL")
+USER, PASSWORD = "bench", "bench-secret"
+# The SSL client presents its certificate and the broker checks it; "requested" rather than
+# "required" because tmqgate's TLS listeners share one policy, and SASL_SSL clients have none.
+CLIENT_AUTH = "requested"
+
+
+def _sasl() -> Any:
+    """compat_tests.secure (the SASL brokers' settings and users), or None before SASL landed."""
+    try:
+        from compat_tests import secure
+    except ImportError:
+        return None
+    return secure
+
+
+SECURITIES = ("PLAINTEXT", "SSL", "SASL_SSL") if _sasl() else ("PLAINTEXT", "SSL")
+
+
+def _listeners() -> dict[str, str]:
+    return {s: s for s in SECURITIES if s != "PLAINTEXT"}
 
 
 @dataclass
@@ -51,19 +71,30 @@ class Secured:
 def start_tmqgate(workdir: Path, certs: Certs) -> Secured:
     from compat_tests.brokers import TmqgateProcess
 
-    proc = TmqgateProcess(workdir, config={**TMQGATE_CONFIG, **tls_config("tmqgate", certs, "required")},
-                          extra_listeners={"SSL": "SSL"}, ready_timeout=120)
+    config = {**TMQGATE_CONFIG, **tls_config("tmqgate", certs, CLIENT_AUTH)}
+    secure = _sasl()
+    if secure:
+        config.update(secure.tmqgate_sasl_config(("SCRAM-SHA-512",), 0))
+    proc = TmqgateProcess(workdir, config=config, extra_listeners=_listeners(), ready_timeout=120)
     proc.start()
     assert proc.proc is not None
+    if secure:
+        secure.add_scram_user(proc.bootstrap, USER, PASSWORD, ("SCRAM-SHA-512",))
     return Secured("tmqgate", proc.proc.pid, proc.listener_ports, proc.stop)
 
 
 def start_kafka(workdir: Path, certs: Certs) -> Secured:
     from compat_tests import kafka_ref
 
-    ref = kafka_ref.start_reference_kafka(workdir, extra_config=tls_config("kafka", certs, "required"),
-                                          extra_listeners={"SSL": "SSL"}, heap_opts=KAFKA_HEAP_OPTS,
-                                          jvm_opts=kafka_ref.FULL_JIT_JVM_OPTS, ready_timeout=240)
+    config = tls_config("kafka", certs, CLIENT_AUTH)
+    secure = _sasl()
+    if secure:
+        config.update(secure.kafka_sasl_config({USER: PASSWORD}, ("SCRAM-SHA-512",), 0, ("SASL_SSL",)))
+    ref = kafka_ref.start_reference_kafka(workdir, extra_config=config, extra_listeners=_listeners(),
+                                          heap_opts=KAFKA_HEAP_OPTS, jvm_opts=kafka_ref.FULL_JIT_JVM_OPTS,
+                                          ready_timeout=240)
+    if secure:
+        secure.add_scram_user(ref.bootstrap, USER, PASSWORD, ("SCRAM-SHA-512",))
     return Secured("kafka", ref.pid, ref.listener_ports, ref.stop)
 
 
@@ -72,8 +103,13 @@ STARTERS = {"tmqgate": start_tmqgate, "kafka": start_kafka}
 
 def client_configs(certs: Certs, out: Path) -> dict[str, str | None]:
     """Each listener's `--command-config` file (None: PLAINTEXT needs none)."""
-    return {"PLAINTEXT": None,
-            "SSL": str(ClientSecurity("SSL", certs, client_cert="client").write_properties(out / "ssl.properties"))}
+    configs: dict[str, str | None] = {
+        "PLAINTEXT": None,
+        "SSL": str(ClientSecurity("SSL", certs, client_cert="client").write_properties(out / "ssl.properties"))}
+    if "SASL_SSL" in SECURITIES:
+        sasl = ClientSecurity("SASL_SSL", certs, mechanism="SCRAM-SHA-512", username=USER, password=PASSWORD)
+        configs["SASL_SSL"] = str(sasl.write_properties(out / "sasl_ssl.properties"))
+    return configs
 
 
 def _median(values: list[float]) -> float:
@@ -133,8 +169,9 @@ def markdown(res: dict[str, Any]) -> str:
     md = [SECTION, "",
           f"`{res['command']}` — {res['started']}, {res['total_s']:.0f} s; {res['records']:,} records of 1 KiB "
           f"per run, median of {res['rounds']} round(s), after {res['warmup']:,} unmeasured records over "
-          "PLAINTEXT. Written by `bench/security_bench.py`. Each broker has a PLAINTEXT and an SSL listener; "
-          "the SSL client presents a certificate the broker requires (mutual TLS, ECDSA P-256, TLS 1.3). "
+          "PLAINTEXT. Written by `bench/security_bench.py`. Each broker has a PLAINTEXT and an SSL listener "
+          "(and SASL_SSL when it has SASL); the SSL client presents a certificate the broker checks (mutual "
+          "TLS, `ssl_client_auth = requested`, ECDSA P-256, TLS 1.3); the SASL_SSL client authenticates with SCRAM-SHA-512 (4096 iterations). "
           "Producer: kafka-producer-perf-test, acks=1, `batch.size=65536 linger.ms=5`, 4 partitions; consumer: "
           "kafka-consumer-perf-test over the same records (MB/s includes the group join). Broker CPU: "
           "its user + system seconds during the run, per record. Single machine, 2 cores shared with the "
