@@ -29,17 +29,22 @@ def _config_of(args: list[str], mounts: dict[str, Path]) -> dict[str, object]:
     return tomllib.loads(mounts[args[args.index("--config") + 1]].read_text())
 
 
+def _auth_of(args: list[str], config: dict[str, object]) -> object:
+    return args[args.index("--http-auth") + 1] if "--http-auth" in args else config.get("http_auth")
+
+
 def _front_is_safe(args: list[str], mounts: dict[str, Path]) -> bool:
     config = _config_of(args, mounts)
     http = _http_of(args) or str(config.get("http", "127.0.0.1:6041"))
-    return parse_hostport(http)[0] in LOOPBACK or config.get("http_auth") == "basic"
+    return parse_hostport(http)[0] in LOOPBACK or _auth_of(args, config) == "basic"
 
 
-def test_container_image_keeps_the_sql_front_on_loopback() -> None:
+def test_container_image_publishes_the_sql_front_only_with_authentication() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.M).group(1))
-    assert parse_hostport(_http_of(cmd))[0] in LOOPBACK
-    assert re.search(r"^EXPOSE .*\b6041\b", text, re.M) is None
+    assert _front_is_safe(cmd, {})
+    if re.search(r"^EXPOSE .*\b6041\b", text, re.M):
+        assert _auth_of(cmd, {}) == "basic"
 
 
 def test_compose_files_publish_the_front_only_with_authentication() -> None:
@@ -54,7 +59,7 @@ def test_compose_files_publish_the_front_only_with_authentication() -> None:
             assert _front_is_safe(service["command"], mounts), (path, name)
             published = [str(p) for p in service.get("ports", [])]
             if any(p.endswith(":6041") for p in published):
-                assert _config_of(service["command"], mounts).get("http_auth") == "basic", (path, name)
+                assert _auth_of(service["command"], _config_of(service["command"], mounts)) == "basic", (path, name)
 
 
 def test_systemd_unit_keeps_the_front_on_loopback() -> None:
