@@ -11,7 +11,9 @@ concern, so that each can be read and changed alone:
 * ``storage.txn`` — catalog changes and WAL entries in one WriteBatch;
 * ``storage.retention`` — retention, DeleteRecords, the archiver and the log history;
 * ``storage.producers`` — producer ids and idempotent producers' windows;
-* ``storage.offsets`` — committed offsets and group metadata.
+* ``storage.offsets`` — committed offsets and group metadata;
+* ``storage.users`` — users' SCRAM credentials (salt, iterations, StoredKey, ServerKey).
+* ``storage.acls`` — the authorizer's ACL bindings.
 
 Callers (broker, coordinator, tests) talk to ``Store``; its methods delegate to the parts
 (``store.catalog``, ``store.wal`` ... are there for code that wants a part directly). Only
@@ -26,6 +28,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tmqgate.storage.acls import Acls
 from tmqgate.storage.catalog import Catalog
 from tmqgate.storage.core import Core
 from tmqgate.storage.model import (
@@ -40,6 +43,7 @@ from tmqgate.storage.offsets import Offsets
 from tmqgate.storage.producers import ProducerAppend, Producers, ProducerWindow
 from tmqgate.storage.retention import Retention
 from tmqgate.storage.txn import Transaction
+from tmqgate.storage.users import Users
 from tmqgate.storage.wal import Appended, Wal
 
 __all__ = ["Store"]  # the model types are exported by the storage package
@@ -75,6 +79,8 @@ class Store:
         self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes)
         self.retention = Retention(self.core, self.catalog, self.wal, history_limit)
         self.offsets = Offsets(self.core)
+        self.users = Users(self.core)  # SCRAM credentials (storage.users)
+        self.acls = Acls(self.core)
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}

@@ -9,6 +9,10 @@ names its family and how the server binds it).
   as clients see it, the topic registry, the config, and the API table;
 - `GroupApis` — the group APIs: the coordinator runtime, the topic registry, this node.
 
+Every family has `authorizer`: the ACL authorizer (broker/acl/authorizer.py), None when
+`authorizer = "none"` — handlers check `if ctx.authorizer is not None`, so no authorizer costs
+nothing. `AclApis` (CreateAcls, DescribeAcls, DeleteAcls) holds only it.
+
 The server builds one of each at start (the advertised address is known only then).
 """
 
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING
 from tmqgate.broker.client import current_client
 
 if TYPE_CHECKING:
+    from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.broker.tdengine import Executor
@@ -54,6 +59,7 @@ class DataPlane:
     notifier: DataNotifier
     executor: Executor  # writes the rows Produce sends to a database topic
     max_decompressed_batch_bytes: int = 134_217_728  # BrokerConfig's: Produce's bomb bound
+    authorizer: Authorizer | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class AdminApis:
     topics: TopicRegistry
     config: BrokerConfig
     notifier: DataNotifier | None = None  # wakes the Fetches waiting on a deleted topic
+    authorizer: Authorizer | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class ClusterApis:
     topics: TopicRegistry
     config: BrokerConfig
     apis: Mapping[int, ApiEntry]
+    authorizer: Authorizer | None = None
 
 
 @dataclass(frozen=True)
@@ -77,3 +85,9 @@ class GroupApis:
     coordinator: CoordinatorRuntime
     topics: TopicRegistry
     node: Node
+    authorizer: Authorizer | None = None
+
+
+@dataclass(frozen=True)
+class AclApis:
+    authorizer: Authorizer | None = None
