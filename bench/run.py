@@ -290,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             log("matplotlib not installed (pip install -e .[bench]): no chart")
     (out_dir / "RESULTS.md").write_text(report.markdown(results, chart))
+    security = out_dir / "security_results.json"
+    if security.exists():  # bench/security_bench.py's section, kept across runs of this one
+        from bench import security_bench
+
+        security_bench.splice(out_dir / "RESULTS.md", security_bench.markdown(json.loads(security.read_text())))
     log(f"done in {results['total_s']:.0f}s: {out_dir / 'RESULTS.md'}")
     return 0
 

@@ -99,10 +99,12 @@ def parse_producer_summary(text: str) -> dict[str, float]:
 
 
 def producer_perf(bootstrap: str, topic: str, records: int, acks: str, record_size: int = 1024,
-                  timeout: float = 1800) -> dict[str, Any]:
+                  timeout: float = 1800, client_config: str | None = None) -> dict[str, Any]:
+    """`client_config`: a client properties file (`--command-config`), e.g. TLS or SASL."""
     props = [f"acks={acks}", *(f"{k}={v}" for k, v in PRODUCER_PROPS.items())]
+    extra = ["--command-config", client_config] if client_config else []
     proc = run_tool("kafka-producer-perf-test", "--bootstrap-server", bootstrap, "--topic", topic,
-                    "--num-records", str(records), "--record-size", str(record_size),
+                    "--num-records", str(records), "--record-size", str(record_size), *extra,
                     "--throughput", "-1", "--command-property", *props, timeout=timeout)
     result: dict[str, Any] = parse_producer_summary(proc.stdout)
     result["client_cpu_s"] = proc.cpu_s  # type: ignore[attr-defined]
@@ -120,10 +122,12 @@ def parse_consumer_stats(text: str) -> dict[str, str]:
     return stats
 
 
-def consumer_perf(bootstrap: str, topic: str, records: int, timeout: float = 1800) -> dict[str, Any]:
+def consumer_perf(bootstrap: str, topic: str, records: int, timeout: float = 1800,
+                  client_config: str | None = None) -> dict[str, Any]:
+    extra = ["--command-config", client_config] if client_config else []
     proc = run_tool("kafka-consumer-perf-test", "--bootstrap-server", bootstrap, "--topic", topic,
                     "--num-records", str(records), "--timeout", "60000", "--group", unique("bench-cperf"),
-                    timeout=timeout)
+                    *extra, timeout=timeout)
     stats = parse_consumer_stats(proc.stdout)
     consumed = int(stats["data.consumed.in.nMsg"])
     if consumed != records:

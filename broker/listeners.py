@@ -11,9 +11,12 @@ Metadata and FindCoordinator answer each client with the listener it came in on.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
+from asyncio import sslproto
 from dataclasses import dataclass
+from typing import Any
 
 from tmqgate.broker.config import BrokerConfig
 
@@ -103,6 +106,7 @@ def advertised_addresses(config: BrokerConfig, bound: dict[str, tuple[str, int]]
 def server_ssl_context(config: BrokerConfig) -> ssl.SSLContext:
     """The TLS context every TLS listener shares: TLS 1.2 or newer, the broker's certificate,
     and the client-certificate policy of `ssl_client_auth` (Kafka's ssl.client.auth)."""
+    send_handshake_alerts()
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3 if config.ssl_min_version == "TLSv1.3" else ssl.TLSVersion.TLSv1_2
     load_certificates(ctx, config)
@@ -118,3 +122,30 @@ def load_certificates(ctx: ssl.SSLContext, config: BrokerConfig) -> None:
     ctx.load_cert_chain(config.ssl_certfile, config.ssl_keyfile, password=config.ssl_key_password)
     if config.ssl_cafile:
         ctx.load_verify_locations(cafile=config.ssl_cafile)
+
+
+def send_handshake_alerts() -> None:
+    """Send the TLS alert of a failed handshake before the connection is closed.
+
+    asyncio's SSL protocol (3.11-3.13) closes the socket on a failed server handshake without
+    writing what OpenSSL left in its outgoing buffer: the alert (bad_certificate,
+    certificate_required, unknown_ca, ...). A Java client that gets no alert sees "connection
+    terminated during authentication" and retries until its timeout, where from Apache Kafka
+    it gets an SslAuthenticationException at once and stops. So the alert is written first;
+    nothing else about the failure changes. Idempotent; a Python without that method is left
+    as it is.
+    """
+    original = getattr(sslproto.SSLProtocol, "_on_handshake_complete", None)
+    if original is None or getattr(original, "_sends_alert", False):
+        return
+
+    def on_handshake_complete(self: Any, handshake_exc: BaseException | None) -> None:
+        if handshake_exc is not None and self._transport is not None:
+            with contextlib.suppress(Exception):  # best effort: the close follows regardless
+                alert = self._outgoing.read()
+                if alert:
+                    self._transport.write(alert)
+        original(self, handshake_exc)
+
+    on_handshake_complete._sends_alert = True  # type: ignore[attr-defined]
+    sslproto.SSLProtocol._on_handshake_complete = on_handshake_complete  # type: ignore[method-assign]

@@ -1,0 +1,55 @@
+"""The Java client 4.x (kafka-clients from `compat_tests/java/lib`) driven by a small program.
+
+`java_roundtrip(config, topic, count, group)` runs `compat_tests/java/ClientRoundTrip.java` as
+a single source file (no build step) with the client properties in `config` and returns what
+it printed: the brokers Admin saw, the producer's offsets, the records the consumer read and
+the group's committed offset (see the program's header for the lines).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .kafka_ref import BIN_DIR, LIB_DIR
+
+PROGRAM = Path(__file__).resolve().parent / "java" / "ClientRoundTrip.java"
+
+
+@dataclass(frozen=True)
+class RoundTrip:
+    returncode: int
+    nodes: list[str]
+    sent: list[tuple[int, int]]  # (partition, offset)
+    got: list[tuple[int, str, str]]  # (offset, key, value)
+    committed: int | None
+    stdout: str
+    stderr: str
+
+
+def java_roundtrip(config: Path, topic: str, count: int, group: str, timeout: float = 180.0) -> RoundTrip:
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    assert java, "no java on PATH"
+    cmd = [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+           f"-Dlog4j2.configurationFile={BIN_DIR / 'log4j2-tools.properties'}",
+           "-cp", f"{LIB_DIR}/*", str(PROGRAM), str(config), topic, str(count), group]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    nodes: list[str] = []
+    sent: list[tuple[int, int]] = []
+    got: list[tuple[int, str, str]] = []
+    committed = None
+    for line in proc.stdout.splitlines():
+        kind, _, rest = line.partition(" ")
+        fields = rest.split()
+        if kind == "node":
+            nodes.append(rest)
+        elif kind == "sent":
+            sent.append((int(fields[0]), int(fields[1])))
+        elif kind == "got":
+            got.append((int(fields[0]), fields[1], fields[2]))
+        elif kind == "committed":
+            committed = int(fields[0])
+    return RoundTrip(proc.returncode, nodes, sent, got, committed, proc.stdout, proc.stderr)
