@@ -104,6 +104,10 @@ class BrokerConfig:
     # per log_rate_limit_interval_ms, then one line saying how many were suppressed.
     log_rate_limit_messages: int = 10
     log_rate_limit_interval_ms: int = 60_000
+    # Client quotas (broker/quotas.py): Kafka's quota.window.num and quota.window.size.seconds,
+    # the samples a client's rate is measured over (11 of 1 s: 10 whole windows + the current).
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
 
     @classmethod
     def load(cls, path: str | Path | None, **overrides: object) -> BrokerConfig:
@@ -123,6 +127,8 @@ class BrokerConfig:
 
     def check(self) -> None:
         """Refuse settings that contradict each other (Kafka checks these at start too)."""
+        if self.quota_window_num < 1 or self.quota_window_size_seconds < 1:
+            raise ValueError("quota_window_num and quota_window_size_seconds must be at least 1")
         pool = self.queued_max_request_bytes
         if 0 < pool < self.socket_request_max_bytes:
             raise ValueError(f"queued_max_request_bytes ({pool}) must be -1 or at least "

@@ -32,6 +32,7 @@ from tmqgate.broker.group_coordinator import group_coordinator
 from tmqgate.broker.handlers import API_TABLE
 from tmqgate.broker.handlers.context import AdminApis, ClusterApis, DataPlane, GroupApis, Node
 from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
+from tmqgate.broker.quotas import ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.tdengine import Executor, GroupQueries, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
@@ -149,6 +150,7 @@ class Broker:
         self.frame_hook: Any = None
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
                                           config.log_rate_limit_interval_ms / 1000)
+        self.quotas = ClientQuotaManagers(self.store, config, self.limited_log)
 
     async def start(self) -> None:
         host, port = self.config.listen_address
@@ -174,8 +176,8 @@ class Broker:
         node = Node(cfg.node_id, cfg.cluster_id, self.advertised)
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
-                                 cfg.max_decompressed_batch_bytes),
-            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier),
+                                 cfg.max_decompressed_batch_bytes, self.quotas),
+            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, self.quotas),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis),
             GroupApis: GroupApis(self.coordinator, self.topics, node),
         }
@@ -328,9 +330,16 @@ class Broker:
                 self.limited_log.warning("bad-frame", "closing %s: api %d v%d not served",
                                          peer, request.api_key, request.api_version)
                 return
+            quotas = self.quotas
+            clock = quotas.clock() if quotas.active else None
+            throttle_ms = 0
             try:
                 body = await self._handlers[request.api_key](request)
+                if clock is not None:  # client quotas: the throttle time goes in the answer
+                    throttle_ms = quotas.charge(request, body, clock, size)
                 if body is None:
+                    if throttle_ms:
+                        await asyncio.sleep(throttle_ms / 1000)
                     continue
                 # Large record payloads (Fetch's stored batches) go out uncopied.
                 parts = encode_response_parts(request.api_key, request.api_version,
@@ -343,6 +352,10 @@ class Broker:
                                               request.correlation_id, body)
             write_parts(transport, fd, parts)
             await writer.drain()
+            if throttle_ms:
+                # Over a quota: the answer went out at once; the connection is not read for the
+                # throttle time (Kafka mutes the channel, KIP-219).
+                await asyncio.sleep(throttle_ms / 1000)
 
     async def _read_size(self, reader: asyncio.StreamReader) -> bytes:
         """The next frame's size prefix; a connection silent for connections.max.idle.ms is closed."""

@@ -11,7 +11,8 @@ concern, so that each can be read and changed alone:
 * ``storage.txn`` — catalog changes and WAL entries in one WriteBatch;
 * ``storage.retention`` — retention, DeleteRecords, the archiver and the log history;
 * ``storage.producers`` — producer ids and idempotent producers' windows;
-* ``storage.offsets`` — committed offsets and group metadata.
+* ``storage.offsets`` — committed offsets and group metadata;
+* ``storage.quotas`` — client quota entities and their values.
 
 Callers (broker, coordinator, tests) talk to ``Store``; its methods delegate to the parts
 (``store.catalog``, ``store.wal`` ... are there for code that wants a part directly). Only
@@ -26,6 +27,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tmqgate.storage import keys
 from tmqgate.storage.catalog import Catalog
 from tmqgate.storage.core import Core
 from tmqgate.storage.model import (
@@ -38,6 +40,7 @@ from tmqgate.storage.model import (
 )
 from tmqgate.storage.offsets import Offsets
 from tmqgate.storage.producers import ProducerAppend, Producers, ProducerWindow
+from tmqgate.storage.quotas import ClientQuotas
 from tmqgate.storage.retention import Retention
 from tmqgate.storage.txn import Transaction
 from tmqgate.storage.wal import Appended, Wal
@@ -75,6 +78,7 @@ class Store:
         self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes)
         self.retention = Retention(self.core, self.catalog, self.wal, history_limit)
         self.offsets = Offsets(self.core)
+        self.client_quotas = ClientQuotas(self.core)
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}
@@ -404,3 +408,13 @@ class Store:
 
     def group_metadata(self) -> dict[str, bytes]:
         return self.offsets.group_metadata()
+
+    # client quotas -------------------------------------------------------------------------
+
+    def load_client_quotas(self) -> dict[keys.QuotaEntityKey, dict[str, float]]:
+        """Every client quota entity with its values (``storage.quotas``)."""
+        return self.client_quotas.load()
+
+    def write_client_quotas(self, entities: Iterable[tuple[keys.QuotaEntityKey, Mapping[str, float]]]) -> None:
+        """Replace these entities' values in one synced WriteBatch (empty = removed)."""
+        self.client_quotas.write(entities)

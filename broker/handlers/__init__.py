@@ -2,6 +2,15 @@
 describes handlers, their contexts and how the server binds them)."""
 
 from tmqgate.broker.apis import API_TABLE
-from tmqgate.broker.handlers import admin, configs, fetch, groups, list_offsets, metadata, produce  # noqa: F401
+from tmqgate.broker.handlers import (  # noqa: F401
+    admin,
+    configs,
+    fetch,
+    groups,
+    list_offsets,
+    metadata,
+    produce,
+    quotas,
+)
 
 __all__ = ["API_TABLE"]

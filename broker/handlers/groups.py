@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.client import current_client
 from tmqgate.broker.handlers.context import GroupApis
+from tmqgate.broker.quotas import parked
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError
 
@@ -54,7 +55,8 @@ async def find_coordinator(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 @api(ApiKey.JOIN_GROUP, 0, 9)
 async def join_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    result = await ctx.coordinator.join_group(req.body, req.api_version, req.client_id or "", _host())
+    with parked():  # waiting for the other members is not handler time (request_percentage)
+        result = await ctx.coordinator.join_group(req.body, req.api_version, req.client_id or "", _host())
     if req.api_version < 7 and result.get("protocol_name") is None:
         result["protocol_name"] = ""
     result.setdefault("leader", "")
@@ -64,7 +66,8 @@ async def join_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 @api(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    result = await ctx.coordinator.sync_group(req.body)
+    with parked():
+        result = await ctx.coordinator.sync_group(req.body)
     return {"throttle_time_ms": 0, "assignment": b"", **result}
 
 

@@ -1,0 +1,53 @@
+"""DescribeClientQuotas and AlterClientQuotas (KIP-546), as Kafka 4.3 answers them; the rules
+are in broker/quotas.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import TYPE_CHECKING, Any
+
+from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.handlers.context import AdminApis
+from tmqgate.broker.quotas import IP, QuotaError, valid_ip
+
+if TYPE_CHECKING:
+    from tmqgate.protocol.messages import Request
+
+api = apis_with(AdminApis)
+
+
+@api(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1)
+async def describe_client_quotas(ctx: AdminApis, req: Request) -> dict[str, Any]:
+    assert ctx.quotas is not None
+    body = req.body
+    try:
+        entries = ctx.quotas.describe(body["components"], body["strict"])
+    except QuotaError as exc:  # Kafka's getErrorResponse: the code, the message, no entries
+        return {"throttle_time_ms": 0, "error_code": int(exc.code), "error_message": exc.message,
+                "entries": None}
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "entries": entries}
+
+
+@api(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1)
+async def alter_client_quotas(ctx: AdminApis, req: Request) -> dict[str, Any]:
+    assert ctx.quotas is not None
+    body = req.body
+    # An ip entity may name a host (Kafka: InetAddress.getByName); resolved off the event loop.
+    hosts = {e["entity_name"] for entry in body["entries"] for e in entry["entity"]
+             if e["entity_type"] == IP and not valid_ip(e["entity_name"])}
+    resolvable = {h: await _resolves(h) for h in hosts if h}
+    results = ctx.quotas.alter(body["entries"], body["validate_only"], resolvable)
+    return {"throttle_time_ms": 0, "entries": [
+        {"error_code": int(r.code), "error_message": r.message,
+         "entity": [{"entity_type": t, "entity_name": n} for t, n in r.entity]}
+        for r in results]}
+
+
+async def _resolves(host: str) -> bool:
+    with contextlib.suppress(OSError, UnicodeError):
+        async with asyncio.timeout(5):
+            await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            return True
+    return False

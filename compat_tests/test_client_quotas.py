@@ -1,0 +1,310 @@
+"""Client quotas as a Kafka user meets them: `kafka-configs --entity-type clients|users`,
+DescribeClientQuotas / AlterClientQuotas answers (exact codes and messages), the quotas kept
+across a restart, and the throttling itself: a producer and a consumer held to their byte
+rates (within 20%), responses carrying throttle_time_ms, and the throttle lifted when the
+quota goes.
+
+The session broker is shared with other tests, so every quota here is set on a client id of
+the test's own (or on a default entity that the test removes again before it ends).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from .brokers import BrokerProcess
+from .cli_helpers import require_tools, run
+from .conftest import Broker
+from .raw import RawConn
+
+DESCRIBE, ALTER = 48, 49
+V = 1
+INVALID_REQUEST, UNSUPPORTED_VERSION = 42, 35
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+
+
+def _cid(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def _entity(**names: str | None) -> list[dict[str, Any]]:
+    return [{"entity_type": t.replace("_", "-"), "entity_name": n} for t, n in names.items()]
+
+
+def alter(bootstrap: str, entries: list[tuple[list[dict[str, Any]], dict[str, float | None]]],
+          validate_only: bool = False) -> list[tuple[dict[str, str | None], int, str | None]]:
+    """AlterClientQuotas v1: [(entity, {key: value or None = remove})] -> [(entity, code, message)]."""
+    body = {"validate_only": validate_only, "entries": [
+        {"entity": entity, "ops": [{"key": k, "value": 0.0 if v is None else v, "remove": v is None}
+                                   for k, v in ops.items()]}
+        for entity, ops in entries]}
+    with RawConn(bootstrap) as conn:
+        resp = conn.request(ALTER, V, body)
+    return [({e["entity_type"]: e["entity_name"] for e in r["entity"]}, r["error_code"], r["error_message"])
+            for r in resp["entries"]]
+
+
+def _norm(result: tuple[dict[str, str | None], int, str | None]) -> str:
+    """An AlterClientQuotas result, comparable whatever order the answer lists it in."""
+    return repr((sorted(result[0].items()), result[1], result[2]))
+
+
+def describe(bootstrap: str, components: list[tuple[str, int, str | None]], strict: bool = False) -> dict:
+    with RawConn(bootstrap) as conn:
+        return conn.request(DESCRIBE, V, {"strict": strict, "components": [
+            {"entity_type": t, "match_type": m, "match": n} for t, m, n in components]})
+
+
+def quotas_of(resp: dict) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+    """A DescribeClientQuotas answer as {sorted entity: {key: value}}."""
+    assert resp["error_code"] == 0, resp
+    return {tuple(sorted((e["entity_type"], e["entity_name"]) for e in entry["entity"])):
+            {v["key"]: v["value"] for v in entry["values"]} for entry in resp["entries"]}
+
+
+def wait_for(fn: Any, ok: Any, timeout: float = 15.0, what: str = "") -> Any:
+    """Kafka applies an alteration through its metadata log: seen by the broker a moment later."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last = fn()
+        if ok(last):
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+        time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------- kafka-configs
+
+
+@pytest.fixture
+def tools() -> None:
+    require_tools()
+
+
+def _configs(bootstrap: str, *args: str, check: bool = True) -> Any:
+    return run("kafka-configs", "--bootstrap-server", bootstrap, *args, check=check)
+
+
+def test_kafka_configs_client_and_user_quotas(broker: Broker, tools: None) -> None:
+    """`kafka-configs --alter/--describe` of client-id, user, <user, client-id> and default
+    quotas print what they print against Kafka."""
+    b = broker.bootstrap
+    client = _cid("cfg")
+    user = _cid("alice")
+    r = _configs(b, "--alter", "--add-config", "producer_byte_rate=1048576,consumer_byte_rate=2097152",
+                 "--entity-type", "clients", "--entity-name", client)
+    assert r.stdout.strip() == f"Completed updating config for client {client}.", r.describe()
+    r = _configs(b, "--alter", "--add-config", "request_percentage=50.5",
+                 "--entity-type", "users", "--entity-name", user)
+    assert r.stdout.strip() == f"Completed updating config for user {user}.", r.describe()
+    r = _configs(b, "--alter", "--add-config", "producer_byte_rate=4096",
+                 "--entity-type", "users", "--entity-name", user, "--entity-type", "clients", "--entity-name", client)
+    assert r.stdout.strip() == f"Completed updating config for user {user}.", r.describe()
+    try:
+        r = _configs(b, "--describe", "--entity-type", "clients", "--entity-name", client)
+        assert r.stdout.strip() == (f"Quota configs for client-id '{client}' are "
+                                    "consumer_byte_rate=2097152.0, producer_byte_rate=1048576.0"), r.describe()
+        got = quotas_of(describe(b, [("user", MATCH_EXACT, user)], strict=True))
+        assert got == {(("user", user),): {"request_percentage": 50.5}}
+        r = _configs(b, "--describe", "--entity-type", "users", "--entity-name", user,
+                     "--entity-type", "clients", "--entity-name", client)
+        assert r.stdout.strip() == (f"Quota configs for user-principal '{user}', client-id '{client}' are "
+                                    "producer_byte_rate=4096.0"), r.describe()
+        # removing a key that is set; then one that is not (the tool checks before it asks)
+        r = _configs(b, "--alter", "--delete-config", "consumer_byte_rate",
+                     "--entity-type", "clients", "--entity-name", client)
+        assert r.stdout.strip() == f"Completed updating config for client {client}.", r.describe()
+        r = _configs(b, "--describe", "--entity-type", "clients", "--entity-name", client)
+        assert r.stdout.strip() == f"Quota configs for client-id '{client}' are producer_byte_rate=1048576.0"
+        r = _configs(b, "--alter", "--delete-config", "consumer_byte_rate",
+                     "--entity-type", "clients", "--entity-name", client, check=False)
+        assert r.returncode == 1 and "Invalid config(s): consumer_byte_rate" in r.stdout + r.stderr, r.describe()
+        # a value the broker refuses: INVALID_REQUEST with Kafka's message
+        r = _configs(b, "--alter", "--add-config", "producer_byte_rate=-5",
+                     "--entity-type", "clients", "--entity-name", client, check=False)
+        assert r.returncode == 1, r.describe()
+        assert ("org.apache.kafka.common.errors.InvalidRequestException: Quota producer_byte_rate must be "
+                "greater than 0") in r.stdout + r.stderr, r.describe()
+    finally:
+        alter(b, [(_entity(client_id=client), {"producer_byte_rate": None, "consumer_byte_rate": None}),
+                  (_entity(user=user), {"request_percentage": None}),
+                  (_entity(user=user, client_id=client), {"producer_byte_rate": None})])
+    r = wait_for(lambda: _configs(b, "--describe", "--entity-type", "clients", "--entity-name", client),
+                 lambda r: r.stdout.strip() == "", what="the client's quotas gone")
+
+
+def test_kafka_configs_default_entities(broker: Broker, tools: None) -> None:
+    """`--entity-default` for clients and users: set, described as Kafka names them, removed."""
+    b = broker.bootstrap
+    huge = "1099511627776"  # 1 TiB/s: no other test of the session is slowed by it
+    shown = "1.099511627776E12"  # Java's Double.toString
+    try:
+        r = _configs(b, "--alter", "--add-config", f"consumer_byte_rate={huge}",
+                     "--entity-type", "clients", "--entity-default")
+        assert r.stdout.strip() == "Completed updating default config for clients in the cluster.", r.describe()
+        r = _configs(b, "--alter", "--add-config", f"producer_byte_rate={huge}",
+                     "--entity-type", "users", "--entity-default")
+        assert r.stdout.strip() == "Completed updating default config for users in the cluster.", r.describe()
+        r = _configs(b, "--describe", "--entity-type", "clients", "--entity-default")
+        assert r.stdout.strip() == f"Quota configs for the default client-id are consumer_byte_rate={shown}", \
+            r.describe()
+        r = _configs(b, "--describe", "--entity-type", "users", "--entity-default")
+        assert r.stdout.strip() == f"Quota configs for the default user-principal are producer_byte_rate={shown}", \
+            r.describe()
+        got = quotas_of(describe(b, [("client-id", MATCH_DEFAULT, None)], strict=True))
+        assert got == {(("client-id", None),): {"consumer_byte_rate": float(huge)}}
+    finally:
+        alter(b, [(_entity(client_id=None), {"consumer_byte_rate": None}),
+                  (_entity(user=None), {"producer_byte_rate": None})])
+    wait_for(lambda: quotas_of(describe(b, [("client-id", MATCH_DEFAULT, None)])), lambda q: q == {},
+             what="the default quotas gone")
+
+
+def test_kafka_configs_describe_user_quotas(broker: Broker, tools: None) -> None:
+    """`kafka-configs --describe --entity-type users --entity-name U` also asks for the user's
+    SCRAM credentials (DescribeUserScramCredentials), so it needs that API too."""
+    b = broker.bootstrap
+    with RawConn(b) as conn:
+        if 50 not in conn.api_versions():
+            pytest.skip("DescribeUserScramCredentials (SASL, issue 12 point 3) not served yet")
+    user = _cid("bob")
+    r = _configs(b, "--alter", "--add-config", "request_percentage=50.5,consumer_byte_rate=1024",
+                 "--entity-type", "users", "--entity-name", user)
+    assert r.stdout.strip() == f"Completed updating config for user {user}.", r.describe()
+    try:
+        r = _configs(b, "--describe", "--entity-type", "users", "--entity-name", user)
+        assert r.stdout.strip() == (f"Quota configs for user-principal '{user}' are consumer_byte_rate=1024.0, "
+                                    "request_percentage=50.5"), r.describe()
+    finally:
+        alter(b, [(_entity(user=user), {"request_percentage": None, "consumer_byte_rate": None})])
+
+
+# --------------------------------------------------------------------------- raw answers
+
+
+def test_alter_client_quotas_validation(broker: Broker) -> None:
+    """Kafka's checks, one entity at a time: each refused entity gets INVALID_REQUEST and its
+    message, the others are applied; validate_only applies nothing."""
+    b = broker.bootstrap
+    ok, bad = _cid("ok"), _cid("bad")
+    results = alter(b, [
+        (_entity(client_id=ok), {"producer_byte_rate": 1024.0, "request_percentage": 12.5}),
+        (_entity(client_id=bad), {"no_such_quota": 1.0}),
+        (_entity(user=bad), {"producer_byte_rate": 0.0}),
+        (_entity(user=bad, client_id=bad), {"consumer_byte_rate": 10.5}),
+        (_entity(ip="127.0.0.1", user=bad), {"connection_creation_rate": 10.0}),
+        (_entity(ip="127.0.0.9"), {"producer_byte_rate": 10.0}),
+        ([], {"producer_byte_rate": 10.0}),
+        (_entity(client_id=""), {"producer_byte_rate": 10.0}),
+        (_entity(client_id=ok, group="x"), {"producer_byte_rate": 10.0}),
+    ])
+    assert sorted(map(_norm, results)) == sorted(map(_norm, [
+        ({"client-id": ok}, 0, None),
+        ({"client-id": bad}, INVALID_REQUEST, "Invalid configuration key no_such_quota"),
+        ({"user": bad}, INVALID_REQUEST, "Quota producer_byte_rate must be greater than 0"),
+        ({"user": bad, "client-id": bad}, INVALID_REQUEST, "consumer_byte_rate cannot be a fractional value."),
+        ({"ip": "127.0.0.1", "user": bad}, INVALID_REQUEST,
+         "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId"),
+        ({"ip": "127.0.0.9"}, INVALID_REQUEST, "Invalid configuration key producer_byte_rate"),
+        ({}, INVALID_REQUEST, "Invalid empty client quota entity"),
+        ({"client-id": ""}, INVALID_REQUEST, "Empty client-id not supported"),
+        ({"client-id": ok, "group": "x"}, INVALID_REQUEST, "Unhandled client quota entity type: group"),
+    ]))
+    try:
+        got = wait_for(lambda: quotas_of(describe(b, [("client-id", MATCH_EXACT, ok)])), lambda q: q != {})
+        assert got == {(("client-id", ok),): {"producer_byte_rate": 1024.0, "request_percentage": 12.5}}
+        assert quotas_of(describe(b, [("client-id", MATCH_EXACT, bad)])) == {}
+        assert quotas_of(describe(b, [("user", MATCH_EXACT, bad)])) == {}
+        # validate_only: answered as a real change, nothing stored
+        assert alter(b, [(_entity(client_id=ok), {"consumer_byte_rate": 2048.0})], validate_only=True) == [
+            ({"client-id": ok}, 0, None)]
+        assert alter(b, [(_entity(client_id=ok), {"consumer_byte_rate": -1.0})], validate_only=True) == [
+            ({"client-id": ok}, INVALID_REQUEST, "Quota consumer_byte_rate must be greater than 0")]
+        time.sleep(0.5)
+        assert quotas_of(describe(b, [("client-id", MATCH_EXACT, ok)])) == got
+        # the same entity twice in one request: refused (Kafka applies the first one's changes)
+        again = alter(b, [(_entity(client_id=bad), {"producer_byte_rate": 10.0}),
+                          (_entity(client_id=bad), {"producer_byte_rate": 20.0})])
+        assert again == [({"client-id": bad}, INVALID_REQUEST,
+                          f"Ignoring duplicate entity ClientQuotaEntity(entries={{client-id={bad}}})")]
+        # a key twice for one entity: the entity is refused as a duplicate too
+        dup = {"entity": _entity(user=bad), "ops": [
+            {"key": "producer_byte_rate", "value": 1.0, "remove": False},
+            {"key": "producer_byte_rate", "value": 2.0, "remove": False}]}
+        with RawConn(b) as conn:
+            resp = conn.request(ALTER, V, {"validate_only": False, "entries": [dup]})
+        assert [(e["error_code"], e["error_message"]) for e in resp["entries"]] == [
+            (INVALID_REQUEST, f"Ignoring duplicate entity ClientQuotaEntity(entries={{user={bad}}})")]
+    finally:
+        alter(b, [(_entity(client_id=ok), {"producer_byte_rate": None, "request_percentage": None}),
+                  (_entity(client_id=bad), {"producer_byte_rate": None})])
+
+
+def test_describe_client_quotas_filters(broker: Broker) -> None:
+    """Exact, default and any-name components, strict or not, and the refused filters."""
+    b = broker.bootstrap
+    u, c = _cid("fu"), _cid("fc")
+    alter(b, [(_entity(user=u), {"producer_byte_rate": 1000.0}),
+              (_entity(user=u, client_id=c), {"consumer_byte_rate": 2000.0}),
+              (_entity(user=u, client_id=None), {"request_percentage": 30.0}),
+              (_entity(client_id=c), {"producer_byte_rate": 3000.0})])
+    try:
+        mine = wait_for(lambda: quotas_of(describe(b, [("user", MATCH_EXACT, u)])), lambda q: len(q) == 3)
+        assert mine == {(("user", u),): {"producer_byte_rate": 1000.0},
+                        (("client-id", c), ("user", u)): {"consumer_byte_rate": 2000.0},
+                        (("client-id", None), ("user", u)): {"request_percentage": 30.0}}
+        assert quotas_of(describe(b, [("user", MATCH_EXACT, u)], strict=True)) == {
+            (("user", u),): {"producer_byte_rate": 1000.0}}
+        assert quotas_of(describe(b, [("user", MATCH_EXACT, u), ("client-id", MATCH_DEFAULT, None)])) == {
+            (("client-id", None), ("user", u)): {"request_percentage": 30.0}}
+        assert quotas_of(describe(b, [("user", MATCH_EXACT, u), ("client-id", MATCH_SPECIFIED, None)])) == {
+            (("client-id", c), ("user", u)): {"consumer_byte_rate": 2000.0},
+            (("client-id", None), ("user", u)): {"request_percentage": 30.0}}
+        assert quotas_of(describe(b, [("client-id", MATCH_EXACT, c)], strict=True)) == {
+            (("client-id", c),): {"producer_byte_rate": 3000.0}}
+        everything = quotas_of(describe(b, []))
+        assert {k: everything[k] for k in mine} == mine
+    finally:
+        alter(b, [(_entity(user=u), {"producer_byte_rate": None}),
+                  (_entity(user=u, client_id=c), {"consumer_byte_rate": None}),
+                  (_entity(user=u, client_id=None), {"request_percentage": None}),
+                  (_entity(client_id=c), {"producer_byte_rate": None})])
+    refusals = [
+        ([("group", MATCH_EXACT, "g")], UNSUPPORTED_VERSION, "Unsupported entity type group"),
+        ([("", MATCH_EXACT, "g")], INVALID_REQUEST, "Invalid empty entity type."),
+        ([("user", MATCH_EXACT, None)], INVALID_REQUEST,
+         "Request specified MATCH_TYPE_EXACT, but set match string to null."),
+        ([("user", MATCH_DEFAULT, "x")], INVALID_REQUEST,
+         "Request specified MATCH_TYPE_DEFAULT, but also specified a match string."),
+        ([("user", MATCH_SPECIFIED, "x")], INVALID_REQUEST,
+         "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string."),
+        ([("user", 7, None)], INVALID_REQUEST, "Unknown match type 7"),
+        ([("user", MATCH_EXACT, "a"), ("user", MATCH_EXACT, "b")], INVALID_REQUEST,
+         "Entity type user cannot appear more than once in the filter."),
+        ([("ip", MATCH_SPECIFIED, None), ("user", MATCH_SPECIFIED, None)], INVALID_REQUEST,
+         "Invalid entity filter component combination. IP filter component should not be used with "
+         "user or clientId filter component."),
+    ]
+    for components, code, message in refusals:
+        resp = describe(b, components)
+        assert (resp["error_code"], resp["error_message"], resp["entries"]) == (code, message, None), components
+
+
+def test_client_quotas_survive_restart(restartable_broker: BrokerProcess) -> None:
+    b = restartable_broker
+    client = _cid("keep")
+    assert sorted(map(_norm, alter(b.bootstrap, [(_entity(client_id=client), {"producer_byte_rate": 65536.0}),
+                                                 (_entity(user=None), {"request_percentage": 200.0})]))) == \
+        sorted(map(_norm, [({"client-id": client}, 0, None), ({"user": None}, 0, None)]))
+    expected = {(("client-id", client),): {"producer_byte_rate": 65536.0},
+                (("user", None),): {"request_percentage": 200.0}}
+    wait_for(lambda: quotas_of(describe(b.bootstrap, [])), lambda q: q == expected, what="both quotas")
+    b.kill()
+    b.restart()
+    assert wait_for(lambda: quotas_of(describe(b.bootstrap, [])), lambda q: q == expected,
+                    what="the quotas after a restart") == expected
