@@ -10,6 +10,7 @@ the test's own (or on a default entity that the test removes again before it end
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
@@ -19,7 +20,8 @@ import pytest
 from .brokers import BrokerProcess
 from .cli_helpers import require_tools, run
 from .conftest import Broker
-from .raw import RawConn
+from .helpers import unique_topic
+from .raw import RawConn, one_record_batch
 
 DESCRIBE, ALTER = 48, 49
 V = 1
@@ -308,3 +310,161 @@ def test_client_quotas_survive_restart(restartable_broker: BrokerProcess) -> Non
     b.restart()
     assert wait_for(lambda: quotas_of(describe(b.bootstrap, [])), lambda q: q == expected,
                     what="the quotas after a restart") == expected
+
+
+# --------------------------------------------------------------------------- throttling
+
+QUOTA = 512 * 1024  # bytes/s
+RUN_S = 10.0  # Kafka measures over 10 whole windows: a run this long sees the quota itself
+
+
+def _raw_produce_throttle(bootstrap: str, client: str, topic: str) -> int:
+    """throttle_time_ms of one acks=1 Produce of 1 KiB sent as `client`."""
+    with RawConn(bootstrap, client_id=client) as conn:
+        body = conn.request(0, 9, {"transactional_id": None, "acks": 1, "timeout_ms": 10000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": one_record_batch(b"x" * 1024)}]}]})
+    [t] = body["responses"]
+    [p] = t["partition_responses"]
+    assert p["error_code"] == 0, body
+    return int(body["throttle_time_ms"])
+
+
+def _set_quota(bootstrap: str, client: str, key: str, value: float | None) -> None:
+    assert alter(bootstrap, [(_entity(client_id=client), {key: value})]) == [({"client-id": client}, 0, None)]
+    wanted = {} if value is None else {(("client-id", client),): {key: value}}
+    wait_for(lambda: quotas_of(describe(bootstrap, [("client-id", MATCH_EXACT, client)])), lambda q: q == wanted,
+             what=f"{key} of {client} = {value}")
+
+
+def _create_topic(bootstrap: str, prefix: str) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = unique_topic(prefix)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    wait_for(lambda: admin.list_topics(name, timeout=10).topics[name],
+             lambda t: t.error is None and len(t.partitions) == 1, what=f"{name} in metadata")
+    return name
+
+
+class _Throttles:
+    """The largest broker throttle librdkafka reported in its statistics (ms)."""
+
+    def __init__(self) -> None:
+        self.max = 0
+
+    def __call__(self, stats_json: str) -> None:
+        stats = json.loads(stats_json)
+        for b in stats.get("brokers", {}).values():
+            self.max = max(self.max, int(b.get("throttle", {}).get("max", 0)))
+
+
+def test_producer_held_to_producer_byte_rate(broker: Broker) -> None:
+    """A producer sending as fast as it can under producer_byte_rate = 512 KiB/s gets that
+    rate (within 20%) and throttle times; a Produce of the same client id right after is
+    throttled too (the quota is the client id's); removing the quota lifts it."""
+    from confluent_kafka import Producer
+
+    b = broker.bootstrap
+    client = _cid("qprod")
+    topic = _create_topic(b, "quota-produce")
+    _set_quota(b, client, "producer_byte_rate", float(QUOTA))
+    throttles = _Throttles()
+    producer = Producer({"bootstrap.servers": b, "client.id": client, "linger.ms": 5, "batch.size": 16384,
+                         "queue.buffering.max.kbytes": 512, "statistics.interval.ms": 500,
+                         "stats_cb": throttles})
+    value = b"v" * 1024
+    delivered = 0
+    end = 0.0
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        nonlocal delivered
+        if err is None and time.monotonic() <= end:
+            delivered += len(msg.value())
+
+    try:
+        start = time.monotonic()
+        end = start + RUN_S
+        while time.monotonic() < end:
+            try:
+                producer.produce(topic, value, partition=0, on_delivery=on_delivery)
+            except BufferError:
+                producer.poll(0.01)
+            producer.poll(0)
+        producer.poll(0.5)  # statistics of the last interval
+        rate = delivered / RUN_S
+        print(f"producer: {rate / 1024:.0f} KiB/s under {QUOTA // 1024} KiB/s, max throttle {throttles.max} ms")
+        assert 0.8 * QUOTA <= rate <= 1.2 * QUOTA, f"{rate / 1024:.0f} KiB/s under a quota of {QUOTA // 1024} KiB/s"
+        assert throttles.max > 0, "librdkafka saw no throttle_time_ms"
+        assert _raw_produce_throttle(b, client, topic) > 0
+    finally:
+        producer.purge()
+        producer.flush(10)
+    _set_quota(b, client, "producer_byte_rate", None)
+    assert [_raw_produce_throttle(b, client, topic) for _ in range(3)] == [0, 0, 0]
+
+
+def test_consumer_held_to_consumer_byte_rate(broker: Broker) -> None:
+    """A consumer reading as fast as it can under consumer_byte_rate = 512 KiB/s gets that
+    rate (within 20%), with throttle times; the data is all there, in order."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    b = broker.bootstrap
+    client = _cid("qcons")
+    topic = _create_topic(b, "quota-consume")
+    total = 7 * 1024  # 7 MiB of 1 KiB records, more than the 10 s the test reads
+    producer = Producer({"bootstrap.servers": b, "linger.ms": 5, "batch.size": 16384})
+    for i in range(total):
+        producer.produce(topic, i.to_bytes(4, "big") + b"c" * 1020, partition=0)
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    _set_quota(b, client, "consumer_byte_rate", float(QUOTA))
+    throttles = _Throttles()
+    consumer = Consumer({"bootstrap.servers": b, "group.id": _cid("qgroup"), "client.id": client,
+                         "enable.auto.commit": False, "max.partition.fetch.bytes": 65536,
+                         "statistics.interval.ms": 500, "stats_cb": throttles})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        received = 0
+        expected_index = 0
+        start = None
+        while start is None or time.monotonic() < start + RUN_S:
+            msg = consumer.poll(0.1)
+            if msg is None:
+                assert start is not None or expected_index == 0
+                continue
+            assert msg.error() is None, msg.error()
+            start = start or time.monotonic()
+            assert int.from_bytes(msg.value()[:4], "big") == expected_index
+            expected_index += 1
+            received += len(msg.value())
+        consumer.poll(0.5)
+        rate = received / RUN_S
+        print(f"consumer: {rate / 1024:.0f} KiB/s under {QUOTA // 1024} KiB/s, max throttle {throttles.max} ms")
+        assert 0.8 * QUOTA <= rate <= 1.2 * QUOTA, f"{rate / 1024:.0f} KiB/s under a quota of {QUOTA // 1024} KiB/s"
+        assert throttles.max > 0, "librdkafka saw no throttle_time_ms"
+    finally:
+        consumer.close()
+        _set_quota(b, client, "consumer_byte_rate", None)
+
+
+def test_request_percentage_throttles_any_request(broker: Broker) -> None:
+    """request_percentage: a client id allowed 0.01% of a thread is throttled after a few
+    requests, for at most one quota window (1 s), on any API (here Metadata)."""
+    b = broker.bootstrap
+    client = _cid("qreq")
+    _set_quota(b, client, "request_percentage", 0.01)
+    try:
+        throttles = []
+        with RawConn(b, client_id=client) as conn:
+            for _ in range(500):
+                body = conn.request(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                            "include_topic_authorized_operations": False})
+                throttles.append(body["throttle_time_ms"])
+                if body["throttle_time_ms"]:
+                    break
+        print(f"request_percentage: throttled {throttles[-1]} ms after {len(throttles)} Metadata requests")
+        assert 0 < throttles[-1] <= 1000, throttles
+    finally:
+        _set_quota(b, client, "request_percentage", None)
