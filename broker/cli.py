@@ -22,7 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="INFO")
     sql = sub.add_parser("sql", help="run SQL statements on a running broker (its HTTP endpoint)")
     sql.add_argument("statement", help="one or more statements separated by ';'")
-    sql.add_argument("--http", default="127.0.0.1:6041", help="the broker's HTTP address (default 127.0.0.1:6041)")
+    sql.add_argument("--http", default="127.0.0.1:6041",
+                     help="the broker's HTTP address HOST:PORT, or https://HOST:PORT (default 127.0.0.1:6041)")
+    sql.add_argument("--cafile", help="CA certificates to check an https:// front's certificate with")
     sql.add_argument("--db", help="database for unqualified names (as after USE db)")
     sql.add_argument("--json", action="store_true", help="print the raw JSON answer")
     return parser
@@ -31,13 +33,16 @@ def _parser() -> argparse.ArgumentParser:
 def _sql(args: argparse.Namespace) -> int:
     """POST the statement to /rest/sql and print the answer as a table (or the error)."""
     import json
+    import ssl
     import urllib.error
     import urllib.request
 
-    url = f"http://{args.http}/rest/sql" + (f"/{args.db}" if args.db else "")
+    base = args.http if args.http.startswith(("http://", "https://")) else f"http://{args.http}"
+    url = f"{base}/rest/sql" + (f"/{args.db}" if args.db else "")
     request = urllib.request.Request(url, data=args.statement.encode(), method="POST")
+    context = ssl.create_default_context(cafile=args.cafile) if url.startswith("https://") else None
     try:
-        with urllib.request.urlopen(request, timeout=300) as response:
+        with urllib.request.urlopen(request, timeout=300, context=context) as response:
             answer = json.load(response)
     except urllib.error.HTTPError as exc:
         answer = json.load(exc)
@@ -63,6 +68,7 @@ def _sql(args: argparse.Namespace) -> int:
 
 async def _serve(config: BrokerConfig) -> None:
     from tmqgate.broker.http import make_app, start_http
+    from tmqgate.broker.listeners import server_ssl_context
     from tmqgate.broker.server import Broker
     from tmqgate.storage import StorageError
 
@@ -74,14 +80,17 @@ async def _serve(config: BrokerConfig) -> None:
     await broker.start()
     runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id,
                                        max_body_bytes=config.max_sql_length),
-                              config.http_address)
+                              config.http_address,
+                              server_ssl_context(config) if config.http_tls else None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, broker.reload_certificates)
     read_only = broker.store.read_only
     note = f" (READ-ONLY until there is room: {read_only})" if read_only else ""
-    print(f"tmqgate ready: kafka {broker.advertised[0]}:{broker.port}, http {config.http}{note}", flush=True)
+    kafka = ", ".join(f"{name}://{host}:{port}" for name, (host, port) in broker.advertised_by_listener.items())
+    print(f"tmqgate ready: kafka {kafka}, http {config.http}{note}", flush=True)
     await stop.wait()
     logging.getLogger("tmqgate").info("shutting down")
     await runner.cleanup()

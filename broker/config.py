@@ -25,7 +25,26 @@ class BrokerConfig:
     listen: str = "127.0.0.1:9092"
     http: str = "127.0.0.1:6041"
     data_dir: str = "./data"
-    advertised_listener: str | None = None
+    advertised_listener: str | None = None  # HOST:PORT clients are told for `listen`
+    # --- Listeners (Kafka's listeners / advertised.listeners / listener.security.protocol.map)
+    # e.g. ["PLAINTEXT://127.0.0.1:9092", "SASL_SSL://127.0.0.1:9093"]; empty = one PLAINTEXT
+    # listener on `listen`. See broker/listeners.py.
+    listeners: list[str] = field(default_factory=list)
+    advertised_listeners: list[str] = field(default_factory=list)
+    listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
+    # TLS of the SSL and SASL_SSL listeners (PEM files; Kafka's ssl.keystore/ssl.truststore).
+    # ssl_client_auth is Kafka's ssl.client.auth: "required" | "requested" | "none"; the CAs
+    # of ssl_cafile are the ones client certificates must chain to. SIGHUP reloads the files.
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_key_password: str | None = None
+    ssl_cafile: str | None = None
+    ssl_client_auth: str = "none"
+    ssl_min_version: str = "TLSv1.2"  # or "TLSv1.3"; older versions are never offered
+    # The HTTP SQL front over HTTPS with the same certificate (and ssl_client_auth) settings.
+    http_tls: bool = False
+    # ssl.principal.mapping.rules (one rule per entry): a certificate's subject DN -> principal.
+    ssl_principal_mapping_rules: list[str] = field(default_factory=lambda: ["DEFAULT"])
     node_id: int = 1
     cluster_id: str = "tmqgate-cluster-00000"
     # socket.request.max.bytes in Kafka: a frame larger than this closes the connection.
@@ -129,6 +148,14 @@ class BrokerConfig:
         """Refuse settings that contradict each other (Kafka checks these at start too)."""
         if self.quota_window_num < 1 or self.quota_window_size_seconds < 1:
             raise ValueError("quota_window_num and quota_window_size_seconds must be at least 1")
+        from tmqgate.broker.principal import parse_rules
+        parse_rules(self.ssl_principal_mapping_rules)  # a bad rule refuses the start, as in Kafka
+        if self.http_tls and not (self.ssl_certfile and self.ssl_keyfile):
+            raise ValueError("http_tls needs ssl_certfile and ssl_keyfile")
+        if self.ssl_client_auth not in ("required", "requested", "none"):
+            raise ValueError(f"ssl_client_auth must be required, requested or none, not {self.ssl_client_auth!r}")
+        if self.ssl_min_version not in ("TLSv1.2", "TLSv1.3"):
+            raise ValueError(f"ssl_min_version must be TLSv1.2 or TLSv1.3, not {self.ssl_min_version!r}")
         pool = self.queued_max_request_bytes
         if 0 < pool < self.socket_request_max_bytes:
             raise ValueError(f"queued_max_request_bytes ({pool}) must be -1 or at least "

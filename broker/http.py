@@ -16,6 +16,7 @@ CORS preflight): a request whose `Origin` header is not this server's own origin
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -129,10 +130,12 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
     return app
 
 
-async def start_http(app: web.Application, address: tuple[str, int]) -> web.AppRunner:
-    """Serve `app` on `address` (host, port) until the runner is cleaned up."""
+async def start_http(app: web.Application, address: tuple[str, int],
+                     ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
+    """Serve `app` on `address` (host, port) until the runner is cleaned up; HTTPS when
+    given the TLS context (the Kafka listeners' certificates, `http_tls`)."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, port = address
-    await web.TCPSite(runner, host, port, reuse_address=True).start()
+    await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context).start()
     return runner

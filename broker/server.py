@@ -17,21 +17,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
-import socket
+import ssl
 import struct
 import time
 from typing import Any
 
 from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
-from tmqgate.broker.client import ClientInfo, current_client
-from tmqgate.broker.config import BrokerConfig, parse_hostport
+from tmqgate.broker.client import ANONYMOUS, ClientInfo, current_client
+from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.group_coordinator import group_coordinator
 from tmqgate.broker.handlers import API_TABLE
 from tmqgate.broker.handlers.context import AdminApis, ClusterApis, DataPlane, GroupApis, Node
 from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
+from tmqgate.broker.listeners import (
+    Listener,
+    advertised_addresses,
+    load_certificates,
+    parse_listeners,
+    server_ssl_context,
+)
+from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules
 from tmqgate.broker.quotas import ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.tdengine import Executor, GroupQueries, TsdbCatalog
@@ -138,7 +147,10 @@ class Broker:
                                               group_ids=machine.group_ids, members=machine.members,
                                               now_ms=self.coordinator.now))
         self.started_ms = int(time.time() * 1000)
-        self._server: asyncio.Server | None = None
+        self._servers: list[tuple[Listener, asyncio.Server]] = []
+        self._ssl: ssl.SSLContext | None = None
+        self._mapping_rules = parse_rules(config.ssl_principal_mapping_rules)
+        self.advertised_by_listener: dict[str, tuple[str, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._handlers: dict[int, BoundHandler] = {}
@@ -153,22 +165,36 @@ class Broker:
         self.quotas = ClientQuotaManagers(self.store, config, self.limited_log)
 
     async def start(self) -> None:
-        host, port = self.config.listen_address
-        self._server = await asyncio.start_server(self._serve_connection, host, port,
-                                                  reuse_address=True, limit=_READ_LIMIT)
-        bound = self._server.sockets[0].getsockname()
-        if self.config.advertised_listener:
-            self.advertised = parse_hostport(self.config.advertised_listener)
-        elif host in ("0.0.0.0", "::", ""):
-            # A wildcard is no address to give clients; Kafka advertises the host's name then.
-            self.advertised = (socket.getfqdn(), bound[1])
-        else:
-            self.advertised = (host, bound[1])
+        listeners = parse_listeners(self.config)
+        self._ssl = server_ssl_context(self.config) if any(li.tls for li in listeners) else None
+        bound: dict[str, tuple[str, int]] = {}
+        for listener in listeners:
+            server = await asyncio.start_server(
+                functools.partial(self._serve_connection, listener=listener), listener.host or None,
+                listener.port, reuse_address=True, limit=_READ_LIMIT,
+                ssl=self._ssl if listener.tls else None)
+            self._servers.append((listener, server))
+            bound[listener.name] = (listener.host, server.sockets[0].getsockname()[1])
+        self.advertised_by_listener = advertised_addresses(self.config, bound)
+        self.advertised = self.advertised_by_listener[listeners[0].name]
         self._handlers = bind(self.apis, self._contexts())
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         self._tasks.append(asyncio.create_task(self._precompile()))
         await self.coordinator.start()
-        log.info("tmqgate listening on %s:%d (data dir %s)", host, bound[1], self.config.data_dir)
+        for listener, server in self._servers:
+            log.info("tmqgate listening on %s://%s:%d (%s; data dir %s)", listener.name, listener.host,
+                     server.sockets[0].getsockname()[1], listener.security_protocol, self.config.data_dir)
+
+    def reload_certificates(self) -> None:
+        """SIGHUP: TLS listeners take the certificate files as they are now (new handshakes)."""
+        if self._ssl is None:
+            return
+        try:
+            load_certificates(self._ssl, self.config)
+        except (OSError, ssl.SSLError) as exc:  # keep serving with the certificates loaded before
+            log.error("could not reload TLS certificates (%s); keeping the ones in use", exc)
+            return
+        log.info("reloaded TLS certificates from %s", self.config.ssl_certfile)
 
     def _contexts(self) -> dict[type, Any]:
         """One context of each handler family (the advertised address is known from start)."""
@@ -184,20 +210,25 @@ class Broker:
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        return self._server.sockets[0].getsockname()[1]
+        """The first listener's bound port."""
+        return self.ports[self._servers[0][0].name]
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """Each listener's bound port, by listener name."""
+        return {li.name: server.sockets[0].getsockname()[1] for li, server in self._servers}
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for _, server in self._servers:
+            server.close()
         for task in [*self._tasks, *self._connections]:
             task.cancel()
         for task in [*self._tasks, *self._connections]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._server is not None:
+        for _, server in self._servers:
             with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+                await server.wait_closed()
         await self.coordinator.stop()
         self.store.close()
         self.limited_log.flush()
@@ -258,7 +289,8 @@ class Broker:
         if removed:
             log.warning("archiver removed %d WAL range(s) to stay within the disk limits", len(removed))
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                *, listener: Listener) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -272,6 +304,7 @@ class Broker:
             return
         memory = FrameMemory(self.pool)
         try:
+            current_client.set(self._client_info(listener, peer, writer))
             await self._connection_loop(reader, writer, peer, memory)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -281,6 +314,8 @@ class Broker:
             pass
         except TimeoutError as exc:
             log.info("closing %s: %s", peer, exc)
+        except NoMatchingRule as exc:  # Kafka fails the authentication of such a certificate
+            self.limited_log.warning("authentication", "closing %s: %s", peer, exc)
         except Exception:
             log.exception("connection %s failed", peer)
         finally:
@@ -291,12 +326,23 @@ class Broker:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    def _client_info(self, listener: Listener, peer: Any, writer: asyncio.StreamWriter) -> ClientInfo:
+        """Who the new connection is: its listener, and on SSL its certificate's principal."""
+        principal = ANONYMOUS
+        if listener.security_protocol == "SSL":
+            ssl_object = writer.get_extra_info("ssl_object")
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            if der:
+                principal = certificate_principal(der, self._mapping_rules)
+        return ClientInfo(host=peer[0] if peer else "", port=peer[1] if peer else 0,
+                          listener=listener.name, security_protocol=listener.security_protocol,
+                          principal=principal, advertised=self.advertised_by_listener[listener.name])
+
     async def _connection_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                peer: Any, memory: FrameMemory) -> None:
         max_size = self.config.socket_request_max_bytes
         transport = writer.transport
         fd = _socket_fd(writer)
-        current_client.set(ClientInfo(host=peer[0] if peer else "", port=peer[1] if peer else 0))
         while True:
             (size,) = _SIZE.unpack(await self._read_size(reader))
             memory.free()  # the previous frame (alive until now in this loop) goes back

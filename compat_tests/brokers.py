@@ -7,6 +7,7 @@ reference Apache Kafka broker comes from `compat_tests/kafka_ref.py`.  Both are 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -49,18 +50,21 @@ def _tmqgate_cmd() -> list[str]:
     return [sys.executable, "-c", "import sys; from tmqgate.broker.cli import main; sys.exit(main())"]
 
 
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    return json.dumps(str(value))  # a TOML basic string
+
+
 def _toml(config: dict[str, Any]) -> str:
-    """Flat TOML of broker settings (bools, ints, floats, strings)."""
-    lines = []
-    for key, value in config.items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, int | float):
-            text = repr(value)
-        else:
-            text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-        lines.append(f"{key} = {text}")
-    return "\n".join(lines) + "\n"
+    """TOML of broker settings (bools, numbers, strings, lists, tables of strings)."""
+    return "".join(f"{key} = {_toml_value(value)}\n" for key, value in config.items())
 
 
 TEST_DEFAULTS: dict[str, Any] = {"group_initial_rebalance_delay_ms": 0}
@@ -70,9 +74,11 @@ class TmqgateProcess(BrokerProcess):
     """`tmqgate serve` as a child process."""
 
     def __init__(self, workdir: Path, port: int | None = None, http_port: int | None = None,
-                 ready_timeout: float = 60.0, config: dict[str, Any] | None = None) -> None:
+                 ready_timeout: float = 60.0, config: dict[str, Any] | None = None,
+                 extra_listeners: dict[str, str] | None = None) -> None:
         """`config`: broker settings (fields of broker/config.py) written to a TOML file
-        in `workdir` and passed as `serve --config`."""
+        in `workdir` and passed as `serve --config`; `extra_listeners` (name -> security
+        protocol) are listeners on free ports beside the PLAINTEXT one (`listener_ports`)."""
         self.workdir = workdir
         # The reference broker runs with group.initial.rebalance.delay.ms=0 (kafka_ref.py);
         # tmqgate gets the same so group tests compare like with like.
@@ -82,6 +88,11 @@ class TmqgateProcess(BrokerProcess):
         self.data_dir = workdir / "data"
         self.log_path = workdir / "tmqgate.log"
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self.listener_ports = {"PLAINTEXT": self.port, **{name: free_port() for name in extra_listeners or {}}}
+        if extra_listeners:
+            self.config.setdefault("listeners", [f"{n}://127.0.0.1:{p}" for n, p in self.listener_ports.items()])
+            self.config.setdefault("listener_security_protocol_map",
+                                   {"PLAINTEXT": "PLAINTEXT", **extra_listeners})
         self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -136,15 +147,22 @@ class RefKafkaProcess(BrokerProcess):
     workdir it has already formatted.  SIGKILL uses the process handle kafka_ref exposes.
     """
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, config: dict[str, str] | None = None,
+                 extra_listeners: dict[str, str] | None = None) -> None:
+        """`config`: broker properties; `extra_listeners`: name -> security protocol."""
         self.workdir = workdir
         self.ref: Any = None
         self.bootstrap = ""
+        self.config = config
+        self.extra_listeners = extra_listeners
+        self.listener_ports: dict[str, int] = {}
 
     def start(self) -> None:
         from . import kafka_ref
 
-        self.ref = kafka_ref.start_reference_kafka(self.workdir)
+        self.ref = kafka_ref.start_reference_kafka(self.workdir, extra_config=self.config,
+                                                   extra_listeners=self.extra_listeners)
+        self.listener_ports = self.ref.listener_ports
         if self.bootstrap and self.ref.bootstrap != self.bootstrap:
             raise RuntimeError(f"reference Kafka came back on {self.ref.bootstrap}, not {self.bootstrap}")
         self.bootstrap = self.ref.bootstrap
@@ -182,3 +200,13 @@ class RefKafkaProcess(BrokerProcess):
     def stop(self) -> None:
         if self.ref is not None:
             self.ref.stop()
+
+
+def new_broker(target: str, workdir: Path, *, config: dict[str, Any] | None = None,
+               extra_listeners: dict[str, str] | None = None) -> BrokerProcess:
+    """An unstarted broker of `target` ("tmqgate" | "kafka"): `config` in that broker's own
+    terms (tmqgate's TOML keys, Kafka's properties), `extra_listeners` name -> security
+    protocol beside PLAINTEXT; `listener_ports` has every listener's port once started."""
+    if target == "kafka":
+        return RefKafkaProcess(workdir, config=config, extra_listeners=extra_listeners)
+    return TmqgateProcess(workdir, config=config, extra_listeners=extra_listeners)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .brokers import BrokerProcess, RefKafkaProcess, TmqgateProcess
+from .brokers import BrokerProcess, new_broker
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,9 +57,7 @@ class Broker:
 
 
 def _new_process(target: str, workdir: Path) -> BrokerProcess:
-    if target == "kafka":
-        return RefKafkaProcess(workdir)
-    return TmqgateProcess(workdir)
+    return new_broker(target, workdir)
 
 
 @pytest.fixture(scope="session")

@@ -165,6 +165,9 @@ class RefKafka:
         self.config_path = workdir / CONFIG_NAME
         self.log_path = workdir / LOG_NAME
         self.data_dir = workdir / DATA_NAME
+        listeners = _read_properties(self.config_path).get("listeners", "")
+        self.listener_ports = {name: _port_of(address) for name, _, address in
+                               (item.partition("://") for item in listeners.split(",") if item)}
 
     @property
     def bootstrap(self) -> str:
@@ -223,13 +226,17 @@ class RefKafka:
 
 
 def _write_config(workdir: Path, port: int, controller_port: int,
-                  extra_config: dict[str, str] | None) -> Path:
+                  extra_config: dict[str, str] | None, extra_listeners: dict[str, str] | None = None) -> Path:
+    """`extra_listeners` (name -> security protocol) get free ports beside PLAINTEXT."""
+    extra = {name: (protocol, free_port()) for name, protocol in (extra_listeners or {}).items()}
+    listeners = "".join(f",{name}://127.0.0.1:{p}" for name, (_, p) in extra.items())
+    protocol_map = "".join(f",{name}:{protocol}" for name, (protocol, _) in extra.items())
     config = {
         "process.roles": "broker,controller",
         "node.id": "1",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}{listeners}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}{listeners}",
+        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocol_map}",
         "inter.broker.listener.name": "PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
@@ -309,13 +316,16 @@ def _wait_ready(ref: RefKafka, deadline: float) -> None:
 
 
 def start_reference_kafka(workdir: Path, *, extra_config: dict[str, str] | None = None,
+                          extra_listeners: dict[str, str] | None = None,
                           heap_opts: str = HEAP_OPTS, jvm_opts: str = JVM_OPTS,
                           ready_timeout: float = 90.0) -> RefKafka:
     """Start (or restart) a one-node KRaft Apache Kafka with its state in `workdir`.
 
     A fresh workdir gets free loopback ports, a random cluster id and `kafka-storage format`;
     a workdir that was already formatted is started as it is (same ports and data).
-    `extra_config` adds/overrides broker properties (only when the workdir is fresh).
+    `extra_config` adds/overrides broker properties and `extra_listeners` (name -> security
+    protocol) adds listeners on free ports (only when the workdir is fresh); the broker's
+    `listener_ports` gives every listener's port by name.
     Returns once the broker serves metadata; the caller owns it and must `stop()` it (or
     use it as a context manager).
     """
@@ -339,7 +349,7 @@ def start_reference_kafka(workdir: Path, *, extra_config: dict[str, str] | None 
             while controller_port == port:
                 controller_port = free_port()
             cluster_id = random_cluster_id()
-            _write_config(workdir, port, controller_port, extra_config)
+            _write_config(workdir, port, controller_port, extra_config, extra_listeners)
             _format_storage(config_path, cluster_id, log_path)
         else:
             props = _read_properties(config_path)

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tmqgate.broker.client import current_client
+
 if TYPE_CHECKING:
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.config import BrokerConfig
@@ -36,7 +38,15 @@ class Node:
 
     node_id: int
     cluster_id: str
-    advertised: tuple[str, int]  # (host, port) given to clients
+    advertised: tuple[str, int]  # (host, port) of the first listener
+
+    def address(self) -> tuple[str, int]:
+        """Where the client being served is told to find this node: the advertised address of
+        the listener its connection came in on (Kafka answers each listener with its own)."""
+        client = current_client.get(None)
+        if client is not None and client.advertised is not None:
+            return client.advertised
+        return self.advertised
 
 
 @dataclass(frozen=True)

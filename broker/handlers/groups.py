@@ -39,7 +39,7 @@ def _kick(ctx: GroupApis) -> None:
 
 @api(ApiKey.FIND_COORDINATOR, 0, 6)
 async def find_coordinator(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    host, port = ctx.node.advertised
+    host, port = ctx.node.address()
     node = ctx.node.node_id
     body = req.body
     key_type = body.get("key_type", KEY_TYPE_GROUP)

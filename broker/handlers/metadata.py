@@ -42,7 +42,7 @@ def topic_metadata(ctx: ClusterApis, topic: Topic) -> dict[str, Any]:
 
 
 def brokers(ctx: ClusterApis) -> list[dict[str, Any]]:
-    host, port = ctx.node.advertised
+    host, port = ctx.node.address()
     return [{"node_id": ctx.node.node_id, "host": host, "port": port, "rack": None}]
 
 
@@ -107,7 +107,7 @@ def _auto_create(ctx: ClusterApis, name: str) -> Topic | ErrorCode:
 
 @api(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 async def describe_cluster(ctx: ClusterApis, req: Request) -> dict[str, Any]:
-    host, port = ctx.node.advertised
+    host, port = ctx.node.address()
     return {
         "throttle_time_ms": 0,
         "error_code": 0,

@@ -1,0 +1,75 @@
+"""Listener settings and certificate principals (broker/listeners.py, broker/principal.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.listeners import Listener, ListenerError, advertised_addresses, parse_listeners
+from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules, subject_name
+
+
+def test_default_is_one_plaintext_listener_on_listen() -> None:
+    assert parse_listeners(BrokerConfig(listen="127.0.0.1:19092")) == [
+        Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 19092)]
+
+
+def test_listeners_take_their_protocol_from_name_or_map() -> None:
+    cfg = BrokerConfig(listeners=["PLAINTEXT://127.0.0.1:1", "internal://:2", "SASL_SSL://[::1]:3"],
+                       listener_security_protocol_map={"INTERNAL": "SASL_PLAINTEXT"},
+                       ssl_certfile="c", ssl_keyfile="k")
+    assert parse_listeners(cfg) == [Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 1),
+                                    Listener("INTERNAL", "SASL_PLAINTEXT", "", 2),
+                                    Listener("SASL_SSL", "SASL_SSL", "::1", 3)]
+
+
+@pytest.mark.parametrize(("listeners", "protocol_map", "message"), [
+    (["OTHER://127.0.0.1:1"], {}, "no security protocol"),
+    (["PLAINTEXT://127.0.0.1:1", "PLAINTEXT://127.0.0.1:2"], {}, "given twice"),
+    (["PLAINTEXT://127.0.0.1:1", "SASL_PLAINTEXT://127.0.0.1:1"], {}, "share port 1"),
+    (["PLAINTEXT://127.0.0.1"], {}, "no valid port"),
+    (["127.0.0.1:9092"], {}, "NAME://HOST:PORT"),
+    (["SSL://127.0.0.1:1"], {}, "needs ssl_certfile"),
+    (["X://127.0.0.1:1"], {"X": "KERBEROS"}, "unknown security protocol"),
+])
+def test_bad_listener_settings_refuse_start(listeners: list[str], protocol_map: dict[str, str],
+                                            message: str) -> None:
+    with pytest.raises(ListenerError, match=message):
+        parse_listeners(BrokerConfig(listeners=listeners, listener_security_protocol_map=protocol_map))
+
+
+def test_advertised_listeners() -> None:
+    cfg = BrokerConfig(listeners=["PLAINTEXT://0.0.0.0:0", "SASL_SSL://127.0.0.1:0"],
+                       advertised_listeners=["PLAINTEXT://broker1.example:9092"])
+    bound = {"PLAINTEXT": ("0.0.0.0", 40001), "SASL_SSL": ("127.0.0.1", 40002)}
+    assert advertised_addresses(cfg, bound) == {"PLAINTEXT": ("broker1.example", 9092),
+                                                "SASL_SSL": ("127.0.0.1", 40002)}
+    with pytest.raises(ListenerError, match="not one of the listeners"):
+        advertised_addresses(BrokerConfig(advertised_listeners=["SSL://h:1"]), {"PLAINTEXT": ("h", 1)})
+    # the single-listener form of before: HOST:PORT for `listen`
+    assert advertised_addresses(BrokerConfig(advertised_listener="kafka.example:19092"),
+                                {"PLAINTEXT": ("127.0.0.1", 5)}) == {"PLAINTEXT": ("kafka.example", 19092)}
+
+
+def test_certificate_principal_and_mapping_rules(tmp_path: Path) -> None:
+    from compat_tests.certs import CLIENT_SUBJECT, make_certs
+
+    certs = make_certs(tmp_path)
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    der = x509.load_pem_x509_certificate(Path(certs.cert("client")).read_bytes()).public_bytes(Encoding.DER)
+    assert subject_name(der) == CLIENT_SUBJECT == "CN=alice,OU=eng,O=tmqgate-test"
+    assert certificate_principal(der, parse_rules(["DEFAULT"])) == "User:CN=alice,OU=eng,O=tmqgate-test"
+    rules = parse_rules([r"RULE:^CN=(.*?),OU=(.*?),O=(.*)$/$1@$2/U", "DEFAULT"])
+    assert certificate_principal(der, rules) == "User:ALICE@ENG"
+    rules = parse_rules([r"RULE:^CN=bob,.*$/bob/", r"RULE:^CN=([^,]*),.*$/$1/L"])
+    assert certificate_principal(der, rules) == "User:alice"
+    with pytest.raises(NoMatchingRule):
+        certificate_principal(der, parse_rules([r"RULE:^CN=bob,.*$/bob/"]))
+    with pytest.raises(ValueError, match="invalid ssl_principal_mapping_rules"):
+        parse_rules(["RULE:nope"])
+    with pytest.raises(ValueError, match="invalid ssl_principal_mapping_rules"):
+        BrokerConfig.load(None, ssl_principal_mapping_rules=["RULE:nope"])
