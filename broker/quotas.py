@@ -271,19 +271,27 @@ class _Sample:
 
 class Rate:
     """Kafka's `Rate` over a `WindowedSum` (SampledStat): `samples` windows of `window_ms`,
-    plus one slot for a sample that overlaps the monitored window."""
+    plus one slot for a sample that overlaps the monitored window.
 
-    __slots__ = ("samples", "current", "last_record")
+    Kept cheap per request: the sum, the oldest sample's start and the time the next sample
+    can expire are kept between calls and rescanned only when a sample is reused (once a
+    window) or may have expired (a sample's start and last event only ever move forward)."""
+
+    __slots__ = ("samples", "current", "last_record", "total", "oldest", "purge_at")
 
     def __init__(self) -> None:
         self.samples: list[_Sample] = []
         self.current = 0
         self.last_record = 0
+        self.total = 0.0
+        self.oldest = 0
+        self.purge_at = 0
 
     def record(self, value: float, now: int, window_ms: int, n: int) -> None:
         samples = self.samples
         if not samples:
             samples.append(_Sample(now))
+            self.oldest, self.purge_at = now, now + n * window_ms
         sample = samples[self.current]
         if now - sample.start >= window_ms:
             self.current = (self.current + 1) % (n + 1)
@@ -293,33 +301,42 @@ class Rate:
             else:
                 sample = samples[self.current]
                 sample.reset(now)
+                self._rescan(now, n * window_ms)
         sample.value += value
         sample.last_event = now
+        self.total += value
         self.last_record = now
 
-    def _purge(self, now: int, window_ms: int, n: int) -> None:
-        expire = n * window_ms
+    def _rescan(self, now: int, expire: int) -> None:
+        """SampledStat.purgeObsoleteSamples (samples with no event for n windows are reset),
+        and the sum, the oldest start and the next possible expiry recomputed."""
+        total = 0.0
+        oldest = now
+        first_event = now
         for s in self.samples:
             if now - s.last_event >= expire:
                 s.reset(now)
+            total += s.value
+            if s.start < oldest:
+                oldest = s.start
+            if s.last_event < first_event:
+                first_event = s.last_event
+        self.total, self.oldest, self.purge_at = total, oldest, first_event + expire
 
-    def window_size(self, now: int, window_ms: int, n: int) -> int:
-        self._purge(now, window_ms, n)
-        if not self.samples:
+    def measure(self, now: int, window_ms: int, n: int) -> tuple[float, int]:
+        """(the rate per second, the window it was measured over in ms): the window runs from
+        the oldest sample's start and is never taken as less than n - 1 whole windows."""
+        if not self.samples:  # SampledStat.oldest() starts the first sample when asked
             self.samples.append(_Sample(now))
-        oldest = min(s.start for s in self.samples)
-        elapsed = now - oldest
+            self.oldest, self.purge_at = now, now + n * window_ms
+        elif now >= self.purge_at:
+            self._rescan(now, n * window_ms)
+        elapsed = now - self.oldest
         full = elapsed // window_ms
         if full < n - 1:
             elapsed += (n - 1 - full) * window_ms
-        return max(elapsed, 1)
-
-    def measure(self, now: int, window_ms: int, n: int) -> tuple[float, int]:
-        """(the rate per second, the window it was measured over in ms)."""
-        self._purge(now, window_ms, n)
-        total = sum(s.value for s in self.samples)
-        window = self.window_size(now, window_ms, n)
-        return total / (window / 1000.0), window
+        window = max(elapsed, 1)
+        return self.total / (window / 1000.0), window
 
 
 @dataclass
@@ -517,6 +534,9 @@ class ClientQuotaManagers:
         self.request = QuotaManager(REQUEST_PERCENTAGE, self.configs, window_ms, n, max_throttle_ms=window_ms)
         self._limited_log = limited_log
         self._next_expiry = 0
+        # (principal, client id) -> whether any enforced quota applies to it (per configs.version)
+        self._plans: dict[tuple[str, str], bool] = {}
+        self._plans_version = -1
         self.active = False
         self._update_active()
 
@@ -553,8 +573,22 @@ class ClientQuotaManagers:
         key = request.api_key
         if key in _EXEMPT:
             return 0
-        user = _user_of(current_client.get().principal)
+        principal = current_client.get().principal
         cid = request.client_id or ""
+        configs = self.configs
+        if self._plans_version != configs.version:
+            self._plans.clear()
+            self._plans_version = configs.version
+        quotaed = self._plans.get((principal, cid))
+        if quotaed is None:  # the first request of this principal and client id since a change
+            user = _user_of(principal)
+            quotaed = any(m.resolve(user, cid) is not None for m in (self.produce, self.fetch, self.request))
+            if len(self._plans) >= 100_000:
+                self._plans.clear()
+            self._plans[(principal, cid)] = quotaed
+        if not quotaed:
+            return 0
+        user = _user_of(principal)
         now = _now_ms()
         percent = clock.busy_seconds() * 100.0  # of one thread, per second of the window
         which = self.request

@@ -121,3 +121,56 @@ def test_nothing_is_charged_without_quotas(store: Store) -> None:
     managers.alter([{"entity": _entity(client_id="c"), "ops": [
         {"key": "consumer_byte_rate", "value": 5.0, "remove": False}]}], False)
     assert managers.active is True
+
+
+class _KafkaRate:
+    """Kafka's Rate/SampledStat written plainly (every call purges and sums), to check the
+    incremental one against."""
+
+    def __init__(self, window_ms: int, n: int) -> None:
+        self.w, self.n, self.samples, self.current = window_ms, n, [], 0  # [start, last_event, value]
+
+    def record(self, value: float, now: int) -> None:
+        if not self.samples:
+            self.samples.append([now, now, 0.0])
+        s = self.samples[self.current]
+        if now - s[0] >= self.w:
+            self.current = (self.current + 1) % (self.n + 1)
+            if self.current >= len(self.samples):
+                s = [now, now, 0.0]
+                self.samples.append(s)
+            else:
+                s = self.samples[self.current]
+                s[:] = [now, now, 0.0]
+        s[2] += value
+        s[1] = now
+
+    def measure(self, now: int) -> tuple[float, int]:
+        for s in self.samples:
+            if now - s[1] >= self.n * self.w:
+                s[:] = [now, now, 0.0]
+        if not self.samples:
+            self.samples.append([now, now, 0.0])
+        elapsed = now - min(s[0] for s in self.samples)
+        full = elapsed // self.w
+        if full < self.n - 1:
+            elapsed += (self.n - 1 - full) * self.w
+        window = max(elapsed, 1)
+        return sum(s[2] for s in self.samples) / (window / 1000), window
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_incremental_rate_equals_kafkas(seed: int) -> None:
+    import random
+
+    rnd = random.Random(seed)
+    ours, ref = Rate(), _KafkaRate(1000, 11)
+    now = 0
+    for _ in range(3000):
+        now += rnd.choice([0, 1, 7, 50, 300, 999, 1000, 2500, 12_000])
+        value = rnd.choice([1.0, 1024.0, 65536.0, -1024.0])
+        if rnd.random() < 0.7:
+            ours.record(value, now, 1000, 11)
+            ref.record(value, now)
+        got, want = ours.measure(now, 1000, 11), ref.measure(now)
+        assert got[1] == want[1] and got[0] == pytest.approx(want[0], rel=1e-9, abs=1e-6), now
