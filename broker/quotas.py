@@ -6,8 +6,9 @@ Rules (Kafka's ClientQuotaControlManager, ClientQuotasImage, ClientQuotaManager)
   `ip` (alone); a name of None is the type's default entity (`<default>`). User and client-id
   entities take `producer_byte_rate`, `consumer_byte_rate` (integral, bytes/s),
   `request_percentage` and `controller_mutation_rate`; ip entities `connection_creation_rate`.
-  Every value must be > 0. The first three are enforced here; `controller_mutation_rate` and
-  `connection_creation_rate` are stored and described only.
+  Every value must be > 0. All but `controller_mutation_rate` (stored and described only) are
+  enforced here; `connection_creation_rate` as Kafka's SocketServer does: a new connection that
+  takes its ip's rate over the quota is closed unserved after the throttle time.
 - AlterClientQuotas is checked entity by entity (an entity's changes all apply or none do),
   in one WriteBatch (`storage.quotas`); `validate_only` checks and writes nothing.
 - Which quota applies to a connection (user = the principal's name, client id = the request
@@ -515,6 +516,18 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+def _ip_key(address: str | None) -> str | None:
+    """An ip entity's name or a peer's address in one spelling (None: the default entity)."""
+    if address is None:
+        return None
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return str(mapped or ip)
+
+
 def _user_of(principal: str) -> str:
     return principal.partition(":")[2] if ":" in principal else principal
 
@@ -537,12 +550,43 @@ class ClientQuotaManagers:
         # (principal, client id) -> whether any enforced quota applies to it (per configs.version)
         self._plans: dict[tuple[str, str], bool] = {}
         self._plans_version = -1
+        self._ip_rates: dict[str | None, float] = {}
+        self._ip_sensors: dict[str | None, Rate] = {}
         self.active = False
+        self.ip_active = False
         self._update_active()
 
     def _update_active(self) -> None:
         enforced = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
-        self.active = any(k in v for v in self.configs.entities.values() for k in enforced)
+        entities = self.configs.entities
+        self.active = any(k in v for v in entities.values() for k in enforced)
+        # connection_creation_rate by ip (SocketServer's ConnectionQuotas): the ip's own, else the default
+        self._ip_rates = {_ip_key(e[0][1]): v[CONNECTION_CREATION_RATE] for e, v in entities.items()
+                          if e[0][0] == IP and CONNECTION_CREATION_RATE in v}
+        self.ip_active = bool(self._ip_rates)
+
+    def connection_throttle(self, host: str) -> int:
+        """A new connection from `host`: recorded in its ip's connection rate; the ms after
+        which Kafka closes it unserved when that takes the rate over connection_creation_rate
+        (at most one window; the connection is then not counted), else 0."""
+        rates = self._ip_rates
+        ip = _ip_key(host)
+        bound = rates.get(ip, rates.get(None))
+        if bound is None:
+            return 0
+        now = _now_ms()
+        sensor = self._ip_sensors.get(ip)
+        if sensor is None:
+            if len(self._ip_sensors) >= 100_000:
+                self._ip_sensors.clear()
+            sensor = self._ip_sensors[ip] = Rate()
+        window_ms, n = self.request.window_ms, self.request.samples
+        sensor.record(1.0, now, window_ms, n)
+        rate, window = sensor.measure(now, window_ms, n)
+        if rate <= bound:
+            return 0
+        sensor.record(-1.0, now, window_ms, n)
+        return min(int((rate - bound) / bound * window + 0.5), window_ms)
 
     def alter(self, entries: list[dict[str, Any]], validate_only: bool,
               resolvable: Mapping[str, bool] | None = None) -> list[AlterResult]:

@@ -296,9 +296,15 @@ class Broker:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         host = peer[0] if peer else ""
-        refused = self.connection_limits.admit(host)
+        # connection_creation_rate of the ip: over it, Kafka closes the new connection unserved
+        # once the throttle time has passed.
+        delay_ms = self.quotas.connection_throttle(host) if self.quotas.ip_active else 0
+        refused = self.connection_limits.admit(host) if not delay_ms else "connection_creation_rate"
         if refused is not None:
             self.limited_log.warning("refused-connection", "closing new connection from %s: %s", peer, refused)
+            if delay_ms:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(delay_ms / 1000)
             self._connections.discard(task)
             writer.transport.abort()
             return

@@ -468,3 +468,40 @@ def test_request_percentage_throttles_any_request(broker: Broker) -> None:
         assert 0 < throttles[-1] <= 1000, throttles
     finally:
         _set_quota(b, client, "request_percentage", None)
+
+
+def _served_from(bootstrap: str, source: str) -> bool:
+    """Whether a new connection from `source` (a loopback address) gets an ApiVersions answer;
+    False when the broker closes it unserved."""
+    import socket
+    import struct
+
+    host, _, port = bootstrap.rpartition(":")
+    header = struct.pack(">hhih", 18, 0, 7, 5) + b"quota"
+    with socket.create_connection((host, int(port)), timeout=10, source_address=(source, 0)) as s:
+        s.sendall(struct.pack(">i", len(header)) + header)
+        try:
+            data = s.recv(10)
+        except (ConnectionResetError, TimeoutError):
+            return False
+    return len(data) >= 10 and struct.unpack(">i", data[4:8])[0] == 7
+
+
+def test_connection_creation_rate_of_an_ip(broker: Broker) -> None:
+    """connection_creation_rate = 1 on 127.0.0.2: measured over 10 windows, its first 10 new
+    connections are served, the 11th is closed unanswered; 127.0.0.1 is served all along;
+    removing the quota serves 127.0.0.2 again."""
+    b = broker.bootstrap
+    ip = "127.0.0.2"
+    assert alter(b, [(_entity(ip=ip), {"connection_creation_rate": 1.0})]) == [({"ip": ip}, 0, None)]
+    try:
+        wait_for(lambda: quotas_of(describe(b, [("ip", MATCH_EXACT, ip)])),
+                 lambda q: q == {(("ip", ip),): {"connection_creation_rate": 1.0}}, what="the ip quota")
+        time.sleep(0.5)  # Kafka's broker applies the quota as it publishes the metadata image
+        served = [_served_from(b, ip) for _ in range(11)]
+        assert served == [True] * 10 + [False], served
+        assert _served_from(b, "127.0.0.1")
+    finally:
+        assert alter(b, [(_entity(ip=ip), {"connection_creation_rate": None})]) == [({"ip": ip}, 0, None)]
+    wait_for(lambda: quotas_of(describe(b, [("ip", MATCH_EXACT, ip)])), lambda q: q == {}, what="no ip quota")
+    wait_for(lambda: _served_from(b, ip), bool, what=f"{ip} served again")
