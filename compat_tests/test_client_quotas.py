@@ -318,11 +318,11 @@ QUOTA = 512 * 1024  # bytes/s
 RUN_S = 10.0  # Kafka measures over 10 whole windows: a run this long sees the quota itself
 
 
-def _raw_produce_throttle(bootstrap: str, client: str, topic: str) -> int:
-    """throttle_time_ms of one acks=1 Produce of 1 KiB sent as `client`."""
+def _raw_produce_throttle(bootstrap: str, client: str, topic: str, size: int = 1024) -> int:
+    """throttle_time_ms of one acks=1 Produce of a `size`-byte record sent as `client`."""
     with RawConn(bootstrap, client_id=client) as conn:
         body = conn.request(0, 9, {"transactional_id": None, "acks": 1, "timeout_ms": 10000, "topic_data": [
-            {"name": topic, "partition_data": [{"index": 0, "records": one_record_batch(b"x" * 1024)}]}]})
+            {"name": topic, "partition_data": [{"index": 0, "records": one_record_batch(b"x" * size)}]}]})
     [t] = body["responses"]
     [p] = t["partition_responses"]
     assert p["error_code"] == 0, body
@@ -505,3 +505,35 @@ def test_connection_creation_rate_of_an_ip(broker: Broker) -> None:
         assert alter(b, [(_entity(ip=ip), {"connection_creation_rate": None})]) == [({"ip": ip}, 0, None)]
     wait_for(lambda: quotas_of(describe(b, [("ip", MATCH_EXACT, ip)])), lambda q: q == {}, what="no ip quota")
     wait_for(lambda: _served_from(b, ip), bool, what=f"{ip} served again")
+
+
+def test_user_and_client_id_levels(restartable_broker: BrokerProcess) -> None:
+    """Kafka's precedence on PLAINTEXT, where every client is User:ANONYMOUS (a broker of the
+    test's own, as these quotas reach every client): /users/ANONYMOUS/clients/<default> comes
+    before /clients/<id>, /users/ANONYMOUS/clients/<id> before both, and each client id has its
+    own rate at that level; a /users/ANONYMOUS quota is one rate shared by all its client ids."""
+    b = restartable_broker.bootstrap
+    topic = _create_topic(b, "quota-levels")
+    small = 1024.0  # 10 KiB per 10 s windows: one 6 KiB Produce passes, a second does not
+    anonymous = "ANONYMOUS"
+    assert len(alter(b, [(_entity(user=anonymous, client_id=None), {"producer_byte_rate": small}),
+                         (_entity(client_id="lvl7"), {"producer_byte_rate": 1e12}),
+                         (_entity(user=anonymous, client_id="lvl1"), {"producer_byte_rate": 1e12})])) == 3
+    wait_for(lambda: quotas_of(describe(b, [])), lambda q: len(q) == 3, what="three quotas")
+    time.sleep(0.5)  # Kafka's broker applies the quotas as it publishes the metadata image
+    size = 6 * 1024
+    assert _raw_produce_throttle(b, "lvl7", topic, size) == 0
+    assert _raw_produce_throttle(b, "lvl7", topic, size) > 0  # <user, default client> beats <client>
+    assert [_raw_produce_throttle(b, "lvl1", topic, size) for _ in range(3)] == [0, 0, 0]  # the most specific
+    assert _raw_produce_throttle(b, "a", topic, size) == 0
+    assert _raw_produce_throttle(b, "b", topic, size) == 0  # a rate of its own
+    assert _raw_produce_throttle(b, "a", topic, size) > 0
+    # a user quota: one rate for all of the user's client ids
+    assert len(alter(b, [(_entity(user=anonymous, client_id=None), {"producer_byte_rate": None}),
+                         (_entity(user=anonymous), {"producer_byte_rate": small})])) == 2
+    wait_for(lambda: quotas_of(describe(b, [("user", MATCH_EXACT, anonymous)], strict=True)),
+             lambda q: q == {(("user", anonymous),): {"producer_byte_rate": small}}, what="the user quota")
+    time.sleep(0.5)
+    assert _raw_produce_throttle(b, "c", topic, size) == 0
+    assert _raw_produce_throttle(b, "d", topic, size) > 0  # shares c's rate
+    assert _raw_produce_throttle(b, "lvl1", topic, size) == 0  # <user, client> still its own
