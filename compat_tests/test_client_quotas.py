@@ -186,6 +186,24 @@ def test_kafka_configs_describe_user_quotas(broker: Broker, tools: None) -> None
         alter(b, [(_entity(user=user), {"request_percentage": None, "consumer_byte_rate": None})])
 
 
+def test_kafka_configs_ip_quotas(broker: Broker, tools: None) -> None:
+    """`--entity-type ips`: connection_creation_rate set, described, removed."""
+    b = broker.bootstrap
+    ip = "127.0.0.3"
+    r = _configs(b, "--alter", "--add-config", "connection_creation_rate=100",
+                 "--entity-type", "ips", "--entity-name", ip)
+    assert r.stdout.strip() == f"Completed updating config for ip {ip}.", r.describe()
+    try:
+        r = _configs(b, "--describe", "--entity-type", "ips", "--entity-name", ip)
+        assert r.stdout.strip() == f"Quota configs for ip '{ip}' are connection_creation_rate=100.0", r.describe()
+    finally:
+        r = _configs(b, "--alter", "--delete-config", "connection_creation_rate",
+                     "--entity-type", "ips", "--entity-name", ip)
+    assert r.stdout.strip() == f"Completed updating config for ip {ip}.", r.describe()
+    wait_for(lambda: _configs(b, "--describe", "--entity-type", "ips", "--entity-name", ip),
+             lambda r: r.stdout.strip() == "", what="the ip quota gone")
+
+
 # --------------------------------------------------------------------------- raw answers
 
 
