@@ -174,3 +174,19 @@ def test_incremental_rate_equals_kafkas(seed: int) -> None:
             ref.record(value, now)
         got, want = ours.measure(now, 1000, 11), ref.measure(now)
         assert got[1] == want[1] and got[0] == pytest.approx(want[0], rel=1e-9, abs=1e-6), now
+
+
+def test_connection_creation_rate_by_ip(store: Store) -> None:
+    """An ip's own rate, else the default ip's; over it the connection is not counted and is
+    closed after at most one window; other ips are untouched."""
+    managers = ClientQuotaManagers(store, BrokerConfig())
+    assert managers.ip_active is False and managers.connection_throttle("10.0.0.1") == 0
+    managers.alter([{"entity": _entity(ip="10.0.0.1"), "ops": [
+        {"key": "connection_creation_rate", "value": 1.0, "remove": False}]}], False)
+    assert managers.ip_active is True and managers.active is False
+    got = [managers.connection_throttle("::ffff:10.0.0.1") for _ in range(12)]
+    assert got[:10] == [0] * 10 and all(0 < t <= 1000 for t in got[10:]), got
+    assert managers.connection_throttle("10.0.0.2") == 0  # no default ip quota
+    managers.alter([{"entity": _entity(ip=None), "ops": [
+        {"key": "connection_creation_rate", "value": 2.0, "remove": False}]}], False)
+    assert [managers.connection_throttle("10.0.0.2") for _ in range(21)][-1] > 0
