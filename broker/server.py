@@ -202,8 +202,8 @@ class Broker:
         node = Node(cfg.node_id, cfg.cluster_id, self.advertised)
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
-                                 cfg.max_decompressed_batch_bytes, self.quotas),
-            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, self.quotas),
+                                 cfg.max_decompressed_batch_bytes, quotas=self.quotas),
+            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis),
             GroupApis: GroupApis(self.coordinator, self.topics, node),
         }
