@@ -79,7 +79,8 @@ async def _serve(config: BrokerConfig) -> None:
         raise SystemExit(1) from None
     await broker.start()
     runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id,
-                                       max_body_bytes=config.max_sql_length),
+                                       max_body_bytes=config.max_sql_length, served_as=config.http,
+                                       allowed_hosts=config.http_allowed_hosts),
                               config.http_address,
                               server_ssl_context(config) if config.http_tls else None)
     stop = asyncio.Event()

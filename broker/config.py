@@ -114,6 +114,11 @@ class BrokerConfig:
     # The SQL front: TDengine's maximum SQL length (1 MiB, TSDB_MAX_ALLOWED_SQL_LEN) is also
     # the HTTP body limit of /rest/sql (a larger body gets 413 without being read whole).
     max_sql_length: int = 1_048_576
+    # DNS rebinding: the HTTP front answers only requests whose Host is its bound address,
+    # localhost / 127.0.0.1 / [::1] with the bound port, or the configured `http`; these are
+    # more names it is served as ("name" any port, "name:port"; ["*"] = any Host, for a front
+    # behind a proxy or a port map). Others get 421. tmqgate's own setting.
+    http_allowed_hosts: list[str] = field(default_factory=list)
     # Produce decompresses every batch to validate its records (as Kafka's LogValidator does);
     # the decompressed records may pass neither the topic's max.message.bytes nor this cap, so
     # a small compressed bomb is refused (MESSAGE_TOO_LARGE) before it is inflated. tmqgate's

@@ -11,12 +11,25 @@ CORS preflight): a request whose `Origin` header is not this server's own origin
 (scheme://host:port the request came to), or whose `Sec-Fetch-Site` says `cross-site` or
 `same-site`, is refused with 403 before any handler runs. Clients that send no `Origin`
 (curl, `tmqgate sql`, TDengine's REST connectors) are unaffected.
+
+DNS rebinding: a page on evil.example whose name is made to resolve to 127.0.0.1 sends
+*same-origin* requests (its Origin is http://evil.example:6041, and so is its Host), so the
+Origin check cannot see it; the Host header can. A request is served only when its Host is a
+name this front is served as: the address the connection came to (the bound address, or the
+interface's address when bound to 0.0.0.0/::), `localhost`, `127.0.0.1` or `[::1]`, each
+with the bound port; the configured `http` host:port; or an entry of `http_allowed_hosts`
+(`name` = any port, `name:port`, `*` = any Host — for a front behind a proxy or port map).
+Anything else is answered 421 Misdirected Request (RFC 9110 §15.5.20: the request reached a
+server that does not serve that authority) rather than 403: nothing is wrong with the caller's
+rights, the name is — and a real client that sees 421 knows to use the server's own name.
+A request with no Host at all (HTTP/1.0) is served: browsers always send one.
 """
 
 from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -48,6 +61,55 @@ FORBIDDEN = 0x1105
 NO_ENOUGH_DISKSPACE = 0x012E
 
 
+#: Loopback names served with the bound port whatever the front is bound to.
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def split_host(text: str) -> tuple[str, int | None]:
+    """A Host header (or an allowed-hosts entry) as (lower-case name, port or None); an IPv6
+    name loses its brackets. ValueError if the port is not a number."""
+    text = text.strip().lower()
+    if text.startswith("["):
+        name, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"bad host {text!r}")
+    elif text.count(":") == 1:
+        name, _, port = text.partition(":")
+    else:
+        name, port = text, ""
+    return name, (int(port) if port else None)
+
+
+class HostCheck:
+    """Which Host headers the front answers (see the module docstring: DNS rebinding)."""
+
+    def __init__(self, served_as: str | None = None, allowed_hosts: Sequence[str] = ()) -> None:
+        self.any = "*" in allowed_hosts
+        self.allowed = [split_host(h) for h in allowed_hosts if h != "*"]
+        if served_as:
+            self.allowed.append(split_host(served_as))
+
+    def refusal(self, request: web.BaseRequest) -> str | None:
+        """Why ``request``'s Host is not served here (None if it is)."""
+        header = request.headers.get("Host")
+        if header is None or self.any:
+            return None
+        try:
+            name, port = split_host(header)
+        except ValueError:
+            name, port = "", None
+        if name:
+            port = 80 if port is None else port
+            sock = request.transport.get_extra_info("sockname") if request.transport is not None else None
+            if sock and port == sock[1] and (name in LOOPBACK_NAMES or name == str(sock[0]).lower()):
+                return None
+            if any(name == n and (p is None or p == port) for n, p in self.allowed):
+                return None
+        return (f"misdirected request: Host {header[:100]!r} is not a name this server is served as "
+                "(its address, localhost, or an entry of http_allowed_hosts)")
+
+
 def error_response(status: int, code: int, desc: str) -> web.Response:
     """A refusal in TDengine's REST shape."""
     return web.json_response({"code": code, "desc": desc}, status=status)
@@ -71,11 +133,20 @@ def cross_origin(request: web.BaseRequest) -> str | None:
     return None
 
 
-@web.middleware
-async def _guard(request: web.Request, handler: Any) -> web.StreamResponse:
-    problem = cross_origin(request)
-    if problem is not None:
-        return error_response(403, FORBIDDEN, problem)
+def _guard(hosts: HostCheck) -> Any:
+    @web.middleware
+    async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+        misdirected = hosts.refusal(request)
+        if misdirected is not None:
+            return error_response(421, FORBIDDEN, misdirected)
+        problem = cross_origin(request)
+        if problem is not None:
+            return error_response(403, FORBIDDEN, problem)
+        return await _answer(request, handler)
+    return guard
+
+
+async def _answer(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         response: web.StreamResponse = await handler(request)
         return response
@@ -91,11 +162,15 @@ async def _guard(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int,
-             max_body_bytes: int = 1_048_576) -> web.Application:
+             max_body_bytes: int = 1_048_576, served_as: str | None = None,
+             allowed_hosts: Sequence[str] = ()) -> web.Application:
     """The HTTP front over the broker's SQL executor, store and topic registry. A body over
     `max_body_bytes` (the broker's max_sql_length, TDengine's 1 MiB SQL limit) is answered
-    413 before it is read whole, so no SQL text longer than that is ever parsed."""
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[_guard])
+    413 before it is read whole, so no SQL text longer than that is ever parsed. `served_as`
+    (the configured `http` host:port) and `allowed_hosts` (`http_allowed_hosts`) are the Host
+    names served besides the bound address and loopback."""
+    app = web.Application(client_max_size=max_body_bytes,
+                          middlewares=[_guard(HostCheck(served_as, allowed_hosts))])
 
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "node_id": node_id, "topics": len(topics.all())})

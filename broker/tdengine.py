@@ -13,7 +13,7 @@ through these names:
   refuses);
 - `topic_definition(store, catalog, text, db)` — the checked `TopicDef` of a
   `CREATE TOPIC … AS …` text (CreateTopics with the `tmq.as` config);
-- Produce to a database topic: `ingest(executor, db, vnode, batch)` and its `IngestError`;
+- Produce to a database topic: `ingest(executor, db, vnode, batch, decompressed)` and its `IngestError`;
 - Fetch from a database or TDengine topic: `View(definition, store, catalog)`, whose
   `read(vnode, offset, max_bytes)` returns record batches, and its `TopicDef`;
 - `TsdbCatalog(store)` — the cached catalog (supertable schemas, child tables) shared by the

@@ -7,7 +7,12 @@ real `tmqgate serve`:
 * a browser's cross-origin request (an `Origin` that is not the server's own, or
   `Sec-Fetch-Site: cross-site`/`same-site`) is refused with 403 before anything runs: the
   `text/plain` POST of `DROP DATABASE` a web page could send leaves the database in place;
-  same-origin requests and requests without `Origin` (curl, `tmqgate sql`) still work.
+  same-origin requests and requests without `Origin` (curl, `tmqgate sql`) still work;
+* DNS rebinding: a request whose `Host` is not a name the front is served as (a page on
+  evil.example whose name now resolves to 127.0.0.1 sends `Host: evil.example:6041`, and its
+  requests are same-origin) is answered 421 Misdirected Request before anything runs, `/health`
+  included; the bound address and `localhost`/`127.0.0.1`/`[::1]` with the bound port, and the
+  names of `http_allowed_hosts` (`["*"]`: any), are served; `tmqgate sql` still works.
 
 Kafka has no HTTP front: tmqgate only.
 """
@@ -16,6 +21,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,6 +60,12 @@ def _call(td: TdBroker, method: str, path: str, body: bytes | None = None,
         return resp.status, ctype, answer
     finally:
         conn.close()
+
+
+def _with_host(td: TdBroker, host: str, method: str = "GET", path: str = "/health",
+               body: bytes | None = None) -> tuple[int, str, Any]:
+    """A request to the broker's HTTP port carrying ``Host: host`` (as a rebound name sends)."""
+    return _call(td, method, path, body, {"Host": host})
 
 
 def _assert_refusal(got: tuple[int, str, Any], status: int, code: int, fragment: str) -> None:
@@ -122,3 +135,46 @@ def test_same_origin_and_originless_requests_still_work(td: TdBroker) -> None:
     assert db not in _databases(td)
     status, _, answer = _call(td, "GET", "/health", headers={"Sec-Fetch-Site": "none"})  # typed in the bar
     assert status == 200 and answer["status"] == "ok", answer
+
+
+def test_dns_rebinding_host_is_misdirected(td: TdBroker) -> None:
+    """A page on evil.example, its name rebound to 127.0.0.1: same-origin, but not our Host."""
+    port = td.http.split(":")[1]
+    db = unique("rebound")
+    td.sql(f"CREATE DATABASE {db}")
+    page = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}",
+            "Content-Type": "text/plain;charset=UTF-8"}
+    _assert_refusal(_call(td, "POST", "/rest/sql", f"DROP DATABASE {db}".encode(), page),
+                    421, FORBIDDEN, "evil.example")
+    assert db in _databases(td), "the rebound DROP DATABASE ran"
+    for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}",
+                 f"localhost.evil.example:{port}", "localhost:1", "localhost", f"[::2]:{port}", ""):
+        _assert_refusal(_with_host(td, host), 421, FORBIDDEN, "misdirected request")
+        _assert_refusal(_with_host(td, host, "POST", "/rest/sql", b"SHOW DATABASES"), 421, FORBIDDEN,
+                        "misdirected request")
+    # What the front is served as: its bound address and the loopback names, with its port.
+    for host in (td.http, f"localhost:{port}", f"LOCALHOST:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+        status, _, answer = _with_host(td, host)
+        assert (status, answer["status"]) == (200, "ok"), (host, answer)
+        status, _, answer = _with_host(td, host, "POST", "/rest/sql", b"SHOW DATABASES")
+        assert (status, answer["code"]) == (200, 0), (host, answer)
+    # The command-line client, as the README shows it.
+    done = subprocess.run([sys.executable, "-m", "tmqgate.broker.cli", "sql", "--http", td.http,
+                           f"DROP DATABASE {db}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert db not in _databases(td)
+
+
+def test_http_allowed_hosts(tmp_path_factory: pytest.TempPathFactory) -> None:
+    config = {"http_allowed_hosts": ["tmq.example", "proxy.example:8080"]}
+    for td in td_broker_fixture(tmp_path_factory, "td-hosts", config):
+        port = td.http.split(":")[1]
+        for host in ("tmq.example", f"tmq.example:{port}", "TMQ.example:443", "proxy.example:8080",
+                     f"localhost:{port}"):
+            status, _, answer = _with_host(td, host, "POST", "/rest/sql", b"SHOW DATABASES")
+            assert (status, answer["code"]) == (200, 0), (host, answer)
+        for host in ("proxy.example:8081", "proxy.example", f"evil.example:{port}"):
+            _assert_refusal(_with_host(td, host), 421, FORBIDDEN, "misdirected request")
+    for td in td_broker_fixture(tmp_path_factory, "td-any-host", {"http_allowed_hosts": ["*"]}):
+        status, _, answer = _with_host(td, "evil.example:1234")
+        assert (status, answer["status"]) == (200, "ok"), answer

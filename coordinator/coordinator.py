@@ -5,15 +5,40 @@ is next due (session expiry, rebalance and join timeouts). Committed offsets liv
 Store per (group, topic, partition) — TDengine's per-vnode progress, shared by a group and
 independent across groups — and group metadata is persisted as JSON whenever a group changes
 in a way a restart must see (generation, members and assignments, KIP-848 epochs and targets).
+
+A write the disk refuses (``StorageIOError``: a full disk) changes nothing, in memory either.
+Rules, as Apache Kafka's group coordinator keeps them (an append to ``__consumer_offsets``
+that fails with KAFKA_STORAGE_ERROR reverts the coordinator's in-memory state to before the
+operation and answers NOT_COORDINATOR, so the client looks the coordinator up again and retries;
+``CoordinatorOperationExceptionHelper.handleOperationException`` and
+``GroupMetadataManager.appendGroupMetadataErrorToResponseError``):
+
+* every event that may change what is persisted (JoinGroup, SyncGroup, LeaveGroup,
+  ConsumerGroupHeartbeat, a due timer) runs as one unit (``_event``), and the JoinGroup /
+  SyncGroup answers it produces are held until the group is persisted; a classic Heartbeat
+  changes only liveness and writes nothing;
+* persisted: the held answers go out. Refused: the group is put back as it was — a classic
+  group from a copy taken before the event (its parked members are not persisted), a KIP-848
+  group from its stored metadata (all of it is persisted), a group the event made is forgotten
+  again, so no half-member stays —, every held answer becomes NOT_COORDINATOR in its API's
+  shape, the answered members' parked callbacks are cleared (they are no longer waiting), and
+  the event's own answer is NOT_COORDINATOR (``Refused``);
+* OffsetCommit, OffsetDelete and DeleteGroups write one WriteBatch each and touch memory only
+  after it is written; a refused one answers NOT_COORDINATOR and leaves the offsets and the
+  group as they were;
+* a timer event (``tick``) that is refused is retried no sooner than ``RETRY_MS`` later.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
+import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +52,7 @@ from tmqgate.coordinator.classic import (
 )
 from tmqgate.coordinator.consumer import ConsumerConfig, ConsumerGroup, HeartbeatError, TopicSource
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.storage.model import StorageIOError
 
 if TYPE_CHECKING:
     from tmqgate.storage import Store
@@ -36,6 +62,38 @@ log = logging.getLogger("tmqgate.coordinator")
 Group = ClassicGroup | ConsumerGroup
 #: (topic, partition, offset, leader epoch, metadata) as OffsetCommit carries them.
 OffsetEntry = tuple[str, int, int, int, str | None]
+
+#: A group whose timer event the disk refused is tried again no sooner than this (ms).
+RETRY_MS = 1000
+#: What Kafka's coordinator answers when its log append fails with KAFKA_STORAGE_ERROR.
+REFUSED = ErrorCode.NOT_COORDINATOR
+#: A held JoinGroup / SyncGroup answer refused, in each API's shape (Kafka's
+#: ``new JoinGroupResponseData().setErrorCode(...)``: no member id, generation -1).
+REFUSED_ANSWER: dict[str, dict[str, Any]] = {
+    "join": {"error_code": int(REFUSED), "member_id": "", "generation_id": -1, "leader": "", "members": [],
+             "protocol_name": None, "protocol_type": None},
+    "sync": {"error_code": int(REFUSED), "assignment": b"", "protocol_type": None, "protocol_name": None},
+}
+
+
+class Refused(Exception):
+    """The event's write was refused by the disk; the group is as it was before the event."""
+
+
+@dataclass
+class _Held:
+    """A JoinGroup/SyncGroup answer callback: what it answers is held during an event."""
+
+    coordinator: GroupCoordinator
+    reply: Reply
+    kind: str
+
+    def __call__(self, result: dict[str, Any]) -> None:
+        outbox = self.coordinator._outbox
+        if outbox is None:
+            self.reply(result)
+        else:
+            outbox.append((self, result))
 
 
 @dataclass
@@ -53,6 +111,23 @@ def _consumer_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+def _clone(value: Any, depth: int) -> Any:
+    """Copy dataclasses ``depth`` levels down and every dict, list and set on the way (what an
+    event may change in place); anything else (enums, bytes, tuples, frozensets, callbacks,
+    config, the topic source) is shared. Some 20x cheaper than ``copy.deepcopy``."""
+    if isinstance(value, dict):
+        return {k: _clone(v, depth) for k, v in value.items()}
+    if isinstance(value, (list, set)):
+        return type(value)(_clone(v, depth) for v in value)
+    if depth > 0 and dataclasses.is_dataclass(value) and not isinstance(value, (type, _Held)):
+        out = copy.copy(value)
+        for name, v in vars(out).items():
+            if name != "config":
+                setattr(out, name, _clone(v, depth - 1))
+        return out
+    return value
+
+
 class GroupCoordinator:
     """All groups of this node. Not thread-safe; the runtime drives it from one event loop."""
 
@@ -65,6 +140,8 @@ class GroupCoordinator:
         self.new_id = new_id or _classic_id
         self.new_consumer_id = new_consumer_id or _consumer_id
         self.groups: dict[str, Group] = {}
+        self._outbox: list[tuple[_Held, dict[str, Any]]] | None = None
+        self._retry_at: dict[str, int] = {}  # group id -> no timer event before (ms): a refused write
         self.loading = True
         self._offset_groups: set[str] = set()
         self._topic_ids: dict[str, bytes] = {}
@@ -76,21 +153,79 @@ class GroupCoordinator:
     def _load(self, now: int) -> None:
         self._offset_groups = set(self.store.offset_groups())
         for group_id, raw in self.store.group_metadata().items():
-            try:
-                data = json.loads(raw)
-                if data.get("type") == "consumer":
-                    self.groups[group_id] = ConsumerGroup.restore(group_id, data, self.config.consumer, self.topics,
-                                                                  self.new_consumer_id, now)
-                else:
-                    self.groups[group_id] = ClassicGroup.restore(group_id, data, self.config.classic, self.new_id, now)
-            except (ValueError, KeyError, TypeError):
-                log.exception("group %s: unreadable metadata, dropped", group_id)
+            self._restore(group_id, raw, now)
         self._topic_ids = self._current_topics()
+
+    def _restore(self, group_id: str, raw: bytes | None, now: int) -> None:
+        """The group as its persisted metadata says (forgotten if there is none)."""
+        self.groups.pop(group_id, None)
+        if raw is None:
+            return
+        try:
+            data = json.loads(raw)
+            if data.get("type") == "consumer":
+                self.groups[group_id] = ConsumerGroup.restore(group_id, data, self.config.consumer, self.topics,
+                                                              self.new_consumer_id, now)
+            else:
+                self.groups[group_id] = ClassicGroup.restore(group_id, data, self.config.classic, self.new_id, now)
+        except (ValueError, KeyError, TypeError):
+            log.exception("group %s: unreadable metadata, dropped", group_id)
 
     def _persist(self, group: Group) -> None:
         if group.dirty:
-            group.dirty = False
             self.store.put_group_metadata(group.group_id, json.dumps(group.snapshot()).encode())
+            group.dirty = False
+
+    @contextmanager
+    def _event(self, group_id: str, now: int, own: _Held | None = None) -> Iterator[None]:
+        """One event on ``group_id``, persisted or undone (see the module docstring's rules):
+        raises ``Refused`` when the disk refused its write. ``own`` is the event's own answer
+        callback: refused, it is answered NOT_COORDINATOR even if the event had parked it.
+
+        A classic group is copied before the event (its parked members are not in what is
+        persisted); a KIP-848 group persists all it has, so a refused event restores it from
+        its stored metadata and costs no copy when the write goes through."""
+        before = self.groups.get(group_id)
+        saved = _clone(before, 2) if isinstance(before, ClassicGroup) else None
+        outer, self._outbox = self._outbox, []
+        held = self._outbox
+        try:
+            yield
+            group = self.groups.get(group_id)
+            if group is not None:
+                self._persist(group)
+        except StorageIOError as exc:
+            self._outbox = outer
+            if own is not None and all(callback is not own for callback, _ in held):
+                held.append((own, {}))
+            if group_id not in self._retry_at:
+                log.warning("group %s: the disk refused the write, the group is as it was: %s", group_id, exc)
+            if saved is not None:
+                self.groups[group_id] = saved
+                self._unpark(saved, {id(callback) for callback, _ in held})
+            else:
+                self._restore(group_id, self.store.get_group_metadata(group_id), now)
+            for callback, _ in held:
+                callback(dict(REFUSED_ANSWER[callback.kind]))
+            raise Refused(str(exc)) from exc
+        except BaseException:  # not the disk: what was answered goes out, the error goes on
+            self._outbox = outer
+            for callback, result in held:
+                callback(result)
+            raise
+        self._outbox = outer
+        self._retry_at.pop(group_id, None)
+        for callback, result in held:
+            callback(result)
+
+    @staticmethod
+    def _unpark(group: ClassicGroup, answered: set[int]) -> None:
+        """Members whose parked JoinGroup/SyncGroup was answered (refused) wait no longer."""
+        for member in group.members.values():
+            if id(member.join_reply) in answered:
+                member.join_reply = None
+            if id(member.sync_reply) in answered:
+                member.sync_reply = None
 
     def _current_topics(self) -> dict[str, bytes]:
         out = {}
@@ -103,24 +238,43 @@ class GroupCoordinator:
     # ---- clock -------------------------------------------------------------------------
 
     def next_deadline(self) -> int | None:
-        times = [t for g in self.groups.values() if (t := g.next_deadline()) is not None]
+        times = []
+        for group_id, g in self.groups.items():
+            t = g.next_deadline()
+            if t is not None:
+                times.append(max(t, self._retry_at.get(group_id, t)))
         return min(times) if times else None
 
     def tick(self, now: int) -> None:
         """Fire every deadline that has passed and react to topic changes."""
         self._check_topics()
-        for group in list(self.groups.values()):
-            group.tick(now)
-            self._persist(group)
+        for group_id, group in list(self.groups.items()):
+            if self._retry_at.get(group_id, now) > now:
+                continue
+            if isinstance(group, ClassicGroup):
+                due = group.next_deadline()
+                if due is None or due > now:
+                    continue  # nothing due: a classic group's tick would do nothing (and cost a copy)
+            try:
+                with self._event(group_id, now):
+                    group.tick(now)
+            except Refused:
+                if group_id in self.groups:
+                    self._retry_at[group_id] = now + RETRY_MS
 
     def _check_topics(self) -> None:
-        """A deleted (or deleted and re-created) topic loses its committed offsets, as in Kafka."""
+        """A deleted (or deleted and re-created) topic loses its committed offsets, as in Kafka
+        (a refused delete is tried again at the next tick)."""
         current = self._current_topics()
         gone = [name for name, tid in self._topic_ids.items() if current.get(name) != tid]
+        try:
+            for name in gone:
+                for group_id in list(self._offset_groups):
+                    self.store.delete_offsets(group_id, name)
+        except StorageIOError as exc:
+            log.warning("offsets of deleted topics %s not deleted yet: %s", gone, exc)
+            return
         self._topic_ids = current
-        for name in gone:
-            for group_id in list(self._offset_groups):
-                self.store.delete_offsets(group_id, name)
 
     # ---- classic protocol --------------------------------------------------------------
 
@@ -138,30 +292,37 @@ class GroupCoordinator:
                        "generation_id": -1, "leader": "", "members": [], "protocol_name": None})
                 return
             group = None
-        if group is None:
-            group = ClassicGroup(group_id, self.config.classic, self.new_id)
-            self.groups[group_id] = group
-        group.join(now, body, version, client_id, client_host, reply)
-        if group.is_empty() and not group.pending and group.generation == 0 and group.state is ClassicGroupState.EMPTY:
-            del self.groups[group_id]  # a refused join leaves nothing behind
-            return
-        self._persist(group)
+        held = _Held(self, reply, "join")
+        try:
+            with self._event(group_id, now, held):
+                if group is None:
+                    group = ClassicGroup(group_id, self.config.classic, self.new_id)
+                    self.groups[group_id] = group
+                group.join(now, body, version, client_id, client_host, held)
+                if (group.is_empty() and not group.pending and group.generation == 0
+                        and group.state is ClassicGroupState.EMPTY):
+                    del self.groups[group_id]  # a refused join leaves nothing behind
+        except Refused:
+            pass  # answered NOT_COORDINATOR through ``held``
 
     def sync_group(self, now: int, body: dict[str, Any], reply: Reply) -> None:
         group = self.groups.get(body.get("group_id") or "")
         if not isinstance(group, ClassicGroup):
             reply({"error_code": int(ErrorCode.UNKNOWN_MEMBER_ID), "assignment": b""})
             return
-        group.sync(now, body, reply)
-        self._persist(group)
+        held = _Held(self, reply, "sync")
+        try:
+            with self._event(group.group_id, now, held):
+                group.sync(now, body, held)
+        except Refused:
+            pass  # answered NOT_COORDINATOR through ``held``
 
     def heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None,
                   generation: int) -> ErrorCode:
         group = self.groups.get(group_id)
         if not isinstance(group, ClassicGroup):
             return ErrorCode.UNKNOWN_MEMBER_ID
-        code = group.heartbeat(now, member_id, instance_id, generation)
-        self._persist(group)
+        code = group.heartbeat(now, member_id, instance_id, generation)  # liveness only: nothing to persist
         return code
 
     def leave_group(self, now: int, group_id: str,
@@ -169,8 +330,11 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if not isinstance(group, ClassicGroup):
             return ErrorCode.UNKNOWN_MEMBER_ID, [ErrorCode.UNKNOWN_MEMBER_ID] * len(members)
-        codes = [group.leave(now, mid, iid) for mid, iid in members]
-        self._persist(group)
+        try:
+            with self._event(group_id, now):
+                codes = [group.leave(now, mid, iid) for mid, iid in members]
+        except Refused:
+            return REFUSED, []  # Kafka: the top-level code, no member entries
         return ErrorCode.NONE, codes
 
     # ---- KIP-848 -----------------------------------------------------------------------
@@ -186,15 +350,25 @@ class GroupCoordinator:
                 if not group.is_empty() or group.pending:
                     raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
                 group = None
-            if group is None:
-                if body["member_epoch"] != 0:
-                    raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} not found.")
-                group = ConsumerGroup(group_id, self.config.consumer, self.topics, self.new_consumer_id)
-                self.groups[group_id] = group
+            if group is None and body["member_epoch"] != 0:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} not found.")
+            refusal: HeartbeatError | None = None
             try:
-                return group.heartbeat(now, body, client_id, client_host)
-            finally:
-                self._persist(group)
+                with self._event(group_id, now):
+                    if group is None:
+                        group = ConsumerGroup(group_id, self.config.consumer, self.topics, self.new_consumer_id)
+                        self.groups[group_id] = group
+                    try:
+                        answer = group.heartbeat(now, body, client_id, client_host)
+                    except HeartbeatError as exc:  # what the group changed before refusing is kept
+                        refusal = exc
+            except Refused:
+                # Kafka: handleOperationException's answer, the code alone (no message, no member).
+                return {"error_code": int(REFUSED), "error_message": None, "member_id": None, "member_epoch": 0,
+                        "heartbeat_interval_ms": 0, "assignment": None}
+            if refusal is not None:
+                raise refusal
+            return answer
         except HeartbeatError as exc:
             return {"error_code": int(exc.code), "error_message": exc.message, "member_id": body.get("member_id"),
                     "member_epoch": body.get("member_epoch", -1), "heartbeat_interval_ms": interval,
@@ -227,8 +401,6 @@ class GroupCoordinator:
             code = group.commit_check(member_id, generation, version)
         else:
             code = group.commit_check(member_id, instance_id, generation)
-            if code is ErrorCode.NONE and member_id in group.members:
-                group.members[member_id].last_heartbeat_ms = now  # a commit proves liveness, as in Kafka
         if code is not ErrorCode.NONE:
             return [code] * len(offsets)
         codes: list[ErrorCode] = []
@@ -245,8 +417,15 @@ class GroupCoordinator:
                 codes.append(ErrorCode.NONE)
                 good.append(entry)
         if good:
-            self.store.commit_offsets(group_id, good)
+            try:
+                self.store.commit_offsets(group_id, good)
+            except StorageIOError as exc:
+                # Kafka: OffsetCommitRequest.getErrorResponse(NOT_COORDINATOR), every partition.
+                log.warning("group %s: offset commit refused by the disk: %s", group_id, exc)
+                return [REFUSED] * len(offsets)
             self._offset_groups.add(group_id)
+        if isinstance(group, ClassicGroup) and member_id in group.members:
+            group.members[member_id].last_heartbeat_ms = now  # a commit proves liveness, as in Kafka
         return codes
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
@@ -295,12 +474,18 @@ class GroupCoordinator:
                 return ErrorCode.NON_EMPTY_GROUP, []
             subscribed = found
         out = []
+        deleted = []
         for topic, partitions in topics:
             if topic in subscribed:
                 out.append((topic, [(p, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC) for p in partitions]))
                 continue
-            self.store.delete_offsets(group_id, topic, partitions)
+            deleted.append((topic, partitions))
             out.append((topic, [(p, ErrorCode.NONE) for p in partitions]))
+        try:
+            self.store.delete_partitions(group_id, deleted)
+        except StorageIOError as exc:
+            log.warning("group %s: offset delete refused by the disk: %s", group_id, exc)
+            return REFUSED, []  # Kafka: the top-level code alone
         return ErrorCode.NONE, out
 
     # ---- listing, describing, deleting -------------------------------------------------
@@ -359,12 +544,17 @@ class GroupCoordinator:
             if group is not None and (not group.is_empty() or getattr(group, "pending", None)):
                 out.append((group_id, ErrorCode.NON_EMPTY_GROUP))
                 continue
+            try:
+                self.store.delete_group(group_id)  # offsets and metadata, all or nothing
+            except StorageIOError as exc:
+                log.warning("group %s: delete refused by the disk: %s", group_id, exc)
+                out.append((group_id, REFUSED))  # the group stays as it was
+                continue
             if group is not None:
                 group.delete()
             self.groups.pop(group_id, None)
+            self._retry_at.pop(group_id, None)
             self._offset_groups.discard(group_id)
-            self.store.delete_offsets(group_id)
-            self.store.delete_group_metadata(group_id)
             out.append((group_id, ErrorCode.NONE))
         return out
 

@@ -261,7 +261,10 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def decode_records(
-    batch: bytes | bytearray | memoryview, *, max_size: int = DEFAULT_MAX_DECOMPRESSED
+    batch: bytes | bytearray | memoryview,
+    *,
+    max_size: int = DEFAULT_MAX_DECOMPRESSED,
+    decompressed: bytes | None = None,
 ) -> list[Record]:
     """Decode (decompressing if needed) the records of the batch at the start of ``batch``.
 
@@ -269,12 +272,16 @@ def decode_records(
     fields overrun its length, trailing bytes, a record count that does not match — raises
     :class:`CorruptRecord`.  For LogAppendTime batches each record's timestamp is the batch's
     max timestamp, as Kafka consumers report it.  The CRC is not checked here.
+    ``decompressed``: a compressed batch's records section already decompressed (by
+    ``validate.validate_records``), used instead of decompressing again.
     """
     h = _header_at(batch, 0, len(batch))
     if h.magic != MAGIC:
         raise CorruptRecord(f"cannot decode record batch magic {h.magic}: only magic 2")
     codec = h.attributes & COMPRESSION_MASK
-    if codec:
+    if codec and decompressed is not None:
+        buf = decompressed
+    elif codec:
         buf = decompress(codec, memoryview(batch)[HEADER_SIZE : h.size], max_size)
     else:
         buf = bytes(memoryview(batch)[HEADER_SIZE : h.size])

@@ -45,13 +45,16 @@ class InvalidRecords(CorruptRecord):
 
 
 class Validated(NamedTuple):
-    """What validation learnt: decompressed records size and the record timestamp range."""
+    """What validation learnt: decompressed records size and the record timestamp range;
+    for a compressed batch, ``records`` is its records section decompressed (so a caller that
+    needs the records, schemaless ingestion, decodes them without decompressing again)."""
 
     records_size: int
     min_timestamp: int
     min_index: int
     max_timestamp: int
     max_index: int
+    records: bytes | None = None
 
 
 def _varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
@@ -86,9 +89,10 @@ def validate_records(batch: bytes | memoryview, record_count: int, last_offset_d
                              f"and record count ({record_count})")
     codec = attributes & _COMPRESSION_MASK
     buf: bytes | memoryview
+    decompressed: bytes | None = None
     if codec:
         try:
-            buf = decompress(codec, memoryview(batch)[_HEADER_SIZE:size], max_size)
+            buf = decompressed = decompress(codec, memoryview(batch)[_HEADER_SIZE:size], max_size)
         except DecompressedTooLarge:
             raise
         except CorruptRecord as exc:
@@ -102,7 +106,8 @@ def validate_records(batch: bytes | memoryview, record_count: int, last_offset_d
     if record_count > end - start:  # a record takes at least 7 bytes: refuse absurd counts at once
         raise InvalidRecords(f"Record count {record_count} cannot fit in {end - start} bytes of records")
     try:
-        return _walk(buf, start, end, record_count, base_timestamp)
+        valid = _walk(buf, start, end, record_count, base_timestamp)
+        return valid if decompressed is None else valid._replace(records=decompressed)
     except _Bad as exc:
         raise InvalidRecords(f"Record {exc.index} of the batch is invalid: {exc.why}", exc.index) from None
 

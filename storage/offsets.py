@@ -90,6 +90,30 @@ class Offsets:
             self._core.write(wb)
         return n
 
+    def delete_partitions(self, group: str, topics: Iterable[tuple[str, Iterable[int]]]) -> int:
+        """Delete some partitions' offsets of several topics in one WriteBatch (OffsetDelete:
+        all or nothing). Returns how many were there."""
+        db = self._core.db
+        wb = self._core.batch()
+        n = 0
+        for topic, partitions in topics:
+            for part in partitions:
+                k = keys.offset_key(group, topic, part)
+                if db.get(k) is not None:
+                    wb.delete(k)
+                    n += 1
+        if n:
+            self._core.write(wb)
+        return n
+
+    def delete_group(self, group: str) -> None:
+        """A group's offsets and metadata, in one WriteBatch (DeleteGroups: all or nothing)."""
+        wb = self._core.batch()
+        for k in self._core.db.iterator(prefix=keys.offset_group_prefix(group), include_value=False):
+            wb.delete(k)
+        wb.delete(keys.group_key(group))
+        self._core.write(wb)
+
     def offset_groups(self) -> list[str]:
         """Groups that have committed offsets."""
         groups: list[str] = []

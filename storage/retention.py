@@ -52,6 +52,11 @@ _unpack_index = keys.unpack_wal_index
 _Predicate = Callable[[bytes, tuple[int, int, int, int], int, int], bool]
 
 
+#: The disk guard's "cannot get under the limit" line: at most one per this many ms while
+#: the shortfall lasts (the archiver runs every archiver_interval_ms), then one when it ends.
+GUARD_LOG_INTERVAL_MS = 60_000
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -76,6 +81,11 @@ class Retention:
         # Log history: sequence -> record, oldest first (at most history_limit).
         self._history: dict[int, HistoryRecord] = {}
         self._history_seq = 0
+        # The disk guard's shortfall line: when it was last logged, and checks since.
+        self._shortfall_logged_ms: int | None = None
+        self._shortfall_suppressed = 0
+        #: The last shortfall's figures (None while usage is within the limit), for status.
+        self.disk_guard_shortfall: dict[str, Any] | None = None
 
     def load_history(self, live: set[int]) -> None:
         """Read the log history; delete the records of databases no longer listed."""
@@ -355,6 +365,8 @@ class Retention:
         cutoff = now - max_age_ms if max_age_ms is not None else None
         need = max(need_size, need_disk)
         if need <= 0 and cutoff is None:
+            if disk_usage_max_percent is not None:
+                self._guard_status(now, disk_usage_max_percent, volume_bytes, 0, exhausted=False)
             return []
 
         db = self._core.db
@@ -402,6 +414,7 @@ class Retention:
             cursors[(dbid, vnode)] = (cursor, nxt)
             heapq.heapreplace(heap, (_unpack_index(after[1])[2], dbid, vnode, after))
 
+        exhausted = not heap  # every entry the archiver may remove is planned for removal
         out: list[dict[str, Any]] = []
         removed: list[int] = []  # payload sequences
         cut: list[tuple[bytes, bytes]] = []  # main-DB ranges to compact
@@ -419,8 +432,8 @@ class Retention:
                 rec = self._remove_head(dbid, vnode, vs, dead, kept, None, reason, now)
                 out.append(rec.as_dict(database.info.name))
             cut.append((keys.vnode_prefix(keys.WAL, dbid, vnode), keys.wal_seek_key(dbid, vnode, first_kept[(dbid, vnode)])))
+        freed = sum(r["bytes"] for r in out)
         if compact and removed:
-            freed = sum(r["bytes"] for r in out)
             try:
                 for start, stop in cut:
                     db.compact_range(start=start, stop=stop)
@@ -430,17 +443,50 @@ class Retention:
                 log.error("archiver removed %d bytes of WAL entries but could not compact them, so "
                           "the disk space is not given back yet (LevelDB frees deleted entries only "
                           "when it compacts them; it retries on its own later): %s", freed, exc)
-            else:
-                if disk_usage_max_percent is not None and volume_bytes is None:
-                    du = shutil.disk_usage(self._core.path)
-                    if du.used > int(du.total * disk_usage_max_percent / 100):
-                        log.warning("archiver removed and compacted %d bytes of WAL entries; disk "
-                                    "usage under %s is still %.1f%% (> disk_usage_max_percent %s): "
-                                    "the rest of the disk is used by other files or by entries it "
-                                    "may not remove (each vnode keeps its newest entry)",
-                                    freed, self._core.path, 100 * du.used / du.total,
-                                    disk_usage_max_percent)
+                return out
+        if disk_usage_max_percent is not None:
+            self._guard_status(now, disk_usage_max_percent, volume_bytes, freed, exhausted)
         return out
+
+    def _guard_status(self, now: int, limit_pct: float, volume_bytes: int | None, freed: int,
+                      exhausted: bool) -> None:
+        """After the disk guard ran: if usage is still over the limit and nothing more may be
+        removed, say so with the figures — once, then at most every GUARD_LOG_INTERVAL_MS
+        while it lasts, and once when usage is back under the limit."""
+        wal_left = self._wal.total_bytes()
+        if volume_bytes is not None:
+            used, capacity, where = wal_left, volume_bytes, f"the {volume_bytes}-byte WAL volume"
+        else:
+            du = shutil.disk_usage(self._core.path)
+            used, capacity, where = du.used, du.total, f"the filesystem of {self._core.path}"
+        allowed = int(capacity * limit_pct / 100)
+        if used <= allowed or not exhausted:
+            if used <= allowed and self.disk_guard_shortfall is not None:
+                log.warning("disk guard: usage of %s is back under disk_usage_max_percent %s%%: "
+                            "%.1f%% (%d of %d bytes)", where, limit_pct, 100 * used / capacity, used, capacity)
+                self.disk_guard_shortfall = None
+                self._shortfall_logged_ms = None
+                self._shortfall_suppressed = 0
+            return
+        vnodes = sum(1 for d in self._catalog.all_databases() for vs in d.vnodes if vs.entries)
+        self.disk_guard_shortfall = {"used_bytes": used, "capacity_bytes": capacity, "limit_percent": limit_pct,
+                                     "allowed_bytes": allowed, "wal_bytes": wal_left, "vnodes": vnodes,
+                                     "other_bytes": max(0, used - wal_left), "freed_bytes": freed}
+        last = self._shortfall_logged_ms
+        if last is not None and now - last < GUARD_LOG_INTERVAL_MS:
+            self._shortfall_suppressed += 1
+            return
+        since = (f" ({self._shortfall_suppressed} more check(s) found the same since the last line)"
+                 if self._shortfall_suppressed else "")
+        self._shortfall_logged_ms = now
+        self._shortfall_suppressed = 0
+        log.warning("disk guard cannot bring usage under disk_usage_max_percent: %s is %.1f%% used "
+                    "(%d of %d bytes), the limit is %s%% (%d bytes); removed and compacted %d bytes "
+                    "now; left: %d bytes of WAL entries, the newest entry of each of %d vnode(s), "
+                    "which the archiver never removes, and %d bytes of other files — drop databases "
+                    "or topics, or raise the limit%s",
+                    where, 100 * used / capacity, used, capacity, limit_pct, allowed, freed, wal_left,
+                    vnodes, max(0, used - wal_left), since)
 
     # log history (RT's log-history API) ----------------------------------------------------
 

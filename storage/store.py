@@ -397,6 +397,12 @@ class Store:
     def offset_groups(self) -> list[str]:
         return self.offsets.offset_groups()
 
+    def delete_partitions(self, group: str, topics: Iterable[tuple[str, Iterable[int]]]) -> int:
+        return self.offsets.delete_partitions(group, topics)
+
+    def delete_group(self, group: str) -> None:
+        self.offsets.delete_group(group)
+
     def put_group_metadata(self, group: str, data: bytes) -> None:
         self.offsets.put_group_metadata(group, data)
 

@@ -5,12 +5,14 @@ frees the disk (compacted) and appends work again; a store opened on a full disk
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
 from diskfull import fill, free_bytes, small_fs
 
 from tmqgate.storage import StorageFull, Store
+from tmqgate.storage.retention import GUARD_LOG_INTERVAL_MS
 from tmqgate.storage.space import RESERVE_FILE
 
 RESERVE = 2 << 20
@@ -121,3 +123,58 @@ def fs_used_percent(path: str) -> float:
 
     du = shutil.disk_usage(path)
     return 100 * du.used / du.total
+
+
+def test_disk_guard_says_once_when_it_cannot_get_under_the_limit(caplog: pytest.LogCaptureFixture) -> None:
+    """Another file holds most of the disk: the archiver removes (and compacts, so the space
+    really comes back) everything it may — all but each vnode's newest entry — and, still over
+    the limit, says so in one line with the figures; again at most every GUARD_LOG_INTERVAL_MS,
+    counting the checks in between; and once when usage is back under the limit."""
+    with small_fs(24) as fs:
+        s = open_store(os.path.join(fs, "data"))
+        try:
+            s.create_database("a", 2)
+            for i in range(100):
+                s.append("a", i % 2, payload(i), 1, 1_700_000_000_000 + i)
+            filler = os.path.join(fs, "other-file")
+            with open(filler, "wb") as fh:
+                fh.write(b"\xff" * (12 << 20))
+            used = fs_used_percent(fs)
+            limit = 40.0  # the other file alone is 50% of the disk
+            t0 = 1_800_000_000_000
+            with caplog.at_level(logging.WARNING, logger="tmqgate.storage"):
+                removed = s.collect(t0, disk_usage_max_percent=limit)
+            assert {(r["db"], r["reason"]) for r in removed} == {("a", "archiver_disk")}
+            assert sum(r["entries"] for r in removed) == 98  # each vnode keeps its newest entry
+            assert fs_used_percent(fs) < used - 5  # compacted: ~2 MB back
+            lines = [r.getMessage() for r in caplog.records if "disk guard" in r.getMessage()]
+            assert len(lines) == 1, lines
+            line = lines[0]
+            assert "cannot bring usage under disk_usage_max_percent" in line
+            assert "the limit is 40.0%" in line and "newest entry of each of 2 vnode(s)" in line
+            status = s.retention.disk_guard_shortfall
+            assert status is not None and status["vnodes"] == 2 and status["limit_percent"] == limit
+            size = len(payload(0))
+            assert status["wal_bytes"] == 2 * size and status["freed_bytes"] == 98 * size
+            assert status["used_bytes"] > status["allowed_bytes"] and status["other_bytes"] > 12 << 20
+            assert f"({status['used_bytes']} of {status['capacity_bytes']} bytes)" in line
+            # Rate-limited: the next runs within the interval say nothing; the one after it
+            # says it again, with how many checks it kept quiet about.
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="tmqgate.storage"):
+                assert s.collect(t0 + 1000, disk_usage_max_percent=limit) == []
+                assert s.collect(t0 + 2000, disk_usage_max_percent=limit) == []
+                assert not [r for r in caplog.records if "disk guard" in r.getMessage()]
+                s.collect(t0 + GUARD_LOG_INTERVAL_MS, disk_usage_max_percent=limit)
+            lines = [r.getMessage() for r in caplog.records if "disk guard" in r.getMessage()]
+            assert len(lines) == 1 and "(2 more check(s) found the same since the last line)" in lines[0]
+            # Room again: one line says so, and the status clears.
+            os.unlink(filler)
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="tmqgate.storage"):
+                s.collect(t0 + GUARD_LOG_INTERVAL_MS + 1000, disk_usage_max_percent=limit)
+            lines = [r.getMessage() for r in caplog.records if "disk guard" in r.getMessage()]
+            assert len(lines) == 1 and "back under disk_usage_max_percent" in lines[0]
+            assert s.retention.disk_guard_shortfall is None
+        finally:
+            s.close()

@@ -14,7 +14,6 @@ from tmqgate.broker.client import current_client
 from tmqgate.broker.handlers.context import GroupApis
 from tmqgate.broker.quotas import parked
 from tmqgate.protocol.errors import ErrorCode
-from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
     from tmqgate.coordinator.coordinator import OffsetEntry
@@ -96,7 +95,7 @@ async def leave_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "error_code": int(codes[0] if top is ErrorCode.NONE else top)}
     return {"throttle_time_ms": 0, "error_code": int(top),
             "members": [{"member_id": mid, "group_instance_id": iid, "error_code": int(code)}
-                        for (mid, iid), code in zip(members, codes, strict=True)]}
+                        for (mid, iid), code in zip(members, codes, strict=True)] if codes else []}
 
 
 @api(ApiKey.OFFSET_COMMIT, 2, 10)
@@ -123,14 +122,10 @@ async def offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
             entries.append((name, p["partition_index"], p["committed_offset"],
                             p.get("committed_leader_epoch", -1), p.get("committed_metadata")))
         topics_out.append({"name": t.get("name"), "topic_id": t.get("topic_id", ZERO_UUID), "partitions": parts_out})
-    try:
-        codes = rt.machine.commit_offsets(rt.now(), body["group_id"], body.get("member_id") or "",
-                                          body.get("group_instance_id"), body.get("generation_id_or_member_epoch", -1),
-                                          req.api_version, entries)
-    except StorageIOError:
-        # Kafka's group coordinator turns a failed append to its log (KAFKA_STORAGE_ERROR) into
-        # NOT_COORDINATOR: the client finds the coordinator again and retries.
-        codes = [ErrorCode.NOT_COORDINATOR] * len(entries)
+    # A write the disk refuses answers NOT_COORDINATOR on every entry (coordinator.coordinator).
+    codes = rt.machine.commit_offsets(rt.now(), body["group_id"], body.get("member_id") or "",
+                                      body.get("group_instance_id"), body.get("generation_id_or_member_epoch", -1),
+                                      req.api_version, entries)
     for ti, pi, ei in slots:
         topics_out[ti]["partitions"][pi]["error_code"] = int(codes[ei])
     return {"throttle_time_ms": 0, "topics": topics_out}

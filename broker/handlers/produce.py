@@ -95,7 +95,7 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
     batch, header, valid = _validated_batch(topic, records, ctx.max_decompressed_batch_bytes)
     if topic.kind == TSDB:
         try:
-            base = ingest(ctx.executor, topic.db, vnode, batch)
+            base = ingest(ctx.executor, topic.db, vnode, batch, valid.records)  # decompressed once
         except IngestError as exc:
             raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
         return base, -1, ctx.store.log_start(topic.db, vnode)

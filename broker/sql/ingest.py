@@ -44,14 +44,16 @@ class IngestError(ValueError):
     """A record that is not valid line protocol / JSON, or does not fit the schema."""
 
 
-def parse_records(batch: bytes) -> list[SchemalessRow]:
+def parse_records(batch: bytes, decompressed: bytes | None = None) -> list[SchemalessRow]:
     """Every row in a record batch: each record value is one or more lines, or JSON.
+    ``decompressed``: the records section of a compressed batch as Produce's validation
+    decompressed it (so it is not decompressed twice).
 
     A batch that cannot be decoded (corrupt, or decompressing past the bound) is an
     IngestError like a bad line, so the caller answers it instead of dropping the connection."""
     rows: list[SchemalessRow] = []
     try:
-        records = decode_records(batch)
+        records = decode_records(batch, decompressed=decompressed)
     except DecompressedTooLarge as exc:
         raise IngestError(f"the record batch is too large once decompressed: {exc}") from None
     except CorruptRecord as exc:
@@ -101,11 +103,12 @@ def _apply_plan(current: StableSchema | None, name: str, plan: SchemaPlan) -> St
     return StableSchema(current.name, columns, tags)
 
 
-def ingest(executor: Executor, db: str, vnode: int, batch: bytes) -> int:
+def ingest(executor: Executor, db: str, vnode: int, batch: bytes,
+           decompressed: bytes | None = None) -> int:
     """Write a record batch's rows into database `db` on `vnode` through `executor` (which
     logs the catalog changes they need); returns the first version the rows took (the
-    produce response's base offset)."""
-    rows = parse_records(batch)
+    produce response's base offset). `decompressed`: see ``parse_records``."""
+    rows = parse_records(batch, decompressed)
     if not rows:
         raise IngestError("the record batch holds no rows")
     catalog = executor.catalog
