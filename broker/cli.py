@@ -17,6 +17,8 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the broker")
     serve.add_argument("--listen", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
     serve.add_argument("--http", help="HTTP listener HOST:PORT (default 127.0.0.1:6041)")
+    serve.add_argument("--http-auth", choices=["none", "basic"],
+                       help="the SQL front's authentication (default none; basic: the broker's users)")
     serve.add_argument("--data-dir", help="data directory (default ./data)")
     serve.add_argument("--config", help="TOML file of broker settings")
     serve.add_argument("--log-level", default="INFO")
@@ -27,7 +29,79 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--cafile", help="CA certificates to check an https:// front's certificate with")
     sql.add_argument("--db", help="database for unqualified names (as after USE db)")
     sql.add_argument("--json", action="store_true", help="print the raw JSON answer")
+    sql.add_argument("--user", help="HTTP Basic user (password from $TMQGATE_PASSWORD, else prompted)")
+    _user_parsers(sub)
     return parser
+
+
+def _user_parsers(sub: argparse._SubParsersAction) -> None:
+    """`tmqgate user add|list|delete`: SCRAM users of a data directory, with no broker running
+    (the first admin; online, use kafka-configs --entity-type users)."""
+    user = sub.add_parser("user", help="SCRAM users of a data directory (offline: the broker must be stopped)")
+    verbs = user.add_subparsers(dest="verb", required=True)
+    add = verbs.add_parser("add", help="create or replace a user's credential (password read from stdin)")
+    add.add_argument("name")
+    add.add_argument("--mechanism", default="SCRAM-SHA-512", choices=["SCRAM-SHA-512", "SCRAM-SHA-256"])
+    add.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations, 4096..16384 (default 4096)")
+    delete = verbs.add_parser("delete", help="remove a user's credentials (all mechanisms unless --mechanism)")
+    delete.add_argument("name")
+    delete.add_argument("--mechanism", choices=["SCRAM-SHA-512", "SCRAM-SHA-256"])
+    listing = verbs.add_parser("list", help="users and their mechanisms and iterations")
+    for p in (add, delete, listing):
+        p.add_argument("--data-dir", required=True, help="the broker's data directory")
+
+
+def _user(args: argparse.Namespace) -> int:
+    from tmqgate.broker.auth import scram
+    from tmqgate.storage import StorageError, Store
+
+    password = ""
+    if args.verb == "add":
+        try:
+            scram.check_iterations(args.iterations)
+        except ValueError as exc:
+            print(f"tmqgate user: {exc}", file=sys.stderr)
+            return 2
+        if sys.stdin.isatty():
+            import getpass
+
+            password = getpass.getpass(f"password for {args.name}: ")
+        else:
+            password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            print("tmqgate user: empty password (give it on stdin)", file=sys.stderr)
+            return 2
+    try:
+        store = Store(args.data_dir)
+    except (StorageError, OSError) as exc:
+        if "lock" in str(exc).lower():
+            print(f"tmqgate user: the data directory {args.data_dir} is in use (a running broker holds its "
+                  "lock): stop the broker, or change users online with kafka-configs --entity-type users",
+                  file=sys.stderr)
+        else:
+            print(f"tmqgate user: cannot open the data directory {args.data_dir}: {exc}", file=sys.stderr)
+        return 1
+    with store:
+        if args.verb == "add":
+            store.users.put_scram(args.name, args.mechanism,
+                                  scram.make_credential(args.mechanism, password, args.iterations))
+            store.sync()
+            print(f"user {args.name}: {args.mechanism} credential stored ({args.iterations} iterations)")
+        elif args.verb == "delete":
+            if args.mechanism:
+                n = int(store.users.delete_scram(args.name, args.mechanism))
+            else:
+                n = store.users.delete_user(args.name)
+            store.sync()
+            if not n:
+                print(f"tmqgate user: no such user credential: {args.name}", file=sys.stderr)
+                return 1
+            print(f"user {args.name}: {n} credential(s) deleted")
+        else:
+            for name, creds in store.users.scram_users().items():
+                mechs = ",".join(f"{m}=iterations={c.iterations}" for m, c in sorted(creds.items()))
+                print(f"{name}\t{mechs}")
+    return 0
 
 
 def _sql(args: argparse.Namespace) -> int:
@@ -40,6 +114,16 @@ def _sql(args: argparse.Namespace) -> int:
     base = args.http if args.http.startswith(("http://", "https://")) else f"http://{args.http}"
     url = f"{base}/rest/sql" + (f"/{args.db}" if args.db else "")
     request = urllib.request.Request(url, data=args.statement.encode(), method="POST")
+    if args.user:
+        import base64
+        import getpass
+        import os
+
+        password = os.environ.get("TMQGATE_PASSWORD")
+        if password is None:
+            password = getpass.getpass(f"password for {args.user}: ")
+        token = base64.b64encode(f"{args.user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
     context = ssl.create_default_context(cafile=args.cafile) if url.startswith("https://") else None
     try:
         with urllib.request.urlopen(request, timeout=300, context=context) as response:
@@ -78,9 +162,16 @@ async def _serve(config: BrokerConfig) -> None:
         print(f"tmqgate: cannot open the data directory {config.data_dir}: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     await broker.start()
+    authenticate = None
+    if config.http_auth == "basic":  # HTTP Basic against the SCRAM users, as SASL/PLAIN
+        from tmqgate.broker.auth.plain import verify_password_async
+
+        async def authenticate(user: str, password: str) -> bool:  # PBKDF2 off the event loop
+            return await verify_password_async(broker.store.users.scram, user, password, asyncio.to_thread)
+
     runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id,
                                        max_body_bytes=config.max_sql_length, served_as=config.http,
-                                       allowed_hosts=config.http_allowed_hosts),
+                                       allowed_hosts=config.http_allowed_hosts, authenticate=authenticate),
                               config.http_address,
                               server_ssl_context(config) if config.http_tls else None)
     stop = asyncio.Event()
@@ -104,7 +195,14 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "sql":
         return _sql(args)
-    config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir)
+    if args.command == "user":
+        return _user(args)
+    try:
+        config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir,
+                                   http_auth=args.http_auth)
+    except ValueError as exc:  # settings that contradict each other: refused before anything starts
+        print(f"tmqgate: {exc}", file=sys.stderr, flush=True)
+        return 2
     asyncio.run(_serve(config))
     return 0
 

@@ -18,6 +18,18 @@ def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int
     return host, int(port)
 
 
+def _loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (or localhost): reachable from this host only."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
 @dataclass
 class BrokerConfig:
     """Everything the broker reads at start-up."""
@@ -45,6 +57,33 @@ class BrokerConfig:
     http_tls: bool = False
     # ssl.principal.mapping.rules (one rule per entry): a certificate's subject DN -> principal.
     ssl_principal_mapping_rules: list[str] = field(default_factory=lambda: ["DEFAULT"])
+    # --- SASL (SASL_PLAINTEXT and SASL_SSL listeners; broker/auth/) ---------------------------
+    # sasl.enabled.mechanisms: Kafka's default ["GSSAPI"] needs Kerberos, which tmqgate does not
+    # speak; tmqgate's default is the SCRAM mechanisms and PLAIN (checked against the same SCRAM
+    # users). OAUTHBEARER may be added: with no JWKS it takes Kafka's unsecured tokens.
+    sasl_enabled_mechanisms: list[str] = field(
+        default_factory=lambda: ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
+    # connections.max.reauth.ms (KIP-368): 0 = sessions never expire (Kafka's default); else
+    # the session lifetime SaslAuthenticate answers, after which a connection that has not
+    # re-authenticated is closed at its next request.
+    connections_max_reauth_ms: int = 0
+    # connection.failed.authentication.delay.ms: a failed authentication is answered and its
+    # connection closed only after this delay (Kafka's default 100; 0 = at once).
+    connection_failed_authentication_delay_ms: int = 100
+    # sasl.oauthbearer.* (Kafka 4.x): signed JWTs checked against this JWKS (https:// or
+    # file://); None = unsecured tokens. Audience/issuer are checked when set.
+    sasl_oauthbearer_jwks_endpoint_url: str | None = None
+    sasl_oauthbearer_expected_audience: list[str] = field(default_factory=list)
+    sasl_oauthbearer_expected_issuer: str | None = None
+    sasl_oauthbearer_sub_claim_name: str = "sub"
+    sasl_oauthbearer_scope_claim_name: str = "scope"
+    sasl_oauthbearer_clock_skew_seconds: int = 30
+    # --- The HTTP SQL front ----------------------------------------------------------------
+    # http_auth: "none" or "basic" (HTTP Basic with the broker's SCRAM users, as taosAdapter).
+    # The broker refuses to start with the front on a non-loopback address and no
+    # authentication unless allow_insecure_http is true.
+    http_auth: str = "none"
+    allow_insecure_http: bool = False
     node_id: int = 1
     cluster_id: str = "tmqgate-cluster-00000"
     # socket.request.max.bytes in Kafka: a frame larger than this closes the connection.
@@ -119,6 +158,12 @@ class BrokerConfig:
     # more names it is served as ("name" any port, "name:port"; ["*"] = any Host, for a front
     # behind a proxy or a port map). Others get 421. tmqgate's own setting.
     http_allowed_hosts: list[str] = field(default_factory=list)
+    # SQL texts of 1 KiB or more are parsed in a process of their own, one at a time (pure
+    # Python parsing would hold the event loop: ~3 s for a 1 MiB INSERT). A parse running
+    # longer than this is stopped (the process replaced) and answered 503 "Operation timeout"
+    # (tmqgate's own; the slowest 1 MiB text parses in ~7 s on an idle core, a 1 MiB INSERT
+    # in ~3 s: the default leaves room for a host several times busier).
+    sql_parse_timeout_ms: int = 30_000
     # Produce decompresses every batch to validate its records (as Kafka's LogValidator does);
     # the decompressed records may pass neither the topic's max.message.bytes nor this cap, so
     # a small compressed bomb is refused (MESSAGE_TOO_LARGE) before it is inflated. tmqgate's
@@ -132,6 +177,16 @@ class BrokerConfig:
     # the samples a client's rate is measured over (11 of 1 s: 10 whole windows + the current).
     quota_window_num: int = 11
     quota_window_size_seconds: int = 1
+    # --- Authorization (issue 12, point 4) --------------------------------------------------
+    # "acl": Kafka's ACLs (StandardAuthorizer's decision, CreateAcls/DescribeAcls/DeleteAcls,
+    # every API checks what Kafka checks); "none": no authorizer (everyone may do anything,
+    # the ACL APIs answer SECURITY_DISABLED) — Kafka's authorizer.class.name unset.
+    authorizer: str = "none"
+    # super.users: principals allowed everything, whatever the ACLs say.
+    super_users: list[str] = field(default_factory=list)
+    # allow.everyone.if.no.acl.found: a resource with no ACL at all is open to everyone
+    # (Kafka's default, false: denied).
+    allow_everyone_if_no_acl_found: bool = False
 
     @classmethod
     def load(cls, path: str | Path | None, **overrides: object) -> BrokerConfig:
@@ -153,6 +208,11 @@ class BrokerConfig:
         """Refuse settings that contradict each other (Kafka checks these at start too)."""
         if self.quota_window_num < 1 or self.quota_window_size_seconds < 1:
             raise ValueError("quota_window_num and quota_window_size_seconds must be at least 1")
+        if self.authorizer not in ("acl", "none"):
+            raise ValueError(f'authorizer must be "acl" or "none", not {self.authorizer!r}')
+        bad = [p for p in self.super_users if ":" not in p]
+        if bad:
+            raise ValueError(f"super_users must be principals such as User:admin: {bad}")
         from tmqgate.broker.principal import parse_rules
         parse_rules(self.ssl_principal_mapping_rules)  # a bad rule refuses the start, as in Kafka
         if self.http_tls and not (self.ssl_certfile and self.ssl_keyfile):
@@ -161,6 +221,11 @@ class BrokerConfig:
             raise ValueError(f"ssl_client_auth must be required, requested or none, not {self.ssl_client_auth!r}")
         if self.ssl_min_version not in ("TLSv1.2", "TLSv1.3"):
             raise ValueError(f"ssl_min_version must be TLSv1.2 or TLSv1.3, not {self.ssl_min_version!r}")
+        if self.http_auth not in ("none", "basic"):
+            raise ValueError(f"http_auth must be none or basic, not {self.http_auth!r}")
+        if self.http_auth == "none" and not self.allow_insecure_http and not _loopback(self.http_address[0]):
+            raise ValueError(f"the SQL front would listen on {self.http} with no authentication: set "
+                             'http_auth = "basic", or allow_insecure_http = true to accept that')
         pool = self.queued_max_request_bytes
         if 0 < pool < self.socket_request_max_bytes:
             raise ValueError(f"queued_max_request_bytes ({pool}) must be -1 or at least "

@@ -23,19 +23,28 @@ Anything else is answered 421 Misdirected Request (RFC 9110 §15.5.20: the reque
 server that does not serve that authority) rather than 403: nothing is wrong with the caller's
 rights, the name is — and a real client that sees 421 knows to use the server's own name.
 A request with no Host at all (HTTP/1.0) is served: browsers always send one.
+
+Authentication (`http_auth = "basic"`): every path but `/health` takes HTTP Basic credentials
+of the broker's users, as TDengine's taosAdapter does (`Authorization: Basic base64(user:pass)`,
+checked like SASL/PLAIN against the SCRAM credentials); a missing, malformed or wrong one is
+answered 401 with `WWW-Authenticate: Basic` and the JSON error body. An authenticated
+request carries its principal as `request[PRINCIPAL]` ("User:alice").
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from yarl import URL
 
-from tmqgate.broker.tdengine import SqlError
+from tmqgate.broker.client import ANONYMOUS
+from tmqgate.broker.tdengine import Caller, ParseTimeout, ParseWorkerDied, SqlError
 from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
@@ -44,6 +53,8 @@ if TYPE_CHECKING:
     from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.http")
+# Where an authenticating middleware leaves the request's Kafka principal ("User:NAME").
+PRINCIPAL = "tmqgate.principal"
 
 # TDengine's error codes: a parse error (TSDB_CODE_PAR_SYNTAX_ERROR) and a statement the
 # catalog refuses (TSDB_CODE_PAR_INVALID_... family); the message says which.
@@ -59,6 +70,48 @@ REQUEST_TOO_BIG = 0x1104
 FORBIDDEN = 0x1105
 # What TDengine answers a write when the vnode's disk lacks space (TSDB_CODE_NO_ENOUGH_DISKSPACE).
 NO_ENOUGH_DISKSPACE = 0x012E
+# 401: no credentials (TSDB_CODE_HTTP_NO_AUTH_INFO), wrong ones (TSDB_CODE_MND_AUTH_FAILURE)
+NO_AUTH_INFO = 0x1105
+AUTH_FAILURE = 0x0357
+#: Paths served without credentials (a load balancer's or orchestrator's probe).
+OPEN_PATHS = frozenset({"/health"})
+_CHALLENGE = {"WWW-Authenticate": 'Basic realm="tmqgate", charset="UTF-8"'}
+
+Authenticate = Callable[[str, str], Awaitable[bool]]  # (user, password) -> the password is the user's
+
+
+def basic_credentials(header: str | None) -> tuple[str, str] | None:
+    """(user, password) of an `Authorization: Basic ...` header, or None if absent/malformed."""
+    if not header:
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, sep, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (user, password) if sep and user else None
+
+
+def unauthorized(code: int, desc: str) -> web.Response:
+    return web.json_response({"code": code, "desc": desc}, status=401, headers=_CHALLENGE)
+
+
+def _auth_middleware(authenticate: Authenticate) -> Any:
+    @web.middleware
+    async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path not in OPEN_PATHS:
+            credentials = basic_credentials(request.headers.get("Authorization"))
+            if credentials is None:
+                return unauthorized(NO_AUTH_INFO, "no auth info input: HTTP Basic credentials are required")
+            if not await authenticate(*credentials):
+                return unauthorized(AUTH_FAILURE, "Authentication failure")
+            request[PRINCIPAL] = f"User:{credentials[0]}"  # who runs the SQL (the ACLs' principal)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return auth
 
 
 #: Loopback names served with the bound port whatever the front is bound to.
@@ -108,6 +161,10 @@ class HostCheck:
                 return None
         return (f"misdirected request: Host {header[:100]!r} is not a name this server is served as "
                 "(its address, localhost, or an entry of http_allowed_hosts)")
+
+# TDengine's "Operation timeout" (TSDB_CODE_TIMEOUT_ERROR): a long text's parse ran past
+# sql_parse_timeout_ms and was stopped (503: the server gave up on it; nothing was run).
+TIMEOUT_ERROR = 0x012C
 
 
 def error_response(status: int, code: int, desc: str) -> web.Response:
@@ -163,14 +220,16 @@ async def _answer(request: web.Request, handler: Any) -> web.StreamResponse:
 
 def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int,
              max_body_bytes: int = 1_048_576, served_as: str | None = None,
-             allowed_hosts: Sequence[str] = ()) -> web.Application:
+             allowed_hosts: Sequence[str] = (), authenticate: Authenticate | None = None) -> web.Application:
     """The HTTP front over the broker's SQL executor, store and topic registry. A body over
     `max_body_bytes` (the broker's max_sql_length, TDengine's 1 MiB SQL limit) is answered
     413 before it is read whole, so no SQL text longer than that is ever parsed. `served_as`
     (the configured `http` host:port) and `allowed_hosts` (`http_allowed_hosts`) are the Host
-    names served besides the bound address and loopback."""
-    app = web.Application(client_max_size=max_body_bytes,
-                          middlewares=[_guard(HostCheck(served_as, allowed_hosts))])
+    names served besides the bound address and loopback. With `authenticate`, requests need
+    HTTP Basic credentials it accepts (not /health)."""
+    guard = _guard(HostCheck(served_as, allowed_hosts))
+    middlewares = [guard] if authenticate is None else [guard, _auth_middleware(authenticate)]
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
 
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "node_id": node_id, "topics": len(topics.all())})
@@ -183,11 +242,19 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             return error_response(400, SYNTAX_ERROR, f"the SQL text is not UTF-8 (byte {exc.start})")
         db = request.match_info.get("db")
         try:
-            result = await executor.execute_async(text, db)
+            # SQL runs as the request's principal: what an authenticating middleware put under
+            # PRINCIPAL ("User:NAME"), else User:ANONYMOUS; ACLs decide what it may do.
+            caller = Caller(request.get(PRINCIPAL, ANONYMOUS), request.remote or "")
+            result = await executor.execute_async(text, db, caller)
         except SqlError as exc:
             desc = exc.message
             code = exc.code or (SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR)
             return error_response(400, code, desc)
+        except ParseTimeout as exc:
+            return error_response(503, TIMEOUT_ERROR, f"Operation timeout: {exc} (sql_parse_timeout_ms); "
+                                  "nothing was run")
+        except ParseWorkerDied as exc:  # the next long text gets a new parsing process
+            return error_response(500, INTERNAL_ERROR, f"internal error: {exc}; nothing was run")
         except StorageIOError as exc:  # a full disk: nothing written, reads still work
             return error_response(503, NO_ENOUGH_DISKSPACE, f"No enough disk space: {exc}")
         return web.json_response(result.to_json())

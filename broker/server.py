@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import os
 import ssl
@@ -25,13 +26,17 @@ import struct
 import time
 from typing import Any
 
+from tmqgate.broker.acl.authorizer import Authorizer
+from tmqgate.broker.acl.sql_access import SqlAccess
 from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
+from tmqgate.broker.auth.credentials import set_password
+from tmqgate.broker.auth.session import SASL_PROTOCOLS, Action, Authenticator, authenticator
 from tmqgate.broker.client import ANONYMOUS, ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.group_coordinator import group_coordinator
 from tmqgate.broker.handlers import API_TABLE
-from tmqgate.broker.handlers.context import AdminApis, ClusterApis, DataPlane, GroupApis, Node
+from tmqgate.broker.handlers.context import AclApis, AdminApis, ClusterApis, DataPlane, GroupApis, Node
 from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
 from tmqgate.broker.listeners import (
     Listener,
@@ -43,7 +48,7 @@ from tmqgate.broker.listeners import (
 from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules
 from tmqgate.broker.quotas import ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
-from tmqgate.broker.tdengine import Executor, GroupQueries, TsdbCatalog
+from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicRegistry
 from tmqgate.broker.waiters import DataNotifier
@@ -139,18 +144,25 @@ class Broker:
                                     max_databases=config.max_databases)
         self.notifier = DataNotifier()
         self.apis = API_TABLE
+        # authorizer = "acl": Kafka's ACLs, persisted in the store; "none": no checks at all.
+        self.authorizer = (Authorizer(self.store, config.super_users, config.allow_everyone_if_no_acl_found)
+                           if config.authorizer == "acl" else None)
         self.coordinator = group_coordinator(self.store, self.topics, config)
         # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
         machine = self.coordinator.machine
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
                                  GroupQueries(subscribed_to=machine.groups_subscribed_to,
                                               group_ids=machine.group_ids, members=machine.members,
-                                              now_ms=self.coordinator.now))
+                                              now_ms=self.coordinator.now),
+                                 parse_timeout_ms=config.sql_parse_timeout_ms)
+        if self.authorizer is not None:  # SQL statements checked for their caller too
+            self.executor.access = SqlAccess(self.authorizer, set_user_password=self._set_user_password)
         self.started_ms = int(time.time() * 1000)
         self._servers: list[tuple[Listener, asyncio.Server]] = []
         self._ssl: ssl.SSLContext | None = None
         self._mapping_rules = parse_rules(config.ssl_principal_mapping_rules)
         self.advertised_by_listener: dict[str, tuple[str, int]] = {}
+        self.authenticator: Authenticator | None = None  # built at start if a listener speaks SASL
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._handlers: dict[int, BoundHandler] = {}
@@ -176,6 +188,8 @@ class Broker:
             self._servers.append((listener, server))
             bound[listener.name] = (listener.host, server.sockets[0].getsockname()[1])
         self.advertised_by_listener = advertised_addresses(self.config, bound)
+        if any(li.security_protocol in SASL_PROTOCOLS for li in listeners):
+            self.authenticator = authenticator(self.config, self.store, self.limited_log)
         self.advertised = self.advertised_by_listener[listeners[0].name]
         self._handlers = bind(self.apis, self._contexts())
         self._tasks.append(asyncio.create_task(self._housekeeping()))
@@ -184,6 +198,13 @@ class Broker:
         for listener, server in self._servers:
             log.info("tmqgate listening on %s://%s:%d (%s; data dir %s)", listener.name, listener.host,
                      server.sockets[0].getsockname()[1], listener.security_protocol, self.config.data_dir)
+
+    def _set_user_password(self, user: str, password: str, create: bool) -> None:
+        """CREATE USER / ALTER USER … PASS: the user's SCRAM credentials, as AlterUserScramCredentials."""
+        try:
+            set_password(self.store.users, user, password, create=create)
+        except (ValueError, KeyError) as exc:  # UserExists, UnknownUser, an empty name or password
+            raise SqlError(str(exc)) from None
 
     def reload_certificates(self) -> None:
         """SIGHUP: TLS listeners take the certificate files as they are now (new handshakes)."""
@@ -200,12 +221,15 @@ class Broker:
         """One context of each handler family (the advertised address is known from start)."""
         cfg = self.config
         node = Node(cfg.node_id, cfg.cluster_id, self.advertised)
+        auth = self.authorizer
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
-                                 cfg.max_decompressed_batch_bytes, quotas=self.quotas),
-            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas),
-            ClusterApis: ClusterApis(node, self.topics, cfg, self.apis),
-            GroupApis: GroupApis(self.coordinator, self.topics, node),
+                                 cfg.max_decompressed_batch_bytes, quotas=self.quotas, authorizer=auth),
+            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
+                                 authorizer=auth),
+            ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),
+            GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth),
+            AclApis: AclApis(auth),
         }
 
     @property
@@ -230,6 +254,7 @@ class Broker:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         await self.coordinator.stop()
+        self.executor.close()
         self.store.close()
         self.limited_log.flush()
 
@@ -250,6 +275,10 @@ class Broker:
             n += 1
             await asyncio.sleep(0)
         log.debug("built %d codecs in %.2fs", n, time.perf_counter() - t0)
+        # The start-up heap (modules, codecs, catalog) is kept out of the collector's sight
+        # from now on: a full collection, which a large request's temporaries set off, would
+        # walk all of it on the event loop (tens of ms; hundreds on a loaded host) — issue 11.
+        gc.freeze()
 
     async def _housekeeping(self) -> None:
         """Periodic jobs: WAL fsync (WAL_FSYNC_PERIOD), retention (log.retention.check.interval.ms)
@@ -346,12 +375,15 @@ class Broker:
 
     async def _connection_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                peer: Any, memory: FrameMemory) -> None:
-        max_size = self.config.socket_request_max_bytes
         transport = writer.transport
         fd = _socket_fd(writer)
+        # SASL listeners: the connection's authentication says which requests may pass (auth/session.py)
+        session = self.authenticator.session(current_client.get()) if self.authenticator else None
         while True:
             (size,) = _SIZE.unpack(await self._read_size(reader))
             memory.free()  # the previous frame (alive until now in this loop) goes back
+            max_size = self.config.socket_request_max_bytes if session is None else session.max_frame(
+                self.config.socket_request_max_bytes)
             if size < 0 or size > max_size:
                 self.limited_log.warning("bad-frame", "closing %s: frame of %d bytes is over "
                                          "socket.request.max.bytes (%d)", peer, size, max_size)
@@ -359,6 +391,13 @@ class Broker:
             frame = await self._read_frame(reader, size, memory)
             if self.frame_hook is not None:
                 self.frame_hook(frame)
+            if session is not None and session.raw_tokens:  # after SaslHandshake v0: raw SASL tokens
+                token = await session.on_token(frame)
+                if token is None:
+                    return
+                writer.write(_SIZE.pack(len(token)) + token)
+                await writer.drain()
+                continue
             try:
                 request = decode_request(frame)
             except UnsupportedVersion as exc:
@@ -382,6 +421,16 @@ class Broker:
                 self.limited_log.warning("bad-frame", "closing %s: api %d v%d not served",
                                          peer, request.api_key, request.api_version)
                 return
+            if session is not None:
+                step = await session.on_request(request)
+                if step.action is not Action.PASS:
+                    if step.body is not None:
+                        writer.write(encode_response(request.api_key, request.api_version,
+                                                     request.correlation_id, step.body))
+                        await writer.drain()
+                    if step.action is Action.ANSWER:
+                        continue
+                    return
             quotas = self.quotas
             clock = quotas.clock() if quotas.active else None
             throttle_ms = 0

@@ -10,12 +10,17 @@ through these names:
   data notifier's `notify` and `GroupQueries`), its `Result`, `GroupQueries` (what SQL asks
   of the consumer groups), `SqlError` (a refused statement, with its position if a parse error,
   and TDengine's code when it has a specific one: `INVALID_IDENTIFIER` for a name `tsdb.names`
-  refuses);
+  refuses); `ParseTimeout` / `ParseWorkerDied`, how the process that parses long texts
+  (broker/sql/worker.py) fails a parse;
 - `topic_definition(store, catalog, text, db)` — the checked `TopicDef` of a
   `CREATE TOPIC … AS …` text (CreateTopics with the `tmq.as` config);
 - Produce to a database topic: `ingest(executor, db, vnode, batch, decompressed)` and its `IngestError`;
 - Fetch from a database or TDengine topic: `View(definition, store, catalog)`, whose
   `read(vnode, offset, max_bytes)` returns record batches, and its `TopicDef`;
+- who runs SQL: `Caller(principal, host)` (the executor's `execute(text, db, caller)`), and
+  `Access`, what the broker gives the executor when an authorizer is on (the decision, GRANT /
+  REVOKE as ACLs, CREATE / ALTER USER's passwords) — broker/sql/access.py names what each
+  statement needs;
 - `TsdbCatalog(store)` — the cached catalog (supertable schemas, child tables) shared by the
   topic registry, the executor and the views.
 
@@ -23,18 +28,24 @@ The dependency goes one way: the subsystem does not import the Kafka core (the e
 sees the topic registry through its `TopicNames` protocol).
 """
 
+from tmqgate.broker.sql.access import Access, Caller
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.executor import Executor, GroupQueries, Result, TopicNames, topic_definition
 from tmqgate.broker.sql.ingest import IngestError, ingest
 from tmqgate.broker.sql.views import TopicDef, View
+from tmqgate.broker.sql.worker import ParseTimeout, ParseWorkerDied
 from tmqgate.broker.tsdb.catalog import TsdbCatalog
 from tmqgate.broker.tsdb.names import INVALID_IDENTIFIER
 
 __all__ = [
     "INVALID_IDENTIFIER",
+    "Access",
+    "Caller",
     "Executor",
     "GroupQueries",
     "IngestError",
+    "ParseTimeout",
+    "ParseWorkerDied",
     "Result",
     "SqlError",
     "TopicDef",

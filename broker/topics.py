@@ -69,6 +69,13 @@ class Topic:
             return store.read(self.db, vnode, offset, max_bytes)
         return self.view.read(vnode, offset, max_bytes)
 
+    async def read_async(self, store: Store, vnode: int, offset: int, max_bytes: int, end: int) -> list[bytes]:
+        """`read` for Fetch: a view is evaluated in steps off the event loop, up to version
+        `end` (the high watermark answered); stored bytes are read in place (no evaluation)."""
+        if self.view is None:
+            return store.read(self.db, vnode, offset, max_bytes)
+        return await self.view.read_async(vnode, offset, max_bytes, end)
+
 
 def check_topic_name(name: str | None) -> str:
     """Kafka's topic name rules (INVALID_TOPIC_EXCEPTION otherwise); `protocol.names` holds them."""

@@ -123,3 +123,12 @@ def tls_config(target: str, certs: Certs, client_auth: str = "none") -> dict[str
                 "ssl.client.auth": client_auth}
     return {"ssl_certfile": certs.cert("server"), "ssl_keyfile": certs.key("server"),
             "ssl_cafile": certs.ca, "ssl_client_auth": client_auth}
+
+
+def issue_client(certs: Certs, name: str, subject: str) -> None:
+    """Another client certificate `name` (signed by the CA) for `subject` (RFC 2253 order)."""
+    ca_cert = x509.load_pem_x509_certificate(Path(certs.ca).read_bytes())
+    ca_key = serialization.load_pem_private_key(Path(certs.key("ca")).read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = _new_key()
+    _write(certs, name, _issue(subject, key, ca_cert.subject, ca_key), key)

@@ -555,3 +555,47 @@ def test_user_and_client_id_levels(restartable_broker: BrokerProcess) -> None:
     assert _raw_produce_throttle(b, "c", topic, size) == 0
     assert _raw_produce_throttle(b, "d", topic, size) > 0  # shares c's rate
     assert _raw_produce_throttle(b, "lvl1", topic, size) == 0  # <user, client> still its own
+
+
+def test_quota_apis_need_cluster_describe_and_alter_configs(tmp_path_factory: pytest.TempPathFactory,
+                                                            target: str, pytestconfig: pytest.Config) -> None:
+    """With an authorizer: DescribeClientQuotas needs DESCRIBE_CONFIGS and AlterClientQuotas
+    ALTER_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED, nothing changed); the same
+    principal from another host with them is served."""
+    from .test_acls import (
+        ALL,
+        ALLOW,
+        ANON,
+        CLUSTER,
+        DENY,
+        LITERAL,
+        OTHER_HOST,
+        AclBroker,
+        RawFrom,
+        create_acls,
+    )
+
+    if pytestconfig.getoption("--bootstrap"):
+        pytest.skip("needs a broker of its own with an authorizer")
+    broker = AclBroker(target, tmp_path_factory.mktemp(f"quota-acl-{target}"))
+    broker.start()
+    try:
+        bs = broker.bootstrap
+        describe_configs, alter_configs, cluster_denied = 10, 11, 31
+        assert create_acls(bs, (CLUSTER, "kafka-cluster", LITERAL, ANON, "*", ALL, ALLOW),
+                           (CLUSTER, "kafka-cluster", LITERAL, ANON, OTHER_HOST, describe_configs, DENY),
+                           (CLUSTER, "kafka-cluster", LITERAL, ANON, OTHER_HOST, alter_configs, DENY)) == [(0, "")] * 3
+        client = _cid("acl")
+        with RawFrom(bs, OTHER_HOST) as c:
+            d = c.request(DESCRIBE, V, {"components": [], "strict": False})
+            assert (d["error_code"], d["error_message"], d["entries"]) == (cluster_denied, None, None)
+            a = c.request(ALTER, V, {"validate_only": False, "entries": [
+                {"entity": _entity(client_id=client), "ops": [{"key": "producer_byte_rate", "value": 10.0,
+                                                              "remove": False}]}]})
+            assert [(e["error_code"], e["error_message"], e["entity"]) for e in a["entries"]] == [
+                (cluster_denied, "Cluster authorization failed.", _entity(client_id=client))]
+        assert quotas_of(describe(bs, [("client-id", MATCH_EXACT, client)])) == {}
+        assert alter(bs, [(_entity(client_id=client), {"producer_byte_rate": 10.0})]) == [
+            ({"client-id": client}, 0, None)]
+    finally:
+        broker.stop()

@@ -177,8 +177,8 @@ def sql(proc: TmqgateProcess, text: str | bytes) -> tuple[int, dict | str]:
 
 @pytest.mark.tmqgate_only
 def test_long_sql_is_parsed_off_the_loop_and_runs(small: TmqgateProcess) -> None:
-    """A statement over 16 KiB is parsed in a worker thread (bench/sql_stall.py measures the
-    listener meanwhile) and then runs as any other: every row is inserted."""
+    """A statement over 16 KiB is parsed in the parsing process (bench/listener_stall.py
+    measures the listener meanwhile) and then runs as any other: every row is inserted."""
     assert sql(small, "CREATE DATABASE IF NOT EXISTS longsql VGROUPS 1")[0] == 200
     assert sql(small, "CREATE STABLE longsql.st (ts TIMESTAMP, v INT) TAGS (t INT)")[0] == 200
     rows = " ".join(f"({1_700_000_000_000 + i}, {i})" for i in range(2500))
@@ -186,7 +186,7 @@ def test_long_sql_is_parsed_off_the_loop_and_runs(small: TmqgateProcess) -> None
     assert 16 << 10 < len(text) < 64 << 10
     status, answer = sql(small, text)
     assert (status, answer["data"]) == (200, [[2500]]), answer  # type: ignore[index]
-    # a parse error found in the thread comes back as any syntax error, and short
+    # a parse error found in the parsing process comes back as any syntax error, and short
     status, answer = sql(small, text + " garbage")
     assert (status, answer["code"]) == (400, 0x2600), answer  # type: ignore[index]
     assert len(answer["desc"]) < 300  # type: ignore[index]

@@ -14,7 +14,8 @@ Built from the request body and the response schema, not written per API:
 - "unknown" numbers are -1 where Kafka says so (offsets, epochs, timestamps, node id, ...);
 - the quirks of Kafka's own: Fetch below v13 sets the top-level code AND every partition's
   (its clients read either) and echoes the session id, and Metadata sets only the topics' codes (not v13's top level);
-- Produce with acks=0 has no answer (``None``): Kafka closes the connection instead.
+- Produce with acks=0 has no answer (``None``): Kafka closes the connection instead;
+- AlterUserScramCredentials answers each user its deletions and upsertions name, once, sorted.
 
 ``ErrorMessage`` fields next to a code get ``message`` (Kafka sends none for
 UNKNOWN_SERVER_ERROR, so as not to leak internals).
@@ -30,6 +31,7 @@ from .schemas import SCHEMAS, FieldSpec
 __all__ = ["error_response"]
 
 _PRODUCE, _FETCH, _METADATA, _DESCRIBE_LOG_DIRS = 0, 1, 3, 35
+_ALTER_USER_SCRAM_CREDENTIALS = 51
 
 #: Top-level pairs the generic rule cannot find: response array key -> request array key
 #: (None: Kafka answers with the array empty).
@@ -57,6 +59,10 @@ def error_response(api_key: int, api_version: int, request: dict[str, Any], code
     error `code` and `message`; None when Kafka owes no answer (Produce with acks=0)."""
     if api_key == _PRODUCE and request.get("acks") == 0:
         return None
+    if api_key == _ALTER_USER_SCRAM_CREDENTIALS:  # one result per user named, sorted (a set in Kafka)
+        users = {e["name"] for e in (request.get("deletions") or []) + (request.get("upsertions") or [])}
+        return {"throttle_time_ms": 0, "results": [
+            {"user": u, "error_code": int(code), "error_message": message} for u in sorted(users)]}
     v = api_version
     fields = [f for f in SCHEMAS[api_key].response.fields if f.present(v)]
     top = any(f.key == "error_code" for f in fields)

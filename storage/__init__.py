@@ -29,6 +29,7 @@ from tmqgate.storage.model import (
 from tmqgate.storage.producers import BatchMeta, ProducerAppend, ProducerWindow
 from tmqgate.storage.store import Store
 from tmqgate.storage.txn import Transaction
+from tmqgate.storage.users import ScramCredential
 from tmqgate.storage.wal import Appended
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "OffsetOutOfRange",
     "ProducerAppend",
     "ProducerWindow",
+    "ScramCredential",
     "StableExists",
     "StorageError",
     "StorageFull",

@@ -60,6 +60,12 @@ prefix       key (after the prefix byte)                            value
 0x88 QUOTA   entity: n u8, then n x (type (u8 len + utf-8), named  JSON {quota key: float} (the entity's client
              flag u8 (0 = the default entity), name (u16 len +      quota values, Kafka's ClientQuotaRecord state)
              utf-8)), types in byte order
+0x90 SCRAM   user (u16 len + utf-8), mechanism name (utf-8, e.g.       iterations u32, then salt, StoredKey, ServerKey
+             "SCRAM-SHA-512")                                       each u16 len + bytes (RFC 5802; never the
+                                                                    password nor the salted password)
+0xA0 ACL     resource type u8, pattern type u8, resource name       (empty: the key is the whole ACL binding, so
+             (u16 len + utf-8), principal (u16 len + utf-8), host    adding one twice keeps one)
+             (u16 len + utf-8), operation u8, permission u8
 ===========  =====================================================  ===============================================
 
 Payload log (``<data dir>/wal-payloads``):
@@ -138,8 +144,10 @@ PRODUCER = b"\x40"
 OFFSET = b"\x50"
 GROUP = b"\x60"
 HISTORY = b"\x70"
+ACL = b"\xa0"
 SYNC = b"\x7f"
 QUOTA = b"\x88"
+SCRAM = b"\x90"
 
 #: The layout this code writes and reads (see the module docstring).
 LAYOUT_VERSION = 2
@@ -470,3 +478,58 @@ def parse_quota_key(key: bytes) -> QuotaEntityKey:
             pos += 2 + nlen
         parts.append((etype, name))
     return tuple(parts)
+# SCRAM credentials ---------------------------------------------------------------------------
+
+
+def scram_user_prefix(user: str) -> bytes:
+    return SCRAM + _lstr(user)
+
+
+def scram_key(user: str, mechanism: str) -> bytes:
+    return scram_user_prefix(user) + mechanism.encode()
+
+
+def parse_scram_key(key: bytes) -> tuple[str, str]:
+    """(user, mechanism) of a SCRAM key."""
+    (ulen,) = struct.unpack_from(">H", key, 1)
+    return key[3 : 3 + ulen].decode(), key[3 + ulen :].decode()
+
+
+def pack_scram(iterations: int, salt: bytes, stored_key: bytes, server_key: bytes) -> bytes:
+    out = [_U32.pack(iterations)]
+    for part in (salt, stored_key, server_key):
+        out.append(struct.pack(">H", len(part)) + part)
+    return b"".join(out)
+
+
+def unpack_scram(b: bytes) -> tuple[int, bytes, bytes, bytes]:
+    """(iterations, salt, StoredKey, ServerKey)."""
+    (iterations,) = _U32.unpack_from(b, 0)
+    pos = 4
+    parts: list[bytes] = []
+    for _ in range(3):
+        (n,) = struct.unpack_from(">H", b, pos)
+        parts.append(bytes(b[pos + 2 : pos + 2 + n]))
+        pos += 2 + n
+    return iterations, parts[0], parts[1], parts[2]
+
+
+# ACLs ----------------------------------------------------------------------------------------
+
+
+def acl_key(resource_type: int, resource_name: str, pattern_type: int, principal: str, host: str,
+            operation: int, permission: int) -> bytes:
+    return (ACL + bytes((resource_type, pattern_type)) + _lstr(resource_name) + _lstr(principal)
+            + _lstr(host) + bytes((operation, permission)))
+
+
+def parse_acl_key(key: bytes) -> tuple[int, str, int, str, str, int, int]:
+    """(resource type, resource name, pattern type, principal, host, operation, permission)."""
+    resource_type, pattern_type = key[1], key[2]
+    pos = 3
+    strings: list[str] = []
+    for _ in range(3):
+        (n,) = struct.unpack_from(">H", key, pos)
+        strings.append(key[pos + 2 : pos + 2 + n].decode())
+        pos += 2 + n
+    return resource_type, strings[0], pattern_type, strings[1], strings[2], key[pos], key[pos + 1]

@@ -13,6 +13,8 @@ concern, so that each can be read and changed alone:
 * ``storage.producers`` — producer ids and idempotent producers' windows;
 * ``storage.offsets`` — committed offsets and group metadata;
 * ``storage.quotas`` — client quota entities and their values.
+* ``storage.users`` — users' SCRAM credentials (salt, iterations, StoredKey, ServerKey).
+* ``storage.acls`` — the authorizer's ACL bindings.
 
 Callers (broker, coordinator, tests) talk to ``Store``; its methods delegate to the parts
 (``store.catalog``, ``store.wal`` ... are there for code that wants a part directly). Only
@@ -28,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tmqgate.storage import keys
+from tmqgate.storage.acls import Acls
 from tmqgate.storage.catalog import Catalog
 from tmqgate.storage.core import Core
 from tmqgate.storage.model import (
@@ -43,6 +46,7 @@ from tmqgate.storage.producers import ProducerAppend, Producers, ProducerWindow
 from tmqgate.storage.quotas import ClientQuotas
 from tmqgate.storage.retention import Retention
 from tmqgate.storage.txn import Transaction
+from tmqgate.storage.users import Users
 from tmqgate.storage.wal import Appended, Wal
 
 __all__ = ["Store"]  # the model types are exported by the storage package
@@ -79,6 +83,8 @@ class Store:
         self.retention = Retention(self.core, self.catalog, self.wal, history_limit)
         self.offsets = Offsets(self.core)
         self.client_quotas = ClientQuotas(self.core)
+        self.users = Users(self.core)  # SCRAM credentials (storage.users)
+        self.acls = Acls(self.core)
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}

@@ -3,6 +3,7 @@ describes handlers, their contexts and how the server binds them)."""
 
 from tmqgate.broker.apis import API_TABLE
 from tmqgate.broker.handlers import (  # noqa: F401
+    acls,
     admin,
     configs,
     fetch,
@@ -11,6 +12,7 @@ from tmqgate.broker.handlers import (  # noqa: F401
     metadata,
     produce,
     quotas,
+    sasl,
 )
 
 __all__ = ["API_TABLE"]

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS
-from tmqgate.broker.topics import TopicError
+from tmqgate.broker.topics import TMQ_AS, TopicError
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError
 
@@ -30,11 +32,23 @@ def _error(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
     return {"error_code": int(code), "error_message": message}
 
 
+def _denied_topics(ctx: AdminApis, op: Operation, names: list[str]) -> set[str]:
+    """The names the client may not `op` (empty with no authorizer)."""
+    auth = ctx.authorizer
+    if auth is None:
+        return set()
+    return set(names) - auth.allowed(op, ResourceType.TOPIC, set(names))
+
+
 @api(ApiKey.CREATE_TOPICS, 2, 7)
 async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
     body = req.body
     validate_only = body.get("validate_only", False)
     names = [t["name"] for t in body["topics"]]
+    # CREATE on the cluster, else on each topic (Kafka's ControllerApis): "Authorization failed."
+    auth = ctx.authorizer
+    denied = (set() if auth is None or auth.allows_cluster(Operation.CREATE)
+              else _denied_topics(ctx, Operation.CREATE, names))
     results = []
     if _requested_partitions(ctx, body["topics"]) > ctx.config.max_partitions_per_request:
         return {"throttle_time_ms": 0, "topics": [
@@ -48,9 +62,20 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
             result.update(_error(ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
             results.append(result)
             continue
+        if name in denied:
+            result.update(_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
+            results.append(result)
+            continue
         try:
             partitions, replication = _layout(ctx, t)
             configs = {c["name"]: c["value"] for c in t.get("configs") or []}
+            if auth is not None and configs.get(TMQ_AS) is not None:
+                # A TDengine topic (a view) shows its database's data: making one needs READ
+                # on the database's topic, so nobody reads through a view what they may not read.
+                source = ctx.topics.create(name, partitions, configs, validate_only=True).db
+                if not auth.allows(Operation.READ, ResourceType.TOPIC, source):
+                    raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                     f"Authorization failed: a topic over '{source}' needs READ on it.")
             topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only)
         except TopicError as exc:
             result.update(_error(exc.code, exc.message))
@@ -67,6 +92,11 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
                            "read_only": False, "is_sensitive": False,
                            "config_source": SOURCE_DYNAMIC_TOPIC if key.name in topic.configs else SOURCE_DEFAULT}
                           for key in TOPIC_CONFIGS.values()])
+        if auth is not None and not auth.allows(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
+            # Kafka's controller: created, but its configs (and layout) are not shown to a
+            # client that may not DESCRIBE_CONFIGS it.
+            result.update(num_partitions=-1, replication_factor=-1, configs=[],
+                          topic_config_error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
         results.append(result)
     return {"throttle_time_ms": 0, "topics": results}
 
@@ -128,10 +158,16 @@ async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
     else:
         wanted = [(name, ZERO_UUID) for name in body["topic_names"]]
     responses = []
+    auth = ctx.authorizer
+    if auth is not None and auth.allows_cluster(Operation.DELETE):
+        auth = None  # Kafka's controller: DELETE on the cluster deletes any topic
     for name, topic_id in wanted:
         topic = ctx.topics.get(name) if name is not None else ctx.topics.by_id(topic_id)
         entry: dict[str, Any] = {"name": name, "topic_id": topic_id, **_error(ErrorCode.NONE)}
-        if topic is None:
+        target = name if name is not None else topic.name if topic is not None else None
+        if auth is not None and target is not None and not auth.allows(Operation.DELETE, ResourceType.TOPIC, target):
+            entry.update(_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED))  # else DELETE on the topic
+        elif topic is None:
             entry.update(_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None
                                 else ErrorCode.UNKNOWN_TOPIC_ID,
                                 "This server does not host this topic-partition."))
@@ -163,10 +199,13 @@ async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
     if added > ctx.config.max_partitions_per_request:
         return {"throttle_time_ms": 0, "results": [
             {"name": t["name"], **_error(ErrorCode.POLICY_VIOLATION, TOO_LARGE)} for t in body["topics"]]}
+    denied = _denied_topics(ctx, Operation.ALTER, [t["name"] for t in body["topics"]])
     for t in body["topics"]:
         entry: dict[str, Any] = {"name": t["name"], **_error(ErrorCode.NONE)}
         topic = ctx.topics.get(t["name"])
         try:
+            if t["name"] in denied:  # ALTER on the topic
+                raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if topic is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t['name']}' does not exist.")
             if t.get("assignments"):
@@ -186,13 +225,15 @@ async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
 async def delete_records(ctx: AdminApis, req: Request) -> dict[str, Any]:
     store = ctx.store
     topics = []
+    denied = _denied_topics(ctx, Operation.DELETE, [t["name"] for t in req.body["topics"]])
     for t in req.body["topics"]:
         topic = ctx.topics.get(t["name"])
         parts = []
         for p in t["partitions"]:
             index = p["partition_index"]
             entry = {"partition_index": index, "low_watermark": -1, "error_code": 0}
-            error = ctx.topics.partition_error(topic, index)
+            error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t["name"] in denied  # DELETE on the topic
+                     else ctx.topics.partition_error(topic, index))
             if error is not None:
                 entry["error_code"] = int(error)
             else:
@@ -217,6 +258,16 @@ async def delete_records(ctx: AdminApis, req: Request) -> dict[str, Any]:
 async def init_producer_id(ctx: AdminApis, req: Request) -> dict[str, Any]:
     """A new producer id with epoch 0; a known id asking again (KIP-360) gets its epoch bumped."""
     body = req.body
+    auth = ctx.authorizer
+    if auth is not None:
+        txn = body.get("transactional_id")
+        if txn is not None:
+            auth.require(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn)
+        elif not (auth.allows_cluster(Operation.IDEMPOTENT_WRITE)
+                  or auth.allows_by_type(Operation.WRITE, ResourceType.TOPIC)):
+            # Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on
+            # some topic, else CLUSTER_AUTHORIZATION_FAILED.
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     producer_id = body.get("producer_id", -1)
     epoch = body.get("producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < INT16_MAX - 1:

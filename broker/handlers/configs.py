@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.topic_configs import (
@@ -26,6 +27,20 @@ BROKER = 4
 BROKER_LOGGER = 8
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _refused(ctx: AdminApis, op: Operation, rtype: int, name: str) -> ErrorCode | None:
+    """Kafka's configs check: `op` (DESCRIBE_CONFIGS / ALTER_CONFIGS) on the topic
+    (TOPIC_AUTHORIZATION_FAILED) or, for a broker or its loggers, on the cluster
+    (CLUSTER_AUTHORIZATION_FAILED); None when allowed or with no authorizer."""
+    auth = ctx.authorizer
+    if auth is None:
+        return None
+    if rtype == TOPIC:
+        return None if auth.allows(op, ResourceType.TOPIC, name) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if rtype in (BROKER, BROKER_LOGGER):
+        return None if auth.allows_cluster(op) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
 
 
 def _broker_configs(ctx: AdminApis) -> dict[str, tuple[str, int]]:
@@ -55,7 +70,9 @@ async def describe_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
         rtype, name, keys = r["resource_type"], r["resource_name"], r.get("configuration_keys")
         result: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": rtype,
                                   "resource_name": name, "configs": []}
-        if rtype == TOPIC:
+        if (refused := _refused(ctx, Operation.DESCRIBE_CONFIGS, rtype, name)) is not None:
+            result["error_code"] = int(refused)
+        elif rtype == TOPIC:
             topic = ctx.topics.get(name)
             if topic is None:
                 result.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
@@ -107,6 +124,9 @@ async def describe_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
 def _alter(ctx: AdminApis, rtype: int, name: str, compute: Any, validate_only: bool) -> dict[str, Any]:
     """Apply `compute(current configs) -> new configs` to a topic resource; report as Kafka does."""
     out: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": rtype, "resource_name": name}
+    if (refused := _refused(ctx, Operation.ALTER_CONFIGS, rtype, name)) is not None:
+        out["error_code"] = int(refused)
+        return out
     if rtype == BROKER:
         out.update(error_code=int(ErrorCode.INVALID_REQUEST),
                    error_message="Broker configs are static in tmqgate; set them in the --config file")

@@ -10,6 +10,10 @@ names its family and how the server binds it).
   as clients see it, the topic registry, the config, and the API table;
 - `GroupApis` — the group APIs: the coordinator runtime, the topic registry, this node.
 
+Every family has `authorizer`: the ACL authorizer (broker/acl/authorizer.py), None when
+`authorizer = "none"` — handlers check `if ctx.authorizer is not None`, so no authorizer costs
+nothing. `AclApis` (CreateAcls, DescribeAcls, DeleteAcls) holds only it.
+
 The server builds one of each at start (the advertised address is known only then).
 """
 
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING
 from tmqgate.broker.client import current_client
 
 if TYPE_CHECKING:
+    from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.broker.quotas import ClientQuotaManagers
@@ -57,6 +62,7 @@ class DataPlane:
     executor: Executor  # writes the rows Produce sends to a database topic
     max_decompressed_batch_bytes: int = 134_217_728  # BrokerConfig's: Produce's bomb bound
     quotas: ClientQuotaManagers | None = None  # Fetch caps its size under a consumer_byte_rate
+    authorizer: Authorizer | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class AdminApis:
     config: BrokerConfig
     notifier: DataNotifier | None = None  # wakes the Fetches waiting on a deleted topic
     quotas: ClientQuotaManagers | None = None  # DescribeClientQuotas / AlterClientQuotas
+    authorizer: Authorizer | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ class ClusterApis:
     topics: TopicRegistry
     config: BrokerConfig
     apis: Mapping[int, ApiEntry]
+    authorizer: Authorizer | None = None
 
 
 @dataclass(frozen=True)
@@ -81,3 +89,9 @@ class GroupApis:
     coordinator: CoordinatorRuntime
     topics: TopicRegistry
     node: Node
+    authorizer: Authorizer | None = None
+
+
+@dataclass(frozen=True)
+class AclApis:
+    authorizer: Authorizer | None = None

@@ -13,6 +13,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.quotas import parked
@@ -39,6 +40,7 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
         max_bytes = min(max_bytes if max_bytes > 0 else 0x7FFFFFFF, cap)
         min_bytes = min(min_bytes, max_bytes)
     known: list[bool] | None = None
+    denied: list[bool] | None = None
     while True:
         # Looked up on every pass: a topic deleted while the Fetch waited (its deletion wakes
         # the wait) is answered at once with UNKNOWN_TOPIC_OR_PARTITION — by id too, as Kafka
@@ -48,7 +50,9 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
             for t in body["topics"]]
         if known is None:
             known = [topic is not None for _, topic in wanted]
-        responses, size, errors = _read_all(ctx, wanted, max_bytes, [by_id and not k for k in known])
+            denied = _denied(ctx, wanted, by_id)
+        responses, size, errors = await _read_all(ctx, wanted, max_bytes,
+                                                  [by_id and not k for k in known], denied)
         remaining = deadline - time.monotonic()
         if size >= min_bytes or errors or remaining <= 0:
             break
@@ -63,25 +67,40 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
 
 
-def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,
-              by_id: list[bool]) -> tuple[list[dict[str, Any]], int, bool]:
+def _denied(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], by_id: bool) -> list[bool] | None:
+    """Which requested topics the client may not READ (Kafka: TOPIC_AUTHORIZATION_FAILED for
+    their partitions; an unknown topic id stays UNKNOWN_TOPIC_ID); None: no authorizer."""
+    auth = ctx.authorizer
+    if auth is None:
+        return None
+    names = [topic.name if topic is not None else None if by_id else t["topic"] for t, topic in wanted]
+    allowed = auth.allowed(Operation.READ, ResourceType.TOPIC, {n for n in names if n is not None})
+    return [n is not None and n not in allowed for n in names]
+
+
+async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,
+                    by_id: list[bool], denied: list[bool] | None = None) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (topic responses, bytes of records, any error);
-    `by_id[i]`: a missing topic i is UNKNOWN_TOPIC_ID (else UNKNOWN_TOPIC_OR_PARTITION)."""
+    `by_id[i]`: a missing topic i is UNKNOWN_TOPIC_ID (else UNKNOWN_TOPIC_OR_PARTITION);
+    `denied[i]`: topic i may not be read (TOPIC_AUTHORIZATION_FAILED).
+    A view's evaluation runs in steps with the event loop free between them (Topic.read_async),
+    never past the high watermark this answer gives."""
     store = ctx.store
     partition_error = ctx.topics.partition_error
     budget = max_bytes if max_bytes > 0 else 0x7FFFFFFF
     total = 0
     errors = False
     responses = []
-    for (t, topic), missing_by_id in zip(wanted, by_id, strict=True):
+    for i, ((t, topic), missing_by_id) in enumerate(zip(wanted, by_id, strict=True)):
         parts = []
+        refused = denied is not None and denied[i]
         for p in t["partitions"]:
             index = p["partition"]
             entry: dict[str, Any] = {"partition_index": index, "high_watermark": -1,
                                      "last_stable_offset": -1, "log_start_offset": -1,
                                      "aborted_transactions": None, "preferred_read_replica": -1,
                                      "records": b""}
-            error = partition_error(topic, index, missing_by_id)
+            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED if refused else partition_error(topic, index, missing_by_id)
             if error is not None:
                 entry["error_code"] = int(error)
                 errors = True
@@ -98,7 +117,7 @@ def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]],
                     entry["error_code"] = 0
                     limit = min(p["partition_max_bytes"], budget)
                     if offset < hw and (limit > 0 or total == 0):
-                        batches = topic.read(store, index, offset, max(limit, 1))
+                        batches = await topic.read_async(store, index, offset, max(limit, 1), hw)
                         if total > 0:
                             batches = _within(batches, limit)
                         if batches:

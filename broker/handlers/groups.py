@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.client import current_client
+from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import GroupApis
 from tmqgate.broker.quotas import parked
 from tmqgate.protocol.errors import ErrorCode
@@ -32,6 +34,26 @@ def _host() -> str:
     return f"/{client.host}" if client is not None else ""
 
 
+def _group_denied(ctx: GroupApis, op: Operation, group_id: str) -> bool:
+    """True when an authorizer refuses `op` on the group (Kafka: GROUP_AUTHORIZATION_FAILED)."""
+    auth = ctx.authorizer
+    return auth is not None and not auth.allows(op, ResourceType.GROUP, group_id)
+
+
+def _require_group(ctx: GroupApis, op: Operation, group_id: str) -> None:
+    """Refuse the whole request with GROUP_AUTHORIZATION_FAILED unless `op` on the group."""
+    if ctx.authorizer is not None:
+        ctx.authorizer.require(op, ResourceType.GROUP, group_id)
+
+
+def _topics_denied(ctx: GroupApis, op: Operation, names: list[str]) -> set[str]:
+    auth = ctx.authorizer
+    if auth is None:
+        return set()
+    wanted = set(names)
+    return wanted - auth.allowed(op, ResourceType.TOPIC, wanted)
+
+
 def _kick(ctx: GroupApis) -> None:
     ctx.coordinator.kick()
 
@@ -47,13 +69,36 @@ async def find_coordinator(ctx: GroupApis, req: Request) -> dict[str, Any]:
     found = {"node_id": node if ok else -1, "host": host if ok else "", "port": port if ok else -1,
              "error_code": int(code), "error_message": None if ok else f"Unsupported key type {key_type}."}
     if req.api_version < 4:
+        _require_key(ctx, key_type, body.get("key", ""))
         return {"throttle_time_ms": 0, **found}
     return {"throttle_time_ms": 0,
-            "coordinators": [{"key": key, **found} for key in body.get("coordinator_keys") or []]}
+            "coordinators": [{"key": key, **(_key_denied(ctx, key_type, key) or found)}
+                             for key in body.get("coordinator_keys") or []]}
+
+
+def _key_denied(ctx: GroupApis, key_type: int, key: str) -> dict[str, Any] | None:
+    """FindCoordinator's check (DESCRIBE on the group, or on the transactional id): the
+    refusal's entry, or None."""
+    auth = ctx.authorizer
+    if auth is None or key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        return None
+    rt = ResourceType.GROUP if key_type == KEY_TYPE_GROUP else ResourceType.TRANSACTIONAL_ID
+    if auth.allows(Operation.DESCRIBE, rt, key):
+        return None
+    code = (ErrorCode.GROUP_AUTHORIZATION_FAILED if rt == ResourceType.GROUP
+            else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    return {"node_id": -1, "host": "", "port": -1, "error_code": int(code), "error_message": None}
+
+
+def _require_key(ctx: GroupApis, key_type: int, key: str) -> None:
+    denied = _key_denied(ctx, key_type, key)
+    if denied is not None:
+        raise KafkaError(ErrorCode(denied["error_code"]))
 
 
 @api(ApiKey.JOIN_GROUP, 0, 9)
 async def join_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
+    _require_group(ctx, Operation.READ, req.body["group_id"])
     with parked():  # waiting for the other members is not handler time (request_percentage)
         result = await ctx.coordinator.join_group(req.body, req.api_version, req.client_id or "", _host())
     if req.api_version < 7 and result.get("protocol_name") is None:
@@ -65,6 +110,7 @@ async def join_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 @api(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
+    _require_group(ctx, Operation.READ, req.body["group_id"])
     with parked():
         result = await ctx.coordinator.sync_group(req.body)
     return {"throttle_time_ms": 0, "assignment": b"", **result}
@@ -73,6 +119,7 @@ async def sync_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
 @api(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx: GroupApis, req: Request) -> dict[str, Any]:
     body = req.body
+    _require_group(ctx, Operation.READ, body["group_id"])
     rt = ctx.coordinator
     code = rt.machine.heartbeat(rt.now(), body["group_id"], body["member_id"], body.get("group_instance_id"),
                                 body["generation_id"])
@@ -83,6 +130,7 @@ async def heartbeat(ctx: GroupApis, req: Request) -> dict[str, Any]:
 @api(ApiKey.LEAVE_GROUP, 0, 5)
 async def leave_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
     body = req.body
+    _require_group(ctx, Operation.READ, body["group_id"])
     rt = ctx.coordinator
     members: list[tuple[str, str | None]]
     if req.api_version < 3:
@@ -101,6 +149,7 @@ async def leave_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
 @api(ApiKey.OFFSET_COMMIT, 2, 10)
 async def offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
     body = req.body
+    _require_group(ctx, Operation.READ, body["group_id"])  # then READ on each topic
     rt = ctx.coordinator
     by_id = req.api_version >= 10
     entries: list[OffsetEntry] = []
@@ -112,11 +161,12 @@ async def offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
             name = topic.name if topic is not None else None
         else:
             name = t["name"]
+        refused = name is not None and bool(_topics_denied(ctx, Operation.READ, [name]))
         parts_out = []
         for pi, p in enumerate(t.get("partitions") or []):
-            parts_out.append({"partition_index": p["partition_index"],
-                              "error_code": int(ErrorCode.UNKNOWN_TOPIC_ID)})
-            if name is None:
+            parts_out.append({"partition_index": p["partition_index"], "error_code": int(
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED if refused else ErrorCode.UNKNOWN_TOPIC_ID)})
+            if name is None or refused:
                 continue
             slots.append((ti, pi, len(entries)))
             entries.append((name, p["partition_index"], p["committed_offset"],
@@ -150,7 +200,19 @@ def _fetch_group(ctx: GroupApis, group_id: str, topics: list[dict[str, Any]] | N
                 wanted.append((topic.name, list(t["partition_indexes"])))
             else:
                 wanted.append((t["name"], list(t["partition_indexes"])))
+    refused: list[dict[str, Any]] = []
+    if ctx.authorizer is not None:
+        if wanted is not None:  # named topics one may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED
+            denied = _topics_denied(ctx, Operation.DESCRIBE, [n for n, _ in wanted])
+            refused = [{"name": n, "partitions": [
+                {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                 "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)} for p in parts]}
+                for n, parts in wanted if n in denied]
+            wanted = [(n, parts) for n, parts in wanted if n not in denied]
     code, rows = rt.machine.fetch_offsets(group_id, wanted, member_id, member_epoch)
+    if ctx.authorizer is not None and topics is None:  # all topics: only those one may DESCRIBE
+        hidden = _topics_denied(ctx, Operation.DESCRIBE, [n for n, _ in rows])
+        rows = [(n, parts) for n, parts in rows if n not in hidden]
     out = []
     for name, parts in rows:
         entry: dict[str, Any] = {"name": name, "partitions": [
@@ -162,7 +224,11 @@ def _fetch_group(ctx: GroupApis, group_id: str, topics: list[dict[str, Any]] | N
                 continue
             entry["topic_id"] = topic.topic_id
         out.append(entry)
-    return code, out + unknown_ids
+    if by_id:
+        for r in refused:
+            topic = ctx.topics.get(r["name"])
+            r["topic_id"] = topic.topic_id if topic is not None else ZERO_UUID
+    return code, out + refused + unknown_ids
 
 
 @api(ApiKey.OFFSET_FETCH, 1, 10)
@@ -170,6 +236,7 @@ async def offset_fetch(ctx: GroupApis, req: Request) -> dict[str, Any]:
     body = req.body
     v = req.api_version
     if v < 8:
+        _require_group(ctx, Operation.DESCRIBE, body["group_id"])
         code, topics = _fetch_group(ctx, body["group_id"], body.get("topics"), False)
         if v < 2 and code is not ErrorCode.NONE:
             for t in topics:
@@ -178,6 +245,10 @@ async def offset_fetch(ctx: GroupApis, req: Request) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "error_code": int(code), "topics": topics}
     groups = []
     for g in body.get("groups") or []:
+        if _group_denied(ctx, Operation.DESCRIBE, g["group_id"]):
+            groups.append({"group_id": g["group_id"], "topics": [],
+                           "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED)})
+            continue
         code, topics = _fetch_group(ctx, g["group_id"], g.get("topics"), v >= 10, g.get("member_id"),
                                     g.get("member_epoch", -1))
         groups.append({"group_id": g["group_id"], "error_code": int(code), "topics": topics})
@@ -187,28 +258,47 @@ async def offset_fetch(ctx: GroupApis, req: Request) -> dict[str, Any]:
 @api(ApiKey.LIST_GROUPS, 0, 5)
 async def list_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
     groups = ctx.coordinator.machine.list_groups(req.body.get("states_filter"), req.body.get("types_filter"))
+    auth = ctx.authorizer
+    if auth is not None and not auth.allows_cluster(Operation.DESCRIBE):
+        # Kafka: DESCRIBE on the cluster lists every group, else those one may DESCRIBE.
+        allowed = auth.allowed(Operation.DESCRIBE, ResourceType.GROUP, [g["group_id"] for g in groups])
+        groups = [g for g in groups if g["group_id"] in allowed]
     return {"throttle_time_ms": 0, "error_code": 0, "groups": groups}
 
 
 @api(ApiKey.DESCRIBE_GROUPS, 0, 6)
 async def describe_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
     machine = ctx.coordinator.machine
-    return {"throttle_time_ms": 0,
-            "groups": [machine.describe_group(g, req.api_version) for g in req.body.get("groups") or []]}
+    return {"throttle_time_ms": 0, "groups": [
+        _group_error(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) if _group_denied(ctx, Operation.DESCRIBE, g)
+        else machine.describe_group(g, req.api_version) for g in req.body.get("groups") or []]}
+
+
+def _group_error(group_id: str, code: ErrorCode) -> dict[str, Any]:
+    """Kafka's DescribeGroupsResponse.groupError: unknown state, protocol and operations."""
+    return {"group_id": group_id, "error_code": int(code), "error_message": None, "group_state": "",
+            "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": -2147483648}
 
 
 @api(ApiKey.DELETE_GROUPS, 0, 2)
 async def delete_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    results = ctx.coordinator.machine.delete_groups(req.body.get("groups_names") or [])
-    return {"throttle_time_ms": 0,
-            "results": [{"group_id": g, "error_code": int(code)} for g, code in results]}
+    names = req.body.get("groups_names") or []
+    denied = {g for g in names if _group_denied(ctx, Operation.DELETE, g)}
+    results = dict(ctx.coordinator.machine.delete_groups([g for g in names if g not in denied]))
+    return {"throttle_time_ms": 0, "results": [
+        {"group_id": g, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED if g in denied else results[g])}
+        for g in dict.fromkeys(names)]}
 
 
 @api(ApiKey.OFFSET_DELETE, 0, 0)
 async def offset_delete(ctx: GroupApis, req: Request) -> dict[str, Any]:
     body = req.body
+    _require_group(ctx, Operation.DELETE, body["group_id"])  # then READ on each topic
     wanted = [(t["name"], [p["partition_index"] for p in t.get("partitions") or []]) for t in body.get("topics") or []]
-    code, rows = ctx.coordinator.machine.delete_offsets(body["group_id"], wanted)
+    denied = _topics_denied(ctx, Operation.READ, [n for n, _ in wanted])
+    code, rows = ctx.coordinator.machine.delete_offsets(body["group_id"], [w for w in wanted if w[0] not in denied])
+    rows = [*rows, *((n, [(p, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in parts])
+                     for n, parts in wanted if n in denied)]
     return {"throttle_time_ms": 0, "error_code": int(code),
             "topics": [{"name": name, "partitions": [{"partition_index": p, "error_code": int(err)} for p, err in parts]}
                        for name, parts in rows]}
@@ -216,6 +306,15 @@ async def offset_delete(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 @api(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
 async def consumer_group_heartbeat(ctx: GroupApis, req: Request) -> dict[str, Any]:
+    body = req.body
+    if _group_denied(ctx, Operation.READ, body["group_id"]):
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+                "error_message": None, "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0}
+    subscribed = body.get("subscribed_topic_names") or []
+    if subscribed and _topics_denied(ctx, Operation.DESCRIBE, subscribed):
+        # Kafka: a subscription naming a topic one may not DESCRIBE is refused whole.
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                "error_message": None, "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0}
     rt = ctx.coordinator
     result = rt.machine.consumer_heartbeat(rt.now(), req.body, req.client_id or "", _host())
     _kick(ctx)
@@ -224,5 +323,11 @@ async def consumer_group_heartbeat(ctx: GroupApis, req: Request) -> dict[str, An
 
 @api(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
 async def consumer_group_describe(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    groups = ctx.coordinator.machine.consumer_describe(req.body.get("group_ids") or [])
+    ids = req.body.get("group_ids") or []
+    denied = {g for g in ids if _group_denied(ctx, Operation.DESCRIBE, g)}
+    described = iter(ctx.coordinator.machine.consumer_describe([g for g in ids if g not in denied]))
+    groups = [{"group_id": g, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED), "error_message": None,
+               "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
+               "members": [], "authorized_operations": -2147483648} if g in denied else next(described)
+              for g in ids]
     return {"throttle_time_ms": 0, "groups": groups}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.protocol.errors import ErrorCode
@@ -48,6 +49,9 @@ def _first_record_at(ctx: DataPlane, topic: Topic, vnode: int, base: int, ts: in
 async def list_offsets(ctx: DataPlane, req: Request) -> dict[str, Any]:
     store = ctx.store
     topics = []
+    auth = ctx.authorizer
+    allowed = None if auth is None else auth.allowed(  # DESCRIBE on the topic, as Kafka
+        Operation.DESCRIBE, ResourceType.TOPIC, {t["name"] for t in req.body["topics"]})
     for t in req.body["topics"]:
         topic = ctx.topics.get(t["name"])
         parts = []
@@ -55,7 +59,8 @@ async def list_offsets(ctx: DataPlane, req: Request) -> dict[str, Any]:
             index = p["partition_index"]
             entry: dict[str, Any] = {"partition_index": index, "error_code": 0, "timestamp": -1,
                                      "offset": -1, "leader_epoch": -1}
-            error = ctx.topics.partition_error(topic, index)
+            error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if allowed is not None and t["name"] not in allowed
+                     else ctx.topics.partition_error(topic, index))
             if error is not None:
                 entry["error_code"] = int(error)
                 parts.append(entry)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, api_versions_body, apis_with
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import ClusterApis
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 api = apis_with(ClusterApis)
 
 ZERO_UUID = bytes(16)
+NOT_REQUESTED = -2147483648  # *_authorized_operations when the client did not ask for them
 # Leader epoch -1 tells clients we do not track epochs, so they skip epoch validation.
 LEADER_EPOCH = -1
 
@@ -66,18 +68,35 @@ async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
             if (entry.get("topic_id") or ZERO_UUID) != ZERO_UUID:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  f"Topic IDs are not supported in requests for version {req.api_version}")
+    auth = ctx.authorizer
     if wanted is None or (req.api_version == 0 and not wanted):
-        topics = [topic_metadata(ctx, t) for t in ctx.topics.all()]
+        everything = ctx.topics.all()
+        if auth is not None:  # Kafka lists only the topics the client may DESCRIBE
+            allowed = auth.allowed(Operation.DESCRIBE, ResourceType.TOPIC, [t.name for t in everything])
+            everything = [t for t in everything if t.name in allowed]
+        topics = [topic_metadata(ctx, t) for t in everything]
     else:
         topics = []
         for entry in wanted:
             name, topic_id = entry.get("name"), entry.get("topic_id") or ZERO_UUID
             if name is None:
                 topic = ctx.topics.by_id(topic_id)
+                if topic is not None and auth is not None and not auth.allows(
+                        Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                    topics.append(_missing(None, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                    continue
                 topics.append(topic_metadata(ctx, topic) if topic else
                               _missing(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID))
                 continue
+            if auth is not None and not auth.allows(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append(_missing(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             topic = ctx.topics.get(name)
+            if topic is None and allow_auto and auth is not None and not (
+                    auth.allows_cluster(Operation.CREATE) or auth.allows(Operation.CREATE, ResourceType.TOPIC, name)):
+                # Auto-creation needs CREATE on the cluster or on the topic (Kafka's KafkaApis).
+                topics.append(_missing(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if topic is None and allow_auto:
                 created = _auto_create(ctx, name)
                 if isinstance(created, ErrorCode):
@@ -86,6 +105,14 @@ async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
                 topic = created
             topics.append(topic_metadata(ctx, topic) if topic else
                           _missing(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    cluster_ops = NOT_REQUESTED
+    if auth is not None:
+        if body.get("include_topic_authorized_operations"):
+            for t in topics:
+                if t["error_code"] == 0:
+                    t["topic_authorized_operations"] = auth.operations(ResourceType.TOPIC, t["name"])
+        if body.get("include_cluster_authorized_operations"):
+            cluster_ops = auth.operations(ResourceType.CLUSTER, "kafka-cluster")
     return {
         "throttle_time_ms": 0,
         "brokers": brokers(ctx),
@@ -93,6 +120,7 @@ async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
         "controller_id": ctx.node.node_id,
         "topics": topics,
         "error_code": 0,
+        "cluster_authorized_operations": cluster_ops,
     }
 
 
@@ -108,6 +136,12 @@ def _auto_create(ctx: ClusterApis, name: str) -> Topic | ErrorCode:
 @api(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 async def describe_cluster(ctx: ClusterApis, req: Request) -> dict[str, Any]:
     host, port = ctx.node.address()
+    ops = NOT_REQUESTED
+    auth = ctx.authorizer
+    if auth is not None and req.body.get("include_cluster_authorized_operations"):
+        # Kafka: the cluster's operations to a client that may DESCRIBE it, else none (0).
+        ops = (auth.operations(ResourceType.CLUSTER, "kafka-cluster")
+               if auth.allows_cluster(Operation.DESCRIBE) else 0)
     return {
         "throttle_time_ms": 0,
         "error_code": 0,
@@ -117,7 +151,7 @@ async def describe_cluster(ctx: ClusterApis, req: Request) -> dict[str, Any]:
         "controller_id": ctx.node.node_id,
         "brokers": [{"broker_id": ctx.node.node_id, "host": host, "port": port, "rack": None,
                      "is_fenced": False}],
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": ops,
     }
 
 
@@ -129,12 +163,19 @@ async def describe_topic_partitions(ctx: ClusterApis, req: Request) -> dict[str,
     limit = max(1, body.get("response_partition_limit") or 2000)
     cursor = body.get("cursor")
     names = sorted(t["name"] for t in body["topics"]) if body["topics"] else [t.name for t in ctx.topics.all()]
+    auth = ctx.authorizer
+    allowed = None if auth is None else auth.allowed(Operation.DESCRIBE, ResourceType.TOPIC, names)
+    if allowed is not None and not body["topics"]:  # listing all: only what may be described
+        names = [n for n in names if n in allowed]
     if cursor is not None:
         names = [n for n in names if n >= cursor["topic_name"]]
     out: list[dict[str, Any]] = []
     next_cursor = None
     left = limit
     for name in names:
+        if allowed is not None and name not in allowed:
+            out.append(_missing(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         topic = ctx.topics.get(name)
         if topic is None:
             out.append(_missing(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))

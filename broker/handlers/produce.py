@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import DataPlane
@@ -46,10 +47,21 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
     body = req.body
     acks = body["acks"]
     by_id = req.api_version >= 13
+    auth = ctx.authorizer
+    if auth is not None and _has_transactional_records(body):
+        # Kafka: transactional records need WRITE on the transactional id, else the whole
+        # request is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+        txn = body["transactional_id"]
+        if txn is None or not auth.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
+            raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     responses = []
     for topic_data in body["topic_data"]:
         topic = (ctx.topics.by_id(topic_data["topic_id"]) if by_id
                  else ctx.topics.get(topic_data["name"]))
+        # WRITE on the topic (checked before its existence, as Kafka: an unknown topic one may
+        # not write to is TOPIC_AUTHORIZATION_FAILED; an unknown id stays UNKNOWN_TOPIC_ID).
+        denied = auth is not None and not (by_id and topic is None) and not auth.allows(
+            Operation.WRITE, ResourceType.TOPIC, topic.name if by_id and topic is not None else topic_data["name"])
         partitions = []
         for pdata in topic_data["partition_data"]:
             index = pdata["index"]
@@ -57,6 +69,8 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                                      "log_start_offset": -1, "record_errors": [], "error_message": None}
             if acks not in (0, 1, -1):
                 entry["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
+            elif denied:
+                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif (error := ctx.topics.partition_error(topic, index, by_id)) is not None:
                 entry["error_code"] = error
             else:
@@ -80,6 +94,17 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
     if acks == 0:
         return None
     return {"responses": responses, "throttle_time_ms": 0}
+
+
+def _has_transactional_records(body: dict[str, Any]) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: a batch with the transactional bit
+    (attributes bit 4; the attributes' low byte is byte 22 of a v2 batch)."""
+    for topic_data in body["topic_data"]:
+        for pdata in topic_data["partition_data"]:
+            records = pdata["records"]
+            if records is not None and len(records) > 22 and records[22] & 0x10:
+                return True
+    return False
 
 
 def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | None) -> tuple[int, int, int]:

@@ -238,6 +238,26 @@ class DropTopic(Statement):
 
 
 @dataclass
+class Grant(Statement):
+    """GRANT / REVOKE {READ | WRITE | ALL} ON db.* {TO | FROM} user (TDengine's privileges;
+    the broker maps them onto Kafka ACLs on the database's topic)."""
+
+    privilege: Literal["read", "write", "all"]
+    db: str
+    user: str
+    revoke: bool = False
+
+
+@dataclass
+class UserPassword(Statement):
+    """CREATE USER name PASS 'password' / ALTER USER name PASS 'password'."""
+
+    user: str
+    password: str = field(repr=False)
+    create: bool = True
+
+
+@dataclass
 class Show(Statement):
     what: Literal["databases", "stables", "tables", "topics", "consumers", "subscriptions"]
     db: str | None = None

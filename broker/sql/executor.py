@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import pyarrow as pa
 
 from tmqgate.broker.sql import ast
+from tmqgate.broker.sql.access import PERMISSION_DENIED, Access, Caller, refusal
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.parser import parse, parse_script
 from tmqgate.broker.sql.views import TopicDef
+from tmqgate.broker.sql.worker import ParseWorker
 from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, home_vnode, meta_payload, schema_to_json
 from tmqgate.broker.tsdb.rows import RowsError, build_rows_table, encode_rows
 from tmqgate.broker.tsdb.types import StableSchema, TypeError_, check_value
@@ -30,9 +32,13 @@ if TYPE_CHECKING:
     from tmqgate.storage import Store
 
 DEFAULT_VGROUPS = 2  # TDengine's default
-# Texts this long or longer are parsed off the event loop (execute_async); shorter ones (~1 ms
-# to parse at most) are parsed in place, so they keep their order and latency.
-PARSE_IN_THREAD_CHARS = 16 * 1024
+# Texts this long or longer are parsed in the parsing process (execute_async, broker/sql/
+# worker.py); shorter ones parse in place in a few ms at most (~10 ms/KiB for the slowest
+# shape, a long select list; ~3 ms/KiB for an INSERT), so they keep their order and latency.
+PARSE_IN_WORKER_CHARS = 1024
+# An INSERT run by execute_async checks its rows in steps of this many (~2 ms), yielding to the
+# event loop between steps (a 1 MiB INSERT has ~70,000 rows: ~0.3 s of checks in one go).
+CHECK_ROWS_PER_STEP = 500
 
 
 @dataclass
@@ -68,6 +74,24 @@ class _CheckedRows(NamedTuple):
     vnode: int
     table: str
     rows: list[dict[str, Any]]
+
+
+# Rows grouped per (database, supertable, vnode): the schema, each row's table, the values by column.
+_Groups = dict[tuple[str, str, int], tuple[StableSchema, list[str], dict[str, list[Any]]]]
+
+
+class _Steps:
+    """Yields to the event loop once every CHECK_ROWS_PER_STEP rows done (however the rows
+    are split among VALUES clauses)."""
+
+    def __init__(self) -> None:
+        self._left = CHECK_ROWS_PER_STEP
+
+    async def done(self, rows: int) -> None:
+        self._left -= rows
+        if self._left <= 0:
+            self._left = CHECK_ROWS_PER_STEP
+            await asyncio.sleep(0)
 
 
 class TopicNames(Protocol):
@@ -149,37 +173,71 @@ class Executor:
     is passed along in each call), so the broker's one Executor serves every caller."""
 
     def __init__(self, store: Store, catalog: TsdbCatalog, topics: TopicNames,
-                 notify: Callable[[str, int], None], groups: GroupQueries) -> None:
+                 notify: Callable[[str, int], None], groups: GroupQueries,
+                 parse_timeout_ms: int = 30_000, access: Access | None = None) -> None:
         self.store = store
         self.catalog = catalog
         self.topics = topics
         self.notify = notify
         self.groups = groups
+        # Long texts are parsed here, one at a time; started on the first one (worker.py).
+        self.parser = ParseWorker(parse_timeout_ms / 1000)
+        # The broker's authorizer when one is on (broker/sql/access.py): every statement is
+        # checked for its caller; None: nothing is checked.
+        self.access = access
 
-    def execute(self, text: str, db: str | None = None) -> Result:
-        """Run every statement of `text`; returns the last one's result."""
-        return self._execute(parse_script(text), db)
+    def close(self) -> None:
+        """Stop the parsing process (the broker's stop)."""
+        self.parser.close()
 
-    async def execute_async(self, text: str, db: str | None = None) -> Result:
-        """`execute` for the event loop: a long text is parsed in a worker thread (parsing is
-        pure, text to statements; 1 MiB of SQL takes seconds), so the Kafka listener is not
-        held meanwhile; the statements run here, on the loop, which alone uses the store."""
-        if len(text) < PARSE_IN_THREAD_CHARS:
-            return self.execute(text, db)
-        return self._execute(await asyncio.to_thread(parse_script, text), db)
+    def execute(self, text: str, db: str | None = None, caller: Caller | None = None) -> Result:
+        """Run every statement of `text` as `caller` (default: User:ANONYMOUS); returns the
+        last one's result."""
+        return self._execute(parse_script(text), db, caller)
 
-    def _execute(self, statements: list[ast.Statement], db: str | None) -> Result:
+    async def execute_async(self, text: str, db: str | None = None, caller: Caller | None = None) -> Result:
+        """`execute` for the event loop, which it never holds for long: a long text is parsed
+        in the parsing process (parsing is pure, text to statements; 1 MiB of SQL takes
+        seconds of pure Python, which a thread would not take off the loop: it holds the GIL);
+        raises SqlError, or the worker's ParseTimeout / ParseWorkerDied. The statements run
+        here, on the loop, which alone uses the store; an INSERT's rows are checked in steps
+        (`_insert_async`)."""
+        if len(text) < PARSE_IN_WORKER_CHARS:
+            return self.execute(text, db, caller)
+        statements = await self.parser.parse(text)
         if not statements:
             raise SqlError("empty statement", 0)
         result = Result.affected(0)
         for stmt in statements:
-            if isinstance(stmt, ast.UseDatabase):
-                self._database(stmt.name)
-                db = stmt.name
-                result = Result.affected(0)
-                continue
-            result = self._run(stmt, db)
+            if isinstance(stmt, ast.Insert):
+                self._check(stmt, db, caller)
+                result = await self._insert_async(stmt, db)
+            else:
+                result, db = self._step(stmt, db, caller)
         return result
+
+    def _execute(self, statements: list[ast.Statement], db: str | None, caller: Caller | None = None) -> Result:
+        if not statements:
+            raise SqlError("empty statement", 0)
+        result = Result.affected(0)
+        for stmt in statements:
+            result, db = self._step(stmt, db, caller)
+        return result
+
+    def _check(self, stmt: ast.Statement, db: str | None, caller: Caller | None) -> None:
+        """Refuse `stmt` if the caller may not run it (with an authorizer on)."""
+        if self.access is not None:
+            why = refusal(self.access, caller or Caller(), stmt, db)
+            if why is not None:
+                raise SqlError(why, code=PERMISSION_DENIED)
+
+    def _step(self, stmt: ast.Statement, db: str | None, caller: Caller | None = None) -> tuple[Result, str | None]:
+        """Run one statement of a script as `caller`: its result and the current database after it."""
+        self._check(stmt, db, caller)
+        if isinstance(stmt, ast.UseDatabase):
+            self._database(stmt.name)
+            return Result.affected(0), stmt.name
+        return self._run(stmt, db), db
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -374,8 +432,18 @@ class Executor:
         """Resolve each VALUES clause's table and columns and check every value, in statement
         order (so the first error is the one reported), before anything is written; returns the
         child tables the USING clauses create, and each clause's rows as checked values."""
-        creates: list[_ChildCreate] = []
-        checked: list[_CheckedRows] = []
+        creates, targets = self._plan_insert(stmt, db, now)
+        checked = [_CheckedRows(info.name, schema, vnode, rows.table,
+                                [self._check_row(schema, cols, row, now) for row in rows.values])
+                   for rows, (info, schema, vnode, cols) in zip(stmt.tables, targets, strict=True)]
+        return creates, checked
+
+    def _plan_insert(self, stmt: ast.Insert, db: str | None,
+                     now: int) -> tuple[list[_ChildCreate], list[tuple[Any, StableSchema, int, list[Any]]]]:
+        """Each VALUES clause's (database, supertable, vnode, columns), resolved and checked in
+        statement order, and the child tables the USING clauses create; no row is looked at."""
+        creates: dict[tuple[str, str], _ChildCreate] = {}  # by (database, table), in order
+        targets = []
         for rows in stmt.tables:
             info, schema, vnode = self._insert_target(rows, db, creates, now)
             names = [c.name for c in schema.columns] if rows.columns is None else rows.columns
@@ -387,11 +455,39 @@ class Executor:
                 cols.append(col)
             if cols[0] is not schema.columns[0] and schema.columns[0] not in cols:
                 raise SqlError(f"Primary timestamp column {schema.columns[0].name} can not be null")
-            checked.append(_CheckedRows(info.name, schema, vnode, rows.table,
-                                        [self._check_row(schema, cols, row, now) for row in rows.values]))
-        return creates, checked
+            targets.append((info, schema, vnode, cols))
+        return list(creates.values()), targets
 
-    def _insert_target(self, rows: ast.InsertRows, db: str | None, creates: list[_ChildCreate],
+    async def _insert_async(self, stmt: ast.Insert, db: str | None) -> Result:
+        """`_Insert` in bounded steps: the rows are checked, then grouped and built into Arrow
+        tables, CHECK_ROWS_PER_STEP at a time with the loop free in between; then, with no
+        yield between the last look at the catalog and the writes, the plan is resolved again
+        and, if a concurrent statement
+        changed a table it uses (a supertable altered or dropped, a child table created), the
+        checks start over (twice at most, then the INSERT is refused, nothing written). The
+        writes themselves are `_write_insert`'s, on the loop like every store write."""
+        for _ in range(3):
+            now = _now_ms()
+            creates, targets = self._plan_insert(stmt, db, now)
+            checked: list[_CheckedRows] = []
+            step = _Steps()
+            for rows, (info, schema, vnode, cols) in zip(stmt.tables, targets, strict=True):
+                values = []
+                for start in range(0, len(rows.values), CHECK_ROWS_PER_STEP):
+                    chunk = rows.values[start:start + CHECK_ROWS_PER_STEP]
+                    values += [self._check_row(schema, cols, row, now) for row in chunk]
+                    await step.done(len(chunk))
+                checked.append(_CheckedRows(info.name, schema, vnode, rows.table, values))
+            tables = await self._build_insert_async(checked)
+            again_creates, again = self._plan_insert(stmt, db, now)
+            same = len(again_creates) == len(creates) and all(
+                a[0] is b[0] and a[1] is b[1] and a[2] == b[2] for a, b in zip(again, targets, strict=True))
+            if same:
+                self._write_insert(creates, tables)
+                return Result.affected(sum(len(entry.rows) for entry in checked))
+        raise SqlError("the tables of this INSERT kept changing while it was checked; nothing written")
+
+    def _insert_target(self, rows: ast.InsertRows, db: str | None, creates: dict[tuple[str, str], _ChildCreate],
                        now: int) -> tuple[Any, StableSchema, int]:
         """The database, supertable and vnode of a VALUES clause's table: an existing child
         table, one an earlier clause creates, or a new one its USING clause adds to `creates`."""
@@ -399,14 +495,14 @@ class Executor:
         child = self.store.child_tables(info.name).get(rows.table)
         if child is not None:
             return info, self._stable(info.name, child.stable), child.vnode
-        planned = next((c for c in creates if c[0].name == info.name and c[1] == rows.table), None)
+        planned = creates.get((info.name, rows.table))
         if planned is not None:
             schema = planned[2]
         elif rows.stable is None:
             raise SqlError(f"Table does not exist: {rows.table}")
         else:
             schema = self._stable(info.name, rows.stable)
-            creates.append((info, rows.table, schema, rows.resolve_tags(schema, now_ms=now)))
+            creates[(info.name, rows.table)] = (info, rows.table, schema, rows.resolve_tags(schema, now_ms=now))
         return info, schema, home_vnode(rows.table, info.vgroups)
 
     @staticmethod
@@ -429,14 +525,40 @@ class Executor:
         """One rows table per (database, supertable, vnode), whichever child tables and VALUES
         clauses its rows came from, since the WAL takes a supertable's rows as one entry per
         vnode. Building it may still refuse a value, and nothing has been written yet."""
-        groups: dict[tuple[str, str, int], tuple[StableSchema, list[str], dict[str, list[Any]]]] = {}
+        groups: _Groups = {}
         for entry in checked:
-            key = (entry.db, entry.schema.name, entry.vnode)
-            _, tbnames, values = groups.setdefault(key, (entry.schema, [], defaultdict(list)))
-            for given in entry.rows:
-                tbnames.append(entry.table)
-                for c in entry.schema.columns:
-                    values[c.name].append(given.get(c.name))
+            Executor._group_rows(groups, entry, entry.rows)
+        return Executor._build_groups(groups)
+
+    @staticmethod
+    async def _build_insert_async(checked: list[_CheckedRows]) -> dict[tuple[str, str, int], pa.Table]:
+        """`_group_insert` in steps: each CHECK_ROWS_PER_STEP rows are grouped and built into
+        Arrow tables between yields, and each group's tables are joined at the end (one copy,
+        in Arrow). Pure: nothing of the catalog or the store is looked at."""
+        parts: dict[tuple[str, str, int], list[pa.Table]] = {}
+        step = _Steps()
+        for entry in checked:
+            for start in range(0, len(entry.rows), CHECK_ROWS_PER_STEP):
+                chunk = entry.rows[start:start + CHECK_ROWS_PER_STEP]
+                groups: _Groups = {}
+                Executor._group_rows(groups, entry, chunk)
+                for key, table in Executor._build_groups(groups).items():
+                    parts.setdefault(key, []).append(table)
+                await step.done(len(chunk))
+        return {key: tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
+                for key, tables in parts.items()}
+
+    @staticmethod
+    def _group_rows(groups: _Groups, entry: _CheckedRows, rows: list[dict[str, Any]]) -> None:
+        key = (entry.db, entry.schema.name, entry.vnode)
+        _, tbnames, values = groups.setdefault(key, (entry.schema, [], defaultdict(list)))
+        for given in rows:
+            tbnames.append(entry.table)
+            for c in entry.schema.columns:
+                values[c.name].append(given.get(c.name))
+
+    @staticmethod
+    def _build_groups(groups: _Groups) -> dict[tuple[str, str, int], pa.Table]:
         tables = {}
         for key, (schema, tbnames, values) in groups.items():
             try:
@@ -495,6 +617,22 @@ class Executor:
         if dropped is not None:  # a Fetch waiting on it answers at once
             for vnode in range(dropped.partitions):
                 self.notify(dropped.db, vnode)
+        return Result.affected(0)
+
+    # -- users and privileges (the broker's SASL users and Kafka ACLs) -------------------------
+
+    def _Grant(self, stmt: ast.Grant, _db: str | None) -> Result:
+        if self.access is None:
+            raise SqlError('GRANT and REVOKE need the broker\'s authorizer (authorizer = "acl")')
+        if self.topics.get(stmt.db) is None:
+            raise SqlError(f"Database not exist: {stmt.db}")
+        self.access.grant(stmt.privilege, stmt.db, stmt.user, stmt.revoke)
+        return Result.affected(0)
+
+    def _UserPassword(self, stmt: ast.UserPassword, _db: str | None) -> Result:
+        if self.access is None:
+            raise SqlError('CREATE USER and ALTER USER need the broker\'s authorizer (authorizer = "acl")')
+        self.access.set_password(stmt.user, stmt.password, stmt.create)
         return Result.affected(0)
 
     def _DropConsumerGroup(self, stmt: ast.DropConsumerGroup, _db: str | None) -> Result:

@@ -9,6 +9,7 @@ Every failure is a `SqlError` carrying a 0-based offset into the text.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from tmqgate.broker.sql.ast import (
     DropStable,
     DropTable,
     DropTopic,
+    Grant,
     Insert,
     InsertRows,
     NowValue,
@@ -41,6 +43,7 @@ from tmqgate.broker.sql.ast import (
     SqlError,
     Statement,
     UseDatabase,
+    UserPassword,
 )
 from tmqgate.broker.tsdb.names import INVALID_IDENTIFIER, MAX_LENGTH, Kind, name_problem
 from tmqgate.broker.tsdb.types import Column, TypeError_, duration_ms, type_from_name
@@ -56,9 +59,15 @@ MAX_NAME = {
     "table": MAX_TABLE_NAME,
     "column": MAX_COLUMN_NAME,
     "topic": MAX_TOPIC_NAME,
+    "user": 23,  # TDengine's TSDB_USER_LEN - 1
 }
 MAX_COLUMNS = 4096
 MAX_TAGS = 128
+# A query (a topic's SELECT or WHERE, an ad-hoc SELECT) of more sqlglot nodes than this is
+# refused (tmqgate's own bound; TDengine has none below its 1 MiB SQL length): a tree is
+# compiled, and a long text's tree is carried back from the parsing process and rebuilt, on
+# the event loop, at ~10 µs a node. Real topic queries have tens of nodes.
+MAX_QUERY_NODES = 1000
 
 # --- the sqlglot dialect ----------------------------------------------------------------
 
@@ -445,7 +454,33 @@ class _Parser:
             return Describe(db, name)
         if w == "SELECT":
             return self.select_stmt()
-        raise self.error("CREATE, DROP, USE, ALTER, INSERT, SHOW, DESCRIBE or SELECT")
+        if w in ("GRANT", "REVOKE"):
+            self.advance()
+            return self.grant(revoke=w == "REVOKE")
+        raise self.error("CREATE, DROP, USE, ALTER, INSERT, SHOW, DESCRIBE, SELECT, GRANT or REVOKE")
+
+    def grant(self, revoke: bool) -> Grant:
+        """{READ | WRITE | ALL} ON db.* {TO | FROM} user (after GRANT / REVOKE)."""
+        privilege = self.expect_kw("READ", "WRITE", "ALL").text.lower()
+        self.expect_kw("ON")
+        db = self.ident("database")
+        self.expect_op(".")
+        self.expect_op("*")
+        self.expect_kw("FROM" if revoke else "TO")
+        user = self.ident("user")
+        self.expect_end()
+        return Grant(privilege, db, user, revoke)  # type: ignore[arg-type]
+
+    def user_password(self, create: bool) -> UserPassword:
+        """name PASS 'password' (after CREATE USER / ALTER USER)."""
+        user = self.ident("user")
+        self.expect_kw("PASS")
+        t = self.tok
+        if t.kind != "string":
+            raise self.error("a quoted password")
+        self.advance()
+        self.expect_end()
+        return UserPassword(user, t.text, create)
 
     def create(self) -> Statement:
         if self.accept_kw("DATABASE"):
@@ -458,7 +493,9 @@ class _Parser:
             return self.create_table()
         if self.accept_kw("TOPIC"):
             return self.create_topic()
-        raise self.error("DATABASE, STABLE, TABLE or TOPIC")
+        if self.accept_kw("USER"):
+            return self.user_password(create=True)
+        raise self.error("DATABASE, STABLE, TABLE, TOPIC or USER")
 
     def create_database(self) -> CreateDatabase:
         ine = self.if_not_exists()
@@ -852,6 +889,8 @@ class _Parser:
         raise self.error("DATABASE, STABLE, TABLE, TOPIC or CONSUMER GROUP")
 
     def alter(self) -> Statement:
+        if self.accept_kw("USER"):
+            return self.user_password(create=False)
         self.expect_kw("STABLE")
         db, name = self.qualified()
         if not self.at_kw("ADD"):
@@ -1037,6 +1076,9 @@ def _parse_sqlglot(text: str, start: int, end: int) -> tuple[exp.Expr, _PosMap]:
         raise _sqlglot_error(e, sub, pmap) from None
     if tree is None:
         raise SqlError(f"syntax error at position {start}: empty query", start)
+    if next(itertools.islice(tree.walk(), MAX_QUERY_NODES, None), None) is not None:
+        raise SqlError(f"query too complex at position {start}: more than {MAX_QUERY_NODES} "
+                       "expression nodes", start)
     tree.meta["tmq_pos"] = pmap
     tree.meta["tmq_text"] = text
     return tree, pmap

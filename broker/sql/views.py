@@ -9,14 +9,16 @@ other supertables and meta entries a topic does not deliver still move the consu
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, TsdbCatalog
+from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, TsdbCatalog, join_tags
 from tmqgate.broker.tsdb.encode import arange, json_objects, records_batch
 from tmqgate.broker.tsdb.rows import TBNAME, conform, decode_rows
 
@@ -90,6 +92,7 @@ class _Run:
     tables: list[pa.Table]
     first: int
     last: int
+    db_header: bytes = b""
 
 
 class View:
@@ -124,38 +127,54 @@ class View:
         entries, not once per entry (ingestion writes an entry per produced batch, often a few
         hundred rows). As Kafka's partition_max_bytes bounds what a Fetch returns, the WAL is
         read in chunks of about `max_bytes` until the batches reach `max_bytes`, so a selective
-        topic fills a response; at most SCAN_CHUNKS chunks, to bound the time one Fetch holds
-        the event loop."""
-        out: list[bytes] = []
-        size = 0
-        skipped_from: int | None = None  # start of a run of versions that yield no records
-        skipped_to = -1
+        topic fills a response; at most SCAN_CHUNKS chunks."""
+        scan = self._scan(vnode, from_version, max_bytes, None)
+        try:
+            run = next(scan)
+            while True:
+                run = scan.send(_run_batch(run, self._tags_for(run)))
+        except StopIteration as done:
+            result: list[bytes] = done.value
+            return result
 
-        def emit(batch: bytes | None, first: int, last: int) -> None:
-            nonlocal skipped_from, skipped_to, size
-            if batch is None:
-                if skipped_from is None:
-                    skipped_from = first
-                skipped_to = last
-                return
-            if skipped_from is not None:
-                out.append(_empty(skipped_from, skipped_to))
-                skipped_from = None
-            out.append(batch)
-            size += len(batch)
+    async def read_async(self, vnode: int, from_version: int, max_bytes: int, end: int | None = None) -> list[bytes]:
+        """`read` for the event loop, which it holds only for short steps (issue 11): each run
+        of rows entries is evaluated (filter, projection, JSON, record batch: Arrow kernels,
+        which release the GIL) in a thread, the WAL reads and the catalog lookups stay here,
+        and versions from `end` on (the high watermark the Fetch answers with) are not read.
+        The loop serves other requests meanwhile; if the database is dropped (or dropped and
+        made again) during the read, what was read before is returned."""
+        scan = self._scan(vnode, from_version, max_bytes, end)
+        try:
+            run = next(scan)
+            while True:
+                tags = self._tags_for(run)
+                run = scan.send(await asyncio.to_thread(_run_batch, run, tags))
+        except StopIteration as done:
+            result: list[bytes] = done.value
+            return result
 
+    def _tags_for(self, run: _Run) -> pa.Table | None:
+        """The tag table a run's evaluation joins (looked up here: the catalog is the loop's)."""
+        compiled = run.compiled
+        if compiled.filter_needs_tags or compiled.values_need_tags:
+            return self._catalog.tag_table(self.topic.db, run.stable)
+        return None
+
+    def _scan(self, vnode: int, from_version: int, max_bytes: int,
+              end: int | None) -> Generator[_Run, bytes | None, list[bytes]]:
+        """`read`'s walk over the WAL: yields each run of rows entries to be evaluated, and
+        takes back its record batch (None: no row passed); returns the batches."""
+        out = _Batches()
         run: _Run | None = None
-
-        def flush() -> None:
-            """Emit the pending run of rows entries, if any."""
-            nonlocal run
-            if run is not None:
-                emit(self._run_batch(run), run.first, run.last)
-                run = None
-
+        info = self._store.get_database(self.topic.db)
         version = from_version
         for _ in range(SCAN_CHUNKS):
+            if self._store.get_database(self.topic.db) is not info:
+                break  # dropped while a read_async waited
             entries = self._store.read_entries(self.topic.db, vnode, version, max(max_bytes, 1))
+            if end is not None:
+                entries = [e for e in entries if e.version < end]
             if not entries:
                 break
             for entry in entries:
@@ -168,24 +187,27 @@ class View:
                         run.tables.append(table)
                         run.last = last
                         continue
-                    flush()
-                    run = _Run(stable, compiled, [table], start, last)
+                    if run is not None:
+                        out.emit((yield run), run.first, run.last)
+                    run = _Run(stable, compiled, [table], start, last, self._db_header)
                 else:
-                    flush()
+                    if run is not None:
+                        out.emit((yield run), run.first, run.last)
+                        run = None
                     meta = entry.kind == "meta" and self.topic.meta is not None
-                    emit(self._meta(entry, last) if meta else None, start, last)
-                if size >= max_bytes:
+                    out.emit(self._meta(entry, last) if meta else None, start, last)
+                if out.size >= max_bytes:
                     break
             else:
-                flush()
+                if run is not None:
+                    out.emit((yield run), run.first, run.last)
+                    run = None
                 version = entries[-1].version + entries[-1].count
-                if size < max_bytes:
+                if out.size < max_bytes:
                     continue
             break
         # a run still pending when the response filled up is left for the next Fetch
-        if skipped_from is not None:
-            out.append(_empty(skipped_from, skipped_to))
-        return out
+        return out.finish()
 
     def _rows_of(self, entry: WalEntry, start: int) -> tuple[str, _Compiled, pa.Table] | None:
         """(supertable, compiled view, rows from `start` conformed to the current schema) of a
@@ -204,38 +226,6 @@ class View:
             table = table.slice(skip)
         return stable, compiled, conform(table, compiled.schema).replace_schema_metadata(None)
 
-    def _run_batch(self, run: _Run) -> bytes | None:
-        """The record batch of a run of rows entries, or None when no row passes the filter.
-
-        Tags are joined on only when the filter or the values need them, and then after the
-        filter when only the values do (a selective filter on columns joins few rows)."""
-        compiled = run.compiled
-        table = pa.concat_tables(run.tables) if len(run.tables) > 1 else run.tables[0]
-        offsets = _versions(run.first, len(table))
-        with_tags = False
-        if compiled.filter is not None:
-            if compiled.filter_needs_tags:
-                table = self._catalog.with_tags(self.topic.db, run.stable, table)
-                with_tags = True
-            mask = compiled.filter.mask(table)
-            table = table.filter(mask)
-            offsets = offsets.filter(mask)
-        if len(table) == 0:
-            return None
-        if compiled.values_need_tags and not with_tags:
-            table = self._catalog.with_tags(self.topic.db, run.stable, table)
-        ts_name = compiled.schema.columns[0].name
-        if compiled.projection is not None:
-            values_table = compiled.projection.evaluate(table)
-        else:
-            values_table = table.drop_columns([TBNAME])
-        tbnames = table.column(TBNAME)
-        return records_batch(
-            base_offset=run.first, last_offset=run.last, offsets=offsets,
-            timestamps=table.column(ts_name), keys=tbnames, values=json_objects(values_table),
-            headers=[("tmq.db", self._db_header), ("tmq.stable", run.stable.encode()),
-                     ("tmq.table", tbnames), ("tmq.type", TYPE_DATA)])
-
     def _meta(self, entry: WalEntry, last: int) -> bytes | None:
         body = json.loads(entry.data)
         stable = body.get("stable") or (body["tableName"] if body.get("tableType") == "super" else None)
@@ -248,6 +238,73 @@ class View:
             values=pa.array([entry.data], pa.binary()),
             headers=[("tmq.db", self._db_header), ("tmq.stable", (stable or "").encode()),
                      ("tmq.table", table.encode()), ("tmq.type", TYPE_META)])
+
+
+def _run_batch(run: _Run, tags: pa.Table | None) -> bytes | None:
+    """The record batch of a run of rows entries, or None when no row passes the filter;
+    `tags` is the supertable's tag table when the filter or the values need tags.
+
+    Pure (Arrow kernels over the run's tables; no store, no catalog), so `View.read_async`
+    runs it in a thread. Tags are joined on only when the filter or the values need them,
+    and then after the filter when only the values do (a selective filter on columns joins
+    few rows)."""
+    compiled = run.compiled
+    table = pa.concat_tables(run.tables) if len(run.tables) > 1 else run.tables[0]
+    offsets = _versions(run.first, len(table))
+    with_tags = False
+    if compiled.filter is not None:
+        if compiled.filter_needs_tags:
+            assert tags is not None
+            table = join_tags(table, tags)
+            with_tags = True
+        mask = compiled.filter.mask(table)
+        table = table.filter(mask)
+        offsets = offsets.filter(mask)
+    if len(table) == 0:
+        return None
+    if compiled.values_need_tags and not with_tags:
+        assert tags is not None
+        table = join_tags(table, tags)
+    ts_name = compiled.schema.columns[0].name
+    if compiled.projection is not None:
+        values_table = compiled.projection.evaluate(table)
+    else:
+        values_table = table.drop_columns([TBNAME])
+    tbnames = table.column(TBNAME)
+    return records_batch(
+        base_offset=run.first, last_offset=run.last, offsets=offsets,
+        timestamps=table.column(ts_name), keys=tbnames, values=json_objects(values_table),
+        headers=[("tmq.db", run.db_header), ("tmq.stable", run.stable.encode()),
+                 ("tmq.table", tbnames), ("tmq.type", TYPE_DATA)])
+
+
+class _Batches:
+    """The batches a read returns: versions that yield no records are covered by empty
+    batches (one per stretch), so the consumer moves past them."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+        self.size = 0
+        self._skipped_from: int | None = None  # start of a run of versions that yield no records
+        self._skipped_to = -1
+
+    def emit(self, batch: bytes | None, first: int, last: int) -> None:
+        if batch is None:
+            if self._skipped_from is None:
+                self._skipped_from = first
+            self._skipped_to = last
+            return
+        if self._skipped_from is not None:
+            self.out.append(_empty(self._skipped_from, self._skipped_to))
+            self._skipped_from = None
+        self.out.append(batch)
+        self.size += len(batch)
+
+    def finish(self) -> list[bytes]:
+        if self._skipped_from is not None:
+            self.out.append(_empty(self._skipped_from, self._skipped_to))
+            self._skipped_from = None
+        return self.out
 
 
 def _versions(first: int, n: int) -> pa.Array:

@@ -101,9 +101,14 @@ class TsdbCatalog:
 
     def with_tags(self, db: str, stable: str, rows: pa.Table) -> pa.Table:
         """`rows` with the tag columns of each row's child table appended (vectorised join)."""
-        tags = self.tag_table(db, stable)
-        index = pa.compute.index_in(rows.column(TBNAME), value_set=tags.column(TBNAME))
-        out = rows
-        for name in tags.column_names[1:]:
-            out = out.append_column(name, tags.column(name).take(index))
-        return out
+        return join_tags(rows, self.tag_table(db, stable))
+
+
+def join_tags(rows: pa.Table, tags: pa.Table) -> pa.Table:
+    """`rows` with the columns of `tags` (a `tag_table`) of each row's child table appended;
+    pure, so it may run off the event loop."""
+    index = pa.compute.index_in(rows.column(TBNAME), value_set=tags.column(TBNAME))
+    out = rows
+    for name in tags.column_names[1:]:
+        out = out.append_column(name, tags.column(name).take(index))
+    return out

@@ -1,0 +1,49 @@
+"""What a SASL mechanism server is to the connection's session (broker/auth/session.py).
+
+A mechanism server is fed the client's tokens one at a time (`respond`), answers the bytes to
+send back, and is `complete` once the client is authenticated. It raises
+`AuthenticationFailed` when the client is not; the session then answers
+SASL_AUTHENTICATION_FAILED and closes, as Kafka's SaslServerAuthenticator does:
+
+- `client_message=None` (Kafka's SaslException) — the client sees only Kafka's generic
+  "Authentication failed during authentication due to invalid credentials with SASL mechanism
+  M", never why (that would tell whether a user exists);
+- `client_message="..."` (Kafka's SaslAuthenticationException) — the client sees that text.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class AuthenticationFailed(Exception):
+    """The client is not authenticated; `reason` is for the log, `client_message` (if any)
+    for the client."""
+
+    def __init__(self, reason: str, client_message: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.client_message = client_message
+
+
+class MechanismServer(Protocol):
+    """One authentication exchange of one mechanism."""
+
+    mechanism: str
+
+    def respond(self, token: bytes) -> bytes:
+        """The answer to the client's next token (raises AuthenticationFailed)."""
+        ...
+
+    @property
+    def complete(self) -> bool: ...
+
+    @property
+    def principal(self) -> str:
+        """"User:<name>" once complete."""
+        ...
+
+    @property
+    def expires_ms(self) -> int | None:
+        """When the credential itself expires (epoch ms: an OAuth token's exp), or None."""
+        ...

@@ -1,0 +1,122 @@
+"""SASL and SCRAM credential APIs: SaslHandshake and SaslAuthenticate where no authentication
+is going on, DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554).
+
+On a SASL listener the connection's session (broker/auth/session.py) answers SaslHandshake and
+SaslAuthenticate itself while it authenticates; what reaches these handlers is what KafkaApis
+sees: a PLAINTEXT/SSL connection, or one already authenticated. Kafka answers both with
+ILLEGAL_SASL_STATE there.
+
+The credential APIs act on storage.users as Kafka's controller (ScramControlManager) and its
+metadata image (ScramImage.describe) do: same validation, codes and messages.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.auth import scram
+from tmqgate.broker.handlers.context import AdminApis
+from tmqgate.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from tmqgate.protocol.messages import Request
+
+api = apis_with(AdminApis)
+
+
+@api(ApiKey.SASL_HANDSHAKE, 0, 1)
+async def sasl_handshake(ctx: AdminApis, req: Request) -> dict[str, Any]:
+    return {"error_code": int(ErrorCode.ILLEGAL_SASL_STATE), "mechanisms": []}
+
+
+@api(ApiKey.SASL_AUTHENTICATE, 0, 2)
+async def sasl_authenticate(ctx: AdminApis, req: Request) -> dict[str, Any]:
+    return {"error_code": int(ErrorCode.ILLEGAL_SASL_STATE),
+            "error_message": "SaslAuthenticate request received after successful authentication",
+            "auth_bytes": b"", "session_lifetime_ms": 0}
+
+
+@api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
+async def describe_user_scram_credentials(ctx: AdminApis, req: Request) -> dict[str, Any]:
+    stored = ctx.store.users.scram_users()
+    requested = [u["name"] for u in req.body.get("users") or []]
+    names = requested or list(stored)
+    results = []
+    for name in dict.fromkeys(names):  # each user once, in the request's order
+        result: dict[str, Any] = {"user": name, "error_code": 0, "error_message": None, "credential_infos": []}
+        if requested.count(name) > 1:
+            result.update(error_code=int(ErrorCode.DUPLICATE_RESOURCE), error_message=(
+                f"Cannot describe SCRAM credentials for the same user twice in a single request: {name}"))
+        elif name not in stored:
+            result.update(error_code=int(ErrorCode.RESOURCE_NOT_FOUND),
+                          error_message=f"Attempt to describe a user credential that does not exist: {name}")
+        else:
+            result["credential_infos"] = [
+                {"mechanism": scram.MECHANISM_CODES[m], "iterations": c.iterations}
+                for m, c in sorted(stored[name].items(), key=lambda mc: scram.MECHANISM_CODES.get(mc[0], 99))
+                if m in scram.MECHANISM_CODES]
+        results.append(result)
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "results": results}
+
+
+def _check_name_and_mechanism(name: str, mechanism: int) -> tuple[ErrorCode, str] | None:
+    if not name:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
+    if mechanism not in scram.MECHANISM_NAMES:
+        return ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
+    return None
+
+
+@api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
+async def alter_user_scram_credentials(ctx: AdminApis, req: Request) -> dict[str, Any]:
+    """All valid changes of the request are applied, each user's alone failing (Kafka applies
+    them atomically from the controller; a user named twice fails DUPLICATE_RESOURCE)."""
+    users = ctx.store.users
+    deletions: dict[str, dict[str, Any]] = {}
+    upsertions: dict[str, dict[str, Any]] = {}
+    errors: dict[str, tuple[ErrorCode, str]] = {}
+    twice = (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
+    for d in req.body.get("deletions") or []:
+        name = d["name"]
+        if name in errors:
+            continue
+        if deletions.pop(name, None) is not None:
+            errors[name] = twice
+            continue
+        problem = _check_name_and_mechanism(name, d["mechanism"])
+        if problem is None and users.scram(name, scram.MECHANISM_NAMES[d["mechanism"]]) is None:
+            problem = ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"
+        if problem is not None:
+            errors[name] = problem
+        else:
+            deletions[name] = d
+    for u in req.body.get("upsertions") or []:
+        name = u["name"]
+        if name in errors:
+            continue
+        if deletions.pop(name, None) is not None or upsertions.pop(name, None) is not None:
+            errors[name] = twice
+            continue
+        problem = _check_name_and_mechanism(name, u["mechanism"])
+        if problem is None and u["iterations"] < scram.MIN_ITERATIONS:
+            problem = ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"
+        elif problem is None and u["iterations"] > scram.MAX_ITERATIONS:
+            problem = ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"
+        if problem is not None:
+            errors[name] = problem
+        else:
+            upsertions[name] = u
+    results = []
+    for name, d in deletions.items():
+        users.delete_scram(name, scram.MECHANISM_NAMES[d["mechanism"]])
+        results.append({"user": name, "error_code": 0, "error_message": None})
+    for name, u in upsertions.items():
+        mechanism = scram.MECHANISM_NAMES[u["mechanism"]]
+        credential = scram.credential_from_salted(mechanism, bytes(u["salted_password"]), bytes(u["salt"]),
+                                                  u["iterations"])
+        users.put_scram(name, mechanism, credential)
+        results.append({"user": name, "error_code": 0, "error_message": None})
+    for name, (code, message) in errors.items():
+        results.append({"user": name, "error_code": int(code), "error_message": message})
+    return {"throttle_time_ms": 0, "results": results}
