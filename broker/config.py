@@ -173,6 +173,10 @@ class BrokerConfig:
     # per log_rate_limit_interval_ms, then one line saying how many were suppressed.
     log_rate_limit_messages: int = 10
     log_rate_limit_interval_ms: int = 60_000
+    # Client quotas (broker/quotas.py): Kafka's quota.window.num and quota.window.size.seconds,
+    # the samples a client's rate is measured over (11 of 1 s: 10 whole windows + the current).
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
     # --- Authorization (issue 12, point 4) --------------------------------------------------
     # "acl": Kafka's ACLs (StandardAuthorizer's decision, CreateAcls/DescribeAcls/DeleteAcls,
     # every API checks what Kafka checks); "none": no authorizer (everyone may do anything,
@@ -202,6 +206,8 @@ class BrokerConfig:
 
     def check(self) -> None:
         """Refuse settings that contradict each other (Kafka checks these at start too)."""
+        if self.quota_window_num < 1 or self.quota_window_size_seconds < 1:
+            raise ValueError("quota_window_num and quota_window_size_seconds must be at least 1")
         if self.authorizer not in ("acl", "none"):
             raise ValueError(f'authorizer must be "acl" or "none", not {self.authorizer!r}')
         bad = [p for p in self.super_users if ":" not in p]

@@ -46,6 +46,7 @@ from tmqgate.broker.listeners import (
     server_ssl_context,
 )
 from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules
+from tmqgate.broker.quotas import ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
@@ -173,6 +174,7 @@ class Broker:
         self.frame_hook: Any = None
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
                                           config.log_rate_limit_interval_ms / 1000)
+        self.quotas = ClientQuotaManagers(self.store, config, self.limited_log)
 
     async def start(self) -> None:
         listeners = parse_listeners(self.config)
@@ -222,8 +224,9 @@ class Broker:
         auth = self.authorizer
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
-                                 cfg.max_decompressed_batch_bytes, authorizer=auth),
-            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, authorizer=auth),
+                                 cfg.max_decompressed_batch_bytes, quotas=self.quotas, authorizer=auth),
+            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
+                                 authorizer=auth),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),
             GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth),
             AclApis: AclApis(auth),
@@ -322,9 +325,15 @@ class Broker:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         host = peer[0] if peer else ""
-        refused = self.connection_limits.admit(host)
+        # connection_creation_rate of the ip: over it, Kafka closes the new connection unserved
+        # once the throttle time has passed.
+        delay_ms = self.quotas.connection_throttle(host) if self.quotas.ip_active else 0
+        refused = self.connection_limits.admit(host) if not delay_ms else "connection_creation_rate"
         if refused is not None:
             self.limited_log.warning("refused-connection", "closing new connection from %s: %s", peer, refused)
+            if delay_ms:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(delay_ms / 1000)
             self._connections.discard(task)
             writer.transport.abort()
             return
@@ -422,9 +431,16 @@ class Broker:
                     if step.action is Action.ANSWER:
                         continue
                     return
+            quotas = self.quotas
+            clock = quotas.clock() if quotas.active else None
+            throttle_ms = 0
             try:
                 body = await self._handlers[request.api_key](request)
+                if clock is not None:  # client quotas: the throttle time goes in the answer
+                    throttle_ms = quotas.charge(request, body, clock, size)
                 if body is None:
+                    if throttle_ms:
+                        await asyncio.sleep(throttle_ms / 1000)
                     continue
                 # Large record payloads (Fetch's stored batches) go out uncopied.
                 parts = encode_response_parts(request.api_key, request.api_version,
@@ -437,6 +453,10 @@ class Broker:
                                               request.correlation_id, body)
             write_parts(transport, fd, parts)
             await writer.drain()
+            if throttle_ms:
+                # Over a quota: the answer went out at once; the connection is not read for the
+                # throttle time (Kafka mutes the channel, KIP-219).
+                await asyncio.sleep(throttle_ms / 1000)
 
     async def _read_size(self, reader: asyncio.StreamReader) -> bytes:
         """The next frame's size prefix; a connection silent for connections.max.idle.ms is closed."""

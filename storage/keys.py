@@ -57,6 +57,9 @@ prefix       key (after the prefix byte)                            value
                                                                     u64, entries u32, bytes u64, first ts i64,
                                                                     last ts i64, removed ms i64, reason u8
 0x7F SYNC    (nothing)                                              marker written with sync=True by Store.sync()
+0x88 QUOTA   entity: n u8, then n x (type (u8 len + utf-8), named  JSON {quota key: float} (the entity's client
+             flag u8 (0 = the default entity), name (u16 len +      quota values, Kafka's ClientQuotaRecord state)
+             utf-8)), types in byte order
 0x90 SCRAM   user (u16 len + utf-8), mechanism name (utf-8, e.g.       iterations u32, then salt, StoredKey, ServerKey
              "SCRAM-SHA-512")                                       each u16 len + bytes (RFC 5802; never the
                                                                     password nor the salted password)
@@ -143,6 +146,7 @@ GROUP = b"\x60"
 HISTORY = b"\x70"
 ACL = b"\xa0"
 SYNC = b"\x7f"
+QUOTA = b"\x88"
 SCRAM = b"\x90"
 
 #: The layout this code writes and reads (see the module docstring).
@@ -435,6 +439,45 @@ def unpack_history(b: bytes) -> tuple[int, int, int, int, int, int, int, int, in
     return _HISTORY.unpack(b)
 
 
+# client quotas -------------------------------------------------------------------------------
+
+#: A client quota entity: (entity type, name or None for the default entity), sorted by type.
+QuotaEntityKey = tuple[tuple[str, str | None], ...]
+
+
+def quota_key(entity: QuotaEntityKey) -> bytes:
+    out = bytearray(QUOTA)
+    out.append(len(entity))
+    for etype, name in sorted(entity):
+        t = etype.encode()
+        out.append(len(t))
+        out += t
+        if name is None:
+            out.append(0)
+        else:
+            n = name.encode()
+            out.append(1)
+            out += struct.pack(">H", len(n)) + n
+    return bytes(out)
+
+
+def parse_quota_key(key: bytes) -> QuotaEntityKey:
+    count = key[1]
+    pos = 2
+    parts: list[tuple[str, str | None]] = []
+    for _ in range(count):
+        tlen = key[pos]
+        etype = key[pos + 1 : pos + 1 + tlen].decode()
+        pos += 1 + tlen
+        named = key[pos]
+        pos += 1
+        name: str | None = None
+        if named:
+            (nlen,) = struct.unpack_from(">H", key, pos)
+            name = key[pos + 2 : pos + 2 + nlen].decode()
+            pos += 2 + nlen
+        parts.append((etype, name))
+    return tuple(parts)
 # SCRAM credentials ---------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ concern, so that each can be read and changed alone:
 * ``storage.retention`` — retention, DeleteRecords, the archiver and the log history;
 * ``storage.producers`` — producer ids and idempotent producers' windows;
 * ``storage.offsets`` — committed offsets and group metadata;
+* ``storage.quotas`` — client quota entities and their values.
 * ``storage.users`` — users' SCRAM credentials (salt, iterations, StoredKey, ServerKey).
 * ``storage.acls`` — the authorizer's ACL bindings.
 
@@ -28,6 +29,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tmqgate.storage import keys
 from tmqgate.storage.acls import Acls
 from tmqgate.storage.catalog import Catalog
 from tmqgate.storage.core import Core
@@ -41,6 +43,7 @@ from tmqgate.storage.model import (
 )
 from tmqgate.storage.offsets import Offsets
 from tmqgate.storage.producers import ProducerAppend, Producers, ProducerWindow
+from tmqgate.storage.quotas import ClientQuotas
 from tmqgate.storage.retention import Retention
 from tmqgate.storage.txn import Transaction
 from tmqgate.storage.users import Users
@@ -79,6 +82,7 @@ class Store:
         self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes)
         self.retention = Retention(self.core, self.catalog, self.wal, history_limit)
         self.offsets = Offsets(self.core)
+        self.client_quotas = ClientQuotas(self.core)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
         self.acls = Acls(self.core)
         self.catalog.load()
@@ -416,3 +420,13 @@ class Store:
 
     def group_metadata(self) -> dict[str, bytes]:
         return self.offsets.group_metadata()
+
+    # client quotas -------------------------------------------------------------------------
+
+    def load_client_quotas(self) -> dict[keys.QuotaEntityKey, dict[str, float]]:
+        """Every client quota entity with its values (``storage.quotas``)."""
+        return self.client_quotas.load()
+
+    def write_client_quotas(self, entities: Iterable[tuple[keys.QuotaEntityKey, Mapping[str, float]]]) -> None:
+        """Replace these entities' values in one synced WriteBatch (empty = removed)."""
+        self.client_quotas.write(entities)

@@ -11,6 +11,7 @@ from tmqgate.broker.handlers import (  # noqa: F401
     list_offsets,
     metadata,
     produce,
+    quotas,
     sasl,
 )
 

@@ -4,7 +4,8 @@ names its family and how the server binds it).
 
 - `DataPlane` — Produce, Fetch, ListOffsets: the store, the topic registry, the notifier that
   wakes long-polling fetches, and the SQL executor schemaless ingestion writes through;
-- `AdminApis` — topic administration and configs: the store, the topic registry, the config;
+- `AdminApis` — topic administration, configs and client quotas: the store, the topic
+  registry, the config, the quotas;
 - `ClusterApis` — ApiVersions, Metadata, DescribeCluster, DescribeTopicPartitions: this node
   as clients see it, the topic registry, the config, and the API table;
 - `GroupApis` — the group APIs: the coordinator runtime, the topic registry, this node.
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.quotas import ClientQuotaManagers
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.broker.waiters import DataNotifier
@@ -59,6 +61,7 @@ class DataPlane:
     notifier: DataNotifier
     executor: Executor  # writes the rows Produce sends to a database topic
     max_decompressed_batch_bytes: int = 134_217_728  # BrokerConfig's: Produce's bomb bound
+    quotas: ClientQuotaManagers | None = None  # Fetch caps its size under a consumer_byte_rate
     authorizer: Authorizer | None = None
 
 
@@ -68,6 +71,7 @@ class AdminApis:
     topics: TopicRegistry
     config: BrokerConfig
     notifier: DataNotifier | None = None  # wakes the Fetches waiting on a deleted topic
+    quotas: ClientQuotaManagers | None = None  # DescribeClientQuotas / AlterClientQuotas
     authorizer: Authorizer | None = None
 
 

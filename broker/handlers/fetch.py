@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import DataPlane
+from tmqgate.broker.quotas import parked
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -31,6 +32,13 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
     by_id = req.api_version >= 13
     deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000
     min_bytes = body["min_bytes"]
+    max_bytes = body.get("max_bytes", 0x7FFFFFFF)
+    # Under a consumer_byte_rate quota a Fetch asks for no more than the quota allows in a
+    # window (Kafka's getMaxValueInQuotaWindow), so one answer is never throttled for sure.
+    cap = ctx.quotas.fetch_max_bytes(req.client_id) if ctx.quotas is not None else None
+    if cap is not None:
+        max_bytes = min(max_bytes if max_bytes > 0 else 0x7FFFFFFF, cap)
+        min_bytes = min(min_bytes, max_bytes)
     known: list[bool] | None = None
     denied: list[bool] | None = None
     while True:
@@ -43,17 +51,18 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
         if known is None:
             known = [topic is not None for _, topic in wanted]
             denied = _denied(ctx, wanted, by_id)
-        responses, size, errors = await _read_all(ctx, wanted, body.get("max_bytes", 0x7FFFFFFF),
+        responses, size, errors = await _read_all(ctx, wanted, max_bytes,
                                                   [by_id and not k for k in known], denied)
         remaining = deadline - time.monotonic()
         if size >= min_bytes or errors or remaining <= 0:
             break
         watched = [(topic.db, p["partition"]) for t, topic in wanted if topic is not None
                    for p in t["partitions"]]
-        if not watched:
-            await asyncio.sleep(remaining)
-            continue
-        await ctx.notifier.wait(watched, remaining)
+        with parked():  # waiting for data is not handler time (request_percentage)
+            if not watched:
+                await asyncio.sleep(remaining)
+                continue
+            await ctx.notifier.wait(watched, remaining)
     # session_id 0: we keep no fetch sessions (KIP-227), so clients send full fetches.
     return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
 

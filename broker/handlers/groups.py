@@ -14,6 +14,7 @@ from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.client import current_client
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import GroupApis
+from tmqgate.broker.quotas import parked
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -98,7 +99,8 @@ def _require_key(ctx: GroupApis, key_type: int, key: str) -> None:
 @api(ApiKey.JOIN_GROUP, 0, 9)
 async def join_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
     _require_group(ctx, Operation.READ, req.body["group_id"])
-    result = await ctx.coordinator.join_group(req.body, req.api_version, req.client_id or "", _host())
+    with parked():  # waiting for the other members is not handler time (request_percentage)
+        result = await ctx.coordinator.join_group(req.body, req.api_version, req.client_id or "", _host())
     if req.api_version < 7 and result.get("protocol_name") is None:
         result["protocol_name"] = ""
     result.setdefault("leader", "")
@@ -109,7 +111,8 @@ async def join_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
 @api(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
     _require_group(ctx, Operation.READ, req.body["group_id"])
-    result = await ctx.coordinator.sync_group(req.body)
+    with parked():
+        result = await ctx.coordinator.sync_group(req.body)
     return {"throttle_time_ms": 0, "assignment": b"", **result}
 
 
