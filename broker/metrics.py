@@ -1,0 +1,266 @@
+"""The broker's metrics, served by the HTTP front as `GET /metrics` (Prometheus text format,
+`prometheus-client`), under the names Kafka users' dashboards already use where there is one:
+
+- Kafka's JMX metrics as the Prometheus JMX exporter names them:
+  `kafka_server_brokertopicmetrics_bytesin_total{topic}`, `…_bytesout_total{topic}`,
+  `…_messagesin_total{topic}` (BrokerTopicMetrics), `kafka_network_requestmetrics_requests_total
+  {request,version}` (RequestsPerSec), `kafka_network_requestmetrics_errors_total{request,error}`
+  (ErrorsPerSec: the answer's top-level error code, a Produce partition's, a failed handler's),
+  `kafka_network_requestmetrics_totaltimems{request}` (TotalTimeMs, a histogram in ms),
+  `kafka_server_socket_server_metrics_connection_count{listener}`;
+- kafka_exporter's consumer-group series, computed at scrape time from the committed offsets
+  and the high watermarks: `kafka_consumergroup_current_offset{consumergroup,topic,partition}`
+  and `kafka_consumergroup_lag{…}` (high watermark − committed offset, never below 0). The
+  cost is bounded: at most `metrics_max_lag_series` series per scrape (one LevelDB prefix
+  scan per group), `kafka_consumergroup_lag_truncated` says when more were left out;
+- tmqgate's own (`tmqgate_*`): WAL bytes and entries per vnode, the data directory's size on
+  disk (both LevelDBs), entries removed by retention and ranges removed by the archiver, the
+  disk guard's shortfall (as /health's `storage`).
+
+Hot paths stay cheap: label children are bound once per topic / API version and kept in
+dicts, so a Produce or Fetch costs a dict lookup and an `inc` per partition, nothing per
+record. Series of a deleted topic are dropped at the next scrape (`prune`). Storage knows
+nothing of Prometheus: its figures are read at scrape time. One `Metrics` per broker (its own
+registry), reached by the server and the handlers through their contexts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.schemas import SCHEMAS
+
+if TYPE_CHECKING:
+    from tmqgate.broker.topics import TopicRegistry
+    from tmqgate.storage import Store
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+#: TotalTimeMs buckets (ms): sub-millisecond answers up to long-polling Fetches.
+LATENCY_BUCKETS_MS = (0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+
+
+class LagRow(NamedTuple):
+    group: str
+    topic: str
+    partition: int
+    current_offset: int
+    lag: int
+
+
+def consumer_group_lag(committed: Iterable[tuple[str, Mapping[tuple[str, int], int]]],
+                       high_watermark: Callable[[str, int], int | None],
+                       limit: int) -> tuple[list[LagRow], bool]:
+    """kafka_exporter's lag: per group and partition with a committed offset, the committed
+    offset and high watermark − offset (0 when the commit is at or past it). Partitions of a
+    topic that no longer exists (`high_watermark` None) are left out. At most `limit` rows;
+    the flag says whether some were left out."""
+    rows: list[LagRow] = []
+    for group, offsets in committed:
+        for (topic, partition), offset in sorted(offsets.items()):
+            hw = high_watermark(topic, partition)
+            if hw is None:
+                continue
+            if len(rows) >= limit:
+                return rows, True
+            rows.append(LagRow(group, topic, partition, offset, max(0, hw - offset) if offset >= 0 else hw))
+    return rows, False
+
+
+class _TopicChildren(NamedTuple):
+    bytes_in: Any
+    bytes_out: Any
+    messages_in: Any
+
+
+class _ScrapeTime(Collector):
+    """Figures read from the store, the topic registry and the groups' offsets at scrape time."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        m = self._metrics
+        store, topics = m.store, m.topics
+        if store is None or topics is None:
+            return
+        yield from self._lag(store, topics, m.max_lag_series)
+        wal_bytes = GaugeMetricFamily("tmqgate_wal_bytes", "Bytes of WAL entries held per vnode",
+                                      labels=["database", "vnode"])
+        wal_entries = GaugeMetricFamily("tmqgate_wal_entries", "WAL entries held per vnode",
+                                        labels=["database", "vnode"])
+        for db in store.databases():
+            for vnode in range(db.vgroups):
+                labels = [db.name, str(vnode)]
+                wal_bytes.add_metric(labels, store.log_size(db.name, vnode))
+                wal_entries.add_metric(labels, store.log_entries(db.name, vnode))
+        yield wal_bytes
+        yield wal_entries
+        yield GaugeMetricFamily("tmqgate_leveldb_size_bytes",
+                                "Bytes on disk of the data directory (both LevelDBs)", value=_du(store.path))
+        shortfall = store.retention.disk_guard_shortfall
+        yield GaugeMetricFamily("tmqgate_disk_guard_shortfall_bytes",
+                                "Disk usage above disk_usage_max_percent the archiver cannot remove (0: none)",
+                                value=0 if shortfall is None else max(0, shortfall["used_bytes"]
+                                                                      - shortfall["allowed_bytes"]))
+        yield GaugeMetricFamily("tmqgate_storage_read_only", "1 while a full disk refuses writes",
+                                value=1 if store.read_only else 0)
+
+    @staticmethod
+    def _lag(store: Store, topics: TopicRegistry, limit: int) -> Iterator[Any]:
+        def high_watermark(name: str, partition: int) -> int | None:
+            topic = topics.get(name)
+            if topic is None or not 0 <= partition < topic.partitions:
+                return None
+            return store.next_version(topic.db, partition)
+
+        committed = ((group, {tp: c.offset for tp, c in store.fetch_offsets(group).items()})
+                     for group in store.offset_groups())
+        rows, truncated = consumer_group_lag(committed, high_watermark, limit)
+        labels = ["consumergroup", "topic", "partition"]
+        current = GaugeMetricFamily("kafka_consumergroup_current_offset",
+                                    "Committed offset of a consumer group for a partition", labels=labels)
+        lag = GaugeMetricFamily("kafka_consumergroup_lag",
+                                "High watermark minus the group's committed offset", labels=labels)
+        for row in rows:
+            key = [row.group, row.topic, str(row.partition)]
+            current.add_metric(key, row.current_offset)
+            lag.add_metric(key, row.lag)
+        yield current
+        yield lag
+        yield GaugeMetricFamily("kafka_consumergroup_lag_truncated",
+                                "1 when metrics_max_lag_series left some partitions out", value=int(truncated))
+
+
+def _du(path: str) -> int:
+    """Bytes of the regular files under `path` (the two LevelDBs and their logs)."""
+    total = 0
+    stack = [path]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
+    return total
+
+
+class Metrics:
+    """One broker's metrics (see the module docstring). `store`/`topics` are read at scrape
+    time only; without them (unit tests) the scrape-time series are left out."""
+
+    def __init__(self, store: Store | None = None, topics: TopicRegistry | None = None,
+                 max_lag_series: int = 10_000) -> None:
+        self.store = store
+        self.topics = topics
+        self.max_lag_series = max_lag_series
+        self.registry = registry = CollectorRegistry(auto_describe=False)
+        self._bytes_in = Counter("kafka_server_brokertopicmetrics_bytesin", "Bytes produced to a topic",
+                                 ["topic"], registry=registry)
+        self._bytes_out = Counter("kafka_server_brokertopicmetrics_bytesout", "Bytes fetched from a topic",
+                                  ["topic"], registry=registry)
+        self._messages_in = Counter("kafka_server_brokertopicmetrics_messagesin", "Records produced to a topic",
+                                    ["topic"], registry=registry)
+        self._requests = Counter("kafka_network_requestmetrics_requests", "Requests answered, per API and version",
+                                 ["request", "version"], registry=registry)
+        self._errors = Counter("kafka_network_requestmetrics_errors", "Error codes answered, per API",
+                               ["request", "error"], registry=registry)
+        self._latency = Histogram("kafka_network_requestmetrics_totaltimems",
+                                  "Time from a request's arrival to its answer, in ms", ["request"],
+                                  buckets=LATENCY_BUCKETS_MS, registry=registry)
+        self._connections = Gauge("kafka_server_socket_server_metrics_connection_count",
+                                  "Open connections per listener", ["listener"], registry=registry)
+        self._retention_removed = Counter("tmqgate_retention_removed_entries",
+                                          "WAL entries removed by retention", registry=registry)
+        self._archiver_removed = Counter("tmqgate_archiver_removed_ranges",
+                                         "WAL ranges removed by the archiver to stay within the disk limits",
+                                         registry=registry)
+        registry.register(_ScrapeTime(self))
+        self._topic_children: dict[str, _TopicChildren] = {}
+        self._request_children: dict[tuple[int, int], tuple[Any, Any]] = {}
+        self._error_children: dict[tuple[int, int], Any] = {}
+        self._connection_children: dict[str, Any] = {}
+
+    # --- hot paths: a dict lookup and an inc ------------------------------------------------
+
+    def _topic(self, topic: str) -> _TopicChildren:
+        children = self._topic_children.get(topic)
+        if children is None:
+            children = self._topic_children[topic] = _TopicChildren(
+                self._bytes_in.labels(topic), self._bytes_out.labels(topic), self._messages_in.labels(topic))
+        return children
+
+    def produced(self, topic: str, size: int, records: int) -> None:
+        """A batch of `records` records, `size` bytes, appended to `topic`."""
+        children = self._topic(topic)
+        children.bytes_in.inc(size)
+        children.messages_in.inc(records)
+
+    def fetched(self, topic: str, size: int) -> None:
+        """`size` bytes of records sent from `topic`."""
+        self._topic(topic).bytes_out.inc(size)
+
+    def request(self, api_key: int, version: int, elapsed_ms: float) -> None:
+        """A request answered (or failed) after `elapsed_ms`."""
+        children = self._request_children.get((api_key, version))
+        if children is None:
+            name = SCHEMAS[api_key].name
+            children = self._request_children[(api_key, version)] = (
+                self._requests.labels(name, str(version)), self._latency.labels(name))
+        children[0].inc()
+        children[1].observe(elapsed_ms)
+
+    def error(self, api_key: int, code: int) -> None:
+        """An error code (not NONE) answered to a request of `api_key`."""
+        child = self._error_children.get((api_key, code))
+        if child is None:
+            try:
+                error = ErrorCode(code).name
+            except ValueError:
+                error = str(code)
+            child = self._error_children[(api_key, code)] = self._errors.labels(SCHEMAS[api_key].name, error)
+        child.inc()
+
+    def connection(self, listener: str, delta: int) -> None:
+        child = self._connection_children.get(listener)
+        if child is None:
+            child = self._connection_children[listener] = self._connections.labels(listener)
+        child.inc(delta)
+
+    # --- housekeeping ----------------------------------------------------------------------
+
+    def retention_removed(self, entries: int) -> None:
+        if entries:
+            self._retention_removed.inc(entries)
+
+    def archiver_removed(self, ranges: int) -> None:
+        if ranges:
+            self._archiver_removed.inc(ranges)
+
+    def prune(self, live_topics: Iterable[str]) -> None:
+        """Drop the series of topics that no longer exist (a deleted topic's counters)."""
+        live = set(live_topics)
+        for topic in [t for t in self._topic_children if t not in live]:
+            del self._topic_children[topic]
+            for counter in (self._bytes_in, self._bytes_out, self._messages_in):
+                counter.remove(topic)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text of every series, stale topics dropped first."""
+        if self.topics is not None:
+            self.prune(t.name for t in self.topics.all())
+        return generate_latest(self.registry)
