@@ -266,17 +266,17 @@ class Metrics:
         latency = HistogramMetricFamily("kafka_network_requestmetrics_totaltimems",
                                         "Time from a request's arrival to its answer, in ms", labels=["request"])
         by_api: dict[int, list[float]] = {}
-        for (api_key, version), counts in sorted(self._request_counts.items()):
-            requests.add_metric([_api_name(api_key), str(version)], counts[0])
-            merged = by_api.setdefault(api_key, [0.0] * len(counts))
-            for i, n in enumerate(counts):
+        for (api_key, version), per_version in sorted(self._request_counts.items()):
+            requests.add_metric([_api_name(api_key), str(version)], per_version[0])
+            merged = by_api.setdefault(api_key, [0.0] * len(per_version))
+            for i, n in enumerate(per_version):
                 merged[i] += n
-        for api_key, counts in by_api.items():
+        for api_key, per_api in by_api.items():
             cumulative, buckets = 0.0, []
-            for bound, n in zip((*LATENCY_BUCKETS_MS, float("inf")), counts[2:], strict=True):
+            for bound, n in zip((*LATENCY_BUCKETS_MS, float("inf")), per_api[2:], strict=True):
                 cumulative += n
                 buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
-            latency.add_metric([_api_name(api_key)], buckets, counts[1])
+            latency.add_metric([_api_name(api_key)], buckets, per_api[1])
         yield requests
         yield latency
         errors = CounterMetricFamily("kafka_network_requestmetrics_errors", "Error codes answered, per API",
