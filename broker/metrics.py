@@ -269,12 +269,12 @@ class Metrics:
         for (api_key, version), per_version in sorted(self._request_counts.items()):
             requests.add_metric([_api_name(api_key), str(version)], per_version[0])
             merged = by_api.setdefault(api_key, [0.0] * len(per_version))
-            for i, n in enumerate(per_version):
-                merged[i] += n
+            for i, count in enumerate(per_version):
+                merged[i] += count
         for api_key, per_api in by_api.items():
             cumulative, buckets = 0.0, []
-            for bound, n in zip((*LATENCY_BUCKETS_MS, float("inf")), per_api[2:], strict=True):
-                cumulative += n
+            for bound, in_bucket in zip((*LATENCY_BUCKETS_MS, float("inf")), per_api[2:], strict=True):
+                cumulative += in_bucket
                 buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
             latency.add_metric([_api_name(api_key)], buckets, per_api[1])
         yield requests
