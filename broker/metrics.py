@@ -40,6 +40,8 @@ from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.schemas import SCHEMAS
 
 if TYPE_CHECKING:
+    from tmqgate.broker.auth.session import Authenticator
+    from tmqgate.broker.quotas import ClientQuotaManagers
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.storage import Store
 
@@ -177,10 +179,12 @@ class Metrics:
     Counter/Histogram take a lock per `inc` (2–3 µs each on a loaded host)."""
 
     def __init__(self, store: Store | None = None, topics: TopicRegistry | None = None,
-                 max_lag_series: int = 10_000) -> None:
+                 max_lag_series: int = 10_000, quotas: ClientQuotaManagers | None = None) -> None:
         self.store = store
         self.topics = topics
         self.max_lag_series = max_lag_series
+        self.quotas = quotas  # throttles counted by broker/quotas.py, read at scrape
+        self.authenticator: Authenticator | None = None  # SASL failures, set once a SASL listener starts
         self.registry = CollectorRegistry(auto_describe=False)
         # topic -> [bytes in, bytes out, messages in]
         self._topic_counts: dict[str, list[int]] = {}
@@ -289,6 +293,23 @@ class Metrics:
         for listener, n in sorted(self._connections.items()):
             connections.add_metric([listener], n)
         yield connections
+        if self.quotas is not None:
+            throttled = CounterMetricFamily("tmqgate_quota_throttled", "Requests throttled by a client quota",
+                                            labels=["quota"])
+            throttle_ms = CounterMetricFamily("tmqgate_quota_throttle_time_ms",
+                                              "Throttle time given by a client quota, in ms", labels=["quota"])
+            for kind, manager in (("Produce", self.quotas.produce), ("Fetch", self.quotas.fetch),
+                                  ("Request", self.quotas.request)):
+                throttled.add_metric([kind], manager.stats.throttled)
+                throttle_ms.add_metric([kind], manager.stats.throttle_ms)
+            yield throttled
+            yield throttle_ms
+        failed = CounterMetricFamily("kafka_server_socket_server_metrics_failed_authentication",
+                                     "Failed SASL authentications per listener", labels=["listener"])
+        if self.authenticator is not None:
+            for listener, n in sorted(self.authenticator.failures.items()):
+                failed.add_metric([listener], n)
+        yield failed
         yield CounterMetricFamily("tmqgate_retention_removed_entries", "WAL entries removed by retention",
                                   value=self._retention_removed)
         yield CounterMetricFamily("tmqgate_archiver_removed_ranges",

@@ -177,7 +177,7 @@ class Broker:
                                           config.log_rate_limit_interval_ms / 1000)
         self.quotas = ClientQuotaManagers(self.store, config, self.limited_log)
         # GET /metrics (broker/metrics.py): handlers reach it through their contexts.
-        self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series)
+        self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas)
 
     async def start(self) -> None:
         listeners = parse_listeners(self.config)
@@ -193,6 +193,7 @@ class Broker:
         self.advertised_by_listener = advertised_addresses(self.config, bound)
         if any(li.security_protocol in SASL_PROTOCOLS for li in listeners):
             self.authenticator = authenticator(self.config, self.store, self.limited_log)
+            self.metrics.authenticator = self.authenticator
         self.advertised = self.advertised_by_listener[listeners[0].name]
         self._handlers = bind(self.apis, self._contexts())
         self._tasks.append(asyncio.create_task(self._housekeeping()))

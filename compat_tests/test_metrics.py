@@ -9,6 +9,9 @@ after real Kafka traffic, under the names Kafka users' dashboards use:
 * `kafka_consumergroup_lag{consumergroup,topic,partition}` (kafka_exporter's) is N after the
   group commits offset 0 of a partition holding N records, and 0 once its consumer has read
   them and committed; `kafka_consumergroup_current_offset` is the committed offset;
+* `kafka_server_socket_server_metrics_failed_authentication_total{listener}` counts failed
+  SASL authentications; `tmqgate_quota_throttled_total{quota}` and
+  `…_throttle_time_ms_total` the throttles a client quota gave;
 * with `http_auth = "basic"`, `/metrics` is open by default and takes the credentials with
   `metrics_auth = true`; the Host check (421) applies either way.
 
@@ -30,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .helpers import wait_until
 from .raw import FETCH_V, PRODUCE_V, RawConn
+from .secure import SecureBroker, start_secure_broker
 from .tdengine_helpers import TdBroker, td_broker_fixture, unique
 
 pytestmark = pytest.mark.tmqgate_only
@@ -191,3 +195,57 @@ def test_metrics_auth_setting(secured: tuple[TdBroker, TdBroker]) -> None:
     assert _get(closed.http, headers={"Authorization": f"Basic {bad}"})[0] == 401
     # the Host check applies to /metrics as to every path
     assert _get(open_.http, headers={"Host": "evil.example:80"})[0] == 421
+
+
+@pytest.fixture(scope="module")
+def sasl_td(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    sb = start_secure_broker("tmqgate", tmp_path_factory.mktemp("td-metrics-sasl"),
+                             mechanisms=("SCRAM-SHA-512", "PLAIN"))
+    try:
+        yield sb
+    finally:
+        sb.proc.stop()
+
+
+def _scrape_proc(sb: SecureBroker) -> dict:
+    class _Http:  # scrape() needs only `.http`
+        http = f"127.0.0.1:{sb.proc.http_port}"  # type: ignore[attr-defined]
+
+    return scrape(_Http())  # type: ignore[arg-type]
+
+
+def test_failed_authentications_counted_per_listener(sasl_td: SecureBroker) -> None:
+    before = _scrape_proc(sasl_td)
+    for password in ("wrong", "also-wrong"):
+        with RawConn(sasl_td.sasl_bootstrap) as c:
+            assert c.request(17, 1, {"mechanism": "PLAIN"})["error_code"] == 0
+            body = c.request(36, 2, {"auth_bytes": b"\0alice\0" + password.encode()})
+            assert body["error_code"] == 58  # SASL_AUTHENTICATION_FAILED
+    after = _scrape_proc(sasl_td)
+    name = "kafka_server_socket_server_metrics_failed_authentication_total"
+    assert value(after, name, listener="SASL_PLAINTEXT") - value(before, name, listener="SASL_PLAINTEXT") == 2
+
+
+def test_quota_throttles_counted(sasl_td: SecureBroker) -> None:
+    client_id = unique("metrics-quota")
+    topic = unique("metrics_q")
+    with RawConn(sasl_td.bootstrap) as c:
+        body = c.request(49, 1, {"validate_only": False, "entries": [
+            {"entity": [{"entity_type": "client-id", "entity_name": client_id}],
+             "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}]})
+        assert body["entries"][0]["error_code"] == 0, body
+        body = c.request(19, 7, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
+                                             "assignments": [], "configs": []}],
+                                 "timeout_ms": 30000, "validate_only": False})
+        assert body["topics"][0]["error_code"] == 0, body
+    before = _scrape_proc(sasl_td)
+    with RawConn(sasl_td.bootstrap, client_id=client_id) as c:
+        body = c.request(0, PRODUCE_V, {"transactional_id": None, "acks": 1, "timeout_ms": 10000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": _batch([b"q" * 200_000])}]}]})
+        assert body["responses"][0]["partition_responses"][0]["error_code"] == 0, body
+        assert body["throttle_time_ms"] > 0, body
+    after = _scrape_proc(sasl_td)
+    assert (value(after, "tmqgate_quota_throttled_total", quota="Produce")
+            - value(before, "tmqgate_quota_throttled_total", quota="Produce")) == 1
+    assert (value(after, "tmqgate_quota_throttle_time_ms_total", quota="Produce")
+            - value(before, "tmqgate_quota_throttle_time_ms_total", quota="Produce")) == body["throttle_time_ms"]
