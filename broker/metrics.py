@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.auth.session import Authenticator
     from tmqgate.broker.quotas import ClientQuotaManagers
     from tmqgate.broker.topics import TopicRegistry
+    from tmqgate.coordinator.coordinator import RebalanceStats
     from tmqgate.storage import Store
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -185,6 +186,7 @@ class Metrics:
         self.max_lag_series = max_lag_series
         self.quotas = quotas  # throttles counted by broker/quotas.py, read at scrape
         self.authenticator: Authenticator | None = None  # SASL failures, set once a SASL listener starts
+        self.rebalances: RebalanceStats | None = None  # the group coordinator's, read at scrape
         self.registry = CollectorRegistry(auto_describe=False)
         # topic -> [bytes in, bytes out, messages in]
         self._topic_counts: dict[str, list[int]] = {}
@@ -304,6 +306,22 @@ class Metrics:
                 throttle_ms.add_metric([kind], manager.stats.throttle_ms)
             yield throttled
             yield throttle_ms
+        if self.rebalances is not None:
+            stats = self.rebalances
+            completed = CounterMetricFamily("tmqgate_group_rebalances", "Rebalances completed (the group Stable again)",
+                                            labels=["protocol"])
+            took = CounterMetricFamily("tmqgate_group_rebalance_time_ms",
+                                       "Total time of the completed rebalances, from their start to Stable, in ms",
+                                       labels=["protocol"])
+            abandoned = CounterMetricFamily("tmqgate_group_rebalances_abandoned",
+                                            "Rebalances that ended with the group Empty or Dead", labels=["protocol"])
+            for kind in ("classic", "consumer"):
+                completed.add_metric([kind], stats.completed.get(kind, 0))
+                took.add_metric([kind], stats.total_ms.get(kind, 0))
+                abandoned.add_metric([kind], stats.abandoned.get(kind, 0))
+            yield completed
+            yield took
+            yield abandoned
         failed = CounterMetricFamily("kafka_server_socket_server_metrics_failed_authentication",
                                      "Failed SASL authentications per listener", labels=["listener"])
         if self.authenticator is not None:

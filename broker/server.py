@@ -178,6 +178,7 @@ class Broker:
         self.quotas = ClientQuotaManagers(self.store, config, self.limited_log)
         # GET /metrics (broker/metrics.py): handlers reach it through their contexts.
         self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas)
+        self.metrics.rebalances = self.coordinator.machine.rebalances
 
     async def start(self) -> None:
         listeners = parse_listeners(self.config)

@@ -95,3 +95,16 @@ def test_scrape_reads_the_store(tmp_path: Path) -> None:
     assert s[("tmqgate_wal_entries", (("database", "t"), ("vnode", "0")))] == 0
     assert s[("tmqgate_leveldb_size_bytes", ())] > 0
     assert s[("tmqgate_disk_guard_shortfall_bytes", ())] == 0
+
+
+def test_rebalances_and_auth_failures_exported() -> None:
+    from tmqgate.coordinator.coordinator import RebalanceStats
+
+    metrics = Metrics()
+    metrics.rebalances = RebalanceStats(completed={"classic": 2}, total_ms={"classic": 31},
+                                        abandoned={"consumer": 1})
+    s = _samples(metrics)
+    assert s[("tmqgate_group_rebalances_total", (("protocol", "classic"),))] == 2
+    assert s[("tmqgate_group_rebalance_time_ms_total", (("protocol", "classic"),))] == 31
+    assert s[("tmqgate_group_rebalances_abandoned_total", (("protocol", "consumer"),))] == 1
+    assert s[("tmqgate_group_rebalances_total", (("protocol", "consumer"),))] == 0
