@@ -92,6 +92,15 @@ class _ScrapeTime(Collector):
         if store is None or topics is None:
             return
         yield from self._lag(store, topics, m.max_lag_series)
+        scanned = CounterMetricFamily("tmqgate_query_rows_scanned",
+                                      "Rows a database or TDengine topic's view evaluated for Fetch", labels=["topic"])
+        delivered = CounterMetricFamily("tmqgate_query_rows_delivered",
+                                        "Records a database or TDengine topic's view delivered", labels=["topic"])
+        for name, (n_scanned, n_delivered) in sorted(topics.view_rows.items()):
+            scanned.add_metric([name], n_scanned)
+            delivered.add_metric([name], n_delivered)
+        yield scanned
+        yield delivered
         wal_bytes = GaugeMetricFamily("tmqgate_wal_bytes", "Bytes of WAL entries held per vnode",
                                       labels=["database", "vnode"])
         wal_entries = GaugeMetricFamily("tmqgate_wal_entries", "WAL entries held per vnode",

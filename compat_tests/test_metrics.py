@@ -249,3 +249,23 @@ def test_quota_throttles_counted(sasl_td: SecureBroker) -> None:
             - value(before, "tmqgate_quota_throttled_total", quota="Produce")) == 1
     assert (value(after, "tmqgate_quota_throttle_time_ms_total", quota="Produce")
             - value(before, "tmqgate_quota_throttle_time_ms_total", quota="Produce")) == body["throttle_time_ms"]
+
+
+def test_query_topic_rows_scanned_and_delivered(td: TdBroker) -> None:
+    """A query topic over 4 rows whose filter passes 2: a Fetch of it scans 4 rows and
+    delivers 2 records."""
+    db = unique("metrics_db")
+    td.sql(f"CREATE DATABASE {db} VGROUPS 1")
+    td.sql(f"CREATE STABLE {db}.meters (ts TIMESTAMP, current FLOAT) TAGS (location BINARY(16))")
+    td.sql(f"INSERT INTO {db}.d1 USING {db}.meters TAGS ('SF') VALUES (1000, 1.5) (2000, 2.5) (3000, 0.5) (4000, 3.5)")
+    topic = f"{db}_q"
+    td.sql(f"CREATE TOPIC {topic} AS SELECT ts, current FROM {db}.meters WHERE current > 2")
+    before = scrape(td)
+    with RawConn(td.bootstrap) as conn:
+        fetched = conn.fetch(topic, 0, 0)
+        assert fetched["error_code"] == 0, fetched
+    after = scrape(td)
+    assert (value(after, "tmqgate_query_rows_scanned_total", topic=topic)
+            - value(before, "tmqgate_query_rows_scanned_total", topic=topic)) == 4
+    assert (value(after, "tmqgate_query_rows_delivered_total", topic=topic)
+            - value(before, "tmqgate_query_rows_delivered_total", topic=topic)) == 2
