@@ -108,3 +108,29 @@ def test_rebalances_and_auth_failures_exported() -> None:
     assert s[("tmqgate_group_rebalance_time_ms_total", (("protocol", "classic"),))] == 31
     assert s[("tmqgate_group_rebalances_abandoned_total", (("protocol", "consumer"),))] == 1
     assert s[("tmqgate_group_rebalances_total", (("protocol", "consumer"),))] == 0
+
+
+def test_grafana_dashboard_uses_only_served_names(tmp_path: Path) -> None:
+    """deploy/grafana's dashboard cannot drift from what /metrics serves: every metric name in
+    its queries is one a scrape of a real broker's Metrics holds."""
+    import json
+    import re
+
+    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.quotas import ClientQuotaManagers
+    from tmqgate.coordinator.coordinator import RebalanceStats
+
+    dashboard = json.loads((Path(__file__).parent.parent / "deploy/grafana/tmqgate-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\b(?:kafka|tmqgate)_[a-z_]+", e)}
+    with Store(str(tmp_path / "data")) as store:
+        topics = TopicRegistry(store, TsdbCatalog(store))
+        metrics = Metrics(store, topics, quotas=ClientQuotaManagers(store, BrokerConfig(data_dir=str(tmp_path))))
+        metrics.rebalances = RebalanceStats()
+        metrics.request(0, 9, 1.0)
+        metrics.produced("t", 1, 1)
+        text = metrics.exposition().decode()
+    served = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    served |= set(re.findall(r"^# TYPE (\S+)", text, re.M)) | {n + "_total" for n in re.findall(r"^# TYPE (\S+)",
+                                                                                                   text, re.M)}
+    assert used and used <= served, sorted(used - served)
