@@ -102,6 +102,13 @@ class BrokerConfig:
     # authentication unless allow_insecure_http is true.
     http_auth: str = "none"
     allow_insecure_http: bool = False
+    # GET /metrics (Prometheus text, broker/metrics.py): with http_auth = "basic", whether it
+    # takes the same credentials (true) or is open like /health (false, the default: a
+    # Prometheus scraper needs no user). The Host check applies either way.
+    metrics_auth: bool = False
+    # kafka_consumergroup_lag/current_offset are computed at scrape time: at most this many
+    # (group, partition) series per scrape (kafka_consumergroup_lag_truncated says when cut).
+    metrics_max_lag_series: int = 10_000
     node_id: int = 1
     cluster_id: str = "tmqgate-cluster-00000"
     # socket.request.max.bytes in Kafka: a frame larger than this closes the connection.
