@@ -7,8 +7,88 @@ The defaults are Apache Kafka's where Kafka has the setting, and TDengine's for 
 from __future__ import annotations
 
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import get_type_hints
+
+
+class ConfigError(ValueError):
+    """A setting refused at start; `key` is the setting's name (None when the file itself is bad)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+# Ranges of the numeric settings (low, high or None = unbounded), checked by BrokerConfig.check;
+# an integer setting not listed here must be >= 0. Kafka's ConfigDef ranges where Kafka has one.
+_RANGES: dict[str, tuple[float, float | None]] = {
+    "node_id": (0, None),
+    "socket_request_max_bytes": (1, None),
+    "wal_level": (1, 2),
+    "num_partitions": (1, None),  # num.partitions: atLeast(1)
+    "retention_check_interval_ms": (1, None),
+    "disk_usage_max_percent": (1, 100),
+    "disk_volume_bytes": (1, None),
+    "data_max_bytes": (1, None),
+    "archiver_interval_ms": (1, None),
+    "disk_check_interval_ms": (1, None),
+    "leveldb_write_buffer_bytes": (1 << 16, None),
+    "group_min_session_timeout_ms": (1, None),
+    "group_max_session_timeout_ms": (1, None),
+    "group_consumer_session_timeout_ms": (1, None),
+    "group_consumer_heartbeat_interval_ms": (1, None),
+    "max_partitions_per_request": (1, None),
+    "max_partitions": (1, None),
+    "max_databases": (1, None),
+    "connections_max_idle_ms": (1, None),
+    "request_read_timeout_ms": (1, None),
+    "queued_max_request_bytes": (-1, None),
+    "max_connections": (1, None),
+    "max_connections_per_ip": (1, None),
+    "max_sql_length": (1, None),
+    "sql_parse_timeout_ms": (1, None),
+    "max_decompressed_batch_bytes": (1, None),
+    "log_rate_limit_interval_ms": (1, None),
+    "quota_window_num": (1, None),  # quota.window.num: atLeast(1)
+    "quota_window_size_seconds": (1, None),  # quota.window.size.seconds: atLeast(1)
+}
+
+
+def _type_name(hint: object, value: object) -> str | None:
+    """None when `value` fits the field's type `hint`, else what it must be (in TOML's words)."""
+    args = typing.get_args(hint)
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        if value is None:
+            return None
+        inner = next(a for a in args if a is not type(None))
+        return _type_name(inner, value)
+    origin = typing.get_origin(hint) or hint
+    if origin is bool:
+        return None if isinstance(value, bool) else "true or false"
+    if origin is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if origin is float:
+        return None if isinstance(value, int | float) and not isinstance(value, bool) else "a number"
+    if origin is str:
+        return None if isinstance(value, str) else "a string"
+    if origin is list:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else "a list of strings"
+    if origin is dict:
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        return None if ok else 'a table of strings (e.g. {"retention.ms" = "86400000"})'
+    return None
+
+
+def _is_hostport(text: str) -> bool:
+    """HOST:PORT with a port 0..65535 (the host may be empty = all addresses, IPv6 in brackets)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        return False
+    return not (":" in host and not (host.startswith("[") and host.endswith("]")))
 
 
 def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
@@ -234,46 +314,94 @@ class BrokerConfig:
 
     @classmethod
     def load(cls, path: str | Path | None, **overrides: object) -> BrokerConfig:
-        """Read a TOML file (keys as the field names) and apply non-None overrides."""
+        """Read a TOML file (keys as the field names), apply non-None overrides (the command
+        line's flags) and check the result. Every refusal is a `ConfigError` whose text names
+        the file (or the flag) and the key: the CLI prints it as the one line of a failed start."""
         values: dict[str, object] = {}
         if path:
-            with open(path, "rb") as fh:
-                values.update(tomllib.load(fh))
+            try:
+                with open(path, "rb") as fh:
+                    values.update(tomllib.load(fh))
+            except FileNotFoundError:
+                raise ConfigError(f"config file {path} not found: give --config an existing TOML file") from None
+            except IsADirectoryError:
+                raise ConfigError(f"config file {path} is a directory: give --config a TOML file") from None
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
         known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
+        unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown settings in {path}: {', '.join(sorted(unknown))}")
-        values.update({k: v for k, v in overrides.items() if v is not None})
+            raise ConfigError(f"{path}: unknown setting{'s' if len(unknown) > 1 else ''} "
+                              f"{', '.join(unknown)} (the settings are listed in docs/CONFIG.md)")
+        origin = {k: str(path) for k in values}
+        for k, v in overrides.items():
+            if v is not None:
+                values[k] = v
+                origin[k] = "--" + k.replace("_", "-")
         config = cls(**values)  # type: ignore[arg-type]
-        config.check()
+        try:
+            config.check()
+        except ConfigError as exc:
+            where = origin.get(exc.key or "")
+            raise ConfigError(f"{where}: {exc}" if where else str(exc), exc.key) from None
         return config
 
     def check(self) -> None:
-        """Refuse settings that contradict each other (Kafka checks these at start too)."""
-        if self.quota_window_num < 1 or self.quota_window_size_seconds < 1:
-            raise ValueError("quota_window_num and quota_window_size_seconds must be at least 1")
+        """Refuse settings of the wrong type, out of range, or contradicting each other (Kafka
+        checks its configs' types and ranges at start too, ConfigDef): the one place the
+        settings are validated. Raises ConfigError naming the key."""
+        hints = get_type_hints(type(self))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            expected = _type_name(hints[f.name], value)
+            if expected:
+                raise ConfigError(f"{f.name} must be {expected}, not {value!r}", f.name)
+        ints = {f.name: (0, None) for f in fields(self) if hints[f.name] is int}
+        for name, (low, high) in {**ints, **_RANGES}.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if value < low or (high is not None and value > high):
+                span = f"at least {low}" if high is None else f"between {low} and {high}"
+                raise ConfigError(f"{name} = {value!r} is out of range: must be {span}", name)
+        for name in ("listen", "http", "advertised_listener"):
+            value = getattr(self, name)
+            if value is not None and not _is_hostport(value):
+                raise ConfigError(f"{name} = {value!r} is not HOST:PORT (e.g. 127.0.0.1:9092; "
+                                  "a port is required, 0 to pick a free one)", name)
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_cafile"):
+            value = getattr(self, name)
+            if value is not None and not Path(value).is_file():
+                raise ConfigError(f"{name} = {value!r}: no such file", name)
         if self.authorizer not in ("acl", "none"):
-            raise ValueError(f'authorizer must be "acl" or "none", not {self.authorizer!r}')
+            raise ConfigError(f'authorizer must be "acl" or "none", not {self.authorizer!r}', "authorizer")
         bad = [p for p in self.super_users if ":" not in p]
         if bad:
-            raise ValueError(f"super_users must be principals such as User:admin: {bad}")
+            raise ConfigError(f"super_users must be principals such as User:admin: {bad}", "super_users")
         from tmqgate.broker.principal import parse_rules
-        parse_rules(self.ssl_principal_mapping_rules)  # a bad rule refuses the start, as in Kafka
+        try:
+            parse_rules(self.ssl_principal_mapping_rules)  # a bad rule refuses the start, as in Kafka
+        except ValueError as exc:
+            raise ConfigError(f"ssl_principal_mapping_rules: {exc}", "ssl_principal_mapping_rules") from None
         if self.http_tls and not (self.ssl_certfile and self.ssl_keyfile):
-            raise ValueError("http_tls needs ssl_certfile and ssl_keyfile")
+            raise ConfigError("http_tls needs ssl_certfile and ssl_keyfile", "http_tls")
         if self.ssl_client_auth not in ("required", "requested", "none"):
-            raise ValueError(f"ssl_client_auth must be required, requested or none, not {self.ssl_client_auth!r}")
+            raise ConfigError(f"ssl_client_auth must be required, requested or none, not {self.ssl_client_auth!r}",
+                              "ssl_client_auth")
         if self.ssl_min_version not in ("TLSv1.2", "TLSv1.3"):
-            raise ValueError(f"ssl_min_version must be TLSv1.2 or TLSv1.3, not {self.ssl_min_version!r}")
+            raise ConfigError(f"ssl_min_version must be TLSv1.2 or TLSv1.3, not {self.ssl_min_version!r}",
+                              "ssl_min_version")
         if self.http_auth not in ("none", "basic"):
-            raise ValueError(f"http_auth must be none or basic, not {self.http_auth!r}")
+            raise ConfigError(f"http_auth must be none or basic, not {self.http_auth!r}", "http_auth")
         if self.http_auth == "none" and not self.allow_insecure_http and not _loopback(self.http_address[0]):
-            raise ValueError(f"the SQL front would listen on {self.http} with no authentication: set "
-                             'http_auth = "basic", or allow_insecure_http = true to accept that')
+            raise ConfigError(f"the SQL front would listen on {self.http} with no authentication: set "
+                              'http_auth = "basic", or allow_insecure_http = true to accept that', "http")
         pool = self.queued_max_request_bytes
         if 0 < pool < self.socket_request_max_bytes:
-            raise ValueError(f"queued_max_request_bytes ({pool}) must be -1 or at least "
-                             f"socket_request_max_bytes ({self.socket_request_max_bytes})")
+            raise ConfigError(f"queued_max_request_bytes ({pool}) must be -1 or at least "
+                              f"socket_request_max_bytes ({self.socket_request_max_bytes})", "queued_max_request_bytes")
 
     @property
     def listen_address(self) -> tuple[str, int]:
