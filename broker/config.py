@@ -295,6 +295,11 @@ class BrokerConfig:
     log_rate_limit_messages: int = 10
     # The window of log_rate_limit_messages.
     log_rate_limit_interval_ms: int = 60_000
+    # A request whose time (from its decoding to its answer sent, less the wait the client asked
+    # for: Fetch's max_wait_ms, a JoinGroup's or SyncGroup's rebalance) reaches this is logged at
+    # WARNING with its API, client id, principal and peer; 0 = never. tmqgate's own setting
+    # (Kafka logs every request at DEBUG in kafka.request.logger, as tmqgate does in tmqgate.request).
+    slow_request_ms: int = 1000
     # --- Client quotas (broker/quotas.py) -----------------------------------------------------
     # Kafka's quota.window.num: the samples a client's rate is measured over (10 whole windows
     # + the current).

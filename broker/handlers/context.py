@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.broker.quotas import ClientQuotaManagers
+    from tmqgate.broker.ratelimit import RateLimitedLog
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.broker.waiters import DataNotifier
@@ -63,6 +64,8 @@ class DataPlane:
     max_decompressed_batch_bytes: int = 134_217_728  # BrokerConfig's: Produce's bomb bound
     quotas: ClientQuotaManagers | None = None  # Fetch caps its size under a consumer_byte_rate
     authorizer: Authorizer | None = None
+    # Rejected batches are logged (INFO) with their reason, at most so many per interval.
+    limited_log: RateLimitedLog | None = None
 
 
 @dataclass(frozen=True)
