@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
+import typing
 
 from tmqgate.broker.config import BrokerConfig, ConfigError
 
@@ -17,8 +18,15 @@ class StartupError(Exception):
     """A start-up failure the operator can fix: printed as one line, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line (the problem and where the help is), exit status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tmqgate", description=__doc__)
+    parser = _Parser(prog="tmqgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the broker")
     serve.add_argument("--listen", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
