@@ -119,7 +119,8 @@ class BrokerConfig:
     listen: str = "127.0.0.1:9092"
     # The HTTP SQL front's HOST:PORT (flag --http); keep it on loopback unless http_auth is set.
     http: str = "127.0.0.1:6041"
-    # The data directory (flag --data-dir); created at start if missing. One broker per directory.
+    # The data directory (flag --data-dir); created once the start-up checks pass (a start that
+    # fails leaves nothing behind). One broker per directory (LevelDB's LOCK).
     data_dir: str = "./data"
     # HOST:PORT clients are told for `listen` (Kafka's advertised.listeners for one listener);
     # unset = `listen` itself.
