@@ -7,12 +7,26 @@ import asyncio
 import logging
 import signal
 import sys
+import typing
 
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.config import BrokerConfig, ConfigError
+
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+class StartupError(Exception):
+    """A start-up failure the operator can fix: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line (the problem and where the help is), exit status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tmqgate", description=__doc__)
+    parser = _Parser(prog="tmqgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the broker")
     serve.add_argument("--listen", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
@@ -21,7 +35,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="the SQL front's authentication (default none; basic: the broker's users)")
     serve.add_argument("--data-dir", help="data directory (default ./data)")
     serve.add_argument("--config", help="TOML file of broker settings")
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--log-level", type=str.upper, default="INFO", choices=LOG_LEVELS,
+                       help="the least severe log lines written to stderr (default INFO; DEBUG adds "
+                            "connections and requests)")
+    serve.add_argument("--log-format", default="text", choices=["text", "json"],
+                       help="text lines, or one JSON object per line for log shippers (default text)")
     sql = sub.add_parser("sql", help="run SQL statements on a running broker (its HTTP endpoint)")
     sql.add_argument("statement", help="one or more statements separated by ';'")
     sql.add_argument("--http", default="127.0.0.1:6041",
@@ -129,7 +147,18 @@ def _sql(args: argparse.Namespace) -> int:
         with urllib.request.urlopen(request, timeout=300, context=context) as response:
             answer = json.load(response)
     except urllib.error.HTTPError as exc:
-        answer = json.load(exc)
+        body = exc.read()
+        try:
+            answer = json.loads(body)
+        except ValueError:  # not the SQL front's JSON (a proxy, a wrong port, a crash page)
+            text = " ".join(body.decode(errors="replace").split())[:500]
+            print(f"tmqgate sql: {url} answered HTTP {exc.code} {exc.reason}: {text or '(empty body)'}",
+                  file=sys.stderr)
+            return 1
+        if not isinstance(answer, dict):
+            print(f"tmqgate sql: {url} answered HTTP {exc.code} {exc.reason}: {body.decode(errors='replace')[:500]}",
+                  file=sys.stderr)
+            return 1
     except OSError as exc:
         print(f"tmqgate sql: cannot reach {url}: {exc}", file=sys.stderr)
         return 2
@@ -150,18 +179,85 @@ def _sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preflight(config: BrokerConfig) -> None:
+    """What can be checked before anything is created on disk: the data directory is not a file,
+    and every port the broker will listen on is free (a port that is taken would otherwise be
+    found only after the data directory was made)."""
+    import errno
+    import os
+    import socket
+
+    from tmqgate.broker.listeners import ListenerError, parse_listeners
+
+    path = config.data_dir
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise StartupError(f"the data directory {path} is a file, not a directory: give --data-dir "
+                           "(data_dir) a directory, or move the file away")
+    try:
+        listeners = parse_listeners(config)
+    except ListenerError as exc:
+        raise StartupError(f"{exc}") from None
+    wanted = [(f"Kafka listener {li.name}", li.host, li.port, "--listen (listen / listeners)") for li in listeners]
+    wanted.append(("HTTP SQL front", *config.http_address, "--http (http)"))
+    for what, host, port, setting in wanted:
+        if not port:
+            continue
+        try:
+            infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except socket.gaierror as exc:
+            raise StartupError(f"cannot listen on {host}:{port} ({what}): {exc.strerror}: give {setting} "
+                               "an address of this host") from None
+        for family, kind, proto, _, address in infos[:1]:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(address)
+                except OSError as exc:
+                    hint = ("stop what uses it or choose another port" if exc.errno == errno.EADDRINUSE
+                            else "give an address of this host")
+                    raise StartupError(f"cannot listen on {host}:{port} ({what}): {exc.strerror}: {hint} "
+                                       f"with {setting}") from None
+
+
+def _missing_ancestor(path: str) -> str | None:
+    """The topmost folder of `path` that does not exist yet (what start-up would create), or None."""
+    import os
+
+    path = os.path.abspath(path)
+    top = None
+    while not os.path.exists(path):
+        top = path
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return top
+
+
 async def _serve(config: BrokerConfig) -> None:
     from tmqgate.broker.http import make_app, start_http
     from tmqgate.broker.listeners import server_ssl_context
     from tmqgate.broker.server import Broker
     from tmqgate.storage import StorageError
 
+    _preflight(config)
+    created = _missing_ancestor(config.data_dir)
     try:
         broker = Broker(config)
-    except StorageError as exc:
-        print(f"tmqgate: cannot open the data directory {config.data_dir}: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
-    await broker.start()
+    except (StorageError, OSError) as exc:
+        _remove(created)
+        detail = exc.args[-1] if exc.args else exc
+        detail = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
+        if "IO error: lock " in detail:  # LevelDB's LOCK file: held by another process (or this one)
+            raise StartupError(f"the data directory {config.data_dir} is in use by another tmqgate (its LevelDB "
+                               "LOCK is held): stop that broker, or give this one another --data-dir") from None
+        raise StartupError(f"cannot open the data directory {config.data_dir}: {detail}") from None
+    try:
+        await broker.start()
+    except (OSError, ValueError) as exc:
+        await broker.stop()
+        _remove(created)
+        raise StartupError(f"cannot start the broker: {exc}") from None
     authenticate = None
     if config.http_auth == "basic":  # HTTP Basic against the SCRAM users, as SASL/PLAIN
         from tmqgate.broker.auth.plain import verify_password_async
@@ -169,12 +265,18 @@ async def _serve(config: BrokerConfig) -> None:
         async def authenticate(user: str, password: str) -> bool:  # PBKDF2 off the event loop
             return await verify_password_async(broker.store.users.scram, user, password, asyncio.to_thread)
 
-    runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id,
-                                       max_body_bytes=config.max_sql_length, served_as=config.http,
-                                       allowed_hosts=config.http_allowed_hosts, authenticate=authenticate,
-                                       metrics=broker.metrics, metrics_auth=config.metrics_auth),
-                              config.http_address,
-                              server_ssl_context(config) if config.http_tls else None)
+    try:
+        runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id,
+                                           max_body_bytes=config.max_sql_length, served_as=config.http,
+                                           allowed_hosts=config.http_allowed_hosts, authenticate=authenticate,
+                                           metrics=broker.metrics, metrics_auth=config.metrics_auth),
+                                  config.http_address,
+                                  server_ssl_context(config) if config.http_tls else None)
+    except OSError as exc:
+        await broker.stop()
+        _remove(created)
+        raise StartupError(f"cannot listen on {config.http} (HTTP SQL front): {exc.strerror or exc}: stop what "
+                           "uses it or choose another port with --http (http)") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -190,10 +292,19 @@ async def _serve(config: BrokerConfig) -> None:
     await broker.stop()
 
 
+def _remove(created: str | None) -> None:
+    """Undo the folders a failed start-up made (only those: `created` did not exist before)."""
+    if created:
+        import shutil
+
+        shutil.rmtree(created, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=getattr(args, "log_level", "WARNING").upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from tmqgate.broker.logs import setup_logging
+
+    setup_logging(getattr(args, "log_level", "WARNING"), getattr(args, "log_format", "text"))
     if args.command == "sql":
         return _sql(args)
     if args.command == "user":
@@ -201,10 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir,
                                    http_auth=args.http_auth)
-    except ValueError as exc:  # settings that contradict each other: refused before anything starts
+        asyncio.run(_serve(config))
+    except (ConfigError, StartupError) as exc:  # refused before anything starts: one line, exit 2
         print(f"tmqgate: {exc}", file=sys.stderr, flush=True)
         return 2
-    asyncio.run(_serve(config))
     return 0
 
 

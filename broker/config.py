@@ -8,9 +8,89 @@ from __future__ import annotations
 
 import os
 import tomllib
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import get_type_hints
+
+
+class ConfigError(ValueError):
+    """A setting refused at start; `key` is the setting's name (None when the file itself is bad)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+# Ranges of the numeric settings (low, high or None = unbounded), checked by BrokerConfig.check;
+# an integer setting not listed here must be >= 0. Kafka's ConfigDef ranges where Kafka has one.
+_RANGES: dict[str, tuple[float, float | None]] = {
+    "node_id": (0, None),
+    "socket_request_max_bytes": (1, None),
+    "wal_level": (1, 2),
+    "num_partitions": (1, None),  # num.partitions: atLeast(1)
+    "retention_check_interval_ms": (1, None),
+    "disk_usage_max_percent": (1, 100),
+    "disk_volume_bytes": (1, None),
+    "data_max_bytes": (1, None),
+    "archiver_interval_ms": (1, None),
+    "disk_check_interval_ms": (1, None),
+    "leveldb_write_buffer_bytes": (1 << 16, None),
+    "group_min_session_timeout_ms": (1, None),
+    "group_max_session_timeout_ms": (1, None),
+    "group_consumer_session_timeout_ms": (1, None),
+    "group_consumer_heartbeat_interval_ms": (1, None),
+    "max_partitions_per_request": (1, None),
+    "max_partitions": (1, None),
+    "max_databases": (1, None),
+    "connections_max_idle_ms": (1, None),
+    "request_read_timeout_ms": (1, None),
+    "queued_max_request_bytes": (-1, None),
+    "max_connections": (1, None),
+    "max_connections_per_ip": (1, None),
+    "max_sql_length": (1, None),
+    "sql_parse_timeout_ms": (1, None),
+    "max_decompressed_batch_bytes": (1, None),
+    "log_rate_limit_interval_ms": (1, None),
+    "quota_window_num": (1, None),  # quota.window.num: atLeast(1)
+    "quota_window_size_seconds": (1, None),  # quota.window.size.seconds: atLeast(1)
+}
+
+
+def _type_name(hint: object, value: object) -> str | None:
+    """None when `value` fits the field's type `hint`, else what it must be (in TOML's words)."""
+    args = typing.get_args(hint)
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        if value is None:
+            return None
+        inner = next(a for a in args if a is not type(None))
+        return _type_name(inner, value)
+    origin = typing.get_origin(hint) or hint
+    if origin is bool:
+        return None if isinstance(value, bool) else "true or false"
+    if origin is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if origin is float:
+        return None if isinstance(value, int | float) and not isinstance(value, bool) else "a number"
+    if origin is str:
+        return None if isinstance(value, str) else "a string"
+    if origin is list:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else "a list of strings"
+    if origin is dict:
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        return None if ok else 'a table of strings (e.g. {"retention.ms" = "86400000"})'
+    return None
+
+
+def _is_hostport(text: str) -> bool:
+    """HOST:PORT with a port 0..65535 (the host may be empty = all addresses, IPv6 in brackets)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        return False
+    return not (":" in host and not (host.startswith("[") and host.endswith("]")))
 
 ENV_PREFIX = "TMQGATE_"
 
@@ -52,28 +132,42 @@ def _loopback(host: str) -> bool:
 class BrokerConfig:
     """Everything the broker reads at start-up."""
 
+    # --- Addresses and data ---------------------------------------------------------------
+    # The Kafka listener HOST:PORT when `listeners` is empty (flag --listen).
     listen: str = "127.0.0.1:9092"
+    # The HTTP SQL front's HOST:PORT (flag --http); keep it on loopback unless http_auth is set.
     http: str = "127.0.0.1:6041"
+    # The data directory (flag --data-dir); created once the start-up checks pass (a start that
+    # fails leaves nothing behind). One broker per directory (LevelDB's LOCK).
     data_dir: str = "./data"
-    advertised_listener: str | None = None  # HOST:PORT clients are told for `listen`
+    # HOST:PORT clients are told for `listen` (Kafka's advertised.listeners for one listener);
+    # unset = `listen` itself.
+    advertised_listener: str | None = None
     # --- Listeners (Kafka's listeners / advertised.listeners / listener.security.protocol.map)
-    # e.g. ["PLAINTEXT://127.0.0.1:9092", "SASL_SSL://127.0.0.1:9093"]; empty = one PLAINTEXT
-    # listener on `listen`. See broker/listeners.py.
+    # Kafka's listeners, e.g. ["PLAINTEXT://127.0.0.1:9092", "SASL_SSL://127.0.0.1:9093"];
+    # empty = one PLAINTEXT listener on `listen`. See broker/listeners.py.
     listeners: list[str] = field(default_factory=list)
+    # Kafka's advertised.listeners: NAME://HOST:PORT told to clients per listener; empty = as bound.
     advertised_listeners: list[str] = field(default_factory=list)
+    # Kafka's listener.security.protocol.map: listener name -> PLAINTEXT, SSL, SASL_PLAINTEXT or
+    # SASL_SSL (names that are protocols need no entry).
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
-    # TLS of the SSL and SASL_SSL listeners (PEM files; Kafka's ssl.keystore/ssl.truststore).
-    # ssl_client_auth is Kafka's ssl.client.auth: "required" | "requested" | "none"; the CAs
-    # of ssl_cafile are the ones client certificates must chain to. SIGHUP reloads the files.
+    # --- TLS (SSL and SASL_SSL listeners, and the HTTP front with http_tls) ---------------
+    # The server certificate chain, PEM (Kafka's ssl.keystore). SIGHUP reloads the files.
     ssl_certfile: str | None = None
+    # The server certificate's private key, PEM.
     ssl_keyfile: str | None = None
+    # The password of an encrypted ssl_keyfile (Kafka's ssl.key.password).
     ssl_key_password: str | None = None
+    # CA certificates, PEM, that client certificates must chain to (Kafka's ssl.truststore).
     ssl_cafile: str | None = None
+    # Kafka's ssl.client.auth: "required" | "requested" | "none".
     ssl_client_auth: str = "none"
-    ssl_min_version: str = "TLSv1.2"  # or "TLSv1.3"; older versions are never offered
+    # The oldest TLS version offered: "TLSv1.2" or "TLSv1.3"; older versions are never offered.
+    ssl_min_version: str = "TLSv1.2"
     # The HTTP SQL front over HTTPS with the same certificate (and ssl_client_auth) settings.
     http_tls: bool = False
-    # ssl.principal.mapping.rules (one rule per entry): a certificate's subject DN -> principal.
+    # Kafka's ssl.principal.mapping.rules (one rule per entry): a certificate's subject DN -> principal.
     ssl_principal_mapping_rules: list[str] = field(default_factory=lambda: ["DEFAULT"])
     # --- SASL (SASL_PLAINTEXT and SASL_SSL listeners; broker/auth/) ---------------------------
     # sasl.enabled.mechanisms: Kafka's default ["GSSAPI"] needs Kerberos, which tmqgate does not
@@ -88,20 +182,27 @@ class BrokerConfig:
     # connection.failed.authentication.delay.ms: a failed authentication is answered and its
     # connection closed only after this delay (Kafka's default 100; 0 = at once).
     connection_failed_authentication_delay_ms: int = 100
-    # sasl.oauthbearer.* (Kafka 4.x): signed JWTs checked against this JWKS (https:// or
-    # file://); None = unsecured tokens. Audience/issuer are checked when set.
+    # sasl.oauthbearer.jwks.endpoint.url (Kafka 4.x): signed JWTs are checked against this JWKS
+    # (https:// or file://); unset = unsecured tokens.
     sasl_oauthbearer_jwks_endpoint_url: str | None = None
+    # sasl.oauthbearer.expected.audience: a token must name one of these (checked when set).
     sasl_oauthbearer_expected_audience: list[str] = field(default_factory=list)
+    # sasl.oauthbearer.expected.issuer: a token's `iss` must be this (checked when set).
     sasl_oauthbearer_expected_issuer: str | None = None
+    # sasl.oauthbearer.sub.claim.name: the claim that names the principal.
     sasl_oauthbearer_sub_claim_name: str = "sub"
+    # sasl.oauthbearer.scope.claim.name: the claim that holds the token's scopes.
     sasl_oauthbearer_scope_claim_name: str = "scope"
+    # sasl.oauthbearer.clock.skew.seconds: leeway when checking a token's times.
     sasl_oauthbearer_clock_skew_seconds: int = 30
     # --- The HTTP SQL front ----------------------------------------------------------------
-    # http_auth: "none" or "basic" (HTTP Basic with the broker's SCRAM users, as taosAdapter).
-    # The broker refuses to start with the front on a non-loopback address and no
-    # authentication unless allow_insecure_http is true.
+    # "none" or "basic" (HTTP Basic with the broker's SCRAM users, as taosAdapter). The broker
+    # refuses to start with the front on a non-loopback address and no authentication unless
+    # allow_insecure_http is true.
     http_auth: str = "none"
+    # Accept an unauthenticated SQL front on a non-loopback address.
     allow_insecure_http: bool = False
+    # --- Metrics ----------------------------------------------------------------------------
     # GET /metrics (Prometheus text, broker/metrics.py): with http_auth = "basic", whether it
     # takes the same credentials (true) or is open like /health (false, the default: a
     # Prometheus scraper needs no user). The Host check applies either way.
@@ -109,47 +210,66 @@ class BrokerConfig:
     # kafka_consumergroup_lag/current_offset are computed at scrape time: at most this many
     # (group, partition) series per scrape (kafka_consumergroup_lag_truncated says when cut).
     metrics_max_lag_series: int = 10_000
+    # --- Broker ---------------------------------------------------------------------------
+    # Kafka's node.id: this broker's id in Metadata answers.
     node_id: int = 1
+    # The cluster id Metadata and DescribeCluster answer.
     cluster_id: str = "tmqgate-cluster-00000"
     # socket.request.max.bytes in Kafka: a frame larger than this closes the connection.
     socket_request_max_bytes: int = 104_857_600
+    # --- Storage and topics -----------------------------------------------------------------
     # TDengine WAL_LEVEL: 1 = written to the OS before the ack (survives a process kill),
-    # 2 = fsync'd; WAL_FSYNC_PERIOD in ms (0 = fsync every write when WAL_LEVEL is 2).
+    # 2 = fsync'd.
     wal_level: int = 1
+    # TDengine WAL_FSYNC_PERIOD in ms: with wal_level 2, 0 = fsync every write, else fsync on
+    # this period.
     wal_fsync_period_ms: int = 3000
+    # auto.create.topics.enable: Metadata and Produce for an unknown topic create it.
     auto_create_topics_enable: bool = True
+    # num.partitions: the partitions (vnodes) of an auto-created topic or one created with -1.
     num_partitions: int = 1
     # How often retention runs (log.retention.check.interval.ms in Kafka).
     retention_check_interval_ms: int = 300_000
+    # Topic configs applied to new topics unless the request sets them, e.g.
+    # {"retention.ms" = "86400000"} (Kafka's log.* broker defaults).
     topic_defaults: dict[str, str] = field(default_factory=dict)
-    # The archiver (003): oldest WAL entries are collected first when the data volume passes
-    # disk_usage_max_percent of its filesystem (or of disk_volume_bytes, if set), or when the
-    # data passes data_max_bytes; checked every archiver_interval_ms. It removes acknowledged
+    # --- The archiver and a full disk ----------------------------------------------------
+    # The archiver (003) collects the oldest WAL entries first when the data volume passes this
+    # percentage of its filesystem (or of disk_volume_bytes, if set). It removes acknowledged
     # records that retention still keeps, so it is off unless the operator sets a limit (as
     # Kafka, which deletes only by retention and answers KAFKA_STORAGE_ERROR on a full disk).
     disk_usage_max_percent: float | None = None
+    # The volume size disk_usage_max_percent is a percentage of; unset = the filesystem's size.
     disk_volume_bytes: int | None = None
+    # The archiver collects the oldest WAL entries when the data passes this many bytes.
     data_max_bytes: int | None = None
+    # How often the archiver checks its limits.
     archiver_interval_ms: int = 10_000
-    # A full disk (storage.space): a file of disk_reserve_bytes kept in the data directory and
-    # released when a write finds no space, so LevelDB can reopen, delete and compact; it should
-    # be at least twice leveldb_write_buffer_bytes (each of the two LevelDBs replays its log at
-    # open). Writes answer KAFKA_STORAGE_ERROR while the disk is full; every
-    # disk_check_interval_ms the broker looks for room to take writes again. 0 = no reserve.
+    # A file of this size kept in the data directory and released when a write finds no space,
+    # so LevelDB can reopen, delete and compact; it should be at least twice
+    # leveldb_write_buffer_bytes (each of the two LevelDBs replays its log at open). Writes
+    # answer KAFKA_STORAGE_ERROR while the disk is full. 0 = no reserve.
     disk_reserve_bytes: int = 128 << 20
+    # While the disk is full, how often the broker looks for room to take writes again.
     disk_check_interval_ms: int = 1000
+    # LevelDB's write buffer (memtable) size of each of the two LevelDBs.
     leveldb_write_buffer_bytes: int = 64 << 20
-    # Consumer groups (Kafka's group.* settings). The KIP-848 session timeout is TDengine's 12 s.
-    # A KIP-848 member learns of a rebalance only from its next heartbeat, so the interval is
-    # short (1 s, where Kafka says 5 s): a heartbeat costs the broker ~0.1 ms, and a member that
-    # must give up partitions finds out within a second instead of five.
+    # --- Consumer groups (Kafka's group.* settings) -----------------------------------------
+    # group.initial.rebalance.delay.ms: a new classic group waits this long for more members.
     group_initial_rebalance_delay_ms: int = 3000
+    # group.min.session.timeout.ms: a classic member's smallest allowed session timeout.
     group_min_session_timeout_ms: int = 6000
+    # group.max.session.timeout.ms: a classic member's largest allowed session timeout.
     group_max_session_timeout_ms: int = 1_800_000
+    # group.consumer.session.timeout.ms: the KIP-848 session timeout (TDengine's 12 s).
     group_consumer_session_timeout_ms: int = 12_000
+    # group.consumer.heartbeat.interval.ms: a KIP-848 member learns of a rebalance only from its
+    # next heartbeat, so the interval is short (1 s, where Kafka says 5 s): a heartbeat costs the
+    # broker ~0.1 ms, and a member that must give up partitions finds out within a second.
     group_consumer_heartbeat_interval_ms: int = 1000
+    # offset.metadata.max.bytes: the longest metadata string an offset commit may carry.
     offset_metadata_max_bytes: int = 4096
-    # --- Bounded resources (issue 11, findings 3 and 4) -----------------------------------
+    # --- Bounded resources ----------------------------------------------------------------
     # Partitions one CreateTopics/CreatePartitions request may create: Kafka's controller
     # refuses an operation of more than 10,000 records (MAX_RECORDS_PER_USER_OP, one per
     # partition) with POLICY_VIOLATION "Unable to perform excessively large batch operation.".
@@ -170,10 +290,12 @@ class BrokerConfig:
     # not fit waits for memory to be freed (its connection is not read meanwhile), as Kafka
     # mutes a channel; -1 (or 0) = unbounded. Else must be >= socket_request_max_bytes.
     queued_max_request_bytes: int = 268_435_456
-    # max.connections / max.connections.per.ip: a new connection over either is closed at
-    # once. Kafka's defaults are Int.MaxValue; tmqgate caps the total (each connection may
-    # hold up to ~400 KiB of socket buffers outside the pool), not the per-IP count (NAT).
+    # max.connections: a new connection over it is closed at once. Kafka's default is
+    # Int.MaxValue; tmqgate caps the total (each connection may hold up to ~400 KiB of socket
+    # buffers outside the pool).
     max_connections: int = 4096
+    # max.connections.per.ip: a new connection over it is closed at once (Kafka's default,
+    # not capped: many clients may share one address behind NAT).
     max_connections_per_ip: int = 2_147_483_647
     # The SQL front: TDengine's maximum SQL length (1 MiB, TSDB_MAX_ALLOWED_SQL_LEN) is also
     # the HTTP body limit of /rest/sql (a larger body gets 413 without being read whole).
@@ -194,15 +316,24 @@ class BrokerConfig:
     # a small compressed bomb is refused (MESSAGE_TOO_LARGE) before it is inflated. tmqgate's
     # own setting: Kafka bounds only the compressed size.
     max_decompressed_batch_bytes: int = 134_217_728
-    # Log lines about bad input and failed requests: at most log_rate_limit_messages of a kind
-    # per log_rate_limit_interval_ms, then one line saying how many were suppressed.
+    # --- Logging ----------------------------------------------------------------------------
+    # Log lines about bad input and failed requests: at most this many of a kind per
+    # log_rate_limit_interval_ms, then one line saying how many were suppressed.
     log_rate_limit_messages: int = 10
+    # The window of log_rate_limit_messages.
     log_rate_limit_interval_ms: int = 60_000
-    # Client quotas (broker/quotas.py): Kafka's quota.window.num and quota.window.size.seconds,
-    # the samples a client's rate is measured over (11 of 1 s: 10 whole windows + the current).
+    # A request whose time (from its decoding to its answer sent, less the wait the client asked
+    # for: Fetch's max_wait_ms, a JoinGroup's or SyncGroup's rebalance) reaches this is logged at
+    # WARNING with its API, client id, principal and peer; 0 = never. tmqgate's own setting
+    # (Kafka logs every request at DEBUG in kafka.request.logger, as tmqgate does in tmqgate.request).
+    slow_request_ms: int = 1000
+    # --- Client quotas (broker/quotas.py) -----------------------------------------------------
+    # Kafka's quota.window.num: the samples a client's rate is measured over (10 whole windows
+    # + the current).
     quota_window_num: int = 11
+    # Kafka's quota.window.size.seconds: the length of one sample.
     quota_window_size_seconds: int = 1
-    # --- Authorization (issue 12, point 4) --------------------------------------------------
+    # --- Authorization ----------------------------------------------------------------------
     # "acl": Kafka's ACLs (StandardAuthorizer's decision, CreateAcls/DescribeAcls/DeleteAcls,
     # every API checks what Kafka checks); "none": no authorizer (everyone may do anything,
     # the ACL APIs answer SECURITY_DISABLED) — Kafka's authorizer.class.name unset.
@@ -217,7 +348,9 @@ class BrokerConfig:
     def load(cls, path: str | Path | None, environ: Mapping[str, str] | None = None,
              **overrides: object) -> BrokerConfig:
         """Settings from three places, each overriding the one before: the TOML file at `path`
-        (keys as the field names), the environment, then non-None `overrides` (command-line flags).
+        (keys as the field names), the environment, then non-None `overrides` (command-line
+        flags); then checked. Every refusal is a `ConfigError` whose text names the file (or the
+        variable, or the flag) and the key: the CLI prints it as the one line of a failed start.
 
         The environment rule is one for every setting: TMQGATE_ + the TOML key upper-cased, its
         value read as a TOML value (`TMQGATE_NUM_PARTITIONS=3`,
@@ -226,44 +359,92 @@ class BrokerConfig:
         are not settings and are left alone. `environ` defaults to os.environ."""
         values: dict[str, object] = {}
         if path:
-            with open(path, "rb") as fh:
-                values.update(tomllib.load(fh))
+            try:
+                with open(path, "rb") as fh:
+                    values.update(tomllib.load(fh))
+            except FileNotFoundError:
+                raise ConfigError(f"config file {path} not found: give --config an existing TOML file") from None
+            except IsADirectoryError:
+                raise ConfigError(f"config file {path} is a directory: give --config a TOML file") from None
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
         known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
+        unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown settings in {path}: {', '.join(sorted(unknown))}")
-        values.update(settings_from_env(known, os.environ if environ is None else environ))
-        values.update({k: v for k, v in overrides.items() if v is not None})
+            raise ConfigError(f"{path}: unknown setting{'s' if len(unknown) > 1 else ''} "
+                              f"{', '.join(unknown)} (the settings are listed in docs/CONFIG.md)")
+        origin = {k: str(path) for k in values}
+        from_env = settings_from_env(known, os.environ if environ is None else environ)
+        values.update(from_env)
+        origin.update({k: ENV_PREFIX + k.upper() for k in from_env})
+        for k, v in overrides.items():
+            if v is not None:
+                values[k] = v
+                origin[k] = "--" + k.replace("_", "-")
         config = cls(**values)  # type: ignore[arg-type]
-        config.check()
+        try:
+            config.check()
+        except ConfigError as exc:
+            where = origin.get(exc.key or "")
+            raise ConfigError(f"{where}: {exc}" if where else str(exc), exc.key) from None
         return config
 
     def check(self) -> None:
-        """Refuse settings that contradict each other (Kafka checks these at start too)."""
-        if self.quota_window_num < 1 or self.quota_window_size_seconds < 1:
-            raise ValueError("quota_window_num and quota_window_size_seconds must be at least 1")
+        """Refuse settings of the wrong type, out of range, or contradicting each other (Kafka
+        checks its configs' types and ranges at start too, ConfigDef): the one place the
+        settings are validated. Raises ConfigError naming the key."""
+        hints = get_type_hints(type(self))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            expected = _type_name(hints[f.name], value)
+            if expected:
+                raise ConfigError(f"{f.name} must be {expected}, not {value!r}", f.name)
+        ints = {f.name: (0, None) for f in fields(self) if hints[f.name] is int}
+        for name, (low, high) in {**ints, **_RANGES}.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if value < low or (high is not None and value > high):
+                span = f"at least {low}" if high is None else f"between {low} and {high}"
+                raise ConfigError(f"{name} = {value!r} is out of range: must be {span}", name)
+        for name in ("listen", "http", "advertised_listener"):
+            value = getattr(self, name)
+            if value is not None and not _is_hostport(value):
+                raise ConfigError(f"{name} = {value!r} is not HOST:PORT (e.g. 127.0.0.1:9092; "
+                                  "a port is required, 0 to pick a free one)", name)
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_cafile"):
+            value = getattr(self, name)
+            if value is not None and not Path(value).is_file():
+                raise ConfigError(f"{name} = {value!r}: no such file", name)
         if self.authorizer not in ("acl", "none"):
-            raise ValueError(f'authorizer must be "acl" or "none", not {self.authorizer!r}')
+            raise ConfigError(f'authorizer must be "acl" or "none", not {self.authorizer!r}', "authorizer")
         bad = [p for p in self.super_users if ":" not in p]
         if bad:
-            raise ValueError(f"super_users must be principals such as User:admin: {bad}")
+            raise ConfigError(f"super_users must be principals such as User:admin: {bad}", "super_users")
         from tmqgate.broker.principal import parse_rules
-        parse_rules(self.ssl_principal_mapping_rules)  # a bad rule refuses the start, as in Kafka
+        try:
+            parse_rules(self.ssl_principal_mapping_rules)  # a bad rule refuses the start, as in Kafka
+        except ValueError as exc:
+            raise ConfigError(f"ssl_principal_mapping_rules: {exc}", "ssl_principal_mapping_rules") from None
         if self.http_tls and not (self.ssl_certfile and self.ssl_keyfile):
-            raise ValueError("http_tls needs ssl_certfile and ssl_keyfile")
+            raise ConfigError("http_tls needs ssl_certfile and ssl_keyfile", "http_tls")
         if self.ssl_client_auth not in ("required", "requested", "none"):
-            raise ValueError(f"ssl_client_auth must be required, requested or none, not {self.ssl_client_auth!r}")
+            raise ConfigError(f"ssl_client_auth must be required, requested or none, not {self.ssl_client_auth!r}",
+                              "ssl_client_auth")
         if self.ssl_min_version not in ("TLSv1.2", "TLSv1.3"):
-            raise ValueError(f"ssl_min_version must be TLSv1.2 or TLSv1.3, not {self.ssl_min_version!r}")
+            raise ConfigError(f"ssl_min_version must be TLSv1.2 or TLSv1.3, not {self.ssl_min_version!r}",
+                              "ssl_min_version")
         if self.http_auth not in ("none", "basic"):
-            raise ValueError(f"http_auth must be none or basic, not {self.http_auth!r}")
+            raise ConfigError(f"http_auth must be none or basic, not {self.http_auth!r}", "http_auth")
         if self.http_auth == "none" and not self.allow_insecure_http and not _loopback(self.http_address[0]):
-            raise ValueError(f"the SQL front would listen on {self.http} with no authentication: set "
-                             'http_auth = "basic", or allow_insecure_http = true to accept that')
+            raise ConfigError(f"the SQL front would listen on {self.http} with no authentication: set "
+                              'http_auth = "basic", or allow_insecure_http = true to accept that', "http")
         pool = self.queued_max_request_bytes
         if 0 < pool < self.socket_request_max_bytes:
-            raise ValueError(f"queued_max_request_bytes ({pool}) must be -1 or at least "
-                             f"socket_request_max_bytes ({self.socket_request_max_bytes})")
+            raise ConfigError(f"queued_max_request_bytes ({pool}) must be -1 or at least "
+                              f"socket_request_max_bytes ({self.socket_request_max_bytes})", "queued_max_request_bytes")
 
     @property
     def listen_address(self) -> tuple[str, int]:

@@ -68,6 +68,8 @@ from tmqgate.protocol.messages import (
 from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.server")
+# Every completed request at DEBUG, as Kafka's kafka.request.logger (enable with --log-level DEBUG).
+_request_log = logging.getLogger("tmqgate.request")
 _SIZE = struct.Struct(">i")
 # The StreamReader pauses its socket past twice this many unread bytes: what a connection may
 # buffer outside the request pool (frames themselves are reserved in the pool first).
@@ -179,6 +181,8 @@ class Broker:
         # GET /metrics (broker/metrics.py): handlers reach it through their contexts.
         self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas)
         self.metrics.rebalances = self.coordinator.machine.rebalances
+        # slow_request_ms: 0 = never (as infinity, which no request's time reaches).
+        self._slow_request_ms = config.slow_request_ms or float("inf")
 
     async def start(self) -> None:
         listeners = parse_listeners(self.config)
@@ -230,7 +234,7 @@ class Broker:
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
                                  cfg.max_decompressed_batch_bytes, quotas=self.quotas, authorizer=auth,
-                                 metrics=self.metrics),
+                                 metrics=self.metrics, limited_log=self.limited_log),
             AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
                                  authorizer=auth),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),
@@ -347,6 +351,8 @@ class Broker:
             return
         memory = FrameMemory(self.pool)
         self.metrics.connection(listener.name, 1)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("connection from %s on listener %s", peer, listener.name)
         try:
             current_client.set(self._client_info(listener, peer, writer))
             await self._connection_loop(reader, writer, peer, memory)
@@ -364,6 +370,8 @@ class Broker:
             log.exception("connection %s failed", peer)
         finally:
             self.metrics.connection(listener.name, -1)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("connection from %s on listener %s closed", peer, listener.name)
             memory.free()
             self.connection_limits.release(host)
             self._connections.discard(task)
@@ -441,6 +449,7 @@ class Broker:
                     if step.action is Action.ANSWER:
                         continue
                     return
+            started = time.monotonic()
             quotas = self.quotas
             clock = quotas.clock() if quotas.active else None
             throttle_ms = 0
@@ -473,6 +482,9 @@ class Broker:
                                               request.correlation_id, body)
             write_parts(transport, fd, parts)
             await writer.drain()
+            elapsed_ms = (time.monotonic() - started) * 1000
+            if elapsed_ms >= self._slow_request_ms or _request_log.isEnabledFor(logging.DEBUG):
+                self._log_request(request, peer, elapsed_ms, body)
             if throttle_ms:
                 # Over a quota: the answer went out at once; the connection is not read for the
                 # throttle time (Kafka mutes the channel, KIP-219).
@@ -498,6 +510,23 @@ class Broker:
         except TimeoutError:
             raise TimeoutError(f"a frame of {size} bytes was not received within "
                                f"request_read_timeout_ms ({timeout_ms} ms)") from None
+
+    def _log_request(self, request: Request, peer: Any, elapsed_ms: float, body: dict[str, Any]) -> None:
+        """A completed request at DEBUG (Kafka's kafka.request.logger), and a slow one at WARNING:
+        one whose time, less what the client asked the broker to wait (Fetch's max_wait_ms; a
+        JoinGroup or SyncGroup waits for the rebalance), reached slow_request_ms."""
+        name = ApiKey(request.api_key).name
+        client = current_client.get(None)
+        principal = client.principal if client is not None else "?"
+        if _request_log.isEnabledFor(logging.DEBUG):
+            _request_log.debug("completed %s v%d in %.1f ms (client id %r, %s, peer %s)", name, request.api_version,
+                               elapsed_ms, request.client_id, principal, peer)
+        waited = (request.body.get("max_wait_ms", 0) if request.api_key == ApiKey.FETCH
+                  else elapsed_ms if request.api_key in (ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP) else 0)
+        if self._slow_request_ms and elapsed_ms - max(waited, 0) >= self._slow_request_ms:
+            self.limited_log.warning("slow-request", "slow request: %s v%d took %.0f ms (slow_request_ms %d; "
+                                     "client id %r, %s, peer %s)", name, request.api_version, elapsed_ms,
+                                     self._slow_request_ms, request.client_id, principal, peer)
 
     def _failed(self, request: Request, peer: Any, exc: Exception) -> dict[str, Any] | None:
         """Kafka's error answer to a request whose handler failed (KafkaApis' handleError):

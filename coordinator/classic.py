@@ -57,6 +57,7 @@ Dead — deleted; the coordinator forgets the group. JoinGroup answers COORDINAT
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -65,6 +66,8 @@ from typing import Any
 from tmqgate.coordinator.transitions import check
 from tmqgate.protocol.codec import DecodeError, decode_versioned
 from tmqgate.protocol.errors import ErrorCode
+
+log = logging.getLogger("tmqgate.coordinator")
 
 Reply = Callable[[dict[str, Any]], None]
 
@@ -158,7 +161,24 @@ class ClassicGroup:
 
     def _transition(self, target: ClassicGroupState) -> None:
         """The one place the state changes; a move VALID_PREVIOUS does not list raises."""
+        previous = self.state
         self.state = check(f"classic group {self.group_id}", VALID_PREVIOUS, self.state, target)
+        if log.isEnabledFor(logging.INFO):
+            members = sorted(self.members)
+            log.info("group %s (classic): %s -> %s, generation %d, %d member(s) %s", self.group_id, previous.value,
+                     target.value, self.generation, len(members), members,
+                     extra={"event": "group_state", "group": self.group_id, "protocol": "classic",
+                            "from_state": previous.value, "to_state": target.value,
+                            "generation": self.generation, "members": members})
+
+    def _log_assignment(self) -> None:
+        """The assignment the leader gave, per member (readable for the consumer protocol)."""
+        readable = self.protocol_type == "consumer"
+        given = {m.member_id: (parse_assignment(m.assignment) if readable else f"{len(m.assignment)} bytes")
+                 for m in self.members.values()}
+        log.info("group %s (classic): generation %d assigned %s", self.group_id, self.generation, given,
+                 extra={"event": "group_assignment", "group": self.group_id, "protocol": "classic",
+                        "generation": self.generation, "assignment": given})
 
     # ---- queries -----------------------------------------------------------------------
 
@@ -276,6 +296,8 @@ class ClassicGroup:
                 for m in self.members.values():
                     m.assignment = given.get(m.member_id, b"")
                 self._transition(STABLE)
+                if log.isEnabledFor(logging.INFO):
+                    self._log_assignment()
                 self.sync_deadline = None
                 self.dirty = True
                 for m in self.members.values():

@@ -52,6 +52,7 @@ Removal (leave, session or revocation timeout) deletes the member; it has no sta
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -61,6 +62,8 @@ from typing import Any, Protocol
 from tmqgate.coordinator.assignor import ASSIGNOR_NAMES, DEFAULT_ASSIGNOR, TopicPartition, assign
 from tmqgate.coordinator.transitions import check
 from tmqgate.protocol.errors import ErrorCode
+
+log = logging.getLogger("tmqgate.coordinator")
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
@@ -190,7 +193,18 @@ class ConsumerGroup:
     def _transition(self, target: ConsumerGroupState) -> None:
         """The one place the group state changes (a no-change is not a transition)."""
         if target is not self.state:
+            previous = self.state
             self.state = check(f"consumer group {self.group_id}", GROUP_VALID_PREVIOUS, self.state, target)
+            if log.isEnabledFor(logging.INFO):
+                assignment = ({mid: sorted(f"{t}-{p}" for t, p in tps) for mid, tps in sorted(self.target.items())}
+                              if target is STABLE else None)
+                log.info("group %s (consumer): %s -> %s, epoch %d, %d member(s) %s%s", self.group_id,
+                         previous.value, target.value, self.group_epoch, len(self.members), sorted(self.members),
+                         f", assignment {assignment}" if assignment is not None else "",
+                         extra={"event": "group_state", "group": self.group_id, "protocol": "consumer",
+                                "from_state": previous.value, "to_state": target.value,
+                                "epoch": self.group_epoch, "members": sorted(self.members),
+                                "assignment": assignment})
 
     def _settle(self) -> None:
         """Move to the state the epochs say (Kafka's maybeUpdateGroupState); ends every event."""

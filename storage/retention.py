@@ -275,6 +275,13 @@ class Retention:
                 for old in trimmed:
                     wb.delete(keys.history_key(old))
         self._core.write_removing(wb, [e.seq for e in dead])
+        database = self._catalog.by_id(dbid)
+        name = database.info.name if database is not None else str(dbid)
+        log.info("%s removed offsets %d..%d of %s-%d: %d entries, %d bytes", reason, rec.first_version,
+                 rec.last_version, name, vnode, len(dead), freed,
+                 extra={"event": "removal", "reason": reason, "topic": name, "partition": vnode,
+                        "first_offset": rec.first_version, "last_offset": rec.last_version,
+                        "entries": len(dead), "bytes": freed})
         vs.log_start = log_start
         vs.size = size
         vs.entries = entries

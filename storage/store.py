@@ -25,6 +25,7 @@ single-threaded asyncio, so calls are plain and synchronous.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -50,6 +51,8 @@ from tmqgate.storage.users import Users
 from tmqgate.storage.wal import Appended, Wal
 
 __all__ = ["Store"]  # the model types are exported by the storage package
+
+log = logging.getLogger("tmqgate.storage")
 
 
 class Store:
@@ -145,9 +148,13 @@ class Store:
         kind: str = "kafka",
         options: dict[str, Any] | None = None,
     ) -> DatabaseInfo:
-        return self.catalog.create_database(
+        info = self.catalog.create_database(
             name, vgroups, configs, topic_id=topic_id, created_ms=created_ms, kind=kind, options=options
         )
+        what = "topic" if kind == "kafka" else "database"
+        log.info("created %s %s with %d partition(s)", what, name, vgroups,
+                 extra={"event": f"{what}_created", "topic": name, "partitions": vgroups})
+        return info
 
     def drop_database(self, name: str) -> None:
         """Remove a database: the catalog (and its log history) atomically first, then its
@@ -163,6 +170,8 @@ class Store:
         self.retention.forget(gone)
         self.producers.forget_database(d.info.id)
         self.core.delete_database_data(d.info.id, compact=True)
+        what = "topic" if d.info.kind == "kafka" else "database"
+        log.info("deleted %s %s", what, name, extra={"event": f"{what}_deleted", "topic": name})
 
     def databases(self) -> list[DatabaseInfo]:
         return self.catalog.databases()
@@ -245,11 +254,15 @@ class Store:
     ) -> bytes:
         """Store a TDengine topic (definition is the broker's opaque JSON); returns its id."""
         with self.transaction() as tx:
-            return tx.create_tmq_topic(name, definition, topic_id=topic_id, created_ms=created_ms)
+            tid = tx.create_tmq_topic(name, definition, topic_id=topic_id, created_ms=created_ms)
+        log.info("created TDengine topic %s", name, extra={"event": "tmq_topic_created", "topic": name})
+        return tid
 
     def drop_tmq_topic(self, name: str) -> TmqTopic:
         with self.transaction() as tx:
-            return tx.drop_tmq_topic(name)
+            topic = tx.drop_tmq_topic(name)
+        log.info("deleted TDengine topic %s", name, extra={"event": "tmq_topic_deleted", "topic": name})
+        return topic
 
     def tmq_topics(self) -> dict[str, TmqTopic]:
         return self.catalog.tmq_topics()

@@ -472,3 +472,24 @@ def test_reads_match_a_model(store: Store) -> None:
                 assert offsets(store.read("db", 0, start, max_bytes)) == want, (step, start, max_bytes)
                 entries = store.read_entries("db", 0, start, 1 << 30)
                 assert [e.version for e in entries] == [m[0] for m in model if m[0] + m[1] > start]
+
+
+def test_removals_are_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Retention, the archiver and DeleteRecords each say what they removed (one INFO line per
+    vnode and reason), with the offsets, entries and bytes as fields for a JSON log."""
+    import logging
+
+    with Store(tmp_path / "d") as store, caplog.at_level(logging.INFO, logger="tmqgate.storage"):
+        store.create_database("db", 1, {"retention.ms": "1000"})
+        for ts in (1000, 1100, 5000, 5100, 5200):  # entries of offsets 0-1, 2-3, 4-5, 6-7, 8-9
+            put(store, "db", 0, 2, ts=ts)
+        assert store.enforce_retention(now_ms=3000) == 2
+        store.delete_before("db", 0, 6)
+        assert [r["reason"] for r in store.collect(now_ms=6000, max_total_bytes=1)] == ["archiver_size"]
+    lines = [r for r in caplog.records if getattr(r, "event", None) == "removal"]
+    assert [(r.reason, r.topic, r.partition, r.first_offset, r.last_offset, r.entries) for r in lines] == [
+        ("retention.ms", "db", 0, 0, 3, 2), ("delete_records", "db", 0, 4, 5, 1), ("archiver_size", "db", 0, 6, 7, 1)]
+    assert lines[0].getMessage() == f"retention.ms removed offsets 0..3 of db-0: 2 entries, {lines[0].bytes} bytes"
+    assert lines[0].bytes > 0
+    assert [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "topic_created"] == [
+        "created topic db with 1 partition(s)"]

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.broker.metrics import Metrics
     from tmqgate.broker.quotas import ClientQuotaManagers
+    from tmqgate.broker.ratelimit import RateLimitedLog
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.broker.waiters import DataNotifier
@@ -66,6 +67,8 @@ class DataPlane:
     quotas: ClientQuotaManagers | None = None  # Fetch caps its size under a consumer_byte_rate
     authorizer: Authorizer | None = None
     metrics: Metrics | None = None  # bytes in/out and messages in per topic (broker/metrics.py)
+    # Rejected batches are logged (INFO) with their reason, at most so many per interval.
+    limited_log: RateLimitedLog | None = None
 
 
 @dataclass(frozen=True)

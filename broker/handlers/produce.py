@@ -8,12 +8,14 @@ base offset (outside the CRC).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.client import current_client
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.tdengine import IngestError, ingest
@@ -90,8 +92,11 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                     entry["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
                     entry["error_message"] = str(exc)
             entry["error_code"] = int(entry["error_code"])
-            if entry["error_code"] and ctx.metrics is not None:
-                ctx.metrics.error(ApiKey.PRODUCE, entry["error_code"])
+            if entry["error_code"]:
+                if ctx.metrics is not None:
+                    ctx.metrics.error(ApiKey.PRODUCE, entry["error_code"])
+                if ctx.limited_log is not None:
+                    _log_rejected(ctx, req, topic_data.get("name") or (topic.name if topic else "?"), index, entry)
             partitions.append(entry)
         responses.append({"name": topic_data.get("name"), "topic_id": topic_data.get("topic_id"),
                           "partition_responses": partitions})
@@ -103,6 +108,18 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
 def _record_count(records: bytes) -> int:
     """The record count of a v2 batch (its last 4 header bytes, 57..61), already validated."""
     return int.from_bytes(records[57:61], "big", signed=True)
+
+
+def _log_rejected(ctx: DataPlane, req: Request, topic: str, index: int, entry: dict[str, Any]) -> None:
+    """One INFO line per refused batch (rate-limited: a misbehaving producer cannot flood the log)."""
+    assert ctx.limited_log is not None
+    client = current_client.get(None)
+    reason = entry["error_message"] or (entry["record_errors"][0]["batch_index_error_message"]
+                                        if entry["record_errors"] else None)
+    ctx.limited_log.log(logging.INFO, "rejected-batch", "rejected a batch for %s-%d from client id %r (%s, %s): "
+                        "%s%s", topic, index, req.client_id, client.principal if client else "?",
+                        client.host if client else "?", ErrorCode(entry["error_code"]).name,
+                        f": {reason}" if reason else "")
 
 
 def _has_transactional_records(body: dict[str, Any]) -> bool:
