@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .cli_helpers import parse_config_describe, require_tools, run
+from .cli_helpers import parse_config_describe, parse_get_offsets, require_tools, run
 from .conftest import Broker
 from .helpers import unique_topic
 from .raw import RawConn
@@ -134,3 +134,34 @@ def test_kafka_topics_and_kafka_configs_refuse_tmq_as_client_side(broker: Broker
             in altered.stdout + altered.stderr), altered.describe()
     listed = run("kafka-topics", "--bootstrap-server", broker.bootstrap, "--list")
     assert name not in listed.lines
+
+
+# -- kafka-console-producer without --sync: what a user sees when a record is refused ----------
+
+
+def _end_offset(bootstrap: str, topic: str) -> int:
+    got = run("kafka-get-offsets", "--bootstrap-server", bootstrap, "--topic", topic, "--partitions", "0")
+    return parse_get_offsets(got.stdout)[(topic, 0)]
+
+
+def test_console_producer_without_sync_is_silent_about_a_refused_record(broker: Broker) -> None:
+    """The README's note, as Apache Kafka's tool behaves: without --sync a record the broker
+    refuses (here one over the topic's max.message.bytes: MESSAGE_TOO_LARGE) is dropped
+    without a word — nothing on stdout or stderr, exit 0, nothing stored. With --sync the
+    same line ends the tool with exit 1 and RecordTooLargeException on stderr.
+    (Several lines refused in one batch can also leave the tool waiting forever, on both
+    brokers, as the producer splits the batch; so this sends one line.)"""
+    require_tools()
+    topic = unique_topic("console-refused")
+    run("kafka-topics", "--bootstrap-server", broker.bootstrap, "--create", "--topic", topic,
+        "--partitions", "1", "--config", "max.message.bytes=200")
+    run("kafka-console-producer", "--bootstrap-server", broker.bootstrap, "--topic", topic, input="small\n")
+    big = "x" * 400 + "\n"
+    prod = run("kafka-console-producer", "--bootstrap-server", broker.bootstrap, "--topic", topic, input=big)
+    assert (prod.returncode, prod.stdout.strip(), prod.stderr.strip()) == (0, "", ""), prod.describe()
+    assert _end_offset(broker.bootstrap, topic) == 1
+    sync = run("kafka-console-producer", "--bootstrap-server", broker.bootstrap, "--topic", topic, "--sync",
+               input=big, check=False)
+    assert sync.returncode == 1, sync.describe()
+    assert "org.apache.kafka.common.errors.RecordTooLargeException" in sync.stderr, sync.describe()
+    assert _end_offset(broker.bootstrap, topic) == 1
