@@ -6,9 +6,27 @@ The defaults are Apache Kafka's where Kafka has the setting, and TDengine's for 
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+ENV_PREFIX = "TMQGATE_"
+
+
+def settings_from_env(known: set[str], environ: Mapping[str, str]) -> dict[str, object]:
+    """The settings given as TMQGATE_<KEY> variables (see BrokerConfig.load)."""
+    values: dict[str, object] = {}
+    for name in known:
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is None:
+            continue
+        try:
+            values[name] = tomllib.loads(f"value = {raw}")["value"]
+        except tomllib.TOMLDecodeError:
+            values[name] = raw
+    return values
 
 
 def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
@@ -84,6 +102,13 @@ class BrokerConfig:
     # authentication unless allow_insecure_http is true.
     http_auth: str = "none"
     allow_insecure_http: bool = False
+    # GET /metrics (Prometheus text, broker/metrics.py): with http_auth = "basic", whether it
+    # takes the same credentials (true) or is open like /health (false, the default: a
+    # Prometheus scraper needs no user). The Host check applies either way.
+    metrics_auth: bool = False
+    # kafka_consumergroup_lag/current_offset are computed at scrape time: at most this many
+    # (group, partition) series per scrape (kafka_consumergroup_lag_truncated says when cut).
+    metrics_max_lag_series: int = 10_000
     node_id: int = 1
     cluster_id: str = "tmqgate-cluster-00000"
     # socket.request.max.bytes in Kafka: a frame larger than this closes the connection.
@@ -189,8 +214,16 @@ class BrokerConfig:
     allow_everyone_if_no_acl_found: bool = False
 
     @classmethod
-    def load(cls, path: str | Path | None, **overrides: object) -> BrokerConfig:
-        """Read a TOML file (keys as the field names) and apply non-None overrides."""
+    def load(cls, path: str | Path | None, environ: Mapping[str, str] | None = None,
+             **overrides: object) -> BrokerConfig:
+        """Settings from three places, each overriding the one before: the TOML file at `path`
+        (keys as the field names), the environment, then non-None `overrides` (command-line flags).
+
+        The environment rule is one for every setting: TMQGATE_ + the TOML key upper-cased, its
+        value read as a TOML value (`TMQGATE_NUM_PARTITIONS=3`,
+        `TMQGATE_LISTENERS='["PLAINTEXT://0.0.0.0:9092"]'`); a value that is not TOML (a bare
+        `0.0.0.0:9092`) is taken as a string. Other TMQGATE_* variables (TMQGATE_PASSWORD, ...)
+        are not settings and are left alone. `environ` defaults to os.environ."""
         values: dict[str, object] = {}
         if path:
             with open(path, "rb") as fh:
@@ -199,6 +232,7 @@ class BrokerConfig:
         unknown = set(values) - known
         if unknown:
             raise ValueError(f"unknown settings in {path}: {', '.join(sorted(unknown))}")
+        values.update(settings_from_env(known, os.environ if environ is None else environ))
         values.update({k: v for k, v in overrides.items() if v is not None})
         config = cls(**values)  # type: ignore[arg-type]
         config.check()

@@ -29,6 +29,7 @@ of the broker's users, as TDengine's taosAdapter does (`Authorization: Basic bas
 checked like SASL/PLAIN against the SCRAM credentials); a missing, malformed or wrong one is
 answered 401 with `WWW-Authenticate: Basic` and the JSON error body. An authenticated
 request carries its principal as `request[PRINCIPAL]` ("User:alice").
+`GET /metrics` (broker/metrics.py) is open like `/health` unless `metrics_auth = true`.
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ from aiohttp import web
 from yarl import URL
 
 from tmqgate.broker.client import ANONYMOUS
+from tmqgate.broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tmqgate.broker.tdengine import Caller, ParseTimeout, ParseWorkerDied, SqlError
 from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
+    from tmqgate.broker.metrics import Metrics
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.storage import Store
@@ -98,10 +101,10 @@ def unauthorized(code: int, desc: str) -> web.Response:
     return web.json_response({"code": code, "desc": desc}, status=401, headers=_CHALLENGE)
 
 
-def _auth_middleware(authenticate: Authenticate) -> Any:
+def _auth_middleware(authenticate: Authenticate, open_paths: frozenset[str] = OPEN_PATHS) -> Any:
     @web.middleware
     async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.path not in OPEN_PATHS:
+        if request.path not in open_paths:
             credentials = basic_credentials(request.headers.get("Authorization"))
             if credentials is None:
                 return unauthorized(NO_AUTH_INFO, "no auth info input: HTTP Basic credentials are required")
@@ -220,15 +223,18 @@ async def _answer(request: web.Request, handler: Any) -> web.StreamResponse:
 
 def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int,
              max_body_bytes: int = 1_048_576, served_as: str | None = None,
-             allowed_hosts: Sequence[str] = (), authenticate: Authenticate | None = None) -> web.Application:
+             allowed_hosts: Sequence[str] = (), authenticate: Authenticate | None = None,
+             metrics: Metrics | None = None, metrics_auth: bool = False) -> web.Application:
     """The HTTP front over the broker's SQL executor, store and topic registry. A body over
     `max_body_bytes` (the broker's max_sql_length, TDengine's 1 MiB SQL limit) is answered
     413 before it is read whole, so no SQL text longer than that is ever parsed. `served_as`
     (the configured `http` host:port) and `allowed_hosts` (`http_allowed_hosts`) are the Host
     names served besides the bound address and loopback. With `authenticate`, requests need
-    HTTP Basic credentials it accepts (not /health)."""
+    HTTP Basic credentials it accepts (not /health, nor /metrics unless `metrics_auth`).
+    With `metrics`, `GET /metrics` serves them in Prometheus' text format."""
     guard = _guard(HostCheck(served_as, allowed_hosts))
-    middlewares = [guard] if authenticate is None else [guard, _auth_middleware(authenticate)]
+    open_paths = OPEN_PATHS if metrics_auth else OPEN_PATHS | {"/metrics"}
+    middlewares = [guard] if authenticate is None else [guard, _auth_middleware(authenticate, open_paths)]
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
 
     async def health(_request: web.Request) -> web.Response:
@@ -275,6 +281,11 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
     app.router.add_post("/rest/sql", rest_sql)
     app.router.add_post("/rest/sql/{db}", rest_sql)
     app.router.add_get("/log-history", log_history)
+    if metrics is not None:
+        async def metrics_text(_request: web.Request) -> web.Response:
+            return web.Response(body=metrics.exposition(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+        app.router.add_get("/metrics", metrics_text)
     return app
 
 

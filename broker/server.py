@@ -45,6 +45,7 @@ from tmqgate.broker.listeners import (
     parse_listeners,
     server_ssl_context,
 )
+from tmqgate.broker.metrics import Metrics
 from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules
 from tmqgate.broker.quotas import ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
@@ -175,6 +176,9 @@ class Broker:
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
                                           config.log_rate_limit_interval_ms / 1000)
         self.quotas = ClientQuotaManagers(self.store, config, self.limited_log)
+        # GET /metrics (broker/metrics.py): handlers reach it through their contexts.
+        self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas)
+        self.metrics.rebalances = self.coordinator.machine.rebalances
 
     async def start(self) -> None:
         listeners = parse_listeners(self.config)
@@ -190,6 +194,7 @@ class Broker:
         self.advertised_by_listener = advertised_addresses(self.config, bound)
         if any(li.security_protocol in SASL_PROTOCOLS for li in listeners):
             self.authenticator = authenticator(self.config, self.store, self.limited_log)
+            self.metrics.authenticator = self.authenticator
         self.advertised = self.advertised_by_listener[listeners[0].name]
         self._handlers = bind(self.apis, self._contexts())
         self._tasks.append(asyncio.create_task(self._housekeeping()))
@@ -224,7 +229,8 @@ class Broker:
         auth = self.authorizer
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
-                                 cfg.max_decompressed_batch_bytes, quotas=self.quotas, authorizer=auth),
+                                 cfg.max_decompressed_batch_bytes, quotas=self.quotas, authorizer=auth,
+                                 metrics=self.metrics),
             AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
                                  authorizer=auth),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),
@@ -286,7 +292,8 @@ class Broker:
         cfg = self.config
         jobs: list[tuple[float, Any]] = [
             (cfg.retention_check_interval_ms / 1000,
-             lambda: self.store.enforce_retention(int(time.time() * 1000), self.retention_defaults())),
+             lambda: self.metrics.retention_removed(
+                 self.store.enforce_retention(int(time.time() * 1000), self.retention_defaults()))),
             (cfg.archiver_interval_ms / 1000, self._collect),
             (cfg.disk_check_interval_ms / 1000, self._check_space),
         ]
@@ -315,6 +322,7 @@ class Broker:
         removed = self.store.collect(max_total_bytes=cfg.data_max_bytes,
                                      disk_usage_max_percent=cfg.disk_usage_max_percent,
                                      volume_bytes=cfg.disk_volume_bytes)
+        self.metrics.archiver_removed(len(removed))
         if removed:
             log.warning("archiver removed %d WAL range(s) to stay within the disk limits", len(removed))
 
@@ -338,6 +346,7 @@ class Broker:
             writer.transport.abort()
             return
         memory = FrameMemory(self.pool)
+        self.metrics.connection(listener.name, 1)
         try:
             current_client.set(self._client_info(listener, peer, writer))
             await self._connection_loop(reader, writer, peer, memory)
@@ -354,6 +363,7 @@ class Broker:
         except Exception:
             log.exception("connection %s failed", peer)
         finally:
+            self.metrics.connection(listener.name, -1)
             memory.free()
             self.connection_limits.release(host)
             self._connections.discard(task)
@@ -434,18 +444,28 @@ class Broker:
             quotas = self.quotas
             clock = quotas.clock() if quotas.active else None
             throttle_ms = 0
+            metrics = self.metrics
+            started = time.perf_counter()
             try:
                 body = await self._handlers[request.api_key](request)
                 if clock is not None:  # client quotas: the throttle time goes in the answer
                     throttle_ms = quotas.charge(request, body, clock, size)
+                metrics.request(request.api_key, request.api_version, (time.perf_counter() - started) * 1000)
+                started = 0.0
                 if body is None:
                     if throttle_ms:
                         await asyncio.sleep(throttle_ms / 1000)
                     continue
                 # Large record payloads (Fetch's stored batches) go out uncopied.
+                if body.get("error_code"):  # the answer's top-level error (partitions' are the handlers')
+                    metrics.error(request.api_key, body["error_code"])
                 parts = encode_response_parts(request.api_key, request.api_version,
                                               request.correlation_id, body)
             except Exception as exc:  # every failure is an answer (CancelledError is not one)
+                if started:  # the handler failed (not the encoding of its answer): not counted yet
+                    metrics.request(request.api_key, request.api_version, (time.perf_counter() - started) * 1000)
+                metrics.error(request.api_key, exc.code if isinstance(exc, KafkaError)
+                              else ErrorCode.UNKNOWN_SERVER_ERROR)
                 body = self._failed(request, peer, exc)
                 if body is None:
                     return  # Kafka closes a connection it owes no answer (Produce acks=0)

@@ -136,6 +136,8 @@ class TopicRegistry:
         self.max_databases = max_databases
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[bytes, Topic] = {}
+        # database and TDengine topics: [rows scanned, rows delivered] by their views (metrics)
+        self.view_rows: dict[str, list[int]] = {}
         self.reload()
 
     def reload(self) -> None:
@@ -148,7 +150,7 @@ class TopicRegistry:
                 definition = TopicDef(info.name, "database", info.name, None, None,
                                       f"CREATE TOPIC {info.name} AS DATABASE {info.name}")
                 by_name[info.name] = Topic(info.name, info.topic_id, info.name, info.vgroups, {}, TSDB,
-                                           View(definition, self._store, self.catalog))
+                                           View(definition, self._store, self.catalog, self.view_rows))
             else:
                 by_name[info.name] = Topic(info.name, info.topic_id, info.name, info.vgroups,
                                            dict(info.configs))
@@ -156,7 +158,9 @@ class TopicRegistry:
             definition = TopicDef.from_json(name, tmq.definition)
             by_name[name] = Topic(name, tmq.topic_id, definition.db, vgroups.get(definition.db, 0),
                                   tmq_configs(definition), TMQ,
-                                  View(definition, self._store, self.catalog))
+                                  View(definition, self._store, self.catalog, self.view_rows))
+        for gone in [name for name in self.view_rows if name not in by_name]:
+            del self.view_rows[gone]
         self._by_name = by_name
         self._by_id = {t.topic_id: t for t in by_name.values()}
 

@@ -207,6 +207,10 @@ def new_broker(target: str, workdir: Path, *, config: dict[str, Any] | None = No
     """An unstarted broker of `target` ("tmqgate" | "kafka"): `config` in that broker's own
     terms (tmqgate's TOML keys, Kafka's properties), `extra_listeners` name -> security
     protocol beside PLAINTEXT; `listener_ports` has every listener's port once started."""
+    if target.endswith("-container"):  # the same broker as an image, with testcontainers
+        from .containers import new_container_broker
+
+        return new_container_broker(target, workdir, config=config, extra_listeners=extra_listeners)
     if target == "kafka":
         return RefKafkaProcess(workdir, config=config, extra_listeners=extra_listeners)
     return TmqgateProcess(workdir, config=config, extra_listeners=extra_listeners)

@@ -3,6 +3,9 @@
 `--target tmqgate` (default) starts `tmqgate serve` once per session; `--target kafka` starts
 the reference Apache Kafka broker instead, which is how we check the tests themselves are
 honest; `--bootstrap HOST:PORT` uses a broker that is already running (restart tests skip).
+`--target kafka-container` / `--target tmqgate-container` run the same suite against the
+apache/kafka image / the tmqgate image (deploy/Dockerfile) with testcontainers where a Docker
+engine is reachable, and skip it with one line where not (compat_tests/containers.py).
 """
 
 from __future__ import annotations
@@ -20,8 +23,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("compat", "tmqgate compatibility suite")
     group.addoption("--bootstrap", default=None, metavar="HOST:PORT",
                     help="use this already running broker (restart tests are skipped)")
-    group.addoption("--target", default="tmqgate", choices=("tmqgate", "kafka"),
-                    help="which broker to start: tmqgate (default) or the reference Apache Kafka")
+    group.addoption("--target", default="tmqgate",
+                    choices=("tmqgate", "kafka", "tmqgate-container", "kafka-container"),
+                    help="which broker to start: tmqgate (default) or the reference Apache Kafka; "
+                         "*-container: the same in a container (testcontainers, needs Docker)")
+
+
+def _kind(target: str) -> str:
+    """The broker a target runs: "tmqgate" or "kafka" (a container target runs the same one)."""
+    return target.removesuffix("-container")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -31,7 +41,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--target") != "kafka":
+    target = str(config.getoption("--target"))
+    if target.endswith("-container") and not config.getoption("--bootstrap"):
+        from .containers import docker_unavailable
+
+        reason = docker_unavailable()
+        if reason:
+            skip_all = pytest.mark.skip(reason=f"--target {target}: {reason}")
+            for item in items:
+                item.add_marker(skip_all)
+            return
+    if _kind(target) != "kafka":
         return
     skip = pytest.mark.skip(reason="tmqgate-only feature; target is reference Kafka")
     for item in items:
@@ -62,6 +82,12 @@ def _new_process(target: str, workdir: Path) -> BrokerProcess:
 
 @pytest.fixture(scope="session")
 def target(pytestconfig: pytest.Config) -> str:
+    """The broker under test, "tmqgate" or "kafka", however it runs (process or container)."""
+    return _kind(str(pytestconfig.getoption("--target")))
+
+
+def _runtime(pytestconfig: pytest.Config) -> str:
+    """--target as given: how new_broker starts the session's broker."""
     return str(pytestconfig.getoption("--target"))
 
 
@@ -72,7 +98,7 @@ def broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
     if bootstrap:
         yield Broker(bootstrap, target, external=True)
         return
-    proc = _new_process(target, tmp_path_factory.mktemp(f"{target}-session"))
+    proc = _new_process(_runtime(pytestconfig), tmp_path_factory.mktemp(f"{target}-session"))
     proc.start()
     try:
         yield Broker(proc.bootstrap, target, external=False)
@@ -85,7 +111,7 @@ def restartable_broker(pytestconfig: pytest.Config, tmp_path: Path, target: str)
     """A broker of the test's own that it may SIGKILL and restart on the same port and data."""
     if pytestconfig.getoption("--bootstrap"):
         pytest.skip("--bootstrap given: cannot kill and restart an external broker")
-    proc = _new_process(target, tmp_path / "restartable")
+    proc = _new_process(_runtime(pytestconfig), tmp_path / "restartable")
     proc.start()
     try:
         yield proc

@@ -27,6 +27,12 @@ operation and answers NOT_COORDINATOR, so the client looks the coordinator up ag
   after it is written; a refused one answers NOT_COORDINATOR and leaves the offsets and the
   group as they were;
 * a timer event (``tick``) that is refused is retried no sooner than ``RETRY_MS`` later.
+
+Rebalances are counted from the state changes each persisted event makes (``RebalanceStats``,
+plain numbers the broker's metrics read at scrape time): one begins when a group enters
+PreparingRebalance (classic) or Assigning/Reconciling (KIP-848) from a settled state, and is
+complete when the group is Stable again, with its time from begin to Stable; one that ends in
+Empty or Dead is counted as abandoned.
 """
 
 from __future__ import annotations
@@ -128,6 +134,37 @@ def _clone(value: Any, depth: int) -> Any:
     return value
 
 
+_SETTLED = frozenset({"Empty", "Stable", "Dead"})
+
+
+@dataclass
+class RebalanceStats:
+    """Rebalances since start per group protocol ("classic", "consumer"): completed (back to
+    Stable), their total time in ms, abandoned (ended Empty or Dead); see the module docstring."""
+
+    completed: dict[str, int] = field(default_factory=dict)
+    total_ms: dict[str, int] = field(default_factory=dict)
+    abandoned: dict[str, int] = field(default_factory=dict)
+    started: dict[str, int] = field(default_factory=dict)  # group id -> when its rebalance began (ms)
+
+    def note(self, group_id: str, kind: str, before: str | None, after: str, now: int) -> None:
+        """A persisted event took ``group_id`` (of protocol ``kind``) from ``before`` to ``after``."""
+        if before == after:
+            return
+        if after not in _SETTLED:
+            if before is None or before in _SETTLED:
+                self.started[group_id] = now
+            return
+        began = self.started.pop(group_id, None)
+        if began is None:
+            return
+        if after == "Stable":
+            self.completed[kind] = self.completed.get(kind, 0) + 1
+            self.total_ms[kind] = self.total_ms.get(kind, 0) + max(0, now - began)
+        else:
+            self.abandoned[kind] = self.abandoned.get(kind, 0) + 1
+
+
 class GroupCoordinator:
     """All groups of this node. Not thread-safe; the runtime drives it from one event loop."""
 
@@ -145,6 +182,7 @@ class GroupCoordinator:
         self.loading = True
         self._offset_groups: set[str] = set()
         self._topic_ids: dict[str, bytes] = {}
+        self.rebalances = RebalanceStats()
         self._load(now_ms)
         self.loading = False
 
@@ -186,6 +224,7 @@ class GroupCoordinator:
         persisted); a KIP-848 group persists all it has, so a refused event restores it from
         its stored metadata and costs no copy when the write goes through."""
         before = self.groups.get(group_id)
+        state_before = None if before is None else str(before.state)
         saved = _clone(before, 2) if isinstance(before, ClassicGroup) else None
         outer, self._outbox = self._outbox, []
         held = self._outbox
@@ -194,6 +233,9 @@ class GroupCoordinator:
             group = self.groups.get(group_id)
             if group is not None:
                 self._persist(group)
+                self.rebalances.note(group_id, group.kind, state_before, str(group.state), now)
+            elif before is not None and state_before is not None:  # the event removed the group
+                self.rebalances.note(group_id, before.kind, state_before, "Dead", now)
         except StorageIOError as exc:
             self._outbox = outer
             if own is not None and all(callback is not own for callback, _ in held):

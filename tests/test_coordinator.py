@@ -460,3 +460,25 @@ def test_many_members_single_generation(tmp_path: Any, n: int) -> None:
     c.tick(6000)
     gens = {r.value["generation_id"] for r in caps}  # type: ignore[index]
     assert gens == {1}
+
+
+# ---- rebalance statistics (GET /metrics) -------------------------------------------------
+
+
+def test_rebalances_counted_with_their_time(tmp_path: Any) -> None:
+    """stable_pair: A's rebalance (join at 0, Stable at 0), then B's (B joins at 10: A's group
+    goes to PreparingRebalance; Stable again when A's SyncGroup comes at 41)."""
+    c = make(tmp_path)
+    stable_pair(c)
+    stats = c.rebalances
+    assert stats.completed == {"classic": 2}
+    assert stats.total_ms == {"classic": 31}
+    assert stats.abandoned == {} and stats.started == {}
+
+
+def test_rebalance_ending_empty_is_abandoned(tmp_path: Any) -> None:
+    c = make(tmp_path)
+    a, ra = join_new(c, 0)
+    assert ra.code is E.NONE
+    c.leave_group(5, "g", [(a, None)])  # CompletingRebalance -> Empty
+    assert c.rebalances.completed == {} and c.rebalances.abandoned == {"classic": 1}

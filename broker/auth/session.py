@@ -152,6 +152,8 @@ class Authenticator:
         self.sleep = sleep
         # failed authentications are logged as Kafka does (INFO), at most so many per interval
         self.limited_log = limited_log or RateLimitedLog(log)
+        # failed authentications per listener since start (GET /metrics reads it)
+        self.failures: dict[str, int] = {}
         self._oauth_validator = make_validator(oauth or OAuthSettings()) if "OAUTHBEARER" in enabled else None
 
     def mechanism(self, name: str) -> MechanismServer:
@@ -306,6 +308,8 @@ class Session:
                                   "%s: %s", self._text, self.client.host, self.client.port,
                                   self.mechanism_name, exc.reason)
         self.state = State.FAILED
+        failures = self.auth.failures
+        failures[self.client.listener] = failures.get(self.client.listener, 0) + 1
         return message
 
     def _complete(self, principal: str) -> int:

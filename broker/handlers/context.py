@@ -3,7 +3,8 @@ holding only the collaborators that family uses (see broker/apis.py for how a ha
 names its family and how the server binds it).
 
 - `DataPlane` — Produce, Fetch, ListOffsets: the store, the topic registry, the notifier that
-  wakes long-polling fetches, and the SQL executor schemaless ingestion writes through;
+  wakes long-polling fetches, and the SQL executor schemaless ingestion writes through; the
+  broker's metrics (per-topic bytes and records, broker/metrics.py), None in unit tests;
 - `AdminApis` — topic administration, configs and client quotas: the store, the topic
   registry, the config, the quotas;
 - `ClusterApis` — ApiVersions, Metadata, DescribeCluster, DescribeTopicPartitions: this node
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.metrics import Metrics
     from tmqgate.broker.quotas import ClientQuotaManagers
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry
@@ -63,6 +65,7 @@ class DataPlane:
     max_decompressed_batch_bytes: int = 134_217_728  # BrokerConfig's: Produce's bomb bound
     quotas: ClientQuotaManagers | None = None  # Fetch caps its size under a consumer_byte_rate
     authorizer: Authorizer | None = None
+    metrics: Metrics | None = None  # bytes in/out and messages in per topic (broker/metrics.py)
 
 
 @dataclass(frozen=True)

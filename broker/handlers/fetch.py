@@ -127,6 +127,8 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                             entry["records"] = batches
                             total += size
                             budget -= size
+                            if ctx.metrics is not None:
+                                ctx.metrics.fetched(topic.name, size)
             parts.append(entry)
         responses.append({"topic": t.get("topic"), "topic_id": t.get("topic_id"), "partitions": parts})
     return responses, total, errors

@@ -79,6 +79,8 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                     entry["base_offset"], entry["log_append_time_ms"], entry["log_start_offset"] = (
                         append_records(ctx, topic, index, pdata["records"]))
                     entry["error_code"] = 0
+                    if ctx.metrics is not None:
+                        ctx.metrics.produced(topic.name, len(pdata["records"]), _record_count(pdata["records"]))
                 except ProduceError as exc:
                     entry["error_code"] = exc.code
                     entry["error_message"] = exc.message
@@ -88,12 +90,19 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                     entry["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
                     entry["error_message"] = str(exc)
             entry["error_code"] = int(entry["error_code"])
+            if entry["error_code"] and ctx.metrics is not None:
+                ctx.metrics.error(ApiKey.PRODUCE, entry["error_code"])
             partitions.append(entry)
         responses.append({"name": topic_data.get("name"), "topic_id": topic_data.get("topic_id"),
                           "partition_responses": partitions})
     if acks == 0:
         return None
     return {"responses": responses, "throttle_time_ms": 0}
+
+
+def _record_count(records: bytes) -> int:
+    """The record count of a v2 batch (its last 4 header bytes, 57..61), already validated."""
+    return int.from_bytes(records[57:61], "big", signed=True)
 
 
 def _has_transactional_records(body: dict[str, Any]) -> bool:

@@ -98,10 +98,14 @@ class _Run:
 class View:
     """Turns a vnode's WAL entries into the Kafka record batches of one topic."""
 
-    def __init__(self, topic: TopicDef, store: Store, catalog: TsdbCatalog) -> None:
+    def __init__(self, topic: TopicDef, store: Store, catalog: TsdbCatalog,
+                 rows: dict[str, list[int]] | None = None) -> None:
         self.topic = topic
         self._store = store
         self._catalog = catalog
+        # [rows scanned, rows delivered] since start, in `rows` under the topic's name: the
+        # owner's dict outlives the View (the registry rebuilds views on DDL); metrics read it
+        self.rows = (rows if rows is not None else {}).setdefault(topic.name, [0, 0])
         self._compiled: dict[str, _Compiled] = {}
         self._db_header = topic.db.encode()
 
@@ -132,7 +136,7 @@ class View:
         try:
             run = next(scan)
             while True:
-                run = scan.send(_run_batch(run, self._tags_for(run)))
+                run = scan.send(self._counted(run, _run_batch(run, self._tags_for(run))))
         except StopIteration as done:
             result: list[bytes] = done.value
             return result
@@ -149,10 +153,19 @@ class View:
             run = next(scan)
             while True:
                 tags = self._tags_for(run)
-                run = scan.send(await asyncio.to_thread(_run_batch, run, tags))
+                run = scan.send(self._counted(run, await asyncio.to_thread(_run_batch, run, tags)))
         except StopIteration as done:
             result: list[bytes] = done.value
             return result
+
+    def _counted(self, run: _Run, batch: bytes | None) -> bytes | None:
+        """Count a run's rows (scanned) and its batch's records (delivered: bytes 57..61 of a
+        v2 batch are its record count); `batch` is returned."""
+        rows = self.rows
+        rows[0] += sum(t.num_rows for t in run.tables)
+        if batch is not None:
+            rows[1] += int.from_bytes(batch[57:61], "big")
+        return batch
 
     def _tags_for(self, run: _Run) -> pa.Table | None:
         """The tag table a run's evaluation joins (looked up here: the catalog is the loop's)."""
