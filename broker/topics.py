@@ -15,6 +15,7 @@ The registry caches the catalog so the hot paths never touch LevelDB for it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,31 @@ TMQ = "tmq"  # a TDengine topic (read-only view)
 TMQ_AS = "tmq.as"
 TMQ_META = "tmq.meta"
 TMQ_DB = "tmq.db"
+
+
+# How a TDengine topic's definition is shown as configs (DescribeConfigs, kafka-topics
+# --describe): tmq.as is the query as given — the statement's text after its `AS`.
+_AS_TEXT = re.compile(r"^CREATE\s+TOPIC\s+(?:IF\s+NOT\s+EXISTS\s+)?(?:`[^`]*`|\S+)\s+"
+                      r"(?:(WITH|ONLY)\s+META\s+)?AS\s+", re.IGNORECASE)
+
+
+def tmq_configs(definition: TopicDef) -> dict[str, str]:
+    """The configs a TDengine topic shows: tmq.as (its query as given), tmq.db (the database it
+    reads) and tmq.meta when it has meta records — what CreateTopics takes to make it again."""
+    match = _AS_TEXT.match(definition.statement)
+    configs = {TMQ_AS: definition.statement[match.end():] if match else definition.statement,
+               TMQ_DB: definition.db}
+    if match and match.group(1):
+        configs[TMQ_META] = match.group(1).lower()
+    return configs
+
+
+def _in_config(exc: SqlError, offset: int) -> str:
+    """The message of an error in `CREATE TOPIC … AS <tmq.as>` with its position counted in the
+    tmq.as text the user gave (the statement around it is the broker's)."""
+    if exc.position is None or exc.position < offset:
+        return exc.message
+    return re.sub(rf"\bposition {exc.position}\b", f"position {exc.position - offset}", exc.message)
 
 
 class TopicError(KafkaError):
@@ -131,7 +157,7 @@ class TopicRegistry:
         for name, tmq in self._store.tmq_topics().items():
             definition = TopicDef.from_json(name, tmq.definition)
             by_name[name] = Topic(name, tmq.topic_id, definition.db, vgroups.get(definition.db, 0),
-                                  {TMQ_AS: definition.statement}, TMQ,
+                                  tmq_configs(definition), TMQ,
                                   View(definition, self._store, self.catalog, self.view_rows))
         for gone in [name for name in self.view_rows if name not in by_name]:
             del self.view_rows[gone]
@@ -211,16 +237,17 @@ class TopicRegistry:
         if meta not in ("", "with", "only"):
             raise TopicError(ErrorCode.INVALID_CONFIG, f"{TMQ_META} must be 'with' or 'only', not {meta!r}")
         # backquoted: a legal Kafka name ('my-topic') is not an unquoted TDengine one
-        text = f"CREATE TOPIC `{name}` {meta.upper() + ' META ' if meta else ''}AS {configs[TMQ_AS]}"
+        prefix = f"CREATE TOPIC `{name}` {meta.upper() + ' META ' if meta else ''}AS "
         try:
-            definition = topic_definition(self._store, self.catalog, text, configs.get(TMQ_DB))
+            definition = topic_definition(self._store, self.catalog, f"{prefix}{configs[TMQ_AS]}", configs.get(TMQ_DB))
         except SqlError as exc:
             if exc.code == INVALID_IDENTIFIER and exc.position == len("CREATE TOPIC "):  # the name itself
                 raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, exc.message) from None
-            raise TopicError(ErrorCode.INVALID_CONFIG, f"{TMQ_AS}: {exc.message}") from None
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{TMQ_AS}: {_in_config(exc, len(prefix))}") from None
         info = self._store.get_database(definition.db)
         assert info is not None  # topic_definition found it
         vgroups = info.vgroups
+        # -1 (Kafka's "the broker's default") takes the database's vnodes, as any count equal to them
         if partitions not in (-1, vgroups):
             raise TopicError(ErrorCode.INVALID_PARTITIONS,
                              f"A topic over database {definition.db} has its {vgroups} vnodes as partitions")

@@ -69,6 +69,8 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
         try:
             partitions, replication = _layout(ctx, t)
             configs = {c["name"]: c["value"] for c in t.get("configs") or []}
+            if configs.get(TMQ_AS) is not None and t["num_partitions"] == -1:
+                partitions = -1  # a TDengine topic's default: its database's vnodes, not num_partitions
             if auth is not None and configs.get(TMQ_AS) is not None:
                 # A TDengine topic (a view) shows its database's data: making one needs READ
                 # on the database's topic, so nobody reads through a view what they may not read.

@@ -136,6 +136,13 @@ def _alter(ctx: AdminApis, rtype: int, name: str, compute: Any, validate_only: b
         return out
     topic: Topic | None = ctx.topics.get(name)
     if topic is None:
+        # As Kafka's controller: the configs are validated before the topic is looked up, so
+        # `kafka-configs --alter --add-config tmq.as=…` on a new name says the name is unknown.
+        try:
+            validate_configs(compute({}))
+        except TopicError as exc:
+            out.update(error_code=int(exc.code), error_message=exc.message)
+            return out
         out.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), error_message=f"Topic '{name}' does not exist.")
         return out
     try:

@@ -1,0 +1,127 @@
+"""The README reads straight through (issue 13): every ```sh block of README.md runs, in order,
+in a fresh copy of the repository, against the one broker its first block starts.
+
+HTML comments just before a block tell this test how to run it (a reader never sees them):
+* `<!-- readme-test: background -->` — a long-running server: started in the background, the
+  test waits until it answers ApiVersions and stops it (SIGTERM) at the end;
+* `<!-- readme-test: skip (why) -->` — not run (the whole suite, a streaming job that runs
+  until stopped, a Spark cluster, the benchmarks);
+* `<!-- readme-test: expect TEXT -->` — the block's output (stdout and stderr) contains TEXT.
+Every other block must exit 0. So that it runs anywhere, the test gives the broker free ports
+(the README's 127.0.0.1:9092 and :6041 are rewritten), and leaves out the `pip install -e`
+set-up (the test environment has it); `scripts/install_java.sh` runs as written (the copy
+links the installed jars, so it finds them up to date).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from .cli_helpers import require_tools
+from .helpers import api_versions_ok, free_port, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = re.compile(r"((?:<!-- readme-test: [^\n]*-->\n)*)```sh\n(.*?)```\n", re.S)
+MARKER = re.compile(r"<!-- readme-test: (\w+) ?(.*?) ?-->")
+SETUP = ("python3 -m pip install -e . && ", "python3 -m pip install -e '.[test]' && ")
+BLOCK_TIMEOUT = 300.0
+
+
+@dataclass
+class Block:
+    line: int
+    text: str
+    skip: bool = False
+    background: bool = False
+    expect: list[str] = field(default_factory=list)
+
+
+def readme_blocks(text: str) -> list[Block]:
+    blocks = []
+    for m in BLOCK.finditer(text):
+        block = Block(text.count("\n", 0, m.start(2)) + 1, m.group(2))
+        for kind, arg in MARKER.findall(m.group(1)):
+            if kind == "skip":
+                block.skip = True
+            elif kind == "background":
+                block.background = True
+            elif kind == "expect":
+                block.expect.append(arg)
+            else:
+                raise AssertionError(f"README line {block.line}: unknown readme-test marker {kind!r}")
+        blocks.append(block)
+    return blocks
+
+
+def localize(text: str, kafka: str, http: str) -> str:
+    for setup in SETUP:
+        text = text.replace(setup, "")
+    text = text.replace("127.0.0.1:9092", kafka).replace("127.0.0.1:6041", http)
+    text = re.sub(r"\btmqgate serve\b", f"tmqgate serve --listen {kafka} --http {http}", text)
+    return re.sub(r"\btmqgate sql ", f"tmqgate sql --http {http} ", text)
+
+
+def fresh_copy(dest: Path) -> None:
+    """The repository's tracked files (README.md as it is now), and links to the installed jars."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    for lib in ("compat_tests/java/lib", "compat_tests/java/spark-lib"):
+        if (ROOT / lib).is_dir():
+            shutil.rmtree(dest / lib, ignore_errors=True)
+            (dest / lib).symlink_to(ROOT / lib)
+
+
+def test_readme_blocks_parse() -> None:
+    blocks = readme_blocks((ROOT / "README.md").read_text())
+    assert sum(b.background for b in blocks) == 1, "one block starts the broker"
+    assert blocks[0].background, "the README's first command starts the broker"
+    assert not any(re.search(r"\btmqgate serve\b", b.text) for b in blocks[1:] if not b.skip), \
+        "no later block starts a second broker"
+
+
+@pytest.mark.tmqgate_only
+def test_every_readme_block_runs_in_order(tmp_path: Path) -> None:
+    require_tools()
+    pytest.importorskip("pyspark")
+    work = tmp_path / "repo"
+    work.mkdir()
+    fresh_copy(work)
+    kafka, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    env = dict(os.environ)
+    server: subprocess.Popen[bytes] | None = None
+    server_log = tmp_path / "broker.log"
+    try:
+        for block in readme_blocks((work / "README.md").read_text()):
+            if block.skip:
+                continue
+            script = localize(block.text, kafka, http)
+            if block.background:
+                with server_log.open("wb") as log:
+                    server = subprocess.Popen(["bash", "-c", f"exec {script.strip()}"], cwd=work, env=env,
+                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                wait_until(lambda: api_versions_ok(kafka), 60, what=f"the broker of README line {block.line}")
+                continue
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env,
+                                  capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
+            out = done.stdout + done.stderr
+            where = f"README line {block.line}:\n{script}\n--- exit {done.returncode}, output ---\n{out}"
+            assert done.returncode == 0, where
+            for text in block.expect:
+                assert text in out, f"expected {text!r}\n{where}"
+    finally:
+        if server is not None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
+    assert server is not None and server.returncode == 0, server_log.read_text()
