@@ -449,7 +449,7 @@ class Broker:
                     if step.action is Action.ANSWER:
                         continue
                     return
-            started = time.monotonic()
+            request_started = time.monotonic()  # for slow_request_ms and the request log
             quotas = self.quotas
             clock = quotas.clock() if quotas.active else None
             throttle_ms = 0
@@ -482,7 +482,7 @@ class Broker:
                                               request.correlation_id, body)
             write_parts(transport, fd, parts)
             await writer.drain()
-            elapsed_ms = (time.monotonic() - started) * 1000
+            elapsed_ms = (time.monotonic() - request_started) * 1000
             if elapsed_ms >= self._slow_request_ms or _request_log.isEnabledFor(logging.DEBUG):
                 self._log_request(request, peer, elapsed_ms, body)
             if throttle_ms:
