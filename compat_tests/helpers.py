@@ -606,3 +606,25 @@ DRIVERS: dict[str, type[ClientDriver]] = {
 
 def driver(name: str, bootstrap: str) -> ClientDriver:
     return DRIVERS[name](bootstrap)
+
+
+def confluent_roundtrip(conf: dict[str, Any], topic: str, n: int) -> list[tuple[bytes, bytes, int]]:
+    """With confluent-kafka over `conf`: produce n keyed records k{i}/v{i} to
+    `topic` (acks=all), then read them back from the start: [(key, value, offset)]."""
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer({**conf, "acks": "all"})
+    for i in range(n):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: list[tuple[bytes, bytes, int]] = []
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append((msg.key(), msg.value(), msg.offset()))
+    consumer.close()
+    return got

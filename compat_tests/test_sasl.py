@@ -26,7 +26,7 @@ from kafka.net.sasl.scram import ScramClient
 
 from . import cli_helpers as cli
 from .certs import Certs, make_certs, tls_config
-from .helpers import unique_topic
+from .helpers import confluent_roundtrip, unique_topic
 from .raw import RawConn
 from .secure import (
     SecureBroker,
@@ -59,21 +59,7 @@ def _expected() -> list[tuple[bytes, bytes, int]]:
 
 
 def _confluent_roundtrip(conf: dict, topic: str) -> list[tuple[bytes, bytes, int]]:
-    producer = Producer({**conf, "acks": "all"})
-    for i in range(N):
-        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list[tuple[bytes, bytes, int]] = []
-    deadline = time.monotonic() + 60
-    while len(got) < N and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            got.append((msg.key(), msg.value(), msg.offset()))
-    consumer.close()
-    return got
+    return confluent_roundtrip(conf, topic, N)
 
 
 def _kafka_python_roundtrip(conf: dict, topic: str) -> list[tuple[bytes, bytes, int]]:

@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .brokers import BrokerProcess, new_broker
 from .certs import Certs, make_certs, reissue_server, tls_config
-from .helpers import unique_topic
+from .helpers import confluent_roundtrip, unique_topic
 
 
 @pytest.fixture(scope="module")
@@ -64,21 +64,7 @@ def _roundtrip(conf: dict[str, object], topic: str, n: int = 20) -> list[tuple[b
     """Create `topic`, produce n keyed records and read them back over `conf`'s listener."""
     admin = AdminClient(conf)
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    producer = Producer({**conf, "acks": "all"})
-    for i in range(n):
-        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list[tuple[bytes, bytes, int]] = []
-    deadline = time.monotonic() + 60
-    while len(got) < n and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            got.append((msg.key(), msg.value(), msg.offset()))
-    consumer.close()
-    return got
+    return confluent_roundtrip(conf, topic, n)
 
 
 def test_ssl_listener_roundtrip_and_metadata_names_it(tls_broker: BrokerProcess, certs: Certs) -> None:
