@@ -325,6 +325,23 @@ def test_offset_commit_with_member_epoch(tmp_path: Any) -> None:
     assert rows == [("t", [(0, E.GROUP_SUBSCRIBED_TO_TOPIC)])]
 
 
+def test_offset_fetch_accepts_the_epoch_just_replaced(tmp_path: Any) -> None:
+    """A fetch built before the heartbeat answer that moved the epoch is still served."""
+    c = make(tmp_path)
+    hb(c, 0)
+    hb(c, 10)  # m2 joins: epoch 2
+    hb(c, 20, "m1", 1, owned={"t": [0, 1, 2, 3]})
+    assert hb(c, 30, "m1", 1, owned={"t": [0, 1]})["member_epoch"] == 2
+    assert c.fetch_offsets("g", [("t", [0])], "m1", 1)[0] is E.NONE
+    assert c.fetch_offsets("g", [("t", [0])], "m1", 2)[0] is E.NONE
+    hb(c, 40, "m3")  # m3 joins: epoch 3; m1 gives up partition 1, then moves to epoch 3
+    assert parts(hb(c, 50, "m1", 2, owned={"t": [0, 1]})) == [0]
+    assert hb(c, 60, "m1", 2, owned={"t": [0]})["member_epoch"] == 3
+    assert c.fetch_offsets("g", [("t", [0])], "m1", 2)[0] is E.NONE
+    assert c.fetch_offsets("g", [("t", [0])], "m1", 1)[0] is E.STALE_MEMBER_EPOCH
+    assert c.commit_offsets(60, "g", "m1", None, 2, 9, [("t", 0, 5, -1, None)]) == [E.STALE_MEMBER_EPOCH]
+
+
 def test_protocol_conflicts(tmp_path: Any) -> None:
     from tests.test_coordinator import Capture, join_body
 
