@@ -74,6 +74,8 @@ _SIZE = struct.Struct(">i")
 # The StreamReader pauses its socket past twice this many unread bytes: what a connection may
 # buffer outside the request pool (frames themselves are reserved in the pool first).
 _READ_LIMIT = 64 * 1024
+#: After a refusal answer, how long the broker waits for the client to close first (seconds).
+_PEER_CLOSE_WAIT_S = 1.0
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
 
 
@@ -448,6 +450,8 @@ class Broker:
                         await writer.drain()
                     if step.action is Action.ANSWER:
                         continue
+                    if step.body is not None:
+                        await _let_peer_close_first(reader)
                     return
             request_started = time.monotonic()  # for slow_request_ms and the request log
             quotas = self.quotas
@@ -557,3 +561,18 @@ class Broker:
         body = api_versions_body(self.apis, ErrorCode.UNSUPPORTED_VERSION)
         body["api_keys"] = [k for k in body["api_keys"] if k["api_key"] == ApiKey.API_VERSIONS]
         return encode_response(ApiKey.API_VERSIONS, 0, correlation_id, body)
+
+
+async def _let_peer_close_first(reader: asyncio.StreamReader) -> None:
+    """Give a refused client the chance to read the answer and close the connection itself.
+
+    kafka-python 3.x drops the bytes it read when the same read ends in EOF (its
+    ``_sock_recv`` returns them with the error, and the transport aborts), so a failure answer
+    followed at once by the broker's FIN is lost whenever both arrive together — under load,
+    often. Every client closes on a failed authentication, so waiting for its EOF (bounded in
+    time and bytes) costs nothing; then the broker closes as Kafka does."""
+    with contextlib.suppress(TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+        async with asyncio.timeout(_PEER_CLOSE_WAIT_S):
+            left = _READ_LIMIT
+            while left > 0 and (chunk := await reader.read(min(left, 4096))):
+                left -= len(chunk)
