@@ -37,3 +37,9 @@ def check(machine: str, valid_previous: Mapping[S, frozenset[S]], current: S, ta
 def valid_transitions(valid_previous: Mapping[S, frozenset[S]]) -> set[tuple[S, S]]:
     """Every (from, to) pair a table allows."""
     return {(prev, target) for target, prevs in valid_previous.items() for prev in prevs}
+
+
+def from_moves(moves: Mapping[S, frozenset[S]]) -> dict[S, frozenset[S]]:
+    """A table written as moves (each state: the states it may go to), in the valid-previous
+    form ``check`` reads — for machines whose rules read best forwards (SASL exchanges)."""
+    return {target: frozenset(s for s, tos in moves.items() if target in tos) for target in moves}

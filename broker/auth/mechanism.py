@@ -13,7 +13,11 @@ SASL_AUTHENTICATION_FAILED and closes, as Kafka's SaslServerAuthenticator does:
 
 from __future__ import annotations
 
-from typing import Protocol
+import enum
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol
+
+from tmqgate.coordinator.transitions import check
 
 
 class AuthenticationFailed(Exception):
@@ -47,3 +51,31 @@ class MechanismServer(Protocol):
     def expires_ms(self) -> int | None:
         """When the credential itself expires (epoch ms: an OAuth token's exp), or None."""
         ...
+
+
+class MechanismBase:
+    """What every mechanism server here shares: its state moves only as its table allows (one
+    checked ``_move``), it is complete in its COMPLETE state, and its principal is the user's.
+    A subclass sets ``mechanism``, ``VALID_PREVIOUS`` (``transitions.from_moves`` of its moves)
+    and ``COMPLETE``, and keeps ``state`` and ``user``."""
+
+    mechanism: str
+    VALID_PREVIOUS: ClassVar[Mapping[Any, frozenset[Any]]]
+    COMPLETE: ClassVar[enum.Enum]
+    state: Any
+    user: str
+
+    @property
+    def complete(self) -> bool:
+        return self.state is self.COMPLETE
+
+    @property
+    def principal(self) -> str:
+        return f"User:{self.user}"
+
+    @property
+    def expires_ms(self) -> int | None:
+        return None
+
+    def _move(self, to: enum.Enum) -> None:
+        self.state = check(self.mechanism, self.VALID_PREVIOUS, self.state, to)

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tmqgate.broker.auth.mechanism import AuthenticationFailed
-from tmqgate.broker.auth.scram import IllegalTransition
+from tmqgate.broker.auth.mechanism import AuthenticationFailed, MechanismBase
+from tmqgate.coordinator.transitions import from_moves
 
 _KVSEP = "\x01"
 _CLIENT_FIRST = re.compile(
@@ -153,7 +153,7 @@ class State(enum.Enum):
     FAILED = "failed"
 
 
-TRANSITIONS: dict[State, frozenset[State]] = {
+_MOVES: dict[State, frozenset[State]] = {
     State.RECEIVE_CLIENT_FIRST: frozenset({State.COMPLETE, State.ERROR_SENT, State.FAILED}),
     State.ERROR_SENT: frozenset({State.FAILED}),
     State.COMPLETE: frozenset(),
@@ -162,7 +162,10 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 
 
 @dataclass
-class OAuthBearerServer:
+class OAuthBearerServer(MechanismBase):
+    VALID_PREVIOUS = from_moves(_MOVES)
+    COMPLETE = State.COMPLETE
+
     validator: Validator
     clock: Callable[[], float] = time.time
     mechanism: str = "OAUTHBEARER"
@@ -172,21 +175,8 @@ class OAuthBearerServer:
     _error: str = field(default="")
 
     @property
-    def complete(self) -> bool:
-        return self.state is State.COMPLETE
-
-    @property
-    def principal(self) -> str:
-        return f"User:{self.user}"
-
-    @property
     def expires_ms(self) -> int | None:
         return self._expires_ms
-
-    def _move(self, to: State) -> None:
-        if to not in TRANSITIONS[self.state]:
-            raise IllegalTransition(f"OAUTHBEARER: {self.state.value} -> {to.value}")
-        self.state = to
 
     def respond(self, token: bytes) -> bytes:
         if self.state is State.ERROR_SENT and token == _KVSEP.encode():

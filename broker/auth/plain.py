@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tmqgate.broker.auth import scram
-from tmqgate.broker.auth.mechanism import AuthenticationFailed
+from tmqgate.broker.auth.mechanism import AuthenticationFailed, MechanismBase
+from tmqgate.coordinator.transitions import from_moves
 from tmqgate.storage import ScramCredential
 
 INVALID = "Authentication failed: Invalid username or password"
@@ -37,37 +38,22 @@ class State(enum.Enum):
     FAILED = "failed"
 
 
-TRANSITIONS: dict[State, frozenset[State]] = {
+_MOVES: dict[State, frozenset[State]] = {
     State.RECEIVE_RESPONSE: frozenset({State.COMPLETE, State.FAILED}),
     State.COMPLETE: frozenset(),
     State.FAILED: frozenset(),
 }
 
 
-class PlainServer:
+class PlainServer(MechanismBase):
     mechanism = "PLAIN"
+    VALID_PREVIOUS = from_moves(_MOVES)
+    COMPLETE = State.COMPLETE
 
     def __init__(self, lookup: scram.Lookup) -> None:
         self._lookup = lookup
         self.state = State.RECEIVE_RESPONSE
         self.user = ""
-
-    @property
-    def complete(self) -> bool:
-        return self.state is State.COMPLETE
-
-    @property
-    def principal(self) -> str:
-        return f"User:{self.user}"
-
-    @property
-    def expires_ms(self) -> int | None:
-        return None
-
-    def _move(self, to: State) -> None:
-        if to not in TRANSITIONS[self.state]:
-            raise scram.IllegalTransition(f"PLAIN: {self.state.value} -> {to.value}")
-        self.state = to
 
     def respond(self, token: bytes) -> bytes:
         """The whole check on the calling thread (tests, tools)."""

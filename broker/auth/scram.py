@@ -30,7 +30,8 @@ import re
 import secrets
 from collections.abc import Callable
 
-from tmqgate.broker.auth.mechanism import AuthenticationFailed
+from tmqgate.broker.auth.mechanism import AuthenticationFailed, MechanismBase
+from tmqgate.coordinator.transitions import from_moves
 from tmqgate.storage import ScramCredential
 
 #: Kafka's ScramMechanism: the hash of each mechanism, and Kafka's bounds on iterations
@@ -116,7 +117,7 @@ class State(enum.Enum):
     FAILED = "failed"
 
 
-TRANSITIONS: dict[State, frozenset[State]] = {
+_MOVES: dict[State, frozenset[State]] = {
     State.RECEIVE_CLIENT_FIRST: frozenset({State.RECEIVE_CLIENT_FINAL, State.FAILED}),
     State.RECEIVE_CLIENT_FINAL: frozenset({State.COMPLETE, State.FAILED}),
     State.COMPLETE: frozenset(),
@@ -124,12 +125,11 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 }
 
 
-class IllegalTransition(RuntimeError):
-    """A bug: a move the table does not allow."""
-
-
-class ScramServer:
+class ScramServer(MechanismBase):
     """One SCRAM exchange (see the module docstring)."""
+
+    VALID_PREVIOUS = from_moves(_MOVES)
+    COMPLETE = State.COMPLETE
 
     def __init__(self, mechanism: str, lookup: Lookup, nonce: Callable[[], str] | None = None) -> None:
         if mechanism not in HASHES:
@@ -144,23 +144,6 @@ class ScramServer:
         self._server_first = ""
         self._gs2 = ""
         self._nonce_full = ""
-
-    @property
-    def complete(self) -> bool:
-        return self.state is State.COMPLETE
-
-    @property
-    def principal(self) -> str:
-        return f"User:{self.user}"
-
-    @property
-    def expires_ms(self) -> int | None:
-        return None
-
-    def _move(self, to: State) -> None:
-        if to not in TRANSITIONS[self.state]:
-            raise IllegalTransition(f"SCRAM: {self.state.value} -> {to.value}")
-        self.state = to
 
     def respond(self, token: bytes) -> bytes:
         step = _STEPS.get(self.state)

@@ -26,7 +26,7 @@ Rules (Kafka's):
 - once authenticated, SaslHandshake (when no re-authentication can start) and
   SaslAuthenticate go to their handlers (ILLEGAL_SASL_STATE, as KafkaApis answers).
 
-States and the requests each takes (`ALLOWED`), moves in `TRANSITIONS`, one checked `_move`:
+States and the requests each takes (`ALLOWED`), moves in `_MOVES`, one checked `_move`:
 HANDSHAKE_OR_VERSIONS -> HANDSHAKE | AUTHENTICATE | FAILED; HANDSHAKE -> AUTHENTICATE | FAILED;
 AUTHENTICATE -> AUTHENTICATE | COMPLETE | FAILED; COMPLETE -> REAUTHENTICATE;
 REAUTHENTICATE -> REAUTHENTICATE | COMPLETE | FAILED; FAILED is final.
@@ -49,6 +49,7 @@ from tmqgate.broker.auth.oauthbearer import OAuthBearerServer, OAuthSettings, ma
 from tmqgate.broker.auth.plain import PlainServer
 from tmqgate.broker.client import ClientInfo
 from tmqgate.broker.ratelimit import RateLimitedLog
+from tmqgate.coordinator.transitions import check, from_moves
 from tmqgate.protocol.error_response import error_response
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.messages import Request
@@ -85,7 +86,7 @@ ALLOWED: dict[State, frozenset[int] | None] = {
     State.FAILED: frozenset(),
 }
 
-TRANSITIONS: dict[State, frozenset[State]] = {
+_MOVES: dict[State, frozenset[State]] = {
     State.HANDSHAKE_OR_VERSIONS: frozenset({State.HANDSHAKE, State.AUTHENTICATE, State.FAILED}),
     State.HANDSHAKE: frozenset({State.AUTHENTICATE, State.FAILED}),
     State.AUTHENTICATE: frozenset({State.AUTHENTICATE, State.COMPLETE, State.FAILED}),
@@ -93,6 +94,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.REAUTHENTICATE: frozenset({State.REAUTHENTICATE, State.COMPLETE, State.FAILED}),
     State.FAILED: frozenset(),
 }
+_VALID_PREVIOUS = from_moves(_MOVES)
 
 
 class Action(enum.Enum):
@@ -187,9 +189,7 @@ class Session:
         self._reauth_bad_mechanism: str | None = None
 
     def _move(self, to: State) -> None:
-        if to not in TRANSITIONS[self.state]:
-            raise scram.IllegalTransition(f"SASL session: {self.state.value} -> {to.value}")
-        self.state = to
+        self.state = check("SASL session", _VALID_PREVIOUS, self.state, to)
 
     def max_frame(self, authenticated_limit: int) -> int:
         """The largest frame the connection may send now (Kafka bounds unauthenticated ones)."""
