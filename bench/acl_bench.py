@@ -22,8 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.workloads import raw_request_round  # noqa: E402
 from compat_tests.brokers import TmqgateProcess  # noqa: E402
-from compat_tests.raw import RawConn, one_record_batch  # noqa: E402
+from compat_tests.raw import RawConn  # noqa: E402
 from tmqgate.broker.acl.authorizer import Authorizer  # noqa: E402
 from tmqgate.broker.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType  # noqa: E402
 from tmqgate.broker.client import ClientInfo, current_client  # noqa: E402
@@ -64,23 +65,6 @@ def decision(n_acls: int, calls: int = 200_000) -> tuple[float, float]:
         return cached, fresh
 
 
-def _round(proc: TmqgateProcess, topic: str, requests: int) -> tuple[float, float]:
-    """(Produce µs per request, Fetch µs per request) on one connection: single-record
-    batches of 100 bytes (acks=1), then Fetches of the last record."""
-    batch = one_record_batch(b"x" * 100)
-    with RawConn(proc.bootstrap) as c:
-        t0 = time.perf_counter()
-        for _ in range(requests):
-            assert c.produce(topic, 0, batch, acks=1)["error_code"] == 0
-        produce = (time.perf_counter() - t0) / requests * 1e6
-        last = c.list_offsets(topic, 0, -1)["offset"] - 1
-        t0 = time.perf_counter()
-        for _ in range(requests):  # the last record: one small batch per answer
-            assert c.fetch(topic, 0, last)["error_code"] == 0
-        fetch = (time.perf_counter() - t0) / requests * 1e6
-    return produce, fetch
-
-
 def end_to_end(requests: int, rounds: int) -> dict[str, tuple[float, float]]:
     base = Path(tempfile.mkdtemp(prefix="acl-bench-"))
     procs = {
@@ -105,10 +89,10 @@ def end_to_end(requests: int, rounds: int) -> dict[str, tuple[float, float]]:
                 c.request(19, 7, {"topics": [{"name": "bench-t", "num_partitions": 1, "replication_factor": 1,
                                               "assignments": [], "configs": []}],
                                   "timeout_ms": 30000, "validate_only": False})
-            _round(proc, "bench-t", 200)  # warm-up
+            raw_request_round(proc.bootstrap, "bench-t", 200)  # warm-up
         for _ in range(rounds):
             for name, proc in procs.items():
-                results[name].append(_round(proc, "bench-t", requests))
+                results[name].append(raw_request_round(proc.bootstrap, "bench-t", requests))
     finally:
         for proc in procs.values():
             proc.stop()

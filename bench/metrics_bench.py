@@ -27,23 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.workloads import raw_request_round  # noqa: E402
 from compat_tests.brokers import TmqgateProcess  # noqa: E402
-from compat_tests.raw import RawConn, one_record_batch  # noqa: E402
-
-
-def _round(proc: TmqgateProcess, topic: str, requests: int) -> tuple[float, float]:
-    batch = one_record_batch(b"x" * 100)
-    with RawConn(proc.bootstrap) as c:
-        t0 = time.perf_counter()
-        for _ in range(requests):
-            assert c.produce(topic, 0, batch, acks=1)["error_code"] == 0
-        produce = (time.perf_counter() - t0) / requests * 1e6
-        last = c.list_offsets(topic, 0, -1)["offset"] - 1
-        t0 = time.perf_counter()
-        for _ in range(requests):
-            assert c.fetch(topic, 0, last)["error_code"] == 0
-        fetch = (time.perf_counter() - t0) / requests * 1e6
-    return produce, fetch
+from compat_tests.raw import RawConn  # noqa: E402
 
 
 def _start(proc: TmqgateProcess, pythonpath: str) -> None:
@@ -124,10 +110,10 @@ def main() -> None:
         for proc, path in procs.values():
             _start(proc, path)
             _create(proc, "bench-t", 1)
-            _round(proc, "bench-t", 200)  # warm-up
+            raw_request_round(proc.bootstrap, "bench-t", 200)  # warm-up
         for _ in range(args.rounds):
             for name, (proc, _) in procs.items():
-                results[name].append(_round(proc, "bench-t", args.requests))
+                results[name].append(raw_request_round(proc.bootstrap, "bench-t", args.requests))
         scrape_ms, size = _scrape_ms(procs["after"][0], args.groups)
     finally:
         for proc, _ in procs.values():

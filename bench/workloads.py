@@ -492,3 +492,23 @@ def rebalance(bootstrap: str, protocol: str, trials: int, partitions: int = 4,
     if times:
         out.update(median_s=statistics.median(times), min_s=min(times), max_s=max(times))
     return out
+
+
+def raw_request_round(bootstrap: str, topic: str, requests: int) -> tuple[float, float]:
+    """(Produce µs per request, Fetch µs per request) on one raw connection: single-record
+    batches of 100 bytes (acks=1) to partition 0, then as many Fetches of the last record —
+    the per-request cost a broker feature (ACLs, metrics) adds shows here undiluted."""
+    from compat_tests.raw import RawConn, one_record_batch
+
+    batch = one_record_batch(b"x" * 100)
+    with RawConn(bootstrap) as c:
+        t0 = time.perf_counter()
+        for _ in range(requests):
+            assert c.produce(topic, 0, batch, acks=1)["error_code"] == 0
+        produce = (time.perf_counter() - t0) / requests * 1e6
+        last = c.list_offsets(topic, 0, -1)["offset"] - 1
+        t0 = time.perf_counter()
+        for _ in range(requests):  # the last record: one small batch per answer
+            assert c.fetch(topic, 0, last)["error_code"] == 0
+        fetch = (time.perf_counter() - t0) / requests * 1e6
+    return produce, fetch
