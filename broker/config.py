@@ -161,8 +161,14 @@ class BrokerConfig:
     ssl_key_password: str | None = None
     # CA certificates, PEM, that client certificates must chain to (Kafka's ssl.truststore).
     ssl_cafile: str | None = None
-    # Kafka's ssl.client.auth: "required" | "requested" | "none".
+    # Kafka's ssl.client.auth: "required" | "requested" | "none" — for SSL listeners (and the
+    # HTTP front); a SASL_SSL listener takes only its own entry in listener_ssl_client_auth.
     ssl_client_auth: str = "none"
+    # Kafka's listener.name.<name>.ssl.client.auth, one entry per listener: listener name ->
+    # "required" | "requested" | "none", e.g. {EXTERNAL = "required", INTERNAL = "none"} is
+    # listener.name.external.ssl.client.auth=required and listener.name.internal.ssl.client.auth=none.
+    # A listener without an entry: ssl_client_auth on SSL, "none" on SASL_SSL (Kafka, KIP-684).
+    listener_ssl_client_auth: dict[str, str] = field(default_factory=dict)
     # The oldest TLS version offered: "TLSv1.2" or "TLSv1.3"; older versions are never offered.
     ssl_min_version: str = "TLSv1.2"
     # The HTTP SQL front over HTTPS with the same certificate (and ssl_client_auth) settings.
@@ -433,6 +439,10 @@ class BrokerConfig:
         if self.ssl_client_auth not in ("required", "requested", "none"):
             raise ConfigError(f"ssl_client_auth must be required, requested or none, not {self.ssl_client_auth!r}",
                               "ssl_client_auth")
+        for name, value in self.listener_ssl_client_auth.items():
+            if value not in ("required", "requested", "none"):
+                raise ConfigError(f"listener_ssl_client_auth: {name} must be required, requested or none, "
+                                  f"not {value!r}", "listener_ssl_client_auth")
         if self.ssl_min_version not in ("TLSv1.2", "TLSv1.3"):
             raise ConfigError(f"ssl_min_version must be TLSv1.2 or TLSv1.3, not {self.ssl_min_version!r}",
                               "ssl_min_version")

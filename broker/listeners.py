@@ -7,11 +7,17 @@ SASL_PLAINTEXT, SASL_SSL). An empty host binds every interface; port 0 takes a f
 An advertised listener names a listener and the address clients are told to use for it;
 a listener without one is advertised at its own address (the host's name for a wildcard).
 Metadata and FindCoordinator answer each client with the listener it came in on.
+
+A TLS listener's client-certificate policy is Kafka's `listener.name.<name>.ssl.client.auth`
+(`listener_ssl_client_auth[NAME]`) if given, else `ssl.client.auth` (`ssl_client_auth`) on an SSL
+listener and "none" on a SASL_SSL one (KIP-684: there the unprefixed setting is ignored, with a
+warning). Listeners with the same policy share one `ssl.SSLContext`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import ssl
 from asyncio import sslproto
@@ -24,6 +30,9 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 _WILDCARDS = ("", "0.0.0.0", "::")
+_VERIFY_MODES = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+
+log = logging.getLogger("tmqgate.listeners")
 
 
 class ListenerError(ValueError):
@@ -36,6 +45,7 @@ class Listener:
     security_protocol: str
     host: str  # "" = every interface
     port: int
+    ssl_client_auth: str = "none"  # a TLS listener's client-certificate policy (see the module doc)
 
     @property
     def tls(self) -> bool:
@@ -78,10 +88,29 @@ def parse_listeners(config: BrokerConfig) -> list[Listener]:
         if port and any(other.port == port for other in out):
             raise ListenerError(f"listeners {name} and "
                                 f"{next(o.name for o in out if o.port == port)} share port {port}")
-        out.append(Listener(name, protocol, host, port))
+        out.append(Listener(name, protocol, host, port, _client_auth(config, name, protocol)))
+    unknown = {k.upper() for k in config.listener_ssl_client_auth} - {li.name for li in out}
+    if unknown:
+        raise ListenerError(f"listener_ssl_client_auth names {', '.join(sorted(unknown))}, not one of the "
+                            f"listeners ({', '.join(li.name for li in out)})")
     if any(li.tls for li in out) and not (config.ssl_certfile and config.ssl_keyfile):
         raise ListenerError("a TLS listener (SSL or SASL_SSL) needs ssl_certfile and ssl_keyfile")
     return out
+
+
+def _client_auth(config: BrokerConfig, name: str, protocol: str) -> str:
+    """The listener's ssl.client.auth: its own (listener-prefixed) entry, else Kafka's rule."""
+    if protocol not in TLS_PROTOCOLS:
+        return "none"
+    own = {k.upper(): v for k, v in config.listener_ssl_client_auth.items()}.get(name)
+    if own is not None:
+        return own
+    if protocol == "SASL_SSL":
+        if config.ssl_client_auth != "none":
+            log.warning("ssl_client_auth = %r is ignored on SASL_SSL listener %s: as in Kafka, a SASL_SSL "
+                        "listener takes its own listener_ssl_client_auth entry only", config.ssl_client_auth, name)
+        return "none"
+    return config.ssl_client_auth
 
 
 def advertised_addresses(config: BrokerConfig, bound: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
@@ -103,15 +132,14 @@ def advertised_addresses(config: BrokerConfig, bound: dict[str, tuple[str, int]]
     return out
 
 
-def server_ssl_context(config: BrokerConfig) -> ssl.SSLContext:
-    """The TLS context every TLS listener shares: TLS 1.2 or newer, the broker's certificate,
-    and the client-certificate policy of `ssl_client_auth` (Kafka's ssl.client.auth)."""
+def server_ssl_context(config: BrokerConfig, client_auth: str | None = None) -> ssl.SSLContext:
+    """A TLS server context: TLS 1.2 or newer, the broker's certificate, and the client-certificate
+    policy `client_auth` (a listener's; default `ssl_client_auth`, Kafka's ssl.client.auth)."""
     send_handshake_alerts()
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3 if config.ssl_min_version == "TLSv1.3" else ssl.TLSVersion.TLSv1_2
     load_certificates(ctx, config)
-    ctx.verify_mode = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL,
-                       "none": ssl.CERT_NONE}[config.ssl_client_auth]
+    ctx.verify_mode = _VERIFY_MODES[client_auth or config.ssl_client_auth]
     return ctx
 
 

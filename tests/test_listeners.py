@@ -40,6 +40,22 @@ def test_bad_listener_settings_refuse_start(listeners: list[str], protocol_map: 
         parse_listeners(BrokerConfig(listeners=listeners, listener_security_protocol_map=protocol_map))
 
 
+def test_ssl_client_auth_per_listener() -> None:
+    """listener_ssl_client_auth is Kafka's listener.name.<name>.ssl.client.auth; without an entry
+    an SSL listener takes ssl_client_auth and a SASL_SSL one "none" (KIP-684)."""
+    cfg = BrokerConfig(listeners=["PLAINTEXT://:1", "MTLS://:2", "OPEN://:3", "SSL://:4", "SASL_SSL://:5",
+                                  "SECURE://:6"],
+                       listener_security_protocol_map={"MTLS": "SSL", "OPEN": "SSL", "SECURE": "SASL_SSL"},
+                       listener_ssl_client_auth={"mtls": "required", "OPEN": "none", "SECURE": "required"},
+                       ssl_client_auth="requested", ssl_certfile="c", ssl_keyfile="k")
+    assert {li.name: li.ssl_client_auth for li in parse_listeners(cfg)} == {
+        "PLAINTEXT": "none", "MTLS": "required", "OPEN": "none", "SSL": "requested", "SASL_SSL": "none",
+        "SECURE": "required"}
+    with pytest.raises(ListenerError, match="listener_ssl_client_auth names OTHER"):
+        parse_listeners(BrokerConfig(listeners=["SSL://:1"], listener_ssl_client_auth={"OTHER": "none"},
+                                     ssl_certfile="c", ssl_keyfile="k"))
+
+
 def test_advertised_listeners() -> None:
     cfg = BrokerConfig(listeners=["PLAINTEXT://0.0.0.0:0", "SASL_SSL://127.0.0.1:0"],
                        advertised_listeners=["PLAINTEXT://broker1.example:9092"])
