@@ -56,6 +56,8 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "log_rate_limit_interval_ms": (1, None),
     "quota_window_num": (1, None),  # quota.window.num: atLeast(1)
     "quota_window_size_seconds": (1, None),  # quota.window.size.seconds: atLeast(1)
+    "controller_quota_window_num": (1, None),  # controller.quota.window.num: atLeast(1)
+    "controller_quota_window_size_seconds": (1, None),  # controller.quota.window.size.seconds: atLeast(1)
 }
 
 
@@ -339,6 +341,11 @@ class BrokerConfig:
     quota_window_num: int = 11
     # Kafka's quota.window.size.seconds: the length of one sample.
     quota_window_size_seconds: int = 1
+    # Kafka's controller.quota.window.num: with controller_quota_window_size_seconds, the burst
+    # of a controller_mutation_rate quota's token bucket (rate x samples x window seconds).
+    controller_quota_window_num: int = 11
+    # Kafka's controller.quota.window.size.seconds: see controller_quota_window_num.
+    controller_quota_window_size_seconds: int = 1
     # --- Authorization ----------------------------------------------------------------------
     # "acl": Kafka's ACLs (StandardAuthorizer's decision, CreateAcls/DescribeAcls/DeleteAcls,
     # every API checks what Kafka checks); "none": no authorizer (everyone may do anything,

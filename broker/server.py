@@ -47,7 +47,7 @@ from tmqgate.broker.listeners import (
 )
 from tmqgate.broker.metrics import Metrics
 from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules
-from tmqgate.broker.quotas import ClientQuotaManagers
+from tmqgate.broker.quotas import MUTATION_APIS, ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
@@ -466,6 +466,8 @@ class Broker:
                 body = await self._handlers[request.api_key](request)
                 if clock is not None:  # client quotas: the throttle time goes in the answer
                     throttle_ms = quotas.charge(request, body, clock, size)
+                if body is not None and quotas.mutation_active and request.api_key in MUTATION_APIS:
+                    throttle_ms = max(throttle_ms, body.get("throttle_time_ms") or 0)  # controller_mutation_rate
                 metrics.request(request.api_key, request.api_version, (time.perf_counter() - started) * 1000)
                 started = 0.0
                 if body is None:
