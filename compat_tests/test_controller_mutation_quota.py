@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 
+from .brokers import BrokerProcess
 from .cli_helpers import require_tools, run
 from .conftest import Broker
 from .helpers import unique_topic
@@ -152,3 +153,21 @@ def test_create_partitions_and_delete_topics_count_partitions(broker: Broker, to
     assert _codes(results) == [0, 0, 0, THROTTLING_QUOTA_EXCEEDED] and throttle > 0
     [kept] = [n for n, code in results if code == THROTTLING_QUOTA_EXCEEDED]
     assert kept in _partitions(b, doomed)
+
+
+def test_user_quota_is_shared_by_its_client_ids(restartable_broker: BrokerProcess, tools: None) -> None:
+    """A user quota (`--entity-type users`; on PLAINTEXT every client is User:ANONYMOUS, so on a
+    broker of the test's own) is one bucket for all the user's client ids: what one client id
+    took, another finds gone."""
+    b = restartable_broker.bootstrap
+    run("kafka-configs", "--bootstrap-server", b, "--alter", "--entity-type", "users", "--entity-name",
+        "ANONYMOUS", "--add-config", f"controller_mutation_rate={RATE}")
+    wait_for(lambda: quotas_of(describe(b, [("user", MATCH_EXACT, "ANONYMOUS")])),
+             lambda q: q == {(("user", "ANONYMOUS"),): {"controller_mutation_rate": RATE}}, what="the user quota")
+    time.sleep(0.5)  # Kafka's broker applies the quota as it publishes the metadata image
+    first = [unique_topic("cmq-user") for _ in range(3)]
+    results, throttle = _create(b, "cmq-user-a", first)
+    assert results == [(n, 0, None) for n in first] and throttle == 0  # 55 -> -5
+    second = unique_topic("cmq-user")
+    results, throttle = _create(b, "cmq-user-b", [second])  # another client id, the same bucket
+    assert results == [(second, THROTTLING_QUOTA_EXCEEDED, None)] and throttle > 0
