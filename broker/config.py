@@ -171,6 +171,15 @@ class BrokerConfig:
     # listener.name.external.ssl.client.auth=required and listener.name.internal.ssl.client.auth=none.
     # A listener without an entry: ssl_client_auth on SSL, "none" on SASL_SSL (Kafka, KIP-684).
     listener_ssl_client_auth: dict[str, str] = field(default_factory=dict)
+    # Kafka's listener.name.<name>.ssl.keystore.location (its certificate part), per listener:
+    # listener name -> a PEM certificate chain used on that listener instead of ssl_certfile.
+    listener_ssl_certfile: dict[str, str] = field(default_factory=dict)
+    # Kafka's listener.name.<name>.ssl.keystore.location (its key part): listener name -> the PEM
+    # private key of that listener's certificate, instead of ssl_keyfile (same password setting).
+    listener_ssl_keyfile: dict[str, str] = field(default_factory=dict)
+    # Kafka's listener.name.<name>.ssl.truststore.location: listener name -> PEM CA certificates
+    # that client certificates on that listener must chain to, instead of ssl_cafile.
+    listener_ssl_cafile: dict[str, str] = field(default_factory=dict)
     # The oldest TLS version offered: "TLSv1.2" or "TLSv1.3"; older versions are never offered.
     ssl_min_version: str = "TLSv1.2"
     # The HTTP SQL front over HTTPS with the same certificate (and ssl_client_auth) settings.
@@ -431,6 +440,9 @@ class BrokerConfig:
             value = getattr(self, name)
             if value is not None and not Path(value).is_file():
                 raise ConfigError(f"{name} = {value!r}: no such file", name)
+            for listener, path in getattr(self, f"listener_{name}").items():
+                if not Path(path).is_file():
+                    raise ConfigError(f"listener_{name}: {listener} = {path!r}: no such file", f"listener_{name}")
         if self.authorizer not in ("acl", "none"):
             raise ConfigError(f'authorizer must be "acl" or "none", not {self.authorizer!r}', "authorizer")
         bad = [p for p in self.super_users if ":" not in p]

@@ -164,8 +164,8 @@ class Broker:
             self.executor.access = SqlAccess(self.authorizer, set_user_password=self._set_user_password)
         self.started_ms = int(time.time() * 1000)
         self._servers: list[tuple[Listener, asyncio.Server]] = []
-        # One TLS context per client-certificate policy in use (listeners with the same share it).
-        self._ssl: dict[str, ssl.SSLContext] = {}
+        # One TLS context per listener TLS settings in use (listeners with the same share it).
+        self._ssl: dict[tuple[str, str | None, str | None, str | None], tuple[Listener, ssl.SSLContext]] = {}
         self._mapping_rules = parse_rules(config.ssl_principal_mapping_rules)
         self.advertised_by_listener: dict[str, tuple[str, int]] = {}
         self.authenticator: Authenticator | None = None  # built at start if a listener speaks SASL
@@ -189,14 +189,13 @@ class Broker:
 
     async def start(self) -> None:
         listeners = parse_listeners(self.config)
-        self._ssl = {li.ssl_client_auth: server_ssl_context(self.config, li.ssl_client_auth)
-                     for li in listeners if li.tls}
+        self._ssl = {li.tls_settings: (li, server_ssl_context(self.config, li)) for li in listeners if li.tls}
         bound: dict[str, tuple[str, int]] = {}
         for listener in listeners:
             server = await asyncio.start_server(
                 functools.partial(self._serve_connection, listener=listener), listener.host or None,
                 listener.port, reuse_address=True, limit=_READ_LIMIT,
-                ssl=self._ssl[listener.ssl_client_auth] if listener.tls else None)
+                ssl=self._ssl[listener.tls_settings][1] if listener.tls else None)
             self._servers.append((listener, server))
             bound[listener.name] = (listener.host, server.sockets[0].getsockname()[1])
         self.advertised_by_listener = advertised_addresses(self.config, bound)
@@ -224,8 +223,8 @@ class Broker:
         if not self._ssl:
             return
         try:
-            for context in self._ssl.values():
-                load_certificates(context, self.config)
+            for listener, context in self._ssl.values():
+                load_certificates(context, self.config, listener)
         except (OSError, ssl.SSLError) as exc:  # keep serving with the certificates loaded before
             log.error("could not reload TLS certificates (%s); keeping the ones in use", exc)
             return

@@ -1,5 +1,6 @@
-"""Per-listener client authentication (issue 12 leftover): Kafka's
-`listener.name.<name>.ssl.client.auth` is tmqgate's `listener_ssl_client_auth = {NAME = ...}`.
+"""Per-listener TLS settings (issue 12 leftover): Kafka's `listener.name.<name>.ssl.client.auth`
+is tmqgate's `listener_ssl_client_auth = {NAME = ...}`, `listener.name.<name>.ssl.keystore.location`
+its `listener_ssl_certfile` / `listener_ssl_keyfile`.
 
 One broker, two SSL listeners with the same certificate: MTLS requires a client certificate,
 OPEN asks for none. A client without a certificate gets a TLS alert on MTLS and is served on
@@ -10,6 +11,7 @@ principal refuses it there, while on OPEN — no certificate asked, User:ANONYMO
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +28,7 @@ from confluent_kafka.admin import (
 )
 
 from .brokers import BrokerProcess, new_broker
-from .certs import CLIENT_SUBJECT, Certs, make_certs, tls_config
+from .certs import CLIENT_SUBJECT, Certs, make_certs, reissue_server, tls_config
 from .helpers import unique_topic
 from .raw import RawConn
 from .test_tls_clients import _refusal
@@ -37,24 +39,30 @@ TOPIC_AUTHORIZATION_FAILED = 29
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("listener-auth-certs"))
+    certs = make_certs(tmp_path_factory.mktemp("listener-auth-certs"))
+    reissue_server(certs, "CN=localhost-open,O=tmqgate-test", name="server-open")
+    return certs
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory, target: str, certs: Certs,
            pytestconfig: pytest.Config) -> Iterator[BrokerProcess]:
-    """PLAINTEXT, MTLS (SSL, client certificate required) and OPEN (SSL, none); the broker-wide
-    ssl client auth is "requested", so each SSL listener's own setting is what decides."""
+    """PLAINTEXT, MTLS (SSL, client certificate required) and OPEN (SSL, none, with a server
+    certificate of its own); the broker-wide ssl client auth is "requested", so each SSL
+    listener's own setting is what decides."""
     if pytestconfig.getoption("--bootstrap"):
         pytest.skip("--bootstrap given: these tests start a broker with TLS listeners")
     config: dict[str, Any] = tls_config(target, certs, "requested")
     if target == "kafka":
         config.update({"listener.name.mtls.ssl.client.auth": "required",
                        "listener.name.open.ssl.client.auth": "none",
+                       "listener.name.open.ssl.keystore.location": certs.keystore("server-open"),
                        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                        "super.users": "User:ANONYMOUS"})
     else:
         config.update({"listener_ssl_client_auth": {"MTLS": "required", "OPEN": "none"},
+                       "listener_ssl_certfile": {"OPEN": certs.cert("server-open")},
+                       "listener_ssl_keyfile": {"OPEN": certs.key("server-open")},
                        "authorizer": "acl", "super_users": ["User:ANONYMOUS"]})
     proc = new_broker(target, tmp_path_factory.mktemp(f"{target}-listener-auth"), config=config,
                       extra_listeners={"MTLS": "SSL", "OPEN": "SSL"})
@@ -102,3 +110,18 @@ def test_client_auth_per_listener(broker: BrokerProcess, certs: Certs) -> None:
     # On OPEN the same client presents no certificate (none asked): User:ANONYMOUS, served.
     assert _metadata_error(open_, certs, "client", topic) == 0
     assert _metadata_error(open_, certs, None, topic) == 0
+
+
+def _served_subject(port: int, certs: Certs) -> str:
+    ctx = ssl.create_default_context(cafile=certs.ca)
+    ctx.load_cert_chain(certs.cert("client"), certs.key("client"))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        cert = s.getpeercert()
+    return dict(x[0] for x in cert["subject"])["commonName"]
+
+
+def test_server_certificate_per_listener(broker: BrokerProcess, certs: Certs) -> None:
+    """OPEN serves its own certificate (listener.name.open.ssl.keystore.location), MTLS the broker's."""
+    assert _served_subject(broker.listener_ports["MTLS"], certs) == "localhost"
+    assert _served_subject(broker.listener_ports["OPEN"], certs) == "localhost-open"
