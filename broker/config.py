@@ -56,6 +56,8 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "log_rate_limit_interval_ms": (1, None),
     "quota_window_num": (1, None),  # quota.window.num: atLeast(1)
     "quota_window_size_seconds": (1, None),  # quota.window.size.seconds: atLeast(1)
+    "controller_quota_window_num": (1, None),  # controller.quota.window.num: atLeast(1)
+    "controller_quota_window_size_seconds": (1, None),  # controller.quota.window.size.seconds: atLeast(1)
 }
 
 
@@ -161,8 +163,23 @@ class BrokerConfig:
     ssl_key_password: str | None = None
     # CA certificates, PEM, that client certificates must chain to (Kafka's ssl.truststore).
     ssl_cafile: str | None = None
-    # Kafka's ssl.client.auth: "required" | "requested" | "none".
+    # Kafka's ssl.client.auth: "required" | "requested" | "none" — for SSL listeners (and the
+    # HTTP front); a SASL_SSL listener takes only its own entry in listener_ssl_client_auth.
     ssl_client_auth: str = "none"
+    # Kafka's listener.name.<name>.ssl.client.auth, one entry per listener: listener name ->
+    # "required" | "requested" | "none", e.g. {EXTERNAL = "required", INTERNAL = "none"} is
+    # listener.name.external.ssl.client.auth=required and listener.name.internal.ssl.client.auth=none.
+    # A listener without an entry: ssl_client_auth on SSL, "none" on SASL_SSL (Kafka, KIP-684).
+    listener_ssl_client_auth: dict[str, str] = field(default_factory=dict)
+    # Kafka's listener.name.<name>.ssl.keystore.location (its certificate part), per listener:
+    # listener name -> a PEM certificate chain used on that listener instead of ssl_certfile.
+    listener_ssl_certfile: dict[str, str] = field(default_factory=dict)
+    # Kafka's listener.name.<name>.ssl.keystore.location (its key part): listener name -> the PEM
+    # private key of that listener's certificate, instead of ssl_keyfile (same password setting).
+    listener_ssl_keyfile: dict[str, str] = field(default_factory=dict)
+    # Kafka's listener.name.<name>.ssl.truststore.location: listener name -> PEM CA certificates
+    # that client certificates on that listener must chain to, instead of ssl_cafile.
+    listener_ssl_cafile: dict[str, str] = field(default_factory=dict)
     # The oldest TLS version offered: "TLSv1.2" or "TLSv1.3"; older versions are never offered.
     ssl_min_version: str = "TLSv1.2"
     # The HTTP SQL front over HTTPS with the same certificate (and ssl_client_auth) settings.
@@ -333,6 +350,11 @@ class BrokerConfig:
     quota_window_num: int = 11
     # Kafka's quota.window.size.seconds: the length of one sample.
     quota_window_size_seconds: int = 1
+    # Kafka's controller.quota.window.num: with controller_quota_window_size_seconds, the burst
+    # of a controller_mutation_rate quota's token bucket (rate x samples x window seconds).
+    controller_quota_window_num: int = 11
+    # Kafka's controller.quota.window.size.seconds: see controller_quota_window_num.
+    controller_quota_window_size_seconds: int = 1
     # --- Authorization ----------------------------------------------------------------------
     # "acl": Kafka's ACLs (StandardAuthorizer's decision, CreateAcls/DescribeAcls/DeleteAcls,
     # every API checks what Kafka checks); "none": no authorizer (everyone may do anything,
@@ -418,6 +440,9 @@ class BrokerConfig:
             value = getattr(self, name)
             if value is not None and not Path(value).is_file():
                 raise ConfigError(f"{name} = {value!r}: no such file", name)
+            for listener, path in getattr(self, f"listener_{name}").items():
+                if not Path(path).is_file():
+                    raise ConfigError(f"listener_{name}: {listener} = {path!r}: no such file", f"listener_{name}")
         if self.authorizer not in ("acl", "none"):
             raise ConfigError(f'authorizer must be "acl" or "none", not {self.authorizer!r}', "authorizer")
         bad = [p for p in self.super_users if ":" not in p]
@@ -433,6 +458,10 @@ class BrokerConfig:
         if self.ssl_client_auth not in ("required", "requested", "none"):
             raise ConfigError(f"ssl_client_auth must be required, requested or none, not {self.ssl_client_auth!r}",
                               "ssl_client_auth")
+        for name, value in self.listener_ssl_client_auth.items():
+            if value not in ("required", "requested", "none"):
+                raise ConfigError(f"listener_ssl_client_auth: {name} must be required, requested or none, "
+                                  f"not {value!r}", "listener_ssl_client_auth")
         if self.ssl_min_version not in ("TLSv1.2", "TLSv1.3"):
             raise ConfigError(f"ssl_min_version must be TLSv1.2 or TLSv1.3, not {self.ssl_min_version!r}",
                               "ssl_min_version")

@@ -7,11 +7,20 @@ SASL_PLAINTEXT, SASL_SSL). An empty host binds every interface; port 0 takes a f
 An advertised listener names a listener and the address clients are told to use for it;
 a listener without one is advertised at its own address (the host's name for a wildcard).
 Metadata and FindCoordinator answer each client with the listener it came in on.
+
+A TLS listener's client-certificate policy is Kafka's `listener.name.<name>.ssl.client.auth`
+(`listener_ssl_client_auth[NAME]`) if given, else `ssl.client.auth` (`ssl_client_auth`) on an SSL
+listener and "none" on a SASL_SSL one (KIP-684: there the unprefixed setting is ignored, with a
+warning). Its certificate, key and trusted CAs are likewise its own where given
+(`listener_ssl_certfile` / `listener_ssl_keyfile` / `listener_ssl_cafile`[NAME], Kafka's
+`listener.name.<name>.ssl.keystore.location` / `.ssl.truststore.location`), else the broker's.
+Listeners with the same settings share one `ssl.SSLContext`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import ssl
 from asyncio import sslproto
@@ -24,6 +33,10 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 _WILDCARDS = ("", "0.0.0.0", "::")
+_LISTENER_FILES = ("ssl_certfile", "ssl_keyfile", "ssl_cafile")
+_VERIFY_MODES = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+
+log = logging.getLogger("tmqgate.listeners")
 
 
 class ListenerError(ValueError):
@@ -36,6 +49,15 @@ class Listener:
     security_protocol: str
     host: str  # "" = every interface
     port: int
+    ssl_client_auth: str = "none"  # a TLS listener's client-certificate policy (see the module doc)
+    ssl_certfile: str | None = None  # a TLS listener's own files (None: the broker's ssl_* ones)
+    ssl_keyfile: str | None = None
+    ssl_cafile: str | None = None
+
+    @property
+    def tls_settings(self) -> tuple[str, str | None, str | None, str | None]:
+        """What its TLS context is made of (listeners with the same share one)."""
+        return self.ssl_client_auth, self.ssl_certfile, self.ssl_keyfile, self.ssl_cafile
 
     @property
     def tls(self) -> bool:
@@ -78,10 +100,34 @@ def parse_listeners(config: BrokerConfig) -> list[Listener]:
         if port and any(other.port == port for other in out):
             raise ListenerError(f"listeners {name} and "
                                 f"{next(o.name for o in out if o.port == port)} share port {port}")
-        out.append(Listener(name, protocol, host, port))
-    if any(li.tls for li in out) and not (config.ssl_certfile and config.ssl_keyfile):
-        raise ListenerError("a TLS listener (SSL or SASL_SSL) needs ssl_certfile and ssl_keyfile")
+        files = {k: ({n.upper(): v for n, v in getattr(config, f"listener_{k}").items()}.get(name)
+                     if protocol in TLS_PROTOCOLS else None) for k in _LISTENER_FILES}
+        out.append(Listener(name, protocol, host, port, _client_auth(config, name, protocol), **files))
+    for setting in ("ssl_client_auth", *_LISTENER_FILES):
+        unknown = {k.upper() for k in getattr(config, f"listener_{setting}")} - {li.name for li in out}
+        if unknown:
+            raise ListenerError(f"listener_{setting} names {', '.join(sorted(unknown))}, not one of the "
+                                f"listeners ({', '.join(li.name for li in out)})")
+    for li in out:
+        if li.tls and not ((li.ssl_certfile or config.ssl_certfile) and (li.ssl_keyfile or config.ssl_keyfile)):
+            raise ListenerError(f"TLS listener {li.name} (SSL or SASL_SSL) needs ssl_certfile and ssl_keyfile "
+                                f"(or its own listener_ssl_certfile and listener_ssl_keyfile)")
     return out
+
+
+def _client_auth(config: BrokerConfig, name: str, protocol: str) -> str:
+    """The listener's ssl.client.auth: its own (listener-prefixed) entry, else Kafka's rule."""
+    if protocol not in TLS_PROTOCOLS:
+        return "none"
+    own = {k.upper(): v for k, v in config.listener_ssl_client_auth.items()}.get(name)
+    if own is not None:
+        return own
+    if protocol == "SASL_SSL":
+        if config.ssl_client_auth != "none":
+            log.warning("ssl_client_auth = %r is ignored on SASL_SSL listener %s: as in Kafka, a SASL_SSL "
+                        "listener takes its own listener_ssl_client_auth entry only", config.ssl_client_auth, name)
+        return "none"
+    return config.ssl_client_auth
 
 
 def advertised_addresses(config: BrokerConfig, bound: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
@@ -103,25 +149,28 @@ def advertised_addresses(config: BrokerConfig, bound: dict[str, tuple[str, int]]
     return out
 
 
-def server_ssl_context(config: BrokerConfig) -> ssl.SSLContext:
-    """The TLS context every TLS listener shares: TLS 1.2 or newer, the broker's certificate,
-    and the client-certificate policy of `ssl_client_auth` (Kafka's ssl.client.auth)."""
+def server_ssl_context(config: BrokerConfig, listener: Listener | None = None) -> ssl.SSLContext:
+    """A TLS server context: TLS 1.2 or newer, the certificate, and the client-certificate policy
+    of `listener` (its own settings, else the broker's; without one the broker's: the HTTP front)."""
     send_handshake_alerts()
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3 if config.ssl_min_version == "TLSv1.3" else ssl.TLSVersion.TLSv1_2
-    load_certificates(ctx, config)
-    ctx.verify_mode = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL,
-                       "none": ssl.CERT_NONE}[config.ssl_client_auth]
+    load_certificates(ctx, config, listener)
+    ctx.verify_mode = _VERIFY_MODES[listener.ssl_client_auth if listener is not None else config.ssl_client_auth]
     return ctx
 
 
-def load_certificates(ctx: ssl.SSLContext, config: BrokerConfig) -> None:
-    """(Re)load the certificate chain and the trusted CAs into `ctx`: new handshakes use them,
-    established connections keep theirs (what SIGHUP does, as Kafka's dynamic keystore update)."""
-    assert config.ssl_certfile and config.ssl_keyfile
-    ctx.load_cert_chain(config.ssl_certfile, config.ssl_keyfile, password=config.ssl_key_password)
-    if config.ssl_cafile:
-        ctx.load_verify_locations(cafile=config.ssl_cafile)
+def load_certificates(ctx: ssl.SSLContext, config: BrokerConfig, listener: Listener | None = None) -> None:
+    """(Re)load the certificate chain and the trusted CAs into `ctx` (`listener`'s own files where
+    it has them): new handshakes use them, established connections keep theirs (what SIGHUP
+    does, as Kafka's dynamic keystore update)."""
+    own = listener if listener is not None else Listener("", "", "", 0)
+    certfile, keyfile = own.ssl_certfile or config.ssl_certfile, own.ssl_keyfile or config.ssl_keyfile
+    cafile = own.ssl_cafile or config.ssl_cafile
+    assert certfile and keyfile
+    ctx.load_cert_chain(certfile, keyfile, password=config.ssl_key_password)
+    if cafile:
+        ctx.load_verify_locations(cafile=cafile)
 
 
 def send_handshake_alerts() -> None:

@@ -310,7 +310,8 @@ class Metrics:
             throttle_ms = CounterMetricFamily("tmqgate_quota_throttle_time_ms",
                                               "Throttle time given by a client quota, in ms", labels=["quota"])
             for kind, manager in (("Produce", self.quotas.produce), ("Fetch", self.quotas.fetch),
-                                  ("Request", self.quotas.request)):
+                                  ("Request", self.quotas.request),
+                                  ("ControllerMutation", self.quotas.controller_mutation)):
                 throttled.add_metric([kind], manager.stats.throttled)
                 throttle_ms.add_metric([kind], manager.stats.throttle_ms)
             yield throttled

@@ -6,9 +6,9 @@ Rules (Kafka's ClientQuotaControlManager, ClientQuotasImage, ClientQuotaManager)
   `ip` (alone); a name of None is the type's default entity (`<default>`). User and client-id
   entities take `producer_byte_rate`, `consumer_byte_rate` (integral, bytes/s),
   `request_percentage` and `controller_mutation_rate`; ip entities `connection_creation_rate`.
-  Every value must be > 0. All but `controller_mutation_rate` (stored and described only) are
-  enforced here; `connection_creation_rate` as Kafka's SocketServer does: a new connection that
-  takes its ip's rate over the quota is closed unserved after the throttle time.
+  Every value must be > 0. All are enforced here; `connection_creation_rate` as Kafka's
+  SocketServer does: a new connection that takes its ip's rate over the quota is closed unserved
+  after the throttle time.
 - AlterClientQuotas is checked entity by entity (an entity's changes all apply or none do),
   in one WriteBatch (`storage.quotas`); `validate_only` checks and writes nothing.
 - Which quota applies to a connection (user = the principal's name, client id = the request
@@ -26,7 +26,21 @@ Rules (Kafka's ClientQuotaControlManager, ClientQuotasImage, ClientQuotaManager)
   throttled Fetch returns no data and its bytes are taken back, and a Fetch never asks for
   more than the quota allows in a window), request_percentage the handler's time (waits for
   data or for a group rebalance excluded) as a percentage of one thread.
-- With no quota set, the server asks nothing of this module (`ClientQuotaManagers.active`).
+- `controller_mutation_rate` (KIP-599, Kafka's ControllerMutationQuotaManager): the partitions
+  CreateTopics, CreatePartitions and DeleteTopics create or delete, per user / client id (the
+  same levels), against a token bucket of `controller_quota_window_num` x
+  `controller_quota_window_size_seconds` seconds of the rate (a new bucket is full; it refills
+  at the rate; tokens may go negative). A request asks `mutation_quota(...)` for a
+  `MutationQuota` and records each topic's partitions, after the topic's other checks, as
+  Kafka's controller does (validate_only too):
+  - strict (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+): a topic is refused with
+    THROTTLING_QUOTA_EXCEEDED when the bucket is already below zero (one that still has tokens
+    takes any number of partitions);
+  - permissive (older versions): every topic is taken and recorded.
+  Either way, once the bucket is below zero, throttle_time_ms = the time it takes to refill to
+  zero (tokens / rate), less the time since it was measured; the connection is muted for it.
+- With no quota set, the server asks nothing of this module (`ClientQuotaManagers.active`,
+  `mutation_active`).
 """
 
 from __future__ import annotations
@@ -69,6 +83,8 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
 # Kafka's ApiKeys SASL_HANDSHAKE and SASL_AUTHENTICATE never reach its request quota.
 _EXEMPT = frozenset({17, 36})
+# CreateTopics, DeleteTopics, CreatePartitions: the APIs under controller_mutation_rate
+MUTATION_APIS = frozenset({19, 20, 37})
 _PRODUCE, _FETCH = 0, 1
 
 Entity = tuple[tuple[str, str | None], ...]  # (type, name or None = default), sorted by type
@@ -340,6 +356,75 @@ class Rate:
         return self.total / (window / 1000.0), window
 
 
+class TokenBucket:
+    """Kafka's TokenBucket stat: credits refilled at the quota's rate up to `burst`, taken by
+    each record (and allowed below zero). A new bucket is full (Kafka's starts at time 0)."""
+
+    __slots__ = ("tokens", "last")
+
+    def __init__(self) -> None:
+        self.tokens = 0.0
+        self.last: int | None = None
+
+    def _refill(self, rate: float, burst: float, now: int) -> None:
+        elapsed = burst / rate if self.last is None else (now - self.last) / 1000.0
+        self.tokens = min(burst, self.tokens + rate * elapsed)
+        self.last = now
+
+    def measure(self, rate: float, burst: float, now: int) -> float:
+        self._refill(rate, burst, now)
+        return self.tokens
+
+    def record(self, value: float, rate: float, burst: float, now: int) -> None:
+        self._refill(rate, burst, now)
+        self.tokens = min(burst, self.tokens - value)
+
+
+class MutationQuota:
+    """One request's controller mutation quota (Kafka's Strict- / PermissiveControllerMutationQuota)."""
+
+    __slots__ = ("_bucket", "_rate", "_burst", "strict", "_throttle_ms", "_recorded_at", "_on_throttle")
+
+    def __init__(self, bucket: TokenBucket, rate: float, burst: float, strict: bool,
+                 on_throttle: Any = None) -> None:
+        self._bucket, self._rate, self._burst, self.strict = bucket, rate, burst, strict
+        self._throttle_ms = 0
+        self._recorded_at = 0
+        self._on_throttle = on_throttle
+
+    def record(self, permits: int) -> bool:
+        """Take `permits` partition mutations; False (nothing taken) when a strict quota is
+        exhausted: the topic is then answered THROTTLING_QUOTA_EXCEEDED."""
+        now = _now_ms()
+        bucket = self._bucket
+        if self.strict:
+            tokens = bucket.measure(self._rate, self._burst, now)
+            if tokens < 0:
+                self._violated(tokens, now)
+                return False
+            bucket.record(permits, self._rate, self._burst, now)
+            return True
+        bucket.record(permits, self._rate, self._burst, now)
+        tokens = bucket.measure(self._rate, self._burst, now)
+        if tokens < 0:
+            self._violated(tokens, now)
+        return True
+
+    def _violated(self, tokens: float, now: int) -> None:
+        # ControllerMutationQuotaManager.throttleTimeMs: the time to refill the bucket to zero
+        self._throttle_ms = int(-tokens / self._rate * 1000 + 0.5)
+        self._recorded_at = now
+
+    def throttle_time_ms(self) -> int:
+        """The throttle time for the answer: the last violation's, less the time since."""
+        if not self._throttle_ms:
+            return 0
+        left = max(0, self._throttle_ms - (_now_ms() - self._recorded_at))
+        if left and self._on_throttle is not None:
+            self._on_throttle(left)
+        return left
+
+
 @dataclass
 class ThrottleStats:
     """What a quota type has throttled since start (for logs and, later, metrics)."""
@@ -545,6 +630,14 @@ class ClientQuotaManagers:
         self.fetch = QuotaManager(CONSUMER_BYTE_RATE, self.configs, window_ms, n)
         # ClientRequestQuotaManager bounds its throttle time to one sample window.
         self.request = QuotaManager(REQUEST_PERCENTAGE, self.configs, window_ms, n, max_throttle_ms=window_ms)
+        # controller_mutation_rate: its own window settings (Kafka's controller.quota.window.*);
+        # the QuotaManager resolves which quota applies, the token buckets are per sensor tags.
+        self.controller_mutation = QuotaManager(CONTROLLER_MUTATION_RATE, self.configs,
+                                                config.controller_quota_window_size_seconds * 1000,
+                                                config.controller_quota_window_num)
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self._next_bucket_sweep = 0
+        self.mutation_active = False
         self._limited_log = limited_log
         self._next_expiry = 0
         # (principal, client id) -> whether any enforced quota applies to it (per configs.version)
@@ -560,6 +653,7 @@ class ClientQuotaManagers:
         enforced = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
         entities = self.configs.entities
         self.active = any(k in v for v in entities.values() for k in enforced)
+        self.mutation_active = any(CONTROLLER_MUTATION_RATE in v for v in entities.values())
         # connection_creation_rate by ip (SocketServer's ConnectionQuotas): the ip's own, else the default
         self._ip_rates = {_ip_key(e[0][1]): v[CONNECTION_CREATION_RATE] for e, v in entities.items()
                           if e[0][0] == IP and CONNECTION_CREATION_RATE in v}
@@ -587,6 +681,37 @@ class ClientQuotaManagers:
             return 0
         sensor.record(-1.0, now, window_ms, n)
         return min(int((rate - bound) / bound * window + 0.5), window_ms)
+
+    def mutation_quota(self, client_id: str | None, api_version: int, strict_since: int) -> MutationQuota | None:
+        """The controller mutation quota of this request (Kafka's newQuotaFor: strict from
+        `strict_since`, else permissive), or None when no controller_mutation_rate applies."""
+        if not self.mutation_active:
+            return None
+        manager = self.controller_mutation
+        user, cid = _user_of(current_client.get().principal), client_id or ""
+        found = manager.resolve(user, cid)
+        if found is None:
+            return None
+        tags, rate = found
+        now = _now_ms()
+        if now >= self._next_bucket_sweep:  # a bucket idle long enough to be full again is a new one
+            self._next_bucket_sweep = now + 60_000
+            refill_ms = manager.samples * manager.window_ms
+            for key in [k for k, b in self._buckets.items()
+                        if b.last is not None and b.tokens >= 0 and now - b.last >= refill_ms]:
+                del self._buckets[key]
+        bucket = self._buckets.get(tags)
+        if bucket is None:
+            bucket = self._buckets[tags] = TokenBucket()
+        burst = rate * manager.samples * manager.window_ms / 1000
+
+        def on_throttle(ms: int) -> None:
+            manager.note_throttle(user, cid, ms)
+            if self._limited_log is not None:
+                self._limited_log.log(logging.INFO, "quota-throttle", "throttled client id %r (user %r) for %d ms: "
+                                      "%s quota", cid, user, ms, CONTROLLER_MUTATION_RATE)
+
+        return MutationQuota(bucket, rate, burst, api_version >= strict_since, on_throttle)
 
     def alter(self, entries: list[dict[str, Any]], validate_only: bool,
               resolvable: Mapping[str, bool] | None = None) -> list[AlterResult]:
@@ -655,7 +780,7 @@ class ClientQuotaManagers:
             req = self.request.record(user, cid, percent, now)
         throttle = max(bandwidth, req)
         if throttle > 0:
-            if body is not None:
+            if body is not None and throttle > (body.get("throttle_time_ms") or 0):  # not a mutation quota's
                 body["throttle_time_ms"] = throttle
             which.note_throttle(user, cid, throttle)
             if self._limited_log is not None:

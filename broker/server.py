@@ -47,7 +47,7 @@ from tmqgate.broker.listeners import (
 )
 from tmqgate.broker.metrics import Metrics
 from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules
-from tmqgate.broker.quotas import ClientQuotaManagers
+from tmqgate.broker.quotas import MUTATION_APIS, ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
@@ -164,7 +164,8 @@ class Broker:
             self.executor.access = SqlAccess(self.authorizer, set_user_password=self._set_user_password)
         self.started_ms = int(time.time() * 1000)
         self._servers: list[tuple[Listener, asyncio.Server]] = []
-        self._ssl: ssl.SSLContext | None = None
+        # One TLS context per listener TLS settings in use (listeners with the same share it).
+        self._ssl: dict[tuple[str, str | None, str | None, str | None], tuple[Listener, ssl.SSLContext]] = {}
         self._mapping_rules = parse_rules(config.ssl_principal_mapping_rules)
         self.advertised_by_listener: dict[str, tuple[str, int]] = {}
         self.authenticator: Authenticator | None = None  # built at start if a listener speaks SASL
@@ -188,13 +189,13 @@ class Broker:
 
     async def start(self) -> None:
         listeners = parse_listeners(self.config)
-        self._ssl = server_ssl_context(self.config) if any(li.tls for li in listeners) else None
+        self._ssl = {li.tls_settings: (li, server_ssl_context(self.config, li)) for li in listeners if li.tls}
         bound: dict[str, tuple[str, int]] = {}
         for listener in listeners:
             server = await asyncio.start_server(
                 functools.partial(self._serve_connection, listener=listener), listener.host or None,
                 listener.port, reuse_address=True, limit=_READ_LIMIT,
-                ssl=self._ssl if listener.tls else None)
+                ssl=self._ssl[listener.tls_settings][1] if listener.tls else None)
             self._servers.append((listener, server))
             bound[listener.name] = (listener.host, server.sockets[0].getsockname()[1])
         self.advertised_by_listener = advertised_addresses(self.config, bound)
@@ -219,10 +220,11 @@ class Broker:
 
     def reload_certificates(self) -> None:
         """SIGHUP: TLS listeners take the certificate files as they are now (new handshakes)."""
-        if self._ssl is None:
+        if not self._ssl:
             return
         try:
-            load_certificates(self._ssl, self.config)
+            for listener, context in self._ssl.values():
+                load_certificates(context, self.config, listener)
         except (OSError, ssl.SSLError) as exc:  # keep serving with the certificates loaded before
             log.error("could not reload TLS certificates (%s); keeping the ones in use", exc)
             return
@@ -463,6 +465,8 @@ class Broker:
                 body = await self._handlers[request.api_key](request)
                 if clock is not None:  # client quotas: the throttle time goes in the answer
                     throttle_ms = quotas.charge(request, body, clock, size)
+                if body is not None and quotas.mutation_active and request.api_key in MUTATION_APIS:
+                    throttle_ms = max(throttle_ms, body.get("throttle_time_ms") or 0)  # controller_mutation_rate
                 metrics.request(request.api_key, request.api_version, (time.perf_counter() - started) * 1000)
                 started = 0.0
                 if body is None:

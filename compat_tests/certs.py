@@ -105,13 +105,14 @@ def make_certs(directory: Path) -> Certs:
     return certs
 
 
-def reissue_server(certs: Certs, subject: str) -> None:
-    """A new server certificate (same CA) under `subject`, written over the old files."""
+def reissue_server(certs: Certs, subject: str, name: str = "server") -> None:
+    """A new server certificate (same CA) under `subject`, written over the old files (or as
+    another certificate `name`)."""
     ca_cert = x509.load_pem_x509_certificate(Path(certs.ca).read_bytes())
     ca_key = serialization.load_pem_private_key(Path(certs.key("ca")).read_bytes(), None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     key = _new_key()
-    _write(certs, "server", _issue(subject, key, ca_cert.subject, ca_key, server=True), key)
+    _write(certs, name, _issue(subject, key, ca_cert.subject, ca_key, server=True), key)
 
 
 def tls_config(target: str, certs: Certs, client_auth: str = "none") -> dict[str, str]:

@@ -40,6 +40,33 @@ def test_bad_listener_settings_refuse_start(listeners: list[str], protocol_map: 
         parse_listeners(BrokerConfig(listeners=listeners, listener_security_protocol_map=protocol_map))
 
 
+def test_ssl_client_auth_per_listener() -> None:
+    """listener_ssl_client_auth is Kafka's listener.name.<name>.ssl.client.auth; without an entry
+    an SSL listener takes ssl_client_auth and a SASL_SSL one "none" (KIP-684)."""
+    cfg = BrokerConfig(listeners=["PLAINTEXT://:1", "MTLS://:2", "OPEN://:3", "SSL://:4", "SASL_SSL://:5",
+                                  "SECURE://:6"],
+                       listener_security_protocol_map={"MTLS": "SSL", "OPEN": "SSL", "SECURE": "SASL_SSL"},
+                       listener_ssl_client_auth={"mtls": "required", "OPEN": "none", "SECURE": "required"},
+                       ssl_client_auth="requested", ssl_certfile="c", ssl_keyfile="k")
+    assert {li.name: li.ssl_client_auth for li in parse_listeners(cfg)} == {
+        "PLAINTEXT": "none", "MTLS": "required", "OPEN": "none", "SSL": "requested", "SASL_SSL": "none",
+        "SECURE": "required"}
+    own = BrokerConfig(listeners=["A://:1", "B://:2", "PLAINTEXT://:3"],
+                       listener_security_protocol_map={"A": "SSL", "B": "SASL_SSL", "PLAINTEXT": "PLAINTEXT"},
+                       listener_ssl_certfile={"a": "a.pem", "PLAINTEXT": "p.pem"}, listener_ssl_keyfile={"A": "a.key"},
+                       listener_ssl_cafile={"B": "b-ca.pem"}, ssl_certfile="c", ssl_keyfile="k")
+    assert [(li.name, li.ssl_certfile, li.ssl_keyfile, li.ssl_cafile) for li in parse_listeners(own)] == [
+        ("A", "a.pem", "a.key", None), ("B", None, None, "b-ca.pem"), ("PLAINTEXT", None, None, None)]
+    with pytest.raises(ListenerError, match="TLS listener A .* needs ssl_certfile"):
+        parse_listeners(BrokerConfig(listeners=["A://:1"], listener_security_protocol_map={"A": "SSL"},
+                                     listener_ssl_certfile={"A": "a.pem"}))
+    assert parse_listeners(BrokerConfig(listeners=["A://:1"], listener_security_protocol_map={"A": "SSL"},
+                                        listener_ssl_certfile={"A": "a.pem"}, listener_ssl_keyfile={"A": "a.key"}))
+    with pytest.raises(ListenerError, match="listener_ssl_client_auth names OTHER"):
+        parse_listeners(BrokerConfig(listeners=["SSL://:1"], listener_ssl_client_auth={"OTHER": "none"},
+                                     ssl_certfile="c", ssl_keyfile="k"))
+
+
 def test_advertised_listeners() -> None:
     cfg = BrokerConfig(listeners=["PLAINTEXT://0.0.0.0:0", "SASL_SSL://127.0.0.1:0"],
                        advertised_listeners=["PLAINTEXT://broker1.example:9092"])

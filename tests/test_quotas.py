@@ -190,3 +190,37 @@ def test_connection_creation_rate_by_ip(store: Store) -> None:
     managers.alter([{"entity": _entity(ip=None), "ops": [
         {"key": "connection_creation_rate", "value": 2.0, "remove": False}]}], False)
     assert [managers.connection_throttle("10.0.0.2") for _ in range(21)][-1] > 0
+
+
+def test_controller_mutation_token_bucket(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """controller_mutation_rate (KIP-599) on a fake clock: a full bucket of rate x 11 windows,
+    strict quotas refuse once it is below zero, permissive ones take everything and throttle;
+    the throttle time is the time to refill to zero, less the time since; other clients are free."""
+    import tmqgate.broker.quotas as quotas
+    from tmqgate.broker.client import ClientInfo, current_client
+
+    now = [1_000_000]
+    monkeypatch.setattr(quotas, "_now_ms", lambda: now[0])
+    token = current_client.set(ClientInfo("127.0.0.1", 1))
+    managers = ClientQuotaManagers(store, BrokerConfig())
+    assert managers.mutation_active is False and managers.mutation_quota("c", 7, 6) is None
+    managers.alter([{"entity": _entity(client_id="c"), "ops": [
+        {"key": "controller_mutation_rate", "value": 5.0, "remove": False}]}], False)
+    assert managers.mutation_active is True and managers.active is False
+    assert managers.mutation_quota("other", 7, 6) is None
+    strict = managers.mutation_quota("c", 6, 6)
+    assert strict is not None and strict.strict
+    assert [strict.record(20) for _ in range(4)] == [True, True, True, False]  # 55 -> -5: refused
+    assert strict.throttle_time_ms() == 1000  # 5 tokens at 5/s
+    now[0] += 400
+    assert strict.throttle_time_ms() == 600
+    now[0] += 600
+    again = managers.mutation_quota("c", 7, 6)
+    assert again is not None and again.record(20) and again.throttle_time_ms() == 0  # back at 0: taken
+    permissive = managers.mutation_quota("c", 5, 6)
+    assert permissive is not None and not permissive.strict
+    assert permissive.record(10) and permissive.throttle_time_ms() == 6000  # -30 at 5/s
+    now[0] += 11_000 + 6_000  # refilled to the burst, no more
+    full = managers.mutation_quota("c", 7, 6)
+    assert full is not None and [full.record(55), full.record(1), full.record(1)] == [True, True, False]
+    current_client.reset(token)

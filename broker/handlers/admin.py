@@ -9,8 +9,9 @@ from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import AdminApis
+from tmqgate.broker.quotas import MutationQuota
 from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS
-from tmqgate.broker.topics import TMQ_AS, TopicError
+from tmqgate.broker.topics import TMQ_AS, TSDB, TopicError
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError
 
@@ -30,6 +31,23 @@ TOO_LARGE = "Excessively large number of partitions per request."
 
 def _error(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
     return {"error_code": int(code), "error_message": message}
+
+
+def _mutation_quota(ctx: AdminApis, req: Request, strict_since: int) -> MutationQuota | None:
+    """controller_mutation_rate (KIP-599) for this request: strict (topics over it refused with
+    THROTTLING_QUOTA_EXCEEDED) from `strict_since`, permissive (throttled only) before; None
+    when no such quota applies to the client."""
+    return None if ctx.quotas is None else ctx.quotas.mutation_quota(req.client_id, req.api_version, strict_since)
+
+
+def _take(mutation: MutationQuota | None, partitions: int) -> None:
+    """Record a topic's partition mutations, after its other checks (Kafka's controller)."""
+    if mutation is not None and not mutation.record(partitions):
+        raise TopicError(ErrorCode.THROTTLING_QUOTA_EXCEEDED)  # no message: Kafka's is the code's own
+
+
+def _throttle(mutation: MutationQuota | None) -> int:
+    return 0 if mutation is None else mutation.throttle_time_ms()
 
 
 def _denied_topics(ctx: AdminApis, op: Operation, names: list[str]) -> set[str]:
@@ -54,6 +72,7 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "topics": [
             {"name": t["name"], "topic_id": ZERO_UUID, "num_partitions": -1, "replication_factor": -1,
              "configs": None, **_error(ErrorCode.POLICY_VIOLATION, TOO_LARGE)} for t in body["topics"]]}
+    mutation = _mutation_quota(ctx, req, 6)
     for t in body["topics"]:
         name = t["name"]
         result: dict[str, Any] = {"name": name, "topic_id": ZERO_UUID, "num_partitions": -1,
@@ -78,6 +97,8 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 if not auth.allows(Operation.READ, ResourceType.TOPIC, source):
                     raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                      f"Authorization failed: a topic over '{source}' needs READ on it.")
+            if mutation is not None:
+                _take(mutation, ctx.topics.create(name, partitions, configs, validate_only=True).partitions)
             topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only)
         except TopicError as exc:
             result.update(_error(exc.code, exc.message))
@@ -100,7 +121,7 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
             result.update(num_partitions=-1, replication_factor=-1, configs=[],
                           topic_config_error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
         results.append(result)
-    return {"throttle_time_ms": 0, "topics": results}
+    return {"throttle_time_ms": _throttle(mutation), "topics": results}
 
 
 def _requested_partitions(ctx: AdminApis, topics: list[dict[str, Any]]) -> int:
@@ -163,6 +184,7 @@ async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
     auth = ctx.authorizer
     if auth is not None and auth.allows_cluster(Operation.DELETE):
         auth = None  # Kafka's controller: DELETE on the cluster deletes any topic
+    mutation = _mutation_quota(ctx, req, 5)
     for name, topic_id in wanted:
         topic = ctx.topics.get(name) if name is not None else ctx.topics.by_id(topic_id)
         entry: dict[str, Any] = {"name": name, "topic_id": topic_id, **_error(ErrorCode.NONE)}
@@ -176,6 +198,8 @@ async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
         else:
             entry.update(name=topic.name, topic_id=topic.topic_id)
             try:
+                if topic.kind != TSDB:  # (a database topic is refused below, taking nothing)
+                    _take(mutation, topic.partitions)
                 ctx.topics.delete(topic)
             except StorageIOError as exc:
                 entry.update(_error(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
@@ -186,7 +210,7 @@ async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
                     for vnode in range(topic.partitions):
                         ctx.notifier.notify(topic.db, vnode)
         responses.append(entry)
-    return {"throttle_time_ms": 0, "responses": responses}
+    return {"throttle_time_ms": _throttle(mutation), "responses": responses}
 
 
 @api(ApiKey.CREATE_PARTITIONS, 0, 3)
@@ -202,6 +226,7 @@ async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "results": [
             {"name": t["name"], **_error(ErrorCode.POLICY_VIOLATION, TOO_LARGE)} for t in body["topics"]]}
     denied = _denied_topics(ctx, Operation.ALTER, [t["name"] for t in body["topics"]])
+    mutation = _mutation_quota(ctx, req, 3)
     for t in body["topics"]:
         entry: dict[str, Any] = {"name": t["name"], **_error(ErrorCode.NONE)}
         topic = ctx.topics.get(t["name"])
@@ -214,13 +239,16 @@ async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 node = ctx.config.node_id
                 if any(a["broker_ids"] != [node] for a in t["assignments"]):
                     raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Only broker {node} exists.")
+            if mutation is not None:
+                ctx.topics.add_partitions(topic, t["count"], validate_only=True)
+                _take(mutation, t["count"] - topic.partitions)
             ctx.topics.add_partitions(topic, t["count"], validate_only=body.get("validate_only", False))
         except TopicError as exc:
             entry.update(_error(exc.code, exc.message))
         except StorageIOError as exc:
             entry.update(_error(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
         results.append(entry)
-    return {"throttle_time_ms": 0, "results": results}
+    return {"throttle_time_ms": _throttle(mutation), "results": results}
 
 
 @api(ApiKey.DELETE_RECORDS, 0, 2)
