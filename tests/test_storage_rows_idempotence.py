@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_storage_crash import writer_env
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import ProducerAppend, RowsEntry, StorageError, Store
 from tmqgate.storage.producers import BatchMeta, ProducerWindow, check_sequence
-
-from tests.test_storage_crash import writer_env
 
 
 def _rows(n: int, ts: int = 1_700_000_000_000) -> RowsEntry:
