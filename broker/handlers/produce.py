@@ -147,14 +147,13 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
     if topic.kind == TSDB:
         # An idempotent producer's batch is checked as on a plain topic before it becomes
         # rows; its window is stored with the rows (one WriteBatch), so a retry writes nothing.
-        producer, duplicate_of = _producer_append(ctx, topic, vnode, header)
-        if duplicate_of is None:
+        producer, base = _producer_append(ctx, topic, vnode, header)  # base: a retry's first answer
+        if base is None:
             try:
-                duplicate_of = ingest(ctx.executor, topic.db, vnode, batch, valid.records,  # decompressed once
-                                      producer)
+                base = ingest(ctx.executor, topic.db, vnode, batch, valid.records, producer)  # decompressed once
             except IngestError as exc:
                 raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
-        return duplicate_of, -1, ctx.store.log_start(topic.db, vnode)
+        return base, -1, ctx.store.log_start(topic.db, vnode)
     now_ms = int(time.time() * 1000)
     log_append_time = topic.config("message.timestamp.type") == "LogAppendTime"
     if not log_append_time:
