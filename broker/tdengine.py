@@ -14,7 +14,9 @@ through these names:
   (broker/sql/worker.py) fails a parse;
 - `topic_definition(store, catalog, text, db)` — the checked `TopicDef` of a
   `CREATE TOPIC … AS …` text (CreateTopics with the `tmq.as` config);
-- Produce to a database topic: `ingest(executor, db, vnode, batch, decompressed)` and its `IngestError`;
+- Produce to a database topic: `ingest(executor, db, vnode, batch, decompressed, producer)`
+  (`producer`: an idempotent producer's batch, its window stored with the rows) and its
+  `IngestError`;
 - Fetch from a database or TDengine topic: `View(definition, store, catalog)`, whose
   `read(vnode, offset, max_bytes)` returns record batches, and its `TopicDef`;
 - who runs SQL: `Caller(principal, host)` (the executor's `execute(text, db, caller)`), and

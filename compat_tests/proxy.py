@@ -5,6 +5,10 @@ through unchanged too, except those that advertise broker addresses (Metadata,
 FindCoordinator, DescribeCluster): those are decoded and re-encoded by our codec with the
 proxy's own address, so the client keeps talking through the proxy instead of connecting
 to the broker directly.
+
+``drop_first_response_of=<api key>`` loses a response: the first one of that API is not
+forwarded and the client's connection is closed instead (the request was served; the client
+sees the connection break and retries — what an idempotent producer must survive).
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ class Capture:
 class RecordingProxy:
     """Listens on a free loopback port in a thread of its own; `bootstrap` is its address."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, drop_first_response_of: int | None = None) -> None:
         self.upstream = split_hostport(upstream)
         self.capture = Capture()
+        self.drop_first_response_of = drop_first_response_of
+        self.dropped: list[tuple[int, int, bytes]] = []  # (api key, version, frame) not forwarded
         self.bootstrap = ""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -100,6 +106,9 @@ class RecordingProxy:
                 (corr,) = struct.unpack_from(">i", frame)
                 api_key, version = pending.pop(corr, (-1, -1))
                 self.capture.responses.append((api_key, version, frame))
+                if api_key == self.drop_first_response_of and not self.dropped:
+                    self.dropped.append((api_key, version, frame))
+                    return  # the pair ends: both connections are closed below
                 out = head + frame
                 if api_key in (METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER):
                     try:

@@ -49,6 +49,8 @@ prefix       key (after the prefix byte)                            value
 0x40 PRODUCER db u32, vnode u32, producer id u64                    epoch i16, last update ms i64, n u8, then n
                                                                     (<= 5) x (first seq i32, last seq i32,
                                                                     base offset i64, last offset i64), oldest first
+                                                                    (a database topic's batch: the first and last
+                                                                    versions of the rows it became)
 0x50 OFFSET  group (u16 len + utf-8), topic (u16 len + utf-8),      offset i64, leader epoch i32, commit ms i64,
              partition u32                                          metadata flag u8 (0 = null) + utf-8 metadata
 0x60 GROUP   group (utf-8)                                          opaque bytes owned by the group coordinator

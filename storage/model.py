@@ -138,6 +138,16 @@ class WalEntry(_WalEntryFields):
         return super().__new__(cls, version, is_meta, data, kind, count)
 
 
+class RowsEntry(NamedTuple):
+    """One rows entry to append (``Store.append_rows_many``): Arrow IPC bytes (opaque to the
+    store) taking ``row_count`` versions, with the rows' max and min timestamps (ms)."""
+
+    payload: bytes | bytearray | memoryview
+    row_count: int
+    max_timestamp: int
+    min_timestamp: int
+
+
 class CommittedOffset(NamedTuple):
     offset: int
     leader_epoch: int

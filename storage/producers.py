@@ -106,16 +106,18 @@ class ProducerAppend(NamedTuple):
     record_count: int
     window: ProducerWindow | None  # the window before this batch
 
-    def window_at(self, base_offset: int) -> ProducerWindow:
+    def window_at(self, base_offset: int, last_offset: int | None = None) -> ProducerWindow:
         """The window after appending this batch at ``base_offset``: a new epoch starts a
-        fresh window; the oldest batch goes beyond ``WINDOW_BATCHES``."""
+        fresh window; the oldest batch goes beyond ``WINDOW_BATCHES``. ``last_offset``: the
+        batch's last version when it is not ``base_offset + record_count - 1`` (a database
+        topic's batch becomes rows: its versions are its rows', not its records')."""
         w = self.window
         kept = w.batches if w is not None and w.epoch == self.epoch else ()
         batch = BatchMeta(
             self.first_seq,
             seq_add(self.first_seq, self.record_count - 1),
             base_offset,
-            base_offset + self.record_count - 1,
+            base_offset + self.record_count - 1 if last_offset is None else last_offset,
         )
         return ProducerWindow(self.epoch, (*kept, batch)[-WINDOW_BATCHES:])
 

@@ -39,6 +39,7 @@ from tmqgate.storage.model import (
     CommittedOffset,
     DatabaseInfo,
     HistoryRecord,
+    RowsEntry,
     TmqTopic,
     WalEntry,
 )
@@ -304,6 +305,19 @@ class Store:
         return self.wal.append_rows(
             db, vnode, payload, row_count, max_timestamp, min_timestamp, timestamp_ms=timestamp_ms
         )
+
+    def append_rows_many(
+        self,
+        db: str,
+        vnode: int,
+        entries: Iterable[RowsEntry],
+        *,
+        producer: ProducerAppend | None = None,
+        timestamp_ms: int | None = None,
+    ) -> int:
+        """See ``Wal.append_rows_many``: rows entries (with an idempotent producer's window
+        after them) in one WriteBatch; returns the first entry's base version."""
+        return self.wal.append_rows_many(db, vnode, entries, producer=producer, timestamp_ms=timestamp_ms)
 
     def read(self, db: str, vnode: int, from_version: int, max_bytes: int) -> list[bytes]:
         return self.wal.read(db, vnode, from_version, max_bytes)

@@ -21,6 +21,11 @@ The broker is single-threaded: do not ``await`` inside the block. If another wri
 to a vnode the transaction appended to before it commits, ``commit`` raises
 ``TransactionConflict`` and keeps nothing (versions would otherwise collide).
 
+An idempotent producer's batch that became rows (a database topic's Produce) is recorded with
+``tx.producer_batch(db, vnode, producer)``: the producer's window after it is staged in the
+same WriteBatch as the rows entries at commit — once the versions they take are known — so a
+crash keeps both or neither, and a retried batch finds the window that answers it.
+
 Store's single-object catalog methods (``create_stable`` ...) and ``append_rows`` /
 ``append_meta`` are one-operation transactions, so there is one implementation of each rule;
 ``commit`` writes through the same write path as ``Store.append`` (``Core.write_entries``).
@@ -54,6 +59,7 @@ from tmqgate.storage.model import (
 if TYPE_CHECKING:
     from tmqgate.storage.catalog import Catalog
     from tmqgate.storage.core import Core
+    from tmqgate.storage.producers import ProducerAppend, Producers, ProducerWindow
     from tmqgate.storage.wal import Vnode
 
 _DELETED = None
@@ -94,8 +100,19 @@ class _Draft:
 class Transaction:
     """See the module docstring. Obtain one from ``Store.transaction()``."""
 
-    def __init__(self, core: Core, catalog: Catalog, *, sync: bool, tail_cache_bytes: int) -> None:
+    def __init__(
+        self,
+        core: Core,
+        catalog: Catalog,
+        *,
+        sync: bool,
+        tail_cache_bytes: int,
+        producers: Producers | None = None,
+    ) -> None:
         self._core = core
+        self._producers = producers
+        # (db id, vnode) -> the idempotent producer's batch these entries are (producer_batch)
+        self._producer_batches: dict[tuple[int, int], ProducerAppend] = {}
         self._catalog = catalog
         self._sync = sync
         self._tail_cache_bytes = tail_cache_bytes
@@ -350,6 +367,37 @@ class Transaction:
         value = b"".join((keys.ROWS_HEADER.pack(ts, max_timestamp, min_timestamp), payload))
         return self._stage(d, keys.KIND_ROWS, value, row_count, ts, max_timestamp)
 
+    def producer_batch(self, db: str, vnode: int, producer: ProducerAppend) -> None:
+        """Record that the entries this transaction adds to ``vnode`` are one idempotent
+        producer's batch (``check_sequence`` accepted it): at commit the producer's window
+        after it is staged in the same WriteBatch, the batch's offsets being the versions the
+        transaction adds to the vnode, first to last (a duplicate is answered with the first).
+        Add the batch's entries, and only them, to that vnode in this transaction."""
+        self._check_open()
+        if self._producers is None:
+            raise StorageError("this transaction cannot record producer batches")
+        dbid, _ = self._catalog.vnode(db, vnode)
+        if (dbid, vnode) in self._producer_batches:
+            raise StorageError(f"vnode {vnode} of {db} already has a producer batch in this transaction")
+        self._producer_batches[(dbid, vnode)] = producer
+
+    def _stage_producer_windows(self) -> list[tuple[int, int, int, ProducerWindow]]:
+        """Each recorded producer batch's window, put into the WriteBatch; (db id, vnode,
+        producer id, window) to cache once written."""
+        staged: list[tuple[int, int, int, ProducerWindow]] = []
+        if not self._producer_batches:
+            return staged
+        assert self._producers is not None
+        for (dbid, vnode), producer in self._producer_batches.items():
+            d = self._drafts.get((dbid, vnode))
+            if d is None or d.start[0] == d.next:
+                self._wb.clear()
+                raise StorageError(f"producer {producer.producer_id}'s batch added no entry to vnode {vnode}")
+            window = producer.window_at(d.start[0], d.next - 1)
+            self._producers.stage(self._wb, dbid, vnode, producer.producer_id, window)
+            staged.append((dbid, vnode, producer.producer_id, window))
+        return staged
+
     # end -----------------------------------------------------------------------------------
 
     def abort(self) -> None:
@@ -369,9 +417,13 @@ class Transaction:
             if not alive or (vs.next, vs.log_start, vs.size) != d.start:
                 self._wb.clear()
                 raise TransactionConflict(f"vnode {d.vnode} of db id {d.dbid} changed during the transaction")
+        windows = self._stage_producer_windows()
         if not (self._stables or self._ctables or self._topics or self._drafts):
             return
         self._core.write_entries(self._wb, self._entries, self._sync)
+        if self._producers is not None:
+            for dbid, vnode, producer_id, window in windows:
+                self._producers.remember(dbid, vnode, producer_id, window)
         self._catalog.apply(self._stables, self._ctables, self._topics)
         cap = self._tail_cache_bytes
         for d in self._drafts.values():

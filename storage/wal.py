@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tmqgate.storage import keys
 from tmqgate.storage.core import NewEntry
-from tmqgate.storage.model import ENTRY_KINDS, WalEntry
+from tmqgate.storage.model import ENTRY_KINDS, RowsEntry, WalEntry
 from tmqgate.storage.txn import Transaction
 
 if TYPE_CHECKING:
@@ -210,7 +210,9 @@ class Wal:
 
     def transaction(self, *, sync: bool) -> Transaction:
         """A transaction over the catalog and these WALs (``storage.txn``)."""
-        return Transaction(self._core, self._catalog, sync=sync, tail_cache_bytes=self.tail_cache_bytes)
+        return Transaction(
+            self._core, self._catalog, sync=sync, tail_cache_bytes=self.tail_cache_bytes, producers=self._producers
+        )
 
     def append_meta(self, db: str, vnode: int, payload: bytes, timestamp_ms: int | None = None) -> int:
         """Log a meta entry (create/alter table, …): one version; plain readers skip it.
@@ -241,10 +243,37 @@ class Wal:
         timestamps as the Kafka record timestamps they become (milliseconds). Retention and
         the archiver age the entry by its append time ``timestamp_ms`` (default now).
         """
+        return self.append_rows_many(
+            db, vnode, (RowsEntry(payload, row_count, max_timestamp, min_timestamp),), timestamp_ms=timestamp_ms
+        )
+
+    def append_rows_many(
+        self,
+        db: str,
+        vnode: int,
+        entries: Iterable[RowsEntry],
+        *,
+        producer: ProducerAppend | None = None,
+        timestamp_ms: int | None = None,
+    ) -> int:
+        """Log rows entries at consecutive versions in one WriteBatch; returns the first's base.
+
+        ``producer``: the entries are one idempotent producer's batch (a database topic's
+        Produce) — its window after them is written in the same WriteBatch, the batch's
+        offsets being the entries' versions, first to last (``Transaction.producer_batch``).
+        """
         tx = self.transaction(sync=self._core.sync_each)
-        base = tx.append_rows(db, vnode, payload, row_count, max_timestamp, min_timestamp, timestamp_ms)
+        first: int | None = None
+        for e in entries:
+            base = tx.append_rows(db, vnode, e.payload, e.row_count, e.max_timestamp, e.min_timestamp, timestamp_ms)
+            first = base if first is None else first
+        if first is None:
+            tx.abort()
+            raise ValueError("no rows entry to append")
+        if producer is not None:
+            tx.producer_batch(db, vnode, producer)
         tx.commit()
-        return base
+        return first
 
     # reading -------------------------------------------------------------------------------
 

@@ -133,3 +133,69 @@ async def _retried_batches_scenario(data_dir: str) -> None:
 
 def test_retried_batches_get_their_original_offsets(tmp_path) -> None:
     asyncio.run(_retried_batches_scenario(str(tmp_path / "data")))
+
+
+# A database topic: the batch becomes rows, the window records the versions they took ---------
+
+
+def _lines_batch(first_seq: int, lines: list[bytes], epoch: int = 0) -> bytes:
+    return build_batch([(None, v, [("tmq.precision", b"ms")]) for v in lines],
+                       producer_id=4343, producer_epoch=epoch, base_sequence=first_seq)
+
+
+def _rows(broker: Broker) -> int:
+    """The rows stored on power's vnode (what SELECT COUNT(*) over all supertables counts)."""
+    return sum(e.count for e in broker.store.read_entries("power", 0, 0, 1 << 30) if e.kind == "rows")
+
+
+async def _database_topic_scenario(data_dir: str) -> None:
+    broker = Broker(BrokerConfig(listen="127.0.0.1:0", data_dir=data_dir))
+    await broker.start()
+    try:
+        broker.executor.execute("CREATE DATABASE power VGROUPS 1")
+        conn = await Conn.open(broker.port)
+
+        async def produce(records: bytes) -> tuple[int, int, int]:
+            resp = await conn.call(ApiKey.PRODUCE, 9, {
+                "transactional_id": None, "acks": -1, "timeout_ms": 1000, "topic_data": [
+                    {"name": "power", "partition_data": [{"index": 0, "records": records}]}]})
+            p = resp["responses"][0]["partition_responses"][0]
+            return p["error_code"], p["base_offset"], p["log_start_offset"]
+
+        # 2 records, 3 rows in two supertables: two meta entries each (stable, child) first
+        first = _lines_batch(0, [b"m,t=a v=1i64 1700000000000\nm,t=a v=2i64 1700000000001",
+                                 b"n,t=b w=1i64 1700000000000"])
+        code, base, _ = await produce(first)
+        assert code == 0
+        after_first = broker.store.next_version("power", 0)
+        assert after_first == base + 3
+        assert await produce(first) == (0, base, 0)  # the retry: same answer, nothing written
+        assert broker.store.next_version("power", 0) == after_first
+        assert _rows(broker) == 3
+        second = _lines_batch(2, [b"m,t=a v=3i64 1700000000002"])
+        assert await produce(second) == (0, after_first, 0)
+        assert await produce(first) == (0, base, 0)  # still in the window
+        assert (await produce(_lines_batch(9, [b"m,t=a v=9i64 1700000000009"])))[0] == \
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert (await produce(_lines_batch(3, [b"m,t=a v=4i64 1700000000003"], epoch=-1)))[0] == \
+            ErrorCode.INVALID_PRODUCER_EPOCH
+        assert _rows(broker) == 4
+        conn.close()
+    finally:
+        await broker.stop()
+    broker = Broker(BrokerConfig(listen="127.0.0.1:0", data_dir=data_dir))
+    await broker.start()
+    try:  # the window survives a restart with the rows
+        conn = await Conn.open(broker.port)
+        resp = await conn.call(ApiKey.PRODUCE, 9, {
+            "transactional_id": None, "acks": -1, "timeout_ms": 1000, "topic_data": [
+                {"name": "power", "partition_data": [{"index": 0, "records": second}]}]})
+        assert resp["responses"][0]["partition_responses"][0]["base_offset"] == after_first
+        assert _rows(broker) == 4
+        conn.close()
+    finally:
+        await broker.stop()
+
+
+def test_retried_database_topic_batches_write_their_rows_once(tmp_path) -> None:
+    asyncio.run(_database_topic_scenario(str(tmp_path / "data")))

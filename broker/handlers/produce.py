@@ -145,32 +145,47 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
                            f"'{topic.name}' is a TDengine topic (a view); write to database '{topic.db}'")
     batch, header, valid = _validated_batch(topic, records, ctx.max_decompressed_batch_bytes)
     if topic.kind == TSDB:
-        try:
-            base = ingest(ctx.executor, topic.db, vnode, batch, valid.records)  # decompressed once
-        except IngestError as exc:
-            raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
+        # An idempotent producer's batch is checked as on a plain topic before it becomes
+        # rows; its window is stored with the rows (one WriteBatch), so a retry writes nothing.
+        producer, base = _producer_append(ctx, topic, vnode, header)  # base: a retry's first answer
+        if base is None:
+            try:
+                base = ingest(ctx.executor, topic.db, vnode, batch, valid.records, producer)  # decompressed once
+            except IngestError as exc:
+                raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
         return base, -1, ctx.store.log_start(topic.db, vnode)
     now_ms = int(time.time() * 1000)
     log_append_time = topic.config("message.timestamp.type") == "LogAppendTime"
     if not log_append_time:
         _check_timestamps(topic, valid, now_ms)
     store = ctx.store
-    producer = None
-    if header.producer_id >= 0 and header.base_sequence >= 0:
-        window = store.producer_window(topic.db, vnode, header.producer_id)
-        verdict = check_sequence(window, header.producer_epoch, header.base_sequence, header.record_count)
-        if verdict.duplicate_of is not None:
-            return verdict.duplicate_of, -1, store.log_start(topic.db, vnode)
-        if verdict.error != ErrorCode.NONE:
-            raise ProduceError(verdict.error)
-        producer = ProducerAppend(header.producer_id, header.producer_epoch, header.base_sequence,
-                                  header.record_count, window)
+    producer, duplicate_of = _producer_append(ctx, topic, vnode, header)
+    if duplicate_of is not None:
+        return duplicate_of, -1, store.log_start(topic.db, vnode)
     max_timestamp = header.max_timestamp
     if log_append_time:
         batch, max_timestamp = with_log_append_time(batch, now_ms), now_ms
     appended = store.append(topic.db, vnode, batch, header.record_count, max_timestamp, producer=producer)
     ctx.notifier.notify(topic.db, vnode)
     return appended.base, now_ms if log_append_time else -1, appended.log_start
+
+
+def _producer_append(ctx: DataPlane, topic: Topic, vnode: int,
+                     header: BatchHeader) -> tuple[ProducerAppend | None, int | None]:
+    """An idempotent producer's batch judged against its window (``check_sequence``):
+    (what the append stores with it, None) to write it — (None, None) for a batch of no
+    idempotent producer —, (None, the original base offset) for a retried batch; a refused
+    one raises its error."""
+    if header.producer_id < 0 or header.base_sequence < 0:
+        return None, None
+    window = ctx.store.producer_window(topic.db, vnode, header.producer_id)
+    verdict = check_sequence(window, header.producer_epoch, header.base_sequence, header.record_count)
+    if verdict.duplicate_of is not None:
+        return None, verdict.duplicate_of
+    if verdict.error != ErrorCode.NONE:
+        raise ProduceError(verdict.error)
+    return ProducerAppend(header.producer_id, header.producer_epoch, header.base_sequence,
+                          header.record_count, window), None
 
 
 def _validated_batch(topic: Topic, records: bytes | None,

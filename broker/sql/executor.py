@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -26,10 +26,11 @@ from tmqgate.broker.sql.worker import ParseWorker
 from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, home_vnode, meta_payload, schema_to_json
 from tmqgate.broker.tsdb.rows import RowsError, build_rows_table, encode_rows
 from tmqgate.broker.tsdb.types import StableSchema, TypeError_, check_value
+from tmqgate.storage import RowsEntry
 
 if TYPE_CHECKING:
     from tmqgate.broker.tsdb.catalog import TsdbCatalog
-    from tmqgate.storage import Store
+    from tmqgate.storage import ProducerAppend, Store
 
 DEFAULT_VGROUPS = 2  # TDengine's default
 # Texts this long or longer are parsed in the parsing process (execute_async, broker/sql/
@@ -577,10 +578,20 @@ class Executor:
 
     def append_rows(self, db: str, stable: str, vnode: int, table: pa.Table) -> int:
         """Append one supertable's rows to a vnode's WAL (one version per row); wake fetches."""
-        table = table.replace_schema_metadata({STABLE_METADATA_KEY: stable.encode()})
-        ts = table.column(1)
-        base = self.store.append_rows(db, vnode, encode_rows(table), table.num_rows,
-                                      pa.compute.max(ts).as_py(), pa.compute.min(ts).as_py())
+        return self.append_rows_many(db, vnode, ((stable, table),))
+
+    def append_rows_many(self, db: str, vnode: int, tables: Iterable[tuple[str, pa.Table]],
+                         producer: ProducerAppend | None = None) -> int:
+        """Append supertables' rows (one entry per (supertable, table)) to a vnode's WAL at
+        consecutive versions, in one WriteBatch with the idempotent `producer`'s window when
+        given (the Kafka batch they came from); returns the first version; wakes fetches."""
+        entries = []
+        for stable, table in tables:
+            table = table.replace_schema_metadata({STABLE_METADATA_KEY: stable.encode()})
+            ts = table.column(1)
+            entries.append(RowsEntry(encode_rows(table), table.num_rows,
+                                     pa.compute.max(ts).as_py(), pa.compute.min(ts).as_py()))
+        base = self.store.append_rows_many(db, vnode, entries, producer=producer)
         self.notify(db, vnode)
         return base
 

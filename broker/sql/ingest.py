@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from tmqgate.broker.sql.executor import Executor
+    from tmqgate.storage import ProducerAppend
 
 PRECISION_HEADER = "tmq.precision"
 PRECISIONS = ("ns", "us", "ms", "s")
@@ -104,10 +105,15 @@ def _apply_plan(current: StableSchema | None, name: str, plan: SchemaPlan) -> St
 
 
 def ingest(executor: Executor, db: str, vnode: int, batch: bytes,
-           decompressed: bytes | None = None) -> int:
+           decompressed: bytes | None = None, producer: ProducerAppend | None = None) -> int:
     """Write a record batch's rows into database `db` on `vnode` through `executor` (which
     logs the catalog changes they need); returns the first version the rows took (the
-    produce response's base offset). `decompressed`: see ``parse_records``."""
+    produce response's base offset). `decompressed`: see ``parse_records``.
+
+    The catalog changes are written first, then all the batch's rows entries (one per
+    supertable) in one WriteBatch at consecutive versions, with the idempotent `producer`'s
+    window when given: a retried batch is then either wholly written or not at all (a crash
+    between the two leaves only catalog changes, which the retry finds made)."""
     rows = parse_records(batch, decompressed)
     if not rows:
         raise IngestError("the record batch holds no rows")
@@ -132,16 +138,13 @@ def ingest(executor: Executor, db: str, vnode: int, batch: bytes,
             planned.append((current, schema, not plan.empty, new_children, stable_rows.to_table(schema)))
     except (SchemalessError, RowsError) as exc:
         raise IngestError(str(exc)) from None
-    first: int | None = None
     try:
-        for current, schema, changed, new_children, table in planned:
+        for current, schema, changed, new_children, _table in planned:
             if changed:
                 executor.write_stable_change(info, current, schema)
             for name, tags in new_children:
                 executor.create_child(info, name, schema, tags, vnode=vnode)
-            base = executor.append_rows(db, schema.name, vnode, table)
-            first = base if first is None else first
+        return executor.append_rows_many(db, vnode, [(schema.name, table) for _, schema, _, _, table in planned],
+                                         producer)
     except SqlError as exc:
         raise IngestError(exc.message) from None
-    assert first is not None
-    return first
