@@ -55,7 +55,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tmqgate.coordinator.classic import (
     ClassicConfig,
@@ -89,6 +89,17 @@ REFUSED_ANSWER: dict[str, dict[str, Any]] = {
              "protocol_name": None, "protocol_type": None},
     "sync": {"error_code": int(REFUSED), "assignment": b"", "protocol_type": None, "protocol_name": None},
 }
+
+
+class TxnOffsetsGate(Protocol):
+    """The transaction coordinator's check of a TxnOffsetCommit (part T2 wires it in the
+    server as ``GroupCoordinator.txn_gate``): Kafka verifies the producer's transaction before
+    the group sees the commit — INVALID_PRODUCER_ID_MAPPING for a producer id the transactional
+    id does not have, INVALID_PRODUCER_EPOCH / PRODUCER_FENCED for a stale epoch,
+    INVALID_TXN_STATE when AddOffsetsToTxn did not add the group to the ongoing transaction."""
+
+    def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                group_id: str) -> ErrorCode: ...
 
 
 class Refused(Exception):
@@ -193,6 +204,8 @@ class GroupCoordinator:
         self._topic_ids: dict[str, bytes] = {}
         #: group -> producer id -> (topic, partition) -> its pending transactional offset
         self._pending: dict[str, dict[int, dict[tuple[str, int], PendingOffset]]] = {}
+        #: The transaction coordinator's check of TxnOffsetCommit (None: not checked).
+        self.txn_gate: TxnOffsetsGate | None = None
         self.rebalances = RebalanceStats()
         self._load(now_ms)
         self.loading = False
@@ -607,8 +620,8 @@ class GroupCoordinator:
         else (KafkaApis checks the metadata first; a request with none left is not validated);
         the rest is validated against the group (``_txn_commit_check``), then stored pending for
         the producer's transaction — invisible to OffsetFetch until ``complete_transaction``.
-        The transactional id is the transaction coordinator's business (its checks come first,
-        in the handler); it is logged here only."""
+        The transaction itself is the transaction coordinator's business: ``txn_gate``, when
+        wired, is asked after the group id and before the group (Kafka's order)."""
         codes: list[ErrorCode] = []
         known: list[int] = []
         for i, (topic, partition, _, _, _) in enumerate(topics):
@@ -620,11 +633,12 @@ class GroupCoordinator:
                 known.append(i)
         if not known:
             return codes
-        if not group_id:
-            code = ErrorCode.INVALID_GROUP_ID
-        else:
-            group = self.groups.get(group_id)
-            code = self._txn_commit_check(group, member_id, group_instance_id, generation_id)
+        code = ErrorCode.NONE if group_id else ErrorCode.INVALID_GROUP_ID
+        if code is ErrorCode.NONE and self.txn_gate is not None:
+            # Kafka verifies the transaction before the group validates the commit.
+            code = self.txn_gate.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id)
+        if code is ErrorCode.NONE:
+            code = self._txn_commit_check(self.groups.get(group_id), member_id, group_instance_id, generation_id)
         if code is not ErrorCode.NONE:
             for i in known:
                 codes[i] = code

@@ -211,3 +211,34 @@ def test_runtime_exposes_both(tmp_path: Any) -> None:
     assert fetch(c, True) == [(0, -1, E.UNSTABLE_OFFSET_COMMIT), (1, -1, E.NONE)]
     rt.complete_transaction("g", PID, EPOCH, True)
     assert fetch(c, True) == [(0, 7, E.NONE), (1, -1, E.NONE)]
+
+
+class Gate:
+    """What the transaction coordinator (part T2) answers for a TxnOffsetCommit: a table."""
+
+    def __init__(self) -> None:
+        self.answers: dict[tuple[str, int, int, str], ErrorCode] = {}
+        self.asked: list[tuple[str, int, int, str]] = []
+
+    def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                group_id: str) -> ErrorCode:
+        self.asked.append((transactional_id, producer_id, producer_epoch, group_id))
+        return self.answers.get((transactional_id, producer_id, producer_epoch, group_id), E.INVALID_TXN_STATE)
+
+
+def test_the_transaction_coordinator_is_asked_in_kafkas_order(tmp_path: Any) -> None:
+    """Unknown topics and an empty group id first, then the transaction (Kafka 4.3 answers
+    INVALID_TXN_STATE without AddOffsetsToTxn), then the group."""
+    c = make(tmp_path)
+    gate = Gate()
+    c.txn_gate = gate
+    assert txn_commit(c, [("nope", 0, 1, -1, None)]) == [E.UNKNOWN_TOPIC_OR_PARTITION]
+    assert txn_commit(c, [("t", 0, 1, -1, None)], group="") == [E.INVALID_GROUP_ID]
+    assert gate.asked == []
+    assert txn_commit(c, [("t", 0, 1, -1, None), ("nope", 0, 1, -1, None)]) == [
+        E.INVALID_TXN_STATE, E.UNKNOWN_TOPIC_OR_PARTITION]
+    assert gate.asked == [("txn-1", PID, EPOCH, "g")] and c.pending_offsets("g") == {}
+    gate.answers[("txn-1", PID, EPOCH, "g")] = E.NONE
+    assert txn_commit(c, [("t", 0, 1, -1, None)], member="m", generation=2) == [E.ILLEGAL_GENERATION]
+    assert txn_commit(c, [("t", 0, 1, -1, None)]) == [E.NONE]
+    assert fetch(c, True) == [(0, -1, E.UNSTABLE_OFFSET_COMMIT), (1, -1, E.NONE)]
