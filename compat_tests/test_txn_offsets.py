@@ -20,10 +20,12 @@ from .conftest import Broker
 from .group_helpers import create_topic
 from .helpers import unique_topic, wait_until
 from .raw import RawConn
+from .test_acls import acl_broker  # noqa: F401  (the module's own broker with an authorizer)
 
 TXN_OFFSET_COMMIT, ADD_OFFSETS_TO_TXN, END_TXN = 28, 25, 26
 NONE, UNKNOWN_TOPIC_OR_PARTITION, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = 0, 3, 22, 25
 INVALID_GROUP_ID, UNSTABLE_OFFSET_COMMIT = 24, 88
+TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 29, 30, 53
 #: Answers to retry while a fresh broker loads its coordinators.
 RETRIABLE = {14, 15, 16, 51}  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS
 
@@ -252,3 +254,30 @@ def test_zombie_generation_and_unknown_member(broker: Broker, topic: str) -> Non
             assert retried(lambda: add_offsets_to_txn(c, txn, pid, epoch, other), "AddOffsetsToTxn") == NONE
         assert txn_commit(c, txn, pid, epoch, other, {tp: 3}, "m", 4) == {tp: ILLEGAL_GENERATION}
         assert fetch(c, group, topic, [0], True) == {0: (-1, UNSTABLE_OFFSET_COMMIT)}
+
+
+# ---- ACLs (both brokers with an authorizer, as compat_tests/test_acls.py runs them) ------------
+
+
+def test_txn_offset_commit_acls(acl_broker: Any) -> None:  # noqa: F811 (the imported fixture)
+    """Kafka's order: WRITE on the transactional id, then READ on the group (each refusal
+    answers every partition), then READ on each topic (that topic's partitions), then unknown
+    topics — all before the transaction or the group is looked at."""
+    from .test_acls import GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE, deny, make_topic
+
+    bs = acl_broker.bootstrap
+    hidden, txn, group = unique_topic("acl-txnoff"), unique_topic("acl-txnoff-id"), unique_topic("acl-txnoff-g")
+    make_topic(bs, hidden)
+    missing = unique_topic("acl-txnoff-missing")
+    offsets = {(hidden, 0): 5, (missing, 0): 5}
+    with RawConn(bs) as c:
+        find_coordinator(c, group, 0)
+        deny(bs, TOPIC, hidden, READ)
+        assert txn_commit(c, txn, 123456, 0, group, offsets) == {
+            (hidden, 0): TOPIC_AUTHORIZATION_FAILED, (missing, 0): UNKNOWN_TOPIC_OR_PARTITION}
+        deny(bs, GROUP, group, READ)
+        assert txn_commit(c, txn, 123456, 0, group, offsets) == {
+            (hidden, 0): GROUP_AUTHORIZATION_FAILED, (missing, 0): GROUP_AUTHORIZATION_FAILED}
+        deny(bs, TRANSACTIONAL_ID, txn, WRITE)
+        assert txn_commit(c, txn, 123456, 0, group, offsets) == {
+            (hidden, 0): TRANSACTIONAL_ID_AUTHORIZATION_FAILED, (missing, 0): TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
