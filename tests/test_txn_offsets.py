@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.test_coordinator import join, make, stable_pair, sync
 from tests.test_coordinator_consumer import hb
 from tests.test_coordinator_consumer import make as make_consumer
@@ -242,3 +244,36 @@ def test_the_transaction_coordinator_is_asked_in_kafkas_order(tmp_path: Any) -> 
     assert txn_commit(c, [("t", 0, 1, -1, None)], member="m", generation=2) == [E.ILLEGAL_GENERATION]
     assert txn_commit(c, [("t", 0, 1, -1, None)]) == [E.NONE]
     assert fetch(c, True) == [(0, -1, E.UNSTABLE_OFFSET_COMMIT), (1, -1, E.NONE)]
+
+
+def test_a_refused_write_changes_nothing() -> None:
+    """A full disk (a real Store on a small tmpfs): TxnOffsetCommit answers NOT_COORDINATOR on
+    the partitions it validated, as Kafka maps KAFKA_STORAGE_ERROR, and stores nothing;
+    complete_transaction raises StorageIOError and leaves the pending offsets for a retry."""
+    import os
+
+    from tests.diskfull import fill, small_fs
+    from tests.test_coordinator import Topics
+    from tmqgate.storage import StorageIOError
+
+    with small_fs(16) as fs:
+        store = Store(os.path.join(fs, "data"), write_buffer_size=256 << 10, lru_cache_size=1 << 20,
+                      reserve_bytes=0)
+        c = GroupCoordinator(store, Topics(t=4), now_ms=0)
+        assert txn_commit(c, [("t", 0, 42, -1, None)]) == [E.NONE]
+        filler = fill(fs)
+        for i in range(100):  # until the full disk refuses (LevelDB's log may take a few pages)
+            try:
+                store.put_group_metadata(f"filler-{i}", b"x" * 3000)
+            except StorageIOError:
+                break
+        assert txn_commit(c, [("t", 1, 9, -1, None), ("nope", 0, 1, -1, None)], pid=5) == [
+            E.NOT_COORDINATOR, E.UNKNOWN_TOPIC_OR_PARTITION]
+        assert 5 not in c.pending_offsets("g")
+        with pytest.raises(StorageIOError):
+            c.complete_transaction("g", PID, EPOCH, True)
+        assert fetch(c, True) == [(0, -1, E.UNSTABLE_OFFSET_COMMIT), (1, -1, E.NONE)]
+        os.unlink(filler)
+        c.complete_transaction("g", PID, EPOCH, True)
+        assert fetch(c, True) == [(0, 42, E.NONE), (1, -1, E.NONE)]
+        store.close()
