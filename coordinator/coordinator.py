@@ -488,7 +488,8 @@ class GroupCoordinator:
         if good:
             pending = self._pending.get(group_id, {})
             touched = {(topic, partition) for topic, partition, *_ in good}
-            supersede = [pid for pid, parts in pending.items() if touched & parts.keys()]
+            supersede = [(pid, topic, partition) for pid, parts in pending.items()
+                         for topic, partition in touched & parts.keys() if not parts[(topic, partition)].superseded]
             try:
                 self.store.commit_offsets(group_id, good, supersede=supersede)
             except StorageIOError as exc:
@@ -496,10 +497,9 @@ class GroupCoordinator:
                 log.warning("group %s: offset commit refused by the disk: %s", group_id, exc)
                 return [REFUSED] * len(offsets)
             self._offset_groups.add(group_id)
-            for pid in supersede:  # the most recent commit wins when the transaction commits
+            for pid, topic, partition in supersede:  # the most recent commit wins at the commit
                 parts = pending[pid]
-                for tp in touched & parts.keys():
-                    parts[tp] = parts[tp]._replace(superseded=True)
+                parts[(topic, partition)] = parts[(topic, partition)]._replace(superseded=True)
         if isinstance(group, ClassicGroup) and member_id in group.members:
             group.members[member_id].last_heartbeat_ms = now  # a commit proves liveness, as in Kafka
         return codes

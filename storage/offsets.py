@@ -37,12 +37,12 @@ class Offsets:
         group: str,
         offsets: Iterable[tuple[str, int, int, int, str | None]],
         commit_ms: int | None = None,
-        supersede: Iterable[int] = (),
+        supersede: Iterable[tuple[int, str, int]] = (),
     ) -> None:
         """Atomically store (topic, partition, offset, leader_epoch, metadata) for a group.
 
-        ``supersede``: producer ids whose pending transactional offsets of these partitions
-        this commit outdates (flagged in the same WriteBatch: their commit keeps this one)."""
+        ``supersede``: (producer id, topic, partition) of pending transactional offsets this
+        commit outdates (flagged in the same WriteBatch: their commit keeps this one)."""
         ms = int(time.time() * 1000) if commit_ms is None else commit_ms
         wb = self._core.batch()
         db = self._core.db
@@ -50,12 +50,12 @@ class Offsets:
             wb.put(
                 keys.offset_key(group, topic, partition), keys.pack_offset(offset, leader_epoch, ms, metadata)
             )
-            for producer_id in supersede:
-                k = keys.txn_offset_key(group, producer_id, topic, partition)
-                v = db.get(k)
-                if v is not None:
-                    epoch, _, value = keys.unpack_txn_offset(v)
-                    wb.put(k, keys.pack_txn_offset(epoch, True, value))
+        for producer_id, topic, partition in supersede:
+            k = keys.txn_offset_key(group, producer_id, topic, partition)
+            v = db.get(k)
+            if v is not None:
+                epoch, _, value = keys.unpack_txn_offset(v)
+                wb.put(k, keys.pack_txn_offset(epoch, True, value))
         self._core.write(wb)
 
     def commit_offset(

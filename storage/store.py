@@ -389,7 +389,7 @@ class Store:
         group: str,
         offsets: Iterable[tuple[str, int, int, int, str | None]],
         commit_ms: int | None = None,
-        supersede: Iterable[int] = (),
+        supersede: Iterable[tuple[int, str, int]] = (),
     ) -> None:
         self.offsets.commit_offsets(group, offsets, commit_ms, supersede)
 
