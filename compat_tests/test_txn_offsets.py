@@ -206,6 +206,25 @@ def test_pending_offsets_are_unstable_and_invisible(broker: Broker, topic: str) 
         assert fetch(c, group, topic, [0, 1], False) == {0: (5, NONE), 1: (-1, NONE)}
 
 
+def test_txn_offset_commit_makes_an_unknown_group(broker: Broker, topic: str) -> None:
+    """A group that does not exist is made by the commit, as an empty "simple" group (Kafka's
+    getOrMaybeCreateClassicGroup): listed and described as Empty with no protocol type."""
+    group, txn = unique_topic("g-made"), unique_topic("txn-made")
+    with RawConn(broker.bootstrap) as c:
+        def describe() -> dict[str, Any]:
+            return dict(c.request(15, 5, {"groups": [group], "include_authorized_operations": False})["groups"][0])
+
+        pid, epoch = begin(c, txn, group)
+        described = retried(describe, "DescribeGroups")
+        assert (described["error_code"], described["group_state"]) == (NONE, "Dead")
+        assert txn_commit(c, txn, pid, epoch, group, {(topic, 0): 3}) == {(topic, 0): NONE}
+        described = describe()
+        assert (described["error_code"], described["group_state"], described["protocol_type"],
+                described["members"]) == (NONE, "Empty", "", [])
+        listed = c.request(16, 4, {"states_filter": []})["groups"]
+        assert [(g["group_state"], g["protocol_type"]) for g in listed if g["group_id"] == group] == [("Empty", "")]
+
+
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
 def test_end_of_transaction_commits_or_drops_offsets(broker: Broker, topic: str, commit: bool) -> None:
     group, txn = unique_topic("g-end"), unique_topic("txn-end")
