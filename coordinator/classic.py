@@ -331,14 +331,16 @@ class ClassicGroup:
         self._remove(now, member_id)
         return ErrorCode.NONE
 
-    def commit_check(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
-        """Whether an OffsetCommit may be written (Kafka's classic validateOffsetCommit)."""
+    def commit_check(self, member_id: str, instance_id: str | None, generation: int,
+                     transactional: bool = False) -> ErrorCode:
+        """Whether an OffsetCommit may be written (Kafka's classic validateOffsetCommit); a
+        transactional one (TxnOffsetCommit) is not held back by a rebalance."""
         if generation < 0 and self.is_empty():
             return ErrorCode.NONE  # a "simple" group: manual assignment with a group.id
         code = self._validate(member_id, instance_id, generation)
         if code is not ErrorCode.NONE:
             return code
-        if self.state == COMPLETING:
+        if self.state == COMPLETING and not transactional:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 

@@ -28,6 +28,15 @@ operation and answers NOT_COORDINATOR, so the client looks the coordinator up ag
   group as they were;
 * a timer event (``tick``) that is refused is retried no sooner than ``RETRY_MS`` later.
 
+Transactional offsets (TxnOffsetCommit, KIP-98/447; Kafka's ``OffsetMetadataManager``) are
+pending per (group, producer id) until the transaction coordinator ends the transaction with
+``complete_transaction``: a commit makes them the committed offsets (except a partition a later
+plain OffsetCommit wrote: the most recent commit wins, as Kafka keeps it), an abort drops them.
+Pending offsets are persisted (a restart keeps them), invisible to OffsetFetch, which answers
+UNSTABLE_OFFSET_COMMIT for such a partition when asked ``require_stable``; deleting the group,
+its offsets of a partition or a topic drops them too. The same rules for a refused write hold:
+nothing changes in memory unless the WriteBatch is written.
+
 Rebalances are counted from the state changes each persisted event makes (``RebalanceStats``,
 plain numbers the broker's metrics read at scrape time): one begins when a group enters
 PreparingRebalance (classic) or Assigning/Reconciling (KIP-848) from a settled state, and is
@@ -46,7 +55,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tmqgate.coordinator.classic import (
     ClassicConfig,
@@ -61,7 +70,7 @@ from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage.model import StorageIOError
 
 if TYPE_CHECKING:
-    from tmqgate.storage import Store
+    from tmqgate.storage import PendingOffset, Store
 
 log = logging.getLogger("tmqgate.coordinator")
 
@@ -80,6 +89,17 @@ REFUSED_ANSWER: dict[str, dict[str, Any]] = {
              "protocol_name": None, "protocol_type": None},
     "sync": {"error_code": int(REFUSED), "assignment": b"", "protocol_type": None, "protocol_name": None},
 }
+
+
+class TxnOffsetsGate(Protocol):
+    """The transaction coordinator's check of a TxnOffsetCommit (part T2 wires it in the
+    server as ``GroupCoordinator.txn_gate``): Kafka verifies the producer's transaction before
+    the group sees the commit — INVALID_PRODUCER_ID_MAPPING for a producer id the transactional
+    id does not have, INVALID_PRODUCER_EPOCH / PRODUCER_FENCED for a stale epoch,
+    INVALID_TXN_STATE when AddOffsetsToTxn did not add the group to the ongoing transaction."""
+
+    def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                group_id: str) -> ErrorCode: ...
 
 
 class Refused(Exception):
@@ -182,6 +202,10 @@ class GroupCoordinator:
         self.loading = True
         self._offset_groups: set[str] = set()
         self._topic_ids: dict[str, bytes] = {}
+        #: group -> producer id -> (topic, partition) -> its pending transactional offset
+        self._pending: dict[str, dict[int, dict[tuple[str, int], PendingOffset]]] = {}
+        #: The transaction coordinator's check of TxnOffsetCommit (None: not checked).
+        self.txn_gate: TxnOffsetsGate | None = None
         self.rebalances = RebalanceStats()
         self._load(now_ms)
         self.loading = False
@@ -190,6 +214,8 @@ class GroupCoordinator:
 
     def _load(self, now: int) -> None:
         self._offset_groups = set(self.store.offset_groups())
+        self._pending = self.store.txn_offsets()
+        self._offset_groups |= set(self._pending)  # Kafka: the replayed commit makes a "simple" group
         for group_id, raw in self.store.group_metadata().items():
             self._restore(group_id, raw, now)
         self._topic_ids = self._current_topics()
@@ -312,7 +338,8 @@ class GroupCoordinator:
         try:
             for name in gone:
                 for group_id in list(self._offset_groups):
-                    self.store.delete_offsets(group_id, name)
+                    self.store.delete_offsets(group_id, name)  # pending transactional ones too
+                    self._drop_pending(group_id, {name: None})
         except StorageIOError as exc:
             log.warning("offsets of deleted topics %s not deleted yet: %s", gone, exc)
             return
@@ -459,23 +486,33 @@ class GroupCoordinator:
                 codes.append(ErrorCode.NONE)
                 good.append(entry)
         if good:
+            pending = self._pending.get(group_id, {})
+            touched = {(topic, partition) for topic, partition, *_ in good}
+            supersede = [(pid, topic, partition) for pid, parts in pending.items()
+                         for topic, partition in touched & parts.keys() if not parts[(topic, partition)].superseded]
             try:
-                self.store.commit_offsets(group_id, good)
+                self.store.commit_offsets(group_id, good, supersede=supersede)
             except StorageIOError as exc:
                 # Kafka: OffsetCommitRequest.getErrorResponse(NOT_COORDINATOR), every partition.
                 log.warning("group %s: offset commit refused by the disk: %s", group_id, exc)
                 return [REFUSED] * len(offsets)
             self._offset_groups.add(group_id)
+            for pid, topic, partition in supersede:  # the most recent commit wins at the commit
+                parts = pending[pid]
+                parts[(topic, partition)] = parts[(topic, partition)]._replace(superseded=True)
         if isinstance(group, ClassicGroup) and member_id in group.members:
             group.members[member_id].last_heartbeat_ms = now  # a commit proves liveness, as in Kafka
         return codes
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                      member_id: str | None = None, member_epoch: int = -1,
+                      member_id: str | None = None, member_epoch: int = -1, require_stable: bool = False,
                       ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, int, int, str, ErrorCode]]]]]:
         """Committed offsets: (topic, [(partition, offset, leader epoch, metadata, error)]).
 
         A partition without a commit answers offset -1, so the client applies auto.offset.reset.
+        ``require_stable`` (OffsetFetch v7+, KIP-447): a partition with pending transactional
+        offsets answers UNSTABLE_OFFSET_COMMIT and offset -1 (the client retries); without it
+        the last committed offset is answered. Asking for all topics lists the committed ones.
         """
         if self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, []
@@ -488,21 +525,166 @@ class GroupCoordinator:
             stored = {}
         else:
             stored = self.store.fetch_offsets(group_id, None if topics is None else [t for t, _ in topics])
+        unstable = self._pending_partitions(group_id) if require_stable else set()
         out = []
         if topics is None:
             by_topic: dict[str, list[tuple[int, int, int, str, ErrorCode]]] = {}
             for (topic, partition), c in sorted(stored.items()):
-                by_topic.setdefault(topic, []).append((partition, c.offset, c.leader_epoch, c.metadata or "",
-                                                       ErrorCode.NONE))
+                by_topic.setdefault(topic, []).append(
+                    (partition, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT) if (topic, partition) in unstable
+                    else (partition, c.offset, c.leader_epoch, c.metadata or "", ErrorCode.NONE))
             return ErrorCode.NONE, list(by_topic.items())
         for topic, partitions in topics:
             rows = []
             for p in partitions:
                 found = stored.get((topic, p))
-                rows.append((p, found.offset, found.leader_epoch, found.metadata or "", ErrorCode.NONE) if found else
-                            (p, -1, -1, "", ErrorCode.NONE))
+                if (topic, p) in unstable:
+                    rows.append((p, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT))
+                elif found:
+                    rows.append((p, found.offset, found.leader_epoch, found.metadata or "", ErrorCode.NONE))
+                else:
+                    rows.append((p, -1, -1, "", ErrorCode.NONE))
             out.append((topic, rows))
         return ErrorCode.NONE, out
+
+    # ---- transactional offsets -----------------------------------------------------------
+
+    def _pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """(topic, partition)s of the group with a pending transactional offset."""
+        out: set[tuple[str, int]] = set()
+        for parts in self._pending.get(group_id, {}).values():
+            out.update(parts)
+        return out
+
+    def pending_offsets(self, group_id: str) -> dict[int, dict[tuple[str, int], PendingOffset]]:
+        """The group's pending transactional offsets per producer id (a copy)."""
+        return {pid: dict(parts) for pid, parts in self._pending.get(group_id, {}).items()}
+
+    def _drop_pending(self, group_id: str, topics: dict[str, set[int] | None] | None) -> None:
+        """Forget pending offsets the store just deleted: all the group's (``topics`` None) or
+        those of these topics (partitions None: the whole topic)."""
+        producers = self._pending.get(group_id)
+        if producers is None:
+            return
+        def dropped(topic: str, partition: int) -> bool:
+            if topics is None:
+                return True
+            if topic not in topics:
+                return False
+            wanted = topics[topic]
+            return wanted is None or partition in wanted
+
+        for pid, parts in list(producers.items()):
+            for tp in [tp for tp in parts if dropped(*tp)]:
+                del parts[tp]
+            if not parts:
+                del producers[pid]
+        if not producers:
+            del self._pending[group_id]
+
+    def _txn_commit_check(self, group: Group | None, member_id: str, instance_id: str | None,
+                          generation: int) -> ErrorCode:
+        """Kafka's validateTransactionalOffsetCommit: the group's validateOffsetCommit with
+        isTransactional, a stale member epoch answered ILLEGAL_GENERATION."""
+        if group is None:
+            # No such group: a "simple" one is made (the commit's offsets keep it), unless the
+            # producer claims a generation of it.
+            return ErrorCode.NONE if generation < 0 else ErrorCode.ILLEGAL_GENERATION
+        if isinstance(group, ClassicGroup):
+            if group.state is ClassicGroupState.DEAD:
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if generation < 0 and group.is_empty():
+                return ErrorCode.NONE
+            if generation >= 0 or member_id or instance_id is not None:
+                return group.commit_check(member_id, instance_id, generation, transactional=True)
+            return ErrorCode.NONE  # TxnOffsetCommit v0-v2 carries no member: accepted in any state
+        if generation < 0 and group.is_empty():
+            return ErrorCode.NONE
+        if generation == -1 and not member_id and instance_id is None:
+            return ErrorCode.NONE  # an old producer (v0-v2) without member information
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation != member.member_epoch:
+            # Kafka 4.3 accepts an older epoch for partitions assigned since then; tmqgate, like
+            # its OffsetCommit, accepts the current epoch only (a zombie: ILLEGAL_GENERATION).
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
+    def txn_offset_commit(self, now: int, group_id: str, transactional_id: str, producer_id: int,
+                          producer_epoch: int, member_id: str, generation_id: int, group_instance_id: str | None,
+                          topics: list[OffsetEntry]) -> list[ErrorCode]:
+        """TxnOffsetCommit: one error code per entry, as Kafka answers it.
+
+        Unknown topics and partitions are answered UNKNOWN_TOPIC_OR_PARTITION before anything
+        else (KafkaApis checks the metadata first; a request with none left is not validated);
+        the rest is validated against the group (``_txn_commit_check``), then stored pending for
+        the producer's transaction — invisible to OffsetFetch until ``complete_transaction``.
+        The transaction itself is the transaction coordinator's business: ``txn_gate``, when
+        wired, is asked after the group id and before the group (Kafka's order)."""
+        codes: list[ErrorCode] = []
+        known: list[int] = []
+        for i, (topic, partition, _, _, _) in enumerate(topics):
+            found = self.topics.lookup(topic)
+            if found is None or not 0 <= partition < found[1]:
+                codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                codes.append(ErrorCode.NONE)
+                known.append(i)
+        if not known:
+            return codes
+        code = ErrorCode.NONE if group_id else ErrorCode.INVALID_GROUP_ID
+        if code is ErrorCode.NONE and self.txn_gate is not None:
+            # Kafka verifies the transaction before the group validates the commit.
+            code = self.txn_gate.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id)
+        if code is ErrorCode.NONE:
+            code = self._txn_commit_check(self.groups.get(group_id), member_id, group_instance_id, generation_id)
+        if code is not ErrorCode.NONE:
+            for i in known:
+                codes[i] = code
+            return codes
+        good: list[OffsetEntry] = []
+        limit = self.config.offset_metadata_max_bytes
+        for i in known:
+            metadata = topics[i][4]
+            if metadata is not None and len(metadata.encode()) > limit:
+                codes[i] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                good.append(topics[i])
+        if not good:
+            return codes
+        try:
+            stored = self.store.commit_txn_offsets(group_id, producer_id, producer_epoch, good)
+        except StorageIOError as exc:
+            # Kafka: KAFKA_STORAGE_ERROR becomes NOT_COORDINATOR on every partition it validated.
+            log.warning("group %s: transactional offset commit of %s refused by the disk: %s",
+                        group_id, transactional_id, exc)
+            validated = set(known)
+            return [REFUSED if i in validated else c for i, c in enumerate(codes)]
+        self._offset_groups.add(group_id)
+        self._pending.setdefault(group_id, {}).setdefault(producer_id, {}).update(stored)
+        group = self.groups.get(group_id)
+        if isinstance(group, ClassicGroup) and member_id in group.members:
+            group.members[member_id].last_heartbeat_ms = now
+        return codes
+
+    def complete_transaction(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """The producer's transaction ended (the transaction coordinator's marker for the
+        group): commit makes its pending offsets for the group the committed offsets (a
+        partition a later plain OffsetCommit wrote keeps that one), abort drops them. Nothing
+        pending: nothing to do (Kafka ignores such a marker). Raises ``StorageIOError`` when
+        the disk refused the write: nothing changed, the caller tries again later."""
+        if producer_id not in self._pending.get(group_id, {}):
+            return
+        written = self.store.complete_txn_offsets(group_id, producer_id, commit)
+        producers = self._pending[group_id]
+        del producers[producer_id]
+        if not producers:
+            del self._pending[group_id]
+        if written:
+            self._offset_groups.add(group_id)
+        log.debug("group %s: transaction of producer %d (epoch %d) %s, %d offsets committed", group_id,
+                  producer_id, producer_epoch, "committed" if commit else "aborted", len(written))
 
     def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]],
                        ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, ErrorCode]]]]]:
@@ -524,10 +706,14 @@ class GroupCoordinator:
             deleted.append((topic, partitions))
             out.append((topic, [(p, ErrorCode.NONE) for p in partitions]))
         try:
-            self.store.delete_partitions(group_id, deleted)
+            self.store.delete_partitions(group_id, deleted)  # pending transactional ones too
         except StorageIOError as exc:
             log.warning("group %s: offset delete refused by the disk: %s", group_id, exc)
             return REFUSED, []  # Kafka: the top-level code alone
+        gone: dict[str, set[int] | None] = {}
+        for topic, partitions in deleted:
+            gone[topic] = set(partitions) | (gone.get(topic) or set())
+        self._drop_pending(group_id, gone)
         return ErrorCode.NONE, out
 
     # ---- listing, describing, deleting -------------------------------------------------
@@ -597,6 +783,7 @@ class GroupCoordinator:
             self.groups.pop(group_id, None)
             self._retry_at.pop(group_id, None)
             self._offset_groups.discard(group_id)
+            self._pending.pop(group_id, None)
             out.append((group_id, ErrorCode.NONE))
         return out
 

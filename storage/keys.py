@@ -53,6 +53,11 @@ prefix       key (after the prefix byte)                            value
                                                                     versions of the rows it became)
 0x50 OFFSET  group (u16 len + utf-8), topic (u16 len + utf-8),      offset i64, leader epoch i32, commit ms i64,
              partition u32                                          metadata flag u8 (0 = null) + utf-8 metadata
+0x51 TXNOFF  group (u16 len + utf-8), producer id u64, topic         producer epoch i16, superseded u8 (1: a plain
+             (u16 len + utf-8), partition u32                       OffsetCommit of the partition came later, so
+                                                                    the transaction's commit keeps that one), then
+                                                                    the OFFSET value; a transactional offset
+                                                                    pending until the producer's transaction ends
 0x60 GROUP   group (utf-8)                                          opaque bytes owned by the group coordinator
 0x70 HISTORY sequence u64 (global, increasing; oldest trimmed)      one removal of a vnode's head entries: db u32,
                                                                     vnode u32, first version u64, last version
@@ -144,6 +149,7 @@ VNODE = b"\x20"
 TIME = b"\x30"
 PRODUCER = b"\x40"
 OFFSET = b"\x50"
+TXNOFF = b"\x51"
 GROUP = b"\x60"
 HISTORY = b"\x70"
 ACL = b"\xa0"
@@ -383,6 +389,45 @@ def parse_offset_key(key: bytes) -> tuple[str, str, int]:
     topic = key[pos + 2 : pos + 2 + tlen].decode()
     (partition,) = _U32.unpack_from(key, pos + 2 + tlen)
     return group, topic, partition
+
+
+def txn_offset_group_prefix(group: str) -> bytes:
+    return TXNOFF + _lstr(group)
+
+
+def txn_offset_producer_prefix(group: str, producer_id: int) -> bytes:
+    return TXNOFF + _lstr(group) + u64(producer_id)
+
+
+def txn_offset_key(group: str, producer_id: int, topic: str, partition: int) -> bytes:
+    return txn_offset_producer_prefix(group, producer_id) + _lstr(topic) + u32(partition)
+
+
+def parse_txn_offset_key(key: bytes) -> tuple[str, int, str, int]:
+    """(group, producer id, topic, partition) of a TXNOFF key."""
+    (glen,) = struct.unpack_from(">H", key, 1)
+    group = key[3 : 3 + glen].decode()
+    pos = 3 + glen
+    producer_id = read_u64(key[pos : pos + 8])
+    pos += 8
+    (tlen,) = struct.unpack_from(">H", key, pos)
+    topic = key[pos + 2 : pos + 2 + tlen].decode()
+    (partition,) = _U32.unpack_from(key, pos + 2 + tlen)
+    return group, producer_id, topic, partition
+
+
+_TXN_HEAD = struct.Struct(">hB")
+
+
+def pack_txn_offset(producer_epoch: int, superseded: bool, offset_value: bytes) -> bytes:
+    """A TXNOFF value: epoch, superseded flag, then an OFFSET value (``pack_offset``)."""
+    return _TXN_HEAD.pack(producer_epoch, 1 if superseded else 0) + offset_value
+
+
+def unpack_txn_offset(b: bytes) -> tuple[int, bool, bytes]:
+    """(producer epoch, superseded, the OFFSET value) of a TXNOFF value."""
+    epoch, flag = _TXN_HEAD.unpack_from(b, 0)
+    return epoch, bool(flag), b[_TXN_HEAD.size :]
 
 
 _OFFSET = struct.Struct(">qiqB")

@@ -155,6 +155,17 @@ class CommittedOffset(NamedTuple):
     commit_ms: int
 
 
+class PendingOffset(NamedTuple):
+    """A transactional offset (TxnOffsetCommit) waiting for its transaction's end."""
+
+    producer_epoch: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    commit_ms: int
+    superseded: bool  # a later plain OffsetCommit of the partition wins at the commit
+
+
 class ChildTable(NamedTuple):
     """A child table of a supertable: its tag values (JSON-able, opaque here) and home vnode."""
 

@@ -1,18 +1,26 @@
-"""Consumer groups' committed offsets and the group coordinator's opaque metadata.
+"""Consumer groups' committed offsets, their pending transactional offsets and the group
+coordinator's opaque metadata.
 
 Why here and not in the coordinator: they must survive a restart with the same durability
 rule as the WAL (``storage.core``), and a group's commit of many partitions is one atomic
 WriteBatch. Nothing is cached: offsets are read only when a consumer (re)joins.
+
+Transactional offsets (TxnOffsetCommit) are kept apart (``keys.TXNOFF``) per group and producer
+id until the transaction ends: its commit moves them to the committed offsets and its abort
+drops them, in one WriteBatch either way (Kafka's ``OffsetMetadataManager``: pending offsets
+replayed from ``__consumer_offsets``, materialised by the end-transaction marker). Deleting a
+group, some of its offsets or a topic's offsets deletes the pending ones with them, as Kafka's
+tombstones do.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tmqgate.storage import keys
-from tmqgate.storage.model import CommittedOffset
+from tmqgate.storage.model import CommittedOffset, PendingOffset
 
 if TYPE_CHECKING:
     from tmqgate.storage.core import Core
@@ -29,14 +37,25 @@ class Offsets:
         group: str,
         offsets: Iterable[tuple[str, int, int, int, str | None]],
         commit_ms: int | None = None,
+        supersede: Iterable[tuple[int, str, int]] = (),
     ) -> None:
-        """Atomically store (topic, partition, offset, leader_epoch, metadata) for a group."""
+        """Atomically store (topic, partition, offset, leader_epoch, metadata) for a group.
+
+        ``supersede``: (producer id, topic, partition) of pending transactional offsets this
+        commit outdates (flagged in the same WriteBatch: their commit keeps this one)."""
         ms = int(time.time() * 1000) if commit_ms is None else commit_ms
         wb = self._core.batch()
+        db = self._core.db
         for topic, partition, offset, leader_epoch, metadata in offsets:
             wb.put(
                 keys.offset_key(group, topic, partition), keys.pack_offset(offset, leader_epoch, ms, metadata)
             )
+        for producer_id, topic, partition in supersede:
+            k = keys.txn_offset_key(group, producer_id, topic, partition)
+            v = db.get(k)
+            if v is not None:
+                epoch, _, value = keys.unpack_txn_offset(v)
+                wb.put(k, keys.pack_txn_offset(epoch, True, value))
         self._core.write(wb)
 
     def commit_offset(
@@ -75,8 +94,9 @@ class Offsets:
         db = self._core.db
         wb = self._core.batch()
         n = 0
-        if topic is not None and partitions is not None:
-            for part in partitions:
+        wanted = None if partitions is None else set(partitions)
+        if topic is not None and wanted is not None:
+            for part in wanted:
                 k = keys.offset_key(group, topic, part)
                 if db.get(k) is not None:
                     wb.delete(k)
@@ -86,8 +106,25 @@ class Offsets:
             for k in db.iterator(prefix=p, include_value=False):
                 wb.delete(k)
                 n += 1
-        if n:
+        pending = self._delete_pending(wb, group, None if topic is None else {topic: wanted})
+        if n or pending:
             self._core.write(wb)
+        return n
+
+    def _delete_pending(self, wb: Any, group: str, topics: dict[str, set[int] | None] | None) -> int:
+        """Add to ``wb`` the deletion of the group's pending transactional offsets: all of them
+        (``topics`` None) or those of these topics (partitions None: the whole topic)."""
+        n = 0
+        for k in self._core.db.iterator(prefix=keys.txn_offset_group_prefix(group), include_value=False):
+            if topics is not None:
+                _, _, topic, partition = keys.parse_txn_offset_key(k)
+                if topic not in topics:
+                    continue
+                parts = topics[topic]
+                if parts is not None and partition not in parts:
+                    continue
+            wb.delete(k)
+            n += 1
         return n
 
     def delete_partitions(self, group: str, topics: Iterable[tuple[str, Iterable[int]]]) -> int:
@@ -96,21 +133,25 @@ class Offsets:
         db = self._core.db
         wb = self._core.batch()
         n = 0
+        wanted: dict[str, set[int] | None] = {}
         for topic, partitions in topics:
-            for part in partitions:
+            parts = set(partitions)
+            wanted[topic] = parts | (wanted.get(topic) or set())
+            for part in parts:
                 k = keys.offset_key(group, topic, part)
                 if db.get(k) is not None:
                     wb.delete(k)
                     n += 1
-        if n:
+        if self._delete_pending(wb, group, wanted) or n:
             self._core.write(wb)
         return n
 
     def delete_group(self, group: str) -> None:
-        """A group's offsets and metadata, in one WriteBatch (DeleteGroups: all or nothing)."""
+        """A group's offsets (pending transactional ones too) and metadata, in one WriteBatch (DeleteGroups: all or nothing)."""
         wb = self._core.batch()
         for k in self._core.db.iterator(prefix=keys.offset_group_prefix(group), include_value=False):
             wb.delete(k)
+        self._delete_pending(wb, group, None)
         wb.delete(keys.group_key(group))
         self._core.write(wb)
 
@@ -123,6 +164,59 @@ class Offsets:
             groups.append(group)
             it.seek(keys.prefix_end(keys.offset_group_prefix(group)))
         return groups
+
+    # ---- transactional offsets ---------------------------------------------------------
+
+    def commit_txn_offsets(
+        self,
+        group: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Iterable[tuple[str, int, int, int, str | None]],
+        commit_ms: int | None = None,
+    ) -> dict[tuple[str, int], PendingOffset]:
+        """Store a TxnOffsetCommit's (topic, partition, offset, leader_epoch, metadata) as pending
+        for the producer's transaction, in one WriteBatch (a later one of the same partition
+        replaces it, and is no longer superseded). Returns what it stored."""
+        ms = int(time.time() * 1000) if commit_ms is None else commit_ms
+        wb = self._core.batch()
+        out: dict[tuple[str, int], PendingOffset] = {}
+        for topic, partition, offset, leader_epoch, metadata in offsets:
+            wb.put(
+                keys.txn_offset_key(group, producer_id, topic, partition),
+                keys.pack_txn_offset(producer_epoch, False, keys.pack_offset(offset, leader_epoch, ms, metadata)),
+            )
+            out[(topic, partition)] = PendingOffset(producer_epoch, offset, leader_epoch, metadata, ms, False)
+        self._core.write(wb)
+        return out
+
+    def txn_offsets(self) -> dict[str, dict[int, dict[tuple[str, int], PendingOffset]]]:
+        """Every pending transactional offset: group -> producer id -> (topic, partition) -> it."""
+        out: dict[str, dict[int, dict[tuple[str, int], PendingOffset]]] = {}
+        for key, value in self._core.db.iterator(prefix=keys.TXNOFF):
+            group, producer_id, topic, partition = keys.parse_txn_offset_key(key)
+            epoch, superseded, raw = keys.unpack_txn_offset(value)
+            offset, leader_epoch, ms, metadata = keys.unpack_offset(raw)
+            out.setdefault(group, {}).setdefault(producer_id, {})[(topic, partition)] = PendingOffset(
+                epoch, offset, leader_epoch, metadata, ms, superseded
+            )
+        return out
+
+    def complete_txn_offsets(self, group: str, producer_id: int, commit: bool) -> list[tuple[str, int]]:
+        """End the producer's transaction for the group in one WriteBatch: its pending offsets
+        are dropped, and on commit those no later plain commit superseded become the committed
+        offsets. Returns the (topic, partition)s whose committed offset it wrote."""
+        wb = self._core.batch()
+        written: list[tuple[str, int]] = []
+        for key, value in self._core.db.iterator(prefix=keys.txn_offset_producer_prefix(group, producer_id)):
+            wb.delete(key)
+            _, superseded, raw = keys.unpack_txn_offset(value)
+            if commit and not superseded:
+                _, _, topic, partition = keys.parse_txn_offset_key(key)
+                wb.put(keys.offset_key(group, topic, partition), raw)
+                written.append((topic, partition))
+        self._core.write(wb)
+        return written
 
     def put_group_metadata(self, group: str, data: bytes) -> None:
         self._core.put(keys.group_key(group), data)

@@ -39,6 +39,7 @@ from tmqgate.storage.model import (
     CommittedOffset,
     DatabaseInfo,
     HistoryRecord,
+    PendingOffset,
     RowsEntry,
     TmqTopic,
     WalEntry,
@@ -402,8 +403,9 @@ class Store:
         group: str,
         offsets: Iterable[tuple[str, int, int, int, str | None]],
         commit_ms: int | None = None,
+        supersede: Iterable[tuple[int, str, int]] = (),
     ) -> None:
-        self.offsets.commit_offsets(group, offsets, commit_ms)
+        self.offsets.commit_offsets(group, offsets, commit_ms, supersede)
 
     def commit_offset(
         self,
@@ -435,6 +437,23 @@ class Store:
 
     def delete_group(self, group: str) -> None:
         self.offsets.delete_group(group)
+
+    def commit_txn_offsets(
+        self,
+        group: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Iterable[tuple[str, int, int, int, str | None]],
+        commit_ms: int | None = None,
+    ) -> dict[tuple[str, int], PendingOffset]:
+        """Pending transactional offsets of the producer's transaction (``storage.offsets``)."""
+        return self.offsets.commit_txn_offsets(group, producer_id, producer_epoch, offsets, commit_ms)
+
+    def txn_offsets(self) -> dict[str, dict[int, dict[tuple[str, int], PendingOffset]]]:
+        return self.offsets.txn_offsets()
+
+    def complete_txn_offsets(self, group: str, producer_id: int, commit: bool) -> list[tuple[str, int]]:
+        return self.offsets.complete_txn_offsets(group, producer_id, commit)
 
     def put_group_metadata(self, group: str, data: bytes) -> None:
         self.offsets.put_group_metadata(group, data)

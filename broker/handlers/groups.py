@@ -1,4 +1,5 @@
-"""Consumer groups: FindCoordinator, the classic group APIs, offsets, and KIP-848's
+"""Consumer groups: FindCoordinator, the classic group APIs, offsets (transactional ones too:
+TxnOffsetCommit, OffsetFetch's require_stable), and KIP-848's
 ConsumerGroupHeartbeat/ConsumerGroupDescribe — thin wire shims over ``coordinator``.
 
 This node coordinates every group (and answers for transactional ids too); JoinGroup and
@@ -181,8 +182,57 @@ async def offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "topics": topics_out}
 
 
+@api(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
+async def txn_offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
+    """TxnOffsetCommit (KIP-98; v3+ carries the consumer's member and generation, KIP-447):
+    offsets stored pending for the producer's transaction, the group's committed offsets only
+    when it commits. Kafka's checks in its order (KafkaApis.handleTxnOffsetCommitRequest):
+    WRITE on the transactional id, READ on the group (each refusal answers every partition),
+    READ on each topic, then unknown topics/partitions, then the group (the coordinator).
+    v5 is v4 (KIP-890's implicit AddOffsetsToTxn applies with transaction version 2 only, which
+    this broker does not offer)."""
+    body = req.body
+    requested = [(t["name"], [p["partition_index"] for p in t.get("partitions") or []])
+                 for t in body.get("topics") or []]
+
+    def every(code: ErrorCode) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, "topics": [
+            {"name": name, "partitions": [{"partition_index": p, "error_code": int(code)} for p in parts]}
+            for name, parts in requested]}
+
+    auth = ctx.authorizer
+    if auth is not None and not auth.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"]):
+        return every(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if _group_denied(ctx, Operation.READ, body["group_id"]):
+        return every(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    denied = _topics_denied(ctx, Operation.READ, [name for name, _ in requested])
+    entries: list[OffsetEntry] = []
+    slots: list[tuple[int, int, int]] = []  # (topic slot, partition slot, entry index)
+    topics_out = []
+    for ti, t in enumerate(body.get("topics") or []):
+        name = t["name"]
+        parts_out = []
+        for pi, p in enumerate(t.get("partitions") or []):
+            parts_out.append({"partition_index": p["partition_index"],
+                              "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)})
+            if name in denied:
+                continue
+            slots.append((ti, pi, len(entries)))
+            entries.append((name, p["partition_index"], p["committed_offset"], p.get("committed_leader_epoch", -1),
+                            p.get("committed_metadata")))
+        topics_out.append({"name": name, "partitions": parts_out})
+    if entries:
+        codes = ctx.coordinator.txn_offset_commit(
+            body["group_id"], body["transactional_id"], body["producer_id"], body["producer_epoch"],
+            body.get("member_id") or "", body.get("generation_id", -1), body.get("group_instance_id"), entries)
+        for ti, pi, ei in slots:
+            topics_out[ti]["partitions"][pi]["error_code"] = int(codes[ei])
+    return {"throttle_time_ms": 0, "topics": topics_out}
+
+
 def _fetch_group(ctx: GroupApis, group_id: str, topics: list[dict[str, Any]] | None, by_id: bool,
-                 member_id: str | None = None, member_epoch: int = -1) -> tuple[ErrorCode, list[dict[str, Any]]]:
+                 member_id: str | None = None, member_epoch: int = -1,
+                 require_stable: bool = False) -> tuple[ErrorCode, list[dict[str, Any]]]:
     rt = ctx.coordinator
     wanted: list[tuple[str, list[int]]] | None = None
     unknown_ids: list[dict[str, Any]] = []
@@ -209,7 +259,7 @@ def _fetch_group(ctx: GroupApis, group_id: str, topics: list[dict[str, Any]] | N
                  "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)} for p in parts]}
                 for n, parts in wanted if n in denied]
             wanted = [(n, parts) for n, parts in wanted if n not in denied]
-    code, rows = rt.machine.fetch_offsets(group_id, wanted, member_id, member_epoch)
+    code, rows = rt.machine.fetch_offsets(group_id, wanted, member_id, member_epoch, require_stable)
     if ctx.authorizer is not None and topics is None:  # all topics: only those one may DESCRIBE
         hidden = _topics_denied(ctx, Operation.DESCRIBE, [n for n, _ in rows])
         rows = [(n, parts) for n, parts in rows if n not in hidden]
@@ -237,7 +287,9 @@ async def offset_fetch(ctx: GroupApis, req: Request) -> dict[str, Any]:
     v = req.api_version
     if v < 8:
         _require_group(ctx, Operation.DESCRIBE, body["group_id"])
-        code, topics = _fetch_group(ctx, body["group_id"], body.get("topics"), False)
+        # require_stable (v7+, KIP-447): UNSTABLE_OFFSET_COMMIT where a transaction is pending.
+        code, topics = _fetch_group(ctx, body["group_id"], body.get("topics"), False,
+                                    require_stable=bool(body.get("require_stable")))
         if v < 2 and code is not ErrorCode.NONE:
             for t in topics:
                 for p in t["partitions"]:
@@ -250,7 +302,7 @@ async def offset_fetch(ctx: GroupApis, req: Request) -> dict[str, Any]:
                            "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED)})
             continue
         code, topics = _fetch_group(ctx, g["group_id"], g.get("topics"), v >= 10, g.get("member_id"),
-                                    g.get("member_epoch", -1))
+                                    g.get("member_epoch", -1), bool(body.get("require_stable")))
         groups.append({"group_id": g["group_id"], "error_code": int(code), "topics": topics})
     return {"throttle_time_ms": 0, "groups": groups}
 
