@@ -69,8 +69,8 @@ prefix       key (after the prefix byte)                            value
 0xB0 TXNSTATE transactional id (utf-8)                            JSON of storage.txn_coordinator.TxnRecord: the
                                                                     transaction coordinator's state of that id
                                                                     (producer id/epoch, state, partitions, groups,
-                                                                    timeout, start/update ms), written synced
-                                                                    before the coordinator answers
+                                                                    timeout, start/update ms), written before
+                                                                    the coordinator answers
 ===========  =====================================================  ===============================================
 
 Payload log (``<data dir>/wal-payloads``):

@@ -4,8 +4,11 @@
 Why here: Kafka's coordinator writes the new state to its log *before* it answers
 (``TransactionStateManager.appendTransactionToLog``), so a kill -9 at any point leaves on disk
 a state the coordinator can finish at restart (a prepared commit or abort completed, an ongoing
-transaction aborted at its timeout). Every write is one synced ``WriteBatch``. The values are
-opaque here: states and rules are ``coordinator.transactions``'.
+transaction aborted at its timeout). Every write is one ``WriteBatch`` written before the
+coordinator answers, under the store's sync policy like the WAL it describes (wal_level 1: in
+the OS before the answer, which survives kill -9, fsynced on the fsync period; wal_level 2 with
+fsync_period_ms 0: fsynced each time) — a state stronger than the markers and data it refers to
+would buy nothing. The values are opaque here: states and rules are ``coordinator.transactions``'.
 
 Key (``storage.keys``): 0xB0 TXNSTATE + transactional id (utf-8); value: JSON of ``TxnRecord``.
 """
@@ -65,13 +68,13 @@ class TxnStates:
                 (TxnRecord.from_json(v) for _, v in self._core.db.iterator(prefix=keys.TXNSTATE))}
 
     def put(self, record: TxnRecord) -> None:
-        """Write the record (synced) before the coordinator answers; raises StorageIOError."""
-        wb = self._core.batch(sync=True)
+        """Write the record (before the coordinator answers); raises StorageIOError."""
+        wb = self._core.batch()
         wb.put(keys.txn_state_key(record.transactional_id), record.to_json())
         self._core.write(wb)
 
     def delete(self, transactional_id: str) -> None:
         """Forget an expired transactional id (Kafka's tombstone)."""
-        wb = self._core.batch(sync=True)
+        wb = self._core.batch()
         wb.delete(keys.txn_state_key(transactional_id))
         self._core.write(wb)
