@@ -26,7 +26,7 @@ INIT_V, ADD_V, OFFSETS_V, END_V = 4, 3, 3, 3  # all below the transaction-versio
 
 NONE, UNKNOWN_TOPIC, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 0, 3, 47, 48
 INVALID_PRODUCER_ID_MAPPING, INVALID_TRANSACTION_TIMEOUT, CONCURRENT_TRANSACTIONS = 49, 50, 51
-OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND = 55, 90, 105
+OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND, TRANSACTION_ABORTABLE = 55, 90, 105, 120
 # Kafka's coordinator answers these while __transaction_state is created or loaded, and
 # CONCURRENT_TRANSACTIONS while a transaction's markers are being written: clients retry.
 RETRIABLE = {14, 15, 16, CONCURRENT_TRANSACTIONS}
@@ -287,3 +287,34 @@ def test_open_transaction_survives_sigkill(restartable_broker: BrokerProcess) ->
         assert [(t["topic"], t["partitions"]) for t in state["topics"]] == [(name, [0])]
         assert _end(c, tid, pid, epoch, commit=False) == NONE
         assert _describe_until(c, tid, "CompleteAbort")["transaction_state"] == "CompleteAbort"
+
+
+def test_batched_add_partitions_and_verify_only(broker: Broker, topic: str) -> None:
+    """AddPartitionsToTxn v4+ (KIP-890, what brokers send): several transactions in one request,
+    and verify_only, which adds nothing and answers, per partition, whether it is in the
+    transaction (TRANSACTION_ABORTABLE when not)."""
+    first, second = unique_topic("tid-batch-1"), unique_topic("tid-batch-2")
+    with RawConn(broker.bootstrap) as c:
+        _coordinator_ready(c, first)
+        _coordinator_ready(c, second)
+        a, b = _init(c, first), _init(c, second)
+
+        def batch(verify: bool, *txns: tuple[str, dict[str, Any], list[int]]) -> dict[str, dict[tuple[str, int], int]]:
+            body = c.request(ADD_PARTITIONS, 4, {"transactions": [
+                {"transactional_id": tid, "producer_id": ids["producer_id"], "producer_epoch": ids["producer_epoch"],
+                 "verify_only": verify, "topics": [{"name": topic, "partitions": parts}]}
+                for tid, ids, parts in txns]})
+            assert body["error_code"] == NONE, body
+            return {r["transactional_id"]: {(t["name"], p["partition_index"]): p["partition_error_code"]
+                                            for t in r["topic_results"] for p in t["results_by_partition"]}
+                    for r in body["results_by_transaction"]}
+
+        assert batch(False, (first, a, [0]), (second, b, [0, 1])) == {
+            first: {(topic, 0): NONE}, second: {(topic, 0): NONE, (topic, 1): NONE}}
+        assert [t["partitions"] for t in _describe(c, first)["topics"]] == [[0]]
+        assert batch(True, (first, a, [0, 1])) == {first: {(topic, 0): NONE, (topic, 1): TRANSACTION_ABORTABLE}}
+        assert [t["partitions"] for t in _describe(c, first)["topics"]] == [[0]]  # verify added nothing
+        stale = {"producer_id": a["producer_id"], "producer_epoch": a["producer_epoch"] + 1}
+        assert batch(True, (first, stale, [0])) == {first: {(topic, 0): PRODUCER_FENCED}}
+        for tid, ids in ((first, a), (second, b)):
+            assert _end(c, tid, ids["producer_id"], ids["producer_epoch"], commit=False) == NONE
