@@ -318,3 +318,26 @@ def test_batched_add_partitions_and_verify_only(broker: Broker, topic: str) -> N
         assert batch(True, (first, stale, [0])) == {first: {(topic, 0): PRODUCER_FENCED}}
         for tid, ids in ((first, a), (second, b)):
             assert _end(c, tid, ids["producer_id"], ids["producer_epoch"], commit=False) == NONE
+
+
+def test_kip360_init_with_producer_id_and_epoch(broker: Broker) -> None:
+    """KIP-360: a producer that gives its producer id and epoch gets the next epoch; a retry of
+    that call (the previous epoch) gets the same answer without a second bump; another
+    producer id is fenced (INVALID_PRODUCER_EPOCH before InitProducerId v4)."""
+    tid = unique_topic("tid-kip360")
+    with RawConn(broker.bootstrap) as c:
+        _coordinator_ready(c, tid)
+        first = _init(c, tid)
+        pid = first["producer_id"]
+
+        def init(producer_id: int, epoch: int, version: int = INIT_V) -> tuple[int, int, int]:
+            body = _retry(lambda: c.request(INIT_PRODUCER_ID, version, {
+                "transactional_id": tid, "transaction_timeout_ms": 60_000, "producer_id": producer_id,
+                "producer_epoch": epoch}), lambda b: b["error_code"])
+            return body["error_code"], body["producer_id"], body["producer_epoch"]
+
+        assert init(pid, 0) == (NONE, pid, 1)
+        assert init(pid, 0) == (NONE, pid, 1)  # the retry
+        assert init(pid, 1) == (NONE, pid, 2)
+        assert init(pid + 1000, 2)[0] == PRODUCER_FENCED
+        assert init(pid + 1000, 2, version=3)[0] == INVALID_PRODUCER_EPOCH
