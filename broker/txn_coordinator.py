@@ -36,8 +36,13 @@ def wall_ms() -> int:
 
 
 class TxnCoordinatorRuntime:
-    """Owns a TransactionCoordinator and its timer; handlers call ``machine`` with ``now()``
-    and then ``kick()`` so the timer sees new deadlines."""
+    """Owns a TransactionCoordinator and its timer; handlers call ``machine`` with ``now()``.
+
+    The timer wakes at the machine's next deadline as computed when it went to sleep, and at
+    least every ``interval_ms``: a transaction begun meanwhile is checked within that interval,
+    as Kafka checks for timed-out transactions every
+    transaction.abort.timed.out.transaction.cleanup.interval.ms. Events do not wake it (its
+    tick scans every transactional id); only markers left to retry do (``retry_soon``)."""
 
     def __init__(self, machine: TransactionCoordinator, interval_ms: int,
                  clock: Callable[[], int] = wall_ms) -> None:
@@ -61,8 +66,9 @@ class TxnCoordinatorRuntime:
                 await self._task
             self._task = None
 
-    def kick(self) -> None:
-        if self._wake is not None:
+    def retry_soon(self) -> None:
+        """After an event that may have left markers unwritten: let the timer plan their retry."""
+        if self._wake is not None and self.machine.has_unfinished():
             self._wake.set()
 
     async def _timer(self) -> None:

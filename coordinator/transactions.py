@@ -241,6 +241,9 @@ class TransactionCoordinator:
     def all(self) -> list[TxnMetadata]:
         return list(self._txns.values())
 
+    def has_unfinished(self) -> bool:
+        return bool(self._unfinished)
+
     def unfinished(self) -> set[str]:
         """Prepared transactions whose markers or groups are not all written yet."""
         return set(self._unfinished)
@@ -260,7 +263,7 @@ class TransactionCoordinator:
             except re.error:
                 return ErrorCode.INVALID_REGULAR_EXPRESSION, [], []
         out = [m for m in self._txns.values()
-               if m.state is not S.DEAD
+               if m.state is not S.DEAD and m.producer_epoch != NO_PRODUCER_EPOCH  # never written
                and (not pids or m.producer_id in pids)
                and (not state_filter or m.state.value in state_filter)
                and not (duration_ms >= 0 and now_ms - m.start_ms <= duration_ms)

@@ -64,7 +64,7 @@ async def init_producer_id(ctx: TxnApis, req: Request) -> dict[str, Any]:
                 "producer_epoch": 0}
     expected = (producer_id, epoch) if producer_id != -1 else None
     result = coordinator.machine.init_producer_id(coordinator.now(), txn, body["transaction_timeout_ms"], expected)
-    coordinator.kick()
+    coordinator.retry_soon()
     return {"throttle_time_ms": 0, "error_code": int(_fenced_as(result.error, req.api_version, 4)),
             "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
 
@@ -100,7 +100,6 @@ def _add_partitions(ctx: TxnApis, version: int, txn: dict[str, Any], check_topic
         return coordinator.machine.verify_partitions(tid, txn["producer_id"], txn["producer_epoch"], wanted)
     code = coordinator.machine.add_partitions(coordinator.now(), tid, txn["producer_id"], txn["producer_epoch"],
                                               wanted)
-    coordinator.kick()
     return dict.fromkeys(wanted, _fenced_as(code, version, 2))
 
 
@@ -138,7 +137,6 @@ async def add_offsets_to_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
     coordinator = ctx.coordinator
     code = coordinator.machine.add_offsets(coordinator.now(), body["transactional_id"], body["producer_id"],
                                            body["producer_epoch"], body["group_id"])
-    coordinator.kick()
     return {"throttle_time_ms": 0, "error_code": int(_fenced_as(code, req.api_version, 2))}
 
 
@@ -150,7 +148,7 @@ async def end_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
     coordinator = ctx.coordinator
     result = coordinator.machine.end_txn(coordinator.now(), body["transactional_id"], body["producer_id"],
                                          body["producer_epoch"], bool(body["committed"]))
-    coordinator.kick()
+    coordinator.retry_soon()
     return {"throttle_time_ms": 0, "error_code": int(_fenced_as(result.error, req.api_version, 2)),
             "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
 
