@@ -58,6 +58,9 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "quota_window_size_seconds": (1, None),  # quota.window.size.seconds: atLeast(1)
     "controller_quota_window_num": (1, None),  # controller.quota.window.num: atLeast(1)
     "controller_quota_window_size_seconds": (1, None),  # controller.quota.window.size.seconds: atLeast(1)
+    "transaction_max_timeout_ms": (1, None),  # transaction.max.timeout.ms: atLeast(1)
+    "transactional_id_expiration_ms": (1, None),  # transactional.id.expiration.ms: atLeast(1)
+    "transaction_abort_timed_out_transaction_cleanup_interval_ms": (1, None),  # atLeast(1)
 }
 
 
@@ -286,6 +289,17 @@ class BrokerConfig:
     group_consumer_heartbeat_interval_ms: int = 1000
     # offset.metadata.max.bytes: the longest metadata string an offset commit may carry.
     offset_metadata_max_bytes: int = 4096
+    # --- Transactions (Kafka's transaction.* settings) --------------------------------------
+    # transaction.max.timeout.ms: the longest transaction.timeout.ms a producer may ask for;
+    # InitProducerId over it answers INVALID_TRANSACTION_TIMEOUT.
+    transaction_max_timeout_ms: int = 900_000
+    # transactional.id.expiration.ms: a transactional id with no transaction for this long is
+    # forgotten (its producer id and epoch with it).
+    transactional_id_expiration_ms: int = 604_800_000
+    # transaction.abort.timed.out.transaction.cleanup.interval.ms: the longest the coordinator
+    # waits between checks for timed-out transactions (it also wakes at the earliest deadline,
+    # so a transaction is aborted as soon as its timeout has passed).
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # --- Bounded resources ----------------------------------------------------------------
     # Partitions one CreateTopics/CreatePartitions request may create: Kafka's controller
     # refuses an operation of more than 10,000 records (MAX_RECORDS_PER_USER_OP, one per

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import importlib
 import logging
 import os
 import ssl
@@ -36,7 +37,15 @@ from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.group_coordinator import group_coordinator
 from tmqgate.broker.handlers import API_TABLE
-from tmqgate.broker.handlers.context import AclApis, AdminApis, ClusterApis, DataPlane, GroupApis, Node
+from tmqgate.broker.handlers.context import (
+    AclApis,
+    AdminApis,
+    ClusterApis,
+    DataPlane,
+    GroupApis,
+    Node,
+    TxnApis,
+)
 from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
 from tmqgate.broker.listeners import (
     Listener,
@@ -52,6 +61,7 @@ from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicRegistry
+from tmqgate.broker.txn_coordinator import txn_coordinator
 from tmqgate.broker.waiters import DataNotifier
 from tmqgate.protocol.codec import iter_precompile
 from tmqgate.protocol.error_response import error_response
@@ -153,6 +163,10 @@ class Broker:
         self.authorizer = (Authorizer(self.store, config.super_users, config.allow_everyone_if_no_acl_found)
                            if config.authorizer == "acl" else None)
         self.coordinator = group_coordinator(self.store, self.topics, config)
+        # The transaction coordinator (broker/txn_coordinator.py): markers through the data
+        # plane's MarkerWriter, group offsets through the group coordinator's complete_transaction.
+        self.transactions = txn_coordinator(self.store, config, markers=self._marker_writer(),
+                                            groups=self._txn_groups())
         # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
         machine = self.coordinator.machine
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
@@ -207,9 +221,23 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         self._tasks.append(asyncio.create_task(self._precompile()))
         await self.coordinator.start()
+        await self.transactions.start()
         for listener, server in self._servers:
             log.info("tmqgate listening on %s://%s:%d (%s; data dir %s)", listener.name, listener.host,
                      server.sockets[0].getsockname()[1], listener.security_protocol, self.config.data_dir)
+
+    def _marker_writer(self) -> Any:
+        """The MarkerWriter of broker/txn_markers.py (part T1 of issue 14); None until it exists:
+        the coordinator then completes transactions without writing markers."""
+        try:
+            markers = importlib.import_module("tmqgate.broker.txn_markers")
+        except ImportError:
+            return None
+        return markers.MarkerWriter(self.store, self.topics, self.notifier)
+
+    def _txn_groups(self) -> Any:
+        """The group coordinator's side of a transaction's offsets (part T3), when it has it."""
+        return self.coordinator if hasattr(self.coordinator, "complete_transaction") else None
 
     def _set_user_password(self, user: str, password: str, create: bool) -> None:
         """CREATE USER / ALTER USER … PASS: the user's SCRAM credentials, as AlterUserScramCredentials."""
@@ -238,12 +266,14 @@ class Broker:
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
                                  cfg.max_decompressed_batch_bytes, quotas=self.quotas, authorizer=auth,
-                                 metrics=self.metrics, limited_log=self.limited_log),
+                                 metrics=self.metrics, limited_log=self.limited_log,
+                                 transactions=self.transactions),
             AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
                                  authorizer=auth),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),
             GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth),
             AclApis: AclApis(auth),
+            TxnApis: TxnApis(self.transactions, self.topics, authorizer=auth),
         }
 
     @property
@@ -268,6 +298,7 @@ class Broker:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         await self.coordinator.stop()
+        await self.transactions.stop()
         self.executor.close()
         self.store.close()
         self.limited_log.flush()

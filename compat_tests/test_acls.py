@@ -404,6 +404,62 @@ def test_denied_transactional_id(acl_broker: AclBroker) -> None:
         assert body["responses"][0]["partition_responses"][0]["error_code"] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
+def test_transaction_apis_acls(acl_broker: AclBroker) -> None:
+    """The transaction APIs check what KafkaApis checks: WRITE on the transactional id
+    (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn), WRITE on each topic added (one refused topic
+    fails the request: the others are not attempted), READ on the group (AddOffsetsToTxn),
+    DESCRIBE on the id (DescribeTransactions; ListTransactions leaves the others out) and on the
+    topics DescribeTransactions shows."""
+    from .test_txn_coordinator import (
+        OPERATION_NOT_ATTEMPTED,
+        _add,
+        _coordinator_ready,
+        _describe,
+        _end,
+        _init,
+    )
+
+    bs = acl_broker.bootstrap
+    denied, hidden, shown = (unique_topic(p) for p in ("acl-txw", "acl-txd", "acl-txo"))
+    for t in (denied, hidden, shown):
+        make_topic(bs, t)
+    deny(bs, TOPIC, denied, WRITE)
+    allow(bs, TOPIC, hidden, WRITE)
+    deny(bs, TOPIC, hidden, DESCRIBE)
+    tid, secret, blocked = (unique_topic(p) for p in ("acl-tid", "acl-tid-secret", "acl-tid-blocked"))
+    group = unique_topic("acl-txg")
+    deny(bs, GROUP, group, READ)
+    allow(bs, TRANSACTIONAL_ID, secret, WRITE)  # which implies DESCRIBE, but the DENY wins
+    deny(bs, TRANSACTIONAL_ID, secret, DESCRIBE)
+    deny(bs, TRANSACTIONAL_ID, blocked, WRITE)
+    with RawConn(bs) as c:
+        _coordinator_ready(c, tid)
+        init = _init(c, tid)
+        pid, epoch = init["producer_id"], init["producer_epoch"]
+        assert init["error_code"] == 0, init
+        assert produce_code(bs, shown) == 0  # the topics have leaders (the reference broker's take a moment)
+        assert _add(c, tid, pid, epoch, {denied: [0], shown: [0]}) == {
+            (denied, 0): TOPIC_AUTHORIZATION_FAILED, (shown, 0): OPERATION_NOT_ATTEMPTED}
+        assert _add(c, tid, pid, epoch, {hidden: [0], shown: [0]}) == {(hidden, 0): 0, (shown, 0): 0}
+        offsets = c.request(25, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                    "group_id": group})
+        assert offsets["error_code"] == GROUP_AUTHORIZATION_FAILED
+        described = _describe(c, tid)
+        assert described["transaction_state"] == "Ongoing"
+        assert [t["topic"] for t in described["topics"]] == [shown]  # no DESCRIBE on `hidden`
+
+        assert _init(c, secret)["error_code"] == 0  # WRITE is allowed, DESCRIBE is not
+        assert _describe(c, secret)["error_code"] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        listed = {s["transactional_id"] for s in c.request(66, 1, {
+            "state_filters": [], "producer_id_filters": [], "duration_filter": -1})["transaction_states"]}
+        assert tid in listed and secret not in listed
+
+        assert _init(c, blocked)["error_code"] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert _add(c, blocked, pid, epoch, {shown: [0]}) == {(shown, 0): TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+        assert _end(c, blocked, pid, epoch, commit=True) == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert _end(c, tid, pid, epoch, commit=False) == 0
+
+
 def test_created_topic_configs_need_describe_configs(acl_broker: AclBroker) -> None:
     """CreateTopics makes a topic whose configs the client may not see: created (error 0), but
     no configs, partitions or replication factor, and topic_config_error_code 29."""

@@ -32,6 +32,7 @@ __all__ = ["error_response"]
 
 _PRODUCE, _FETCH, _METADATA, _DESCRIBE_LOG_DIRS = 0, 1, 3, 35
 _ALTER_USER_SCRAM_CREDENTIALS = 51
+_ADD_PARTITIONS_TO_TXN = 24
 
 #: Top-level pairs the generic rule cannot find: response array key -> request array key
 #: (None: Kafka answers with the array empty).
@@ -63,6 +64,12 @@ def error_response(api_key: int, api_version: int, request: dict[str, Any], code
         users = {e["name"] for e in (request.get("deletions") or []) + (request.get("upsertions") or [])}
         return {"throttle_time_ms": 0, "results": [
             {"user": u, "error_code": int(code), "error_message": message} for u in sorted(users)]}
+    if api_key == _ADD_PARTITIONS_TO_TXN and api_version < 4:  # v4+: the top-level code
+        # every partition of the request carries the error (its field is PartitionErrorCode)
+        return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
+            {"name": t["name"], "results_by_partition": [
+                {"partition_index": p, "partition_error_code": int(code)} for p in t["partitions"]]}
+            for t in request.get("v3_and_below_topics") or []]}
     v = api_version
     fields = [f for f in SCHEMAS[api_key].response.fields if f.present(v)]
     top = any(f.key == "error_code" for f in fields)

@@ -73,6 +73,11 @@ prefix       key (after the prefix byte)                            value
 0xA0 ACL     resource type u8, pattern type u8, resource name       (empty: the key is the whole ACL binding, so
              (u16 len + utf-8), principal (u16 len + utf-8), host    adding one twice keeps one)
              (u16 len + utf-8), operation u8, permission u8
+0xB0 TXNSTATE transactional id (utf-8)                            JSON of storage.txn_coordinator.TxnRecord: the
+                                                                    transaction coordinator's state of that id
+                                                                    (producer id/epoch, state, partitions, groups,
+                                                                    timeout, start/update ms), written before
+                                                                    the coordinator answers
 ===========  =====================================================  ===============================================
 
 Payload log (``<data dir>/wal-payloads``):
@@ -156,6 +161,7 @@ ACL = b"\xa0"
 SYNC = b"\x7f"
 QUOTA = b"\x88"
 SCRAM = b"\x90"
+TXNSTATE = b"\xb0"
 
 #: The layout this code writes and reads (see the module docstring).
 LAYOUT_VERSION = 2
@@ -201,6 +207,10 @@ def read_u32(b: bytes) -> int:
 def read_u64(b: bytes) -> int:
     n: int = _U64.unpack(b)[0]
     return n
+
+
+def txn_state_key(transactional_id: str) -> bytes:
+    return TXNSTATE + transactional_id.encode()
 
 
 # catalog -------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ concern, so that each can be read and changed alone:
 * ``storage.quotas`` — client quota entities and their values.
 * ``storage.users`` — users' SCRAM credentials (salt, iterations, StoredKey, ServerKey).
 * ``storage.acls`` — the authorizer's ACL bindings.
+* ``storage.txn_coordinator`` — the transaction coordinator's state per transactional id.
 
 Callers (broker, coordinator, tests) talk to ``Store``; its methods delegate to the parts
 (``store.catalog``, ``store.wal`` ... are there for code that wants a part directly). Only
@@ -49,6 +50,7 @@ from tmqgate.storage.producers import ProducerAppend, Producers, ProducerWindow
 from tmqgate.storage.quotas import ClientQuotas
 from tmqgate.storage.retention import Retention
 from tmqgate.storage.txn import Transaction
+from tmqgate.storage.txn_coordinator import TxnStates
 from tmqgate.storage.users import Users
 from tmqgate.storage.wal import Appended, Wal
 
@@ -90,6 +92,7 @@ class Store:
         self.client_quotas = ClientQuotas(self.core)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
         self.acls = Acls(self.core)
+        self.txn_states = TxnStates(self.core)  # the transaction coordinator's (storage.txn_coordinator)
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}

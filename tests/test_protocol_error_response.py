@@ -31,11 +31,11 @@ CODE = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
 def _codes(value: Any) -> list[int]:
-    """Every error_code in a decoded body, depth first."""
+    """Every error_code (AddPartitionsToTxn v0-3: partition_error_code) in a decoded body, depth first."""
     if isinstance(value, dict):
-        out = [value["error_code"]] if "error_code" in value else []
+        out = [value[k] for k in ("error_code", "partition_error_code") if k in value]
         for k, v in value.items():
-            if k != "error_code":
+            if k not in ("error_code", "partition_error_code"):
                 out += _codes(v)
         return out
     if isinstance(value, list):

@@ -13,6 +13,7 @@ from tmqgate.broker.handlers import (  # noqa: F401
     produce,
     quotas,
     sasl,
+    transactions,
 )
 
 __all__ = ["API_TABLE"]

@@ -1,5 +1,5 @@
-"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
-and InitProducerId for idempotent producers."""
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords.
+(InitProducerId is broker/handlers/transactions.py's.)"""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
-from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.quotas import MutationQuota
 from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS
@@ -282,26 +281,3 @@ async def delete_records(ctx: AdminApis, req: Request) -> dict[str, Any]:
             parts.append(entry)
         topics.append({"name": t["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}
-
-
-@api(ApiKey.INIT_PRODUCER_ID, 0, 5)
-async def init_producer_id(ctx: AdminApis, req: Request) -> dict[str, Any]:
-    """A new producer id with epoch 0; a known id asking again (KIP-360) gets its epoch bumped."""
-    body = req.body
-    auth = ctx.authorizer
-    if auth is not None:
-        txn = body.get("transactional_id")
-        if txn is not None:
-            auth.require(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn)
-        elif not (auth.allows_cluster(Operation.IDEMPOTENT_WRITE)
-                  or auth.allows_by_type(Operation.WRITE, ResourceType.TOPIC)):
-            # Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on
-            # some topic, else CLUSTER_AUTHORIZATION_FAILED.
-            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    producer_id = body.get("producer_id", -1)
-    epoch = body.get("producer_epoch", -1)
-    if producer_id >= 0 and 0 <= epoch < INT16_MAX - 1:
-        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id,
-                "producer_epoch": epoch + 1}
-    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": ctx.store.allocate_producer_id(),
-            "producer_epoch": 0}

@@ -9,7 +9,9 @@ names its family and how the server binds it).
   registry, the config, the quotas;
 - `ClusterApis` — ApiVersions, Metadata, DescribeCluster, DescribeTopicPartitions: this node
   as clients see it, the topic registry, the config, and the API table;
-- `GroupApis` — the group APIs: the coordinator runtime, the topic registry, this node.
+- `GroupApis` — the group APIs: the coordinator runtime, the topic registry, this node;
+- `TxnApis` — InitProducerId and the transaction APIs: the transaction coordinator runtime
+  (broker/txn_coordinator.py), the topic registry.
 
 Every family has `authorizer`: the ACL authorizer (broker/acl/authorizer.py), None when
 `authorizer = "none"` — handlers check `if ctx.authorizer is not None`, so no authorizer costs
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tmqgate.broker.client import current_client
 
@@ -35,8 +37,10 @@ if TYPE_CHECKING:
     from tmqgate.broker.ratelimit import RateLimitedLog
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry
+    from tmqgate.broker.txn_coordinator import TxnCoordinatorRuntime
     from tmqgate.broker.waiters import DataNotifier
     from tmqgate.coordinator.runtime import CoordinatorRuntime
+    from tmqgate.protocol.errors import ErrorCode
     from tmqgate.storage import Store
 
 
@@ -57,6 +61,11 @@ class Node:
         return self.advertised
 
 
+class TxnGate(Protocol):
+    def check_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                      topic: str, partition: int) -> ErrorCode: ...
+
+
 @dataclass(frozen=True)
 class DataPlane:
     store: Store
@@ -69,6 +78,8 @@ class DataPlane:
     metrics: Metrics | None = None  # bytes in/out and messages in per topic (broker/metrics.py)
     # Rejected batches are logged (INFO) with their reason, at most so many per interval.
     limited_log: RateLimitedLog | None = None
+    # The transaction coordinator, asked before a transactional batch is appended (None: accepted).
+    transactions: TxnGate | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,15 @@ class GroupApis:
     coordinator: CoordinatorRuntime
     topics: TopicRegistry
     node: Node
+    authorizer: Authorizer | None = None
+
+
+@dataclass(frozen=True)
+class TxnApis:
+    """InitProducerId and the transaction APIs (broker/handlers/transactions.py)."""
+
+    coordinator: TxnCoordinatorRuntime
+    topics: TopicRegistry
     authorizer: Authorizer | None = None
 
 

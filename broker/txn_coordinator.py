@@ -1,0 +1,105 @@
+"""The broker's transaction coordinator: ``coordinator.transactions``' machine over this broker's
+store, fed the wall clock by a timer task, with the transaction.* settings.
+
+The machine knows nothing of asyncio or the broker. This module builds it (``txn_coordinator``)
+from the BrokerConfig and the store, gives it the collaborators the server hands over (the
+``MarkerWriter`` of the data plane, the group coordinator's ``complete_transaction``), calls
+``tick`` at the machine's next deadline (at the latest every
+``transaction_abort_timed_out_transaction_cleanup_interval_ms``), and is the ``TxnGate``
+Produce asks before appending a transactional batch (``check_produce``).
+
+Times are wall-clock ms: a transaction's start time is what DescribeTransactions reports, and
+deadlines must hold across a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tmqgate.coordinator.transactions import MarkerWriter, TransactionCoordinator, TxnConfig, TxnGroups
+from tmqgate.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.storage import Store
+
+log = logging.getLogger("tmqgate.coordinator.transactions")
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TxnCoordinatorRuntime:
+    """Owns a TransactionCoordinator and its timer; handlers call ``machine`` with ``now()``.
+
+    The timer wakes at the machine's next deadline as computed when it went to sleep, and at
+    least every ``interval_ms``: a transaction begun meanwhile is checked within that interval,
+    as Kafka checks for timed-out transactions every
+    transaction.abort.timed.out.transaction.cleanup.interval.ms. Events do not wake it (its
+    tick scans every transactional id); only markers left to retry do (``retry_soon``)."""
+
+    def __init__(self, machine: TransactionCoordinator, interval_ms: int,
+                 clock: Callable[[], int] = wall_ms) -> None:
+        self.machine = machine
+        self.interval_ms = interval_ms
+        self.clock = clock
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def now(self) -> int:
+        return int(self.clock())
+
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._timer())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def retry_soon(self) -> None:
+        """After an event that may have left markers unwritten: let the timer plan their retry."""
+        if self._wake is not None and self.machine.has_unfinished():
+            self._wake.set()
+
+    async def _timer(self) -> None:
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            deadline = self.machine.next_deadline()
+            wait_ms = (self.interval_ms if deadline is None
+                       else min(self.interval_ms, max(0, deadline - self.now())))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
+            try:
+                self.machine.tick(self.now())
+            except Exception:  # the timer must survive one bad transaction
+                log.exception("transaction coordinator tick failed")
+
+    # TxnGate (broker/handlers/context.py): Produce's question for a transactional batch.
+    def check_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                      topic: str, partition: int) -> ErrorCode:
+        return self.machine.check_produce(transactional_id, producer_id, producer_epoch, topic, partition)
+
+
+def txn_config(cfg: BrokerConfig) -> TxnConfig:
+    return TxnConfig(max_timeout_ms=cfg.transaction_max_timeout_ms,
+                     id_expiration_ms=cfg.transactional_id_expiration_ms)
+
+
+def txn_coordinator(store: Store, cfg: BrokerConfig, markers: MarkerWriter | None = None,
+                    groups: TxnGroups | None = None) -> TxnCoordinatorRuntime:
+    """The broker's transaction coordinator over its store (state loaded and prepared
+    transactions completed here, before the broker serves)."""
+    machine = TransactionCoordinator(store.txn_states, store, txn_config(cfg), wall_ms(),
+                                     markers=markers, groups=groups)
+    return TxnCoordinatorRuntime(machine, cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms)
