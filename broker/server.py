@@ -166,7 +166,10 @@ class Broker:
         # The transaction coordinator (broker/txn_coordinator.py): markers through the data
         # plane's MarkerWriter, group offsets through the group coordinator's complete_transaction.
         self.transactions = txn_coordinator(self.store, config, markers=self._marker_writer(),
-                                            groups=self._txn_groups())
+                                            groups=self.coordinator)
+        # and a TxnOffsetCommit is verified with it first (Kafka: the producer's transaction
+        # must hold the group, added by AddOffsetsToTxn)
+        self.coordinator.machine.txn_gate = self.transactions
         # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
         machine = self.coordinator.machine
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
@@ -234,10 +237,6 @@ class Broker:
         except ImportError:
             return None
         return markers.MarkerWriter(self.store, self.topics, self.notifier)
-
-    def _txn_groups(self) -> Any:
-        """The group coordinator's side of a transaction's offsets (part T3), when it has it."""
-        return self.coordinator if hasattr(self.coordinator, "complete_transaction") else None
 
     def _set_user_password(self, user: str, password: str, create: bool) -> None:
         """CREATE USER / ALTER USER … PASS: the user's SCRAM credentials, as AlterUserScramCredentials."""

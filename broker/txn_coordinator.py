@@ -91,6 +91,11 @@ class TxnCoordinatorRuntime:
         return self.machine.check_produce(transactional_id, producer_id, producer_epoch, topic, partition)
 
 
+    # TxnOffsetsGate (coordinator/coordinator.py): the group coordinator's question for a TxnOffsetCommit.
+    def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                group_id: str) -> ErrorCode:
+        return self.machine.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id)
+
 def txn_config(cfg: BrokerConfig) -> TxnConfig:
     return TxnConfig(max_timeout_ms=cfg.transaction_max_timeout_ms,
                      id_expiration_ms=cfg.transactional_id_expiration_ms)

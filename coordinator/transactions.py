@@ -283,6 +283,19 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
 
+    def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                group_id: str) -> ErrorCode:
+        """May this producer commit offsets of the group in its transaction? (the group
+        coordinator's TxnOffsetsGate; Kafka verifies it with the transaction coordinator)."""
+        meta = self._txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if producer_epoch != meta.producer_epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if meta.state is not S.ONGOING or group_id not in meta.groups:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
+
     # events -------------------------------------------------------------------------------
 
     def new_producer_id(self) -> int:
