@@ -49,6 +49,12 @@ prefix       key (after the prefix byte)                            value
 0x40 PRODUCER db u32, vnode u32, producer id u64                    epoch i16, last update ms i64, n u8, then n
                                                                     (<= 5) x (first seq i32, last seq i32,
                                                                     base offset i64, last offset i64), oldest first
+0x41 TXNOPEN db u32, vnode u32, producer id u64                    an open transaction's first offset u64, the
+                                                                    producer's epoch i16 (written with the first
+                                                                    transactional batch, deleted with its marker)
+0x42 ABORTED db u32, vnode u32, last offset u64, producer id u64    an aborted transaction's first offset u64 (Kafka's
+                                                                    aborted-transaction index; last offset = the
+                                                                    abort marker's; written with the marker)
 0x50 OFFSET  group (u16 len + utf-8), topic (u16 len + utf-8),      offset i64, leader epoch i32, commit ms i64,
              partition u32                                          metadata flag u8 (0 = null) + utf-8 metadata
 0x60 GROUP   group (utf-8)                                          opaque bytes owned by the group coordinator
@@ -141,6 +147,8 @@ PAYGC = b"\x12"
 VNODE = b"\x20"
 TIME = b"\x30"
 PRODUCER = b"\x40"
+TXNOPEN = b"\x41"
+ABORTED = b"\x42"
 OFFSET = b"\x50"
 GROUP = b"\x60"
 HISTORY = b"\x70"
@@ -157,7 +165,7 @@ KIND_META = 1
 KIND_ROWS = 2
 
 #: Prefixes whose keys start with the db id; dropping a database deletes these ranges.
-PER_DB_PREFIXES = (WAL, VNODE, TIME, PRODUCER, STABLE, CTABLE)
+PER_DB_PREFIXES = (WAL, VNODE, TIME, PRODUCER, TXNOPEN, ABORTED, STABLE, CTABLE)
 
 _DV = struct.Struct(">II")
 _DVQ = struct.Struct(">IIQ")
@@ -351,6 +359,40 @@ def unpack_producer(b: bytes) -> tuple[int, int, list[tuple[int, int, int, int]]
     off = _PHEAD.size
     batches = [_PBATCH.unpack_from(b, off + i * _PBATCH.size) for i in range(n)]
     return epoch, update_ms, batches
+
+
+# transactions on the WAL ---------------------------------------------------------------------
+
+
+_TXNOPEN = struct.Struct(">Qh")
+_DVQQ = struct.Struct(">IIQQ")
+
+
+def txn_open_key(db: int, vnode: int, producer_id: int) -> bytes:
+    return TXNOPEN + _DVQ.pack(db, vnode, producer_id)
+
+
+def parse_txn_open_key(key: bytes) -> tuple[int, int, int]:
+    """(db, vnode, producer id)."""
+    return _DVQ.unpack_from(key, 1)
+
+
+def pack_txn_open(first_offset: int, epoch: int) -> bytes:
+    return _TXNOPEN.pack(first_offset, epoch)
+
+
+def unpack_txn_open(b: bytes) -> tuple[int, int]:
+    """(first offset, producer epoch)."""
+    return _TXNOPEN.unpack(b)
+
+
+def aborted_key(db: int, vnode: int, last_offset: int, producer_id: int) -> bytes:
+    return ABORTED + _DVQQ.pack(db, vnode, last_offset, producer_id)
+
+
+def parse_aborted_key(key: bytes) -> tuple[int, int, int, int]:
+    """(db, vnode, last offset, producer id)."""
+    return _DVQQ.unpack_from(key, 1)
 
 
 # group offsets and metadata ------------------------------------------------------------------

@@ -150,9 +150,9 @@ class Producers:
         raw = self._core.db.get(keys.producer_key(dbid, vnode, producer_id))
         window = None
         if raw is not None:
+            # A window without batches is an epoch a transaction marker set (storage.wal).
             epoch, _update_ms, batches = keys.unpack_producer(raw)
-            if batches:
-                window = ProducerWindow(epoch, tuple(BatchMeta(*b) for b in batches))
+            window = ProducerWindow(epoch, tuple(BatchMeta(*b) for b in batches))
         self._windows[k] = window
         return window
 

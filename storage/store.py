@@ -49,6 +49,7 @@ from tmqgate.storage.retention import Retention
 from tmqgate.storage.txn import Transaction
 from tmqgate.storage.users import Users
 from tmqgate.storage.wal import Appended, Wal
+from tmqgate.storage.wal_txns import WalTxns
 
 __all__ = ["Store"]  # the model types are exported by the storage package
 
@@ -82,8 +83,9 @@ class Store:
         )
         self.catalog = Catalog(self.core)
         self.producers = Producers(self.core)
-        self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes)
-        self.retention = Retention(self.core, self.catalog, self.wal, history_limit)
+        self.wal_txns = WalTxns(self.core)  # open transactions, aborted index (storage.wal_txns)
+        self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes, self.wal_txns)
+        self.retention = Retention(self.core, self.catalog, self.wal, history_limit, self.wal_txns)
         self.offsets = Offsets(self.core)
         self.client_quotas = ClientQuotas(self.core)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
@@ -92,6 +94,7 @@ class Store:
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}
         self.retention.load_history(live)
+        self.wal_txns.load(live)
         self.core.delete_orphans(live)
 
     # lifecycle -----------------------------------------------------------------------------
@@ -169,6 +172,7 @@ class Store:
         self.catalog.forget(d)
         self.retention.forget(gone)
         self.producers.forget_database(d.info.id)
+        self.wal_txns.forget_database(d.info.id)
         self.core.delete_database_data(d.info.id, compact=True)
         what = "topic" if d.info.kind == "kafka" else "database"
         log.info("deleted %s %s", what, name, extra={"event": f"{what}_deleted", "topic": name})
@@ -333,6 +337,28 @@ class Store:
 
     def max_timestamp_offset(self, db: str, vnode: int) -> tuple[int, int] | None:
         return self.wal.max_timestamp_offset(db, vnode)
+
+    # transactions (storage.wal_txns) ------------------------------------------------------
+
+    def write_txn_marker(self, db: str, vnode: int, producer_id: int, producer_epoch: int, commit: bool,
+                         coordinator_epoch: int) -> int:
+        """A commit or abort marker at the vnode's next offset, closing the producer's
+        transaction there (``Wal.append_marker``); returns the marker's offset."""
+        return self.wal.append_marker(db, vnode, producer_id, producer_epoch, commit, coordinator_epoch)
+
+    def last_stable_offset(self, db: str, vnode: int) -> int:
+        """First offset of the oldest open transaction on the vnode, else the high watermark."""
+        return self.wal.last_stable_offset(db, vnode)
+
+    def open_transactions(self, db: str, vnode: int) -> dict[int, tuple[int, int]]:
+        """Producer id -> (first offset, epoch) of the vnode's open transactions."""
+        dbid, _ = self.catalog.vnode(db, vnode)
+        return {pid: (t.first_offset, t.epoch) for pid, t in self.wal_txns.open_transactions(dbid, vnode).items()}
+
+    def aborted_transactions(self, db: str, vnode: int, from_offset: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping [from_offset, upper)."""
+        dbid, _ = self.catalog.vnode(db, vnode)
+        return self.wal_txns.aborted(dbid, vnode, from_offset, upper)
 
     # removal and log history ---------------------------------------------------------------
 
