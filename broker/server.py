@@ -36,7 +36,15 @@ from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.group_coordinator import group_coordinator
 from tmqgate.broker.handlers import API_TABLE
-from tmqgate.broker.handlers.context import AclApis, AdminApis, ClusterApis, DataPlane, GroupApis, Node
+from tmqgate.broker.handlers.context import (
+    AclApis,
+    AdminApis,
+    ClusterApis,
+    DataPlane,
+    GroupApis,
+    Node,
+    TxnDataApis,
+)
 from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
 from tmqgate.broker.listeners import (
     Listener,
@@ -52,6 +60,7 @@ from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicRegistry
+from tmqgate.broker.txn_markers import MarkerWriter
 from tmqgate.broker.waiters import DataNotifier
 from tmqgate.protocol.codec import iter_precompile
 from tmqgate.protocol.error_response import error_response
@@ -148,6 +157,8 @@ class Broker:
         self.topics = TopicRegistry(self.store, self.catalog, max_partitions=config.max_partitions,
                                     max_databases=config.max_databases)
         self.notifier = DataNotifier()
+        # Commit/abort markers to partitions (the transaction coordinator and WriteTxnMarkers).
+        self.markers = MarkerWriter(self.store, self.topics, self.notifier)
         self.apis = API_TABLE
         # authorizer = "acl": Kafka's ACLs, persisted in the store; "none": no checks at all.
         self.authorizer = (Authorizer(self.store, config.super_users, config.allow_everyone_if_no_acl_found)
@@ -242,6 +253,7 @@ class Broker:
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),
             GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth),
             AclApis: AclApis(auth),
+            TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth),
         }
 
     @property

@@ -43,7 +43,7 @@ from tmqgate.storage.model import (
     WalEntry,
 )
 from tmqgate.storage.offsets import Offsets
-from tmqgate.storage.producers import ProducerAppend, Producers, ProducerWindow
+from tmqgate.storage.producers import ActiveProducer, ProducerAppend, Producers, ProducerWindow
 from tmqgate.storage.quotas import ClientQuotas
 from tmqgate.storage.retention import Retention
 from tmqgate.storage.txn import Transaction
@@ -359,6 +359,18 @@ class Store:
         """(producer id, first offset) of the aborted transactions overlapping [from_offset, upper)."""
         dbid, _ = self.catalog.vnode(db, vnode)
         return self.wal_txns.aborted(dbid, vnode, from_offset, upper)
+
+    def active_producers(self, db: str, vnode: int) -> list[ActiveProducer]:
+        """The producers with state on the vnode (a window of batches, or an open transaction),
+        by producer id: what DescribeProducers answers."""
+        dbid, _ = self.catalog.vnode(db, vnode)
+        opened = self.wal_txns.open_transactions(dbid, vnode)
+        out = {pid: ActiveProducer(pid, epoch, seq, ts, opened[pid].first_offset if pid in opened else -1)
+               for pid, epoch, seq, ts in self.producers.on_vnode(dbid, vnode)}
+        for pid, txn in opened.items():
+            if pid not in out:
+                out[pid] = ActiveProducer(pid, txn.epoch, -1, -1, txn.first_offset)
+        return [out[pid] for pid in sorted(out)]
 
     # removal and log history ---------------------------------------------------------------
 

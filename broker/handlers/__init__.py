@@ -13,6 +13,7 @@ from tmqgate.broker.handlers import (  # noqa: F401
     produce,
     quotas,
     sasl,
+    txn_markers,
 )
 
 __all__ = ["API_TABLE"]

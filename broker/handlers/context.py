@@ -4,12 +4,15 @@ names its family and how the server binds it).
 
 - `DataPlane` — Produce, Fetch, ListOffsets: the store, the topic registry, the notifier that
   wakes long-polling fetches, and the SQL executor schemaless ingestion writes through; the
-  broker's metrics (per-topic bytes and records, broker/metrics.py), None in unit tests;
+  broker's metrics (per-topic bytes and records, broker/metrics.py), None in unit tests; the
+  transaction coordinator's `TxnGate` Produce asks about transactional batches (None: none);
 - `AdminApis` — topic administration, configs and client quotas: the store, the topic
   registry, the config, the quotas;
 - `ClusterApis` — ApiVersions, Metadata, DescribeCluster, DescribeTopicPartitions: this node
   as clients see it, the topic registry, the config, and the API table;
 - `GroupApis` — the group APIs: the coordinator runtime, the topic registry, this node.
+- `TxnDataApis` — WriteTxnMarkers and DescribeProducers: the marker writer
+  (broker/txn_markers.py), the store, the topic registry.
 
 Every family has `authorizer`: the ACL authorizer (broker/acl/authorizer.py), None when
 `authorizer = "none"` — handlers check `if ctx.authorizer is not None`, so no authorizer costs
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tmqgate.broker.client import current_client
 
@@ -35,8 +38,10 @@ if TYPE_CHECKING:
     from tmqgate.broker.ratelimit import RateLimitedLog
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry
+    from tmqgate.broker.txn_markers import MarkerWriter
     from tmqgate.broker.waiters import DataNotifier
     from tmqgate.coordinator.runtime import CoordinatorRuntime
+    from tmqgate.protocol.errors import ErrorCode
     from tmqgate.storage import Store
 
 
@@ -57,6 +62,17 @@ class Node:
         return self.advertised
 
 
+class TxnGate(Protocol):
+    """Produce's check with the transaction coordinator (issue 14's design; the coordinator
+    implements it): may this transactional batch of (producer id, epoch) go to this
+    partition? NONE: append; else the partition is answered with the code
+    (INVALID_PRODUCER_EPOCH / PRODUCER_FENCED for a stale epoch, INVALID_TXN_STATE when the
+    partition was not added to the ongoing transaction, TRANSACTIONAL_ID_NOT_FOUND ...)."""
+
+    def check_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                      topic: str, partition: int) -> ErrorCode: ...
+
+
 @dataclass(frozen=True)
 class DataPlane:
     store: Store
@@ -69,6 +85,8 @@ class DataPlane:
     metrics: Metrics | None = None  # bytes in/out and messages in per topic (broker/metrics.py)
     # Rejected batches are logged (INFO) with their reason, at most so many per interval.
     limited_log: RateLimitedLog | None = None
+    # The transaction coordinator's check of transactional batches; None: accepted as they are.
+    transactions: TxnGate | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +113,14 @@ class GroupApis:
     coordinator: CoordinatorRuntime
     topics: TopicRegistry
     node: Node
+    authorizer: Authorizer | None = None
+
+
+@dataclass(frozen=True)
+class TxnDataApis:
+    markers: MarkerWriter
+    store: Store
+    topics: TopicRegistry
     authorizer: Authorizer | None = None
 
 
