@@ -50,11 +50,14 @@ prefix       key (after the prefix byte)                            value
                                                                     (<= 5) x (first seq i32, last seq i32,
                                                                     base offset i64, last offset i64), oldest first
 0x41 TXNOPEN db u32, vnode u32, producer id u64                    an open transaction's first offset u64, the
-                                                                    producer's epoch i16 (written with the first
-                                                                    transactional batch, deleted with its marker)
-0x42 ABORTED db u32, vnode u32, last offset u64, producer id u64    an aborted transaction's first offset u64 (Kafka's
-                                                                    aborted-transaction index; last offset = the
-                                                                    abort marker's; written with the marker)
+                                                                    producer's epoch i16, then n x (base u64, count
+                                                                    u32): its rows entries (absent: none) (written
+                                                                    with the first transactional batch or rows
+                                                                    entry, deleted with its marker)
+0x42 ABORTED db u32, vnode u32, last offset u64, producer id u64    an aborted transaction's first offset u64, then
+                                                                    its rows entries as in TXNOPEN (Kafka's aborted-
+                                                                    transaction index; last offset = the abort
+                                                                    marker's; written with the marker)
 0x50 OFFSET  group (u16 len + utf-8), topic (u16 len + utf-8),      offset i64, leader epoch i32, commit ms i64,
              partition u32                                          metadata flag u8 (0 = null) + utf-8 metadata
 0x60 GROUP   group (utf-8)                                          opaque bytes owned by the group coordinator
@@ -377,13 +380,34 @@ def parse_txn_open_key(key: bytes) -> tuple[int, int, int]:
     return _DVQ.unpack_from(key, 1)
 
 
-def pack_txn_open(first_offset: int, epoch: int) -> bytes:
-    return _TXNOPEN.pack(first_offset, epoch)
+_RANGE = struct.Struct(">QI")
 
 
-def unpack_txn_open(b: bytes) -> tuple[int, int]:
-    """(first offset, producer epoch)."""
-    return _TXNOPEN.unpack(b)
+def _pack_ranges(ranges: tuple[tuple[int, int], ...]) -> bytes:
+    return b"".join(_RANGE.pack(*r) for r in ranges)
+
+
+def _unpack_ranges(b: bytes, pos: int) -> tuple[tuple[int, int], ...]:
+    return tuple(_RANGE.unpack_from(b, i) for i in range(pos, len(b), _RANGE.size))
+
+
+def pack_txn_open(first_offset: int, epoch: int, rows: tuple[tuple[int, int], ...] = ()) -> bytes:
+    return _TXNOPEN.pack(first_offset, epoch) + _pack_ranges(rows)
+
+
+def unpack_txn_open(b: bytes) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+    """(first offset, producer epoch, rows entries as (base, count))."""
+    first, epoch = _TXNOPEN.unpack_from(b, 0)
+    return first, epoch, _unpack_ranges(b, _TXNOPEN.size)
+
+
+def pack_aborted(first_offset: int, rows: tuple[tuple[int, int], ...] = ()) -> bytes:
+    return _U64.pack(first_offset) + _pack_ranges(rows)
+
+
+def unpack_aborted(b: bytes) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """(first offset, rows entries as (base, count))."""
+    return read_u64(b[:8]), _unpack_ranges(b, 8)
 
 
 def aborted_key(db: int, vnode: int, last_offset: int, producer_id: int) -> bytes:

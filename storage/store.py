@@ -304,9 +304,11 @@ class Store:
         min_timestamp: int,
         *,
         timestamp_ms: int | None = None,
+        txn_producer: tuple[int, int] | None = None,
     ) -> int:
         return self.wal.append_rows(
-            db, vnode, payload, row_count, max_timestamp, min_timestamp, timestamp_ms=timestamp_ms
+            db, vnode, payload, row_count, max_timestamp, min_timestamp, timestamp_ms=timestamp_ms,
+            txn_producer=txn_producer,
         )
 
     def read(self, db: str, vnode: int, from_version: int, max_bytes: int) -> list[bytes]:
@@ -359,6 +361,12 @@ class Store:
         """(producer id, first offset) of the aborted transactions overlapping [from_offset, upper)."""
         dbid, _ = self.catalog.vnode(db, vnode)
         return self.wal_txns.aborted(dbid, vnode, from_offset, upper)
+
+    def aborted_rows(self, db: str, vnode: int, from_offset: int, upper: int) -> set[int]:
+        """Base versions of the rows entries of aborted transactions overlapping
+        [from_offset, upper): a read_committed view drops them."""
+        dbid, _ = self.catalog.vnode(db, vnode)
+        return self.wal_txns.aborted_rows(dbid, vnode, from_offset, upper)
 
     def active_producers(self, db: str, vnode: int) -> list[ActiveProducer]:
         """The producers with state on the vnode (a window of batches, or an open transaction),

@@ -271,7 +271,8 @@ class Wal:
 
     def transaction(self, *, sync: bool) -> Transaction:
         """A transaction over the catalog and these WALs (``storage.txn``)."""
-        return Transaction(self._core, self._catalog, sync=sync, tail_cache_bytes=self.tail_cache_bytes)
+        return Transaction(self._core, self._catalog, sync=sync, tail_cache_bytes=self.tail_cache_bytes,
+                           txns=self._txns)
 
     def append_meta(self, db: str, vnode: int, payload: bytes, timestamp_ms: int | None = None) -> int:
         """Log a meta entry (create/alter table, …): one version; plain readers skip it.
@@ -294,16 +295,20 @@ class Wal:
         min_timestamp: int,
         *,
         timestamp_ms: int | None = None,
+        txn_producer: tuple[int, int] | None = None,
     ) -> int:
         """Log a rows entry (Arrow IPC bytes, opaque here) taking ``row_count`` versions;
-        returns its base version (row i is version base + i).
+        returns its base version (row i is version base + i). ``txn_producer``: the
+        (producer id, epoch) of the transactional producer whose rows these are
+        (``storage.wal_txns``).
 
         ``max_timestamp`` feeds the time index (``offset_for_timestamp``): pass the rows'
         timestamps as the Kafka record timestamps they become (milliseconds). Retention and
         the archiver age the entry by its append time ``timestamp_ms`` (default now).
         """
         tx = self.transaction(sync=self._core.sync_each)
-        base = tx.append_rows(db, vnode, payload, row_count, max_timestamp, min_timestamp, timestamp_ms)
+        base = tx.append_rows(db, vnode, payload, row_count, max_timestamp, min_timestamp, timestamp_ms,
+                              txn_producer)
         tx.commit()
         return base
 

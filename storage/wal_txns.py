@@ -4,7 +4,10 @@ As in Apache Kafka (ProducerStateManager's ongoing transactions, the log's Trans
 
 * a transactional batch (attributes bit 4) opens a transaction for its producer on the vnode,
   unless one is open already: its first offset and the producer's epoch are recorded (0x41
-  TXNOPEN) in the WriteBatch of the batch (``Wal.append``);
+  TXNOPEN) in the WriteBatch of the batch (``Wal.append``); so does a rows entry written for a
+  transactional producer (a Produce to a database topic, ``Transaction.append_rows``), which
+  the transaction also lists, since rows carry no producer id: an abort copies the list into
+  its aborted entry, and a read_committed view drops those entries (``aborted_rows``);
 * a commit or abort marker (a control batch, ``protocol.records.build_end_txn_marker``) takes
   the next offset and closes it in one WriteBatch (``Wal.append_marker``); an abort adds an
   entry (producer id, first offset, last offset = the marker's) to the aborted index (0x42
@@ -32,11 +35,16 @@ if TYPE_CHECKING:
     from tmqgate.storage.core import Core, WriteBatch
 
 
+Ranges = tuple[tuple[int, int], ...]  # rows entries: (base version, version count)
+
+
 class OpenTxn(NamedTuple):
-    """A producer's open transaction on a vnode."""
+    """A producer's open transaction on a vnode; ``rows``: the rows entries it wrote (a
+    database topic's view drops them if it aborts: rows carry no producer id)."""
 
     first_offset: int
     epoch: int
+    rows: Ranges = ()
 
 
 class AbortedTxn(NamedTuple):
@@ -45,6 +53,7 @@ class AbortedTxn(NamedTuple):
     last_offset: int
     producer_id: int
     first_offset: int
+    rows: Ranges = ()
 
 
 VnodeId = tuple[int, int]  # (db id, vnode)
@@ -69,7 +78,8 @@ class WalTxns:
         for key, value in db.iterator(prefix=keys.ABORTED):
             dbid, vnode, last, pid = keys.parse_aborted_key(key)
             if dbid in live:
-                self._aborted.setdefault((dbid, vnode), []).append(AbortedTxn(last, pid, keys.read_u64(value)))
+                first, rows = keys.unpack_aborted(value)
+                self._aborted.setdefault((dbid, vnode), []).append(AbortedTxn(last, pid, first, rows))
 
     # opening and closing -------------------------------------------------------------------
 
@@ -80,6 +90,18 @@ class WalTxns:
         if producer_id in self._open.get((dbid, vnode), ()):
             return None
         txn = OpenTxn(first_offset, epoch)
+        wb.put(keys.txn_open_key(dbid, vnode, producer_id), keys.pack_txn_open(*txn))
+        return txn
+
+    def stage_rows(self, wb: WriteBatch, dbid: int, vnode: int, producer_id: int, epoch: int, base: int,
+                   count: int, staged: OpenTxn | None = None) -> OpenTxn:
+        """A transactional producer's rows entry at ``base``: opens its transaction at ``base``
+        unless one is open (``staged``: as an earlier call for the same WriteBatch left it),
+        and adds the entry to it; ``opened`` once ``wb`` is written."""
+        txn = staged if staged is not None else self._open.get((dbid, vnode), {}).get(producer_id)
+        if txn is None:
+            txn = OpenTxn(base, epoch)
+        txn = txn._replace(rows=(*txn.rows, (base, count)))
         wb.put(keys.txn_open_key(dbid, vnode, producer_id), keys.pack_txn_open(*txn))
         return txn
 
@@ -94,9 +116,10 @@ class WalTxns:
         if commit:
             return None
         txn = self._open.get((dbid, vnode), {}).get(producer_id)
-        first = txn.first_offset if txn is not None else marker_offset
-        entry = AbortedTxn(marker_offset, producer_id, first)
-        wb.put(keys.aborted_key(dbid, vnode, marker_offset, producer_id), keys.u64(first))
+        entry = (AbortedTxn(marker_offset, producer_id, txn.first_offset, txn.rows) if txn is not None
+                 else AbortedTxn(marker_offset, producer_id, marker_offset))
+        wb.put(keys.aborted_key(dbid, vnode, marker_offset, producer_id), keys.pack_aborted(entry.first_offset,
+                                                                                            entry.rows))
         return entry
 
     def closed(self, dbid: int, vnode: int, producer_id: int, aborted: AbortedTxn | None) -> None:
@@ -152,3 +175,13 @@ class WalTxns:
             return []
         i = bisect.bisect_left(entries, (from_offset,))
         return [(e.producer_id, e.first_offset) for e in entries[i:] if e.first_offset < upper]
+
+    def aborted_rows(self, dbid: int, vnode: int, from_offset: int, upper: int) -> set[int]:
+        """Base versions of the rows entries of aborted transactions that overlap
+        [from_offset, upper) (what a read_committed view drops)."""
+        entries = self._aborted.get((dbid, vnode))
+        if not entries:
+            return set()
+        i = bisect.bisect_left(entries, (from_offset,))
+        return {base for e in entries[i:] if e.first_offset < upper for base, count in e.rows
+                if base + count > from_offset and base < upper}

@@ -190,3 +190,26 @@ def test_retention_and_archiver_stop_at_the_lso(store: Store) -> None:
     assert store.aborted_transactions("t", 0, 4, 5) == [(PID, 1)]  # ends at 4: kept
     records = store.collect(now_ms=20_000, max_total_bytes=0)
     assert records == []  # never a vnode's newest entry
+
+
+def test_rows_entries_of_a_transactional_producer_join_its_transaction(tmp_path: Path) -> None:
+    path = tmp_path / "data"
+    with Store(path) as s:
+        s.create_database("d", 1, kind="tsdb")
+        assert s.append_rows("d", 0, b"plain", 2, 10, 9) == 0  # 0..1
+        assert s.append_rows("d", 0, b"txn-a", 3, 10, 9, txn_producer=(PID, 0)) == 2  # 2..4
+        with s.transaction() as tx:  # two entries of the producer in one WriteBatch
+            assert tx.append_rows("d", 0, b"txn-b", 1, 10, 9, txn_producer=(PID, 0)) == 5
+            assert tx.append_rows("d", 0, b"other", 1, 10, 9) == 6
+            assert tx.append_rows("d", 0, b"txn-c", 2, 10, 9, txn_producer=(PID, 0)) == 7  # 7..8
+        assert s.open_transactions("d", 0) == {PID: (2, 0)}
+        assert s.last_stable_offset("d", 0) == 2
+    with Store(path) as s:  # reloaded with its rows entries
+        assert s.last_stable_offset("d", 0) == 2
+        assert s.write_txn_marker("d", 0, PID, 0, False, 0) == 9
+        assert s.aborted_rows("d", 0, 0, 10) == {2, 5, 7}
+        assert s.aborted_rows("d", 0, 6, 10) == {7}
+        assert s.aborted_rows("d", 0, 5, 6) == {5}
+    with Store(path) as s:
+        assert s.aborted_rows("d", 0, 0, 10) == {2, 5, 7}
+        assert s.aborted_transactions("d", 0, 0, 10) == [(PID, 2)]

@@ -131,12 +131,12 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                     entry["error_code"] = 0
                     limit = min(p["partition_max_bytes"], budget)
                     if offset < upper and (limit > 0 or total == 0):
-                        batches = await topic.read_async(store, index, offset, max(limit, 1), upper)
+                        batches = await topic.read_async(store, index, offset, max(limit, 1), upper, committed)
                         if upper < hw:  # stored batches are read to the high watermark
                             batches = _below(batches, upper)
                         if total > 0:
                             batches = _within(batches, limit)
-                        if committed and batches:
+                        if committed and batches and topic.view is None:  # a view dropped them itself
                             end = _next_offset(batches[-1])
                             entry["aborted_transactions"] = [
                                 {"producer_id": pid, "first_offset": first}

@@ -164,7 +164,8 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
                            f"Expected transactional write from producer {header.producer_id}")
     if topic.kind == TSDB:
         try:
-            base = ingest(ctx.executor, topic.db, vnode, batch, valid.records)  # decompressed once
+            txn = (header.producer_id, header.producer_epoch) if header.is_transactional else None
+            base = ingest(ctx.executor, topic.db, vnode, batch, valid.records, txn)  # decompressed once
         except IngestError as exc:
             raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
         return base, -1, ctx.store.log_start(topic.db, vnode)

@@ -575,12 +575,16 @@ class Executor:
         for (dbname, stable, vnode), table in tables.items():
             self.append_rows(dbname, stable, vnode, table)
 
-    def append_rows(self, db: str, stable: str, vnode: int, table: pa.Table) -> int:
-        """Append one supertable's rows to a vnode's WAL (one version per row); wake fetches."""
+    def append_rows(self, db: str, stable: str, vnode: int, table: pa.Table,
+                    txn_producer: tuple[int, int] | None = None) -> int:
+        """Append one supertable's rows to a vnode's WAL (one version per row); wake fetches.
+        `txn_producer`: (producer id, epoch) of a transactional producer's rows (storage keeps
+        them in its transaction, so a read_committed view never shows them if it aborts)."""
         table = table.replace_schema_metadata({STABLE_METADATA_KEY: stable.encode()})
         ts = table.column(1)
         base = self.store.append_rows(db, vnode, encode_rows(table), table.num_rows,
-                                      pa.compute.max(ts).as_py(), pa.compute.min(ts).as_py())
+                                      pa.compute.max(ts).as_py(), pa.compute.min(ts).as_py(),
+                                      txn_producer=txn_producer)
         self.notify(db, vnode)
         return base
 

@@ -104,10 +104,11 @@ def _apply_plan(current: StableSchema | None, name: str, plan: SchemaPlan) -> St
 
 
 def ingest(executor: Executor, db: str, vnode: int, batch: bytes,
-           decompressed: bytes | None = None) -> int:
+           decompressed: bytes | None = None, txn_producer: tuple[int, int] | None = None) -> int:
     """Write a record batch's rows into database `db` on `vnode` through `executor` (which
     logs the catalog changes they need); returns the first version the rows took (the
-    produce response's base offset). `decompressed`: see ``parse_records``."""
+    produce response's base offset). `decompressed`: see ``parse_records``; `txn_producer`:
+    (producer id, epoch) of a transactional batch (its rows join the producer's transaction)."""
     rows = parse_records(batch, decompressed)
     if not rows:
         raise IngestError("the record batch holds no rows")
@@ -139,7 +140,7 @@ def ingest(executor: Executor, db: str, vnode: int, batch: bytes,
                 executor.write_stable_change(info, current, schema)
             for name, tags in new_children:
                 executor.create_child(info, name, schema, tags, vnode=vnode)
-            base = executor.append_rows(db, schema.name, vnode, table)
+            base = executor.append_rows(db, schema.name, vnode, table, txn_producer)
             first = base if first is None else first
     except SqlError as exc:
         raise IngestError(exc.message) from None
