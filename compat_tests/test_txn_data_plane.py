@@ -120,9 +120,21 @@ def _open_txn(broker: Broker, c: RawConn, topic: str, values: list[bytes]) -> _T
     now = int(time.time() * 1000)
     batch = build_batch([(None, v, [], now) for v in values], producer_id=pid, producer_epoch=epoch,
                         base_sequence=0, is_transactional=True)
-    p = c.produce(topic, 0, batch)
+    p = _produce(c, topic, batch, "raw-txn")
     assert p["error_code"] == 0, p
     return _Txn(pid, epoch)
+
+
+def _produce(c: RawConn, topic: str, batch: bytes, transactional_id: str | None) -> dict[str, Any]:
+    """Produce one batch to partition 0 with the request's transactional id; the whole answer's
+    error (the topic-level answer Kafka gives to a refused request) or the partition's."""
+    body = c.request(0, 9, {
+        "transactional_id": transactional_id, "acks": -1, "timeout_ms": 10000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+    })
+    [t] = body["responses"]
+    [p] = t["partition_responses"]
+    return p
 
 
 def _control_offsets(p: dict[str, Any]) -> list[int]:
@@ -248,3 +260,16 @@ def test_describe_producers_unknown_partition(broker: Broker, topic: str) -> Non
     with RawConn(broker.bootstrap) as c:
         assert _describe_producers(c, topic, 5)["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
         assert _describe_producers(c, unique_topic("missing"))["error_code"] == 3
+
+
+def test_transactional_records_need_a_transactional_id(broker: Broker, topic: str) -> None:
+    """Kafka's handleProduceRequest: transactional records in a request without a transactional
+    id are refused whole, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, with or without an authorizer."""
+    from tmqgate.protocol.records import build_batch
+
+    batch = build_batch([(None, b"v", [], int(time.time() * 1000))], producer_id=1, producer_epoch=0,
+                        base_sequence=0, is_transactional=True)
+    with RawConn(broker.bootstrap) as c:
+        assert _produce(c, topic, batch, None)["error_code"] == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert _latest(c, topic, READ_UNCOMMITTED) == 0
+

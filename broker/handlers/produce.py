@@ -50,11 +50,11 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
     acks = body["acks"]
     by_id = req.api_version >= 13
     auth = ctx.authorizer
-    if auth is not None and _has_transactional_records(body):
-        # Kafka: transactional records need WRITE on the transactional id, else the whole
-        # request is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+    if _has_transactional_records(body):
+        # Kafka: transactional records need a transactional id (with or without an authorizer)
+        # and WRITE on it, else the whole request is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
         txn = body["transactional_id"]
-        if txn is None or not auth.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
+        if txn is None or (auth is not None and not auth.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn)):
             raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     responses = []
     for topic_data in body["topic_data"]:
@@ -137,9 +137,9 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
                    transactional_id: str | None = None) -> tuple[int, int, int]:
     """Validate one partition's batch as Kafka does and append it.
 
-    A transactional batch needs a producer id, and the transaction coordinator's word
-    (``ctx.transactions``, when there is one) before it is appended; its append opens the
-    producer's transaction on the vnode (``storage.wal_txns``). A producer with an open
+    A transactional batch needs the transaction coordinator's word (``ctx.transactions``,
+    when there is one) before it is appended; its append opens the producer's transaction on
+    the vnode (``storage.wal_txns``). A producer with an open
     transaction on the vnode may not send it non-transactional batches (Kafka's
     ProducerAppendInfo: INVALID_TXN_STATE).
 
@@ -151,9 +151,9 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
         raise ProduceError(ErrorCode.INVALID_REQUEST,
                            f"'{topic.name}' is a TDengine topic (a view); write to database '{topic.db}'")
     batch, header, valid = _validated_batch(topic, records, ctx.max_decompressed_batch_bytes)
-    if header.is_transactional:
-        if header.producer_id < 0:
-            raise ProduceError(ErrorCode.INVALID_RECORD, "Transactional records must carry a producer id")
+    if header.is_transactional and header.producer_id >= 0:
+        # (A transactional batch without a producer id is plain data to Kafka: appended,
+        # opening no transaction; so it is here.)
         if ctx.transactions is not None:
             gate = ctx.transactions.check_produce(transactional_id, header.producer_id, header.producer_epoch,
                                                   topic.name, vnode)
