@@ -273,3 +273,28 @@ def test_transactional_records_need_a_transactional_id(broker: Broker, topic: st
         assert _produce(c, topic, batch, None)["error_code"] == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         assert _latest(c, topic, READ_UNCOMMITTED) == 0
 
+
+
+def test_kafka_transactions_describe_producers_and_abort(broker: Broker, topic: str) -> None:
+    """`kafka-transactions describe-producers` shows the open transaction's start offset and
+    `abort --start-offset` (DescribeProducers, then WriteTxnMarkers) ends it as aborted."""
+    from .cli_helpers import require_tools, run
+
+    require_tools()
+    with RawConn(broker.bootstrap) as c:
+        _plain(c, topic, [b"p0"])
+        txn = _open_txn(broker, c, topic, [b"t1", b"t2"])
+        out = run("kafka-transactions", "--bootstrap-server", broker.bootstrap, "describe-producers",
+                  "--topic", topic, "--partition", "0")
+        header, *rows = [ln.split() for ln in out.lines]
+        assert header == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+                          "LastTimestamp", "CurrentTransactionStartOffset"], out.describe()
+        [row] = [dict(zip(header, r, strict=True)) for r in rows if r[0] == str(txn.pid)]
+        assert (row["ProducerEpoch"], row["LastSequence"], row["CurrentTransactionStartOffset"]) == (
+            str(txn.epoch), "1", "1"), out.describe()
+        run("kafka-transactions", "--bootstrap-server", broker.bootstrap, "abort",
+            "--topic", topic, "--partition", "0", "--start-offset", "1")
+        p = _fetch(c, topic, 0, READ_COMMITTED)
+        assert (p["high_watermark"], p["last_stable_offset"]) == (4, 4)
+        assert p["aborted_transactions"] == [{"producer_id": txn.pid, "first_offset": 1}]
+        assert _control_offsets(p) == [3]
