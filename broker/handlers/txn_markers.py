@@ -2,8 +2,8 @@
 (API 61), as Apache Kafka's KafkaApis answers them.
 
 - WriteTxnMarkers — what a transaction coordinator sends partition leaders, and what
-  `kafka-transactions abort` sends for a hanging transaction: CLUSTER_ACTION on the cluster
-  (else the request is refused, CLUSTER_AUTHORIZATION_FAILED), then one marker per partition
+  `kafka-transactions abort` sends for a hanging transaction: ALTER or CLUSTER_ACTION on the
+  cluster (else the request is refused, CLUSTER_AUTHORIZATION_FAILED), then one marker per partition
   through the MarkerWriter (broker/txn_markers.py); a marker whose epoch is older than the
   producer's on the partition is INVALID_PRODUCER_EPOCH (Kafka's ProducerAppendInfo).
 - DescribeProducers — READ on the topic (else TOPIC_AUTHORIZATION_FAILED for its partitions):
@@ -29,8 +29,9 @@ api = apis_with(TxnDataApis)
 
 @api(ApiKey.WRITE_TXN_MARKERS, 1, 2)
 async def write_txn_markers(ctx: TxnDataApis, req: Request) -> dict[str, Any]:
-    if ctx.authorizer is not None:
-        ctx.authorizer.require_cluster(Operation.CLUSTER_ACTION)
+    auth = ctx.authorizer
+    if auth is not None and not auth.allows_cluster(Operation.ALTER):  # Kafka: ALTER, else CLUSTER_ACTION
+        auth.require_cluster(Operation.CLUSTER_ACTION)
     results = []
     for marker in req.body["markers"]:
         pid, epoch = marker["producer_id"], marker["producer_epoch"]
