@@ -213,3 +213,30 @@ def test_rows_entries_of_a_transactional_producer_join_its_transaction(tmp_path:
     with Store(path) as s:
         assert s.aborted_rows("d", 0, 0, 10) == {2, 5, 7}
         assert s.aborted_transactions("d", 0, 0, 10) == [(PID, 2)]
+
+
+def test_power_loss_of_a_marker_reopens_its_transaction(tmp_path: Path) -> None:
+    """A payload log that lost its unsynced tail (storage.payloads) rolls the transaction keys
+    back with the vnode: a lost abort marker's transaction is open again, one opened in the
+    lost tail is gone."""
+    import plyvel
+
+    from tmqgate.storage.payloads import PAYLOAD_DIR
+
+    path = tmp_path / "d"
+    with Store(path, tail_cache_bytes=0) as s:
+        s.create_database("t", 1)
+        add(s, txn_batch(1), db="t")  # 0 (payload 0)
+        s.write_txn_marker("t", 0, PID, 0, False, 0)  # 1 (payload 1)
+        add(s, txn_batch(1, pid=PID + 1), db="t")  # 2 (payload 2)
+    plog = plyvel.DB(os.path.join(path, PAYLOAD_DIR))
+    for seq in (1, 2):
+        plog.delete(keys.u64(seq))
+    plog.close()
+    with Store(path) as s:
+        assert s.next_version("t", 0) == 1
+        assert s.open_transactions("t", 0) == {PID: (0, 0)}
+        assert s.aborted_transactions("t", 0, 0, 10) == []
+        assert s.last_stable_offset("t", 0) == 0
+        assert s.write_txn_marker("t", 0, PID, 0, False, 0) == 1  # the coordinator's resend
+        assert s.aborted_transactions("t", 0, 0, 2) == [(PID, 0)]
