@@ -27,6 +27,7 @@ them, so a kill -9 leaves them consistent with the data.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from tmqgate.storage import keys
@@ -67,6 +68,9 @@ class WalTxns:
         self._core = core
         self._open: dict[VnodeId, dict[int, OpenTxn]] = {}
         self._aborted: dict[VnodeId, list[AbortedTxn]] = {}
+        # Per vnode, the longest aborted transaction (last - first offset) indexed: a lookup
+        # stops once last offsets pass its upper bound by more (the entries go by last offset).
+        self._span: dict[VnodeId, int] = {}
 
     def load(self, live: set[int]) -> None:
         """Read both indexes of the databases in ``live`` (others are orphans being dropped)."""
@@ -80,6 +84,7 @@ class WalTxns:
             if dbid in live:
                 first, rows = keys.unpack_aborted(value)
                 self._aborted.setdefault((dbid, vnode), []).append(AbortedTxn(last, pid, first, rows))
+                self._span[(dbid, vnode)] = max(self._span.get((dbid, vnode), 0), last - first)
 
     # opening and closing -------------------------------------------------------------------
 
@@ -131,6 +136,8 @@ class WalTxns:
         if aborted is not None:
             entries = self._aborted.setdefault((dbid, vnode), [])
             bisect.insort(entries, aborted)
+            span = aborted.last_offset - aborted.first_offset
+            self._span[(dbid, vnode)] = max(self._span.get((dbid, vnode), 0), span)
 
     # removals ------------------------------------------------------------------------------
 
@@ -153,6 +160,7 @@ class WalTxns:
     def forget_database(self, dbid: int) -> None:
         self._open = {k: v for k, v in self._open.items() if k[0] != dbid}
         self._aborted = {k: v for k, v in self._aborted.items() if k[0] != dbid}
+        self._span = {k: v for k, v in self._span.items() if k[0] != dbid}
 
     # queries -------------------------------------------------------------------------------
 
@@ -173,8 +181,18 @@ class WalTxns:
         entries = self._aborted.get((dbid, vnode))
         if not entries:
             return []
-        i = bisect.bisect_left(entries, (from_offset,))
-        return [(e.producer_id, e.first_offset) for e in entries[i:] if e.first_offset < upper]
+        return [(e.producer_id, e.first_offset) for e in self._overlapping(dbid, vnode, entries, from_offset, upper)]
+
+    def _overlapping(self, dbid: int, vnode: int, entries: list[AbortedTxn], from_offset: int,
+                     upper: int) -> Iterator[AbortedTxn]:
+        """Entries with last offset >= from_offset and first offset < upper."""
+        stop = upper + self._span.get((dbid, vnode), 0)  # beyond: first = last - span >= upper
+        for i in range(bisect.bisect_left(entries, (from_offset,)), len(entries)):
+            e = entries[i]
+            if e.last_offset >= stop:
+                return
+            if e.first_offset < upper:
+                yield e
 
     def aborted_rows(self, dbid: int, vnode: int, from_offset: int, upper: int) -> set[int]:
         """Base versions of the rows entries of aborted transactions that overlap
@@ -182,6 +200,5 @@ class WalTxns:
         entries = self._aborted.get((dbid, vnode))
         if not entries:
             return set()
-        i = bisect.bisect_left(entries, (from_offset,))
-        return {base for e in entries[i:] if e.first_offset < upper for base, count in e.rows
+        return {base for e in self._overlapping(dbid, vnode, entries, from_offset, upper) for base, count in e.rows
                 if base + count > from_offset and base < upper}

@@ -240,3 +240,15 @@ def test_power_loss_of_a_marker_reopens_its_transaction(tmp_path: Path) -> None:
         assert s.last_stable_offset("t", 0) == 0
         assert s.write_txn_marker("t", 0, PID, 0, False, 0) == 1  # the coordinator's resend
         assert s.aborted_transactions("t", 0, 0, 2) == [(PID, 0)]
+
+
+def test_aborted_lookup_finds_a_long_transaction_behind_short_ones(store: Store) -> None:
+    add(store, txn_batch(1, pid=1))  # 0: the long transaction starts
+    for pid in range(2, 6):  # short ones, aborted at once: 1..2, 3..4, 5..6, 7..8
+        add(store, txn_batch(1, pid=pid))
+        store.write_txn_marker("t", 0, pid, 0, False, 0)
+    add(store, plain_batch(5))  # 9..13
+    assert store.write_txn_marker("t", 0, 1, 0, False, 0) == 14
+    assert store.aborted_transactions("t", 0, 9, 12) == [(1, 0)]
+    assert store.aborted_transactions("t", 0, 2, 3) == [(2, 1), (1, 0)]
+    assert store.aborted_transactions("t", 0, 15, 20) == []
