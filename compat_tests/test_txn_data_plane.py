@@ -298,3 +298,27 @@ def test_kafka_transactions_describe_producers_and_abort(broker: Broker, topic: 
         assert (p["high_watermark"], p["last_stable_offset"]) == (4, 4)
         assert p["aborted_transactions"] == [{"producer_id": txn.pid, "first_offset": 1}]
         assert _control_offsets(p) == [3]
+
+
+def test_delete_records_past_an_open_transaction(broker: Broker, topic: str) -> None:
+    """DeleteRecords up to the high watermark is accepted while a transaction is open (Kafka's
+    maybeIncrementLogStartOffset checks the high watermark only); the LSO is then the new log
+    start (Kafka's first unstable offset is never below it) and records produced after it stay
+    hidden from read_committed until the transaction ends."""
+    with RawConn(broker.bootstrap) as c:
+        _plain(c, topic, [b"p0"])
+        txn = _open_txn(broker, c, topic, [b"t1", b"t2"])
+        _plain(c, topic, [b"p3"])
+        body = c.request(21, 2, {"topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 4}]}],
+                                 "timeout_ms": 10000})
+        [part] = body["topics"][0]["partitions"]
+        assert (part["error_code"], part["low_watermark"]) == (0, 4)
+        _plain(c, topic, [b"p4"])
+        p = _fetch(c, topic, 4, READ_COMMITTED)
+        assert (p["log_start_offset"], p["last_stable_offset"], p["high_watermark"]) == (4, 4, 5)
+        assert fetched_values(p) == []
+        assert _latest(c, topic, READ_COMMITTED) == 4
+        assert _write_marker(c, topic, txn.pid, txn.epoch, True) == 0
+        p = _fetch(c, topic, 4, READ_COMMITTED)
+        assert (p["last_stable_offset"], p["high_watermark"]) == (6, 6)
+        assert _data_values(p) == [(4, b"p4")]

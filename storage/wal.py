@@ -264,10 +264,12 @@ class Wal:
         return base
 
     def last_stable_offset(self, db: str, vnode: int) -> int:
-        """The first offset of the vnode's oldest open transaction, else the high watermark."""
+        """The first offset of the vnode's oldest open transaction (not below log start, as
+        Kafka's first unstable offset after DeleteRecords moved log start past it), else the
+        high watermark."""
         dbid, vs = self._catalog.vnode(db, vnode)
         first = self._txns.first_unstable(dbid, vnode) if self._txns is not None else None
-        return vs.next if first is None else min(first, vs.next)
+        return vs.next if first is None else min(max(first, vs.log_start), vs.next)
 
     def transaction(self, *, sync: bool) -> Transaction:
         """A transaction over the catalog and these WALs (``storage.txn``)."""

@@ -170,6 +170,8 @@ def test_delete_records_keeps_an_open_transactions_data(store: Store) -> None:
     add(store, plain_batch(2))  # 4..5
     assert store.delete_before("t", 0, 6) == 6  # log start moves as Kafka's does (<= high watermark)
     assert store.log_entries("t", 0) == 2  # but the entries from the open transaction stay
+    assert store.last_stable_offset("t", 0) == 6  # never below log start (Kafka's first unstable offset)
+    assert store.open_transactions("t", 0) == {PID: (2, 0)}
     store.write_txn_marker("t", 0, PID, 0, True, 0)  # 6
     assert store.delete_before("t", 0, 7) == 7
     assert store.log_entries("t", 0) == 0  # the transaction ended: everything below 7 went
