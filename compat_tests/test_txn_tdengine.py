@@ -64,7 +64,10 @@ def _produce_line(c: RawConn, db: str, text: str, txn: tuple[int, int] | None) -
     else:
         batch = build_batch([record], producer_id=txn[0], producer_epoch=txn[1], base_sequence=0,
                             is_transactional=True)
-    p = c.produce(db, 0, batch)
+    body = c.request(0, 9, {
+        "transactional_id": None if txn is None else "td-txn", "acks": -1, "timeout_ms": 10000,
+        "topic_data": [{"name": db, "partition_data": [{"index": 0, "records": batch}]}]})
+    p = body["responses"][0]["partition_responses"][0]
     assert p["error_code"] == 0, p
 
 
