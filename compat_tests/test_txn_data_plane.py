@@ -322,3 +322,17 @@ def test_delete_records_past_an_open_transaction(broker: Broker, topic: str) -> 
         p = _fetch(c, topic, 4, READ_COMMITTED)
         assert (p["last_stable_offset"], p["high_watermark"]) == (6, 6)
         assert _data_values(p) == [(4, b"p4")]
+
+
+def test_marker_with_an_older_epoch_is_refused(broker: Broker, topic: str) -> None:
+    """A marker carries the producer's epoch and the partition takes it (a fencing abort bumps
+    it); a later marker of an older epoch is INVALID_PRODUCER_EPOCH and writes nothing."""
+    with RawConn(broker.bootstrap) as c:
+        txn = _open_txn(broker, c, topic, [b"t0"])
+        assert _write_marker(c, topic, txn.pid, txn.epoch + 1, False) == 0
+        assert _write_marker(c, topic, txn.pid, txn.epoch, True) == 47  # INVALID_PRODUCER_EPOCH
+        p = _fetch(c, topic, 0, READ_COMMITTED)
+        assert (p["high_watermark"], p["last_stable_offset"]) == (2, 2)
+        assert p["aborted_transactions"] == [{"producer_id": txn.pid, "first_offset": 0}]
+        [state] = [s for s in _describe_producers(c, topic)["active_producers"] if s["producer_id"] == txn.pid]
+        assert state["producer_epoch"] == txn.epoch + 1
