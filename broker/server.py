@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import functools
 import gc
-import importlib
 import logging
 import os
 import ssl
@@ -45,6 +44,7 @@ from tmqgate.broker.handlers.context import (
     GroupApis,
     Node,
     TxnApis,
+    TxnDataApis,
 )
 from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
 from tmqgate.broker.listeners import (
@@ -62,6 +62,7 @@ from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalo
 from tmqgate.broker.topic_configs import TOPIC_CONFIGS
 from tmqgate.broker.topics import TopicRegistry
 from tmqgate.broker.txn_coordinator import txn_coordinator
+from tmqgate.broker.txn_markers import MarkerWriter
 from tmqgate.broker.waiters import DataNotifier
 from tmqgate.protocol.codec import iter_precompile
 from tmqgate.protocol.error_response import error_response
@@ -158,6 +159,8 @@ class Broker:
         self.topics = TopicRegistry(self.store, self.catalog, max_partitions=config.max_partitions,
                                     max_databases=config.max_databases)
         self.notifier = DataNotifier()
+        # Commit/abort markers to partitions (the transaction coordinator and WriteTxnMarkers).
+        self.markers = MarkerWriter(self.store, self.topics, self.notifier)
         self.apis = API_TABLE
         # authorizer = "acl": Kafka's ACLs, persisted in the store; "none": no checks at all.
         self.authorizer = (Authorizer(self.store, config.super_users, config.allow_everyone_if_no_acl_found)
@@ -165,7 +168,7 @@ class Broker:
         self.coordinator = group_coordinator(self.store, self.topics, config)
         # The transaction coordinator (broker/txn_coordinator.py): markers through the data
         # plane's MarkerWriter, group offsets through the group coordinator's complete_transaction.
-        self.transactions = txn_coordinator(self.store, config, markers=self._marker_writer(),
+        self.transactions = txn_coordinator(self.store, config, markers=self.markers,
                                             groups=self.coordinator)
         # and a TxnOffsetCommit is verified with it first (Kafka: the producer's transaction
         # must hold the group, added by AddOffsetsToTxn)
@@ -229,15 +232,6 @@ class Broker:
             log.info("tmqgate listening on %s://%s:%d (%s; data dir %s)", listener.name, listener.host,
                      server.sockets[0].getsockname()[1], listener.security_protocol, self.config.data_dir)
 
-    def _marker_writer(self) -> Any:
-        """The MarkerWriter of broker/txn_markers.py (part T1 of issue 14); None until it exists:
-        the coordinator then completes transactions without writing markers."""
-        try:
-            markers = importlib.import_module("tmqgate.broker.txn_markers")
-        except ImportError:
-            return None
-        return markers.MarkerWriter(self.store, self.topics, self.notifier)
-
     def _set_user_password(self, user: str, password: str, create: bool) -> None:
         """CREATE USER / ALTER USER … PASS: the user's SCRAM credentials, as AlterUserScramCredentials."""
         try:
@@ -273,6 +267,7 @@ class Broker:
             GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth),
             AclApis: AclApis(auth),
             TxnApis: TxnApis(self.transactions, self.topics, authorizer=auth),
+            TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth),
         }
 
     @property

@@ -95,12 +95,15 @@ class Topic:
             return store.read(self.db, vnode, offset, max_bytes)
         return self.view.read(vnode, offset, max_bytes)
 
-    async def read_async(self, store: Store, vnode: int, offset: int, max_bytes: int, end: int) -> list[bytes]:
+    async def read_async(self, store: Store, vnode: int, offset: int, max_bytes: int, end: int,
+                         committed: bool = False) -> list[bytes]:
         """`read` for Fetch: a view is evaluated in steps off the event loop, up to version
-        `end` (the high watermark answered); stored bytes are read in place (no evaluation)."""
+        `end` (the high watermark answered; the last stable offset for read_committed);
+        stored bytes are read in place (no evaluation). `committed`: a view drops the rows of
+        aborted transactions (stored batches go as they are, with the aborted list)."""
         if self.view is None:
             return store.read(self.db, vnode, offset, max_bytes)
-        return await self.view.read_async(vnode, offset, max_bytes, end)
+        return await self.view.read_async(vnode, offset, max_bytes, end, committed)
 
 
 def check_topic_name(name: str | None) -> str:

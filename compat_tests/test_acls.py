@@ -474,3 +474,16 @@ def test_created_topic_configs_need_describe_configs(acl_broker: AclBroker) -> N
     assert (r["error_code"], r["topic_config_error_code"], r["num_partitions"], r["replication_factor"],
             r["configs"]) == (0, TOPIC_AUTHORIZATION_FAILED, -1, -1, [])
     assert r["topic_id"] != bytes(16)
+
+
+def test_describe_producers_needs_read_on_the_topic(acl_broker: AclBroker) -> None:
+    """DescribeProducers (what `kafka-transactions describe-producers` sends) answers a topic
+    the client may not READ with TOPIC_AUTHORIZATION_FAILED for its partitions."""
+    bs = acl_broker.bootstrap
+    t = unique_topic("acl-producers")
+    make_topic(bs, t)
+    deny(bs, TOPIC, t, READ)
+    with RawConn(bs) as c:
+        body = c.request(61, 0, {"topics": [{"name": t, "partition_indexes": [0]}]})
+    [p] = body["topics"][0]["partitions"]
+    assert (p["error_code"], p["active_producers"]) == (TOPIC_AUTHORIZATION_FAILED, [])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterable, Iterator
+from enum import IntEnum
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
@@ -34,15 +35,19 @@ from tmqgate.protocol.compression import (
 
 __all__ = [
     "BatchHeader",
+    "ControlRecordType",
     "CorruptRecord",
     "DecompressedTooLarge",
     "DEFAULT_MAX_DECOMPRESSED",
     "HEADER_SIZE",
     "Record",
+    "EndTxnMarker",
     "build_batch",
+    "build_end_txn_marker",
     "decode_records",
     "iter_batches",
     "max_record_size",
+    "parse_end_txn_marker",
     "parse_header",
     "verify_crc",
     "with_base_offset",
@@ -584,3 +589,71 @@ def build_batch(
     crc = crc32c(payload, crc32c(tail))
     head = _PREFIX.pack(base_offset, _MIN_BATCH_LENGTH + len(payload), partition_leader_epoch, MAGIC, crc)
     return b"".join((head, tail, payload))
+
+
+# ---------------------------------------------------------------------------- control batches
+
+
+class ControlRecordType(IntEnum):
+    """The type in a control record's key (Kafka's ControlRecordType); ABORT and COMMIT are
+    the transaction markers."""
+
+    ABORT = 0
+    COMMIT = 1
+
+
+class EndTxnMarker(NamedTuple):
+    """A transaction marker's content (Kafka's EndTransactionMarker)."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_END_TXN_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def build_end_txn_marker(
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    *,
+    base_offset: int = 0,
+    timestamp: int | None = None,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """A commit or abort marker as Kafka writes it: one control batch (attributes
+    transactional | control) of the producer's id and epoch, base sequence -1, holding one
+    record whose key is (version 0, type) and value (version 0, coordinator epoch)."""
+    kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    record = (_CONTROL_KEY.pack(0, kind), _END_TXN_VALUE.pack(0, coordinator_epoch), None, timestamp)
+    return build_batch(
+        (record,),
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def parse_end_txn_marker(batch: bytes | bytearray | memoryview) -> EndTxnMarker:
+    """The marker of a control batch; ``CorruptRecord`` if it is not a transaction marker."""
+    header = parse_header(batch)
+    if not header.is_control:
+        raise CorruptRecord("not a control batch")
+    records = decode_records(batch)
+    if len(records) != 1 or records[0].key is None or records[0].value is None:
+        raise CorruptRecord("a transaction marker batch holds one record with a key and a value")
+    key, value = bytes(records[0].key), bytes(records[0].value)
+    if len(key) < _CONTROL_KEY.size or len(value) < _END_TXN_VALUE.size:
+        raise CorruptRecord("transaction marker key or value too short")
+    version, kind = _CONTROL_KEY.unpack_from(key)
+    if version < 0 or kind not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        raise CorruptRecord(f"control record type {kind} is not a transaction marker")
+    value_version, epoch = _END_TXN_VALUE.unpack_from(value)
+    if value_version < 0:
+        raise CorruptRecord(f"invalid transaction marker version {value_version}")
+    return EndTxnMarker(kind == ControlRecordType.COMMIT, epoch)

@@ -28,13 +28,14 @@ from tmqgate.storage.model import (
     UnknownVnode,
     WalEntry,
 )
-from tmqgate.storage.producers import BatchMeta, ProducerAppend, ProducerWindow
+from tmqgate.storage.producers import ActiveProducer, BatchMeta, ProducerAppend, ProducerWindow
 from tmqgate.storage.store import Store
 from tmqgate.storage.txn import Transaction
 from tmqgate.storage.users import ScramCredential
 from tmqgate.storage.wal import Appended
 
 __all__ = [
+    "ActiveProducer",
     "Appended",
     "BatchMeta",
     "ChildTable",

@@ -51,6 +51,15 @@ prefix       key (after the prefix byte)                            value
                                                                     base offset i64, last offset i64), oldest first
                                                                     (a database topic's batch: the first and last
                                                                     versions of the rows it became)
+0x41 TXNOPEN db u32, vnode u32, producer id u64                    an open transaction's first offset u64, the
+                                                                    producer's epoch i16, then n x (base u64, count
+                                                                    u32): its rows entries (absent: none) (written
+                                                                    with the first transactional batch or rows
+                                                                    entry, deleted with its marker)
+0x42 ABORTED db u32, vnode u32, last offset u64, producer id u64    an aborted transaction's first offset u64, then
+                                                                    its rows entries as in TXNOPEN (Kafka's aborted-
+                                                                    transaction index; last offset = the abort
+                                                                    marker's; written with the marker)
 0x50 OFFSET  group (u16 len + utf-8), topic (u16 len + utf-8),      offset i64, leader epoch i32, commit ms i64,
              partition u32                                          metadata flag u8 (0 = null) + utf-8 metadata
 0x51 TXNOFF  group (u16 len + utf-8), producer id u64, topic         producer epoch i16, superseded u8 (1: a plain
@@ -153,6 +162,8 @@ PAYGC = b"\x12"
 VNODE = b"\x20"
 TIME = b"\x30"
 PRODUCER = b"\x40"
+TXNOPEN = b"\x41"
+ABORTED = b"\x42"
 OFFSET = b"\x50"
 TXNOFF = b"\x51"
 GROUP = b"\x60"
@@ -171,7 +182,7 @@ KIND_META = 1
 KIND_ROWS = 2
 
 #: Prefixes whose keys start with the db id; dropping a database deletes these ranges.
-PER_DB_PREFIXES = (WAL, VNODE, TIME, PRODUCER, STABLE, CTABLE)
+PER_DB_PREFIXES = (WAL, VNODE, TIME, PRODUCER, TXNOPEN, ABORTED, STABLE, CTABLE)
 
 _DV = struct.Struct(">II")
 _DVQ = struct.Struct(">IIQ")
@@ -369,6 +380,61 @@ def unpack_producer(b: bytes) -> tuple[int, int, list[tuple[int, int, int, int]]
     off = _PHEAD.size
     batches = [_PBATCH.unpack_from(b, off + i * _PBATCH.size) for i in range(n)]
     return epoch, update_ms, batches
+
+
+# transactions on the WAL ---------------------------------------------------------------------
+
+
+_TXNOPEN = struct.Struct(">Qh")
+_DVQQ = struct.Struct(">IIQQ")
+
+
+def txn_open_key(db: int, vnode: int, producer_id: int) -> bytes:
+    return TXNOPEN + _DVQ.pack(db, vnode, producer_id)
+
+
+def parse_txn_open_key(key: bytes) -> tuple[int, int, int]:
+    """(db, vnode, producer id)."""
+    return _DVQ.unpack_from(key, 1)
+
+
+_RANGE = struct.Struct(">QI")
+
+
+def _pack_ranges(ranges: tuple[tuple[int, int], ...]) -> bytes:
+    return b"".join(_RANGE.pack(*r) for r in ranges)
+
+
+def _unpack_ranges(b: bytes, pos: int) -> tuple[tuple[int, int], ...]:
+    return tuple(_RANGE.unpack_from(b, i) for i in range(pos, len(b), _RANGE.size))
+
+
+def pack_txn_open(first_offset: int, epoch: int, rows: tuple[tuple[int, int], ...] = ()) -> bytes:
+    return _TXNOPEN.pack(first_offset, epoch) + _pack_ranges(rows)
+
+
+def unpack_txn_open(b: bytes) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+    """(first offset, producer epoch, rows entries as (base, count))."""
+    first, epoch = _TXNOPEN.unpack_from(b, 0)
+    return first, epoch, _unpack_ranges(b, _TXNOPEN.size)
+
+
+def pack_aborted(first_offset: int, rows: tuple[tuple[int, int], ...] = ()) -> bytes:
+    return _U64.pack(first_offset) + _pack_ranges(rows)
+
+
+def unpack_aborted(b: bytes) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """(first offset, rows entries as (base, count))."""
+    return read_u64(b[:8]), _unpack_ranges(b, 8)
+
+
+def aborted_key(db: int, vnode: int, last_offset: int, producer_id: int) -> bytes:
+    return ABORTED + _DVQQ.pack(db, vnode, last_offset, producer_id)
+
+
+def parse_aborted_key(key: bytes) -> tuple[int, int, int, int]:
+    """(db, vnode, last offset, producer id)."""
+    return _DVQQ.unpack_from(key, 1)
 
 
 # group offsets and metadata ------------------------------------------------------------------

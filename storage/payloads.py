@@ -20,7 +20,7 @@ from tmqgate.storage import keys
 from tmqgate.storage.model import StorageError
 
 if TYPE_CHECKING:
-    from tmqgate.storage.core import LevelDB
+    from tmqgate.storage.core import LevelDB, WriteBatch
     from tmqgate.storage.space import DiskSpace
 
 PAYLOAD_DIR = "wal-payloads"
@@ -161,6 +161,7 @@ def _repair_lost_payloads(db: LevelDB, plog: LevelDB) -> None:
             if keys.read_u64(value) < first:
                 break
             wb.delete(key)
+        _roll_back_transactions(db, wb, dbid, vnode, first)
         for key, value in db.iterator(prefix=keys.vnode_prefix(keys.PRODUCER, dbid, vnode)):
             epoch, update_ms, batches = keys.unpack_producer(value)
             kept = [b for b in batches if b[2] < first]
@@ -182,3 +183,29 @@ def _repair_lost_payloads(db: LevelDB, plog: LevelDB) -> None:
     else:
         wb.delete(keys.PAYSEQ)
     wb.write()
+
+
+def _roll_back_transactions(db: LevelDB, wb: WriteBatch, dbid: int, vnode: int, first: int) -> None:
+    """The transaction keys (``storage.wal_txns``) of a vnode rolled back to ``first``: a
+    transaction opened at or after it is gone, one opened before keeps only its rows entries
+    below it; an abort whose marker was lost becomes an open transaction again (its data
+    stays, and the coordinator sends its marker again at restart). A lost commit marker's
+    transaction cannot be reopened (its open key went in the marker's WriteBatch): its data
+    reads as committed."""
+    for key, value in db.iterator(prefix=keys.vnode_prefix(keys.TXNOPEN, dbid, vnode)):
+        start, epoch, rows = keys.unpack_txn_open(value)
+        if start >= first:
+            wb.delete(key)
+        elif any(base >= first for base, _ in rows):
+            wb.put(key, keys.pack_txn_open(start, epoch, tuple(r for r in rows if r[0] < first)))
+    for key, value in db.iterator(prefix=keys.vnode_prefix(keys.ABORTED, dbid, vnode)):
+        _, _, last, pid = keys.parse_aborted_key(key)
+        if last < first:
+            continue
+        wb.delete(key)
+        start, rows = keys.unpack_aborted(value)
+        if start < first:
+            raw = db.get(keys.producer_key(dbid, vnode, pid))
+            epoch = keys.unpack_producer(raw)[0] if raw is not None else 0
+            wb.put(keys.txn_open_key(dbid, vnode, pid),
+                   keys.pack_txn_open(start, epoch, tuple(r for r in rows if r[0] < first)))

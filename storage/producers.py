@@ -96,6 +96,18 @@ def check_sequence(
     return SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
 
+class ActiveProducer(NamedTuple):
+    """A producer as DescribeProducers shows it on one vnode (Kafka's ProducerState): its
+    epoch, last sequence (-1: none), when its state was last written (ms), the first offset of
+    its open transaction there (-1: none)."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp: int
+    current_txn_start_offset: int
+
+
 class ProducerAppend(NamedTuple):
     """An idempotent producer's batch that ``check_sequence`` accepted, on its way to
     ``Store.append`` (which stores ``window_at(base offset)`` with the batch)."""
@@ -152,9 +164,9 @@ class Producers:
         raw = self._core.db.get(keys.producer_key(dbid, vnode, producer_id))
         window = None
         if raw is not None:
+            # A window without batches is an epoch a transaction marker set (storage.wal).
             epoch, _update_ms, batches = keys.unpack_producer(raw)
-            if batches:
-                window = ProducerWindow(epoch, tuple(BatchMeta(*b) for b in batches))
+            window = ProducerWindow(epoch, tuple(BatchMeta(*b) for b in batches))
         self._windows[k] = window
         return window
 
@@ -166,6 +178,16 @@ class Producers:
     def remember(self, dbid: int, vnode: int, producer_id: int, window: ProducerWindow) -> None:
         """Cache ``window`` once the WriteBatch that ``stage``d it is written."""
         self._windows[(dbid, vnode, producer_id)] = window
+
+    def on_vnode(self, dbid: int, vnode: int) -> list[tuple[int, int, int, int]]:
+        """(producer id, epoch, last sequence or -1, last update ms) of every producer with a
+        window on the vnode."""
+        out = []
+        for key, value in self._core.db.iterator(prefix=keys.vnode_prefix(keys.PRODUCER, dbid, vnode)):
+            epoch, update_ms, batches = keys.unpack_producer(value)
+            pid = keys.read_u64(key[9:17])
+            out.append((pid, epoch, batches[-1][1] if batches else -1, update_ms))
+        return out
 
     def forget_database(self, dbid: int) -> None:
         """Drop the cached windows of a dropped database."""

@@ -17,6 +17,13 @@ oldest trimmed.
 * DeleteRecords (``delete_before``).
 * The archiver (``collect``): store-wide limits on total bytes, disk usage and age, oldest
   entries first across all vnodes, never a vnode's newest entry.
+
+None of them removes an entry holding an offset at or beyond the first offset of an open
+transaction (the last stable offset, ``storage.wal_txns``): removal stops there. DeleteRecords
+still moves log start to the offset asked for (up to the high watermark, as Kafka's
+maybeIncrementLogStartOffset allows), so readers see the new log start, but the entries from
+the open transaction on stay stored until it ends and a later removal takes them. A removal
+also drops the aborted-index entries that end below the new log start, in its WriteBatch.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ if TYPE_CHECKING:
     from tmqgate.storage.catalog import Catalog
     from tmqgate.storage.core import Core, WriteBatch
     from tmqgate.storage.wal import Vnode, Wal
+    from tmqgate.storage.wal_txns import WalTxns
 
 log = logging.getLogger("tmqgate.storage")
 
@@ -73,10 +81,12 @@ class _Dead(NamedTuple):
 class Retention:
     """See the module docstring."""
 
-    def __init__(self, core: Core, catalog: Catalog, wal: Wal, history_limit: int) -> None:
+    def __init__(self, core: Core, catalog: Catalog, wal: Wal, history_limit: int,
+                 txns: WalTxns | None = None) -> None:
         self._core = core
         self._catalog = catalog
         self._wal = wal
+        self._txns = txns
         self.history_limit = history_limit
         # Log history: sequence -> record, oldest first (at most history_limit).
         self._history: dict[int, HistoryRecord] = {}
@@ -198,12 +208,13 @@ class Retention:
         it = self._core.db.iterator(start=p, stop=keys.prefix_end(p))
         dead: list[_Dead] = []
         freed = 0
+        stable = self._stable_end(dbid, vnode, vs)
         cur = next(it, None)
         while cur is not None:
             nxt = next(it, None)
             key, idx = cur[0], _unpack_index(cur[1])
             end = keys.wal_key_version(nxt[0]) if nxt is not None else vs.next
-            if not remove(key, idx, end, vs.size - freed):
+            if end > stable or not remove(key, idx, end, vs.size - freed):
                 break
             dead.append(_Dead(key, idx[1], idx[2], idx[0]))
             freed += idx[1]
@@ -229,6 +240,11 @@ class Retention:
                           "comes back only when LevelDB compacts on its own: %s", len(dead), exc)
         return len(dead)
 
+    def _stable_end(self, dbid: int, vnode: int, vs: Vnode) -> int:
+        """Removable entries end at or below this: the vnode's last stable offset."""
+        first = self._txns.first_unstable(dbid, vnode) if self._txns is not None else None
+        return vs.next if first is None else first
+
     def _remove_head(
         self,
         dbid: int,
@@ -253,6 +269,7 @@ class Retention:
             wb.delete(e.key)
         wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(vs.next, log_start, size, entries))
         max_ts = self._reindex_head(dbid, vnode, first_kept, wb)
+        aborted_gone = self._txns.stage_trim(wb, dbid, vnode, log_start) if self._txns is not None else 0
         rec = HistoryRecord(
             dbid,
             vnode,
@@ -286,6 +303,8 @@ class Retention:
         vs.size = size
         vs.entries = entries
         vs.uncache_below(first_kept)
+        if self._txns is not None:
+            self._txns.trimmed(dbid, vnode, aborted_gone)
         if max_ts is not None:
             vs.max_ts, vs.max_ts_base = max_ts
         if self.history_limit:
@@ -380,10 +399,12 @@ class Retention:
         # One cursor per vnode holding >= 2 entries: (iterator, head, entry after head).
         cursors: dict[tuple[int, int], tuple[Iterator[tuple[bytes, bytes]], tuple[bytes, bytes]]] = {}
         heap: list[tuple[int, int, int, tuple[bytes, bytes]]] = []
+        stable: dict[tuple[int, int], int] = {}  # removable entries end at or below (the LSO)
         for d in self._catalog.all_databases():
             for vnode, vs in enumerate(d.vnodes):
                 if vs.entries < 2:
                     continue
+                stable[(d.info.id, vnode)] = self._stable_end(d.info.id, vnode, vs)
                 p = keys.vnode_prefix(keys.WAL, d.info.id, vnode)
                 it = db.iterator(start=p, stop=keys.prefix_end(p))
                 head = next(it, None)
@@ -406,13 +427,16 @@ class Retention:
                 reason = "archiver_disk"
             else:
                 break
+            cursor, after = cursors[(dbid, vnode)]
+            if keys.wal_key_version(after[0]) > stable[(dbid, vnode)]:  # holds an open txn's data
+                heapq.heappop(heap)
+                continue
             runs = plan.setdefault((dbid, vnode), [])
             if not runs or runs[-1][0] != reason:
                 runs.append((reason, []))
             idx = _unpack_index(value)
             runs[-1][1].append(_Dead(key, idx[1], ts, idx[0]))
             freed += idx[1]
-            cursor, after = cursors[(dbid, vnode)]
             first_kept[(dbid, vnode)] = keys.wal_key_version(after[0])
             nxt = next(cursor, None)
             if nxt is None:  # ``after`` is the newest entry: it stays

@@ -46,13 +46,14 @@ from tmqgate.storage.model import (
     WalEntry,
 )
 from tmqgate.storage.offsets import Offsets
-from tmqgate.storage.producers import ProducerAppend, Producers, ProducerWindow
+from tmqgate.storage.producers import ActiveProducer, ProducerAppend, Producers, ProducerWindow
 from tmqgate.storage.quotas import ClientQuotas
 from tmqgate.storage.retention import Retention
 from tmqgate.storage.txn import Transaction
 from tmqgate.storage.txn_coordinator import TxnStates
 from tmqgate.storage.users import Users
 from tmqgate.storage.wal import Appended, Wal
+from tmqgate.storage.wal_txns import WalTxns
 
 __all__ = ["Store"]  # the model types are exported by the storage package
 
@@ -86,8 +87,9 @@ class Store:
         )
         self.catalog = Catalog(self.core)
         self.producers = Producers(self.core)
-        self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes)
-        self.retention = Retention(self.core, self.catalog, self.wal, history_limit)
+        self.wal_txns = WalTxns(self.core)  # open transactions, aborted index (storage.wal_txns)
+        self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes, self.wal_txns)
+        self.retention = Retention(self.core, self.catalog, self.wal, history_limit, self.wal_txns)
         self.offsets = Offsets(self.core)
         self.client_quotas = ClientQuotas(self.core)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
@@ -97,6 +99,7 @@ class Store:
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}
         self.retention.load_history(live)
+        self.wal_txns.load(live)
         self.core.delete_orphans(live)
 
     # lifecycle -----------------------------------------------------------------------------
@@ -174,6 +177,7 @@ class Store:
         self.catalog.forget(d)
         self.retention.forget(gone)
         self.producers.forget_database(d.info.id)
+        self.wal_txns.forget_database(d.info.id)
         self.core.delete_database_data(d.info.id, compact=True)
         what = "topic" if d.info.kind == "kafka" else "database"
         log.info("deleted %s %s", what, name, extra={"event": f"{what}_deleted", "topic": name})
@@ -305,9 +309,11 @@ class Store:
         min_timestamp: int,
         *,
         timestamp_ms: int | None = None,
+        txn_producer: tuple[int, int] | None = None,
     ) -> int:
         return self.wal.append_rows(
-            db, vnode, payload, row_count, max_timestamp, min_timestamp, timestamp_ms=timestamp_ms
+            db, vnode, payload, row_count, max_timestamp, min_timestamp, timestamp_ms=timestamp_ms,
+            txn_producer=txn_producer,
         )
 
     def append_rows_many(
@@ -318,10 +324,13 @@ class Store:
         *,
         producer: ProducerAppend | None = None,
         timestamp_ms: int | None = None,
+        txn_producer: tuple[int, int] | None = None,
     ) -> int:
         """See ``Wal.append_rows_many``: rows entries (with an idempotent producer's window
-        after them) in one WriteBatch; returns the first entry's base version."""
-        return self.wal.append_rows_many(db, vnode, entries, producer=producer, timestamp_ms=timestamp_ms)
+        after them, in a transactional producer's transaction) in one WriteBatch; returns the
+        first entry's base version."""
+        return self.wal.append_rows_many(db, vnode, entries, producer=producer, timestamp_ms=timestamp_ms,
+                                         txn_producer=txn_producer)
 
     def read(self, db: str, vnode: int, from_version: int, max_bytes: int) -> list[bytes]:
         return self.wal.read(db, vnode, from_version, max_bytes)
@@ -351,6 +360,46 @@ class Store:
 
     def max_timestamp_offset(self, db: str, vnode: int) -> tuple[int, int] | None:
         return self.wal.max_timestamp_offset(db, vnode)
+
+    # transactions (storage.wal_txns) ------------------------------------------------------
+
+    def write_txn_marker(self, db: str, vnode: int, producer_id: int, producer_epoch: int, commit: bool,
+                         coordinator_epoch: int) -> int:
+        """A commit or abort marker at the vnode's next offset, closing the producer's
+        transaction there (``Wal.append_marker``); returns the marker's offset."""
+        return self.wal.append_marker(db, vnode, producer_id, producer_epoch, commit, coordinator_epoch)
+
+    def last_stable_offset(self, db: str, vnode: int) -> int:
+        """First offset of the oldest open transaction on the vnode, else the high watermark."""
+        return self.wal.last_stable_offset(db, vnode)
+
+    def open_transactions(self, db: str, vnode: int) -> dict[int, tuple[int, int]]:
+        """Producer id -> (first offset, epoch) of the vnode's open transactions."""
+        dbid, _ = self.catalog.vnode(db, vnode)
+        return {pid: (t.first_offset, t.epoch) for pid, t in self.wal_txns.open_transactions(dbid, vnode).items()}
+
+    def aborted_transactions(self, db: str, vnode: int, from_offset: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping [from_offset, upper)."""
+        dbid, _ = self.catalog.vnode(db, vnode)
+        return self.wal_txns.aborted(dbid, vnode, from_offset, upper)
+
+    def aborted_rows(self, db: str, vnode: int, from_offset: int, upper: int) -> set[int]:
+        """Base versions of the rows entries of aborted transactions overlapping
+        [from_offset, upper): a read_committed view drops them."""
+        dbid, _ = self.catalog.vnode(db, vnode)
+        return self.wal_txns.aborted_rows(dbid, vnode, from_offset, upper)
+
+    def active_producers(self, db: str, vnode: int) -> list[ActiveProducer]:
+        """The producers with state on the vnode (a window of batches, or an open transaction),
+        by producer id: what DescribeProducers answers."""
+        dbid, _ = self.catalog.vnode(db, vnode)
+        opened = self.wal_txns.open_transactions(dbid, vnode)
+        out = {pid: ActiveProducer(pid, epoch, seq, ts, opened[pid].first_offset if pid in opened else -1)
+               for pid, epoch, seq, ts in self.producers.on_vnode(dbid, vnode)}
+        for pid, txn in opened.items():
+            if pid not in out:
+                out[pid] = ActiveProducer(pid, txn.epoch, -1, -1, txn.first_offset)
+        return [out[pid] for pid in sorted(out)]
 
     # removal and log history ---------------------------------------------------------------
 

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from tmqgate.storage.core import Core
     from tmqgate.storage.producers import ProducerAppend, Producers, ProducerWindow
     from tmqgate.storage.wal import Vnode
+    from tmqgate.storage.wal_txns import OpenTxn, WalTxns
 
 _DELETED = None
 _I64 = struct.Struct(">q")
@@ -108,11 +109,16 @@ class Transaction:
         sync: bool,
         tail_cache_bytes: int,
         producers: Producers | None = None,
+        txns: WalTxns | None = None,
     ) -> None:
         self._core = core
         self._producers = producers
         # (db id, vnode) -> the idempotent producer's batch these entries are (producer_batch)
         self._producer_batches: dict[tuple[int, int], ProducerAppend] = {}
+        self._txns = txns
+        # Rows entries of transactional producers: (db id, vnode, producer id) -> the open
+        # transaction as this WriteBatch leaves it (storage.wal_txns).
+        self._txn_rows: dict[tuple[int, int, int], OpenTxn] = {}
         self._catalog = catalog
         self._sync = sync
         self._tail_cache_bytes = tail_cache_bytes
@@ -357,15 +363,26 @@ class Transaction:
         max_timestamp: int,
         min_timestamp: int,
         timestamp_ms: int | None = None,
+        txn_producer: tuple[int, int] | None = None,
     ) -> int:
-        """A rows entry taking ``row_count`` versions in this transaction; returns its base."""
+        """A rows entry taking ``row_count`` versions in this transaction; returns its base.
+        ``txn_producer``: (producer id, epoch) of the transactional producer whose rows these
+        are (the entry opens or joins its transaction on the vnode, ``storage.wal_txns``)."""
         self._check_open()
         if row_count < 1:
             raise ValueError("row_count must be >= 1")
         d = self._draft(db, vnode)
         ts = _now_ms() if timestamp_ms is None else timestamp_ms
         value = b"".join((keys.ROWS_HEADER.pack(ts, max_timestamp, min_timestamp), payload))
-        return self._stage(d, keys.KIND_ROWS, value, row_count, ts, max_timestamp)
+        base = self._stage(d, keys.KIND_ROWS, value, row_count, ts, max_timestamp)
+        if txn_producer is not None:
+            if self._txns is None:
+                raise RuntimeError("this store keeps no transactions")
+            pid, epoch = txn_producer
+            k = (d.dbid, d.vnode, pid)
+            self._txn_rows[k] = self._txns.stage_rows(self._wb, d.dbid, d.vnode, pid, epoch, base, row_count,
+                                                      self._txn_rows.get(k))
+        return base
 
     def producer_batch(self, db: str, vnode: int, producer: ProducerAppend) -> None:
         """Record that the entries this transaction adds to ``vnode`` are one idempotent
@@ -405,6 +422,7 @@ class Transaction:
         self._open = False
         self._wb.clear()
         self._entries.clear()
+        self._txn_rows.clear()
 
     def commit(self) -> None:
         """Write the batch (through the one write path, ``Core.write_entries``), then apply
@@ -434,3 +452,6 @@ class Transaction:
             vs.max_ts, vs.max_ts_base = d.max_ts, d.max_ts_base
             for base, kind, value in d.added:
                 vs.cache(base, kind, value, cap)
+        if self._txns is not None:
+            for (dbid, vnode, pid), txn in self._txn_rows.items():
+                self._txns.opened(dbid, vnode, pid, txn)

@@ -21,21 +21,27 @@ from __future__ import annotations
 import bisect
 import itertools
 import struct
+import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
+from tmqgate.protocol.records import build_end_txn_marker
 from tmqgate.storage import keys
 from tmqgate.storage.core import NewEntry
 from tmqgate.storage.model import ENTRY_KINDS, RowsEntry, WalEntry
+from tmqgate.storage.producers import ProducerWindow
 from tmqgate.storage.txn import Transaction
 
 if TYPE_CHECKING:
     from tmqgate.storage.catalog import Catalog
     from tmqgate.storage.core import Core
     from tmqgate.storage.producers import ProducerAppend, Producers
+    from tmqgate.storage.wal_txns import WalTxns
 
 BATCH_HEADER_SIZE = 61  # record batch v2 header up to and including the record count
 _I64 = struct.Struct(">q")
+_PID_EPOCH = struct.Struct(">qh")  # a v2 batch's producer id and epoch, at byte 43
+_TRANSACTIONAL = 0x10  # attributes bit 4 (the attributes' low byte is byte 22)
 _ROWS_HEADER_SIZE = keys.ROWS_HEADER.size
 #: A NamedTuple built without its Python-level __new__ (all fields given): the append path
 #: makes two per batch.
@@ -123,10 +129,12 @@ class Wal:
     """The vnodes' WALs; see the module docstring. ``tail_cache_bytes`` caps each vnode's
     hot tail (0 = every read goes to LevelDB)."""
 
-    def __init__(self, core: Core, catalog: Catalog, producers: Producers, tail_cache_bytes: int) -> None:
+    def __init__(self, core: Core, catalog: Catalog, producers: Producers, tail_cache_bytes: int,
+                 txns: WalTxns | None = None) -> None:
         self._core = core
         self._catalog = catalog
         self._producers = producers
+        self._txns = txns
         self.tail_cache_bytes = tail_cache_bytes
 
     def load_vnodes(self) -> None:
@@ -193,6 +201,11 @@ class Wal:
         if producer is not None:
             staged = (producer.producer_id, producer.window_at(base))
             self._producers.stage(wb, dbid, vnode, *staged)
+        opened = None  # a transaction this transactional batch opens (storage.wal_txns)
+        if value[22] & _TRANSACTIONAL and self._txns is not None:
+            pid, epoch = _PID_EPOCH.unpack_from(value, 43)
+            if pid >= 0:
+                opened = self._txns.stage_open(wb, dbid, vnode, pid, base, epoch)
         batch_max_ts = age_ts(keys.KIND_DATA, value)  # the header's, as retention reads it
         key = keys.wal_key(dbid, vnode, base, keys.KIND_DATA)
         entry = _new_tuple(NewEntry, (key, value, batch_max_ts, batch_max_ts))
@@ -206,12 +219,63 @@ class Wal:
             vs.max_ts_base = base
         if staged is not None:
             self._producers.remember(dbid, vnode, *staged)
+        if opened is not None and self._txns is not None:
+            self._txns.opened(dbid, vnode, pid, opened)
         return _new_tuple(Appended, (base, vs.log_start))
+
+    def append_marker(self, db: str, vnode: int, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, timestamp_ms: int | None = None) -> int:
+        """Write a commit or abort marker (a control batch) at the vnode's next version and
+        close the producer's transaction there, in one WriteBatch with the producer's epoch
+        (a marker carries it, as Kafka's ProducerStateManager takes it) and, for an abort, the
+        aborted-index entry (``storage.wal_txns``). Returns the marker's offset."""
+        if self._txns is None:
+            raise RuntimeError("this WAL keeps no transactions")
+        dbid, vs = self._catalog.vnode(db, vnode)
+        core = self._core
+        base = vs.next
+        now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        value = build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                                     base_offset=base, timestamp=now)
+        size = vs.size + len(value)
+        wb = core.batch()
+        wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(base + 1, vs.log_start, size, vs.entries + 1))
+        new_max = vs.max_ts is None or now > vs.max_ts
+        if new_max:
+            wb.put(keys.time_key(dbid, vnode, now), keys.u64(base))
+        window = self._producers.window(dbid, vnode, producer_id)
+        staged = None
+        if window is None or window.epoch < producer_epoch:
+            staged = ProducerWindow(producer_epoch, ())
+            self._producers.stage(wb, dbid, vnode, producer_id, staged)
+        aborted = self._txns.stage_close(wb, dbid, vnode, producer_id, commit, base)
+        key = keys.wal_key(dbid, vnode, base, keys.KIND_DATA)
+        core.write_entries(wb, (NewEntry(key, value, now, now),), core.sync_each)
+        vs.next = base + 1
+        vs.size = size
+        vs.entries += 1
+        vs.cache(base, keys.KIND_DATA, value, self.tail_cache_bytes)
+        if new_max:
+            vs.max_ts = now
+            vs.max_ts_base = base
+        if staged is not None:
+            self._producers.remember(dbid, vnode, producer_id, staged)
+        self._txns.closed(dbid, vnode, producer_id, aborted)
+        return base
+
+    def last_stable_offset(self, db: str, vnode: int) -> int:
+        """The first offset of the vnode's oldest open transaction (not below log start, as
+        Kafka's first unstable offset after DeleteRecords moved log start past it), else the
+        high watermark."""
+        dbid, vs = self._catalog.vnode(db, vnode)
+        first = self._txns.first_unstable(dbid, vnode) if self._txns is not None else None
+        return vs.next if first is None else min(max(first, vs.log_start), vs.next)
 
     def transaction(self, *, sync: bool) -> Transaction:
         """A transaction over the catalog and these WALs (``storage.txn``)."""
         return Transaction(
-            self._core, self._catalog, sync=sync, tail_cache_bytes=self.tail_cache_bytes, producers=self._producers
+            self._core, self._catalog, sync=sync, tail_cache_bytes=self.tail_cache_bytes, producers=self._producers,
+            txns=self._txns,
         )
 
     def append_meta(self, db: str, vnode: int, payload: bytes, timestamp_ms: int | None = None) -> int:
@@ -235,16 +299,20 @@ class Wal:
         min_timestamp: int,
         *,
         timestamp_ms: int | None = None,
+        txn_producer: tuple[int, int] | None = None,
     ) -> int:
         """Log a rows entry (Arrow IPC bytes, opaque here) taking ``row_count`` versions;
-        returns its base version (row i is version base + i).
+        returns its base version (row i is version base + i). ``txn_producer``: the
+        (producer id, epoch) of the transactional producer whose rows these are
+        (``storage.wal_txns``).
 
         ``max_timestamp`` feeds the time index (``offset_for_timestamp``): pass the rows'
         timestamps as the Kafka record timestamps they become (milliseconds). Retention and
         the archiver age the entry by its append time ``timestamp_ms`` (default now).
         """
         return self.append_rows_many(
-            db, vnode, (RowsEntry(payload, row_count, max_timestamp, min_timestamp),), timestamp_ms=timestamp_ms
+            db, vnode, (RowsEntry(payload, row_count, max_timestamp, min_timestamp),), timestamp_ms=timestamp_ms,
+            txn_producer=txn_producer,
         )
 
     def append_rows_many(
@@ -255,17 +323,21 @@ class Wal:
         *,
         producer: ProducerAppend | None = None,
         timestamp_ms: int | None = None,
+        txn_producer: tuple[int, int] | None = None,
     ) -> int:
         """Log rows entries at consecutive versions in one WriteBatch; returns the first's base.
 
         ``producer``: the entries are one idempotent producer's batch (a database topic's
         Produce) — its window after them is written in the same WriteBatch, the batch's
         offsets being the entries' versions, first to last (``Transaction.producer_batch``).
+        ``txn_producer``: (producer id, epoch) of a transactional producer — the entries join
+        its open transaction on the vnode (``storage.wal_txns``).
         """
         tx = self.transaction(sync=self._core.sync_each)
         first: int | None = None
         for e in entries:
-            base = tx.append_rows(db, vnode, e.payload, e.row_count, e.max_timestamp, e.min_timestamp, timestamp_ms)
+            base = tx.append_rows(db, vnode, e.payload, e.row_count, e.max_timestamp, e.min_timestamp, timestamp_ms,
+                                  txn_producer)
             first = base if first is None else first
         if first is None:
             tx.abort()

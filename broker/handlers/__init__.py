@@ -14,6 +14,7 @@ from tmqgate.broker.handlers import (  # noqa: F401
     quotas,
     sasl,
     transactions,
+    txn_markers,
 )
 
 __all__ = ["API_TABLE"]

@@ -4,14 +4,17 @@ names its family and how the server binds it).
 
 - `DataPlane` — Produce, Fetch, ListOffsets: the store, the topic registry, the notifier that
   wakes long-polling fetches, and the SQL executor schemaless ingestion writes through; the
-  broker's metrics (per-topic bytes and records, broker/metrics.py), None in unit tests;
+  broker's metrics (per-topic bytes and records, broker/metrics.py), None in unit tests; the
+  transaction coordinator's `TxnGate` Produce asks about transactional batches (None: none);
 - `AdminApis` — topic administration, configs and client quotas: the store, the topic
   registry, the config, the quotas;
 - `ClusterApis` — ApiVersions, Metadata, DescribeCluster, DescribeTopicPartitions: this node
   as clients see it, the topic registry, the config, and the API table;
 - `GroupApis` — the group APIs: the coordinator runtime, the topic registry, this node;
 - `TxnApis` — InitProducerId and the transaction APIs: the transaction coordinator runtime
-  (broker/txn_coordinator.py), the topic registry.
+  (broker/txn_coordinator.py), the topic registry;
+- `TxnDataApis` — WriteTxnMarkers and DescribeProducers: the marker writer
+  (broker/txn_markers.py), the store, the topic registry.
 
 Every family has `authorizer`: the ACL authorizer (broker/acl/authorizer.py), None when
 `authorizer = "none"` — handlers check `if ctx.authorizer is not None`, so no authorizer costs
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.broker.txn_coordinator import TxnCoordinatorRuntime
+    from tmqgate.broker.txn_markers import MarkerWriter
     from tmqgate.broker.waiters import DataNotifier
     from tmqgate.coordinator.runtime import CoordinatorRuntime
     from tmqgate.protocol.errors import ErrorCode
@@ -62,6 +66,12 @@ class Node:
 
 
 class TxnGate(Protocol):
+    """Produce's check with the transaction coordinator (issue 14's design; the coordinator
+    implements it): may this transactional batch of (producer id, epoch) go to this
+    partition? NONE: append; else the partition is answered with the code
+    (INVALID_PRODUCER_EPOCH / PRODUCER_FENCED for a stale epoch, INVALID_TXN_STATE when the
+    partition was not added to the ongoing transaction, TRANSACTIONAL_ID_NOT_FOUND ...)."""
+
     def check_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                       topic: str, partition: int) -> ErrorCode: ...
 
@@ -114,6 +124,16 @@ class TxnApis:
     """InitProducerId and the transaction APIs (broker/handlers/transactions.py)."""
 
     coordinator: TxnCoordinatorRuntime
+    topics: TopicRegistry
+    authorizer: Authorizer | None = None
+
+
+@dataclass(frozen=True)
+class TxnDataApis:
+    """WriteTxnMarkers and DescribeProducers (broker/handlers/txn_markers.py)."""
+
+    markers: MarkerWriter
+    store: Store
     topics: TopicRegistry
     authorizer: Authorizer | None = None
 

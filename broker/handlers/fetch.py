@@ -2,6 +2,12 @@
 requested version; when there is less than min_bytes, wait for data to land (woken at once
 by the append, TDengine's push) or for max_wait to pass.
 
+Isolation (KIP-98): read_committed (isolation_level 1) returns only batches below the last
+stable offset (the first offset of the oldest open transaction) with the aborted transactions
+overlapping what it returns, for the client to drop; read_uncommitted reads to the high
+watermark and gets null. A read_committed Fetch waiting at the LSO is woken by the marker
+that moves it (broker/txn_markers.py notifies as an append does).
+
 Size limits follow KIP-74: partition_max_bytes per partition and max_bytes per response, except
 that the first batch of the first partition with data is always returned whole, so a batch
 bigger than the limits never stalls a consumer.
@@ -24,6 +30,8 @@ if TYPE_CHECKING:
     from tmqgate.protocol.messages import Request
 
 api = apis_with(DataPlane)
+
+READ_COMMITTED = 1  # isolation_level
 
 
 @api(ApiKey.FETCH, 4, 18)
@@ -52,7 +60,8 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
             known = [topic is not None for _, topic in wanted]
             denied = _denied(ctx, wanted, by_id)
         responses, size, errors = await _read_all(ctx, wanted, max_bytes,
-                                                  [by_id and not k for k in known], denied)
+                                                  [by_id and not k for k in known], denied,
+                                                  body.get("isolation_level", 0) == READ_COMMITTED)
         remaining = deadline - time.monotonic()
         if size >= min_bytes or errors or remaining <= 0:
             break
@@ -79,12 +88,13 @@ def _denied(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], b
 
 
 async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,
-                    by_id: list[bool], denied: list[bool] | None = None) -> tuple[list[dict[str, Any]], int, bool]:
+                    by_id: list[bool], denied: list[bool] | None = None,
+                    committed: bool = False) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (topic responses, bytes of records, any error);
     `by_id[i]`: a missing topic i is UNKNOWN_TOPIC_ID (else UNKNOWN_TOPIC_OR_PARTITION);
-    `denied[i]`: topic i may not be read (TOPIC_AUTHORIZATION_FAILED).
+    `denied[i]`: topic i may not be read (TOPIC_AUTHORIZATION_FAILED); `committed`: read_committed.
     A view's evaluation runs in steps with the event loop free between them (Topic.read_async),
-    never past the high watermark this answer gives."""
+    never past the high watermark this answer gives (the last stable offset for read_committed)."""
     store = ctx.store
     partition_error = ctx.topics.partition_error
     budget = max_bytes if max_bytes > 0 else 0x7FFFFFFF
@@ -108,7 +118,11 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                 assert topic is not None
                 hw = store.next_version(topic.db, index)
                 start = store.log_start(topic.db, index)
-                entry.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
+                lso = store.last_stable_offset(topic.db, index)
+                upper = lso if committed else hw
+                entry.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=start)
+                if committed:
+                    entry["aborted_transactions"] = []
                 offset = p["fetch_offset"]
                 if offset < start or offset > hw:
                     entry["error_code"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
@@ -116,10 +130,17 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                 else:
                     entry["error_code"] = 0
                     limit = min(p["partition_max_bytes"], budget)
-                    if offset < hw and (limit > 0 or total == 0):
-                        batches = await topic.read_async(store, index, offset, max(limit, 1), hw)
+                    if offset < upper and (limit > 0 or total == 0):
+                        batches = await topic.read_async(store, index, offset, max(limit, 1), upper, committed)
+                        if upper < hw:  # stored batches are read to the high watermark
+                            batches = _below(batches, upper)
                         if total > 0:
                             batches = _within(batches, limit)
+                        if committed and batches and topic.view is None:  # a view dropped them itself
+                            end = _next_offset(batches[-1])
+                            entry["aborted_transactions"] = [
+                                {"producer_id": pid, "first_offset": first}
+                                for pid, first in store.aborted_transactions(topic.db, index, offset, end)]
                         if batches:
                             # The stored batches as they are: the codec writes the list as one
                             # records field and the server sends the parts without joining them.
@@ -143,3 +164,19 @@ def _within(batches: list[bytes], limit: int) -> list[bytes]:
         kept.append(b)
         size += len(b)
     return kept
+
+
+def _below(batches: list[bytes], upper: int) -> list[bytes]:
+    """The leading batches whose base offset (bytes 0..8) is below `upper` (an open
+    transaction's first offset is a batch's base, so the LSO falls between batches)."""
+    kept = []
+    for b in batches:
+        if int.from_bytes(b[:8], "big", signed=True) >= upper:
+            break
+        kept.append(b)
+    return kept
+
+
+def _next_offset(batch: bytes) -> int:
+    """The offset after a v2 batch: base offset + last offset delta (bytes 23..27) + 1."""
+    return int.from_bytes(batch[:8], "big", signed=True) + int.from_bytes(batch[23:27], "big", signed=True) + 1

@@ -69,6 +69,8 @@ async def list_offsets(ctx: DataPlane, req: Request) -> dict[str, Any]:
             ts = p["timestamp"]
             if ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
                 entry["offset"] = store.log_start(topic.db, index)
+            elif ts == LATEST and req.body.get("isolation_level", 0) == 1:  # read_committed: the LSO
+                entry["offset"] = store.last_stable_offset(topic.db, index)
             elif ts == LATEST:
                 entry["offset"] = store.next_version(topic.db, index)
             elif ts == LATEST_TIERED:

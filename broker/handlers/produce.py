@@ -50,11 +50,11 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
     acks = body["acks"]
     by_id = req.api_version >= 13
     auth = ctx.authorizer
-    if auth is not None and _has_transactional_records(body):
-        # Kafka: transactional records need WRITE on the transactional id, else the whole
-        # request is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+    if _has_transactional_records(body):
+        # Kafka: transactional records need a transactional id (with or without an authorizer)
+        # and WRITE on it, else the whole request is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
         txn = body["transactional_id"]
-        if txn is None or not auth.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
+        if txn is None or (auth is not None and not auth.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn)):
             raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     responses = []
     for topic_data in body["topic_data"]:
@@ -79,7 +79,7 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                 assert topic is not None
                 try:
                     entry["base_offset"], entry["log_append_time_ms"], entry["log_start_offset"] = (
-                        append_records(ctx, topic, index, pdata["records"]))
+                        append_records(ctx, topic, index, pdata["records"], body.get("transactional_id")))
                     entry["error_code"] = 0
                     if ctx.metrics is not None:
                         ctx.metrics.produced(topic.name, len(pdata["records"]), _record_count(pdata["records"]))
@@ -133,8 +133,15 @@ def _has_transactional_records(body: dict[str, Any]) -> bool:
     return False
 
 
-def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | None) -> tuple[int, int, int]:
+def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | None,
+                   transactional_id: str | None = None) -> tuple[int, int, int]:
     """Validate one partition's batch as Kafka does and append it.
+
+    A transactional batch needs the transaction coordinator's word (``ctx.transactions``,
+    when there is one) before it is appended; its append opens the producer's transaction on
+    the vnode (``storage.wal_txns``). A producer with an open
+    transaction on the vnode may not send it non-transactional batches (Kafka's
+    ProducerAppendInfo: INVALID_TXN_STATE).
 
     Returns (base offset, log append time, log start offset): the time is -1 unless the topic
     stamps batches with LogAppendTime, as in Kafka's produce response. At most two store
@@ -144,13 +151,28 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
         raise ProduceError(ErrorCode.INVALID_REQUEST,
                            f"'{topic.name}' is a TDengine topic (a view); write to database '{topic.db}'")
     batch, header, valid = _validated_batch(topic, records, ctx.max_decompressed_batch_bytes)
+    if header.is_transactional and header.producer_id >= 0:
+        # (A transactional batch without a producer id is plain data to Kafka: appended,
+        # opening no transaction; so it is here.)
+        if ctx.transactions is not None:
+            gate = ctx.transactions.check_produce(transactional_id, header.producer_id, header.producer_epoch,
+                                                  topic.name, vnode)
+            if gate != ErrorCode.NONE:
+                raise ProduceError(gate)
+    elif header.producer_id >= 0 and header.producer_id in ctx.store.open_transactions(topic.db, vnode):
+        raise ProduceError(ErrorCode.INVALID_TXN_STATE,
+                           f"Expected transactional write from producer {header.producer_id}")
     if topic.kind == TSDB:
         # An idempotent producer's batch is checked as on a plain topic before it becomes
         # rows; its window is stored with the rows (one WriteBatch), so a retry writes nothing.
+        # A transactional producer's rows join its transaction on the vnode (read_committed
+        # views drop them if it aborts).
         producer, base = _producer_append(ctx, topic, vnode, header)  # base: a retry's first answer
         if base is None:
+            txn = ((header.producer_id, header.producer_epoch)
+                   if header.is_transactional and header.producer_id >= 0 else None)
             try:
-                base = ingest(ctx.executor, topic.db, vnode, batch, valid.records, producer)  # decompressed once
+                base = ingest(ctx.executor, topic.db, vnode, batch, valid.records, producer, txn)  # decompressed once
             except IngestError as exc:
                 raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
         return base, -1, ctx.store.log_start(topic.db, vnode)

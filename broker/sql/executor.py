@@ -581,17 +581,20 @@ class Executor:
         return self.append_rows_many(db, vnode, ((stable, table),))
 
     def append_rows_many(self, db: str, vnode: int, tables: Iterable[tuple[str, pa.Table]],
-                         producer: ProducerAppend | None = None) -> int:
+                         producer: ProducerAppend | None = None,
+                         txn_producer: tuple[int, int] | None = None) -> int:
         """Append supertables' rows (one entry per (supertable, table)) to a vnode's WAL at
         consecutive versions, in one WriteBatch with the idempotent `producer`'s window when
-        given (the Kafka batch they came from); returns the first version; wakes fetches."""
+        given (the Kafka batch they came from); returns the first version; wakes fetches.
+        `txn_producer`: (producer id, epoch) of a transactional producer's rows (storage keeps
+        them in its transaction, so a read_committed view never shows them if it aborts)."""
         entries = []
         for stable, table in tables:
             table = table.replace_schema_metadata({STABLE_METADATA_KEY: stable.encode()})
             ts = table.column(1)
             entries.append(RowsEntry(encode_rows(table), table.num_rows,
                                      pa.compute.max(ts).as_py(), pa.compute.min(ts).as_py()))
-        base = self.store.append_rows_many(db, vnode, entries, producer=producer)
+        base = self.store.append_rows_many(db, vnode, entries, producer=producer, txn_producer=txn_producer)
         self.notify(db, vnode)
         return base
 

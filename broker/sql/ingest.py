@@ -105,10 +105,12 @@ def _apply_plan(current: StableSchema | None, name: str, plan: SchemaPlan) -> St
 
 
 def ingest(executor: Executor, db: str, vnode: int, batch: bytes,
-           decompressed: bytes | None = None, producer: ProducerAppend | None = None) -> int:
+           decompressed: bytes | None = None, producer: ProducerAppend | None = None,
+           txn_producer: tuple[int, int] | None = None) -> int:
     """Write a record batch's rows into database `db` on `vnode` through `executor` (which
     logs the catalog changes they need); returns the first version the rows took (the
-    produce response's base offset). `decompressed`: see ``parse_records``.
+    produce response's base offset). `decompressed`: see ``parse_records``; `txn_producer`:
+    (producer id, epoch) of a transactional batch (its rows join the producer's transaction).
 
     The catalog changes are written first, then all the batch's rows entries (one per
     supertable) in one WriteBatch at consecutive versions, with the idempotent `producer`'s
@@ -145,6 +147,6 @@ def ingest(executor: Executor, db: str, vnode: int, batch: bytes,
             for name, tags in new_children:
                 executor.create_child(info, name, schema, tags, vnode=vnode)
         return executor.append_rows_many(db, vnode, [(schema.name, table) for _, schema, _, _, table in planned],
-                                         producer)
+                                         producer, txn_producer)
     except SqlError as exc:
         raise IngestError(exc.message) from None

@@ -141,14 +141,17 @@ class View:
             result: list[bytes] = done.value
             return result
 
-    async def read_async(self, vnode: int, from_version: int, max_bytes: int, end: int | None = None) -> list[bytes]:
+    async def read_async(self, vnode: int, from_version: int, max_bytes: int, end: int | None = None,
+                         committed: bool = False) -> list[bytes]:
         """`read` for the event loop, which it holds only for short steps (issue 11): each run
         of rows entries is evaluated (filter, projection, JSON, record batch: Arrow kernels,
         which release the GIL) in a thread, the WAL reads and the catalog lookups stay here,
         and versions from `end` on (the high watermark the Fetch answers with) are not read.
         The loop serves other requests meanwhile; if the database is dropped (or dropped and
-        made again) during the read, what was read before is returned."""
-        scan = self._scan(vnode, from_version, max_bytes, end)
+        made again) during the read, what was read before is returned. `committed`
+        (read_committed): the rows entries of aborted transactions are skipped (`end` is then
+        the last stable offset)."""
+        scan = self._scan(vnode, from_version, max_bytes, end, committed)
         try:
             run = next(scan)
             while True:
@@ -174,13 +177,19 @@ class View:
             return self._catalog.tag_table(self.topic.db, run.stable)
         return None
 
-    def _scan(self, vnode: int, from_version: int, max_bytes: int,
-              end: int | None) -> Generator[_Run, bytes | None, list[bytes]]:
+    def _scan(self, vnode: int, from_version: int, max_bytes: int, end: int | None,
+              committed: bool = False) -> Generator[_Run, bytes | None, list[bytes]]:
         """`read`'s walk over the WAL: yields each run of rows entries to be evaluated, and
-        takes back its record batch (None: no row passed); returns the batches."""
+        takes back its record batch (None: no row passed); returns the batches. Control
+        batches (transaction markers, stored as data entries) are never rows: skipped as any
+        data entry; `committed`: rows entries of aborted transactions are skipped too."""
         out = _Batches()
         run: _Run | None = None
         info = self._store.get_database(self.topic.db)
+        aborted: set[int] = set()
+        if committed and info is not None:
+            upper = end if end is not None else self._store.next_version(self.topic.db, vnode)
+            aborted = self._store.aborted_rows(self.topic.db, vnode, from_version, upper)
         version = from_version
         for _ in range(SCAN_CHUNKS):
             if self._store.get_database(self.topic.db) is not info:
@@ -193,7 +202,8 @@ class View:
             for entry in entries:
                 start = max(version, entry.version)
                 last = entry.version + entry.count - 1
-                rows = self._rows_of(entry, start) if entry.kind == "rows" else None
+                rows = (self._rows_of(entry, start) if entry.kind == "rows" and entry.version not in aborted
+                        else None)
                 if rows is not None:
                     stable, compiled, table = rows
                     if run is not None and run.stable == stable and run.compiled is compiled:
