@@ -125,7 +125,8 @@ def test_bad_settings_name_the_file_and_key(tmp_path: Path, text: str, line: str
 def test_tls_listener_without_certificate(tmp_path: Path) -> None:
     rc, err, data = _serve(tmp_path, config='listeners = ["SSL://127.0.0.1:0"]\n')
     assert rc == 2
-    assert _one_line(err) == "tmqgate: a TLS listener (SSL or SASL_SSL) needs ssl_certfile and ssl_keyfile"
+    assert _one_line(err) == ("tmqgate: TLS listener SSL (SSL or SASL_SSL) needs ssl_certfile and ssl_keyfile "
+                              "(or its own listener_ssl_certfile and listener_ssl_keyfile)")
     assert not data.exists()
 
 
