@@ -6,12 +6,10 @@ LSO; an abort is listed in the Fetch response's aborted transactions; DescribePr
 the open transaction; a confluent-kafka read_committed consumer reads exactly the committed
 records.
 
-Against Kafka the transaction is opened by a real transactional producer (confluent-kafka:
+On both brokers the transaction is opened by a real transactional producer (confluent-kafka:
 InitProducerId, AddPartitionsToTxn, Produce) and left open; DescribeProducers gives its id and
-epoch. Against a tmqgate without the transaction coordinator (AddPartitionsToTxn not
-advertised) the same batches are produced raw with a producer id from InitProducerId; once the
-coordinator is there, the real producer is used on both. The markers are written with
-WriteTxnMarkers on both (no authorizer: CLUSTER_ACTION is not checked).
+epoch. The markers are written with WriteTxnMarkers (no authorizer: CLUSTER_ACTION is not
+checked).
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ from .helpers import ConfluentDriver, unique_topic
 from .raw import RawConn, fetched_values
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
-ADD_PARTITIONS_TO_TXN = 24
 WRITE_TXN_MARKERS_V = 1
 FETCH_V = 12
 LIST_OFFSETS_V = 7
@@ -97,32 +94,20 @@ class _Txn:
 
 
 def _open_txn(broker: Broker, c: RawConn, topic: str, values: list[bytes]) -> _Txn:
-    """Produce `values` to partition 0 in a transaction left open (see the module docstring)."""
-    if ADD_PARTITIONS_TO_TXN in c.api_versions():
-        from confluent_kafka import Producer
+    """Produce `values` to partition 0 in a transaction left open, by a confluent-kafka
+    transactional producer (see the module docstring)."""
+    from confluent_kafka import Producer
 
-        known = {p["producer_id"] for p in _describe_producers(c, topic)["active_producers"]}
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique_topic("txn"),
-                             "transaction.timeout.ms": 60000})
-        producer.init_transactions(30)
-        producer.begin_transaction()
-        for v in values:
-            producer.produce(topic, v, partition=0)
-        assert producer.flush(30) == 0
-        [state] = [p for p in _describe_producers(c, topic)["active_producers"] if p["producer_id"] not in known]
-        return _Txn(state["producer_id"], state["producer_epoch"], producer)
-    from tmqgate.protocol.records import build_batch
-
-    init = c.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": -1,
-                             "producer_id": -1, "producer_epoch": -1})
-    assert init["error_code"] == 0, init
-    pid, epoch = init["producer_id"], init["producer_epoch"]
-    now = int(time.time() * 1000)
-    batch = build_batch([(None, v, [], now) for v in values], producer_id=pid, producer_epoch=epoch,
-                        base_sequence=0, is_transactional=True)
-    p = _produce(c, topic, batch, "raw-txn")
-    assert p["error_code"] == 0, p
-    return _Txn(pid, epoch)
+    known = {p["producer_id"] for p in _describe_producers(c, topic)["active_producers"]}
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique_topic("txn"),
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for v in values:
+        producer.produce(topic, v, partition=0)
+    assert producer.flush(30) == 0
+    [state] = [p for p in _describe_producers(c, topic)["active_producers"] if p["producer_id"] not in known]
+    return _Txn(state["producer_id"], state["producer_epoch"], producer)
 
 
 def _produce(c: RawConn, topic: str, batch: bytes, transactional_id: str | None) -> dict[str, Any]:

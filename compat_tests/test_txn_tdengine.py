@@ -55,34 +55,41 @@ def _currents(p: dict[str, Any]) -> list[float]:
     return sorted(out)
 
 
-def _produce_line(c: RawConn, db: str, text: str, txn: tuple[int, int] | None) -> None:
+def _produce_line(c: RawConn, db: str, text: str, txn: tuple[str, int, int] | None) -> None:
     from tmqgate.protocol.records import build_batch
 
     record = (b"d1", text.encode(), [("tmq.precision", b"ms")], int(time.time() * 1000))
     if txn is None:
         batch = build_batch([record])
     else:
-        batch = build_batch([record], producer_id=txn[0], producer_epoch=txn[1], base_sequence=0,
+        batch = build_batch([record], producer_id=txn[1], producer_epoch=txn[2], base_sequence=0,
                             is_transactional=True)
     body = c.request(0, 9, {
-        "transactional_id": None if txn is None else "td-txn", "acks": -1, "timeout_ms": 10000,
+        "transactional_id": None if txn is None else txn[0], "acks": -1, "timeout_ms": 10000,
         "topic_data": [{"name": db, "partition_data": [{"index": 0, "records": batch}]}]})
     p = body["responses"][0]["partition_responses"][0]
     assert p["error_code"] == 0, p
 
 
-def _producer(c: RawConn) -> tuple[int, int]:
-    init = c.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": -1,
+def _begin(c: RawConn, db: str) -> tuple[str, int, int]:
+    """A transactional producer (its own transactional id) with partition 0 of `db` added to
+    its transaction: (transactional id, producer id, epoch)."""
+    tid = unique("td-txn")
+    init = c.request(22, 4, {"transactional_id": tid, "transaction_timeout_ms": 60_000,
                              "producer_id": -1, "producer_epoch": -1})
     assert init["error_code"] == 0, init
-    return init["producer_id"], init["producer_epoch"]
+    pid, epoch = init["producer_id"], init["producer_epoch"]
+    add = c.request(24, 3, {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+                            "v3_and_below_producer_epoch": epoch,
+                            "v3_and_below_topics": [{"name": db, "partitions": [0]}]})
+    assert add["results_by_topic_v3_and_below"][0]["results_by_partition"][0]["partition_error_code"] == 0, add
+    return tid, pid, epoch
 
 
-def _marker(c: RawConn, topic: str, txn: tuple[int, int], commit: bool) -> None:
-    body = c.request(27, 1, {"markers": [{
-        "producer_id": txn[0], "producer_epoch": txn[1], "transaction_result": commit,
-        "topics": [{"name": topic, "partition_indexes": [0]}], "coordinator_epoch": 0}]})
-    assert body["markers"][0]["topics"][0]["partitions"][0]["error_code"] == 0, body
+def _end(c: RawConn, txn: tuple[str, int, int], commit: bool) -> None:
+    body = c.request(26, 4, {"transactional_id": txn[0], "producer_id": txn[1], "producer_epoch": txn[2],
+                             "committed": commit})
+    assert body["error_code"] == 0, body
 
 
 def test_read_committed_views_hide_open_and_aborted_transactions(td: TdBroker) -> None:
@@ -92,15 +99,15 @@ def test_read_committed_views_hide_open_and_aborted_transactions(td: TdBroker) -
     with RawConn(td.bootstrap) as c:
         _produce_line(c, db, "meters,location=a,groupid=1 current=1.5 1700000000000", None)
         td.sql(f"CREATE TOPIC {query} AS SELECT * FROM {db}.meters WHERE current > 0")
-        aborted, committed = _producer(c), _producer(c)
+        aborted, committed = _begin(c, db), _begin(c, db)
         _produce_line(c, db, "meters,location=a,groupid=1 current=2.5 1700000001000", aborted)
         _produce_line(c, db, "meters,location=a,groupid=1 current=3.5 1700000002000", committed)
         _produce_line(c, db, "meters,location=a,groupid=1 current=4.5 1700000003000", None)
         for topic in (db, query):  # both transactions open: read_committed stops at the first
             assert _currents(_fetch(c, topic, READ_COMMITTED)) == [1.5]
             assert _currents(_fetch(c, topic, READ_UNCOMMITTED)) == [1.5, 2.5, 3.5, 4.5]
-        _marker(c, db, aborted, False)
-        _marker(c, db, committed, True)
+        _end(c, aborted, False)
+        _end(c, committed, True)
         for topic in (db, query):
             p = _fetch(c, topic, READ_COMMITTED)
             assert p["last_stable_offset"] == p["high_watermark"]
