@@ -143,15 +143,39 @@ def read_partition(bootstrap: str, topic: str, isolation: str, end: int | None =
         c.close()
 
 
-def committed_offset(bootstrap: str, group: str, topic: str, partition: int = 0) -> int:
-    from confluent_kafka import TopicPartition
+def committed_offset(bootstrap: str, group: str, topic: str, partition: int = 0, timeout: float = 60.0) -> int:
+    """The group's committed offset (-1001 for none); retriable errors (e.g. NOT_COORDINATOR
+    while the offsets topic is loading after a broker start) are retried until `timeout`."""
+    from confluent_kafka import KafkaException, TopicPartition
 
+    deadline = time.monotonic() + timeout
     c = ck_consumer(bootstrap, "read_committed", **{"group.id": group})
     try:
-        return int(c.committed([TopicPartition(topic, partition)], timeout=30)[0].offset)
+        while True:
+            try:
+                return int(c.committed([TopicPartition(topic, partition)], timeout=30)[0].offset)
+            except KafkaException as exc:
+                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         c.close()
 
 
 def values(recs: list[Rec]) -> list[bytes | None]:
     return [v for _, _, v in recs]
+
+
+def parse_tool_table(text: str) -> list[dict[str, str]]:
+    """The tables `kafka-transactions` prints (ToolsUtils.prettyPrintTable: a header line, then
+    one line per row, cells padded and separated by tabs; an empty cell stays empty)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header = [h.strip() for h in lines[0].rstrip("\t").split("\t")]
+    rows = []
+    for line in lines[1:]:
+        cells = [c.strip() for c in line.rstrip("\n").split("\t")][: len(header)]
+        cells += [""] * (len(header) - len(cells))
+        rows.append(dict(zip(header, cells, strict=True)))
+    return rows
