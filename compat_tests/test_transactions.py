@@ -13,15 +13,15 @@ commit fails with the error the client shows for it, and whose open transaction 
 Timeout: a transaction left open past its transaction.timeout.ms is aborted by the coordinator;
 the producer's commit then fails and read_committed never shows its records.
 
-All tests run on a broker of this module's own (`txn_helpers.txn_broker_fixture`: the
-coordinator checks for timed-out transactions every 500 ms).
+All transaction tests share one broker of their own (the `txn_broker` fixture of conftest.py,
+see `txn_helpers.py`: the coordinator checks for timed-out transactions every 500 ms; the
+reference broker runs transaction version 1, as tmqgate does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -36,7 +36,6 @@ from .txn_helpers import (
     high_watermark,
     read_partition,
     stable_end_offset,
-    txn_broker_fixture,
     txn_id,
 )
 
@@ -47,12 +46,6 @@ COMMITTED: list[Rec] = [(0, b"a0", b"value-a0"), (1, b"a1", b"value-a1"), (2, b"
 ALL: list[Rec] = sorted(COMMITTED + [(4, b"b0", b"value-b0"), (5, b"b1", b"value-b1")])
 END = 10  # the last marker is at 9
 SENT = [("a0", 0), ("a1", 1), ("a2", 2), ("b0", 4), ("b1", 5), ("c0", 7), ("c1", 8)]
-
-
-@pytest.fixture(scope="module")
-def txn_broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, target: str,
-               broker: Broker) -> Iterator[Broker]:
-    yield from txn_broker_fixture(pytestconfig, tmp_path_factory, target, broker, "txn")
 
 
 def _check_log(bootstrap: str, topic: str) -> None:

@@ -18,13 +18,7 @@ import pytest
 from .conftest import Broker
 from .helpers import unique_topic
 from .spark_helpers import spark_session
-from .txn_helpers import create_topic, stable_end_offset, txn_broker_fixture, txn_id
-
-
-@pytest.fixture(scope="module")
-def txn_broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, target: str,
-               broker: Broker) -> Iterator[Broker]:
-    yield from txn_broker_fixture(pytestconfig, tmp_path_factory, target, broker, "txn-spark")
+from .txn_helpers import create_topic, stable_end_offset, txn_id
 
 
 @pytest.fixture(scope="module")

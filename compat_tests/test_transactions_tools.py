@@ -17,9 +17,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-
-import pytest
 
 from . import cli_helpers as cli
 from .conftest import Broker
@@ -30,7 +27,6 @@ from .txn_helpers import (
     parse_tool_table,
     read_partition,
     stable_end_offset,
-    txn_broker_fixture,
     txn_id,
 )
 
@@ -47,13 +43,6 @@ assert p.flush(30) == 0
 print("open", flush=True)
 time.sleep(600)
 """
-
-
-@pytest.fixture(scope="module")
-def txn_broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, target: str,
-               broker: Broker) -> Iterator[Broker]:
-    cli.require_tools()
-    yield from txn_broker_fixture(pytestconfig, tmp_path_factory, target, broker, "txn-tools")
 
 
 def _plain(bootstrap: str, topic: str, *keys: str) -> None:
@@ -78,6 +67,7 @@ def _tx(bootstrap: str, *args: str) -> list[dict[str, str]]:
 
 
 def test_kafka_transactions_tool_lists_describes_and_aborts_a_hanging_transaction(txn_broker: Broker) -> None:
+    cli.require_tools()
     bootstrap = txn_broker.bootstrap
     topic = unique_topic("txn-tool")
     tid = txn_id("hang")
