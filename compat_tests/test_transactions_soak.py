@@ -152,8 +152,9 @@ def test_broker_killed_mid_run_outputs_each_input_once(pytestconfig: pytest.Conf
         try:
             assert app.wait_line("ready", 60)
             deadline = time.monotonic() + 60
-            while committed_offset(bootstrap, group, src) < N // 4 and time.monotonic() < deadline:
+            while (done := committed_offset(bootstrap, group, src)) < N // 4 and time.monotonic() < deadline:
                 time.sleep(0.1)
+            assert done >= N // 4, f"the application committed no transaction in 60 s (group offset {done})"
             proc.kill()
             time.sleep(1.0)
             proc.restart()
