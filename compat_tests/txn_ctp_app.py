@@ -34,16 +34,30 @@ def main(argv: list[str]) -> int:
     print("ready", flush=True)
     tp = TopicPartition(src, 0)
 
-    def rewind() -> None:
-        committed = consumer.committed([tp], timeout=30)[0].offset
-        consumer.seek(TopicPartition(src, 0, committed if committed >= 0 else 0))
+    def committed() -> int:
+        """The group's committed offset; errors (the group coordinator not loaded yet on a
+        fresh or restarted broker: NOT_COORDINATOR) retried for a minute."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return int(consumer.committed([tp], timeout=30)[0].offset)
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
-    consumer.assign([tp])
+    def rewind() -> None:
+        """Fetch again from the committed offset (assign, not seek: librdkafka refuses a seek
+        on a partition that has not started fetching)."""
+        offset = committed()
+        consumer.unassign()
+        consumer.assign([TopicPartition(src, 0, offset if offset >= 0 else 0)])
+
     rewind()
     while True:
         msgs = [m for m in consumer.consume(num_messages=BATCH, timeout=0.2) if m.error() is None]
         if not msgs:
-            if consumer.committed([tp], timeout=30)[0].offset >= end:
+            if committed() >= end:
                 print("done", flush=True)
                 return 0
             continue
