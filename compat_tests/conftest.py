@@ -120,3 +120,13 @@ def restartable_broker(pytestconfig: pytest.Config, tmp_path: Path, target: str)
             proc.stop()
         except Exception:  # noqa: BLE001 - best effort: the test may have left it dead
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def txn_broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, target: str,
+               broker: Broker) -> Iterator[Broker]:
+    """The transaction tests' broker (compat_tests/txn_helpers.py): coordinator timeout checks
+    every 500 ms; the reference broker at transaction.version 1, as tmqgate implements."""
+    from .txn_helpers import txn_broker_fixture
+
+    yield from txn_broker_fixture(pytestconfig, tmp_path_factory, target, broker, "txn")

@@ -53,3 +53,19 @@ def java_roundtrip(config: Path, topic: str, count: int, group: str, timeout: fl
         elif kind == "committed":
             committed = int(fields[0])
     return RoundTrip(proc.returncode, nodes, sent, got, committed, proc.stdout, proc.stderr)
+
+
+TXN_PROGRAM = Path(__file__).resolve().parent / "java" / "TxnClient.java"
+
+
+def java_txn(bootstrap: str, mode: str, topic: str, txn_id: str,
+             timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    """Run `compat_tests/java/TxnClient.java` (the Java client's transactional producer and
+    read_committed / read_uncommitted consumers; see the program's header for MODE and the
+    lines it prints)."""
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    assert java, "no java on PATH"
+    cmd = [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+           f"-Dlog4j2.configurationFile={BIN_DIR / 'log4j2-tools.properties'}",
+           "-cp", f"{LIB_DIR}/*", str(TXN_PROGRAM), bootstrap, mode, topic, txn_id]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

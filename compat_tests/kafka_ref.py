@@ -257,10 +257,13 @@ def _child_env(heap_opts: str, jvm_opts: str) -> dict[str, str]:
     return env
 
 
-def _format_storage(config_path: Path, cluster_id: str, log_path: Path) -> None:
-    """`kafka-storage format --standalone`: this node alone is the initial controller quorum."""
+def _format_storage(config_path: Path, cluster_id: str, log_path: Path,
+                    features: dict[str, int] | None = None) -> None:
+    """`kafka-storage format --standalone`: this node alone is the initial controller quorum;
+    `features` (name -> level, e.g. transaction.version=1) are passed as `--feature`."""
     cmd = [str(tool("kafka-storage")), "format", "--config", str(config_path),
            f"--cluster-id={cluster_id}", "--standalone"]  # an id may start with "-"
+    cmd += [f"--feature={name}={level}" for name, level in (features or {}).items()]
     # a short-lived tool: small heap, C1 only for a quicker JVM start
     env = _child_env("-Xmx256m", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
@@ -318,13 +321,14 @@ def _wait_ready(ref: RefKafka, deadline: float) -> None:
 def start_reference_kafka(workdir: Path, *, extra_config: dict[str, str] | None = None,
                           extra_listeners: dict[str, str] | None = None,
                           heap_opts: str = HEAP_OPTS, jvm_opts: str = JVM_OPTS,
-                          ready_timeout: float = 90.0) -> RefKafka:
+                          ready_timeout: float = 90.0, features: dict[str, int] | None = None) -> RefKafka:
     """Start (or restart) a one-node KRaft Apache Kafka with its state in `workdir`.
 
     A fresh workdir gets free loopback ports, a random cluster id and `kafka-storage format`;
     a workdir that was already formatted is started as it is (same ports and data).
     `extra_config` adds/overrides broker properties and `extra_listeners` (name -> security
-    protocol) adds listeners on free ports (only when the workdir is fresh); the broker's
+    protocol) adds listeners on free ports and `features` (name -> level) are the cluster's
+    finalized feature levels (both only when the workdir is fresh); the broker's
     `listener_ports` gives every listener's port by name.
     Returns once the broker serves metadata; the caller owns it and must `stop()` it (or
     use it as a context manager).
@@ -350,7 +354,7 @@ def start_reference_kafka(workdir: Path, *, extra_config: dict[str, str] | None 
                 controller_port = free_port()
             cluster_id = random_cluster_id()
             _write_config(workdir, port, controller_port, extra_config, extra_listeners)
-            _format_storage(config_path, cluster_id, log_path)
+            _format_storage(config_path, cluster_id, log_path, features)
         else:
             props = _read_properties(config_path)
             listeners = dict(item.split("://", 1) for item in props["listeners"].split(","))

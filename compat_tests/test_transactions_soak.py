@@ -1,0 +1,171 @@
+"""Exactly-once consume-transform-produce under kill -9 (confluent-kafka).
+
+`compat_tests/txn_ctp_app.py` reads an input topic in a group, writes each value upper-cased to
+an output topic and commits the group's offsets in the same transaction.  Killed with SIGKILL
+20 times at random points (while it initialises, inside transactions, between them) and then
+left to finish, the output read with read_committed must hold every input value upper-cased
+exactly once and in order, and the group's committed offset must be the input's end.  The same
+must hold when the broker itself is killed -9 mid-run and restarted on its data (both brokers
+restart on their data: `compat_tests/brokers.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import Broker
+from .helpers import unique_topic
+from .txn_helpers import (
+    committed_offset,
+    create_topic,
+    read_partition,
+    txn_broker_process,
+    txn_id,
+    values,
+)
+
+N = 600
+KILLS = 20
+
+
+class App:
+    """One run of txn_ctp_app as a child process; its stdout lines read with a timeout."""
+
+    def __init__(self, bootstrap: str, src: str, dst: str, group: str, tid: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "compat_tests.txn_ctp_app", bootstrap, src, dst,
+                                      group, tid, str(N)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     cwd=str(Path(__file__).resolve().parent.parent), env=dict(os.environ))
+        assert self.proc.stdout is not None
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.proc.stdout, selectors.EVENT_READ)
+        self.buf = b""
+        self.lines: list[str] = []
+
+    def wait_line(self, prefix: str, timeout: float) -> bool:
+        """Until a line starting with `prefix` (True), the app's exit or the timeout (False)."""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(line.startswith(prefix) for line in self.lines):
+                return True
+            if self.sel.select(timeout=0.2):
+                chunk = self.proc.stdout.read() or b""
+                if not chunk and self.proc.poll() is not None:
+                    return any(line.startswith(prefix) for line in self.lines)
+                self.buf += chunk
+                *done, self.buf = self.buf.split(b"\n")
+                self.lines += [d.decode() for d in done]
+            elif self.proc.poll() is not None:
+                return any(line.startswith(prefix) for line in self.lines)
+        return False
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.sel.close()
+
+
+def _produce_input(bootstrap: str, topic: str) -> list[bytes]:
+    from confluent_kafka import Producer
+
+    vals = [f"rec-{i:05d}-abc".encode() for i in range(N)]
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i, v in enumerate(vals):
+        p.produce(topic, key=f"k{i}".encode(), value=v, partition=0)
+    assert p.flush(30) == 0
+    return vals
+
+
+def _setup(bootstrap: str) -> tuple[str, str, str, str, list[bytes]]:
+    src, dst = unique_topic("ctp-in"), unique_topic("ctp-out")
+    create_topic(bootstrap, src)
+    create_topic(bootstrap, dst)
+    return src, dst, "ctp-" + src, txn_id("ctp"), _produce_input(bootstrap, src)
+
+
+def _finish(bootstrap: str, src: str, dst: str, group: str, tid: str, timeout: float = 180.0) -> None:
+    """Run the application (again and again if it exits) until it reports `done`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        app = App(bootstrap, src, dst, group, tid)
+        try:
+            if app.wait_line("done", deadline - time.monotonic()):
+                return
+        finally:
+            app.kill()
+    raise AssertionError(f"the application did not finish in {timeout}s")
+
+
+def _check_exactly_once(bootstrap: str, src: str, dst: str, group: str, inputs: list[bytes]) -> None:
+    from .txn_helpers import high_watermark
+
+    out = read_partition(bootstrap, dst, "read_committed", high_watermark(bootstrap, dst), timeout=120)
+    got = values(out)
+    assert len(got) == len(set(got)), f"{len(got) - len(set(got))} output records duplicated"
+    assert got == [v.upper() for v in inputs]
+    assert committed_offset(bootstrap, group, src) == N
+
+
+def test_app_killed_20_times_outputs_each_input_once(txn_broker: Broker) -> None:
+    bootstrap = txn_broker.bootstrap
+    src, dst, group, tid, inputs = _setup(bootstrap)
+    rnd = random.Random(1414)
+    for _ in range(KILLS):
+        app = App(bootstrap, src, dst, group, tid)
+        try:
+            # kill before `ready` now and then (inside init_transactions), otherwise at a random
+            # moment of the processing loop
+            if rnd.random() < 0.15:
+                time.sleep(rnd.uniform(0.2, 0.6))
+            elif app.wait_line("ready", 60):
+                time.sleep(rnd.uniform(0.0, 0.6))
+        finally:
+            app.kill()
+    progressed = committed_offset(bootstrap, group, src)
+    assert 0 < progressed < N, f"the kills came before the start or after the end of the processing: {progressed}"
+    _finish(bootstrap, src, dst, group, tid)
+    _check_exactly_once(bootstrap, src, dst, group, inputs)
+
+
+@pytest.mark.slow
+def test_broker_killed_mid_run_outputs_each_input_once(pytestconfig: pytest.Config, tmp_path: Path,
+                                                       target: str) -> None:
+    if pytestconfig.getoption("--bootstrap"):
+        pytest.skip("--bootstrap given: cannot kill and restart an external broker")
+    proc = txn_broker_process(str(pytestconfig.getoption("--target")), tmp_path / "broker")
+    proc.start()
+    try:
+        bootstrap = proc.bootstrap
+        src, dst, group, tid, inputs = _setup(bootstrap)
+        app = App(bootstrap, src, dst, group, tid)
+        try:
+            assert app.wait_line("ready", 60)
+            deadline = time.monotonic() + 60
+            while (done := committed_offset(bootstrap, group, src)) < N // 4 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert done >= N // 4, f"the application committed no transaction in 60 s (group offset {done})"
+            proc.kill()
+            time.sleep(1.0)
+            proc.restart()
+            assert proc.bootstrap == bootstrap
+            app.wait_line("done", 120)
+        finally:
+            app.kill()
+        _finish(bootstrap, src, dst, group, tid)
+        _check_exactly_once(bootstrap, src, dst, group, inputs)
+    finally:
+        try:
+            proc.stop()
+        except Exception:  # noqa: BLE001 - best effort
+            proc.kill()
