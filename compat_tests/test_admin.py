@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -50,8 +50,17 @@ def _settled(admin: AdminClient, topic: str, **expected: str) -> dict[str, Confi
     """Describe the topic once the expected values show: Kafka applies config changes through
     its metadata log, so a describe right after an alter may still see the old values."""
     want = {k.replace("_", "."): v for k, v in expected.items()}
-    wait_until(lambda: all(_configs(admin, topic)[k].value == v for k, v in want.items()), TIMEOUT,
-               what=f"configs {want}")
+
+    def shown() -> bool:
+        try:
+            configs = _configs(admin, topic)
+        except KafkaException as exc:  # Kafka: the broker's metadata has not caught up with
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:  # the new topic yet
+                raise
+            return False
+        return all(configs[k].value == v for k, v in want.items())
+
+    wait_until(shown, TIMEOUT, what=f"configs {want}")
     return _configs(admin, topic)
 
 
