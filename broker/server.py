@@ -85,6 +85,8 @@ _SIZE = struct.Struct(">i")
 # The StreamReader pauses its socket past twice this many unread bytes: what a connection may
 # buffer outside the request pool (frames themselves are reserved in the pool first).
 _READ_LIMIT = 64 * 1024
+#: How long a closing connection waits for the peer's side of the close (TLS close_notify), s.
+_CLOSE_WAIT_S = 1.0
 #: After a refusal answer, how long the broker waits for the client to close first (seconds).
 _PEER_CLOSE_WAIT_S = 1.0
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
@@ -405,8 +407,13 @@ class Broker:
             self.connection_limits.release(host)
             self._connections.discard(task)
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            # A TLS close waits for the peer's close_notify (asyncio: up to 30 s); a client
+            # that never sends it must not hold the connection, nor the broker's shutdown.
+            try:
+                async with asyncio.timeout(_CLOSE_WAIT_S):
+                    await writer.wait_closed()
+            except Exception:
+                writer.transport.abort()
 
     def _client_info(self, listener: Listener, peer: Any, writer: asyncio.StreamWriter) -> ClientInfo:
         """Who the new connection is: its listener, and on SSL its certificate's principal."""

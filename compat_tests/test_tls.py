@@ -226,3 +226,24 @@ def test_http_sql_front_over_https(tmp_path: Path, certs: Certs) -> None:
             urllib.request.urlopen(f"http://{base}/rest/sql", data=b"SHOW DATABASES", timeout=10)
     finally:
         proc.stop()
+
+
+@pytest.mark.tmqgate_only
+def test_sigterm_does_not_wait_on_a_silent_tls_client(tmp_path: Path, certs: Certs) -> None:
+    """SIGTERM with a TLS client connected that never answers the broker's close_notify: the
+    broker exits at once, as Kafka does, instead of waiting out asyncio's 30 s TLS shutdown
+    per connection (the test fixtures' stop timed out and killed it)."""
+    proc = _start("tmqgate", tmp_path, certs, "requested")
+    try:
+        port = proc.listener_ports["SSL"]  # type: ignore[attr-defined]
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s = _client_ctx(certs).wrap_socket(raw, server_hostname="localhost")
+        request = struct.pack(">hhi", 18, 0, 7) + struct.pack(">h", 1) + b"x"
+        s.sendall(struct.pack(">i", len(request)) + request)
+        assert len(s.recv(8)) == 8  # served; now silent, the socket left open
+        broker = proc.proc  # type: ignore[attr-defined]
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(15) == 0, proc.log_tail()
+        s.close()
+    finally:
+        proc.stop()
