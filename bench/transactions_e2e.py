@@ -187,7 +187,7 @@ def markdown(res: dict[str, Any]) -> str:
           "begin, 100 × produce, `commit_transaction()` (waits for the commit), repeated; *baseline*: the same "
           "producer without a transactional.id, one flush at the end. Consumer: kafka-consumer-perf-test over "
           "the same records, `isolation.level=read_committed` for the transactional topic, read_uncommitted "
-          "for the baseline (MB/s includes the group join). The reference Kafka is formatted at "
+          "for the baseline (records/s and MB/s include the group join, *fetch* excludes it). The reference Kafka is formatted at "
           "transaction.version=1, the protocol tmqgate speaks. Broker CPU: its user + system seconds during "
           "the step, per record. Single machine, 2 cores shared with the clients and other work; "
           f"`uptime` at start: {res['uptime_start']}; at the end: {res['uptime_end']}.", ""]
@@ -195,33 +195,37 @@ def markdown(res: dict[str, Any]) -> str:
     brokers = res["brokers"]
     for name, b in brokers.items():
         if "errors" in b:
-            rows.append([name, "failed: " + "; ".join(b["errors"].values()), "", "", "", "", "", ""])
+            rows.append([name, "failed: " + "; ".join(b["errors"].values()), "", "", "", "", "", "", ""])
             continue
         for wl in WORKLOADS:
             p, c = b[wl]["produce"], b[wl]["consume"]
             commit = f"{p['commit_ms_p50']:.1f} / {p['commit_ms_p99']:.1f}" if "commit_ms_p50" in p else "—"
             rows.append([name, wl, f"{p['records_per_s']:,.0f}", f"{p['mb_per_s']:.1f}", commit,
-                         f"{c['records_per_s']:,.0f}", f"{c['mb_per_s']:.1f}",
+                         f"{c['records_per_s']:,.0f}", f"{c['mb_per_s']:.1f}", f"{c['fetch_records_per_s']:,.0f}",
                          f"{p['broker_cpu_us_per_record']:.1f} / {c['broker_cpu_us_per_record']:.1f}"])
     md += report._table(["broker", "workload", "produce records/s", "produce MB/s", "commit p50 / p99 ms",
-                         "consume records/s", "consume MB/s", "broker CPU µs/record produced / consumed"], rows)
+                         "consume records/s", "consume MB/s", "consume fetch records/s", "broker CPU µs/record produced / consumed"], rows)
     ok = {n: b for n, b in brokers.items() if "errors" not in b}
     if "tmqgate" in ok and "kafka" in ok:
         t, k = ok["tmqgate"], ok["kafka"]
         md += ["", "tmqgate / Kafka (> 1 favours tmqgate):", ""]
         md += report._table(
-            ["workload", "produce records/s", "consume records/s", "broker CPU per record produced"],
+            ["workload", "produce records/s", "consume records/s", "consume fetch records/s",
+             "broker CPU per record produced"],
             [[wl, _ratio(t[wl]["produce"]["records_per_s"], k[wl]["produce"]["records_per_s"]),
               _ratio(t[wl]["consume"]["records_per_s"], k[wl]["consume"]["records_per_s"]),
+              _ratio(t[wl]["consume"]["fetch_records_per_s"], k[wl]["consume"]["fetch_records_per_s"]),
               _ratio(k[wl]["produce"]["broker_cpu_us_per_record"], t[wl]["produce"]["broker_cpu_us_per_record"])
               + " (Kafka's / tmqgate's)"]
              for wl in WORKLOADS])
     if ok:
         md += ["", "Transactional / baseline on the same broker (what transactions cost):", ""]
         md += report._table(
-            ["broker", "produce", "consume"],
+            ["broker", "produce", "consume", "consume fetch"],
             [[n, _ratio(b["transactional"]["produce"]["records_per_s"], b["baseline"]["produce"]["records_per_s"]),
-              _ratio(b["transactional"]["consume"]["records_per_s"], b["baseline"]["consume"]["records_per_s"])]
+              _ratio(b["transactional"]["consume"]["records_per_s"], b["baseline"]["consume"]["records_per_s"]),
+              _ratio(b["transactional"]["consume"]["fetch_records_per_s"],
+                     b["baseline"]["consume"]["fetch_records_per_s"])]
              for n, b in ok.items()])
     notes = res.get("notes")
     if notes:
