@@ -295,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
         from bench import security_bench
 
         security_bench.splice(out_dir / "RESULTS.md", security_bench.markdown(json.loads(security.read_text())))
+    transactions = out_dir / "transactions_results.json"
+    if transactions.exists():  # bench/transactions_e2e.py's section, kept likewise
+        from bench import security_bench, transactions_e2e
+
+        security_bench.splice(out_dir / "RESULTS.md", transactions_e2e.markdown(json.loads(transactions.read_text())),
+                              transactions_e2e.SECTION)
     log(f"done in {results['total_s']:.0f}s: {out_dir / 'RESULTS.md'}")
     return 0
 

@@ -215,14 +215,14 @@ def profile_top(prof_dir: Path, n: int = 6) -> dict[str, list[tuple[float, str]]
     return out
 
 
-def splice(results_md: Path, section: str) -> None:
-    """Replace the section in RESULTS.md (or append it)."""
+def splice(results_md: Path, section: str, heading: str = SECTION) -> None:
+    """Replace the section starting at `heading` in RESULTS.md (or append it)."""
     text = results_md.read_text() if results_md.exists() else ""
-    start = text.find(SECTION)
+    start = text.find(heading)
     if start < 0:
         text = text.rstrip("\n") + "\n\n" + section
     else:
-        nxt = text.find("\n## ", start + len(SECTION))
+        nxt = text.find("\n## ", start + len(heading))
         text = text[:start] + section + ("\n" + text[nxt + 1:] if nxt >= 0 else "")
     results_md.write_text(text)
 

@@ -57,3 +57,30 @@ def test_bench_smoke(tmp_path: Path) -> None:
     if chart:
         assert (tmp_path / "results.png").stat().st_size > 0
     assert not (tmp_path / "data").exists()  # broker data removed afterwards
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not jars_installed() or shutil.which("java") is None,
+                    reason="needs the Kafka perf tools: scripts/install_java.sh")
+def test_transactions_bench_smoke(tmp_path: Path) -> None:
+    """`python -m bench.transactions_e2e` at tiny sizes, tmqgate only: every record produced in
+    transactions of 100 is read back read_committed, and the report has its section."""
+    pytest.importorskip("confluent_kafka")
+    cmd = [sys.executable, "-m", "bench.transactions_e2e", "--records", "1000", "--warmup", "0",
+           "--brokers", "tmqgate", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    results = json.loads((tmp_path / "transactions_results.json").read_text())
+    assert list(results["brokers"]) == ["tmqgate"]
+    tmqgate = results["brokers"]["tmqgate"]
+    assert set(tmqgate) == {"baseline", "transactional"}, tmqgate.get("errors")
+    txn = tmqgate["transactional"]
+    assert txn["produce"]["records"] == 1000 and txn["produce"]["transactions"] == 10
+    assert txn["consume"]["records"] == 1000
+    assert tmqgate["baseline"]["consume"]["records"] == 1000
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "## Transactions" in text
+    assert "| tmqgate | transactional |" in text
