@@ -300,6 +300,12 @@ class BrokerConfig:
     # waits between checks for timed-out transactions (it also wakes at the earliest deadline,
     # so a transaction is aborted as soon as its timeout has passed).
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    # transaction.partition.verification.enable: a transactional Produce is checked with the
+    # transaction coordinator (the partition must be in the producer's ongoing transaction,
+    # its epoch current) before it is appended; false appends it unchecked, as Kafka before
+    # KIP-890 did — which lets a batch open a transaction its coordinator never ends (a
+    # "hanging" one, what `kafka-transactions find-hanging` reports).
+    transaction_partition_verification_enable: bool = True
     # --- Bounded resources ----------------------------------------------------------------
     # Partitions one CreateTopics/CreatePartitions request may create: Kafka's controller
     # refuses an operation of more than 10,000 records (MAX_RECORDS_PER_USER_OP, one per

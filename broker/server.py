@@ -262,7 +262,8 @@ class Broker:
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
                                  cfg.max_decompressed_batch_bytes, quotas=self.quotas, authorizer=auth,
                                  metrics=self.metrics, limited_log=self.limited_log,
-                                 transactions=self.transactions),
+                                 transactions=(self.transactions if cfg.transaction_partition_verification_enable
+                                               else None)),
             AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
                                  authorizer=auth),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),

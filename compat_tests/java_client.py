@@ -58,14 +58,27 @@ def java_roundtrip(config: Path, topic: str, count: int, group: str, timeout: fl
 TXN_PROGRAM = Path(__file__).resolve().parent / "java" / "TxnClient.java"
 
 
+SPARK_CLIENTS_JAR = Path(__file__).resolve().parent / "java" / "spark-lib" / "kafka-clients-3.9.2.jar"
+
+
+def clients_classpath(clients_jar: Path | None = None) -> str:
+    """The class path of the 4.3.1 jars (`LIB_DIR/*`), or with `clients_jar` (e.g. the
+    kafka-clients 3.9 Spark ships, SPARK_CLIENTS_JAR) in place of kafka-clients-4.3.1 and
+    the rest of LIB_DIR's jars (slf4j/log4j, lz4, snappy, zstd) behind it."""
+    if clients_jar is None:
+        return f"{LIB_DIR}/*"
+    rest = sorted(str(j) for j in Path(LIB_DIR).glob("*.jar") if not j.name.startswith("kafka"))
+    return os.pathsep.join([str(clients_jar), *rest])
+
+
 def java_txn(bootstrap: str, mode: str, topic: str, txn_id: str,
-             timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+             timeout: float = 180.0, clients_jar: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run `compat_tests/java/TxnClient.java` (the Java client's transactional producer and
     read_committed / read_uncommitted consumers; see the program's header for MODE and the
-    lines it prints)."""
+    lines it prints) with the 4.3.1 client, or the kafka-clients jar `clients_jar`."""
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
     assert java, "no java on PATH"
     cmd = [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
            f"-Dlog4j2.configurationFile={BIN_DIR / 'log4j2-tools.properties'}",
-           "-cp", f"{LIB_DIR}/*", str(TXN_PROGRAM), bootstrap, mode, topic, txn_id]
+           "-cp", clients_classpath(clients_jar), str(TXN_PROGRAM), bootstrap, mode, topic, txn_id]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -28,7 +28,7 @@ import pytest
 
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
-from .java_client import java_txn
+from .java_client import SPARK_CLIENTS_JAR, java_txn
 from .kafka_ref import jars_installed
 from .txn_helpers import (
     Rec,
@@ -174,13 +174,20 @@ def _java_lines(out: str, kind: str) -> list[list[str]]:
     return [line.split()[1:] for line in out.splitlines() if line.startswith(kind + " ")]
 
 
-def test_java_client_commit_and_abort(txn_broker: Broker) -> None:
+@pytest.mark.parametrize("client", ["4.3.1", "3.9.2-spark"])
+def test_java_client_commit_and_abort(txn_broker: Broker, client: str) -> None:
+    """The Java client 4.3.1 and the kafka-clients 3.9.2 Spark ships (spark-lib), each with
+    its own transactional producer and read_committed / read_uncommitted consumers."""
     if not jars_installed():
         pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
+    clients_jar = SPARK_CLIENTS_JAR if client.endswith("-spark") else None
+    if clients_jar is not None and not clients_jar.exists():
+        pytest.skip(f"{clients_jar} not installed; run scripts/install_java.sh")
     topic = unique_topic("txn-java")
     create_topic(txn_broker.bootstrap, topic)
-    proc = java_txn(txn_broker.bootstrap, "interleaved", topic, txn_id("java"))
+    proc = java_txn(txn_broker.bootstrap, "interleaved", topic, txn_id("java"), clients_jar=clients_jar)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _java_lines(proc.stdout, "client") == [[client.removesuffix("-spark")]]
     assert [(k, int(o)) for k, o in _java_lines(proc.stdout, "sent")] == SENT
     as_recs = [(int(o), k.encode(), v.encode()) for o, k, v in _java_lines(proc.stdout, "read_committed")]
     assert as_recs == COMMITTED

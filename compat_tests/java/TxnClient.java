@@ -8,6 +8,7 @@
 //     sent KEY OFFSET                  per record, from the producer's RecordMetadata
 //     read_committed OFFSET KEY VALUE  per record the read_committed consumer got
 //     read_uncommitted OFFSET KEY VALUE
+// Every mode first prints `client VERSION`, the kafka-clients version on the class path.
 // MODE fenced: producer 1 begins a transaction and sends x1; producer 2 with the same
 //   transactional.id calls initTransactions; producer 1 sends x2 and commits (fenced_commit:
 //   commits without sending x2); producer 2 commits a transaction with y.  Prints
@@ -80,6 +81,7 @@ public class TxnClient {
         String mode = args[1];
         String topic = args[2];
         String txnId = args[3];
+        System.out.println("client " + org.apache.kafka.common.utils.AppInfoParser.getVersion());
         if (mode.equals("interleaved")) {
             try (KafkaProducer<String, String> producer = producer(bootstrap, txnId)) {
                 txn(producer, topic, true, "a0", "a1", "a2");
