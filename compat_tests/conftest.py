@@ -130,3 +130,12 @@ def txn_broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFac
     from .txn_helpers import txn_broker_fixture
 
     yield from txn_broker_fixture(pytestconfig, tmp_path_factory, target, broker, "txn")
+
+
+@pytest.fixture(scope="session")
+def txn_broker_tv2(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, target: str,
+                   broker: Broker) -> Iterator[Broker]:
+    """`txn_broker` at transaction version 2 (KIP-890 part 2) on both brokers."""
+    from .txn_helpers import txn_broker_fixture
+
+    yield from txn_broker_fixture(pytestconfig, tmp_path_factory, target, broker, "txn2", transaction_version=2)
