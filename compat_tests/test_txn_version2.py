@@ -19,14 +19,23 @@ from .txn_helpers import create_topic, read_partition, txn_id
 INIT_PRODUCER_ID, END_TXN, TXN_OFFSET_COMMIT, DESCRIBE_TRANSACTIONS = 22, 26, 28, 65
 # retriable answers: the coordinator loading or not yet known, a just-created partition not
 # yet led, markers of the previous transaction being written, offsets not yet stable
-RETRIABLE = {14, 15, 3, 6, 19, 51, 88}
+RETRIABLE = {14, 15, 16, 3, 6, 19, 51, 88}
+FIND_COORDINATOR = 10
+
+
+def _find_coordinator(c: RawConn, key_type: int, key: str) -> None:
+    """FindCoordinator first, as clients do (Kafka creates __transaction_state or
+    __consumer_offsets on the first lookup)."""
+    body = _retry(lambda: c.request(FIND_COORDINATOR, 4, {"key_type": key_type, "coordinator_keys": [key]}),
+                  lambda b: b["coordinators"][0]["error_code"])
+    assert body["coordinators"][0]["error_code"] == 0, body
 INVALID_PRODUCER_EPOCH = 47
 
 
 def _retry(call: Any, code: Any) -> dict[str, Any]:
     """A request retried while the answer is retriable (the coordinator loading, markers of the
     previous transaction still being written)."""
-    for _ in range(100):
+    for _ in range(300):
         body = call()
         if code(body) not in RETRIABLE:
             return body
@@ -63,6 +72,7 @@ def test_produce_adds_the_partition_and_end_txn_bumps_the_epoch(txn_broker_tv2: 
     create_topic(bootstrap, topic)
     tid = txn_id("tv2")
     with RawConn(bootstrap) as c:
+        _find_coordinator(c, 1, tid)
         init = _retry(lambda: c.request(INIT_PRODUCER_ID, 5, {
             "transactional_id": tid, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1}),
             lambda b: b["error_code"])
@@ -83,7 +93,12 @@ def test_produce_adds_the_partition_and_end_txn_bumps_the_epoch(txn_broker_tv2: 
         assert _produce(c, topic, tid, pid, epoch + 1, 0, b"committed") == 0
         ended = _end(c, tid, pid, epoch + 1, commit=True)
         assert (ended["error_code"], ended["producer_id"], ended["producer_epoch"]) == (0, pid, epoch + 2)
-        state = _describe(c, tid)
+        # Kafka writes the markers after answering: wait for the state they lead to
+        for _ in range(300):
+            state = _describe(c, tid)
+            if state["transaction_state"] != "PrepareCommit":
+                break
+            time.sleep(0.1)
         assert (state["transaction_state"], state["producer_epoch"]) == ("CompleteCommit", epoch + 2)
     # aborted record 0, its marker 1, committed record 2, its marker 3
     assert read_partition(bootstrap, topic, "read_committed", 4) == [(2, None, b"committed")]
@@ -95,6 +110,8 @@ def test_txn_offset_commit_adds_the_group(txn_broker_tv2: Broker) -> None:
     create_topic(bootstrap, topic)
     tid, group = txn_id("tv2-offsets"), unique_topic("tv2-group")
     with RawConn(bootstrap) as c:
+        _find_coordinator(c, 1, tid)
+        _find_coordinator(c, 0, group)
         init = _retry(lambda: c.request(INIT_PRODUCER_ID, 5, {
             "transactional_id": tid, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1}),
             lambda b: b["error_code"])
