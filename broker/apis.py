@@ -132,9 +132,16 @@ def bind(table: Mapping[int, ApiEntry], contexts: Mapping[type, Any]) -> dict[in
     return {key: partial(entry.handler, contexts[entry.context]) for key, entry in table.items()}
 
 
-def api_versions_body(table: Mapping[int, ApiEntry], error: ErrorCode = ErrorCode.NONE) -> dict[str, Any]:
-    """The ApiVersions response body: every served API's advertised range."""
-    return {
+#: Features this broker supports (name -> (min, max) level), as ApiVersions lists them.
+SUPPORTED_FEATURES = {"transaction.version": (0, 2)}
+
+
+def api_versions_body(table: Mapping[int, ApiEntry], error: ErrorCode = ErrorCode.NONE,
+                      finalized: Mapping[str, int] | None = None, version: int = 0) -> dict[str, Any]:
+    """The ApiVersions response body: every served API's advertised range; from v3 the
+    supported features (v3 omits those with min level 0, as Kafka) and the ``finalized``
+    levels (name -> level; a feature at level 0 is not listed, as Kafka's KRaft metadata)."""
+    body: dict[str, Any] = {
         "error_code": int(error),
         "api_keys": [
             {"api_key": e.key, "min_version": e.advertised_min, "max_version": e.max_version}
@@ -142,3 +149,10 @@ def api_versions_body(table: Mapping[int, ApiEntry], error: ErrorCode = ErrorCod
         ],
         "throttle_time_ms": 0,
     }
+    if finalized is not None and version >= 3:
+        body["supported_features"] = [{"name": n, "min_version": lo, "max_version": hi}
+                                      for n, (lo, hi) in SUPPORTED_FEATURES.items() if version >= 4 or lo > 0]
+        body["finalized_features_epoch"] = 0
+        body["finalized_features"] = [{"name": n, "max_version_level": lvl, "min_version_level": lvl}
+                                      for n, lvl in finalized.items() if lvl > 0]
+    return body

@@ -61,6 +61,7 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "transaction_max_timeout_ms": (1, None),  # transaction.max.timeout.ms: atLeast(1)
     "transactional_id_expiration_ms": (1, None),  # transactional.id.expiration.ms: atLeast(1)
     "transaction_abort_timed_out_transaction_cleanup_interval_ms": (1, None),  # atLeast(1)
+    "transaction_version": (0, 2),  # the transaction.version feature's levels (0..2)
 }
 
 
@@ -306,6 +307,12 @@ class BrokerConfig:
     # KIP-890 did — which lets a batch open a transaction its coordinator never ends (a
     # "hanging" one, what `kafka-transactions find-hanging` reports).
     transaction_partition_verification_enable: bool = True
+    # transaction.version (a feature, `kafka-storage format --feature transaction.version=N`):
+    # the level ApiVersions gives as finalized, which clients use to choose the protocol. 2
+    # (Kafka 4.x's new clusters, KIP-890 part 2): Produce adds partitions and TxnOffsetCommit
+    # groups implicitly, every EndTxn bumps the epoch; 1 (or 0, not listed as finalized): clients
+    # add partitions with AddPartitionsToTxn and keep one epoch per session.
+    transaction_version: int = 2
     # --- Bounded resources ----------------------------------------------------------------
     # Partitions one CreateTopics/CreatePartitions request may create: Kafka's controller
     # refuses an operation of more than 10,000 records (MAX_RECORDS_PER_USER_OP, one per

@@ -86,15 +86,34 @@ class TxnCoordinatorRuntime:
                 log.exception("transaction coordinator tick failed")
 
     # TxnGate (broker/handlers/context.py): Produce's question for a transactional batch.
+    # ``add`` (Produce v12+, transaction version 2): the partition is added implicitly, Kafka's
+    # ADD_PARTITION verification; the coordinator's answers become Produce's as Kafka's
+    # AddPartitionsToTxnManager and ReplicaManager turn them (PRODUCER_FENCED ->
+    # INVALID_PRODUCER_EPOCH; CONCURRENT_TRANSACTIONS, NOT_COORDINATOR -> NOT_ENOUGH_REPLICAS, a
+    # retriable error that does not refresh metadata).
     def check_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
-                      topic: str, partition: int) -> ErrorCode:
-        return self.machine.check_produce(transactional_id, producer_id, producer_epoch, topic, partition)
+                      topic: str, partition: int, add: bool = False) -> ErrorCode:
+        if not add:
+            return self.machine.check_produce(transactional_id, producer_id, producer_epoch, topic, partition)
+        code = self.machine.add_implicitly(self.now(), transactional_id, producer_id, producer_epoch,
+                                           partitions=[(topic, partition)])
+        return _PRODUCE_ADD_ERRORS.get(code, code)
 
-
-    # TxnOffsetsGate (coordinator/coordinator.py): the group coordinator's question for a TxnOffsetCommit.
+    # TxnOffsetsGate (coordinator/coordinator.py): the group coordinator's question for a
+    # TxnOffsetCommit; ``add`` (v5+, transaction version 2): the group is added implicitly.
     def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                group_id: str) -> ErrorCode:
-        return self.machine.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id)
+                                group_id: str, add: bool = False) -> ErrorCode:
+        if not add:
+            return self.machine.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id)
+        code = self.machine.add_implicitly(self.now(), transactional_id, producer_id, producer_epoch,
+                                           groups=[group_id])
+        return ErrorCode.INVALID_PRODUCER_EPOCH if code is ErrorCode.PRODUCER_FENCED else code
+
+
+_PRODUCE_ADD_ERRORS = {ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
+                       ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS,
+                       ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_ENOUGH_REPLICAS}
+
 
 def txn_config(cfg: BrokerConfig) -> TxnConfig:
     return TxnConfig(max_timeout_ms=cfg.transaction_max_timeout_ms,

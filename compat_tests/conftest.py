@@ -126,7 +126,16 @@ def restartable_broker(pytestconfig: pytest.Config, tmp_path: Path, target: str)
 def txn_broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, target: str,
                broker: Broker) -> Iterator[Broker]:
     """The transaction tests' broker (compat_tests/txn_helpers.py): coordinator timeout checks
-    every 500 ms; the reference broker at transaction.version 1, as tmqgate implements."""
+    every 500 ms; both brokers at transaction.version 1 (`txn_broker_tv2`: at 2)."""
     from .txn_helpers import txn_broker_fixture
 
     yield from txn_broker_fixture(pytestconfig, tmp_path_factory, target, broker, "txn")
+
+
+@pytest.fixture(scope="session")
+def txn_broker_tv2(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, target: str,
+                   broker: Broker) -> Iterator[Broker]:
+    """`txn_broker` at transaction version 2 (KIP-890 part 2) on both brokers."""
+    from .txn_helpers import txn_broker_fixture
+
+    yield from txn_broker_fixture(pytestconfig, tmp_path_factory, target, broker, "txn2", transaction_version=2)

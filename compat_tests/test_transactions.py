@@ -14,8 +14,10 @@ Timeout: a transaction left open past its transaction.timeout.ms is aborted by t
 the producer's commit then fails and read_committed never shows its records.
 
 All transaction tests share one broker of their own (the `txn_broker` fixture of conftest.py,
-see `txn_helpers.py`: the coordinator checks for timed-out transactions every 500 ms; the
-reference broker runs transaction version 1, as tmqgate does).
+see `txn_helpers.py`: the coordinator checks for timed-out transactions every 500 ms; both
+brokers run transaction version 1). The Java client's tests run again on `txn_broker_tv2`, both
+brokers at transaction version 2 (KIP-890 part 2), which the Java client 4.x negotiates: the
+records and the errors are the same, the producer epoch is bumped by every EndTxn.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .conftest import Broker
 from .helpers import unique_topic, wait_until
 from .java_client import SPARK_CLIENTS_JAR, java_txn
 from .kafka_ref import jars_installed
+from .raw import RawConn
 from .txn_helpers import (
     Rec,
     create_topic,
@@ -174,20 +177,48 @@ def _java_lines(out: str, kind: str) -> list[list[str]]:
     return [line.split()[1:] for line in out.splitlines() if line.startswith(kind + " ")]
 
 
-@pytest.mark.parametrize("client", ["4.3.1", "3.9.2-spark"])
-def test_java_client_commit_and_abort(txn_broker: Broker, client: str) -> None:
-    """The Java client 4.3.1 and the kafka-clients 3.9.2 Spark ships (spark-lib), each with
-    its own transactional producer and read_committed / read_uncommitted consumers."""
+def _finalized_transaction_version(bootstrap: str) -> int | None:
+    """The `transaction.version` level ApiVersions v4 gives as finalized (None: not listed)."""
+    with RawConn(bootstrap) as c:
+        body = c.request(18, 4, {"client_software_name": "compat-raw", "client_software_version": "1"})
+    levels = {f["name"]: f["max_version_level"] for f in body.get("finalized_features") or []}
+    return levels.get("transaction.version")
+
+
+def _describe_transaction(bootstrap: str, tid: str) -> tuple[str, int]:
+    """DescribeTransactions v0: the id's (state, producer epoch)."""
+    with RawConn(bootstrap) as c:
+        body = c.request(65, 0, {"transactional_ids": [tid]})
+    [state] = body["transaction_states"]
+    assert state["error_code"] == 0, state
+    return state["transaction_state"], state["producer_epoch"]
+
+
+@pytest.mark.parametrize(("fixture", "version", "client"), [("txn_broker", 1, "4.3.1"),
+                                                       ("txn_broker_tv2", 2, "4.3.1"),
+                                                       ("txn_broker", 1, "3.9.2-spark")])
+def test_java_client_commit_and_abort(request: pytest.FixtureRequest, fixture: str, version: int,
+                                      client: str) -> None:
+    """The Java client 4.3.1 and the kafka-clients 3.9.2 Spark ships (spark-lib), each with its
+    own transactional producer and read_committed / read_uncommitted consumers. At transaction
+    version 1 the producer keeps epoch 0 through its three transactions; at 2 (the Java client
+    adds partitions by Produce v12 and ends with EndTxn v5) every commit and abort bumps it:
+    epoch 3 after them. The records are the same."""
     if not jars_installed():
         pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
     clients_jar = SPARK_CLIENTS_JAR if client.endswith("-spark") else None
     if clients_jar is not None and not clients_jar.exists():
         pytest.skip(f"{clients_jar} not installed; run scripts/install_java.sh")
+    txn_broker: Broker = request.getfixturevalue(fixture)
+    if not txn_broker.external:
+        assert _finalized_transaction_version(txn_broker.bootstrap) == version
     topic = unique_topic("txn-java")
     create_topic(txn_broker.bootstrap, topic)
-    proc = java_txn(txn_broker.bootstrap, "interleaved", topic, txn_id("java"), clients_jar=clients_jar)
+    tid = txn_id("java")
+    proc = java_txn(txn_broker.bootstrap, "interleaved", topic, tid, clients_jar=clients_jar)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _java_lines(proc.stdout, "client") == [[client.removesuffix("-spark")]]
+    assert _describe_transaction(txn_broker.bootstrap, tid) == ("CompleteCommit", 0 if version == 1 else 3)
     assert [(k, int(o)) for k, o in _java_lines(proc.stdout, "sent")] == SENT
     as_recs = [(int(o), k.encode(), v.encode()) for o, k, v in _java_lines(proc.stdout, "read_committed")]
     assert as_recs == COMMITTED
@@ -236,8 +267,9 @@ def test_confluent_zombie_fenced(txn_broker: Broker) -> None:
         (0, b"x1", b"value-x1"), (2, b"y", b"value-y")]
 
 
+@pytest.mark.parametrize(("fixture", "version"), [("txn_broker", 1), ("txn_broker_tv2", 2)])
 @pytest.mark.parametrize("mode", ["fenced", "fenced_commit"])
-def test_java_client_zombie_fenced(txn_broker: Broker, mode: str) -> None:
+def test_java_client_zombie_fenced(request: pytest.FixtureRequest, fixture: str, version: int, mode: str) -> None:
     """The same with the Java client.  A zombie that commits straight away gets
     ProducerFencedException (EndTxn answered PRODUCER_FENCED by the coordinator); one that first
     sends again to its partition gets InvalidProducerEpochException for the send (Produce answered
@@ -245,9 +277,11 @@ def test_java_client_zombie_fenced(txn_broker: Broker, mode: str) -> None:
     what Apache Kafka 4.3 answers, at transaction version 1 and 2 alike."""
     if not jars_installed():
         pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
+    txn_broker: Broker = request.getfixturevalue(fixture)
     topic = unique_topic("txn-jfence")
     create_topic(txn_broker.bootstrap, topic)
-    proc = java_txn(txn_broker.bootstrap, mode, topic, txn_id("jfence"))
+    tid = txn_id("jfence")
+    proc = java_txn(txn_broker.bootstrap, mode, topic, tid)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     errors = "org.apache.kafka.common.errors."
     if mode == "fenced":
@@ -257,6 +291,9 @@ def test_java_client_zombie_fenced(txn_broker: Broker, mode: str) -> None:
         assert _java_lines(proc.stdout, "send") == []
         assert _java_lines(proc.stdout, "commit") == [[errors + "ProducerFencedException"]], proc.stdout
     assert _java_lines(proc.stdout, "committed2") == [["2"]], proc.stdout
+    # the fence bumps the epoch (1), the new producer's InitProducerId again (2); at version 2
+    # its commit bumps it once more
+    assert _describe_transaction(txn_broker.bootstrap, tid) == ("CompleteCommit", 2 if version == 1 else 3)
     assert read_partition(txn_broker.bootstrap, topic, "read_committed", 4) == [(2, b"y", b"value-y")]
     assert read_partition(txn_broker.bootstrap, topic, "read_uncommitted", 4) == [
         (0, b"x1", b"value-x1"), (2, b"y", b"value-y")]

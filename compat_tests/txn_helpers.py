@@ -46,42 +46,59 @@ TMQGATE_TXN_CONFIG: dict[str, Any] = _tmqgate_txn_config()
 Rec = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
 
 
-# tmqgate implements transaction version 1 (clients add partitions with AddPartitionsToTxn,
-# one epoch per producer session); Kafka 4.x formats new clusters at transaction.version=2
-# (KIP-890: epoch bumped at every EndTxn, which changes the errors a fenced producer sees).
-# The reference broker of these tests is formatted at level 1 so both run the same protocol.
+# The transaction tests' broker (`txn_broker`) runs transaction version 1 on both brokers
+# (clients add partitions with AddPartitionsToTxn, one epoch per producer session): the
+# reference formatted at transaction.version=1, tmqgate with `transaction_version = 1`.
+# `txn_broker_tv2` runs version 2 (KIP-890 part 2: Produce adds partitions implicitly, every
+# EndTxn bumps the epoch), Kafka 4.x's level for new clusters and tmqgate's default.
 TRANSACTION_VERSION = 1
 
 
 class TxnRefKafkaProcess(RefKafkaProcess):
-    """The reference broker formatted with transaction.version=TRANSACTION_VERSION."""
+    """The reference broker formatted with transaction.version=`transaction_version`."""
+
+    transaction_version = TRANSACTION_VERSION
 
     def start(self) -> None:
         from . import kafka_ref
 
         self.ref = kafka_ref.start_reference_kafka(self.workdir, extra_config=self.config,
-                                                   features={"transaction.version": TRANSACTION_VERSION})
+                                                   features={"transaction.version": self.transaction_version})
         self.listener_ports = self.ref.listener_ports
         if self.bootstrap and self.ref.bootstrap != self.bootstrap:
             raise RuntimeError(f"reference Kafka came back on {self.ref.bootstrap}, not {self.bootstrap}")
         self.bootstrap = self.ref.bootstrap
 
 
-def txn_broker_process(target: str, workdir: Path) -> BrokerProcess:
+def txn_broker_process(target: str, workdir: Path,
+                       transaction_version: int = TRANSACTION_VERSION) -> BrokerProcess:
     """An unstarted broker of `target` with the transaction tests' settings."""
     if target == "kafka":
-        return TxnRefKafkaProcess(workdir, config=dict(KAFKA_TXN_CONFIG))
-    config = KAFKA_TXN_CONFIG if target.startswith("kafka") else TMQGATE_TXN_CONFIG
-    return new_broker(target, workdir, config=dict(config))
+        proc = TxnRefKafkaProcess(workdir, config=dict(KAFKA_TXN_CONFIG))
+        proc.transaction_version = transaction_version
+        return proc
+    config: dict[str, Any] = dict(KAFKA_TXN_CONFIG if target.startswith("kafka") else TMQGATE_TXN_CONFIG)
+    if not target.startswith("kafka") and _has_setting("transaction_version"):
+        config["transaction_version"] = transaction_version
+    return new_broker(target, workdir, config=config)
+
+
+def _has_setting(name: str) -> bool:
+    try:
+        from tmqgate.broker.config import BrokerConfig
+    except ImportError:  # --target tmqgate-container
+        return False
+    return name in BrokerConfig.__dataclass_fields__
 
 
 def txn_broker_fixture(pytestconfig: Any, tmp_path_factory: Any, target: str, broker: Broker,
-                       name: str) -> Iterator[Broker]:
+                       name: str, transaction_version: int = TRANSACTION_VERSION) -> Iterator[Broker]:
     """Body of a module fixture: the tests' own broker (or the given one with --bootstrap)."""
     if broker.external:
         yield broker
         return
-    proc = txn_broker_process(str(pytestconfig.getoption("--target")), tmp_path_factory.mktemp(name))
+    proc = txn_broker_process(str(pytestconfig.getoption("--target")), tmp_path_factory.mktemp(name),
+                              transaction_version)
     proc.start()
     try:
         yield Broker(proc.bootstrap, target, external=False)

@@ -99,7 +99,7 @@ class TxnOffsetsGate(Protocol):
     INVALID_TXN_STATE when AddOffsetsToTxn did not add the group to the ongoing transaction."""
 
     def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                group_id: str) -> ErrorCode: ...
+                                group_id: str, add: bool = False) -> ErrorCode: ...
 
 
 class Refused(Exception):
@@ -613,8 +613,10 @@ class GroupCoordinator:
 
     def txn_offset_commit(self, now: int, group_id: str, transactional_id: str, producer_id: int,
                           producer_epoch: int, member_id: str, generation_id: int, group_instance_id: str | None,
-                          topics: list[OffsetEntry]) -> list[ErrorCode]:
-        """TxnOffsetCommit: one error code per entry, as Kafka answers it.
+                          topics: list[OffsetEntry], add_group: bool = False) -> list[ErrorCode]:
+        """TxnOffsetCommit: one error code per entry, as Kafka answers it. ``add_group``
+        (v5+, transaction version 2, KIP-890): the gate adds the group to the transaction
+        itself instead of requiring AddOffsetsToTxn.
 
         Unknown topics and partitions are answered UNKNOWN_TOPIC_OR_PARTITION before anything
         else (KafkaApis checks the metadata first; a request with none left is not validated);
@@ -636,7 +638,8 @@ class GroupCoordinator:
         code = ErrorCode.NONE if group_id else ErrorCode.INVALID_GROUP_ID
         if code is ErrorCode.NONE and self.txn_gate is not None:
             # Kafka verifies the transaction before the group validates the commit.
-            code = self.txn_gate.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id)
+            code = self.txn_gate.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id,
+                                                         add=add_group)
         if code is ErrorCode.NONE:
             code = self._txn_commit_check(self.groups.get(group_id), member_id, group_instance_id, generation_id)
         if code is not ErrorCode.NONE:

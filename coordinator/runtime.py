@@ -96,10 +96,11 @@ class CoordinatorRuntime:
 
     def txn_offset_commit(self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int,
                           member_id: str, generation_id: int, group_instance_id: str | None,
-                          topics: list[OffsetEntry]) -> list[ErrorCode]:
+                          topics: list[OffsetEntry], add_group: bool = False) -> list[ErrorCode]:
         """``GroupCoordinator.txn_offset_commit`` at the runtime's clock."""
         return self.machine.txn_offset_commit(self.now(), group_id, transactional_id, producer_id, producer_epoch,
-                                              member_id, generation_id, group_instance_id, topics)
+                                              member_id, generation_id, group_instance_id, topics,
+                                              add_group=add_group)
 
     def complete_transaction(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """The transaction coordinator's end of a transaction that added offsets for the group

@@ -31,7 +31,13 @@ PrepareEpochFence — Ongoing, but its epoch was bumped to fence the producer (I
 Dead — an idle id past ``transactional_id_expiration_ms``: deleted from the log and forgotten.
     ← Empty, CompleteCommit, CompleteAbort.
 
-The answers follow Kafka's coordinator (transaction version 1; EndTxn v5 is treated as v4):
+The answers follow Kafka's coordinator. Transaction version 2 (KIP-890 part 2; the callers
+say which version a request speaks): ``add_implicitly`` adds a Produce's partition or a
+TxnOffsetCommit's group (Kafka's AddPartitionsToTxn v5 "verify and add"); ``end_txn`` with
+version 2 bumps the epoch into PrepareX (an exhausted epoch allocates ``next_producer_id``,
+which CompleteX takes on with epoch 0), the markers and groups carry the bumped epoch, and a
+retry is known by its epoch being the one before the bump (Kafka's endTxnEpochBumped and
+retryOnOverflow); fences (InitProducerId, timeout) bump once, as in version 1. Version 1:
 - InitProducerId: INVALID_REQUEST for an empty id; INVALID_TRANSACTION_TIMEOUT for a timeout
   <= 0 or over ``max_timeout_ms``; a new id gets a new producer id and epoch 0; a known one has
   its epoch bumped (KIP-360: a given producer id/epoch is accepted when it is the current one —
@@ -158,18 +164,20 @@ class TxnMetadata:
     last_producer_epoch: int = NO_PRODUCER_EPOCH
     partitions: frozenset[Partition] = field(default_factory=frozenset)
     groups: frozenset[str] = field(default_factory=frozenset)
+    next_producer_id: int = NO_PRODUCER_ID  # TV2: allocated when an EndTxn exhausted the epoch
+    transaction_version: int = 1  # the client's, as of its last add or EndTxn (Kafka's clientTransactionVersion)
 
     def record(self) -> TxnRecord:
         return TxnRecord(self.transactional_id, self.producer_id, self.previous_producer_id,
                          self.producer_epoch, self.last_producer_epoch, self.timeout_ms,
                          self.state.value, tuple(sorted(self.partitions)), tuple(sorted(self.groups)),
-                         self.start_ms, self.update_ms)
+                         self.start_ms, self.update_ms, self.next_producer_id, self.transaction_version)
 
     @classmethod
     def from_record(cls, r: TxnRecord) -> TxnMetadata:
         return cls(r.transactional_id, r.producer_id, r.producer_epoch, r.timeout_ms, TxnState(r.state),
                    r.update_ms, r.start_ms, r.previous_producer_id, r.last_producer_epoch,
-                   frozenset(r.partitions), frozenset(r.groups))
+                   frozenset(r.partitions), frozenset(r.groups), r.next_producer_id, r.transaction_version)
 
 
 @dataclass(frozen=True)
@@ -369,13 +377,15 @@ class TransactionCoordinator:
         return meta
 
     def _add(self, now_ms: int, meta: TxnMetadata, partitions: frozenset[Partition],
-             groups: frozenset[str]) -> ErrorCode:
-        if meta.state is S.ONGOING and partitions <= meta.partitions and groups <= meta.groups:
+             groups: frozenset[str], transaction_version: int = 1) -> ErrorCode:
+        if (meta.state is S.ONGOING and partitions <= meta.partitions and groups <= meta.groups
+                and meta.transaction_version == transaction_version):
             return ErrorCode.NONE
         start = now_ms if meta.state in _IDLE else meta.start_ms
         try:
             self._transition(meta, S.ONGOING, partitions=meta.partitions | partitions,
-                             groups=meta.groups | groups, start_ms=start, update_ms=now_ms)
+                             groups=meta.groups | groups, start_ms=start, update_ms=now_ms,
+                             transaction_version=transaction_version)
         except StorageIOError:
             return ErrorCode.NOT_COORDINATOR
         return ErrorCode.NONE
@@ -387,6 +397,22 @@ class TransactionCoordinator:
         if isinstance(meta, ErrorCode):
             return meta
         return self._add(now_ms, meta, frozenset(partitions), frozenset())
+
+    def add_implicitly(self, now_ms: int, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                       partitions: Iterable[Partition] = (), groups: Iterable[str] = ()) -> ErrorCode:
+        """Transaction version 2 (KIP-890 part 2): a transactional Produce (v12+) or
+        TxnOffsetCommit (v5+) adds its partition or group itself — Kafka's broker sends the
+        coordinator AddPartitionsToTxn v5 "verify and add" (``addPartition``); here a call. The
+        coordinator's answers as AddPartitionsToTxn's (INVALID_PRODUCER_ID_MAPPING,
+        PRODUCER_FENCED, CONCURRENT_TRANSACTIONS while prepared); the caller translates them
+        for its request as Kafka's AddPartitionsToTxnManager / ReplicaManager do."""
+        tid = transactional_id if transactional_id else self._by_pid.get(producer_id)
+        if tid is None:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        meta = self._check_producer(tid, producer_id, producer_epoch)
+        if isinstance(meta, ErrorCode):
+            return meta
+        return self._add(now_ms, meta, frozenset(partitions), frozenset(groups), transaction_version=2)
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[Partition]) -> dict[Partition, ErrorCode]:
@@ -406,17 +432,37 @@ class TransactionCoordinator:
         return self._add(now_ms, meta, frozenset(), frozenset({group_id}))
 
     def end_txn(self, now_ms: int, transactional_id: str, producer_id: int, producer_epoch: int,
-                commit: bool) -> ProducerIdAndEpoch:
-        """EndTxn from the client (transaction version 1)."""
+                commit: bool, transaction_version: int = 1) -> ProducerIdAndEpoch:
+        """EndTxn from the client. Transaction version 2 (EndTxn v5 of a client that negotiated
+        it): every commit or abort bumps the epoch (an exhausted one allocates the next producer
+        id, taken on at CompleteX), the markers carry the bumped epoch and the answer gives the
+        new producer id and epoch; a retry is known by its epoch being the one before the bump
+        (or, after a rotation, the last epoch of the previous producer id)."""
         if not transactional_id:
             return ProducerIdAndEpoch(ErrorCode.INVALID_REQUEST)
         meta = self._txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
+        if meta is None:
             return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        if producer_epoch != meta.producer_epoch:
+        if meta.transaction_version >= 2:  # Kafka's checks of a TV2 transaction's retries
+            bumped_retry = meta.producer_epoch == producer_epoch + 1
+            overflow_retry = (meta.previous_producer_id == producer_id and producer_epoch == INT16_MAX - 1
+                              and meta.producer_epoch == 0)
+            if meta.producer_id != producer_id and not overflow_retry:
+                return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+            if meta.state in _PREPARED:
+                valid = bumped_retry
+            elif meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+                valid = bumped_retry or overflow_retry
+            else:
+                valid = producer_epoch == meta.producer_epoch
+            if not valid:
+                return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
+        elif meta.producer_id != producer_id:
+            return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        elif producer_epoch != meta.producer_epoch:
             return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
         if meta.state is S.ONGOING:
-            return self._end(now_ms, meta, commit)
+            return self._end(now_ms, meta, commit, bump=transaction_version >= 2)
         done, prepared = ((S.COMPLETE_COMMIT, S.PREPARE_COMMIT) if commit
                           else (S.COMPLETE_ABORT, S.PREPARE_ABORT))
         if meta.state is done:  # a retry of an EndTxn that completed
@@ -426,17 +472,27 @@ class TransactionCoordinator:
         return ProducerIdAndEpoch(ErrorCode.INVALID_TXN_STATE)
 
     def _end(self, now_ms: int, meta: TxnMetadata, commit: bool,
-             unfenced: TxnMetadata | None = None) -> ProducerIdAndEpoch:
+             unfenced: TxnMetadata | None = None, bump: bool = False) -> ProducerIdAndEpoch:
         """Ongoing (or fenced: ``unfenced`` is the state before the fence) → PrepareX, written;
-        then the markers and groups."""
+        then the markers and groups. ``bump`` (transaction version 2): PrepareX carries the
+        next epoch (Kafka's prepareAbortOrCommit), and the next producer id if the epoch is
+        exhausted; the answer is the producer id and epoch the client goes on with."""
+        changes: dict[str, object] = {"update_ms": now_ms}
+        if bump:
+            changes.update(producer_epoch=meta.producer_epoch + 1, last_producer_epoch=meta.producer_epoch,
+                           transaction_version=2)
+            if epoch_exhausted(meta.producer_epoch):
+                changes["next_producer_id"] = self._pids.allocate_producer_id()
         try:
-            meta = self._transition(meta, S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, update_ms=now_ms)
+            meta = self._transition(meta, S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, **changes)
         except StorageIOError:
             if unfenced is not None:  # the fence was never written: the transaction stays as it was
                 self._txns[meta.transactional_id] = unfenced
             return ProducerIdAndEpoch(ErrorCode.NOT_COORDINATOR)
         self._unfinished[meta.transactional_id] = (set(meta.partitions), set(meta.groups))
         self._complete(now_ms, meta.transactional_id)
+        if meta.next_producer_id != NO_PRODUCER_ID:
+            return ProducerIdAndEpoch(ErrorCode.NONE, meta.next_producer_id, 0)
         return ProducerIdAndEpoch(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
 
     def _complete(self, now_ms: int, transactional_id: str) -> None:
@@ -464,9 +520,14 @@ class TransactionCoordinator:
                         transactional_id, len(partitions), len(groups))
             self._retry_at = now_ms + MARKER_RETRY_MS
             return
+        rotate: dict[str, object] = {}
+        if meta.next_producer_id != NO_PRODUCER_ID:  # TV2's exhausted epoch: the new id from now on
+            rotate = {"producer_id": meta.next_producer_id, "previous_producer_id": meta.producer_id,
+                      "producer_epoch": 0, "last_producer_epoch": meta.producer_epoch,
+                      "next_producer_id": NO_PRODUCER_ID}
         try:
             self._transition(meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT,
-                             partitions=frozenset(), groups=frozenset(), update_ms=now_ms)
+                             partitions=frozenset(), groups=frozenset(), update_ms=now_ms, **rotate)
         except StorageIOError:
             self._retry_at = now_ms + MARKER_RETRY_MS
             return

@@ -41,6 +41,11 @@ class TxnRecord:
     groups: tuple[str, ...]
     start_ms: int  # -1 before the first transaction
     update_ms: int
+    # Transaction version 2 (KIP-890): the producer id an EndTxn that exhausted the epoch
+    # allocated, taken on at CompleteX (-1: none); the transaction version the client ended
+    # or added with (1 or 2; records written before it existed are 1).
+    next_producer_id: int = -1
+    transaction_version: int = 1
 
     def to_json(self) -> bytes:
         d: dict[str, Any] = dict(self.__dict__)

@@ -29,7 +29,7 @@ class Gate:
         self.answer = ErrorCode.NONE
 
     def check_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
-                      topic: str, partition: int) -> ErrorCode:
+                      topic: str, partition: int, add: bool = False) -> ErrorCode:
         self.calls.append((transactional_id, producer_id, producer_epoch, topic, partition))
         return self.answer
 

@@ -324,3 +324,113 @@ def test_a_refused_write_changes_nothing(store: Store, monkeypatch) -> None:
     assert c.init_producer_id(T0 + 1, TID, 60_000).error is E.NOT_COORDINATOR
     assert c.add_partitions(T0 + 1, TID, pid, e, [P1]) is E.NOT_COORDINATOR
     assert c.get(TID) == before and markers.calls == []
+
+
+# Transaction version 2 (KIP-890 part 2): partitions and groups added implicitly by Produce /
+# TxnOffsetCommit, the epoch bumped by every EndTxn, the markers carrying the bumped epoch,
+# retries known by the epoch before the bump, an exhausted epoch rotating the id at CompleteX.
+
+def test_implicit_add_then_commit_bumps_the_epoch(store: Store) -> None:
+    c, markers, groups = machine(store)
+    pid, epoch = init(c)
+    assert c.add_implicitly(T0 + 5, TID, pid, epoch, partitions=[P0]) is E.NONE
+    assert c.add_implicitly(T0 + 6, None, pid, epoch, partitions=[P1]) is E.NONE  # found by producer id
+    assert c.add_implicitly(T0 + 7, TID, pid, epoch, groups=["g1"]) is E.NONE
+    meta = c.get(TID)
+    assert (meta.state, meta.partitions, meta.groups, meta.start_ms, meta.transaction_version) == (
+        S.ONGOING, {P0, P1}, {"g1"}, T0 + 5, 2)
+    r = c.end_txn(T0 + 10, TID, pid, epoch, commit=True, transaction_version=2)
+    assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, pid, epoch + 1)
+    # the markers and the group's completion carry the bumped epoch
+    assert markers.calls == [(pid, epoch + 1, True, [P0, P1])]
+    assert groups.calls == [("g1", pid, epoch + 1, True)]
+    meta = c.get(TID)
+    assert (meta.state, meta.producer_epoch, meta.last_producer_epoch) == (S.COMPLETE_COMMIT, epoch + 1, epoch)
+    # the next transaction goes on with the new epoch; the old one is fenced
+    assert c.add_implicitly(T0 + 20, TID, pid, epoch, partitions=[P0]) is E.PRODUCER_FENCED
+    assert c.add_implicitly(T0 + 20, TID, pid, epoch + 1, partitions=[P0]) is E.NONE
+    r = c.end_txn(T0 + 21, TID, pid, epoch + 1, commit=False, transaction_version=2)
+    assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, pid, epoch + 2)
+    assert markers.calls[-1] == (pid, epoch + 2, False, [P0])
+    assert c.get(TID).state is S.COMPLETE_ABORT
+
+
+def test_retries_are_known_by_the_epoch_before_the_bump(store: Store) -> None:
+    c, markers, _ = machine(store)
+    pid, epoch = init(c)
+    c.add_implicitly(T0 + 1, TID, pid, epoch, partitions=[P0])
+    assert c.end_txn(T0 + 2, TID, pid, epoch, commit=True, transaction_version=2).error is E.NONE
+    # the same EndTxn again (its answer lost): the same result, nothing written again
+    r = c.end_txn(T0 + 3, TID, pid, epoch, commit=True, transaction_version=2)
+    assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, pid, epoch + 1)
+    assert len(markers.calls) == 1
+    assert c.end_txn(T0 + 3, TID, pid, epoch, commit=False, transaction_version=2).error is E.INVALID_TXN_STATE
+    # with the new epoch and nothing added there is no transaction to end; older epochs are fenced
+    assert c.end_txn(T0 + 4, TID, pid, epoch + 1, commit=True, transaction_version=2).error is E.PRODUCER_FENCED
+    assert c.end_txn(T0 + 4, TID, pid, epoch - 1, commit=True, transaction_version=2).error is E.PRODUCER_FENCED
+    assert c.end_txn(T0 + 4, TID, pid + 100, epoch, commit=True,
+                     transaction_version=2).error is E.INVALID_PRODUCER_ID_MAPPING
+
+
+def test_retry_while_markers_are_pending_is_concurrent(store: Store) -> None:
+    c, markers, _ = machine(store)
+    pid, epoch = init(c)
+    c.add_implicitly(T0 + 1, TID, pid, epoch, partitions=[P0])
+    markers.fail = {P0}
+    assert c.end_txn(T0 + 2, TID, pid, epoch, commit=True, transaction_version=2).producer_epoch == epoch + 1
+    assert c.get(TID).state is S.PREPARE_COMMIT
+    assert c.end_txn(T0 + 3, TID, pid, epoch, commit=True,
+                     transaction_version=2).error is E.CONCURRENT_TRANSACTIONS
+    assert c.add_implicitly(T0 + 3, TID, pid, epoch + 1, partitions=[P0]) is E.CONCURRENT_TRANSACTIONS
+    markers.fail = set()
+    c.tick(T0 + 5_000)
+    assert c.get(TID).state is S.COMPLETE_COMMIT
+    assert markers.calls[-1] == (pid, epoch + 1, True, [P0])
+
+
+def test_exhausted_epoch_rotates_the_producer_id_at_complete(store: Store) -> None:
+    c, markers, _ = machine(store)
+    pid, _ = init(c)
+    meta = c.get(TID)
+    c._txns[TID] = TxnMetadata(TID, pid, 32766, meta.timeout_ms, S.EMPTY, T0)
+    assert c.add_implicitly(T0 + 1, TID, pid, 32766, partitions=[P0]) is E.NONE
+    r = c.end_txn(T0 + 2, TID, pid, 32766, commit=True, transaction_version=2)
+    assert r.error is E.NONE and r.producer_id != pid and r.producer_epoch == 0
+    assert markers.calls == [(pid, 32767, True, [P0])]  # the last epoch of the old id fences its zombies
+    meta = c.get(TID)
+    assert (meta.state, meta.producer_id, meta.producer_epoch, meta.previous_producer_id, meta.next_producer_id) == (
+        S.COMPLETE_COMMIT, r.producer_id, 0, pid, -1)
+    # a retry with the previous id's exhausted epoch is the same EndTxn
+    retry = c.end_txn(T0 + 3, TID, pid, 32766, commit=True, transaction_version=2)
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (E.NONE, r.producer_id, 0)
+    assert c.add_implicitly(T0 + 4, TID, r.producer_id, 0, partitions=[P1]) is E.NONE
+
+
+def test_timeout_fence_is_not_bumped_twice(store: Store) -> None:
+    c, markers, _ = machine(store)
+    pid, epoch = init(c, timeout=1000)
+    c.add_implicitly(T0 + 1, TID, pid, epoch, partitions=[P0])
+    c.tick(T0 + 1002)
+    assert markers.calls == [(pid, epoch + 1, False, [P0])]
+    meta = c.get(TID)
+    assert (meta.state, meta.producer_epoch) == (S.COMPLETE_ABORT, epoch + 1)
+    # the zombie's EndTxn, with its epoch one below the fence's, is a retry only for its own
+    # abort; its commit is refused
+    assert c.end_txn(T0 + 1003, TID, pid, epoch, commit=True, transaction_version=2).error is E.INVALID_TXN_STATE
+
+
+def test_tv2_state_survives_restart(tmp_path) -> None:
+    path = tmp_path / "data"
+    with Store(path) as s:
+        c, markers, _ = machine(s)
+        pid, epoch = init(c)
+        c.add_implicitly(T0 + 1, TID, pid, epoch, partitions=[P0])
+        markers.fail = {P0}
+        c.end_txn(T0 + 2, TID, pid, epoch, commit=False, transaction_version=2)
+        before = c.get(TID)
+        assert (before.state, before.producer_epoch, before.transaction_version) == (S.PREPARE_ABORT, epoch + 1, 2)
+    with Store(path) as s:
+        c, markers, _ = machine(s, T0 + 3)
+        assert markers.calls == [(pid, epoch + 1, False, [P0])]  # completed at restart, the bumped epoch
+        meta = c.get(TID)
+        assert (meta.state, meta.producer_epoch, meta.transaction_version) == (S.COMPLETE_ABORT, epoch + 1, 2)

@@ -223,7 +223,7 @@ class Gate:
         self.asked: list[tuple[str, int, int, str]] = []
 
     def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                group_id: str) -> ErrorCode:
+                                group_id: str, add: bool = False) -> ErrorCode:
         self.asked.append((transactional_id, producer_id, producer_epoch, group_id))
         return self.answers.get((transactional_id, producer_id, producer_epoch, group_id), E.INVALID_TXN_STATE)
 

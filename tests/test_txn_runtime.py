@@ -71,3 +71,27 @@ def test_broker_wires_the_coordinator(tmp_path) -> None:
             await broker.stop()
 
     asyncio.run(scenario())
+
+
+def test_tv2_gates_add_implicitly_with_kafkas_produce_errors(tmp_path) -> None:
+    """Produce v12+ / TxnOffsetCommit v5+ (transaction version 2): the gates add the partition
+    or group, and answer the coordinator's errors as Kafka's broker does to those requests."""
+    with Store(tmp_path / "data") as store:
+        markers = Markers()
+        machine = TransactionCoordinator(store.txn_states, store, TxnConfig(), T0, markers=markers)
+        rt = TxnCoordinatorRuntime(machine, interval_ms=10, clock=lambda: T0)
+        r = machine.init_producer_id(T0, TID, 60_000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        # TV1's check refuses a partition never added; TV2's Produce adds it
+        assert rt.check_produce(TID, pid, epoch, *P0) is E.INVALID_TXN_STATE
+        assert rt.check_produce(TID, pid, epoch, *P0, add=True) is E.NONE
+        assert rt.check_txn_offset_commit(TID, pid, epoch, "g") is E.INVALID_TXN_STATE
+        assert rt.check_txn_offset_commit(TID, pid, epoch, "g", add=True) is E.NONE
+        assert (machine.get(TID).partitions, machine.get(TID).groups) == ({P0}, {"g"})
+        assert rt.check_produce(TID, pid, epoch - 1, *P0, add=True) is E.INVALID_PRODUCER_EPOCH
+        assert rt.check_produce(TID, pid + 7, epoch, *P0, add=True) is E.INVALID_PRODUCER_ID_MAPPING
+        markers.fail.add(P0)
+        assert machine.end_txn(T0, TID, pid, epoch, commit=True, transaction_version=2).producer_epoch == epoch + 1
+        # markers pending: CONCURRENT_TRANSACTIONS, which Produce answers NOT_ENOUGH_REPLICAS
+        assert rt.check_produce(TID, pid, epoch + 1, *P0, add=True) is E.NOT_ENOUGH_REPLICAS
+        assert rt.check_txn_offset_commit(TID, pid, epoch + 1, "g", add=True) is E.CONCURRENT_TRANSACTIONS

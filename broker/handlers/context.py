@@ -73,7 +73,7 @@ class TxnGate(Protocol):
     partition was not added to the ongoing transaction, TRANSACTIONAL_ID_NOT_FOUND ...)."""
 
     def check_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
-                      topic: str, partition: int) -> ErrorCode: ...
+                      topic: str, partition: int, add: bool = False) -> ErrorCode: ...
 
 
 @dataclass(frozen=True)

@@ -189,8 +189,8 @@ async def txn_offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
     when it commits. Kafka's checks in its order (KafkaApis.handleTxnOffsetCommitRequest):
     WRITE on the transactional id, READ on the group (each refusal answers every partition),
     READ on each topic, then unknown topics/partitions, then the group (the coordinator).
-    v5 is v4 (KIP-890's implicit AddOffsetsToTxn applies with transaction version 2 only, which
-    this broker does not offer)."""
+    v5 is sent by clients that negotiated transaction version 2 (KIP-890 part 2): the group joins
+    the transaction implicitly (no AddOffsetsToTxn), as Kafka's ADD_PARTITION operation."""
     body = req.body
     requested = [(t["name"], [p["partition_index"] for p in t.get("partitions") or []])
                  for t in body.get("topics") or []]
@@ -224,7 +224,8 @@ async def txn_offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
     if entries:
         codes = ctx.coordinator.txn_offset_commit(
             body["group_id"], body["transactional_id"], body["producer_id"], body["producer_epoch"],
-            body.get("member_id") or "", body.get("generation_id", -1), body.get("group_instance_id"), entries)
+            body.get("member_id") or "", body.get("generation_id", -1), body.get("group_instance_id"), entries,
+            add_group=req.api_version >= 5)
         for ti, pi, ei in slots:
             topics_out[ti]["partitions"][pi]["error_code"] = int(codes[ei])
     return {"throttle_time_ms": 0, "topics": topics_out}

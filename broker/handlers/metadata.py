@@ -24,7 +24,8 @@ LEADER_EPOCH = -1
 
 @api(ApiKey.API_VERSIONS, 0, 4)
 async def api_versions(ctx: ClusterApis, req: Request) -> dict[str, Any]:
-    return api_versions_body(ctx.apis)
+    return api_versions_body(ctx.apis, finalized={"transaction.version": ctx.config.transaction_version},
+                             version=req.api_version)
 
 
 def topic_metadata(ctx: ClusterApis, topic: Topic) -> dict[str, Any]:

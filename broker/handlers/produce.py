@@ -79,7 +79,8 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                 assert topic is not None
                 try:
                     entry["base_offset"], entry["log_append_time_ms"], entry["log_start_offset"] = (
-                        append_records(ctx, topic, index, pdata["records"], body.get("transactional_id")))
+                        append_records(ctx, topic, index, pdata["records"], body.get("transactional_id"),
+                                       add_partition=req.api_version >= 12))
                     entry["error_code"] = 0
                     if ctx.metrics is not None:
                         ctx.metrics.produced(topic.name, len(pdata["records"]), _record_count(pdata["records"]))
@@ -134,7 +135,7 @@ def _has_transactional_records(body: dict[str, Any]) -> bool:
 
 
 def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | None,
-                   transactional_id: str | None = None) -> tuple[int, int, int]:
+                   transactional_id: str | None = None, add_partition: bool = False) -> tuple[int, int, int]:
     """Validate one partition's batch as Kafka does and append it.
 
     A transactional batch needs the transaction coordinator's word (``ctx.transactions``,
@@ -155,8 +156,9 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
         # (A transactional batch without a producer id is plain data to Kafka: appended,
         # opening no transaction; so it is here.)
         if ctx.transactions is not None:
+            # v12+ (transaction version 2, KIP-890): the partition joins the transaction here.
             gate = ctx.transactions.check_produce(transactional_id, header.producer_id, header.producer_epoch,
-                                                  topic.name, vnode)
+                                                  topic.name, vnode, add=add_partition)
             if gate != ErrorCode.NONE:
                 raise ProduceError(gate)
     elif header.producer_id >= 0 and header.producer_id in ctx.store.open_transactions(topic.db, vnode):

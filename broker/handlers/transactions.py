@@ -3,9 +3,11 @@ DescribeTransactions, ListTransactions — answered by the transaction coordinat
 (coordinator/transactions.py through broker/txn_coordinator.py) with KafkaApis' checks.
 
 Transaction version 1: the client adds partitions with AddPartitionsToTxn v0-3; v4-5 are the
-brokers' batched form (CLUSTER_ACTION, with ``verify_only``), served for the tools. EndTxn is
-served to v5 as Kafka serves it, but the ``transaction.version`` feature is not advertised,
-so clients never choose transaction version 2; a v5 EndTxn is handled as v4. PRODUCER_FENCED
+brokers' batched form (CLUSTER_ACTION, with ``verify_only``), served for the tools.
+Transaction version 2 (KIP-890 part 2; chosen by clients from the finalized
+``transaction.version`` feature ApiVersions gives): Produce v12+ and TxnOffsetCommit v5+ add
+their partition / group implicitly, and EndTxn v5 bumps the epoch at every commit and abort,
+answering the new producer id and epoch — as Kafka, by the request version. PRODUCER_FENCED
 becomes INVALID_PRODUCER_EPOCH for the request versions before it existed (KIP-588), as
 KafkaApis does.
 """
@@ -147,7 +149,8 @@ async def end_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
         ctx.authorizer.require(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"])
     coordinator = ctx.coordinator
     result = coordinator.machine.end_txn(coordinator.now(), body["transactional_id"], body["producer_id"],
-                                         body["producer_epoch"], bool(body["committed"]))
+                                         body["producer_epoch"], bool(body["committed"]),
+                                         transaction_version=2 if req.api_version >= 5 else 1)
     coordinator.retry_soon()
     return {"throttle_time_ms": 0, "error_code": int(_fenced_as(result.error, req.api_version, 2)),
             "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
