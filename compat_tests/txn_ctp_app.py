@@ -65,7 +65,11 @@ def main(argv: list[str]) -> int:
             producer.begin_transaction()
             for m in msgs:
                 producer.produce(dst, key=m.key(), value=m.value().upper(), partition=0)
-            time.sleep(0.01)  # a window inside the transaction for the test's kill to land in
+            # a window inside the transaction for the test's kill to land in; it also paces
+            # the loop (>= 15 s for the 600 inputs), so the app-kill test's 20 kills (each at
+            # most 0.6 s after `ready`: 12 s of processing at most) always land mid-run, however
+            # fast the broker commits
+            time.sleep(0.1)
             producer.send_offsets_to_transaction([TopicPartition(src, 0, msgs[-1].offset() + 1)],
                                                  consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(30)
