@@ -39,9 +39,13 @@ KILLS = 20
 
 
 class App:
-    """One run of txn_ctp_app as a child process; its stdout lines read with a timeout."""
+    """One run of txn_ctp_app as a child process; its stdout lines read with a timeout.
+    Every run is kept in `App.runs`, so a failed check can show what each run did."""
+
+    runs: list[App] = []
 
     def __init__(self, bootstrap: str, src: str, dst: str, group: str, tid: str) -> None:
+        App.runs.append(self)
         self.proc = subprocess.Popen([sys.executable, "-m", "compat_tests.txn_ctp_app", bootstrap, src, dst,
                                       group, tid, str(N)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      cwd=str(Path(__file__).resolve().parent.parent), env=dict(os.environ))
@@ -108,6 +112,37 @@ def _finish(bootstrap: str, src: str, dst: str, group: str, tid: str, timeout: f
     raise AssertionError(f"the application did not finish in {timeout}s")
 
 
+def _trace(bootstrap: str, dst: str, dups: set[bytes]) -> str:
+    """What went wrong, for the failure message: each application run's log (its transactions'
+    input ranges, failures, aborts, rewinds) and the output partition's batches (producer id and
+    epoch, transactional/control) holding a duplicated value, read uncommitted."""
+    from tmqgate.protocol.records import decode_records, iter_batches
+
+    from .raw import RawConn
+
+    lines = []
+    for i, run in enumerate(App.runs):
+        lines.append(f"--- run {i} (exit {run.proc.poll()})")
+        lines += run.lines
+    offset, end = 0, None
+    with RawConn(bootstrap) as conn:
+        while end is None or offset < end:
+            part = conn.fetch(dst, 0, offset)
+            end = part["high_watermark"]
+            data = part["records"] or b""
+            if not data:
+                break
+            for h in iter_batches(data):
+                batch = data[h.offset:h.offset + h.size]
+                vals = [r.value for r in decode_records(batch)]
+                if h.is_control or dups.intersection(vals):
+                    lines.append(f"batch {h.base_offset}+{h.last_offset_delta} pid {h.producer_id} "
+                                 f"epoch {h.producer_epoch} seq {h.base_sequence} txn {h.is_transactional} "
+                                 f"control {h.is_control} values {vals[:1]}..{vals[-1:]}")
+                offset = h.base_offset + h.last_offset_delta + 1
+    return "\n".join(lines)
+
+
 def _check_exactly_once(bootstrap: str, src: str, dst: str, group: str,
                         inputs: list[bytes]) -> tuple[int, int]:
     """Asserts the output is the inputs upper-cased, once each and in order, and the group's
@@ -118,6 +153,9 @@ def _check_exactly_once(bootstrap: str, src: str, dst: str, group: str,
     got = values(out)
     want = [v.upper() for v in inputs]
     lost, duplicated = len(set(want) - set(got)), len(got) - len(set(got))
+    if (lost, duplicated) != (0, 0):
+        dups = {v for v in got if got.count(v) > 1 and v is not None}
+        print(_trace(bootstrap, dst, dups))
     assert (lost, duplicated) == (0, 0), f"{lost} inputs lost, {duplicated} output records duplicated"
     assert got == want
     assert committed_offset(bootstrap, group, src) == N
@@ -139,7 +177,7 @@ def test_app_killed_20_times_outputs_each_input_once(txn_broker: Broker) -> None
                 time.sleep(rnd.uniform(0.0, 0.6))
         finally:
             app.kill()
-    progressed = committed_offset(bootstrap, group, src)
+    progressed = committed_offset(bootstrap, group, src, timeout=120)
     assert 0 < progressed < N, f"the kills came before the start or after the end of the processing: {progressed}"
     _finish(bootstrap, src, dst, group, tid)
     _check_exactly_once(bootstrap, src, dst, group, inputs)
@@ -153,6 +191,31 @@ def test_app_killed_20_times_outputs_each_input_once(txn_broker: Broker) -> None
 BROKER_KILLS = {"tmqgate": 20, "kafka": 5}
 
 
+# Apache Kafka (4.3.1, one combined KRaft node) restarted after kill -9 can load its transaction
+# log before its metadata knows the leaders of the transaction's partitions; its marker sender
+# then takes those partitions for deleted topics and completes the transaction WITHOUT writing
+# the markers (TransactionMarkerChannelManager.addTxnMarkersToBrokerQueue, logged as below).
+# A committed transaction's offset commit then stays pending in the group coordinator (so the
+# group's committed offset hangs, or falls back to the previous one when a later abort marker
+# lands, and the application processes those inputs again: the 4 duplicates of an earlier CI),
+# and an aborted one's records stay open in the output.  When that happened the guarantee is
+# lost by the reference broker itself; the test then expects a failure there (xfail) and
+# still asserts everything on every run where Kafka wrote its markers.
+KAFKA_SKIPPED_MARKERS = "these partitions are likely deleted already and hence can be skipped"
+
+
+def _kafka_skipped_markers(proc: object) -> str | None:
+    """The reference broker's log line saying it skipped a transaction's markers, if any."""
+    ref = getattr(proc, "ref", None)
+    log_path = getattr(ref, "log_path", None)
+    if log_path is None or not Path(log_path).exists():
+        return None
+    for line in Path(log_path).read_text(errors="replace").splitlines():
+        if KAFKA_SKIPPED_MARKERS in line:
+            return line.strip()
+    return None
+
+
 @pytest.mark.slow
 def test_broker_killed_mid_run_outputs_each_input_once(pytestconfig: pytest.Config, tmp_path: Path,
                                                        target: str) -> None:
@@ -163,14 +226,11 @@ def test_broker_killed_mid_run_outputs_each_input_once(pytestconfig: pytest.Conf
     if pytestconfig.getoption("--bootstrap"):
         pytest.skip("--bootstrap given: cannot kill and restart an external broker")
     which = str(pytestconfig.getoption("--target"))
-    if which.startswith("kafka"):
-        pytest.skip("open: in the final CI of 2026-11-23 the reference Kafka showed 4 duplicated "
-                    "output records in this soak (with the app paced at 0.1 s per transaction); "
-                    "whether the app or the broker is at fault is not yet known")
     kills = BROKER_KILLS["kafka" if which.startswith("kafka") else "tmqgate"]
     proc = txn_broker_process(which, tmp_path / "broker")
     proc.start()
     rnd = random.Random(1415)
+    App.runs = []
     try:
         bootstrap = proc.bootstrap
         src, dst, group, tid, inputs = _setup(bootstrap)
@@ -187,7 +247,7 @@ def test_broker_killed_mid_run_outputs_each_input_once(pytestconfig: pytest.Conf
                 time.sleep(rnd.uniform(0.0, 1.0))
                 proc.restart()
                 assert proc.bootstrap == bootstrap
-            progressed = committed_offset(bootstrap, group, src)
+            progressed = committed_offset(bootstrap, group, src, timeout=120)
             print(f"\nbroker kill soak on {which}: {kills} kills; group offset {progressed}/{N} after them")
             app.wait_line("done", 120)
         finally:
@@ -195,6 +255,14 @@ def test_broker_killed_mid_run_outputs_each_input_once(pytestconfig: pytest.Conf
         _finish(bootstrap, src, dst, group, tid)
         lost, duplicated = _check_exactly_once(bootstrap, src, dst, group, inputs)
         print(f"broker kill soak on {which}: cycles={kills} records={N} lost={lost} duplicated={duplicated}")
+    except Exception:
+        print("\n".join(f"run {i} (exit {r.proc.poll()}): " + " | ".join(r.lines) for i, r in enumerate(App.runs)))
+        skipped = _kafka_skipped_markers(proc)
+        if skipped:
+            pytest.xfail("the reference Kafka completed a transaction without writing its markers after a "
+                         f"restart (its log: {skipped!r}), so its committed offsets and output disagree: "
+                         "a defect of the reference broker, not of the test")
+        raise
     finally:
         try:
             proc.stop()

@@ -66,10 +66,10 @@ def _describe_producers(c: RawConn, topic: str, partition: int = 0) -> dict[str,
     return p
 
 
-def _write_marker(c: RawConn, topic: str, pid: int, epoch: int, commit: bool) -> int:
+def _write_marker(c: RawConn, topic: str, pid: int, epoch: int, commit: bool, coordinator_epoch: int = 0) -> int:
     body = c.request(27, WRITE_TXN_MARKERS_V, {"markers": [{
         "producer_id": pid, "producer_epoch": epoch, "transaction_result": commit,
-        "topics": [{"name": topic, "partition_indexes": [0]}], "coordinator_epoch": 0}]})
+        "topics": [{"name": topic, "partition_indexes": [0]}], "coordinator_epoch": coordinator_epoch}]})
     [m] = body["markers"]
     assert m["producer_id"] == pid
     [t] = m["topics"]
@@ -164,13 +164,14 @@ def test_open_transaction_holds_the_last_stable_offset(broker: Broker, topic: st
         assert described["error_code"] == 0
         [state] = [p for p in described["active_producers"] if p["producer_id"] == txn.pid]
         assert (state["producer_epoch"], state["current_txn_start_offset"]) == (txn.epoch, 2)
+        assert state["coordinator_epoch"] == -1  # no marker of this producer here yet
 
 
 def test_commit_marker_moves_the_lso_past_it(broker: Broker, topic: str) -> None:
     with RawConn(broker.bootstrap) as c:
         _plain(c, topic, [b"p0"])
         txn = _open_txn(broker, c, topic, [b"t1", b"t2"])
-        assert _write_marker(c, topic, txn.pid, txn.epoch, True) == 0
+        assert _write_marker(c, topic, txn.pid, txn.epoch, True, coordinator_epoch=7) == 0
         p = _fetch(c, topic, 0, READ_COMMITTED)
         assert (p["high_watermark"], p["last_stable_offset"]) == (4, 4)  # the marker took offset 3
         assert _data_values(p) == [(0, b"p0"), (1, b"t1"), (2, b"t2")]
@@ -178,7 +179,8 @@ def test_commit_marker_moves_the_lso_past_it(broker: Broker, topic: str) -> None
         assert p["aborted_transactions"] == []
         assert _latest(c, topic, READ_COMMITTED) == 4
         [state] = [s for s in _describe_producers(c, topic)["active_producers"] if s["producer_id"] == txn.pid]
-        assert state["current_txn_start_offset"] == -1
+        # the marker's coordinator epoch is the producer's latest (Kafka's ProducerStateEntry)
+        assert (state["current_txn_start_offset"], state["coordinator_epoch"]) == (-1, 7)
 
 
 def test_abort_marker_is_listed_in_aborted_transactions(broker: Broker, topic: str) -> None:

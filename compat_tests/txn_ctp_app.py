@@ -50,6 +50,7 @@ def main(argv: list[str]) -> int:
         """Fetch again from the committed offset (assign, not seek: librdkafka refuses a seek
         on a partition that has not started fetching)."""
         offset = committed()
+        print(f"rewind {offset}", flush=True)
         consumer.unassign()
         consumer.assign([TopicPartition(src, 0, offset if offset >= 0 else 0)])
 
@@ -73,13 +74,16 @@ def main(argv: list[str]) -> int:
             producer.send_offsets_to_transaction([TopicPartition(src, 0, msgs[-1].offset() + 1)],
                                                  consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(30)
+            print(f"committed {msgs[0].offset()}-{msgs[-1].offset()}", flush=True)
         except KafkaException as exc:
             err = exc.args[0]
+            print(f"failed {msgs[0].offset()}-{msgs[-1].offset()}: {err}", flush=True)
             if not (err.txn_requires_abort() or err.retriable()):
                 print(f"fatal {err}", flush=True)
                 return 3
             try:
                 producer.abort_transaction(30)
+                print("aborted", flush=True)
                 rewind()
             except KafkaException as again:  # e.g. the broker still away: start over
                 print(f"fatal {again.args[0]}", flush=True)

@@ -177,11 +177,12 @@ def read_partition(bootstrap: str, topic: str, isolation: str, end: int | None =
 
 def committed_offset(bootstrap: str, group: str, topic: str, partition: int = 0, timeout: float = 60.0) -> int:
     """The group's committed offset (-1001 for none); retriable errors (e.g. NOT_COORDINATOR
-    while the offsets topic is loading after a broker start) are retried until `timeout`."""
+    while the offsets topic is loading after a broker start, or the client's own timeout while
+    an unstable offset waits for its transaction's marker) are retried until `timeout`."""
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     coordinator_moving = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                          KafkaError.COORDINATOR_NOT_AVAILABLE}
+                          KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT}
     deadline = time.monotonic() + timeout
     c = ck_consumer(bootstrap, "read_committed", **{"group.id": group})
     try:

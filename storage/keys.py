@@ -50,7 +50,9 @@ prefix       key (after the prefix byte)                            value
                                                                     (<= 5) x (first seq i32, last seq i32,
                                                                     base offset i64, last offset i64), oldest first
                                                                     (a database topic's batch: the first and last
-                                                                    versions of the rows it became)
+                                                                    versions of the rows it became), then the
+                                                                    coordinator epoch i32 of the producer's last
+                                                                    transaction marker there (absent: none, -1)
 0x41 TXNOPEN db u32, vnode u32, producer id u64                    an open transaction's first offset u64, the
                                                                     producer's epoch i16, then n x (base u64, count
                                                                     u32): its rows entries (absent: none) (written
@@ -371,8 +373,13 @@ _PHEAD = struct.Struct(">hqB")
 _PBATCH = struct.Struct(">iiqq")
 
 
-def pack_producer(epoch: int, update_ms: int, batches: list[tuple[int, int, int, int]]) -> bytes:
-    return _PHEAD.pack(epoch, update_ms, len(batches)) + b"".join(_PBATCH.pack(*b) for b in batches)
+_PCOORD = struct.Struct(">i")
+
+
+def pack_producer(epoch: int, update_ms: int, batches: list[tuple[int, int, int, int]],
+                  coordinator_epoch: int = -1) -> bytes:
+    tail = b"" if coordinator_epoch < 0 else _PCOORD.pack(coordinator_epoch)
+    return _PHEAD.pack(epoch, update_ms, len(batches)) + b"".join(_PBATCH.pack(*b) for b in batches) + tail
 
 
 def unpack_producer(b: bytes) -> tuple[int, int, list[tuple[int, int, int, int]]]:
@@ -380,6 +387,13 @@ def unpack_producer(b: bytes) -> tuple[int, int, list[tuple[int, int, int, int]]
     off = _PHEAD.size
     batches = [_PBATCH.unpack_from(b, off + i * _PBATCH.size) for i in range(n)]
     return epoch, update_ms, batches
+
+
+def producer_coordinator_epoch(b: bytes) -> int:
+    """The coordinator epoch of the producer's last marker, from a PRODUCER value (-1: none;
+    values written before it was kept have no such field)."""
+    end = _PHEAD.size + b[_PHEAD.size - 1] * _PBATCH.size
+    return _PCOORD.unpack_from(b, end)[0] if len(b) >= end + _PCOORD.size else -1
 
 
 # transactions on the WAL ---------------------------------------------------------------------

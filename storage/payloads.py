@@ -168,7 +168,7 @@ def _repair_lost_payloads(db: LevelDB, plog: LevelDB) -> None:
             if not kept:
                 wb.delete(key)
             elif len(kept) < len(batches):
-                wb.put(key, keys.pack_producer(epoch, update_ms, kept))
+                wb.put(key, keys.pack_producer(epoch, update_ms, kept, keys.producer_coordinator_epoch(value)))
         _, start, size, entries = keys.unpack_vnode_state(state)
         if entries is None:
             p = keys.vnode_prefix(keys.WAL, dbid, vnode)

@@ -50,10 +50,12 @@ class BatchMeta(NamedTuple):
 
 
 class ProducerWindow(NamedTuple):
-    """A producer's epoch and its last (at most ``WINDOW_BATCHES``) batches, oldest first."""
+    """A producer's epoch and its last (at most ``WINDOW_BATCHES``) batches, oldest first; the
+    coordinator epoch of its last transaction marker (-1: none), which DescribeProducers shows."""
 
     epoch: int
     batches: tuple[BatchMeta, ...]
+    coordinator_epoch: int = -1
 
 
 class SequenceVerdict(NamedTuple):
@@ -99,13 +101,14 @@ def check_sequence(
 class ActiveProducer(NamedTuple):
     """A producer as DescribeProducers shows it on one vnode (Kafka's ProducerState): its
     epoch, last sequence (-1: none), when its state was last written (ms), the first offset of
-    its open transaction there (-1: none)."""
+    its open transaction there (-1: none), the coordinator epoch of its last marker (-1: none)."""
 
     producer_id: int
     epoch: int
     last_sequence: int
     last_timestamp: int
     current_txn_start_offset: int
+    coordinator_epoch: int = -1
 
 
 class ProducerAppend(NamedTuple):
@@ -131,7 +134,7 @@ class ProducerAppend(NamedTuple):
             base_offset,
             base_offset + self.record_count - 1 if last_offset is None else last_offset,
         )
-        return ProducerWindow(self.epoch, (*kept, batch)[-WINDOW_BATCHES:])
+        return ProducerWindow(self.epoch, (*kept, batch)[-WINDOW_BATCHES:], -1 if w is None else w.coordinator_epoch)
 
 
 # persistence ---------------------------------------------------------------------------------
@@ -166,27 +169,27 @@ class Producers:
         if raw is not None:
             # A window without batches is an epoch a transaction marker set (storage.wal).
             epoch, _update_ms, batches = keys.unpack_producer(raw)
-            window = ProducerWindow(epoch, tuple(BatchMeta(*b) for b in batches))
+            window = ProducerWindow(epoch, tuple(BatchMeta(*b) for b in batches), keys.producer_coordinator_epoch(raw))
         self._windows[k] = window
         return window
 
     def stage(self, wb: WriteBatch, dbid: int, vnode: int, producer_id: int, window: ProducerWindow) -> None:
         """Put ``window`` into ``wb`` (the WriteBatch of the batch it describes)."""
-        value = keys.pack_producer(window.epoch, _now_ms(), list(window.batches))
+        value = keys.pack_producer(window.epoch, _now_ms(), list(window.batches), window.coordinator_epoch)
         wb.put(keys.producer_key(dbid, vnode, producer_id), value)
 
     def remember(self, dbid: int, vnode: int, producer_id: int, window: ProducerWindow) -> None:
         """Cache ``window`` once the WriteBatch that ``stage``d it is written."""
         self._windows[(dbid, vnode, producer_id)] = window
 
-    def on_vnode(self, dbid: int, vnode: int) -> list[tuple[int, int, int, int]]:
-        """(producer id, epoch, last sequence or -1, last update ms) of every producer with a
-        window on the vnode."""
+    def on_vnode(self, dbid: int, vnode: int) -> list[tuple[int, int, int, int, int]]:
+        """(producer id, epoch, last sequence or -1, last update ms, coordinator epoch of its
+        last marker or -1) of every producer with a window on the vnode."""
         out = []
         for key, value in self._core.db.iterator(prefix=keys.vnode_prefix(keys.PRODUCER, dbid, vnode)):
             epoch, update_ms, batches = keys.unpack_producer(value)
             pid = keys.read_u64(key[9:17])
-            out.append((pid, epoch, batches[-1][1] if batches else -1, update_ms))
+            out.append((pid, epoch, batches[-1][1] if batches else -1, update_ms, keys.producer_coordinator_epoch(value)))
         return out
 
     def forget_database(self, dbid: int) -> None:

@@ -394,8 +394,8 @@ class Store:
         by producer id: what DescribeProducers answers."""
         dbid, _ = self.catalog.vnode(db, vnode)
         opened = self.wal_txns.open_transactions(dbid, vnode)
-        out = {pid: ActiveProducer(pid, epoch, seq, ts, opened[pid].first_offset if pid in opened else -1)
-               for pid, epoch, seq, ts in self.producers.on_vnode(dbid, vnode)}
+        out = {pid: ActiveProducer(pid, epoch, seq, ts, opened[pid].first_offset if pid in opened else -1, coord)
+               for pid, epoch, seq, ts, coord in self.producers.on_vnode(dbid, vnode)}
         for pid, txn in opened.items():
             if pid not in out:
                 out[pid] = ActiveProducer(pid, txn.epoch, -1, -1, txn.first_offset)

@@ -244,10 +244,12 @@ class Wal:
         if new_max:
             wb.put(keys.time_key(dbid, vnode, now), keys.u64(base))
         window = self._producers.window(dbid, vnode, producer_id)
-        staged = None
+        # the marker's epoch (a newer one starts an empty window) and its coordinator epoch
         if window is None or window.epoch < producer_epoch:
-            staged = ProducerWindow(producer_epoch, ())
-            self._producers.stage(wb, dbid, vnode, producer_id, staged)
+            staged = ProducerWindow(producer_epoch, (), coordinator_epoch)
+        else:
+            staged = window._replace(coordinator_epoch=coordinator_epoch)
+        self._producers.stage(wb, dbid, vnode, producer_id, staged)
         aborted = self._txns.stage_close(wb, dbid, vnode, producer_id, commit, base)
         key = keys.wal_key(dbid, vnode, base, keys.KIND_DATA)
         core.write_entries(wb, (NewEntry(key, value, now, now),), core.sync_each)
@@ -258,8 +260,7 @@ class Wal:
         if new_max:
             vs.max_ts = now
             vs.max_ts_base = base
-        if staged is not None:
-            self._producers.remember(dbid, vnode, producer_id, staged)
+        self._producers.remember(dbid, vnode, producer_id, staged)
         self._txns.closed(dbid, vnode, producer_id, aborted)
         return base
 

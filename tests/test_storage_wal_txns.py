@@ -16,7 +16,7 @@ import pytest
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import EndTxnMarker, build_batch, parse_end_txn_marker, parse_header
 from tmqgate.storage import Store, keys
-from tmqgate.storage.producers import check_sequence
+from tmqgate.storage.producers import ProducerAppend, check_sequence
 
 PID = 4000
 
@@ -115,6 +115,34 @@ def test_state_survives_reopen(tmp_path: Path) -> None:
     with Store(path) as s:
         assert s.open_transactions("t", 0) == {}
         assert s.last_stable_offset("t", 0) == 5
+
+
+def test_the_last_markers_coordinator_epoch_is_kept(tmp_path: Path) -> None:
+    """DescribeProducers' coordinator epoch: the producer's last marker's on that vnode (-1
+    before any), kept with its window across a reopen, and the idempotence window kept too."""
+    path = tmp_path / "data"
+    with Store(path) as s:
+        s.create_database("t", 1)
+        s.append("t", 0, txn_batch(2), 2, 1001, ProducerAppend(PID, 0, 0, 2, None))
+        assert [p.coordinator_epoch for p in s.active_producers("t", 0)] == [-1]
+        s.write_txn_marker("t", 0, PID, 0, True, 5)
+        assert [p.coordinator_epoch for p in s.active_producers("t", 0)] == [5]
+        s.append("t", 0, txn_batch(1, seq=2), 1, 1000, ProducerAppend(PID, 0, 2, 1, s.producer_window("t", 0, PID)))
+    with Store(path) as s:
+        [p] = s.active_producers("t", 0)
+        assert (p.coordinator_epoch, p.last_sequence, p.current_txn_start_offset) == (5, 2, 3)
+        window = s.producer_window("t", 0, PID)
+        assert window is not None and check_sequence(window, 0, 0, 2).duplicate_of == 0  # a retry: its offset
+        s.write_txn_marker("t", 0, PID, 0, False, 6)
+        assert [p.coordinator_epoch for p in s.active_producers("t", 0)] == [6]
+
+
+def test_a_producer_value_without_a_coordinator_epoch_reads_as_none() -> None:
+    """Values written before the coordinator epoch was kept end after their batches."""
+    old = keys.pack_producer(3, 1000, [(0, 1, 10, 11)])
+    assert keys.producer_coordinator_epoch(old) == -1
+    assert keys.unpack_producer(keys.pack_producer(3, 1000, [(0, 1, 10, 11)], 4)) == (3, 1000, [(0, 1, 10, 11)])
+    assert keys.producer_coordinator_epoch(keys.pack_producer(3, 1000, [], 4)) == 4
 
 
 KILLED_WRITER = textwrap.dedent(

@@ -75,7 +75,7 @@ async def describe_producers(ctx: TxnDataApis, req: Request) -> dict[str, Any]:
                 assert topic is not None
                 entry["active_producers"] = [
                     {"producer_id": p.producer_id, "producer_epoch": p.epoch, "last_sequence": p.last_sequence,
-                     "last_timestamp": p.last_timestamp, "coordinator_epoch": -1,
+                     "last_timestamp": p.last_timestamp, "coordinator_epoch": p.coordinator_epoch,
                      "current_txn_start_offset": p.current_txn_start_offset}
                     for p in ctx.store.active_producers(topic.db, index)]
             parts.append(entry)
