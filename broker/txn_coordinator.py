@@ -14,13 +14,11 @@ deadlines must hold across a restart.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tmqgate.coordinator.runtime import MachineTimer
 from tmqgate.coordinator.transactions import MarkerWriter, TransactionCoordinator, TxnConfig, TxnGroups
 from tmqgate.protocol.errors import ErrorCode
 
@@ -28,14 +26,12 @@ if TYPE_CHECKING:
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.storage import Store
 
-log = logging.getLogger("tmqgate.coordinator.transactions")
-
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class TxnCoordinatorRuntime:
+class TxnCoordinatorRuntime(MachineTimer[TransactionCoordinator]):
     """Owns a TransactionCoordinator and its timer; handlers call ``machine`` with ``now()``.
 
     The timer wakes at the machine's next deadline as computed when it went to sleep, and at
@@ -46,44 +42,12 @@ class TxnCoordinatorRuntime:
 
     def __init__(self, machine: TransactionCoordinator, interval_ms: int,
                  clock: Callable[[], int] = wall_ms) -> None:
-        self.machine = machine
-        self.interval_ms = interval_ms
-        self.clock = clock
-        self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def now(self) -> int:
-        return int(self.clock())
-
-    async def start(self) -> None:
-        self._wake = asyncio.Event()
-        self._task = asyncio.create_task(self._timer())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        super().__init__(machine, clock, interval_ms, "transaction coordinator")
 
     def retry_soon(self) -> None:
         """After an event that may have left markers unwritten: let the timer plan their retry."""
-        if self._wake is not None and self.machine.has_unfinished():
-            self._wake.set()
-
-    async def _timer(self) -> None:
-        assert self._wake is not None
-        while True:
-            self._wake.clear()
-            deadline = self.machine.next_deadline()
-            wait_ms = (self.interval_ms if deadline is None
-                       else min(self.interval_ms, max(0, deadline - self.now())))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
-            try:
-                self.machine.tick(self.now())
-            except Exception:  # the timer must survive one bad transaction
-                log.exception("transaction coordinator tick failed")
+        if self.machine.has_unfinished():
+            self.kick()
 
     # TxnGate (broker/handlers/context.py): Produce's question for a transactional batch.
     # ``add`` (Produce v12+, transaction version 2): the partition is added implicitly, Kafka's

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from tmqgate.coordinator.classic import Reply
 from tmqgate.coordinator.coordinator import GroupCoordinator, OffsetEntry
@@ -31,12 +31,27 @@ def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-class CoordinatorRuntime:
-    """Owns a GroupCoordinator, feeds it the clock, and turns its replies into awaitables."""
+class Ticking(Protocol):
+    """A state machine driven by a clock: when it next needs a ``tick``, and the tick."""
 
-    def __init__(self, machine: GroupCoordinator, clock: Callable[[], int] = monotonic_ms) -> None:
+    def next_deadline(self) -> int | None: ...
+
+    def tick(self, now: int) -> object: ...
+
+
+M = TypeVar("M", bound=Ticking)
+
+
+class MachineTimer(Generic[M]):
+    """Owns a clocked state machine and the task that ticks it: at the machine's next deadline
+    as computed when the task went to sleep, at least every ``interval_ms``, and at once after
+    ``kick``. The group and the transaction coordinators' runtimes are both this."""
+
+    def __init__(self, machine: M, clock: Callable[[], int], interval_ms: int, name: str) -> None:
         self.machine = machine
         self.clock = clock
+        self.interval_ms = interval_ms
+        self._log_name = name
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -63,15 +78,22 @@ class CoordinatorRuntime:
         assert self._wake is not None
         while True:
             self._wake.clear()
-            now = self.now()
             deadline = self.machine.next_deadline()
-            wait_ms = IDLE_TICK_MS if deadline is None else min(IDLE_TICK_MS, max(0, deadline - now))
+            wait_ms = (self.interval_ms if deadline is None
+                       else min(self.interval_ms, max(0, deadline - self.now())))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
             try:
                 self.machine.tick(self.now())
-            except Exception:  # the timer must survive a bad group
-                log.exception("coordinator tick failed")
+            except Exception:  # the timer must survive one bad group or transaction
+                log.exception("%s tick failed", self._log_name)
+
+
+class CoordinatorRuntime(MachineTimer[GroupCoordinator]):
+    """Owns a GroupCoordinator, feeds it the clock, and turns its replies into awaitables."""
+
+    def __init__(self, machine: GroupCoordinator, clock: Callable[[], int] = monotonic_ms) -> None:
+        super().__init__(machine, clock, IDLE_TICK_MS, "coordinator")
 
     async def _deferred(self, start: Callable[[Reply], None]) -> dict[str, Any]:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
