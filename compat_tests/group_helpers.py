@@ -267,6 +267,22 @@ class Member:
                 from self.errors[0]
 
 
+def _python_client_config(member: Member) -> dict[str, Any]:
+    """The consumer settings kafka-python and aiokafka share (the same names in both)."""
+    return {
+        "bootstrap_servers": member.bootstrap,
+        "group_id": member.group,
+        "client_id": member.client_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": member.auto_offset_reset,
+        "session_timeout_ms": SESSION_TIMEOUT_MS,
+        "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+        "max_poll_interval_ms": MAX_POLL_INTERVAL_MS,
+        "fetch_max_wait_ms": 200,
+        **member.extra,
+    }
+
+
 class _ThreadMember(Member):
     def start(self) -> None:
         self.thread = threading.Thread(target=self._main, daemon=True, name=f"member-{self.client_id}")
@@ -293,18 +309,7 @@ class KafkaPythonMember(_ThreadMember):
     kind = "kafka-python"
 
     def config(self) -> dict[str, Any]:
-        return {
-            "bootstrap_servers": self.bootstrap,
-            "group_id": self.group,
-            "client_id": self.client_id,
-            "enable_auto_commit": False,
-            "auto_offset_reset": self.auto_offset_reset,
-            "session_timeout_ms": SESSION_TIMEOUT_MS,
-            "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
-            "max_poll_interval_ms": MAX_POLL_INTERVAL_MS,
-            "fetch_max_wait_ms": 200,
-            **self.extra,
-        }
+        return _python_client_config(self)
 
     def run(self) -> None:
         from kafka import KafkaConsumer
@@ -410,18 +415,7 @@ class AioKafkaMember(Member):
         self.aio = loop
 
     def config(self) -> dict[str, Any]:
-        return {
-            "bootstrap_servers": self.bootstrap,
-            "group_id": self.group,
-            "client_id": self.client_id,
-            "enable_auto_commit": False,
-            "auto_offset_reset": self.auto_offset_reset,
-            "session_timeout_ms": SESSION_TIMEOUT_MS,
-            "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
-            "max_poll_interval_ms": MAX_POLL_INTERVAL_MS,
-            "fetch_max_wait_ms": 200,
-            **self.extra,
-        }
+        return _python_client_config(self)
 
     def start(self) -> None:
         self.future = self.aio.submit(self._main())

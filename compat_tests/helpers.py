@@ -167,6 +167,29 @@ def per_partition_counts(records: Sequence[OutRecord], partitions: int) -> dict[
     return counts
 
 
+class _Reading:
+    """A read of known partitions from the beginning, as every client's `consume` does it: the
+    records so far, and whether to poll again — until `counts` records per partition arrived
+    and half a second more passed (to catch extra ones), or `timeout`."""
+
+    def __init__(self, counts: dict[int, int], timeout: float) -> None:
+        self.counts = counts
+        self.got: list[InRecord] = []
+        self.have = dict.fromkeys(counts, 0)
+        self.deadline = time.monotonic() + timeout
+        self.extra_until: float | None = None
+
+    def add(self, record: InRecord) -> None:
+        self.got.append(record)
+        self.have[record.partition] = self.have.get(record.partition, 0) + 1
+
+    def going(self) -> bool:
+        now = time.monotonic()
+        if self.extra_until is None and all(self.have[p] >= c for p, c in self.counts.items()):
+            self.extra_until = now + 0.5
+        return now < self.deadline and (self.extra_until is None or now <= self.extra_until)
+
+
 def _norm_headers(h: Any) -> Headers:
     if not h:
         return ()
@@ -299,22 +322,14 @@ class KafkaPythonDriver(ClientDriver):
             tps = [TopicPartition(topic, p) for p in counts]
             consumer.assign(tps)
             consumer.seek_to_beginning(*tps)
-            got: list[InRecord] = []
-            have = dict.fromkeys(counts, 0)
-            deadline = time.monotonic() + timeout
-            extra_until: float | None = None
-            while time.monotonic() < deadline:
+            reading = _Reading(counts, timeout)
+            while reading.going():
                 batch = consumer.poll(timeout_ms=300)
                 for tp, msgs in batch.items():
                     for m in msgs:
-                        got.append(InRecord(tp.partition, m.offset, m.key, m.value,
-                                            _norm_headers(m.headers), m.timestamp, m.timestamp_type))
-                        have[tp.partition] += 1
-                if extra_until is None and all(have[p] >= c for p, c in counts.items()):
-                    extra_until = time.monotonic() + 0.5
-                if extra_until is not None and time.monotonic() > extra_until:
-                    break
-            return got
+                        reading.add(InRecord(tp.partition, m.offset, m.key, m.value,
+                                             _norm_headers(m.headers), m.timestamp, m.timestamp_type))
+            return reading.got
         finally:
             consumer.close()
 
@@ -425,22 +440,14 @@ class AioKafkaDriver(ClientDriver):
                 tps = [TopicPartition(topic, p) for p in counts]
                 consumer.assign(tps)
                 await consumer.seek_to_beginning(*tps)
-                got: list[InRecord] = []
-                have = dict.fromkeys(counts, 0)
-                deadline = time.monotonic() + timeout
-                extra_until: float | None = None
-                while time.monotonic() < deadline:
+                reading = _Reading(counts, timeout)
+                while reading.going():
                     batch = await consumer.getmany(timeout_ms=300)
                     for tp, msgs in batch.items():
                         for m in msgs:
-                            got.append(InRecord(tp.partition, m.offset, m.key, m.value,
-                                                _norm_headers(m.headers), m.timestamp, m.timestamp_type))
-                            have[tp.partition] += 1
-                    if extra_until is None and all(have[p] >= c for p, c in counts.items()):
-                        extra_until = time.monotonic() + 0.5
-                    if extra_until is not None and time.monotonic() > extra_until:
-                        break
-                return got
+                            reading.add(InRecord(tp.partition, m.offset, m.key, m.value,
+                                                 _norm_headers(m.headers), m.timestamp, m.timestamp_type))
+                return reading.got
             finally:
                 await consumer.stop()
 
@@ -554,23 +561,15 @@ class ConfluentDriver(ClientDriver):
         })
         try:
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in counts])
-            got: list[InRecord] = []
-            have = dict.fromkeys(counts, 0)
-            deadline = time.monotonic() + timeout
-            extra_until: float | None = None
-            while time.monotonic() < deadline:
+            reading = _Reading(counts, timeout)
+            while reading.going():
                 for m in consumer.consume(num_messages=2000, timeout=0.3):
                     if m.error() is not None:
                         raise AssertionError(f"consume error: {m.error()}")
                     ts_type, ts = m.timestamp()
-                    got.append(InRecord(m.partition(), m.offset(), m.key(), m.value(),
-                                        _norm_headers(m.headers()), ts, ts_type - 1))
-                    have[m.partition()] += 1
-                if extra_until is None and all(have[p] >= c for p, c in counts.items()):
-                    extra_until = time.monotonic() + 0.5
-                if extra_until is not None and time.monotonic() > extra_until:
-                    break
-            return got
+                    reading.add(InRecord(m.partition(), m.offset(), m.key(), m.value(),
+                                         _norm_headers(m.headers()), ts, ts_type - 1))
+            return reading.got
         finally:
             consumer.close()
 
