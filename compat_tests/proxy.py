@@ -49,9 +49,12 @@ class RecordingProxy:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._flowing: asyncio.Event | None = None  # created on the proxy's loop
+        self._hold_requests = True  # hold(responses_only=True): requests still reach the broker
 
-    def hold(self) -> None:
-        """Stop forwarding (both directions, every connection) until ``release``."""
+    def hold(self, responses_only: bool = False) -> None:
+        """Stop forwarding (both directions, or only the broker's answers, on every connection)
+        until ``release``."""
+        self._hold_requests = not responses_only
         asyncio.run_coroutine_threadsafe(self._set_flowing(False), self._loop).result(10)
 
     def release(self) -> None:
@@ -118,7 +121,8 @@ class RecordingProxy:
                     api_key, version, corr = struct.unpack_from(">hhi", frame)
                     pending[corr] = (api_key, version)
                 assert self._flowing is not None
-                await self._flowing.wait()
+                if self._hold_requests:
+                    await self._flowing.wait()
                 uw.write(head + frame)
                 await uw.drain()
 
