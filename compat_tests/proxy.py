@@ -9,6 +9,10 @@ to the broker directly.
 ``drop_first_response_of=<api key>`` loses a response: the first one of that API is not
 forwarded and the client's connection is closed instead (the request was served; the client
 sees the connection break and retries — what an idempotent producer must survive).
+
+``hold()`` / ``release()`` pause and resume forwarding in both directions on every
+connection (frames wait in the proxy, new connections are accepted but wait too): a
+connection held up without being closed, as a stalled network path looks to a client.
 """
 
 from __future__ import annotations
@@ -44,6 +48,25 @@ class RecordingProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._flowing: asyncio.Event | None = None  # created on the proxy's loop
+        self._hold_requests = True  # hold(responses_only=True): requests still reach the broker
+
+    def hold(self, responses_only: bool = False) -> None:
+        """Stop forwarding (both directions, or only the broker's answers, on every connection)
+        until ``release``."""
+        self._hold_requests = not responses_only
+        asyncio.run_coroutine_threadsafe(self._set_flowing(False), self._loop).result(10)
+
+    def release(self) -> None:
+        """Forward again, everything held first."""
+        asyncio.run_coroutine_threadsafe(self._set_flowing(True), self._loop).result(10)
+
+    async def _set_flowing(self, on: bool) -> None:
+        assert self._flowing is not None
+        if on:
+            self._flowing.set()
+        else:
+            self._flowing.clear()
 
     def start(self) -> RecordingProxy:
         self._thread.start()
@@ -70,6 +93,8 @@ class RecordingProxy:
         self.stop()
 
     async def _listen(self) -> None:
+        self._flowing = asyncio.Event()
+        self._flowing.set()
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
         self.bootstrap = f"127.0.0.1:{port}"
@@ -95,6 +120,9 @@ class RecordingProxy:
                 if len(frame) >= 8:
                     api_key, version, corr = struct.unpack_from(">hhi", frame)
                     pending[corr] = (api_key, version)
+                assert self._flowing is not None
+                if self._hold_requests:
+                    await self._flowing.wait()
                 uw.write(head + frame)
                 await uw.drain()
 
@@ -105,6 +133,8 @@ class RecordingProxy:
                 frame = await ur.readexactly(size)
                 (corr,) = struct.unpack_from(">i", frame)
                 api_key, version = pending.pop(corr, (-1, -1))
+                assert self._flowing is not None
+                await self._flowing.wait()
                 self.capture.responses.append((api_key, version, frame))
                 if api_key == self.drop_first_response_of and not self.dropped:
                     self.dropped.append((api_key, version, frame))

@@ -28,8 +28,10 @@ Empty — no members (a new group, or every member left or expired). Restored gr
 PreparingRebalance — waiting for every known member to (re)join.
     actions: JoinGroup is parked until the join completes; Heartbeat and SyncGroup answer
         REBALANCE_IN_PROGRESS; LeaveGroup and session expiry remove members.
-    → CompletingRebalance: every member rejoined (and no MEMBER_ID_REQUIRED id is pending,
-        and the initial delay is over), or the join deadline passed with some members in:
+    → CompletingRebalance: every member rejoined (and no MEMBER_ID_REQUIRED id is pending),
+        or the join deadline passed with some members in; the first rebalance of an empty
+        group completes only when its initial delay is over (at once with a delay of 0), with
+        whoever joined — pending ids are not waited for, as in Kafka:
         the generation is bumped, the protocol elected, members that did not rejoin
         removed (static ones kept) and every parked JoinGroup answered.
     → Empty: the join completes with nobody left (the generation is still bumped).
@@ -485,15 +487,21 @@ class ClassicGroup:
         if self.state == PREPARING:
             self._try_complete_join(now)
             return
-        if self.state == EMPTY and self.config.initial_rebalance_delay_ms > 0:
+        if self.state == EMPTY:
+            # Kafka's initial rebalance ends on its timer alone, with whoever is in: members
+            # that only got an id (MEMBER_ID_REQUIRED) are not waited for. With a delay of 0
+            # the timer fires at once: the lone member's join completes now.
             delay = self.config.initial_rebalance_delay_ms
             self.initial_delay = True
             self.joined_during_delay = False
             self.initial_remaining_ms = max(self._rebalance_timeout() - delay, 0)
             self.join_deadline = now + delay
-        else:
-            self.initial_delay = False
-            self.join_deadline = now + self._rebalance_timeout()
+            self._transition(PREPARING)
+            if delay <= 0:
+                self._complete_join(now)
+            return
+        self.initial_delay = False
+        self.join_deadline = now + self._rebalance_timeout()
         self._transition(PREPARING)
         self._try_complete_join(now)
 

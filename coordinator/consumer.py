@@ -48,13 +48,26 @@ UNRELEASED_PARTITIONS — at the assignment epoch, waiting for partitions of its
 A static leave (epoch -2) is an epoch, not a state: the member keeps its state and partitions
 until it comes back (under a new member id it takes over the old one) or its session expires.
 Removal (leave, session or revocation timeout) deletes the member; it has no state after that.
+
+Regular expressions (``subscribed_topic_regex``) are resolved as Kafka 4's GroupMetadataManager
+does (maybeUpdateRegularExpressions): a member's topics are its names plus what the group's
+``resolved`` table says its regex matched — never the live topic list. A regex the group has
+not resolved yet adds nothing: the heartbeat that brings it bumps no epoch and schedules a
+resolution, which runs at the group's next tick (after the answer is out; Kafka runs it on its
+executor); the resolution bumps the group epoch if the group's topics changed, and members get
+the new target on their next heartbeat — by then the member asked for, and sees, the topics.
+Topics created or deleted later are picked up by a re-resolution that a heartbeat schedules
+when the topic list changed and REGEX_MIN_REFRESH_MS passed since the last one (Kafka's
+REGEX_BATCH_REFRESH_MIN_INTERVAL_MS), or REGEX_REFRESH_INTERVAL_MS passed at all (Kafka's
+group.consumer.regex.refresh.interval.ms default). Resolutions are not persisted: a restored
+group resolves its regexes when it is restored.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any, Protocol
@@ -69,6 +82,11 @@ LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 #: While a member waits for partitions another member must release, it polls this often (ms).
 RECONCILE_HEARTBEAT_MS = 200
+#: Kafka's GroupMetadataManager.REGEX_BATCH_REFRESH_MIN_INTERVAL_MS: topic changes re-resolve
+#: the group's regexes at most this often.
+REGEX_MIN_REFRESH_MS = 10_000
+#: Kafka's group.consumer.regex.refresh.interval.ms default: re-resolve at least this often.
+REGEX_REFRESH_INTERVAL_MS = 600_000
 
 
 
@@ -155,11 +173,11 @@ class ConsumerMember:
     joined_ms: int = 0  # coordinator clock time of joining (SHOW CONSUMERS up time)
     state: MemberState = MemberState.JOINING  # changed only by ConsumerGroup._set_member_state
 
-    def topics(self, all_names: Callable[[], Iterable[str]]) -> set[str]:
+    def topics(self, resolved: Mapping[str, frozenset[str]]) -> set[str]:
+        """Its topic names plus what its regex resolved to (nothing while unresolved)."""
         out = set(self.subscribed_names)
         if self.subscribed_regex:
-            pattern = re.compile(self.subscribed_regex)
-            out |= {n for n in all_names() if pattern.fullmatch(n)}
+            out |= resolved.get(self.subscribed_regex, frozenset())
         return out
 
 
@@ -182,6 +200,10 @@ class ConsumerGroup:
     target: dict[str, set[TopicPartition]] = field(default_factory=dict)
     static: dict[str, str] = field(default_factory=dict)
     image: tuple[tuple[str, bytes, int], ...] | None = None
+    resolved: dict[str, frozenset[str]] = field(default_factory=dict)  # regex -> the topics it matched
+    resolved_names: frozenset[str] | None = None  # the topic list the last resolution saw
+    resolved_ms: int = 0  # when the last resolution ran
+    resolve_at: int | None = None  # a resolution is scheduled (runs at the next tick)
     dirty: bool = False
     state: ConsumerGroupState = EMPTY  # changed only by _transition, at the end of each event
 
@@ -241,12 +263,14 @@ class ConsumerGroup:
     def subscribed_topics(self) -> set[str]:
         out: set[str] = set()
         for m in self.members.values():
-            out |= m.topics(self.topics.names)
+            out |= m.topics(self.resolved)
         return out
 
     def next_deadline(self) -> int | None:
         times = [m.session_deadline for m in self.members.values()]
         times += [m.revocation_deadline for m in self.members.values() if m.revocation_deadline is not None]
+        if self.resolve_at is not None:
+            times.append(self.resolve_at)
         return min(times) if times else None
 
     # ---- events ------------------------------------------------------------------------
@@ -279,6 +303,7 @@ class ConsumerGroup:
                                      f"The member epoch {epoch} is fenced; the current epoch is {known.member_epoch}.")
             member = known
         self._update(member, body, client_id, client_host)
+        self._maybe_schedule_resolution(now)
         self.refresh()
         self._reconcile(now, member, owned)
         member.session_deadline = now + self.config.session_timeout_ms
@@ -328,8 +353,42 @@ class ConsumerGroup:
         for mid, m in list(self.members.items()):
             if m.session_deadline <= now or (m.revocation_deadline is not None and m.revocation_deadline <= now):
                 self._remove(mid)
+        if self.resolve_at is not None and self.resolve_at <= now:
+            self.resolve_regexes(now)
         self.refresh()
         self._settle()
+
+    def _maybe_schedule_resolution(self, now: int) -> None:
+        """Kafka's maybeUpdateRegularExpressions, run on a heartbeat: schedule a resolution for
+        a regex not resolved yet, or when the topic list changed and the last resolution is
+        REGEX_MIN_REFRESH_MS old, or every REGEX_REFRESH_INTERVAL_MS."""
+        if self.resolve_at is not None:
+            return
+        used = {m.subscribed_regex for m in self.members.values() if m.subscribed_regex}
+        if not used:
+            if self.resolved:
+                self.resolved = {}
+            return
+        age = now - self.resolved_ms
+        if (used - self.resolved.keys()
+                or (age > REGEX_MIN_REFRESH_MS and frozenset(self.topics.names()) != self.resolved_names)
+                or age > REGEX_REFRESH_INTERVAL_MS):
+            self.resolve_at = now
+
+    def resolve_regexes(self, now: int, bump: bool = True) -> None:
+        """Resolve every regex a member uses against the topic list (the scheduled resolution);
+        bumps the group epoch if that changes the group's topics (not on restore)."""
+        before = self.subscribed_topics()
+        names = frozenset(self.topics.names())
+        used = {m.subscribed_regex for m in self.members.values() if m.subscribed_regex}
+        resolved = {}
+        for regex in used:
+            pattern = re.compile(regex)
+            resolved[regex] = frozenset(n for n in names if pattern.fullmatch(n))
+        self.resolved, self.resolved_names, self.resolved_ms, self.resolve_at = resolved, names, now, None
+        if bump and self.subscribed_topics() != before:
+            self._bump()
+        log.debug("group %s: resolved regexes %s", self.group_id, {r: sorted(t) for r, t in resolved.items()})
 
     def refresh(self) -> None:
         """Re-read the subscribed topics' metadata; a change (topic created, deleted, grown)
@@ -415,8 +474,11 @@ class ConsumerGroup:
             member.subscribed_names = list(names)
             changed = True
         if regex is not None and (regex or None) != member.subscribed_regex:
-            member.subscribed_regex = regex or None
-            changed = True
+            # Kafka: the subscription changed now only if the old regex gave topics or the new
+            # one is resolved already; an unresolved one waits for its resolution.
+            old, member.subscribed_regex = member.subscribed_regex, regex or None
+            changed = changed or old is not None or member.subscribed_regex in self.resolved
+            self.dirty = True
         if assignor is not None:
             member.server_assignor = assignor
         timeout = body.get("rebalance_timeout_ms", -1)
@@ -473,7 +535,7 @@ class ConsumerGroup:
 
     def _compute_target(self) -> None:
         partitions = {name: n for name, _, n in (self.image or ())}
-        subs = {mid: m.topics(self.topics.names) for mid, m in self.members.items()}
+        subs = {mid: m.topics(self.resolved) for mid, m in self.members.items()}
         self.target = assign(list(self.members), subs, partitions, self.target)
         self.assignment_epoch = self.group_epoch
         self.dirty = True
@@ -583,6 +645,8 @@ class ConsumerGroup:
             group.target[member.member_id] = target
             if member.instance_id is not None:
                 group.static[member.instance_id] = member.member_id
+        if any(m.subscribed_regex for m in group.members.values()):
+            group.resolve_regexes(now, bump=False)  # Kafka replays its resolved regexes; here they are resolved again
         group._settle()
         return group
 

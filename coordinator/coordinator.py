@@ -805,7 +805,6 @@ class GroupCoordinator:
                                 "assignment": parse_assignment(m.assignment) if ready else {},
                                 "joined_ms": m.joined_ms})
             else:
-                names = group.topics.names
                 for cm in group.members.values():
                     assignment: dict[str, list[int]] = {}
                     for topic, partition in sorted(cm.assigned):
@@ -813,7 +812,7 @@ class GroupCoordinator:
                     settled = cm.member_epoch == group.assignment_epoch and not cm.revoking
                     out.append({"group": group_id, "member_id": cm.member_id, "client_id": cm.client_id,
                                 "host": cm.client_host, "state": "ready" if settled else "rebalancing",
-                                "topics": sorted(cm.topics(names)), "assignment": assignment,
+                                "topics": sorted(cm.topics(group.resolved)), "assignment": assignment,
                                 "joined_ms": cm.joined_ms})
         return out
 

@@ -3,8 +3,10 @@
 For each (vnode, producer id) the broker remembers the epoch and the last five batches'
 sequence ranges with their offsets, as Apache Kafka's ProducerStateManager does. A retried
 batch that matches one of them is answered with its original offset and not written again;
-a gap is OUT_OF_ORDER_SEQUENCE_NUMBER; an older sequence outside the remembered window is
-DUPLICATE_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH.
+any other sequence than the next one — a gap, or an older sequence outside the remembered
+window — is OUT_OF_ORDER_SEQUENCE_NUMBER (Kafka's ProducerAppendInfo.checkSequence; Kafka never
+answers DUPLICATE_SEQUENCE_NUMBER, which librdkafka would take as "already written" and report
+delivered without an offset); an older epoch is INVALID_PRODUCER_EPOCH.
 
 Why one module: the check (``check_sequence``) and the update (``ProducerAppend.window_at``:
 the window after appending a batch) are two halves of one rule over one value
@@ -34,10 +36,6 @@ def seq_add(seq: int, n: int) -> int:
     """``seq`` moved by ``n``: producer sequences wrap from Int32.MAX to 0, as Kafka's do."""
     return (seq + n) % (INT32_MAX + 1)
 
-
-def _seq_before(a: int, b: int) -> bool:
-    """True when sequence a comes before b, allowing for the wrap at Int32.MAX."""
-    return 0 < seq_add(b, -a) < (INT32_MAX + 1) // 2
 
 
 class BatchMeta(NamedTuple):
@@ -89,12 +87,8 @@ def check_sequence(
     expected = seq_add(batches[-1].last_seq, 1)
     if first_seq == expected:
         return SequenceVerdict(ErrorCode.NONE)
-    oldest = batches[0].first_seq
-    if _seq_before(first_seq, expected) and not _seq_before(first_seq, oldest):
-        # Inside the remembered window but matching no batch exactly: the producer is confused.
-        return SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
-    if _seq_before(first_seq, oldest):
-        return SequenceVerdict(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
+    # Not the next sequence and no remembered batch: a gap, a batch matching none of the
+    # window's exactly, or one older than the window — all out of order, as in Kafka.
     return SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
 

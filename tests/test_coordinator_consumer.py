@@ -269,22 +269,34 @@ def test_static_member_left_temporarily_expires(tmp_path: Any) -> None:
 
 def test_regex_subscription_and_topic_changes(tmp_path: Any) -> None:
     c = make(tmp_path, **{"logs.a": 2, "metrics": 1})
+    # The heartbeat that brings a new regex gets nothing from it: the regex is resolved at the
+    # next tick (Kafka: asynchronously), which bumps the epoch; the next heartbeat assigns.
     r = hb(c, 0, regex=r"logs\..*", topics=None)
+    assert r["member_epoch"] == 1 and r["assignment"]["topic_partitions"] == []
+    assert c.next_deadline() == 0
+    c.tick(5)
+    r = hb(c, 10, "m1", 1, owned={})
     got = sorted((tp["topic_id"], p) for tp in r["assignment"]["topic_partitions"] for p in tp["partitions"])
-    assert got == [(TID("logs.a"), 0), (TID("logs.a"), 1)]
+    assert r["member_epoch"] == 2 and got == [(TID("logs.a"), 0), (TID("logs.a"), 1)]
+    # A new matching topic: re-resolved on a heartbeat once the last resolution is 10 s old.
     c.topics.counts["logs.b"] = 1  # type: ignore[attr-defined]
-    c.tick(100)  # a new matching topic bumps the epoch and reassigns
-    r = hb(c, 200, "m1", 1, owned={"logs.a": [0, 1]})
-    assert r["member_epoch"] == 2 and parts(r, "logs.b") == [0]
+    c.tick(100)
+    r = hb(c, 200, "m1", 2, owned={"logs.a": [0, 1]})
+    assert r["member_epoch"] == 2 and r["assignment"] is None  # unchanged
+    c.tick(9_000)
+    assert hb(c, 10_006, "m1", 2, owned={"logs.a": [0, 1]})["member_epoch"] == 2  # schedules it
+    c.tick(10_007)
+    r = hb(c, 10_100, "m1", 2, owned={"logs.a": [0, 1]})
+    assert r["member_epoch"] == 3 and parts(r, "logs.b") == [0]
     c.topics.counts["logs.a"] = 3  # type: ignore[attr-defined]
-    r = hb(c, 300, "m1", 2, owned={"logs.a": [0, 1], "logs.b": [0]})
-    assert r["member_epoch"] == 3 and parts(r, "logs.a") == [0, 1, 2]
+    r = hb(c, 10_300, "m1", 3, owned={"logs.a": [0, 1], "logs.b": [0]})
+    assert r["member_epoch"] == 4 and parts(r, "logs.a") == [0, 1, 2]
     del c.topics.counts["logs.b"]  # type: ignore[attr-defined]
-    r = hb(c, 400, "m1", 3, owned={"logs.a": [0, 1, 2], "logs.b": [0]})
+    r = hb(c, 10_400, "m1", 4, owned={"logs.a": [0, 1, 2], "logs.b": [0]})
     # The deleted topic's partition is revoked first (epoch unchanged), then the epoch moves on.
-    assert r["member_epoch"] == 3 and parts(r, "logs.b") == [] and parts(r, "logs.a") == [0, 1, 2]
-    r = hb(c, 500, "m1", 3, owned={"logs.a": [0, 1, 2]})
-    assert r["member_epoch"] == 4
+    assert r["member_epoch"] == 4 and parts(r, "logs.b") == [] and parts(r, "logs.a") == [0, 1, 2]
+    r = hb(c, 10_500, "m1", 4, owned={"logs.a": [0, 1, 2]})
+    assert r["member_epoch"] == 5
 
 
 def test_subscription_change_over_several_topics(tmp_path: Any) -> None:

@@ -210,7 +210,9 @@ def test_classic_random_walk_only_takes_valid_transitions(tmp_path: Any, seed: i
         group = c.groups.get("g")
         if group is not None and before is not None:
             seen.add((before, group.state))
-    assert len(seen) > 3
+    # With group.initial.rebalance.delay.ms = 0 a first join goes Empty -> CompletingRebalance
+    # within one event (Kafka's 0 ms timer), so a walk may see as few as three (before, after) pairs.
+    assert len(seen) >= 3
 
 
 @pytest.mark.parametrize("seed", range(12))

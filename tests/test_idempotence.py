@@ -42,9 +42,11 @@ def test_gap_is_out_of_order():
     assert check_sequence(s, 0, 12, 5).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
-def test_older_than_window_is_duplicate():
+def test_older_than_window_is_out_of_order():
+    # Kafka's checkSequence: anything but the next sequence (and no remembered batch) is out of
+    # order; Kafka never answers DUPLICATE_SEQUENCE_NUMBER.
     s = state(0, *[(i * 10, i * 10 + 9, i * 10, i * 10 + 9) for i in range(5, 10)])
-    assert check_sequence(s, 0, 0, 10).error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+    assert check_sequence(s, 0, 0, 10).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 def test_partial_overlap_inside_window_is_out_of_order():
@@ -72,7 +74,7 @@ def test_window_keeps_the_last_five_batches_of_the_epoch():
         window = ProducerAppend(5, 1, 2 * i, 2, window).window_at(3 * i)
     assert window == state(1, *[(2 * i, 2 * i + 1, 3 * i, 3 * i + 1) for i in range(2, 7)])
     assert check_sequence(window, 1, 8, 2) == (ErrorCode.NONE, 12)
-    assert check_sequence(window, 1, 2, 2).error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER  # evicted
+    assert check_sequence(window, 1, 2, 2).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # evicted
     # a new epoch starts a fresh window; the last sequence wraps at Int32.MAX
     window = ProducerAppend(5, 2, INT32_MAX - 1, 3, window).window_at(21)
     assert window == state(2, (INT32_MAX - 1, 0, 21, 23))

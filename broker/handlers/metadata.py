@@ -80,7 +80,9 @@ async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
         topics = []
         for entry in wanted:
             name, topic_id = entry.get("name"), entry.get("topic_id") or ZERO_UUID
-            if name is None:
+            # By id when one is given: the Java client's forTopicIds leaves the name "" (not null),
+            # and Kafka's KafkaApis looks such a topic up by its id.
+            if name is None or (not name and topic_id != ZERO_UUID):
                 topic = ctx.topics.by_id(topic_id)
                 if topic is not None and auth is not None and not auth.allows(
                         Operation.DESCRIBE, ResourceType.TOPIC, topic.name):

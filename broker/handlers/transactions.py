@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 api = apis_with(TxnApis)
 
-INT16_MAX = 2**15 - 1
 
 
 def _fenced_as(code: ErrorCode, version: int, first_fenced_version: int) -> ErrorCode:
@@ -40,8 +39,9 @@ def _fenced_as(code: ErrorCode, version: int, first_fenced_version: int) -> Erro
 @api(ApiKey.INIT_PRODUCER_ID, 0, 5)
 async def init_producer_id(ctx: TxnApis, req: Request) -> dict[str, Any]:
     """A transactional id's producer id and next epoch from the coordinator; without one, a new
-    producer id with epoch 0 (an idempotent producer asking again with its id and epoch, KIP-360,
-    gets its epoch bumped)."""
+    producer id with epoch 0 — also for an idempotent producer that gives its id and epoch:
+    Kafka's TransactionCoordinator.handleInitProducerId "blindly" hands out a new id then
+    (idempotent clients bump their epoch locally, KIP-360)."""
     body = req.body
     txn = body.get("transactional_id")
     auth = ctx.authorizer
@@ -59,9 +59,6 @@ async def init_producer_id(ctx: TxnApis, req: Request) -> dict[str, Any]:
         raise KafkaError(ErrorCode.INVALID_REQUEST)
     coordinator = ctx.coordinator
     if txn is None:
-        if producer_id >= 0 and 0 <= epoch < INT16_MAX - 1:
-            return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id,
-                    "producer_epoch": epoch + 1}
         return {"throttle_time_ms": 0, "error_code": 0, "producer_id": coordinator.machine.new_producer_id(),
                 "producer_epoch": 0}
     expected = (producer_id, epoch) if producer_id != -1 else None
