@@ -34,7 +34,9 @@ from .helpers import unique_topic
 from .proxy import RecordingProxy
 from .raw import RawConn
 
-RUNS = 6
+# Runs of the held-connection scenario: the issue saw the stall in 2 of 6 runs; ~25 runs here
+# never reproduced it (before or after the fixes), so CI keeps 4 (both hold modes twice).
+RUNS = 4
 PARTITIONS = 2
 HOLD_S = 10.0
 MESSAGE_TIMEOUT_MS = 4000
