@@ -31,10 +31,12 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 from tmqgate.storage import keys
 from tmqgate.storage.acls import Acls
 from tmqgate.storage.catalog import Catalog
 from tmqgate.storage.core import Core
+from tmqgate.storage.group_log import GroupLog
 from tmqgate.storage.model import (
     ChildTable,
     CommittedOffset,
@@ -90,7 +92,8 @@ class Store:
         self.wal_txns = WalTxns(self.core)  # open transactions, aborted index (storage.wal_txns)
         self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes, self.wal_txns)
         self.retention = Retention(self.core, self.catalog, self.wal, history_limit, self.wal_txns)
-        self.offsets = Offsets(self.core)
+        self.group_log = GroupLog(self.core)  # __consumer_offsets as Kafka's records (storage.group_log)
+        self.offsets = Offsets(self.core, self.group_log)
         self.client_quotas = ClientQuotas(self.core)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
         self.acls = Acls(self.core)
@@ -515,6 +518,19 @@ class Store:
 
     def delete_group_metadata(self, group: str) -> None:
         self.offsets.delete_group_metadata(group)
+
+    def internal_topics_used(self) -> list[str]:
+        """Kafka's internal topics this store has data of: ``__consumer_offsets`` once a group
+        committed or kept metadata, ``__transaction_state`` once a transactional id was seen
+        (Kafka creates them on first use and keeps them)."""
+        db = self.core.db
+        used = []
+        if any(next(db.iterator(prefix=p, include_value=False), None) is not None
+               for p in (keys.GROUPLOG, keys.OFFSET, keys.GROUP)):
+            used.append(GROUP_METADATA_TOPIC)
+        if next(db.iterator(prefix=keys.TXNSTATE, include_value=False), None) is not None:
+            used.append(TRANSACTION_STATE_TOPIC)
+        return used
 
     def group_metadata(self) -> dict[str, bytes]:
         return self.offsets.group_metadata()

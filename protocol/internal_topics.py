@@ -1,0 +1,102 @@
+"""Kafka's internal topics as its clients and tools see them: their names, which partition a
+group or a transactional id lives in, and the records of ``__consumer_offsets`` in Kafka's own
+format (what ``kafka-console-consumer --formatter OffsetsMessageFormatter`` and lag monitors
+such as Burrow decode).
+
+Apache Kafka 4.3 (``GroupCoordinatorRecordSerde``, ``CoordinatorRecordType``,
+``GroupCoordinatorRecordHelpers``) writes a record of ``__consumer_offsets`` as
+
+* key = int16 record type, then the key message (non-flexible): an offset commit is type 1,
+  ``OffsetCommitKey`` = group (int16 length + utf-8), topic (same), partition int32;
+* value = int16 value version, then the value message; an offset commit's value is
+  ``OffsetCommitValue`` version 4 (flexible; version 1 only with an expire timestamp, which
+  OffsetCommit v2+ no longer carries): offset int64, leader epoch int32, metadata as a compact
+  string (unsigned varint length + 1, then utf-8), commit timestamp int64, then the tagged
+  fields (tag 0: the topic id, written only when the commit named one — never here);
+* a deleted offset (OffsetDelete, DeleteGroups, expiry) is a tombstone: the key, a null value.
+
+The partition of a group (and of a transactional id in ``__transaction_state``) is Kafka's
+``Utils.abs(id.hashCode()) % partitions`` with Java's ``String.hashCode`` (over UTF-16 code
+units, wrapping at 32 bits) and ``Utils.abs`` mapping ``Integer.MIN_VALUE`` to 0.
+"""
+
+from __future__ import annotations
+
+import struct
+
+GROUP_METADATA_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+#: Kafka's ``Topic.INTERNAL_TOPICS`` that tmqgate shows (share groups are not served).
+INTERNAL_TOPICS = (GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC)
+
+#: ``CoordinatorRecordType`` ids (the key's leading int16).
+OFFSET_COMMIT = 1
+GROUP_METADATA = 2
+#: The ``OffsetCommitValue`` version Kafka 4.3 writes (no expire timestamp).
+OFFSET_COMMIT_VALUE_VERSION = 4
+
+_H = struct.Struct(">h")
+_OFFSET_HEAD = struct.Struct(">qi")
+_Q = struct.Struct(">q")
+
+
+def is_internal(name: str | None) -> bool:
+    """Kafka's ``Topic.isInternal`` for the internal topics tmqgate has."""
+    return name in INTERNAL_TOPICS
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode``: s[0]*31^(n-1) + … + s[n-1] over UTF-16 code units, as int32."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The internal topic's partition of a group id or transactional id (Kafka's
+    ``Utils.abs(key.hashCode()) % partitions``)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    return _H.pack(len(raw)) + raw
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
+    """The key of a group's committed offset of one partition (type 1, ``OffsetCommitKey``)."""
+    return _H.pack(OFFSET_COMMIT) + _string(group) + _string(topic) + struct.pack(">i", partition)
+
+
+def offset_commit_value(offset: int, leader_epoch: int, metadata: str | None, commit_ms: int) -> bytes:
+    """The value of a committed offset: ``OffsetCommitValue`` v4 as Kafka 4.3 writes it (a
+    null metadata is written empty, as Kafka's OffsetCommit stores it)."""
+    raw = (metadata or "").encode()
+    return (_H.pack(OFFSET_COMMIT_VALUE_VERSION) + _OFFSET_HEAD.pack(offset, leader_epoch)
+            + _uvarint(len(raw) + 1) + raw + _Q.pack(commit_ms) + b"\x00")
+
+
+def parse_offset_commit_key(key: bytes) -> tuple[str, str, int]:
+    """(group, topic, partition) of an ``OffsetCommitKey`` record key (type 0 or 1)."""
+    kind = _H.unpack_from(key, 0)[0]
+    if kind not in (0, OFFSET_COMMIT):
+        raise ValueError(f"not an offset commit key (type {kind})")
+    pos = 2
+    names = []
+    for _ in range(2):
+        n = _H.unpack_from(key, pos)[0]
+        names.append(key[pos + 2:pos + 2 + n].decode())
+        pos += 2 + n
+    return names[0], names[1], struct.unpack_from(">i", key, pos)[0]

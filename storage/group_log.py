@@ -1,0 +1,102 @@
+"""The log of ``__consumer_offsets``: what Kafka's group coordinator appends there, kept so a
+consumer of that internal topic (``kafka-console-consumer --formatter OffsetsMessageFormatter``,
+Burrow and other lag monitors) reads it in Kafka's own record format.
+
+Why a log of its own and not the WAL: a group's state changes are written in one WriteBatch
+(``storage.offsets``); the record batch describing the change goes in that same WriteBatch
+(key ``keys.GROUPLOG``: partition, base offset), so the log never misses nor invents a change
+across a kill. A partition's offsets are dense, increasing and never reused: the next offset
+of a partition is read once from its last batch, then kept in memory and advanced only after
+the WriteBatch is written (``stage`` / ``advance``: a failed write takes nothing).
+
+The log is not compacted yet (Kafka's is, ``cleanup.policy=compact``): it holds every change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tmqgate.protocol.internal_topics import partition_for
+from tmqgate.protocol.records import build_batch
+from tmqgate.storage import keys
+
+if TYPE_CHECKING:
+    from tmqgate.storage.core import Core
+
+#: Kafka's offsets.topic.num.partitions default.
+DEFAULT_PARTITIONS = 50
+
+
+def _next_of(key: bytes, batch: bytes) -> int:
+    """The offset after a stored batch: its base + last offset delta (bytes 23..27) + 1."""
+    return keys.group_log_base(key) + int.from_bytes(batch[23:27], "big", signed=True) + 1
+
+
+class GroupLog:
+    """See the module docstring."""
+
+    def __init__(self, core: Core, partitions: int = DEFAULT_PARTITIONS) -> None:
+        self._core = core
+        self.partitions = partitions
+        self._next: dict[int, int] = {}
+
+    def configure(self, partitions: int) -> None:
+        """The partition count (the broker's offsets_topic_num_partitions)."""
+        if partitions < 1:
+            raise ValueError("the offsets topic needs at least one partition")
+        self.partitions = partitions
+        self._next.clear()
+
+    def partition_of(self, group: str) -> int:
+        return partition_for(group, self.partitions)
+
+    def next_offset(self, partition: int) -> int:
+        """The partition's high watermark (0 when empty)."""
+        n = self._next.get(partition)
+        if n is None:
+            n = 0
+            for key, value in self._core.db.iterator(prefix=keys.group_log_prefix(partition), reverse=True):
+                n = _next_of(key, value)
+                break
+            self._next[partition] = n
+        return n
+
+    def stage(self, wb: Any, group: str, records: Sequence[tuple[bytes, bytes | None]],
+              timestamp_ms: int | None = None) -> tuple[int, int] | None:
+        """Add to ``wb`` one batch of ``records`` (key, value; None = tombstone) in the group's
+        partition at its next offset; returns (partition, next offset after it) for ``advance``
+        once ``wb`` is written (None: no records)."""
+        if not records:
+            return None
+        ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        partition = self.partition_of(group)
+        base = self.next_offset(partition)
+        batch = build_batch([(k, v, [], ms) for k, v in records], base_offset=base)
+        wb.put(keys.group_log_key(partition, base), batch)
+        return partition, base + len(records)
+
+    def advance(self, staged: tuple[int, int] | None) -> None:
+        """The WriteBatch holding a staged batch was written: its offsets are taken."""
+        if staged is not None:
+            self._next[staged[0]] = staged[1]
+
+    def read(self, partition: int, offset: int, max_bytes: int) -> list[bytes]:
+        """Stored batches from the one holding ``offset`` on, at least one, then while they fit
+        in ``max_bytes`` (Kafka returns whole batches; the client skips records before its offset)."""
+        db = self._core.db
+        prefix = keys.group_log_prefix(partition)
+        start = keys.group_log_key(partition, offset)
+        for key, value in db.iterator(start=prefix, stop=keys.group_log_key(partition, offset + 1), reverse=True):
+            if _next_of(key, value) > offset:
+                start = key
+            break
+        out: list[bytes] = []
+        size = 0
+        for _, value in db.iterator(start=start, stop=keys.prefix_end(prefix)):
+            if out and size + len(value) > max_bytes:
+                break
+            out.append(value)
+            size += len(value)
+        return out
