@@ -208,7 +208,7 @@ class TopicRegistry:
         self.max_databases = max_databases
         # Internal topics: partitions (offsets_topic_num_partitions,
         # transaction_state_log_num_partitions) and which exist (created on first use).
-        store.group_log.configure(offsets_partitions)
+        store.group_log.configure(offsets_partitions, self._topic_id)
         self._internal_partitions = {GROUP_METADATA_TOPIC: offsets_partitions,
                                      TRANSACTION_STATE_TOPIC: transaction_partitions}
         self._internal: set[str] = set(store.internal_topics_used())
@@ -243,6 +243,10 @@ class TopicRegistry:
             del self.view_rows[gone]
         self._by_name = by_name
         self._by_id = {t.topic_id: t for t in by_name.values()}
+
+    def _topic_id(self, name: str) -> bytes | None:
+        topic = self._by_name.get(name)
+        return None if topic is None else topic.topic_id
 
     def _internal_topic(self, name: str) -> Topic:
         log: InternalLog = self._store.group_log if name == GROUP_METADATA_TOPIC else _EmptyLog()

@@ -13,11 +13,16 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from kafka import KafkaConsumer
 
-from tmqgate.protocol.internal_topics import offset_commit_key, parse_offset_commit_key, partition_for
+from tmqgate.protocol.internal_topics import (
+    offset_commit_key,
+    offset_commit_value,
+    parse_offset_commit_key,
+    partition_for,
+)
 from tmqgate.protocol.records import decode_records, iter_batches
 
 from .cli_helpers import client_errors, poll, require_tools, run
@@ -30,6 +35,8 @@ OFFSETS = "__consumer_offsets"
 PARTITIONS = 50  # offsets.topic.num.partitions: Kafka's default, tmqgate's too
 METADATA = 3
 INVALID_TOPIC_EXCEPTION = 17
+RETRIABLE = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+             KafkaError.NOT_COORDINATOR)
 
 
 def _topic(admin: AdminClient, prefix: str, partitions: int) -> str:
@@ -44,7 +51,15 @@ def _commit(broker: Broker, group: str, offsets: list[tuple[str, int, int]]) -> 
     """One synchronous OffsetCommit of (topic, partition, offset)s by a group of no members."""
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        c.commit(offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False)
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                c.commit(offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False)
+                return
+            except KafkaException as exc:  # Kafka's first commit: its offsets topic is still loading
+                if exc.args[0].code() not in RETRIABLE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         c.close()
 
@@ -163,9 +178,13 @@ def test_fetch_returns_commits_in_kafkas_record_format(broker: Broker, committed
                                        offset_commit_key(group, topic, 0)]
     offsets = [r[0] for r in records]
     assert offsets == sorted(offsets) and len(set(offsets)) == 3
+    topic_id = _metadata_topics(broker, [topic])[topic]["topic_id"]
     for (_, _, value), expected in zip(records, [3, 5, 4], strict=True):
-        assert value is not None and value[:2] == b"\x00\x04"  # OffsetCommitValue version 4
-        assert int.from_bytes(value[2:10], "big") == expected
+        # byte for byte OffsetCommitValue v4 with the topic's id (tag 0); the commit
+        # timestamp (after offset, leader epoch and the empty metadata) is the broker's own
+        assert value is not None
+        stamp = int.from_bytes(value[15:23], "big", signed=True)
+        assert value == offset_commit_value(expected, -1, "", stamp, topic_id)
 
 
 def test_console_consumer_offsets_formatter_prints_commits(broker: Broker, admin: AdminClient,

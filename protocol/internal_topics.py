@@ -12,7 +12,8 @@ Apache Kafka 4.3 (``GroupCoordinatorRecordSerde``, ``CoordinatorRecordType``,
   ``OffsetCommitValue`` version 4 (flexible; version 1 only with an expire timestamp, which
   OffsetCommit v2+ no longer carries): offset int64, leader epoch int32, metadata as a compact
   string (unsigned varint length + 1, then utf-8), commit timestamp int64, then the tagged
-  fields (tag 0: the topic id, written only when the commit named one — never here);
+  fields: tag 0, the topic's id, when the broker knows the topic (Kafka 4.3 writes it for
+  every OffsetCommit version, by name too; not for TxnOffsetCommit);
 * a deleted offset (OffsetDelete, DeleteGroups, expiry) is a tombstone: the key, a null value.
 
 The partition of a group (and of a transactional id in ``__transaction_state``) is Kafka's
@@ -80,12 +81,15 @@ def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
     return _H.pack(OFFSET_COMMIT) + _string(group) + _string(topic) + struct.pack(">i", partition)
 
 
-def offset_commit_value(offset: int, leader_epoch: int, metadata: str | None, commit_ms: int) -> bytes:
+def offset_commit_value(offset: int, leader_epoch: int, metadata: str | None, commit_ms: int,
+                        topic_id: bytes | None = None) -> bytes:
     """The value of a committed offset: ``OffsetCommitValue`` v4 as Kafka 4.3 writes it (a
-    null metadata is written empty, as Kafka's OffsetCommit stores it)."""
+    null metadata is written empty, as Kafka's OffsetCommit stores it; the topic id as tag 0
+    unless None or zero)."""
     raw = (metadata or "").encode()
+    tags = b"\x01\x00\x10" + topic_id if topic_id and any(topic_id) else b"\x00"
     return (_H.pack(OFFSET_COMMIT_VALUE_VERSION) + _OFFSET_HEAD.pack(offset, leader_epoch)
-            + _uvarint(len(raw) + 1) + raw + _Q.pack(commit_ms) + b"\x00")
+            + _uvarint(len(raw) + 1) + raw + _Q.pack(commit_ms) + tags)
 
 
 def parse_offset_commit_key(key: bytes) -> tuple[str, str, int]:

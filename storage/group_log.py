@@ -15,7 +15,7 @@ The log is not compacted yet (Kafka's is, ``cleanup.policy=compact``): it holds 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.protocol.internal_topics import partition_for
@@ -41,13 +41,21 @@ class GroupLog:
         self._core = core
         self.partitions = partitions
         self._next: dict[int, int] = {}
+        self._topic_id: Callable[[str], bytes | None] = lambda name: None
 
-    def configure(self, partitions: int) -> None:
-        """The partition count (the broker's offsets_topic_num_partitions)."""
+    def configure(self, partitions: int, topic_id: Callable[[str], bytes | None] | None = None) -> None:
+        """The partition count (the broker's offsets_topic_num_partitions) and how to find a
+        topic's id by name (offset commit values carry it, as Kafka 4.3 writes them)."""
         if partitions < 1:
             raise ValueError("the offsets topic needs at least one partition")
         self.partitions = partitions
         self._next.clear()
+        if topic_id is not None:
+            self._topic_id = topic_id
+
+    def topic_id(self, topic: str) -> bytes | None:
+        """The id of the topic named ``topic`` (None: not known)."""
+        return self._topic_id(topic)
 
     def partition_of(self, group: str) -> int:
         return partition_for(group, self.partitions)

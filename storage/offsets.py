@@ -73,7 +73,7 @@ class Offsets:
                 keys.offset_key(group, topic, partition), keys.pack_offset(offset, leader_epoch, ms, metadata)
             )
             records.append((offset_commit_key(group, topic, partition),
-                            offset_commit_value(offset, leader_epoch, metadata, ms)))
+                            offset_commit_value(offset, leader_epoch, metadata, ms, self._log.topic_id(topic))))
         for producer_id, topic, partition in supersede:
             k = keys.txn_offset_key(group, producer_id, topic, partition)
             v = db.get(k)
@@ -249,7 +249,7 @@ class Offsets:
                 written.append((topic, partition))
                 offset, leader_epoch, ms, metadata = keys.unpack_offset(raw)
                 records.append((offset_commit_key(group, topic, partition),
-                                offset_commit_value(offset, leader_epoch, metadata, ms)))
+                                offset_commit_value(offset, leader_epoch, metadata, ms)))  # no topic id: Kafka's TxnOffsetCommit
         self._write(wb, group, records)
         return written
 
