@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
 
 from tmqgate.protocol.internal_topics import (
     offset_commit_key,
@@ -216,3 +217,57 @@ def test_console_consumer_offsets_formatter_prints_commits(broker: Broker, admin
             value["version"], value["data"]["offset"], value["data"]["leaderEpoch"], value["data"]["metadata"])))
     assert mine == [(topic, 0, (4, 3, -1, "")), (topic, 1, (4, 5, -1, "")),
                     (topic, 0, (4, 4, -1, "")), (topic, 1, None)], out.describe()
+
+
+def _formatted(broker: Broker, partition: int, formatter: str) -> list[dict]:
+    """The JSON objects kafka-console-consumer prints for a partition of __consumer_offsets."""
+    out = run("kafka-console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", OFFSETS,
+              "--partition", str(partition), "--offset", "earliest", "--timeout-ms", "8000",
+              "--formatter", f"org.apache.kafka.tools.consumer.{formatter}")
+    # --timeout-ms ends the tool with a TimeoutException once the partition is read: expected
+    errors = [e for e in client_errors(out.stderr)
+              if "TimeoutException" not in e and "terminating consumer process" not in e]
+    assert not errors and "Processed a total of" in out.stderr, out.describe()
+    decoder = json.JSONDecoder()
+    text, pos, msgs = out.stdout, 0, []
+    while (start := text.find("{", pos)) >= 0:  # the formatter prints its JSON objects back to back
+        msg, pos = decoder.raw_decode(text, start)
+        msgs.append(msg)
+    return msgs
+
+
+def test_console_consumer_group_metadata_formatter_prints_classic_group(broker: Broker, admin: AdminClient) -> None:
+    """A classic group's life as Kafka's GroupMetadataMessageFormatter prints it: the group
+    its first JoinGroup made, the synced generation (protocol, leader, the member with its client id), then the empty group after
+    the member left."""
+    require_tools()
+    topic = _topic(admin, "internal-gm", 1)
+    group = f"internal-gm-{uuid.uuid4().hex[:10]}"
+    c = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group, client_id="gm-client",
+                      enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and not c.assignment():
+            c.poll(timeout_ms=200)
+        assert c.assignment() == {KafkaTopicPartition(topic, 0)}
+    finally:
+        c.close()  # LeaveGroup: the group becomes empty
+    time.sleep(1)
+    mine = []
+    for msg in _formatted(broker, partition_for(group, PARTITIONS), "GroupMetadataMessageFormatter"):
+        if msg["key"]["type"] != 2 or msg["key"]["data"]["group"] != group:
+            continue
+        v = msg["value"]
+        data = v["data"]
+        mine.append((v["version"], data["protocolType"], data["generation"], data["protocol"],
+                     data["leader"] is not None and data["leader"] == (data["members"] or [{}])[0].get("memberId"),
+                     [(m["clientId"], m["groupInstanceId"]) for m in data["members"]]))
+    # made by the first JoinGroup; then each synced generation (one, unless the lone member
+    # rejoined); then, once it left, the next generation empty
+    stable = mine[1:-1]
+    assert stable, mine
+    generations = [g for _, _, g, *_ in stable]
+    assert generations == list(range(1, len(stable) + 1)), mine
+    assert mine == [(3, "", 0, None, False, [])] + [
+        (3, "consumer", g, "range", True, [("gm-client", None)]) for g in generations] + [
+        (3, "consumer", len(stable) + 1, None, False, [])], mine

@@ -16,6 +16,14 @@ Apache Kafka 4.3 (``GroupCoordinatorRecordSerde``, ``CoordinatorRecordType``,
   every OffsetCommit version, by name too; not for TxnOffsetCommit);
 * a deleted offset (OffsetDelete, DeleteGroups, expiry) is a tombstone: the key, a null value.
 
+A classic group's metadata is type 2, ``GroupMetadataKey`` = group (int16 length + utf-8),
+with ``GroupMetadataValue`` version 3 (non-flexible): protocol type, generation int32, protocol
+and leader (nullable strings: int16 length, -1 for null), current state timestamp int64, then
+the members (int32 count), each member id, group instance id (nullable), client id, client
+host, rebalance timeout int32, session timeout int32, subscription and assignment (int32
+length + bytes). Kafka writes one when a generation's assignment is synced and when the group
+becomes empty (no members, protocol and leader null), a tombstone when it is deleted.
+
 The partition of a group (and of a transactional id in ``__transaction_state``) is Kafka's
 ``Utils.abs(id.hashCode()) % partitions`` with Java's ``String.hashCode`` (over UTF-16 code
 units, wrapping at 32 bits) and ``Utils.abs`` mapping ``Integer.MIN_VALUE`` to 0.
@@ -24,6 +32,8 @@ units, wrapping at 32 bits) and ``Utils.abs`` mapping ``Integer.MIN_VALUE`` to 0
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 GROUP_METADATA_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -35,6 +45,8 @@ OFFSET_COMMIT = 1
 GROUP_METADATA = 2
 #: The ``OffsetCommitValue`` version Kafka 4.3 writes (no expire timestamp).
 OFFSET_COMMIT_VALUE_VERSION = 4
+#: The ``GroupMetadataValue`` version Kafka 4.3 writes.
+GROUP_METADATA_VALUE_VERSION = 3
 
 _H = struct.Struct(">h")
 _OFFSET_HEAD = struct.Struct(">qi")
@@ -65,6 +77,14 @@ def partition_for(key: str, partitions: int) -> int:
 def _string(text: str) -> bytes:
     raw = text.encode()
     return _H.pack(len(raw)) + raw
+
+
+def _nullable(text: str | None) -> bytes:
+    return _H.pack(-1) if text is None else _string(text)
+
+
+def _bytes(data: bytes) -> bytes:
+    return struct.pack(">i", len(data)) + data
 
 
 def _uvarint(n: int) -> bytes:
@@ -104,3 +124,34 @@ def parse_offset_commit_key(key: bytes) -> tuple[str, str, int]:
         names.append(key[pos + 2:pos + 2 + n].decode())
         pos += 2 + n
     return names[0], names[1], struct.unpack_from(">i", key, pos)[0]
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """One member in a ``GroupMetadataValue``."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+def group_metadata_key(group: str) -> bytes:
+    """The key of a classic group's metadata (type 2, ``GroupMetadataKey``)."""
+    return _H.pack(GROUP_METADATA) + _string(group)
+
+
+def group_metadata_value(protocol_type: str, generation: int, protocol: str | None, leader: str | None,
+                         state_ms: int, members: Sequence[GroupMember]) -> bytes:
+    """A classic group's metadata: ``GroupMetadataValue`` v3 as Kafka 4.3 writes it."""
+    parts = [_H.pack(GROUP_METADATA_VALUE_VERSION), _string(protocol_type), struct.pack(">i", generation),
+             _nullable(protocol), _nullable(leader), _Q.pack(state_ms), struct.pack(">i", len(members))]
+    for m in members:
+        parts += [_string(m.member_id), _nullable(m.instance_id), _string(m.client_id), _string(m.client_host),
+                  struct.pack(">ii", m.rebalance_timeout_ms, m.session_timeout_ms),
+                  _bytes(m.subscription), _bytes(m.assignment)]
+    return b"".join(parts)

@@ -175,8 +175,9 @@ class Offsets:
             self._write(wb, group, [self._tombstone(k) for k in deleted])
         return n
 
-    def delete_group(self, group: str) -> None:
-        """A group's offsets (pending transactional ones too) and metadata, in one WriteBatch (DeleteGroups: all or nothing)."""
+    def delete_group(self, group: str, records: Iterable[tuple[bytes, bytes | None]] = ()) -> None:
+        """A group's offsets (pending transactional ones too) and metadata, in one WriteBatch (DeleteGroups: all or nothing).
+        ``records``: what the log gets after the offsets' tombstones (the group's own tombstone)."""
         wb = self._core.batch()
         tombstones: list[tuple[bytes, bytes | None]] = []
         for k in self._core.db.iterator(prefix=keys.offset_group_prefix(group), include_value=False):
@@ -184,7 +185,7 @@ class Offsets:
             tombstones.append(self._tombstone(k))
         self._delete_pending(wb, group, None)
         wb.delete(keys.group_key(group))
-        self._write(wb, group, tombstones)
+        self._write(wb, group, tombstones + list(records))
 
     def offset_groups(self) -> list[str]:
         """Groups that have committed offsets."""
@@ -253,8 +254,15 @@ class Offsets:
         self._write(wb, group, records)
         return written
 
-    def put_group_metadata(self, group: str, data: bytes) -> None:
-        self._core.put(keys.group_key(group), data)
+    def put_group_metadata(self, group: str, data: bytes, record: tuple[bytes, bytes | None] | None = None) -> None:
+        """Store the coordinator's metadata of a group; ``record``: the log's record of the
+        change (Kafka's GroupMetadata record), in the same WriteBatch."""
+        if record is None:
+            self._core.put(keys.group_key(group), data)
+            return
+        wb = self._core.batch()
+        wb.put(keys.group_key(group), data)
+        self._write(wb, group, [record])
 
     def get_group_metadata(self, group: str) -> bytes | None:
         return self._core.db.get(keys.group_key(group))

@@ -490,8 +490,8 @@ class Store:
     def delete_partitions(self, group: str, topics: Iterable[tuple[str, Iterable[int]]]) -> int:
         return self.offsets.delete_partitions(group, topics)
 
-    def delete_group(self, group: str) -> None:
-        self.offsets.delete_group(group)
+    def delete_group(self, group: str, records: Iterable[tuple[bytes, bytes | None]] = ()) -> None:
+        self.offsets.delete_group(group, records)
 
     def commit_txn_offsets(
         self,
@@ -510,8 +510,8 @@ class Store:
     def complete_txn_offsets(self, group: str, producer_id: int, commit: bool) -> list[tuple[str, int]]:
         return self.offsets.complete_txn_offsets(group, producer_id, commit)
 
-    def put_group_metadata(self, group: str, data: bytes) -> None:
-        self.offsets.put_group_metadata(group, data)
+    def put_group_metadata(self, group: str, data: bytes, record: tuple[bytes, bytes | None] | None = None) -> None:
+        self.offsets.put_group_metadata(group, data, record)
 
     def get_group_metadata(self, group: str) -> bytes | None:
         return self.offsets.get_group_metadata(group)

@@ -5,6 +5,9 @@ and stable across a restart, tombstones for deleted offsets."""
 from __future__ import annotations
 
 from tmqgate.protocol.internal_topics import (
+    GroupMember,
+    group_metadata_key,
+    group_metadata_value,
     java_string_hash,
     offset_commit_key,
     offset_commit_value,
@@ -37,6 +40,17 @@ def test_offset_commit_records_are_kafkas_bytes() -> None:
     topic_id = bytes.fromhex("0052ebddda4d4f0bab8e91ff010a9ee3")
     assert offset_commit_value(7, -1, "", 0x1A20AA77C23, topic_id) == bytes.fromhex(
         "00040000000000000007ffffffff01000001a20aa77c230100100052ebddda4d4f0bab8e91ff010a9ee3")
+
+
+def test_group_metadata_records_are_kafkas_bytes() -> None:
+    assert group_metadata_key("g") == bytes.fromhex("0002" "0001" "67")
+    # GroupMetadataValue v3: an empty group (protocol and leader null, no members)
+    assert group_metadata_value("consumer", 2, None, None, 5, []) == bytes.fromhex(
+        "0003" "0008" + b"consumer".hex() + "00000002" "ffff" "ffff" "0000000000000005" "00000000")
+    member = GroupMember("m", None, "c", "/h", 300, 45, b"\x01", b"")
+    assert group_metadata_value("consumer", 1, "range", "m", 0, [member]) == bytes.fromhex(
+        "0003" "0008" + b"consumer".hex() + "00000001" "0005" + b"range".hex() + "0001" "6d" "0000000000000000"
+        "00000001" "0001" "6d" "ffff" "0001" "63" "0002" "2f68" "0000012c" "0000002d" "00000001" "01" "00000000")
 
 
 def _records(store: Store, partition: int) -> list[tuple[int, bytes | None, bytes | None, int]]:
