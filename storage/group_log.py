@@ -41,6 +41,7 @@ class GroupLog:
         self._core = core
         self.partitions = partitions
         self._next: dict[int, int] = {}
+        self._partition: dict[str, int] = {}
         self._topic_id: Callable[[str], bytes | None] = lambda name: None
 
     def configure(self, partitions: int, topic_id: Callable[[str], bytes | None] | None = None) -> None:
@@ -50,6 +51,7 @@ class GroupLog:
             raise ValueError("the offsets topic needs at least one partition")
         self.partitions = partitions
         self._next.clear()
+        self._partition.clear()
         if topic_id is not None:
             self._topic_id = topic_id
 
@@ -58,7 +60,12 @@ class GroupLog:
         return self._topic_id(topic)
 
     def partition_of(self, group: str) -> int:
-        return partition_for(group, self.partitions)
+        p = self._partition.get(group)
+        if p is None:  # Java's hashCode in Python: ~10 µs a group id, so computed once
+            if len(self._partition) >= 100_000:
+                self._partition.clear()
+            p = self._partition[group] = partition_for(group, self.partitions)
+        return p
 
     def next_offset(self, partition: int) -> int:
         """The partition's high watermark (0 when empty)."""
