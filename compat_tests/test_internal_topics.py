@@ -271,3 +271,32 @@ def test_console_consumer_group_metadata_formatter_prints_classic_group(broker: 
     assert mine == [(3, "", 0, None, False, [])] + [
         (3, "consumer", g, "range", True, [("gm-client", None)]) for g in generations] + [
         (3, "consumer", len(stable) + 1, None, False, [])], mine
+
+
+def test_offsets_stable_across_a_kill_and_restart(restartable_broker) -> None:
+    """The records of __consumer_offsets keep their offsets across a SIGKILL and restart, and
+    later commits follow them (a lag monitor resuming from its position misses nothing)."""
+    b = restartable_broker
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    topic = _topic(admin, "internal-rs", 1)
+    group = f"internal-rs-{uuid.uuid4().hex[:10]}"
+    _commit(b, group, [(topic, 0, 1)])
+    _commit(b, group, [(topic, 0, 2)])
+    before = _group_records(b, group)
+    assert len(before) == 2
+    b.kill()
+    b.restart()
+    _commit(b, group, [(topic, 0, 3)])
+    after = poll(lambda: _records_or_none(b, group), lambda r: r is not None and len(r) == 3, TIMEOUT,
+                 "the group's three commits after the restart")
+    assert after[:2] == before
+    assert after[2][0] > before[1][0]
+    assert after[2][1] == offset_commit_key(group, topic, 0)
+    assert int.from_bytes(after[2][2][2:10], "big") == 3
+
+
+def _records_or_none(b, group: str) -> list[tuple[int, bytes, bytes | None]] | None:
+    try:
+        return _group_records(b, group)
+    except (AssertionError, OSError):  # the partition not served yet after the restart
+        return None
