@@ -5,7 +5,10 @@ Burrow and other lag monitors) reads it in Kafka's own record format.
 Why a log of its own and not the WAL: a group's state changes are written in one WriteBatch
 (``storage.offsets``); the record batch describing the change goes in that same WriteBatch
 (key ``keys.GROUPLOG``: partition, base offset), so the log never misses nor invents a change
-across a kill. A partition's offsets are dense, increasing and never reused: the next offset
+across a kill. What is stored is the batch's content — its timestamp and its records' keys and
+values, packed — and the record batch is built when it is read: building a v2 batch (varints,
+CRC-32C) in Python costs more than the rest of an offset commit, and commits are many where
+readers of ``__consumer_offsets`` are few (``bench/group_log_bench.py``). A partition's offsets are dense, increasing and never reused: the next offset
 of a partition is read once from its last batch, then kept in memory and advanced only after
 the WriteBatch is written (``stage`` / ``advance``: a failed write takes nothing).
 
@@ -14,6 +17,7 @@ The log is not compacted yet (Kafka's is, ``cleanup.policy=compact``): it holds 
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,9 +33,44 @@ if TYPE_CHECKING:
 DEFAULT_PARTITIONS = 50
 
 
-def _next_of(key: bytes, batch: bytes) -> int:
-    """The offset after a stored batch: its base + last offset delta (bytes 23..27) + 1."""
-    return keys.group_log_base(key) + int.from_bytes(batch[23:27], "big", signed=True) + 1
+_HEAD = struct.Struct(">qI")  # timestamp ms, record count
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+
+
+def _next_of(key: bytes, packed: bytes) -> int:
+    """The offset after a stored batch: its base + its record count."""
+    count: int = _HEAD.unpack_from(packed)[1]
+    return keys.group_log_base(key) + count
+
+
+def pack(timestamp_ms: int, records: Sequence[tuple[bytes, bytes | None]]) -> bytes:
+    """A stored batch: timestamp i64, count u32, then per record key (u32 length + bytes) and
+    value (i32 length, -1 for a tombstone, + bytes)."""
+    parts = [_HEAD.pack(timestamp_ms, len(records))]
+    for k, v in records:
+        parts.append(_U32.pack(len(k)))
+        parts.append(k)
+        parts.append(_I32.pack(-1 if v is None else len(v)))
+        if v is not None:
+            parts.append(v)
+    return b"".join(parts)
+
+
+def unpack(packed: bytes) -> tuple[int, list[tuple[bytes, bytes | None]]]:
+    ms, n = _HEAD.unpack_from(packed)
+    pos = _HEAD.size
+    out: list[tuple[bytes, bytes | None]] = []
+    for _ in range(n):
+        klen = _U32.unpack_from(packed, pos)[0]
+        key = packed[pos + 4:pos + 4 + klen]
+        pos += 4 + klen
+        vlen = _I32.unpack_from(packed, pos)[0]
+        pos += 4
+        value = None if vlen < 0 else packed[pos:pos + vlen]
+        pos += max(vlen, 0)
+        out.append((key, value))
+    return ms, out
 
 
 class GroupLog:
@@ -88,8 +127,7 @@ class GroupLog:
         ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         partition = self.partition_of(group)
         base = self.next_offset(partition)
-        batch = build_batch([(k, v, [], ms) for k, v in records], base_offset=base)
-        wb.put(keys.group_log_key(partition, base), batch)
+        wb.put(keys.group_log_key(partition, base), pack(ms, records))
         return partition, base + len(records)
 
     def advance(self, staged: tuple[int, int] | None) -> None:
@@ -109,9 +147,11 @@ class GroupLog:
             break
         out: list[bytes] = []
         size = 0
-        for _, value in db.iterator(start=start, stop=keys.prefix_end(prefix)):
-            if out and size + len(value) > max_bytes:
+        for key, value in db.iterator(start=start, stop=keys.prefix_end(prefix)):
+            ms, records = unpack(value)
+            batch = build_batch([(k, v, [], ms) for k, v in records], base_offset=keys.group_log_base(key))
+            if out and size + len(batch) > max_bytes:
                 break
-            out.append(value)
-            size += len(value)
+            out.append(batch)
+            size += len(batch)
         return out

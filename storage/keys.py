@@ -67,12 +67,14 @@ prefix       key (after the prefix byte)                            value
                                                                     the transaction's commit keeps that one), then
                                                                     the OFFSET value; a transactional offset
                                                                     pending until the producer's transaction ends
-0x52 GROUPLOG partition u32 (of __consumer_offsets), base offset   one record batch of that partition, as Kafka's
-             u64                                                    __consumer_offsets holds it (base offset set;
-                                                                    protocol.internal_topics' records: a commit's
-                                                                    offsets, tombstones of deleted ones), written
-                                                                    in the WriteBatch of the change it records; a
-                                                                    partition's offsets are dense and never reused
+0x52 GROUPLOG partition u32 (of __consumer_offsets), base offset   one batch of that partition: timestamp i64,
+             u64                                                    count u32, then count x (key: u32 len + bytes,
+                                                                    value: i32 len (-1 = tombstone) + bytes) —
+                                                                    protocol.internal_topics' records (a commit's
+                                                                    offsets, tombstones, group metadata), built
+                                                                    into a v2 record batch when read; written in
+                                                                    the WriteBatch of the change it records; a
+                                                                    partition's offsets are dense, never reused
 0x60 GROUP   group (utf-8)                                          opaque bytes owned by the group coordinator
 0x70 HISTORY sequence u64 (global, increasing; oldest trimmed)      one removal of a vnode's head entries: db u32,
                                                                     vnode u32, first version u64, last version
