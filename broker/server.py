@@ -161,7 +161,8 @@ class Broker:
         self.topics = TopicRegistry(self.store, self.catalog, max_partitions=config.max_partitions,
                                     max_databases=config.max_databases,
                                     offsets_partitions=config.offsets_topic_num_partitions,
-                                    transaction_partitions=config.transaction_state_log_num_partitions)
+                                    transaction_partitions=config.transaction_state_log_num_partitions,
+                                    transaction_version=config.transaction_version)
         self.notifier = DataNotifier()
         # Commit/abort markers to partitions (the transaction coordinator and WriteTxnMarkers).
         self.markers = MarkerWriter(self.store, self.topics, self.notifier)

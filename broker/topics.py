@@ -11,8 +11,9 @@ Three kinds of database-backed topics share the Kafka topic namespace:
   database's vnodes, evaluated inside Fetch.
 
 Kafka's internal topics are shown too (`INTERNAL`, Metadata's is_internal): `__consumer_offsets`
-(offsets_topic_num_partitions partitions, read from the store's group log in Kafka's record
-format, `storage.group_log`) and `__transaction_state` (listed, no records served yet). As on
+(offsets_topic_num_partitions partitions) and `__transaction_state`
+(transaction_state_log_num_partitions), read from the store's logs in Kafka's record format
+(`storage.group_log`). As on
 Kafka, which creates them on the first FindCoordinator, they appear once a group (or a
 transactional id) has used the broker; nobody produces to, creates, deletes or reconfigures them.
 
@@ -61,16 +62,6 @@ class InternalLog(Protocol):
     def next_offset(self, partition: int) -> int: ...
 
     def read(self, partition: int, offset: int, max_bytes: int) -> list[bytes]: ...
-
-
-class _EmptyLog:
-    """An internal topic whose records tmqgate does not serve (yet): empty partitions."""
-
-    def next_offset(self, partition: int) -> int:
-        return 0
-
-    def read(self, partition: int, offset: int, max_bytes: int) -> list[bytes]:
-        return []
 
 
 def internal_topic_id(name: str) -> bytes:
@@ -200,7 +191,7 @@ class TopicRegistry:
 
     def __init__(self, store: Store, catalog: TsdbCatalog, *, max_partitions: int = 100_000,
                  max_databases: int = 10_000, offsets_partitions: int = 50,
-                 transaction_partitions: int = 50) -> None:
+                 transaction_partitions: int = 50, transaction_version: int = 2) -> None:
         self._store = store
         self.catalog = catalog
         # The broker's caps (max_partitions, max_databases in broker/config.py).
@@ -209,6 +200,7 @@ class TopicRegistry:
         # Internal topics: partitions (offsets_topic_num_partitions,
         # transaction_state_log_num_partitions) and which exist (created on first use).
         store.group_log.configure(offsets_partitions, self._topic_id)
+        store.transaction_log.configure(transaction_partitions, transaction_version)
         self._internal_partitions = {GROUP_METADATA_TOPIC: offsets_partitions,
                                      TRANSACTION_STATE_TOPIC: transaction_partitions}
         self._internal: set[str] = set(store.internal_topics_used())
@@ -249,7 +241,8 @@ class TopicRegistry:
         return None if topic is None else topic.topic_id
 
     def _internal_topic(self, name: str) -> Topic:
-        log: InternalLog = self._store.group_log if name == GROUP_METADATA_TOPIC else _EmptyLog()
+        log: InternalLog = (self._store.group_log if name == GROUP_METADATA_TOPIC
+                            else self._store.transaction_log)
         return Topic(name, internal_topic_id(name), name, self._internal_partitions[name],
                      dict(INTERNAL_CONFIGS[name]), INTERNAL, log=log)
 

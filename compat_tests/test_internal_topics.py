@@ -33,6 +33,7 @@ from .raw import RawConn, one_record_batch
 
 TIMEOUT = 30
 OFFSETS = "__consumer_offsets"
+TXN_STATE = "__transaction_state"
 PARTITIONS = 50  # offsets.topic.num.partitions: Kafka's default, tmqgate's too
 METADATA = 3
 INVALID_TOPIC_EXCEPTION = 17
@@ -219,9 +220,9 @@ def test_console_consumer_offsets_formatter_prints_commits(broker: Broker, admin
                     (topic, 0, (4, 4, -1, "")), (topic, 1, None)], out.describe()
 
 
-def _formatted(broker: Broker, partition: int, formatter: str) -> list[dict]:
-    """The JSON objects kafka-console-consumer prints for a partition of __consumer_offsets."""
-    out = run("kafka-console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", OFFSETS,
+def _formatted(broker: Broker, partition: int, formatter: str, topic: str = OFFSETS) -> list[dict]:
+    """The JSON objects kafka-console-consumer prints for a partition of an internal topic."""
+    out = run("kafka-console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", topic,
               "--partition", str(partition), "--offset", "earliest", "--timeout-ms", "8000",
               "--formatter", f"org.apache.kafka.tools.consumer.{formatter}")
     # --timeout-ms ends the tool with a TimeoutException once the partition is read: expected
@@ -300,3 +301,36 @@ def _records_or_none(b, group: str) -> list[tuple[int, bytes, bytes | None]] | N
         return _group_records(b, group)
     except (AssertionError, OSError):  # the partition not served yet after the restart
         return None
+
+
+def test_console_consumer_transaction_log_formatter_prints_states(txn_broker: Broker) -> None:
+    """A transactional id's states as Kafka's TransactionLogMessageFormatter prints them from
+    __transaction_state: made Empty by InitProducerId, Ongoing with the partition it wrote, then
+    the two-phase commit."""
+    require_tools()
+    from confluent_kafka import Producer
+
+    b = txn_broker
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    topic = _topic(admin, "internal-tx", 1)
+    tid = f"internal-tx-{uuid.uuid4().hex[:10]}"
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid})
+    p.init_transactions(TIMEOUT)
+    p.begin_transaction()
+    p.produce(topic, b"v", partition=0)
+    p.commit_transaction(TIMEOUT)
+    p.flush(TIMEOUT)
+    assert _metadata_topics(b, [TXN_STATE])[TXN_STATE]["is_internal"] is True
+    states = []
+    for msg in _formatted(b, partition_for(tid, PARTITIONS), "TransactionLogMessageFormatter", TXN_STATE):
+        if msg["key"]["type"] != 0 or msg["key"]["data"]["transactionalId"] != tid:
+            continue
+        v, d = msg["value"], msg["value"]["data"]
+        assert d.get("previousProducerId", -1) == d["producerId"], d  # no rotation: the id itself
+        states.append((v["version"], d["transactionStatus"], d["transactionPartitions"], d["producerEpoch"],
+                       d["transactionTimeoutMs"], d.get("nextProducerId", -1), d.get("clientTransactionVersion", 0),
+                       d["transactionStartTimestampMs"] > 0))
+    part = [{"topic": topic, "partitionIds": [0]}]
+    # version 1 (flexible, transaction.version >= 1); Empty 0, Ongoing 1, PrepareCommit 2, CompleteCommit 4
+    assert states == [(1, 0, None, 0, 60000, -1, 0, False), (1, 1, part, 0, 60000, -1, 0, True),
+                      (1, 2, part, 0, 60000, -1, 0, True), (1, 4, [], 0, 60000, -1, 0, True)], states

@@ -1,7 +1,8 @@
 """Kafka's internal topics as its clients and tools see them: their names, which partition a
 group or a transactional id lives in, and the records of ``__consumer_offsets`` in Kafka's own
-format (what ``kafka-console-consumer --formatter OffsetsMessageFormatter`` and lag monitors
-such as Burrow decode).
+format (what ``kafka-console-consumer --formatter OffsetsMessageFormatter`` /
+``GroupMetadataMessageFormatter`` / ``TransactionLogMessageFormatter`` and lag monitors such as
+Burrow decode).
 
 Apache Kafka 4.3 (``GroupCoordinatorRecordSerde``, ``CoordinatorRecordType``,
 ``GroupCoordinatorRecordHelpers``) writes a record of ``__consumer_offsets`` as
@@ -23,6 +24,15 @@ the members (int32 count), each member id, group instance id (nullable), client 
 host, rebalance timeout int32, session timeout int32, subscription and assignment (int32
 length + bytes). Kafka writes one when a generation's assignment is synced and when the group
 becomes empty (no members, protocol and leader null), a tombstone when it is deleted.
+
+A transactional id's state in ``__transaction_state`` (Kafka 4.3's ``TransactionLog``) is
+key type 0, ``TransactionLogKey`` = transactional id (int16 length + utf-8), and
+``TransactionLogValue`` version 1 (flexible) when the cluster's transaction.version is 1 or
+2, else version 0: producer id int64, producer epoch int16, timeout int32, status int8 (Empty 0,
+Ongoing 1, PrepareCommit 2, PrepareAbort 3, CompleteCommit 4, CompleteAbort 5, Dead 6,
+PrepareEpochFence 7), the partitions grouped by topic (null when Empty), last update and start
+timestamps int64; version 1 adds tagged fields: 0 previous producer id, 1 next producer id,
+2 the client's transaction version (each only when not its default: -1, -1, 0).
 
 The partition of a group (and of a transactional id in ``__transaction_state``) is Kafka's
 ``Utils.abs(id.hashCode()) % partitions`` with Java's ``String.hashCode`` (over UTF-16 code
@@ -155,3 +165,49 @@ def group_metadata_value(protocol_type: str, generation: int, protocol: str | No
                   struct.pack(">ii", m.rebalance_timeout_ms, m.session_timeout_ms),
                   _bytes(m.subscription), _bytes(m.assignment)]
     return b"".join(parts)
+
+
+TRANSACTION_LOG = 0
+#: ``TransactionState`` ids.
+TXN_STATUS = {"Empty": 0, "Ongoing": 1, "PrepareCommit": 2, "PrepareAbort": 3, "CompleteCommit": 4,
+              "CompleteAbort": 5, "Dead": 6, "PrepareEpochFence": 7}
+
+
+def transaction_log_key(transactional_id: str) -> bytes:
+    """The key of a transactional id's state (type 0, ``TransactionLogKey``)."""
+    return _H.pack(TRANSACTION_LOG) + _string(transactional_id)
+
+
+def _compact(text: str) -> bytes:
+    raw = text.encode()
+    return _uvarint(len(raw) + 1) + raw
+
+
+def transaction_log_value(version: int, producer_id: int, producer_epoch: int, timeout_ms: int, status: int,
+                          partitions: Sequence[tuple[str, Sequence[int]]] | None, update_ms: int, start_ms: int,
+                          previous_producer_id: int = -1, next_producer_id: int = -1,
+                          client_transaction_version: int = 0) -> bytes:
+    """A transactional id's state: ``TransactionLogValue`` v0 or v1 as Kafka 4.3 writes it."""
+    head = _H.pack(version) + struct.pack(">qhib", producer_id, producer_epoch, timeout_ms, status)
+    tail = struct.pack(">qq", update_ms, start_ms)
+    if version == 0:
+        if partitions is None:
+            parts = struct.pack(">i", -1)
+        else:
+            parts = struct.pack(">i", len(partitions)) + b"".join(
+                _string(t) + struct.pack(f">i{len(ids)}i", len(ids), *ids) for t, ids in partitions)
+        return head + parts + tail
+    if partitions is None:
+        parts = b"\x00"
+    else:
+        parts = _uvarint(len(partitions) + 1) + b"".join(
+            _compact(t) + _uvarint(len(ids) + 1) + struct.pack(f">{len(ids)}i", *ids) + b"\x00"
+            for t, ids in partitions)
+    tags = []
+    if previous_producer_id != -1:
+        tags.append(b"\x00\x08" + _Q.pack(previous_producer_id))
+    if next_producer_id != -1:
+        tags.append(b"\x01\x08" + _Q.pack(next_producer_id))
+    if client_transaction_version != 0:
+        tags.append(b"\x02\x02" + _H.pack(client_transaction_version))
+    return head + parts + tail + _uvarint(len(tags)) + b"".join(tags)

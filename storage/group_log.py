@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 #: Kafka's offsets.topic.num.partitions default.
 DEFAULT_PARTITIONS = 50
+#: The log's partitions from here on are __transaction_state's (TXN_BASE + its partition).
+TXN_BASE = 1 << 31
 
 
 _HEAD = struct.Struct(">qI")  # timestamp ms, record count
@@ -122,10 +124,14 @@ class GroupLog:
         """Add to ``wb`` one batch of ``records`` (key, value; None = tombstone) in the group's
         partition at its next offset; returns (partition, next offset after it) for ``advance``
         once ``wb`` is written (None: no records)."""
+        return self.stage_at(wb, self.partition_of(group), records, timestamp_ms)
+
+    def stage_at(self, wb: Any, partition: int, records: Sequence[tuple[bytes, bytes | None]],
+                 timestamp_ms: int | None = None) -> tuple[int, int] | None:
+        """``stage`` in a given partition of the log (``TXN_BASE`` + p: __transaction_state's)."""
         if not records:
             return None
         ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        partition = self.partition_of(group)
         base = self.next_offset(partition)
         wb.put(keys.group_log_key(partition, base), pack(ms, records))
         return partition, base + len(records)
@@ -155,3 +161,35 @@ class GroupLog:
             out.append(batch)
             size += len(batch)
         return out
+
+
+class TransactionLog:
+    """``__transaction_state`` over the same log: its partition p is the log's ``TXN_BASE + p``;
+    a transactional id's partition is Kafka's hash of it over ``partitions``."""
+
+    def __init__(self, log: GroupLog, partitions: int = DEFAULT_PARTITIONS) -> None:
+        self._log = log
+        self.partitions = partitions
+        #: TransactionLogValue version: 1 (flexible) from transaction.version 1 on, else 0 (Kafka
+        #: 4.3's TransactionVersion.transactionLogValueVersion; KIP-890)
+        self.value_version = 1
+
+    def configure(self, partitions: int, transaction_version: int) -> None:
+        self.partitions = partitions
+        self.value_version = 1 if transaction_version >= 1 else 0
+
+    def partition_of(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.partitions)
+
+    def stage(self, wb: Any, transactional_id: str, record: tuple[bytes, bytes | None],
+              timestamp_ms: int | None = None) -> tuple[int, int] | None:
+        return self._log.stage_at(wb, TXN_BASE + self.partition_of(transactional_id), [record], timestamp_ms)
+
+    def advance(self, staged: tuple[int, int] | None) -> None:
+        self._log.advance(staged)
+
+    def next_offset(self, partition: int) -> int:
+        return self._log.next_offset(TXN_BASE + partition)
+
+    def read(self, partition: int, offset: int, max_bytes: int) -> list[bytes]:
+        return self._log.read(TXN_BASE + partition, offset, max_bytes)

@@ -67,11 +67,12 @@ prefix       key (after the prefix byte)                            value
                                                                     the transaction's commit keeps that one), then
                                                                     the OFFSET value; a transactional offset
                                                                     pending until the producer's transaction ends
-0x52 GROUPLOG partition u32 (of __consumer_offsets), base offset   one batch of that partition: timestamp i64,
-             u64                                                    count u32, then count x (key: u32 len + bytes,
+0x52 GROUPLOG partition u32 (of __consumer_offsets; 2**31 + p:     one batch of that partition: timestamp i64,
+             partition p of __transaction_state), base offset u64   count u32, then count x (key: u32 len + bytes,
                                                                     value: i32 len (-1 = tombstone) + bytes) —
                                                                     protocol.internal_topics' records (a commit's
-                                                                    offsets, tombstones, group metadata), built
+                                                                    offsets, tombstones, group metadata; a
+                                                                    transactional id's states), built
                                                                     into a v2 record batch when read; written in
                                                                     the WriteBatch of the change it records; a
                                                                     partition's offsets are dense, never reused

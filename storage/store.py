@@ -36,7 +36,7 @@ from tmqgate.storage import keys
 from tmqgate.storage.acls import Acls
 from tmqgate.storage.catalog import Catalog
 from tmqgate.storage.core import Core
-from tmqgate.storage.group_log import GroupLog
+from tmqgate.storage.group_log import TXN_BASE, GroupLog, TransactionLog
 from tmqgate.storage.model import (
     ChildTable,
     CommittedOffset,
@@ -97,7 +97,8 @@ class Store:
         self.client_quotas = ClientQuotas(self.core)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
         self.acls = Acls(self.core)
-        self.txn_states = TxnStates(self.core)  # the transaction coordinator's (storage.txn_coordinator)
+        self.transaction_log = TransactionLog(self.group_log)  # __transaction_state's records
+        self.txn_states = TxnStates(self.core, self.transaction_log)  # the transaction coordinator's (storage.txn_coordinator)
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}
@@ -525,10 +526,13 @@ class Store:
         (Kafka creates them on first use and keeps them)."""
         db = self.core.db
         used = []
-        if any(next(db.iterator(prefix=p, include_value=False), None) is not None
-               for p in (keys.GROUPLOG, keys.OFFSET, keys.GROUP)):
+        def some(**span: bytes) -> bool:
+            return next(db.iterator(include_value=False, **span), None) is not None
+
+        if (some(start=keys.GROUPLOG, stop=keys.group_log_prefix(TXN_BASE))  # the group log's own partitions
+                or some(prefix=keys.OFFSET) or some(prefix=keys.GROUP)):
             used.append(GROUP_METADATA_TOPIC)
-        if next(db.iterator(prefix=keys.TXNSTATE, include_value=False), None) is not None:
+        if some(prefix=keys.TXNSTATE) or some(start=keys.group_log_prefix(TXN_BASE), stop=keys.prefix_end(keys.GROUPLOG)):
             used.append(TRANSACTION_STATE_TOPIC)
         return used
 

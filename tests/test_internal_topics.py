@@ -13,9 +13,12 @@ from tmqgate.protocol.internal_topics import (
     offset_commit_value,
     parse_offset_commit_key,
     partition_for,
+    transaction_log_key,
+    transaction_log_value,
 )
 from tmqgate.protocol.records import decode_records, iter_batches, verify_crc
 from tmqgate.storage import Store
+from tmqgate.storage.txn_coordinator import TxnRecord
 
 
 def test_java_string_hash_and_partition() -> None:
@@ -104,4 +107,33 @@ def test_transactional_offsets_are_logged_when_committed(tmp_path) -> None:
     store.complete_txn_offsets("g", 8, commit=False)  # aborted: nothing written
     assert [(k, v) for _, k, v, _ in _records(store, p)] == [
         (offset_commit_key("g", "t", 0), offset_commit_value(5, -1, "", 50))]
+    store.close()
+
+
+def test_transaction_log_records_are_kafkas_bytes() -> None:
+    assert transaction_log_key("t") == bytes.fromhex("0000" "0001" "74")
+    # v0: pid, epoch, timeout, status, partitions (int32 count; -1 null), update, start
+    assert transaction_log_value(0, 7, 1, 60000, 0, None, 5, -1) == bytes.fromhex(
+        "0000" "0000000000000007" "0001" "0000ea60" "00" "ffffffff" "0000000000000005" "ffffffffffffffff")
+    # v1 (flexible): compact array of (compact topic, compact int32 array, no tags), then tags
+    # 0 previous producer id and 2 the client's transaction version
+    assert transaction_log_value(1, 7, 1, 60000, 1, [("ab", [0, 3])], 5, 4, previous_producer_id=7,
+                                 client_transaction_version=2) == bytes.fromhex(
+        "0001" "0000000000000007" "0001" "0000ea60" "01" "02" "03" "6162" "03" "00000000" "00000003" "00"
+        "0000000000000005" "0000000000000004" "02" "0008" "0000000000000007" "0202" "0002")
+
+
+def test_transaction_states_in_the_log(tmp_path) -> None:
+    store = Store(str(tmp_path / "data"))
+    log = store.transaction_log
+    p = log.partition_of("tx")
+    record = TxnRecord("tx", 1000, -1, 0, -1, 60000, "Ongoing", (("t", 1), ("t", 0)), (), 10, 11)
+    store.txn_states.put(record)
+    store.txn_states.delete("tx")
+    assert log.next_offset(p) == 2
+    assert store.internal_topics_used() == ["__transaction_state"]  # not __consumer_offsets
+    got = [(r.offset, r.key, r.value) for b in log.read(p, 0, 1 << 20) for r in decode_records(b)]
+    assert got == [(0, transaction_log_key("tx"), transaction_log_value(1, 1000, 0, 60000, 1, [("t", [0, 1])], 11, 10,
+                                                                        previous_producer_id=1000)),
+                   (1, transaction_log_key("tx"), None)]
     store.close()
