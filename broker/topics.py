@@ -364,6 +364,9 @@ class TopicRegistry:
         self._by_id.pop(topic.topic_id, None)
 
     def add_partitions(self, topic: Topic, count: int, validate_only: bool = False) -> None:
+        if topic.kind == INTERNAL:
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' is an internal topic; its partitions "
+                                                        "are the broker's setting.")
         if topic.kind != KAFKA:
             raise TopicError(ErrorCode.INVALID_REQUEST,
                              f"'{topic.name}' takes its partitions from the vnodes of database {topic.db}")
@@ -382,6 +385,8 @@ class TopicRegistry:
 
     def set_configs(self, topic: Topic, configs: dict[str, str]) -> None:
         """Replace the topic's own configs (values already validated)."""
+        if topic.kind == INTERNAL:
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' is an internal topic; its configs are fixed.")
         if topic.kind != KAFKA:
             raise TopicError(ErrorCode.INVALID_REQUEST, f"'{topic.name}' is configured through SQL, not topic configs")
         stored: dict[str, str | None] = dict(configs)
