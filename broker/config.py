@@ -31,6 +31,8 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "socket_request_max_bytes": (1, None),
     "wal_level": (1, 2),
     "num_partitions": (1, None),  # num.partitions: atLeast(1)
+    "offsets_topic_num_partitions": (1, None),  # offsets.topic.num.partitions: atLeast(1)
+    "transaction_state_log_num_partitions": (1, None),  # transaction.state.log.num.partitions: atLeast(1)
     "retention_check_interval_ms": (1, None),
     "disk_usage_max_percent": (1, 100),
     "disk_volume_bytes": (1, None),
@@ -290,6 +292,14 @@ class BrokerConfig:
     group_consumer_heartbeat_interval_ms: int = 1000
     # offset.metadata.max.bytes: the longest metadata string an offset commit may carry.
     offset_metadata_max_bytes: int = 4096
+    # offsets.topic.num.partitions: the partitions of the internal topic __consumer_offsets
+    # (Metadata shows it with is_internal once a group has used the broker); a group's commits
+    # are read from partition abs(groupId.hashCode()) % this. Fixed once groups have committed.
+    offsets_topic_num_partitions: int = 50
+    # transaction.state.log.num.partitions: the partitions of the internal topic
+    # __transaction_state (listed in Metadata; a transactional id's partition is
+    # abs(transactionalId.hashCode()) % this).
+    transaction_state_log_num_partitions: int = 50
     # --- Transactions (Kafka's transaction.* settings) --------------------------------------
     # transaction.max.timeout.ms: the longest transaction.timeout.ms a producer may ask for;
     # InitProducerId over it answers INVALID_TRANSACTION_TIMEOUT.

@@ -128,7 +128,7 @@ class _ScrapeTime(Collector):
             topic = topics.get(name)
             if topic is None or not 0 <= partition < topic.partitions:
                 return None
-            return store.next_version(topic.db, partition)
+            return topic.high_watermark(store, partition)
 
         committed = ((group, {tp: c.offset for tp, c in store.fetch_offsets(group).items()})
                      for group in store.offset_groups())

@@ -159,7 +159,10 @@ class Broker:
                       "reads work; disk_reserve_bytes=%d)", self.store.read_only, config.disk_reserve_bytes)
         self.catalog = TsdbCatalog(self.store)
         self.topics = TopicRegistry(self.store, self.catalog, max_partitions=config.max_partitions,
-                                    max_databases=config.max_databases)
+                                    max_databases=config.max_databases,
+                                    offsets_partitions=config.offsets_topic_num_partitions,
+                                    transaction_partitions=config.transaction_state_log_num_partitions,
+                                    transaction_version=config.transaction_version)
         self.notifier = DataNotifier()
         # Commit/abort markers to partitions (the transaction coordinator and WriteTxnMarkers).
         self.markers = MarkerWriter(self.store, self.topics, self.notifier)

@@ -10,19 +10,28 @@ Three kinds of database-backed topics share the Kafka topic namespace:
 - a TDengine topic (`CREATE TOPIC t AS DATABASE | STABLE | SELECT …`) is a view over one
   database's vnodes, evaluated inside Fetch.
 
+Kafka's internal topics are shown too (`INTERNAL`, Metadata's is_internal): `__consumer_offsets`
+(offsets_topic_num_partitions partitions) and `__transaction_state`
+(transaction_state_log_num_partitions), read from the store's logs in Kafka's record format
+(`storage.group_log`). As on
+Kafka, which creates them on the first FindCoordinator, they appear once a group (or a
+transactional id) has used the broker; nobody produces to, creates, deletes or reconfigures them.
+
 The registry caches the catalog so the hot paths never touch LevelDB for it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.tdengine import INVALID_IDENTIFIER, SqlError, TopicDef, View, topic_definition
 from tmqgate.broker.topic_configs import effective, validate
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, is_internal
 from tmqgate.protocol.names import topic_name_problem
 
 if TYPE_CHECKING:
@@ -33,6 +42,34 @@ if TYPE_CHECKING:
 KAFKA = "kafka"  # a plain Kafka topic
 TSDB = "tsdb"  # a SQL database, written with line protocol / JSON
 TMQ = "tmq"  # a TDengine topic (read-only view)
+INTERNAL = "internal"  # one of Kafka's internal topics (__consumer_offsets, __transaction_state)
+
+# The configs Kafka gives its internal topics at creation (GroupCoordinatorService's
+# groupMetadataTopicConfigs, TransactionStateManager's transactionTopicConfigs; segment.bytes
+# is offsets.topic.segment.bytes / transaction.state.log.segment.bytes, 100 MiB by default).
+INTERNAL_CONFIGS = {
+    GROUP_METADATA_TOPIC: {"cleanup.policy": "compact", "compression.type": "producer",
+                           "segment.bytes": "104857600"},
+    TRANSACTION_STATE_TOPIC: {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                              "min.insync.replicas": "1", "segment.bytes": "104857600",
+                              "unclean.leader.election.enable": "false"},
+}
+
+
+class InternalLog(Protocol):
+    """Where an internal topic's records come from (`storage.group_log.GroupLog`)."""
+
+    def next_offset(self, partition: int) -> int: ...
+
+    def read(self, partition: int, offset: int, max_bytes: int) -> list[bytes]: ...
+
+
+def internal_topic_id(name: str) -> bytes:
+    """A fixed id for an internal topic (the same across restarts; a uuid v4's layout)."""
+    raw = bytearray(hashlib.sha256(f"tmqgate internal topic {name}".encode()).digest()[:16])
+    raw[6] = raw[6] & 0x0F | 0x40
+    raw[8] = raw[8] & 0x3F | 0x80
+    return bytes(raw)
 
 # Topic configs through which Kafka tooling creates a TDengine topic:
 # kafka-topics --create --topic t --config tmq.as="SELECT ts, current FROM power.meters WHERE …"
@@ -81,9 +118,27 @@ class Topic:
     configs: dict[str, str] = field(default_factory=dict)
     kind: str = KAFKA
     view: View | None = None
+    log: InternalLog | None = None  # an internal topic's records
 
     def config(self, name: str) -> str:
         return effective(self.configs, name)
+
+    @property
+    def is_internal(self) -> bool:
+        return self.kind == INTERNAL
+
+    def high_watermark(self, store: Store, partition: int) -> int:
+        if self.log is not None:
+            return self.log.next_offset(partition)
+        return store.next_version(self.db, partition)
+
+    def log_start(self, store: Store, partition: int) -> int:
+        return 0 if self.log is not None else store.log_start(self.db, partition)
+
+    def last_stable_offset(self, store: Store, partition: int) -> int:
+        if self.log is not None:  # nothing transactional is written there
+            return self.log.next_offset(partition)
+        return store.last_stable_offset(self.db, partition)
 
     @property
     def max_message_bytes(self) -> int:
@@ -91,6 +146,8 @@ class Topic:
 
     def read(self, store: Store, vnode: int, offset: int, max_bytes: int) -> list[bytes]:
         """Record batches from `offset` on: stored bytes for plain topics, the view otherwise."""
+        if self.log is not None:
+            return self.log.read(vnode, offset, max_bytes)
         if self.view is None:
             return store.read(self.db, vnode, offset, max_bytes)
         return self.view.read(vnode, offset, max_bytes)
@@ -101,6 +158,8 @@ class Topic:
         `end` (the high watermark answered; the last stable offset for read_committed);
         stored bytes are read in place (no evaluation). `committed`: a view drops the rows of
         aborted transactions (stored batches go as they are, with the aborted list)."""
+        if self.log is not None:
+            return self.log.read(vnode, offset, max_bytes)
         if self.view is None:
             return store.read(self.db, vnode, offset, max_bytes)
         return await self.view.read_async(vnode, offset, max_bytes, end, committed)
@@ -131,12 +190,20 @@ class TopicRegistry:
     for database and TDengine topics, the TDengine catalog cache their views read through."""
 
     def __init__(self, store: Store, catalog: TsdbCatalog, *, max_partitions: int = 100_000,
-                 max_databases: int = 10_000) -> None:
+                 max_databases: int = 10_000, offsets_partitions: int = 50,
+                 transaction_partitions: int = 50, transaction_version: int = 2) -> None:
         self._store = store
         self.catalog = catalog
         # The broker's caps (max_partitions, max_databases in broker/config.py).
         self.max_partitions = max_partitions
         self.max_databases = max_databases
+        # Internal topics: partitions (offsets_topic_num_partitions,
+        # transaction_state_log_num_partitions) and which exist (created on first use).
+        store.group_log.configure(offsets_partitions, self._topic_id)
+        store.transaction_log.configure(transaction_partitions, transaction_version)
+        self._internal_partitions = {GROUP_METADATA_TOPIC: offsets_partitions,
+                                     TRANSACTION_STATE_TOPIC: transaction_partitions}
+        self._internal: set[str] = set(store.internal_topics_used())
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[bytes, Topic] = {}
         # database and TDengine topics: [rows scanned, rows delivered] by their views (metrics)
@@ -162,10 +229,31 @@ class TopicRegistry:
             by_name[name] = Topic(name, tmq.topic_id, definition.db, vgroups.get(definition.db, 0),
                                   tmq_configs(definition), TMQ,
                                   View(definition, self._store, self.catalog, self.view_rows))
+        for name in self._internal:
+            by_name[name] = self._internal_topic(name)
         for gone in [name for name in self.view_rows if name not in by_name]:
             del self.view_rows[gone]
         self._by_name = by_name
         self._by_id = {t.topic_id: t for t in by_name.values()}
+
+    def _topic_id(self, name: str) -> bytes | None:
+        topic = self._by_name.get(name)
+        return None if topic is None else topic.topic_id
+
+    def _internal_topic(self, name: str) -> Topic:
+        log: InternalLog = (self._store.group_log if name == GROUP_METADATA_TOPIC
+                            else self._store.transaction_log)
+        return Topic(name, internal_topic_id(name), name, self._internal_partitions[name],
+                     dict(INTERNAL_CONFIGS[name]), INTERNAL, log=log)
+
+    def ensure_internal(self, name: str) -> None:
+        """The internal topic exists from now on (Kafka creates it on the first FindCoordinator
+        of its kind; tmqgate's shows once the store holds its data, or after such a request)."""
+        if name not in self._internal and is_internal(name):
+            self._internal.add(name)
+            topic = self._internal_topic(name)
+            self._by_name[name] = topic
+            self._by_id[topic.topic_id] = topic
 
     def invalidate_views(self, db: str) -> None:
         """A supertable of `db` changed: views recompile their expressions on next use."""
@@ -214,6 +302,8 @@ class TopicRegistry:
         check_topic_name(name)
         if name in self._by_name:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if is_internal(name):  # made by the broker itself when a group or a transaction needs it
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{name}' is an internal topic; the broker creates it.")
         if configs.get(TMQ_AS) is not None:
             return self._create_tmq(name, partitions, configs, validate_only)
         if partitions < 1:
@@ -262,6 +352,8 @@ class TopicRegistry:
         return topic
 
     def delete(self, topic: Topic) -> None:
+        if topic.kind == INTERNAL:
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' is an internal topic and cannot be deleted.")
         if topic.kind == TSDB:
             raise TopicError(ErrorCode.INVALID_REQUEST, f"'{topic.name}' is a database; drop it with DROP DATABASE")
         if topic.kind == TMQ:
@@ -272,6 +364,9 @@ class TopicRegistry:
         self._by_id.pop(topic.topic_id, None)
 
     def add_partitions(self, topic: Topic, count: int, validate_only: bool = False) -> None:
+        if topic.kind == INTERNAL:
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' is an internal topic; its partitions "
+                                                        "are the broker's setting.")
         if topic.kind != KAFKA:
             raise TopicError(ErrorCode.INVALID_REQUEST,
                              f"'{topic.name}' takes its partitions from the vnodes of database {topic.db}")
@@ -290,6 +385,8 @@ class TopicRegistry:
 
     def set_configs(self, topic: Topic, configs: dict[str, str]) -> None:
         """Replace the topic's own configs (values already validated)."""
+        if topic.kind == INTERNAL:
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' is an internal topic; its configs are fixed.")
         if topic.kind != KAFKA:
             raise TopicError(ErrorCode.INVALID_REQUEST, f"'{topic.name}' is configured through SQL, not topic configs")
         stored: dict[str, str | None] = dict(configs)

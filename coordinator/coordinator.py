@@ -51,6 +51,7 @@ import copy
 import dataclasses
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -67,6 +68,7 @@ from tmqgate.coordinator.classic import (
 )
 from tmqgate.coordinator.consumer import ConsumerConfig, ConsumerGroup, HeartbeatError, TopicSource
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.internal_topics import GroupMember, group_metadata_key, group_metadata_value
 from tmqgate.storage.model import StorageIOError
 
 if TYPE_CHECKING:
@@ -213,6 +215,7 @@ class GroupCoordinator:
     # ---- loading and persistence -------------------------------------------------------
 
     def _load(self, now: int) -> None:
+        self._logged: dict[str, str] = {}  # a classic group's last snapshot in the log (_group_record)
         self._offset_groups = set(self.store.offset_groups())
         self._pending = self.store.txn_offsets()
         self._offset_groups |= set(self._pending)  # Kafka: the replayed commit makes a "simple" group
@@ -237,8 +240,38 @@ class GroupCoordinator:
 
     def _persist(self, group: Group) -> None:
         if group.dirty:
-            self.store.put_group_metadata(group.group_id, json.dumps(group.snapshot()).encode())
+            data = json.dumps(group.snapshot())
+            record = self._group_record(group, data)
+            self.store.put_group_metadata(group.group_id, data.encode(), record)
+            if record is not None:
+                self._logged[group.group_id] = data
             group.dirty = False
+
+    def _group_record(self, group: Group, data: str) -> tuple[bytes, bytes] | None:
+        """Kafka's GroupMetadata record of a classic group's change, for ``__consumer_offsets``:
+        written when the first JoinGroup makes the group, when a generation's assignment is
+        synced (Stable) and when a group that had members becomes empty; not again for the same snapshot (nor for KIP-848 groups, whose
+        ConsumerGroup* records are not written)."""
+        if not isinstance(group, ClassicGroup) or self._logged.get(group.group_id) == data:
+            return None
+        if group.state is ClassicGroupState.STABLE and group.members:
+            members = [GroupMember(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                                   m.session_timeout_ms, m.metadata(group.protocol_name), m.assignment)
+                       for m in group.members.values()]
+            protocol, leader = group.protocol_name, group.leader_id
+        elif group.state is ClassicGroupState.EMPTY and group.generation > 0:
+            members, protocol, leader = [], None, None
+        elif (group.generation == 1 and group.state is ClassicGroupState.COMPLETING_REBALANCE
+              and group.group_id not in self._logged):
+            # the first join completed: Kafka wrote the group when that JoinGroup made it, empty
+            # and of no protocol type yet (persisted here, at the group's first write)
+            value = group_metadata_value("", 0, None, None, int(time.time() * 1000), [])
+            return group_metadata_key(group.group_id), value
+        else:
+            return None
+        value = group_metadata_value(group.protocol_type or "", group.generation, protocol, leader,
+                                     int(time.time() * 1000), members)
+        return group_metadata_key(group.group_id), value
 
     @contextmanager
     def _event(self, group_id: str, now: int, own: _Held | None = None) -> Iterator[None]:
@@ -776,7 +809,9 @@ class GroupCoordinator:
                 out.append((group_id, ErrorCode.NON_EMPTY_GROUP))
                 continue
             try:
-                self.store.delete_group(group_id)  # offsets and metadata, all or nothing
+                # offsets and metadata, all or nothing; a classic group's tombstone in the log
+                self.store.delete_group(group_id, [] if isinstance(group, ConsumerGroup)
+                                        else [(group_metadata_key(group_id), None)])
             except StorageIOError as exc:
                 log.warning("group %s: delete refused by the disk: %s", group_id, exc)
                 out.append((group_id, REFUSED))  # the group stays as it was
@@ -785,6 +820,7 @@ class GroupCoordinator:
                 group.delete()
             self.groups.pop(group_id, None)
             self._retry_at.pop(group_id, None)
+            self._logged.pop(group_id, None)
             self._offset_groups.discard(group_id)
             self._pending.pop(group_id, None)
             out.append((group_id, ErrorCode.NONE))

@@ -69,6 +69,15 @@ prefix       key (after the prefix byte)                            value
                                                                     the transaction's commit keeps that one), then
                                                                     the OFFSET value; a transactional offset
                                                                     pending until the producer's transaction ends
+0x52 GROUPLOG partition u32 (of __consumer_offsets; 2**31 + p:     one batch of that partition: timestamp i64,
+             partition p of __transaction_state), base offset u64   count u32, then count x (key: u32 len + bytes,
+                                                                    value: i32 len (-1 = tombstone) + bytes) —
+                                                                    protocol.internal_topics' records (a commit's
+                                                                    offsets, tombstones, group metadata; a
+                                                                    transactional id's states), built
+                                                                    into a v2 record batch when read; written in
+                                                                    the WriteBatch of the change it records; a
+                                                                    partition's offsets are dense, never reused
 0x60 GROUP   group (utf-8)                                          opaque bytes owned by the group coordinator
 0x70 HISTORY sequence u64 (global, increasing; oldest trimmed)      one removal of a vnode's head entries: db u32,
                                                                     vnode u32, first version u64, last version
@@ -168,6 +177,7 @@ TXNOPEN = b"\x41"
 ABORTED = b"\x42"
 OFFSET = b"\x50"
 TXNOFF = b"\x51"
+GROUPLOG = b"\x52"
 GROUP = b"\x60"
 HISTORY = b"\x70"
 ACL = b"\xa0"
@@ -670,3 +680,15 @@ def parse_acl_key(key: bytes) -> tuple[int, str, int, str, str, int, int]:
         strings.append(key[pos + 2 : pos + 2 + n].decode())
         pos += 2 + n
     return resource_type, strings[0], pattern_type, strings[1], strings[2], key[pos], key[pos + 1]
+
+
+def group_log_key(partition: int, base_offset: int) -> bytes:
+    return GROUPLOG + _U32.pack(partition) + _U64.pack(base_offset)
+
+
+def group_log_prefix(partition: int) -> bytes:
+    return GROUPLOG + _U32.pack(partition)
+
+
+def group_log_base(key: bytes) -> int:
+    return int(_U64.unpack_from(key, 5)[0])

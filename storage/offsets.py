@@ -11,6 +11,12 @@ drops them, in one WriteBatch either way (Kafka's ``OffsetMetadataManager``: pen
 replayed from ``__consumer_offsets``, materialised by the end-transaction marker). Deleting a
 group, some of its offsets or a topic's offsets deletes the pending ones with them, as Kafka's
 tombstones do.
+
+Every change of the committed offsets is also written, in its WriteBatch, to the log of
+``__consumer_offsets`` (``storage.group_log``) as Kafka writes it: a commit's records, the
+tombstones of deleted offsets. A transaction's offsets are written there when its commit makes
+them the committed ones (Kafka writes them as transactional records at TxnOffsetCommit, then
+the marker).
 """
 
 from __future__ import annotations
@@ -19,18 +25,33 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.protocol.internal_topics import offset_commit_key, offset_commit_value
 from tmqgate.storage import keys
 from tmqgate.storage.model import CommittedOffset, PendingOffset
 
 if TYPE_CHECKING:
     from tmqgate.storage.core import Core
+    from tmqgate.storage.group_log import GroupLog
 
 
 class Offsets:
     """See the module docstring."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, log: GroupLog) -> None:
         self._core = core
+        self._log = log
+
+    def _write(self, wb: Any, group: str, records: list[tuple[bytes, bytes | None]], ms: int | None = None) -> None:
+        """Write ``wb`` with the batch of ``records`` in the group's partition of the log."""
+        staged = self._log.stage(wb, group, records, ms)
+        self._core.write(wb)
+        self._log.advance(staged)
+
+    @staticmethod
+    def _tombstone(key: bytes) -> tuple[bytes, None]:
+        """The log's tombstone of a deleted OFFSET key."""
+        group, topic, partition = keys.parse_offset_key(key)
+        return offset_commit_key(group, topic, partition), None
 
     def commit_offsets(
         self,
@@ -46,17 +67,20 @@ class Offsets:
         ms = int(time.time() * 1000) if commit_ms is None else commit_ms
         wb = self._core.batch()
         db = self._core.db
+        records: list[tuple[bytes, bytes | None]] = []
         for topic, partition, offset, leader_epoch, metadata in offsets:
             wb.put(
                 keys.offset_key(group, topic, partition), keys.pack_offset(offset, leader_epoch, ms, metadata)
             )
+            records.append((offset_commit_key(group, topic, partition),
+                            offset_commit_value(offset, leader_epoch, metadata, ms, self._log.topic_id(topic))))
         for producer_id, topic, partition in supersede:
             k = keys.txn_offset_key(group, producer_id, topic, partition)
             v = db.get(k)
             if v is not None:
                 epoch, _, value = keys.unpack_txn_offset(v)
                 wb.put(k, keys.pack_txn_offset(epoch, True, value))
-        self._core.write(wb)
+        self._write(wb, group, records, ms)
 
     def commit_offset(
         self,
@@ -95,20 +119,23 @@ class Offsets:
         wb = self._core.batch()
         n = 0
         wanted = None if partitions is None else set(partitions)
+        tombstones: list[tuple[bytes, bytes | None]] = []
         if topic is not None and wanted is not None:
-            for part in wanted:
+            for part in sorted(wanted):
                 k = keys.offset_key(group, topic, part)
                 if db.get(k) is not None:
                     wb.delete(k)
+                    tombstones.append(self._tombstone(k))
                     n += 1
         else:
             p = keys.offset_group_prefix(group) if topic is None else keys.offset_topic_prefix(group, topic)
             for k in db.iterator(prefix=p, include_value=False):
                 wb.delete(k)
+                tombstones.append(self._tombstone(k))
                 n += 1
         pending = self._delete_pending(wb, group, None if topic is None else {topic: wanted})
         if n or pending:
-            self._core.write(wb)
+            self._write(wb, group, tombstones)
         return n
 
     def _delete_pending(self, wb: Any, group: str, topics: dict[str, set[int] | None] | None) -> int:
@@ -134,26 +161,31 @@ class Offsets:
         wb = self._core.batch()
         n = 0
         wanted: dict[str, set[int] | None] = {}
+        deleted: dict[bytes, None] = {}  # in order, each once
         for topic, partitions in topics:
             parts = set(partitions)
             wanted[topic] = parts | (wanted.get(topic) or set())
-            for part in parts:
+            for part in sorted(parts):
                 k = keys.offset_key(group, topic, part)
-                if db.get(k) is not None:
+                if k not in deleted and db.get(k) is not None:
                     wb.delete(k)
+                    deleted[k] = None
                     n += 1
         if self._delete_pending(wb, group, wanted) or n:
-            self._core.write(wb)
+            self._write(wb, group, [self._tombstone(k) for k in deleted])
         return n
 
-    def delete_group(self, group: str) -> None:
-        """A group's offsets (pending transactional ones too) and metadata, in one WriteBatch (DeleteGroups: all or nothing)."""
+    def delete_group(self, group: str, records: Iterable[tuple[bytes, bytes | None]] = ()) -> None:
+        """A group's offsets (pending transactional ones too) and metadata, in one WriteBatch (DeleteGroups: all or nothing).
+        ``records``: what the log gets after the offsets' tombstones (the group's own tombstone)."""
         wb = self._core.batch()
+        tombstones: list[tuple[bytes, bytes | None]] = []
         for k in self._core.db.iterator(prefix=keys.offset_group_prefix(group), include_value=False):
             wb.delete(k)
+            tombstones.append(self._tombstone(k))
         self._delete_pending(wb, group, None)
         wb.delete(keys.group_key(group))
-        self._core.write(wb)
+        self._write(wb, group, tombstones + list(records))
 
     def offset_groups(self) -> list[str]:
         """Groups that have committed offsets."""
@@ -208,6 +240,7 @@ class Offsets:
         offsets. Returns the (topic, partition)s whose committed offset it wrote."""
         wb = self._core.batch()
         written: list[tuple[str, int]] = []
+        records: list[tuple[bytes, bytes | None]] = []
         for key, value in self._core.db.iterator(prefix=keys.txn_offset_producer_prefix(group, producer_id)):
             wb.delete(key)
             _, superseded, raw = keys.unpack_txn_offset(value)
@@ -215,11 +248,21 @@ class Offsets:
                 _, _, topic, partition = keys.parse_txn_offset_key(key)
                 wb.put(keys.offset_key(group, topic, partition), raw)
                 written.append((topic, partition))
-        self._core.write(wb)
+                offset, leader_epoch, ms, metadata = keys.unpack_offset(raw)
+                records.append((offset_commit_key(group, topic, partition),
+                                offset_commit_value(offset, leader_epoch, metadata, ms)))  # no topic id: Kafka's TxnOffsetCommit
+        self._write(wb, group, records)
         return written
 
-    def put_group_metadata(self, group: str, data: bytes) -> None:
-        self._core.put(keys.group_key(group), data)
+    def put_group_metadata(self, group: str, data: bytes, record: tuple[bytes, bytes | None] | None = None) -> None:
+        """Store the coordinator's metadata of a group; ``record``: the log's record of the
+        change (Kafka's GroupMetadata record), in the same WriteBatch."""
+        if record is None:
+            self._core.put(keys.group_key(group), data)
+            return
+        wb = self._core.batch()
+        wb.put(keys.group_key(group), data)
+        self._write(wb, group, [record])
 
     def get_group_metadata(self, group: str) -> bytes | None:
         return self._core.db.get(keys.group_key(group))

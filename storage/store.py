@@ -31,10 +31,12 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 from tmqgate.storage import keys
 from tmqgate.storage.acls import Acls
 from tmqgate.storage.catalog import Catalog
 from tmqgate.storage.core import Core
+from tmqgate.storage.group_log import TXN_BASE, GroupLog, TransactionLog
 from tmqgate.storage.model import (
     ChildTable,
     CommittedOffset,
@@ -90,11 +92,13 @@ class Store:
         self.wal_txns = WalTxns(self.core)  # open transactions, aborted index (storage.wal_txns)
         self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes, self.wal_txns)
         self.retention = Retention(self.core, self.catalog, self.wal, history_limit, self.wal_txns)
-        self.offsets = Offsets(self.core)
+        self.group_log = GroupLog(self.core)  # __consumer_offsets as Kafka's records (storage.group_log)
+        self.offsets = Offsets(self.core, self.group_log)
         self.client_quotas = ClientQuotas(self.core)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
         self.acls = Acls(self.core)
-        self.txn_states = TxnStates(self.core)  # the transaction coordinator's (storage.txn_coordinator)
+        self.transaction_log = TransactionLog(self.group_log)  # __transaction_state's records
+        self.txn_states = TxnStates(self.core, self.transaction_log)  # the transaction coordinator's (storage.txn_coordinator)
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}
@@ -487,8 +491,8 @@ class Store:
     def delete_partitions(self, group: str, topics: Iterable[tuple[str, Iterable[int]]]) -> int:
         return self.offsets.delete_partitions(group, topics)
 
-    def delete_group(self, group: str) -> None:
-        self.offsets.delete_group(group)
+    def delete_group(self, group: str, records: Iterable[tuple[bytes, bytes | None]] = ()) -> None:
+        self.offsets.delete_group(group, records)
 
     def commit_txn_offsets(
         self,
@@ -507,14 +511,30 @@ class Store:
     def complete_txn_offsets(self, group: str, producer_id: int, commit: bool) -> list[tuple[str, int]]:
         return self.offsets.complete_txn_offsets(group, producer_id, commit)
 
-    def put_group_metadata(self, group: str, data: bytes) -> None:
-        self.offsets.put_group_metadata(group, data)
+    def put_group_metadata(self, group: str, data: bytes, record: tuple[bytes, bytes | None] | None = None) -> None:
+        self.offsets.put_group_metadata(group, data, record)
 
     def get_group_metadata(self, group: str) -> bytes | None:
         return self.offsets.get_group_metadata(group)
 
     def delete_group_metadata(self, group: str) -> None:
         self.offsets.delete_group_metadata(group)
+
+    def internal_topics_used(self) -> list[str]:
+        """Kafka's internal topics this store has data of: ``__consumer_offsets`` once a group
+        committed or kept metadata, ``__transaction_state`` once a transactional id was seen
+        (Kafka creates them on first use and keeps them)."""
+        db = self.core.db
+        used = []
+        def some(**span: bytes) -> bool:
+            return next(db.iterator(include_value=False, **span), None) is not None
+
+        if (some(start=keys.GROUPLOG, stop=keys.group_log_prefix(TXN_BASE))  # the group log's own partitions
+                or some(prefix=keys.OFFSET) or some(prefix=keys.GROUP)):
+            used.append(GROUP_METADATA_TOPIC)
+        if some(prefix=keys.TXNSTATE) or some(start=keys.group_log_prefix(TXN_BASE), stop=keys.prefix_end(keys.GROUPLOG)):
+            used.append(TRANSACTION_STATE_TOPIC)
+        return used
 
     def group_metadata(self) -> dict[str, bytes]:
         return self.offsets.group_metadata()

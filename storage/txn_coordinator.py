@@ -11,6 +11,11 @@ fsync_period_ms 0: fsynced each time) — a state stronger than the markers and 
 would buy nothing. The values are opaque here: states and rules are ``coordinator.transactions``'.
 
 Key (``storage.keys``): 0xB0 TXNSTATE + transactional id (utf-8); value: JSON of ``TxnRecord``.
+
+Each write also puts, in its WriteBatch, the record Kafka would append to ``__transaction_state``
+(``protocol.internal_topics``' TransactionLog key and value; a tombstone when an id expires) in
+the id's partition of that topic (``storage.group_log.TransactionLog``), so consumers of the
+internal topic (``TransactionLogMessageFormatter``) read the coordinator's states.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.protocol.internal_topics import TXN_STATUS, transaction_log_key, transaction_log_value
 from tmqgate.storage import keys
 
 if TYPE_CHECKING:
     from tmqgate.storage.core import Core
+    from tmqgate.storage.group_log import TransactionLog
 
 
 @dataclass(frozen=True)
@@ -64,8 +71,31 @@ class TxnRecord:
 class TxnStates:
     """See the module docstring."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, log: TransactionLog | None = None) -> None:
         self._core = core
+        self._log = log
+
+    def _value(self, r: TxnRecord) -> bytes:
+        assert self._log is not None
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in r.partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        partitions = None if r.state == "Empty" else [(t, sorted(ids)) for t, ids in sorted(by_topic.items())]
+        # As Kafka 4.3 writes them: the previous producer id is the current one until a rotation
+        # (KIP-360) gave another; the client's transaction version is TV_2 or TV_0 (Kafka takes it
+        # from EndTxn/AddPartitionsToTxn's version: TV_1 clients are recorded as 0).
+        previous = r.producer_id if r.previous_producer_id == -1 else r.previous_producer_id
+        return transaction_log_value(self._log.value_version, r.producer_id, r.producer_epoch, r.timeout_ms,
+                                     TXN_STATUS.get(r.state, 0), partitions, r.update_ms, r.start_ms,
+                                     previous, r.next_producer_id, 2 if r.transaction_version >= 2 else 0)
+
+    def _write(self, wb: Any, transactional_id: str, value: bytes | None, ms: int | None = None) -> None:
+        if self._log is None:
+            self._core.write(wb)
+            return
+        staged = self._log.stage(wb, transactional_id, (transaction_log_key(transactional_id), value), ms)
+        self._core.write(wb)
+        self._log.advance(staged)
 
     def load(self) -> dict[str, TxnRecord]:
         """Every transactional id's last written state."""
@@ -76,10 +106,11 @@ class TxnStates:
         """Write the record (before the coordinator answers); raises StorageIOError."""
         wb = self._core.batch()
         wb.put(keys.txn_state_key(record.transactional_id), record.to_json())
-        self._core.write(wb)
+        self._write(wb, record.transactional_id, self._value(record) if self._log is not None else None,
+                    record.update_ms)
 
     def delete(self, transactional_id: str) -> None:
         """Forget an expired transactional id (Kafka's tombstone)."""
         wb = self._core.batch()
         wb.delete(keys.txn_state_key(transactional_id))
-        self._core.write(wb)
+        self._write(wb, transactional_id, None)

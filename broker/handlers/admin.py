@@ -263,6 +263,8 @@ async def delete_records(ctx: AdminApis, req: Request) -> dict[str, Any]:
             entry = {"partition_index": index, "low_watermark": -1, "error_code": 0}
             error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t["name"] in denied  # DELETE on the topic
                      else ctx.topics.partition_error(topic, index))
+            if error is None and topic is not None and topic.is_internal:
+                error = ErrorCode.INVALID_TOPIC_EXCEPTION  # Kafka's ReplicaManager refuses internal topics
             if error is not None:
                 entry["error_code"] = int(error)
             else:

@@ -116,9 +116,9 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                 errors = True
             else:
                 assert topic is not None
-                hw = store.next_version(topic.db, index)
-                start = store.log_start(topic.db, index)
-                lso = store.last_stable_offset(topic.db, index)
+                hw = topic.high_watermark(store, index)
+                start = topic.log_start(store, index)
+                lso = topic.last_stable_offset(store, index)
                 upper = lso if committed else hw
                 entry.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=start)
                 if committed:
@@ -136,7 +136,7 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                             batches = _below(batches, upper)
                         if total > 0:
                             batches = _within(batches, limit)
-                        if committed and batches and topic.view is None:  # a view dropped them itself
+                        if committed and batches and topic.view is None and topic.log is None:  # a view dropped them itself
                             end = _next_offset(batches[-1])
                             entry["aborted_transactions"] = [
                                 {"producer_id": pid, "first_offset": first}

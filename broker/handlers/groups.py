@@ -17,6 +17,7 @@ from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import GroupApis
 from tmqgate.broker.quotas import parked
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from tmqgate.coordinator.coordinator import OffsetEntry
@@ -67,6 +68,8 @@ async def find_coordinator(ctx: GroupApis, req: Request) -> dict[str, Any]:
     key_type = body.get("key_type", KEY_TYPE_GROUP)
     ok = key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION)
     code = ErrorCode.NONE if ok else ErrorCode.INVALID_REQUEST
+    if ok:  # Kafka creates the coordinator's internal topic on the first request for one
+        ctx.topics.ensure_internal(GROUP_METADATA_TOPIC if key_type == KEY_TYPE_GROUP else TRANSACTION_STATE_TOPIC)
     found = {"node_id": node if ok else -1, "host": host if ok else "", "port": port if ok else -1,
              "error_code": int(code), "error_message": None if ok else f"Unsupported key type {key_type}."}
     if req.api_version < 4:

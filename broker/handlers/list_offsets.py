@@ -29,8 +29,8 @@ def _first_record_at(ctx: DataPlane, topic: Topic, vnode: int, base: int, ts: in
     first offset (not below log start) whose timestamp is at least `ts`. A view topic may have
     filtered out every row of that entry, so the scan goes on through later ones."""
     store = ctx.store
-    offset = max(base, store.log_start(topic.db, vnode))
-    end = store.next_version(topic.db, vnode)
+    offset = max(base, topic.log_start(store, vnode))
+    end = topic.high_watermark(store, vnode)
     while offset < end:
         batches = topic.read(store, vnode, offset, 1 << 16)
         if not batches:
@@ -43,6 +43,22 @@ def _first_record_at(ctx: DataPlane, topic: Topic, vnode: int, base: int, ts: in
                     return record.offset, stamp
             offset = max(offset, header.next_offset)
     return -1, -1
+
+
+def _max_timestamp(topic: Topic, store: Any, vnode: int) -> tuple[int, int]:
+    """An internal topic's record of the largest timestamp (the first such), by a scan."""
+    best = (-1, -1)
+    offset, end = 0, topic.high_watermark(store, vnode)
+    while offset < end:
+        batches = topic.read(store, vnode, offset, 1 << 16)
+        if not batches:
+            break
+        for batch in batches:
+            for record in decode_records(batch):
+                if record.timestamp > best[1]:
+                    best = (record.offset, record.timestamp)
+            offset = max(offset, parse_header(batch).next_offset)
+    return best
 
 
 @api(ApiKey.LIST_OFFSETS, 1, 10)
@@ -68,13 +84,17 @@ async def list_offsets(ctx: DataPlane, req: Request) -> dict[str, Any]:
             assert topic is not None
             ts = p["timestamp"]
             if ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
-                entry["offset"] = store.log_start(topic.db, index)
+                entry["offset"] = topic.log_start(store, index)
             elif ts == LATEST and req.body.get("isolation_level", 0) == 1:  # read_committed: the LSO
-                entry["offset"] = store.last_stable_offset(topic.db, index)
+                entry["offset"] = topic.last_stable_offset(store, index)
             elif ts == LATEST:
-                entry["offset"] = store.next_version(topic.db, index)
+                entry["offset"] = topic.high_watermark(store, index)
             elif ts == LATEST_TIERED:
                 pass  # nothing is tiered: offset -1, as Kafka answers for a local-only topic
+            elif topic.log is not None and ts >= 0:  # an internal topic: scanned from its start
+                entry["offset"], entry["timestamp"] = _first_record_at(ctx, topic, index, 0, ts)
+            elif topic.log is not None and ts == MAX_TIMESTAMP:
+                entry["offset"], entry["timestamp"] = _max_timestamp(topic, store, index)
             elif ts == MAX_TIMESTAMP:
                 found = store.max_timestamp_offset(topic.db, index)
                 if found is not None:

@@ -35,7 +35,7 @@ def topic_metadata(ctx: ClusterApis, topic: Topic) -> dict[str, Any]:
         "error_code": 0,
         "name": topic.name,
         "topic_id": topic.topic_id,
-        "is_internal": False,
+        "is_internal": topic.is_internal,
         "partitions": [
             {"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
              "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}

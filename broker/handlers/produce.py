@@ -19,7 +19,7 @@ from tmqgate.broker.client import current_client
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.tdengine import IngestError, ingest
-from tmqgate.broker.topics import TMQ, TSDB
+from tmqgate.broker.topics import INTERNAL, TMQ, TSDB
 from tmqgate.protocol.compression import CorruptRecord
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import MAGIC, BatchHeader, iter_batches, verify_crc, with_log_append_time
@@ -148,6 +148,8 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
     stamps batches with LogAppendTime, as in Kafka's produce response. At most two store
     calls: the producer's window (idempotent producers only), then the append — or the log
     start, for a retried batch or a tsdb ingest."""
+    if topic.kind == INTERNAL:  # Kafka's ReplicaManager: no message in the answer
+        raise ProduceError(ErrorCode.INVALID_TOPIC_EXCEPTION)
     if topic.kind == TMQ:
         raise ProduceError(ErrorCode.INVALID_REQUEST,
                            f"'{topic.name}' is a TDengine topic (a view); write to database '{topic.db}'")

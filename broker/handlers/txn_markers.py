@@ -77,7 +77,8 @@ async def describe_producers(ctx: TxnDataApis, req: Request) -> dict[str, Any]:
                     {"producer_id": p.producer_id, "producer_epoch": p.epoch, "last_sequence": p.last_sequence,
                      "last_timestamp": p.last_timestamp, "coordinator_epoch": p.coordinator_epoch,
                      "current_txn_start_offset": p.current_txn_start_offset}
-                    for p in ctx.store.active_producers(topic.db, index)]
+                    # an internal topic's records are the broker's own: no producers (as on Kafka)
+                    for p in ([] if topic.is_internal else ctx.store.active_producers(topic.db, index))]
             parts.append(entry)
         topics.append({"name": t["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}

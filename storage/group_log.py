@@ -1,0 +1,195 @@
+"""The log of ``__consumer_offsets``: what Kafka's group coordinator appends there, kept so a
+consumer of that internal topic (``kafka-console-consumer --formatter OffsetsMessageFormatter``,
+Burrow and other lag monitors) reads it in Kafka's own record format.
+
+Why a log of its own and not the WAL: a group's state changes are written in one WriteBatch
+(``storage.offsets``); the record batch describing the change goes in that same WriteBatch
+(key ``keys.GROUPLOG``: partition, base offset), so the log never misses nor invents a change
+across a kill. What is stored is the batch's content — its timestamp and its records' keys and
+values, packed — and the record batch is built when it is read: building a v2 batch (varints,
+CRC-32C) in Python costs more than the rest of an offset commit, and commits are many where
+readers of ``__consumer_offsets`` are few (``bench/group_log_bench.py``). A partition's offsets are dense, increasing and never reused: the next offset
+of a partition is read once from its last batch, then kept in memory and advanced only after
+the WriteBatch is written (``stage`` / ``advance``: a failed write takes nothing).
+
+The log is not compacted yet (Kafka's is, ``cleanup.policy=compact``): it holds every change.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tmqgate.protocol.internal_topics import partition_for
+from tmqgate.protocol.records import build_batch
+from tmqgate.storage import keys
+
+if TYPE_CHECKING:
+    from tmqgate.storage.core import Core
+
+#: Kafka's offsets.topic.num.partitions default.
+DEFAULT_PARTITIONS = 50
+#: The log's partitions from here on are __transaction_state's (TXN_BASE + its partition).
+TXN_BASE = 1 << 31
+
+
+_HEAD = struct.Struct(">qI")  # timestamp ms, record count
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+
+
+def _next_of(key: bytes, packed: bytes) -> int:
+    """The offset after a stored batch: its base + its record count."""
+    count: int = _HEAD.unpack_from(packed)[1]
+    return keys.group_log_base(key) + count
+
+
+def pack(timestamp_ms: int, records: Sequence[tuple[bytes, bytes | None]]) -> bytes:
+    """A stored batch: timestamp i64, count u32, then per record key (u32 length + bytes) and
+    value (i32 length, -1 for a tombstone, + bytes)."""
+    parts = [_HEAD.pack(timestamp_ms, len(records))]
+    for k, v in records:
+        parts.append(_U32.pack(len(k)))
+        parts.append(k)
+        parts.append(_I32.pack(-1 if v is None else len(v)))
+        if v is not None:
+            parts.append(v)
+    return b"".join(parts)
+
+
+def unpack(packed: bytes) -> tuple[int, list[tuple[bytes, bytes | None]]]:
+    ms, n = _HEAD.unpack_from(packed)
+    pos = _HEAD.size
+    out: list[tuple[bytes, bytes | None]] = []
+    for _ in range(n):
+        klen = _U32.unpack_from(packed, pos)[0]
+        key = packed[pos + 4:pos + 4 + klen]
+        pos += 4 + klen
+        vlen = _I32.unpack_from(packed, pos)[0]
+        pos += 4
+        value = None if vlen < 0 else packed[pos:pos + vlen]
+        pos += max(vlen, 0)
+        out.append((key, value))
+    return ms, out
+
+
+class GroupLog:
+    """See the module docstring."""
+
+    def __init__(self, core: Core, partitions: int = DEFAULT_PARTITIONS) -> None:
+        self._core = core
+        self.partitions = partitions
+        self._next: dict[int, int] = {}
+        self._partition: dict[str, int] = {}
+        self._topic_id: Callable[[str], bytes | None] = lambda name: None
+
+    def configure(self, partitions: int, topic_id: Callable[[str], bytes | None] | None = None) -> None:
+        """The partition count (the broker's offsets_topic_num_partitions) and how to find a
+        topic's id by name (offset commit values carry it, as Kafka 4.3 writes them)."""
+        if partitions < 1:
+            raise ValueError("the offsets topic needs at least one partition")
+        self.partitions = partitions
+        self._next.clear()
+        self._partition.clear()
+        if topic_id is not None:
+            self._topic_id = topic_id
+
+    def topic_id(self, topic: str) -> bytes | None:
+        """The id of the topic named ``topic`` (None: not known)."""
+        return self._topic_id(topic)
+
+    def partition_of(self, group: str) -> int:
+        p = self._partition.get(group)
+        if p is None:  # Java's hashCode in Python: ~10 µs a group id, so computed once
+            if len(self._partition) >= 100_000:
+                self._partition.clear()
+            p = self._partition[group] = partition_for(group, self.partitions)
+        return p
+
+    def next_offset(self, partition: int) -> int:
+        """The partition's high watermark (0 when empty)."""
+        n = self._next.get(partition)
+        if n is None:
+            n = 0
+            for key, value in self._core.db.iterator(prefix=keys.group_log_prefix(partition), reverse=True):
+                n = _next_of(key, value)
+                break
+            self._next[partition] = n
+        return n
+
+    def stage(self, wb: Any, group: str, records: Sequence[tuple[bytes, bytes | None]],
+              timestamp_ms: int | None = None) -> tuple[int, int] | None:
+        """Add to ``wb`` one batch of ``records`` (key, value; None = tombstone) in the group's
+        partition at its next offset; returns (partition, next offset after it) for ``advance``
+        once ``wb`` is written (None: no records)."""
+        return self.stage_at(wb, self.partition_of(group), records, timestamp_ms)
+
+    def stage_at(self, wb: Any, partition: int, records: Sequence[tuple[bytes, bytes | None]],
+                 timestamp_ms: int | None = None) -> tuple[int, int] | None:
+        """``stage`` in a given partition of the log (``TXN_BASE`` + p: __transaction_state's)."""
+        if not records:
+            return None
+        ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        base = self.next_offset(partition)
+        wb.put(keys.group_log_key(partition, base), pack(ms, records))
+        return partition, base + len(records)
+
+    def advance(self, staged: tuple[int, int] | None) -> None:
+        """The WriteBatch holding a staged batch was written: its offsets are taken."""
+        if staged is not None:
+            self._next[staged[0]] = staged[1]
+
+    def read(self, partition: int, offset: int, max_bytes: int) -> list[bytes]:
+        """Stored batches from the one holding ``offset`` on, at least one, then while they fit
+        in ``max_bytes`` (Kafka returns whole batches; the client skips records before its offset)."""
+        db = self._core.db
+        prefix = keys.group_log_prefix(partition)
+        start = keys.group_log_key(partition, offset)
+        for key, value in db.iterator(start=prefix, stop=keys.group_log_key(partition, offset + 1), reverse=True):
+            if _next_of(key, value) > offset:
+                start = key
+            break
+        out: list[bytes] = []
+        size = 0
+        for key, value in db.iterator(start=start, stop=keys.prefix_end(prefix)):
+            ms, records = unpack(value)
+            batch = build_batch([(k, v, [], ms) for k, v in records], base_offset=keys.group_log_base(key))
+            if out and size + len(batch) > max_bytes:
+                break
+            out.append(batch)
+            size += len(batch)
+        return out
+
+
+class TransactionLog:
+    """``__transaction_state`` over the same log: its partition p is the log's ``TXN_BASE + p``;
+    a transactional id's partition is Kafka's hash of it over ``partitions``."""
+
+    def __init__(self, log: GroupLog, partitions: int = DEFAULT_PARTITIONS) -> None:
+        self._log = log
+        self.partitions = partitions
+        #: TransactionLogValue version: 1 (flexible) from transaction.version 1 on, else 0 (Kafka
+        #: 4.3's TransactionVersion.transactionLogValueVersion; KIP-890)
+        self.value_version = 1
+
+    def configure(self, partitions: int, transaction_version: int) -> None:
+        self.partitions = partitions
+        self.value_version = 1 if transaction_version >= 1 else 0
+
+    def partition_of(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.partitions)
+
+    def stage(self, wb: Any, transactional_id: str, record: tuple[bytes, bytes | None],
+              timestamp_ms: int | None = None) -> tuple[int, int] | None:
+        return self._log.stage_at(wb, TXN_BASE + self.partition_of(transactional_id), [record], timestamp_ms)
+
+    def advance(self, staged: tuple[int, int] | None) -> None:
+        self._log.advance(staged)
+
+    def next_offset(self, partition: int) -> int:
+        return self._log.next_offset(TXN_BASE + partition)
+
+    def read(self, partition: int, offset: int, max_bytes: int) -> list[bytes]:
+        return self._log.read(TXN_BASE + partition, offset, max_bytes)
