@@ -8,14 +8,27 @@ messages) and the batch is not stored.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from tmqgate.protocol.records import build_batch
 
+from .brokers import new_broker
 from .conftest import Broker
-from .helpers import unique_topic
+from .helpers import unique_topic, wait_until
 from .raw import RawConn
 
 TIMEOUT = 30
@@ -107,3 +120,126 @@ def test_keyless_record_accepted_on_delete_topic(broker: Broker) -> None:
     with RawConn(broker.bootstrap) as conn:
         p = conn.produce(topic, 0, build_batch([(None, b"no key")]))
         assert (p["error_code"], p["base_offset"], p["record_errors"]) == (0, 0, []), p
+
+
+# -- the cleaner over TCP ---------------------------------------------------------------------
+#
+# Both brokers run their cleaner every 200 ms (tmqgate's log_cleaner_backoff_ms, Kafka's
+# log.cleaner.backoff.ms) and the topics roll their head quickly (segment.ms 100: Kafka rolls
+# its active segment at the first append more than 100 ms after the segment's first batch;
+# tmqgate's head is the entries within segment.ms of the newest one), clean at any dirty
+# ratio (min.cleanable.dirty.ratio 0.01) and without lag (min.compaction.lag.ms 0).
+
+CLEANER_TOPIC = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+                 "min.compaction.lag.ms": "0"}
+
+
+@pytest.fixture(scope="module")
+def cleaner_broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, target: str,
+                   broker: Broker) -> Iterator[Broker]:
+    if broker.external:
+        pytest.skip("--bootstrap given: the cleaner tests need their own broker settings")
+    config: dict[str, Any] = ({"log.cleaner.backoff.ms": "200"} if target == "kafka"
+                              else {"log_cleaner_backoff_ms": 200})
+    proc = new_broker(str(pytestconfig.getoption("--target")), tmp_path_factory.mktemp("cleaner"), config=config)
+    proc.start()
+    try:
+        yield Broker(proc.bootstrap, target, external=False)
+    finally:
+        proc.stop()
+
+
+def _produce_rounds(producer: Producer, topic: str, rounds: list[list[tuple[bytes, bytes | None]]]
+                    ) -> list[tuple[int, bytes, bytes | None]]:
+    """Each round flushed on its own (a batch each); (offset, key, value) of every record."""
+    out: list[tuple[int, bytes, bytes | None]] = []
+    errors: list[KafkaError] = []
+
+    def report(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            out.append((msg.offset(), msg.key(), msg.value()))
+
+    for records in rounds:
+        for key, value in records:
+            producer.produce(topic, value, key, partition=0, on_delivery=report)
+        assert producer.flush(TIMEOUT) == 0
+    assert errors == []
+    return sorted(out)
+
+
+def _consume_all(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
+    """Every record from the beginning to the high watermark, with a stock consumer."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"),
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT, cached=False)
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        got: list[tuple[int, bytes, bytes | None]] = []
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF and msg.offset() >= high:
+                    return got
+                continue
+            got.append((msg.offset(), msg.key(), msg.value()))
+        raise AssertionError(f"did not reach the high watermark {high}: {got[-3:]}")
+    finally:
+        consumer.close()
+
+
+def test_cleaner_keeps_newest_per_key_at_original_offsets(cleaner_broker: Broker) -> None:
+    admin = _admin(cleaner_broker)
+    topic = _create(admin, dict(CLEANER_TOPIC))
+    producer = Producer({"bootstrap.servers": cleaner_broker.bootstrap, "linger.ms": 5,
+                         "enable.idempotence": True})
+    keys = [b"key-%02d" % k for k in range(10)]
+    rounds: list[list[tuple[bytes, bytes | None]]] = [
+        [(k, b"%s=%d" % (k, r)) for k in keys] for r in range(20)]
+    rounds.append([(keys[3], None)])  # a tombstone: kept (delete.retention.ms is a day)
+    written = _produce_rounds(producer, topic, rounds)
+    time.sleep(0.5)  # past segment.ms: the next append rolls the head (Kafka: its active segment)
+    [roll] = _produce_rounds(producer, topic, [[(b"roll", b"roll")]])
+    newest: dict[bytes, tuple[int, bytes, bytes | None]] = {}
+    for record in written:
+        newest[record[1]] = record
+    expected = sorted(newest.values()) + [roll]
+    assert len(written) == 201 and len(expected) == 11
+
+    got: list[tuple[int, bytes, bytes | None]] = []
+
+    def cleaned() -> bool:
+        got[:] = _consume_all(cleaner_broker.bootstrap, topic)
+        return len(got) == len(expected)
+
+    wait_until(cleaned, 60, interval=0.5, what="the cleaner to compact the topic")
+    assert got == expected  # the newest value per key at its original offset; the tombstone too
+    # The idempotent producer goes on after the cleaning (its state kept): the next offset.
+    [after] = _produce_rounds(producer, topic, [[(b"after", b"x")]])
+    assert after[0] == roll[0] + 1
+
+
+def test_cleaner_leaves_the_head_alone(cleaner_broker: Broker) -> None:
+    """Without a roll, the last batch is the head: never cleaned, on either broker."""
+    admin = _admin(cleaner_broker)
+    topic = _create(admin, dict(CLEANER_TOPIC))
+    producer = Producer({"bootstrap.servers": cleaner_broker.bootstrap, "linger.ms": 5})
+    first = _produce_rounds(producer, topic, [[(b"a", b"1"), (b"b", b"1")]])
+    time.sleep(0.5)
+    rest = _produce_rounds(producer, topic, [[(b"a", b"2")], [(b"a", b"3")]])
+    time.sleep(0.5)
+    head = _produce_rounds(producer, topic, [[(b"a", b"4"), (b"b", b"2")]])
+    expected = [first[1]] + rest[1:] + head  # b=1 (its newer is in the head), a=3, the head
+
+    got: list[tuple[int, bytes, bytes | None]] = []
+
+    def cleaned() -> bool:
+        got[:] = _consume_all(cleaner_broker.bootstrap, topic)
+        return len(got) == len(expected)
+
+    wait_until(cleaned, 60, interval=0.5, what="the cleaner to compact all but the head")
+    assert got == expected

@@ -167,14 +167,17 @@ def test_crash_between_the_steps_keeps_old_or_new(tmp_path: Path, monkeypatch: p
         class Killed(Exception):
             pass
 
+        def boom_write(self: object, wb: object) -> None:
+            raise Killed
+
+        def boom_delete(self: object, seqs: object, sync: bool = False) -> None:
+            raise Killed
+
+        # Either way the payload deletes never happen (a killed process does nothing more):
+        # before the index, the staged payloads stay orphaned; after it, the old ones stay.
+        monkeypatch.setattr(PayloadLog, "delete", boom_delete)
         if crash_at == "before-index":
-            def boom_write(self: object, wb: object) -> None:
-                raise Killed
             monkeypatch.setattr(type(s.core), "write", boom_write)
-        else:
-            def boom_delete(self: object, seqs: object, sync: bool = False) -> None:
-                raise Killed
-            monkeypatch.setattr(PayloadLog, "delete", boom_delete)
         with pytest.raises(Killed):
             s.cleaner.clean_all(T0 + 120_000)
         monkeypatch.undo()
