@@ -208,6 +208,7 @@ class Broker:
         self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas)
         self.metrics.rebalances = self.coordinator.machine.rebalances
         self.log_cleaner = LogCleaner(self.store, config)
+        self.metrics.log_cleaner = self.log_cleaner
         # slow_request_ms: 0 = never (as infinity, which no request's time reaches).
         self._slow_request_ms = config.slow_request_ms or float("inf")
 
