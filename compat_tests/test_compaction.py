@@ -172,7 +172,8 @@ def _produce_rounds(producer: Producer, topic: str, rounds: list[list[tuple[byte
 def _consume_all(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
     """Every record from the beginning to the high watermark, with a stock consumer."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"),
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": "read_uncommitted"})
     try:
         _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT, cached=False)
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
@@ -243,3 +244,33 @@ def test_cleaner_leaves_the_head_alone(cleaner_broker: Broker) -> None:
 
     wait_until(cleaned, 60, interval=0.5, what="the cleaner to compact all but the head")
     assert got == expected
+
+
+def test_cleaner_removes_aborted_transaction_records(cleaner_broker: Broker) -> None:
+    """The records of an aborted transaction are removed by the cleaning, as Kafka's cleaner
+    discards aborted batches: a read_uncommitted consumer no longer sees them; the committed
+    records keep their offsets."""
+    admin = _admin(cleaner_broker)
+    topic = _create(admin, dict(CLEANER_TOPIC))
+    txn = Producer({"bootstrap.servers": cleaner_broker.bootstrap, "transactional.id": unique_topic("txn"),
+                    "linger.ms": 5})
+    txn.init_transactions(TIMEOUT)
+    txn.begin_transaction()
+    for i in range(3):
+        txn.produce(topic, b"aborted-%d" % i, b"gone-%d" % i, partition=0)
+    txn.flush(TIMEOUT)
+    txn.abort_transaction(TIMEOUT)
+    producer = Producer({"bootstrap.servers": cleaner_broker.bootstrap, "linger.ms": 5})
+    kept = _produce_rounds(producer, topic, [[(b"a", b"1"), (b"b", b"1")]])
+    time.sleep(0.5)
+    [roll] = _produce_rounds(producer, topic, [[(b"roll", b"roll")]])
+    assert kept[0][0] > 0  # after the aborted records and the abort marker
+
+    got: list[tuple[int, bytes, bytes | None]] = []
+
+    def cleaned() -> bool:
+        got[:] = _consume_all(cleaner_broker.bootstrap, topic)
+        return not any(k.startswith(b"gone") for _, k, _ in got)
+
+    wait_until(cleaned, 60, interval=0.5, what="the cleaner to remove the aborted records")
+    assert got == kept + [roll]
