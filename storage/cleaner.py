@@ -20,7 +20,8 @@ follows Apache Kafka's LogCleaner / LogCleanerManager (behaviour learnt, not cod
   survives gets its batch a delete horizon (now + ``delete.retention.ms``, the batch's
   delete-horizon attribute and base timestamp, KIP-534) and goes at a cleaning after that
   horizon; the data batches of aborted transactions go whole (the aborted-transaction index);
-  control batches (transaction markers) are kept.
+  a transaction marker (control batch) stays while records of its transaction do, then gets
+  a delete horizon the same way and goes at a cleaning after it.
 * Offsets never change: a rewritten batch keeps its base offset, last offset delta, producer
   id, epoch and base sequence, transactional flag and compression; its records keep their
   offsets (gaps between them). An entry left with no record is deleted (a gap between
@@ -146,6 +147,7 @@ class Cleaning:
     _end: int = 0  # the cleanable range's end (exclusive)
     _map: dict[bytes, int] = field(default_factory=dict)
     _map_end: int = -1  # the map covers [checkpoint, _map_end) once built
+    _txn_data: set[int] = field(default_factory=set)  # producers whose transaction keeps records
     _pos: int = 0  # next entry index (map pass, then clean pass)
     _phase: str = "scan"  # scan -> map -> clean -> done
     _started: float = field(default_factory=time.perf_counter)
@@ -283,7 +285,7 @@ class Cleaning:
         h = parse_header(value)
         seq = keys.wal_index_seq(e.idx)
         if h.is_control:
-            return None
+            return self._filter_marker(e, value, seq)
         stats = self.stats
         stats.records_read += h.record_count
         if h.is_transactional and self._aborted_batch(h.producer_id, h.base_offset):
@@ -303,6 +305,8 @@ class Cleaning:
                 tombstones = True
             kept.append(r)
         stats.records_kept += len(kept)
+        if kept and h.is_transactional:
+            self._txn_data.add(h.producer_id)  # its marker stays while this data does
         if len(kept) == len(records) and not (tombstones and horizon is None):
             return None
         if not kept:
@@ -317,6 +321,29 @@ class Cleaning:
             last_offset_delta=h.last_offset_delta, delete_horizon_ms=horizon if tombstones else None)
         stats.entries_rewritten += 1
         stats.bytes_written += len(new)
+        return Change(e.key, seq, e.size, new)
+
+    def _filter_marker(self, e: _Entry, value: bytes, seq: int) -> Change | None:
+        """A transaction marker stays while records of its transaction do; then it gets a
+        delete horizon (now + delete.retention.ms) and goes at a cleaning after it, as Kafka's
+        cleaner treats control batches."""
+        h = parse_header(value)
+        if h.producer_id in self._txn_data:
+            self._txn_data.discard(h.producer_id)
+            return None
+        if h.has_delete_horizon:
+            if h.base_timestamp > self.now_ms:
+                return None
+            self.stats.entries_deleted += 1
+            return Change(e.key, seq, e.size, None)
+        new = build_batch(
+            decode_records(value), base_offset=h.base_offset, producer_id=h.producer_id,
+            producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, timestamp_type=h.timestamp_type,
+            is_transactional=True, is_control=True, partition_leader_epoch=h.partition_leader_epoch,
+            last_offset_delta=h.last_offset_delta,
+            delete_horizon_ms=self.now_ms + self.settings.delete_retention_ms)
+        self.stats.entries_rewritten += 1
+        self.stats.bytes_written += len(new)
         return Change(e.key, seq, e.size, new)
 
     # applying it (the store's thread) ------------------------------------------------------

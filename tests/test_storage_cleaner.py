@@ -195,3 +195,31 @@ def test_crash_between_the_steps_keeps_old_or_new(tmp_path: Path, monkeypatch: p
         stored = {int.from_bytes(k, "big") for k in s.core.payloads.db.iterator(include_value=False)}
         assert indexed == stored
         s.close()
+
+
+def test_marker_kept_while_its_transaction_has_records_then_after_delete_retention(store: Store) -> None:
+    store.set_configs("t", {"delete.retention.ms": "100000"}, merge=True)
+    _append(store, [(b"a", b"txn")], T0, producer_id=5, producer_epoch=0, base_sequence=0, is_transactional=True)
+    _append(store, [(b"b", b"txn")], T0, producer_id=5, producer_epoch=0, base_sequence=1, is_transactional=True)
+    store.wal.append_marker("t", 0, 5, 0, True, 0, T0 + 1)  # commit at offset 2
+    _append(store, [(b"a", b"2")], T0 + 2)
+    _append(store, [(b"z", b"head")], T0 + 60_000)
+    store.cleaner.clean_all(T0 + 100_000)
+    # b=txn is still the newest b: the transaction keeps records, so its marker stays as it was
+    assert [o for o, _, _ in _all(store)] == [1, 2, 3, 4]
+    assert not parse_header(store.read("t", 0, 2, 1 << 20)[0]).has_delete_horizon
+    # b's newer value removes the transaction's last record: the marker gets a horizon…
+    _append(store, [(b"b", b"2")], T0 + 150_000)
+    _append(store, [(b"z", b"head2")], T0 + 250_000)
+    store.cleaner.clean_all(T0 + 160_000)
+    marker = store.read("t", 0, 2, 1 << 20)[0]
+    h = parse_header(marker)
+    assert h.is_control and h.has_delete_horizon and h.base_timestamp == T0 + 260_000
+    assert h.base_offset == 2 and h.producer_id == 5
+    # …and goes at a cleaning after it.
+    _append(store, [(b"z", b"w")], T0 + 350_000)
+    _append(store, [(b"z", b"head3")], T0 + 450_000)
+    store.cleaner.clean_all(T0 + 400_000)
+    assert not any(parse_header(b).is_control for b in store.read("t", 0, 0, 1 << 20))
+    assert [(o, k, v) for o, k, v in _all(store)] == [(3, b"a", b"2"), (5, b"b", b"2"), (7, b"z", b"w"),
+                                                      (8, b"z", b"head3")]
