@@ -42,7 +42,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from tmqgate.protocol.compression import CorruptRecord
-from tmqgate.protocol.records import Record, build_batch, decode_records, parse_header
+from tmqgate.protocol.records import (
+    RecordRef,
+    build_batch,
+    decode_records,
+    filtered_batch,
+    parse_header,
+    scan_records,
+)
 from tmqgate.storage import keys
 from tmqgate.storage.core import NewEntry
 from tmqgate.storage.model import StorageError
@@ -251,7 +258,7 @@ class Cleaning:
             h = parse_header(value)
             if h.is_control or (h.is_transactional and self._aborted_batch(h.producer_id, h.base_offset)):
                 continue
-            for r in decode_records(value):
+            for r in scan_records(value)[1]:
                 if r.key is not None:
                     offset_map[r.key] = r.offset
             if len(offset_map) >= self.max_map_keys:  # full: clean up to here this time
@@ -291,15 +298,15 @@ class Cleaning:
         if h.is_transactional and self._aborted_batch(h.producer_id, h.base_offset):
             stats.entries_deleted += 1
             return Change(e.key, seq, e.size, None)
-        records = decode_records(value)
+        buf, records = scan_records(value)
         horizon = h.base_timestamp if h.has_delete_horizon else None
-        kept: list[Record] = []
+        kept: list[RecordRef] = []
         tombstones = False
         offset_map = self._map
         for r in records:
             if r.key is None or offset_map.get(r.key, -1) > r.offset:
                 continue
-            if r.value is None:
+            if r.tombstone:
                 if horizon is not None and horizon <= self.now_ms:
                     continue
                 tombstones = True
@@ -312,13 +319,20 @@ class Cleaning:
         if not kept:
             stats.entries_deleted += 1
             return Change(e.key, seq, e.size, None)
-        if tombstones and horizon is None:
-            horizon = self.now_ms + self.settings.delete_retention_ms
+        if not (tombstones and horizon is None):
+            new = filtered_batch(value, buf, kept)  # the kept records' bytes as they are
+            stats.entries_rewritten += 1
+            stats.bytes_written += len(new)
+            return Change(e.key, seq, e.size, new)
+        # A tombstone kept for the first time: the batch gets a delete horizon (KIP-534), its
+        # base timestamp, so the records' timestamp deltas are written again relative to it.
+        horizon = self.now_ms + self.settings.delete_retention_ms
+        offsets = {r.offset for r in kept}
         new = build_batch(
-            kept, base_offset=h.base_offset, compression=h.compression, producer_id=h.producer_id,
+            [r for r in decode_records(value) if r.offset in offsets], base_offset=h.base_offset, compression=h.compression, producer_id=h.producer_id,
             producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, timestamp_type=h.timestamp_type,
             is_transactional=h.is_transactional, partition_leader_epoch=h.partition_leader_epoch,
-            last_offset_delta=h.last_offset_delta, delete_horizon_ms=horizon if tombstones else None)
+            last_offset_delta=h.last_offset_delta, delete_horizon_ms=horizon)
         stats.entries_rewritten += 1
         stats.bytes_written += len(new)
         return Change(e.key, seq, e.size, new)
