@@ -373,7 +373,7 @@ class Cleaning:
             self._map_end = -1
             return 0
         vs = d.vnodes[self.vnode]
-        wb = core.batch(sync=True)
+        wb = core.batch()
         new_entries: list[NewEntry] = []
         old_seqs: list[int] = []
         dsize = 0
