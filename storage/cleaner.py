@@ -158,6 +158,9 @@ class Cleaning:
     _pos: int = 0  # next entry index (map pass, then clean pass)
     _phase: str = "scan"  # scan -> map -> clean -> done
     _started: float = field(default_factory=time.perf_counter)
+    _failed: bool = False
+    #: The vnode's state when this cleaning was made (see ``Cleaner.cleanings``).
+    memo: tuple[object, ...] = ()
 
     # the plan (read only) ------------------------------------------------------------------
 
@@ -176,6 +179,7 @@ class Cleaning:
         except StorageError:  # an entry removed under us (retention): try again next round
             self._phase = "done"
             self._map_end = -1
+            self._failed = True
         return None
 
     def _scan(self) -> None:
@@ -410,6 +414,8 @@ class Cleaning:
         if self._map_end >= 0 and self.cleaner.catalog.by_id(self.dbid) is not None:
             self.cleaner.core.put(keys.cleaner_key(self.dbid, self.vnode), keys.u64(self._map_end))
             self.stats.cleaned_to = self._map_end
+        elif not self._failed and self.memo:  # not due: not scanned again until the vnode changes
+            self.cleaner.idle[(self.dbid, self.vnode)] = self.memo
         self.stats.seconds = time.perf_counter() - self._started
         return self.stats
 
@@ -427,6 +433,10 @@ class Cleaner:
         self.core = core
         self.catalog = catalog
         self.txns = txns
+        #: (db id, vnode) -> its state when a scan found it not due: while that state holds (no
+        #: append, no removal, same configs) and the topic has no time-based trigger
+        #: (min.compaction.lag.ms 0, max.compaction.lag.ms unset), the vnode is not scanned again.
+        self.idle: dict[tuple[int, int], tuple[object, ...]] = {}
 
     def checkpoint(self, dbid: int, vnode: int) -> int:
         """The vnode's first dirty offset (0: never cleaned)."""
@@ -448,13 +458,18 @@ class Cleaner:
             if "compact" not in policies(configs):
                 continue
             settings = Settings.of(configs)
+            timeless = settings.min_lag_ms <= 0 and settings.max_lag_ms >= 2**63 - 1
             for vnode, vs in enumerate(d.vnodes):
+                checkpoint = self.checkpoint(d.info.id, vnode)
+                memo = (vs.next, vs.log_start, vs.size, checkpoint, settings) if timeless else ()
+                if memo and self.idle.get((d.info.id, vnode)) == memo:
+                    continue
                 first = self.txns.first_unstable(d.info.id, vnode) if self.txns is not None else None
                 stable = vs.next if first is None else min(first, vs.next)
                 aborted = (self.txns.aborted_ranges(d.info.id, vnode, vs.log_start, stable)
                            if self.txns is not None else [])
                 out.append(Cleaning(self, d.info.name, d.info.id, vnode, settings, now, vs.log_start, stable,
-                                    self.checkpoint(d.info.id, vnode), aborted, max_keys))
+                                    checkpoint, aborted, max_keys, memo=memo))
         return out
 
     def clean_all(self, now_ms: int | None = None, defaults: dict[str, str] | None = None,

@@ -223,3 +223,14 @@ def test_marker_kept_while_its_transaction_has_records_then_after_delete_retenti
     assert not any(parse_header(b).is_control for b in store.read("t", 0, 0, 1 << 20))
     assert [(o, k, v) for o, k, v in _all(store)] == [(3, b"a", b"2"), (5, b"b", b"2"), (7, b"z", b"w"),
                                                       (8, b"z", b"head3")]
+
+
+def test_idle_vnode_not_scanned_again_until_it_changes(store: Store) -> None:
+    _append(store, [(b"a", b"1")], T0)
+    _append(store, [(b"a", b"2")], T0 + 60_000)
+    [s] = store.cleaner.clean_all(T0 + 120_000)
+    assert s.cleaned_to == 1
+    assert [c.cleaned_to for c in store.cleaner.clean_all(T0 + 130_000)] == [-1]  # scanned: not due
+    assert store.cleaner.cleanings(T0 + 140_000) == []  # unchanged since: no scan
+    _append(store, [(b"a", b"3")], T0 + 200_000)
+    assert len(store.cleaner.cleanings(T0 + 210_000)) == 1  # an append: scanned again
