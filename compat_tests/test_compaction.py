@@ -79,6 +79,25 @@ def test_cleanup_policy_refused(broker: Broker, given: str, message: str) -> Non
     assert err.str() == message, err
 
 
+@pytest.mark.parametrize(("config", "message"), [
+    ({"min.cleanable.dirty.ratio": "1.5"},
+     "Invalid value 1.5 for configuration min.cleanable.dirty.ratio: Value must be no more than 1"),
+    ({"min.cleanable.dirty.ratio": "-0.1"},
+     "Invalid value -0.1 for configuration min.cleanable.dirty.ratio: Value must be at least 0"),
+    ({"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"},
+     "conflict topic config setting min.compaction.lag.ms (5000) > max.compaction.lag.ms (1000)"),
+])
+def test_cleaner_configs_refused(broker: Broker, config: dict[str, str], message: str) -> None:
+    admin = _admin(broker)
+    name = unique_topic("compact-bad")
+    with pytest.raises(KafkaException) as info:
+        admin.create_topics([NewTopic(name, 1, 1, config={"cleanup.policy": "compact", **config})]
+                            )[name].result(TIMEOUT)
+    err = info.value.args[0]
+    assert err.code() == KafkaError.INVALID_CONFIG, err
+    assert err.str() == message, err
+
+
 def test_cleanup_policy_altered_both_ways(broker: Broker) -> None:
     admin = _admin(broker)
     topic = _create(admin, {})
