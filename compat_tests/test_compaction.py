@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from tmqgate.protocol.records import build_batch
 
 from .brokers import new_broker
+from .cli_helpers import run as cli_run
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
 from .raw import RawConn
@@ -264,6 +265,12 @@ def test_cleaner_leaves_the_head_alone(cleaner_broker: Broker) -> None:
 
     wait_until(cleaned, 60, interval=0.5, what="the cleaner to compact all but the head")
     assert got == expected
+    # The Java consumer (kafka-console-consumer) steps over the gaps the same way.
+    out = cli_run("kafka-console-consumer", "--bootstrap-server", cleaner_broker.bootstrap, "--topic", topic,
+                  "--from-beginning", "--max-messages", str(len(expected)), "--timeout-ms", "30000",
+                  "--formatter-property", "print.offset=true", "--formatter-property", "print.key=true")
+    assert out.stdout.split("\n")[:-1] == [f"Offset:{o}\t{k.decode()}\t{v.decode()}" for o, k, v in expected
+                                           if v is not None], out.describe()
 
 
 def test_cleaner_removes_aborted_transaction_records(cleaner_broker: Broker) -> None:
