@@ -16,6 +16,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.storage import StorageIOError
 from tmqgate.storage.cleaner import DEFAULTS, CleanStats
 
 if TYPE_CHECKING:
@@ -66,12 +67,18 @@ class LogCleaner:
                 if changes is None:
                     break
                 cleaning.commit(changes)
-                read = cleaning.stats.bytes_read - read_before
-                read_before = cleaning.stats.bytes_read
+                total = cleaning.stats.bytes_read + cleaning.stats.map_bytes_read
+                read = total - read_before
+                read_before = total
                 pause = read / rate - (time.monotonic() - started) if rate < 1e300 else 0.0
                 await asyncio.sleep(max(0.0, pause))  # also lets Produce/Fetch run between steps
                 started = time.monotonic()
             stats = cleaning.finish()
+            try:  # the freed payloads' space back, in a worker thread (LevelDB compaction)
+                await asyncio.to_thread(cleaning.reclaim)
+            except StorageIOError as exc:
+                log.error("cleaned %s-%d but could not compact what it freed, so the disk space comes back "
+                          "only when LevelDB compacts on its own: %s", cleaning.db, cleaning.vnode, exc)
             if stats.cleaned_to >= 0:
                 done.append(stats)
                 self.max_clean_seconds = max(self.max_clean_seconds, stats.seconds)

@@ -31,7 +31,8 @@ follows Apache Kafka's LogCleaner / LogCleanerManager (behaviour learnt, not cod
   plan (read-only, so it may run in a thread); ``Cleaning.commit`` applies a plan (on the
   thread that writes the store) through ``Core.write_replacing`` — crash-safe: the old
   entries or the new ones, never neither (``storage.keys``). An entry changed or removed in
-  between (retention, DeleteRecords) is left alone. ``Cleaning.finish`` writes the checkpoint.
+  between (retention, DeleteRecords) is left alone. ``Cleaning.finish`` writes the checkpoint;
+  ``Cleaning.reclaim`` compacts the freed payloads' range so the disk gets the space back.
 """
 
 from __future__ import annotations
@@ -121,13 +122,16 @@ class Change(NamedTuple):
 class CleanStats:
     """What a cleaning did (Kafka's CleanerStats)."""
 
-    bytes_read: int = 0
+    bytes_read: int = 0  # by the clean pass (Kafka's cleaner stats count it apart from the map's)
+    map_bytes_read: int = 0
     bytes_written: int = 0
     records_read: int = 0
     records_kept: int = 0
     entries_rewritten: int = 0
     entries_deleted: int = 0
     cleaned_to: int = -1  # the checkpoint written (-1: not due, nothing done)
+    freed_first: int = -1  # the payload sequences the cleaning freed: first .. last (-1: none)
+    freed_last: int = -1
     seconds: float = 0.0
     dirty_ratio: float = 0.0
 
@@ -238,7 +242,10 @@ class Cleaning:
     def _payloads(self, chunk: list[_Entry]) -> Iterable[tuple[_Entry, bytes]]:
         got = self.cleaner.core.payloads.entries((e.key, e.idx) for e in chunk)
         for e, (_, _, value) in zip(chunk, got, strict=True):
-            self.stats.bytes_read += len(value)
+            if self._phase == "map":
+                self.stats.map_bytes_read += len(value)
+            else:
+                self.stats.bytes_read += len(value)
             yield e, value
 
     def _chunk(self, budget: int) -> list[_Entry]:
@@ -402,6 +409,9 @@ class Cleaning:
         wb.put(keys.vnode_key(self.dbid, self.vnode),
                keys.pack_vnode_state(vs.next, vs.log_start, vs.size + dsize, vs.entries - deleted))
         core.write_replacing(wb, new_entries, old_seqs)
+        st = self.stats
+        st.freed_first = min(old_seqs) if st.freed_first < 0 else min(st.freed_first, *old_seqs)
+        st.freed_last = max(st.freed_last, *old_seqs)
         vs.size += dsize
         vs.entries -= deleted
         if vs.tail_bases and touched >= vs.tail_bases[0]:
@@ -419,11 +429,20 @@ class Cleaning:
         self.stats.seconds = time.perf_counter() - self._started
         return self.stats
 
+    def reclaim(self) -> None:
+        """Give the freed payloads' disk space back now (a LevelDB compaction of their range:
+        the payload log's old sequences sit in deep levels, which LevelDB would rarely compact
+        on its own). Safe in a worker thread; a no-op when nothing was freed."""
+        if self.stats.freed_last >= 0:
+            self.cleaner.core.payloads.compact(self.stats.freed_first, self.stats.freed_last)
+
     def run(self, budget: int) -> CleanStats:
         """Every step at once on the calling thread (tests, tools)."""
         while (changes := self.step(budget)) is not None:
             self.commit(changes)
-        return self.finish()
+        stats = self.finish()
+        self.reclaim()
+        return stats
 
 
 class Cleaner:
