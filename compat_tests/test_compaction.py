@@ -135,6 +135,20 @@ def test_keyless_record_refused_on_compacted_topic(broker: Broker, policy: str) 
         assert (p["error_code"], p["base_offset"]) == (0, 0), p
 
 
+@pytest.mark.parametrize(("policy", "code"), [("compact", 44), ("delete,compact", 0)])
+def test_delete_records_needs_the_delete_policy(broker: Broker, policy: str, code: int) -> None:
+    """DeleteRecords on a topic whose cleanup.policy lacks delete: POLICY_VIOLATION (44)."""
+    admin = _admin(broker)
+    topic = _create(admin, {"cleanup.policy": policy})
+    with RawConn(broker.bootstrap) as conn:
+        for i in range(3):
+            assert conn.produce(topic, 0, build_batch([(b"k%d" % i, b"v")]))["error_code"] == 0
+        body = conn.request(21, 2, {"timeout_ms": 10000, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "offset": 2}]}]})
+    [p] = body["topics"][0]["partitions"]
+    assert (p["error_code"], p["low_watermark"]) == (code, 2 if code == 0 else -1), p
+
+
 def test_keyless_record_accepted_on_delete_topic(broker: Broker) -> None:
     admin = _admin(broker)
     topic = _create(admin, {"cleanup.policy": "delete"})
