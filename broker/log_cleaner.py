@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.storage import StorageIOError
-from tmqgate.storage.cleaner import DEFAULTS, CleanStats
+from tmqgate.storage.cleaner import DEFAULTS, Change, Cleaning, CleanStats
 
 if TYPE_CHECKING:
     from tmqgate.broker.config import BrokerConfig
@@ -38,6 +39,8 @@ class LogCleaner:
         self.bytes_read = 0
         self.bytes_written = 0
         self.rounds = 0
+        self._stepping = threading.Lock()  # held by a worker thread while a step reads the store
+        self._closed = False
 
     async def run(self) -> None:
         backoff = self.config.log_cleaner_backoff_ms / 1000
@@ -63,7 +66,7 @@ class LogCleaner:
             started = time.monotonic()
             read_before = 0
             while True:
-                changes = await asyncio.to_thread(cleaning.step, budget)
+                changes = await asyncio.to_thread(self._step, cleaning, budget)
                 if changes is None:
                     break
                 cleaning.commit(changes)
@@ -75,7 +78,7 @@ class LogCleaner:
                 started = time.monotonic()
             stats = cleaning.finish()
             try:  # the freed payloads' space back, in a worker thread (LevelDB compaction)
-                await asyncio.to_thread(cleaning.reclaim)
+                await asyncio.to_thread(self._reclaim, cleaning)
             except StorageIOError as exc:
                 log.error("cleaned %s-%d but could not compact what it freed, so the disk space comes back "
                           "only when LevelDB compacts on its own: %s", cleaning.db, cleaning.vnode, exc)
@@ -91,6 +94,22 @@ class LogCleaner:
         self.rounds += 1
         self.last = done
         return done
+
+    def _step(self, cleaning: Cleaning, budget: int) -> list[Change] | None:
+        """One step in the worker thread; none once the broker closes (the store goes)."""
+        with self._stepping:
+            return None if self._closed else cleaning.step(budget)
+
+    def _reclaim(self, cleaning: Cleaning) -> None:
+        with self._stepping:
+            if not self._closed:
+                cleaning.reclaim()
+
+    def close(self) -> None:
+        """Stop: wait for a step still reading in its thread (a cancelled task leaves it
+        running) so the store is never closed under it; later steps do nothing."""
+        with self._stepping:
+            self._closed = True
 
     def metrics(self) -> dict[str, Any]:
         """Kafka's cleaner figures (max-clean-time-secs, cleaner-recopy-percent) and totals."""

@@ -302,6 +302,7 @@ class Broker:
         await self.coordinator.stop()
         await self.transactions.stop()
         self.executor.close()
+        self.log_cleaner.close()  # waits for a cleaner step still reading in its thread
         self.store.close()
         self.limited_log.flush()
 
