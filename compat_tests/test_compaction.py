@@ -47,6 +47,18 @@ def _create(admin: AdminClient, config: dict[str, str], partitions: int = 1) -> 
     return name
 
 
+def _raw_produce(conn: RawConn, topic: str, batch: bytes) -> dict[str, Any]:
+    """Produce one batch, retried while a new topic's partition has no leader yet (Kafka
+    answers NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION for a moment after
+    CreateTopics; clients retry these)."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        p = conn.produce(topic, 0, batch)
+        if p["error_code"] not in (3, 6) or time.monotonic() > deadline:
+            return p
+        time.sleep(0.1)
+
+
 def _described(admin: AdminClient, topic: str, key: str) -> str:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     configs = admin.describe_configs([resource])[resource].result(TIMEOUT)
@@ -121,7 +133,7 @@ def test_keyless_record_refused_on_compacted_topic(broker: Broker, policy: str) 
     batch = build_batch([(b"k0", b"v0"), (None, b"no key"), (b"k2", b"v2"), (None, b"none either")])
     expected = f"Compacted topic cannot accept message without key in topic partition {topic}-0"
     with RawConn(broker.bootstrap) as conn:
-        p = conn.produce(topic, 0, batch)
+        p = _raw_produce(conn, topic, batch)
         assert p["error_code"] == INVALID_RECORD, p
         assert p["base_offset"] == -1, p
         assert [(e["batch_index"], e["batch_index_error_message"]) for e in p["record_errors"]] == [
@@ -131,7 +143,7 @@ def test_keyless_record_refused_on_compacted_topic(broker: Broker, policy: str) 
             f"first three errors at most: [RecordError(batchIndex=1, message='{expected}'), "
             f"RecordError(batchIndex=3, message='{expected}')]")
         # Nothing of the batch is stored: a keyed batch afterwards takes offset 0.
-        p = conn.produce(topic, 0, build_batch([(b"k", b"v")]))
+        p = _raw_produce(conn, topic, build_batch([(b"k", b"v")]))
         assert (p["error_code"], p["base_offset"]) == (0, 0), p
 
 
@@ -142,7 +154,7 @@ def test_delete_records_needs_the_delete_policy(broker: Broker, policy: str, cod
     topic = _create(admin, {"cleanup.policy": policy})
     with RawConn(broker.bootstrap) as conn:
         for i in range(3):
-            assert conn.produce(topic, 0, build_batch([(b"k%d" % i, b"v")]))["error_code"] == 0
+            assert _raw_produce(conn, topic, build_batch([(b"k%d" % i, b"v")]))["error_code"] == 0
         body = conn.request(21, 2, {"timeout_ms": 10000, "topics": [
             {"name": topic, "partitions": [{"partition_index": 0, "offset": 2}]}]})
     [p] = body["topics"][0]["partitions"]
@@ -153,7 +165,7 @@ def test_keyless_record_accepted_on_delete_topic(broker: Broker) -> None:
     admin = _admin(broker)
     topic = _create(admin, {"cleanup.policy": "delete"})
     with RawConn(broker.bootstrap) as conn:
-        p = conn.produce(topic, 0, build_batch([(None, b"no key")]))
+        p = _raw_produce(conn, topic, build_batch([(None, b"no key")]))
         assert (p["error_code"], p["base_offset"], p["record_errors"]) == (0, 0, []), p
 
 
