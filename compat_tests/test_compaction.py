@@ -59,9 +59,27 @@ def _raw_produce(conn: RawConn, topic: str, batch: bytes) -> dict[str, Any]:
         time.sleep(0.1)
 
 
+#: What Kafka answers for a moment after CreateTopics or a restart, before the partition has
+#: its leader everywhere (clients retry these).
+_NOT_SETTLED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+
+
+def _settled(call: Any) -> Any:
+    """``call()``, retried while it fails with one of the _NOT_SETTLED errors."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            if exc.args[0].code() not in _NOT_SETTLED or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _described(admin: AdminClient, topic: str, key: str) -> str:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    configs = admin.describe_configs([resource])[resource].result(TIMEOUT)
+    configs = _settled(lambda: admin.describe_configs([resource])[resource].result(TIMEOUT))
     return str(configs[key].value)
 
 
@@ -222,7 +240,8 @@ def _consume_all(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | N
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "isolation.level": "read_uncommitted"})
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT, cached=False)
+        _, high = _settled(lambda: consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT,
+                                                                 cached=False))
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         got: list[tuple[int, bytes, bytes | None]] = []
         deadline = time.monotonic() + TIMEOUT
