@@ -54,6 +54,7 @@ from tmqgate.broker.listeners import (
     parse_listeners,
     server_ssl_context,
 )
+from tmqgate.broker.log_cleaner import LogCleaner
 from tmqgate.broker.metrics import Metrics
 from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules
 from tmqgate.broker.quotas import MUTATION_APIS, ClientQuotaManagers
@@ -209,6 +210,8 @@ class Broker:
         # GET /metrics (broker/metrics.py): handlers reach it through their contexts.
         self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas)
         self.metrics.rebalances = self.coordinator.machine.rebalances
+        self.log_cleaner = LogCleaner(self.store, config)
+        self.metrics.log_cleaner = self.log_cleaner
         # slow_request_ms: 0 = never (as infinity, which no request's time reaches).
         self._slow_request_ms = config.slow_request_ms or float("inf")
 
@@ -230,7 +233,9 @@ class Broker:
         self.advertised = self.advertised_by_listener[listeners[0].name]
         self._handlers = bind(self.apis, self._contexts())
         self._tasks.append(asyncio.create_task(self._housekeeping()))
-        self._tasks.append(asyncio.create_task(self._precompile()))
+        if self.config.log_cleaner_enable:  # compacted topics (broker/log_cleaner.py)
+            self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
+        self._tasks.append(asyncio.create_task(self._precompile()))  # last: tests wait for it
         await self.coordinator.start()
         await self.transactions.start()
         for listener, server in self._servers:
@@ -300,6 +305,7 @@ class Broker:
         await self.coordinator.stop()
         await self.transactions.stop()
         self.executor.close()
+        self.log_cleaner.close()  # waits for a cleaner step still reading in its thread
         self.store.close()
         self.limited_log.flush()
 

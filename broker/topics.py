@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.tdengine import INVALID_IDENTIFIER, SqlError, TopicDef, View, topic_definition
-from tmqgate.broker.topic_configs import effective, validate
+from tmqgate.broker.topic_configs import effective, validate, validate_together
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, is_internal
 from tmqgate.protocol.names import topic_name_problem
@@ -182,6 +182,10 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
             out[key] = validate(key, value)
         except ValueError as exc:
             raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    try:
+        validate_together(out)
+    except ValueError as exc:
+        raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     return out
 
 
