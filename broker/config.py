@@ -62,6 +62,10 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "transactional_id_expiration_ms": (1, None),  # transactional.id.expiration.ms: atLeast(1)
     "transaction_abort_timed_out_transaction_cleanup_interval_ms": (1, None),  # atLeast(1)
     "transaction_version": (0, 2),  # the transaction.version feature's levels (0..2)
+    "log_cleaner_io_buffer_size": (1, None),
+    "log_cleaner_dedupe_buffer_size": (1, None),
+    "log_cleaner_io_buffer_load_factor": (0.01, 1),
+    "log_cleaner_io_max_bytes_per_second": (1, None),
 }
 
 
@@ -251,6 +255,22 @@ class BrokerConfig:
     num_partitions: int = 1
     # How often retention runs (log.retention.check.interval.ms in Kafka).
     retention_check_interval_ms: int = 300_000
+    # log.cleaner.enable: run the log cleaner, which compacts topics whose cleanup.policy
+    # includes compact (storage.cleaner).
+    log_cleaner_enable: bool = True
+    # log.cleaner.backoff.ms: how long the cleaner sleeps when no topic needs cleaning.
+    log_cleaner_backoff_ms: int = 15_000
+    # log.cleaner.io.buffer.size: the bytes of WAL entries one cleaner step reads (off the event
+    # loop) before its rewrites are committed; bounds each step's work.
+    log_cleaner_io_buffer_size: int = 524_288
+    # log.cleaner.dedupe.buffer.size: memory for the cleaner's key -> newest offset map, 24 bytes
+    # a key as Kafka counts (a full map ends a cleaning early; the rest is cleaned next time).
+    log_cleaner_dedupe_buffer_size: int = 134_217_728
+    # log.cleaner.io.buffer.load.factor: how full the dedupe map may get.
+    log_cleaner_io_buffer_load_factor: float = 0.9
+    # log.cleaner.io.max.bytes.per.second: the cleaner's read rate cap (Kafka: Double.MAX_VALUE,
+    # no cap).
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308
     # Topic configs applied to new topics unless the request sets them, e.g.
     # {"retention.ms" = "86400000"} (Kafka's log.* broker defaults).
     topic_defaults: dict[str, str] = field(default_factory=dict)

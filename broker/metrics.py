@@ -41,6 +41,7 @@ from tmqgate.protocol.schemas import SCHEMAS
 
 if TYPE_CHECKING:
     from tmqgate.broker.auth.session import Authenticator
+    from tmqgate.broker.log_cleaner import LogCleaner
     from tmqgate.broker.quotas import ClientQuotaManagers
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.coordinator.coordinator import RebalanceStats
@@ -196,6 +197,7 @@ class Metrics:
         self.quotas = quotas  # throttles counted by broker/quotas.py, read at scrape
         self.authenticator: Authenticator | None = None  # SASL failures, set once a SASL listener starts
         self.rebalances: RebalanceStats | None = None  # the group coordinator's, read at scrape
+        self.log_cleaner: LogCleaner | None = None  # broker/log_cleaner.py's figures, read at scrape
         self.registry = CollectorRegistry(auto_describe=False)
         # topic -> [bytes in, bytes out, messages in]
         self._topic_counts: dict[str, list[int]] = {}
@@ -343,3 +345,15 @@ class Metrics:
         yield CounterMetricFamily("tmqgate_archiver_removed_ranges",
                                   "WAL ranges removed by the archiver to stay within the disk limits",
                                   value=self._archiver_removed)
+        if self.log_cleaner is not None:  # Kafka's kafka.log:type=LogCleaner gauges, and byte counts
+            figures = self.log_cleaner.metrics()
+            yield GaugeMetricFamily("kafka_log_logcleaner_max_clean_time_secs",
+                                    "The longest cleaning of a compacted vnode so far, in seconds",
+                                    value=figures["max_clean_time_secs"])
+            yield GaugeMetricFamily("kafka_log_logcleaner_cleaner_recopy_percent",
+                                    "Bytes written by the cleaner as a percentage of the bytes it read",
+                                    value=figures["cleaner_recopy_percent"])
+            yield CounterMetricFamily("tmqgate_log_cleaner_read_bytes", "Bytes of WAL entries the cleaner read",
+                                      value=figures["bytes_read"])
+            yield CounterMetricFamily("tmqgate_log_cleaner_written_bytes",
+                                      "Bytes of rewritten batches the cleaner wrote", value=figures["bytes_written"])

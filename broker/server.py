@@ -54,6 +54,7 @@ from tmqgate.broker.listeners import (
     parse_listeners,
     server_ssl_context,
 )
+from tmqgate.broker.log_cleaner import LogCleaner
 from tmqgate.broker.metrics import Metrics
 from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules
 from tmqgate.broker.quotas import MUTATION_APIS, ClientQuotaManagers
@@ -206,6 +207,8 @@ class Broker:
         # GET /metrics (broker/metrics.py): handlers reach it through their contexts.
         self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas)
         self.metrics.rebalances = self.coordinator.machine.rebalances
+        self.log_cleaner = LogCleaner(self.store, config)
+        self.metrics.log_cleaner = self.log_cleaner
         # slow_request_ms: 0 = never (as infinity, which no request's time reaches).
         self._slow_request_ms = config.slow_request_ms or float("inf")
 
@@ -228,6 +231,8 @@ class Broker:
         self._handlers = bind(self.apis, self._contexts())
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         self._tasks.append(asyncio.create_task(self._precompile()))
+        if self.config.log_cleaner_enable:  # compacted topics (broker/log_cleaner.py)
+            self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
         await self.coordinator.start()
         await self.transactions.start()
         for listener, server in self._servers:

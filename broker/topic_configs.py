@@ -30,8 +30,10 @@ class ConfigKey:
 
 
 _KEYS = [
-    ConfigKey("cleanup.policy", LIST, "delete", choices=("delete",),
-              doc="The retention policy for old log segments; only 'delete' is supported."),
+    ConfigKey("cleanup.policy", LIST, "delete", choices=("compact", "delete"),
+              doc="'delete' removes old entries by retention.ms / retention.bytes; 'compact' keeps "
+                  "the newest record per key (the log cleaner); both may be listed; an empty "
+                  "list keeps everything."),
     ConfigKey("compression.type", STRING, "producer",
               choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
               doc="Batches are stored as the producer compressed them."),
@@ -93,14 +95,39 @@ def validate(name: str, value: str | None) -> str:
         except ValueError:
             raise InvalidConfig(f"Invalid value {value} for configuration {name}: Not a number of type DOUBLE") from None
         return value
-    if key.choices is not None:
-        items = [v.strip() for v in value.split(",")] if key.type == LIST else [value]
-        bad = [v for v in items if v not in key.choices]
-        if bad:
-            raise InvalidConfig(f"Invalid value {value} for configuration {name}: String must be one of: "
-                                f"{', '.join(key.choices)}")
-        return ",".join(items)
+    if key.type == LIST:
+        return ",".join(_valid_list(key, value))
+    if key.choices is not None and value not in key.choices:
+        raise InvalidConfig(f"Invalid value {value} for configuration {name}: String must be one of: "
+                            f"{', '.join(key.choices)}")
     return value
+
+
+def _valid_list(key: ConfigKey, value: str) -> list[str]:
+    """A LIST value checked as Kafka's ConfigDef.ValidList does: an empty list is allowed;
+    items may not be empty, and each must be one of the choices (Kafka names the offending
+    item, not the whole list). A repeated item is kept once (Kafka 4.3 shows
+    "compact,compact" as "compact")."""
+    if not value:
+        return []
+    items = list(dict.fromkeys(v.strip() for v in value.split(",")))
+    for item in items:
+        if not item:
+            raise InvalidConfig(f"Configuration '{key.name}' values must not be empty.")
+        if key.choices is not None and item not in key.choices:
+            raise InvalidConfig(f"Invalid value {item} for configuration {key.name}: String must be one of: "
+                                f"{', '.join(key.choices)}")
+    return items
+
+
+def cleanup_policies(configs: dict[str, str]) -> set[str]:
+    """The topic's cleanup.policy as a set: "compact" and/or "delete" (empty: keep everything)."""
+    return {p for p in effective(configs, "cleanup.policy").split(",") if p}
+
+
+def is_compacted(configs: dict[str, str]) -> bool:
+    """Whether the topic's cleanup.policy includes compact (keyless records refused, cleaner runs)."""
+    return "compact" in cleanup_policies(configs)
 
 
 def effective(configs: dict[str, str], name: str) -> str:

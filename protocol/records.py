@@ -486,6 +486,8 @@ def build_batch(
     is_transactional: bool = False,
     is_control: bool = False,
     partition_leader_epoch: int = -1,
+    last_offset_delta: int | None = None,
+    delete_horizon_ms: int | None = None,
 ) -> bytes:
     """Build one v2 batch.
 
@@ -494,6 +496,11 @@ def build_batch(
     offset after the previous record.  A ``None`` timestamp means now.  Keys, values and
     header values are bytes-like or None (``str`` is UTF-8 encoded).  The base timestamp is
     the first record's, as the Java producer writes it.
+
+    For the log cleaner (Kafka's ``MemoryRecords.filterTo``): ``last_offset_delta`` keeps the
+    original batch's (its last records may be gone; the producer state needs it);
+    ``delete_horizon_ms`` sets the delete-horizon attribute (KIP-534), the base timestamp
+    being the horizon and the records' timestamp deltas relative to it.
     """
     if compression not in (0, 1, 2, 3, 4):
         raise ValueError(f"unknown compression codec {compression}")
@@ -504,7 +511,7 @@ def build_batch(
     lim = _ZZ_LIMIT
     null = _NULL
     now: int | None = None
-    base_ts: int | None = None
+    base_ts: int | None = delete_horizon_ms
     max_ts = NO_TIMESTAMP  # the first record's timestamp replaces it
     ts: int | None
     headers: Any
@@ -528,7 +535,7 @@ def build_batch(
             ts = now
         if base_ts is None:
             base_ts = max_ts = ts
-        elif ts > max_ts:
+        elif ts > max_ts or count == 0:
             max_ts = ts
         body = [b"\x00", zz(ts - base_ts), zz_table[delta + lim] if delta < lim else zz(delta)]
         if key is None:
@@ -576,9 +583,11 @@ def build_batch(
         attributes |= TRANSACTIONAL_MASK
     if is_control:
         attributes |= CONTROL_MASK
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_MASK
     tail = _TAIL.pack(
         attributes,
-        max(delta, 0),
+        max(delta, 0) if last_offset_delta is None else last_offset_delta,
         NO_TIMESTAMP if base_ts is None else base_ts,
         max_ts,
         producer_id,

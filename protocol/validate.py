@@ -20,7 +20,8 @@ What is checked, per Kafka's ``DefaultRecordBatch`` / ``DefaultRecord.readFrom``
 - no bytes remain after the declared number of records, and no record is missing.
 
 The result carries the smallest and largest record timestamps (CreateTime), with the
-indexes of the records holding them, so timestamp limits can name the offending record.
+indexes of the records holding them, so timestamp limits can name the offending record, and
+the indexes of keyless records (a compacted topic refuses them).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Validated(NamedTuple):
     max_timestamp: int
     max_index: int
     records: bytes | None = None
+    keyless: tuple[int, ...] = ()  # indexes of the records without a key (null key)
 
 
 def _varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
@@ -124,6 +126,7 @@ def _walk(buf: bytes | memoryview, pos: int, end: int, count: int, base_ts: int)
     lo = hi = base_ts
     lo_i = hi_i = 0
     first = True
+    keyless: list[int] = []
     i = 0
     try:
         for i in range(count):
@@ -177,7 +180,9 @@ def _walk(buf: bytes | memoryview, pos: int, end: int, count: int, base_ts: int)
                 n, pos = varint(buf, pos, rec_end)
             if n >= 0:
                 pos += n
-            elif n != -1:
+            elif n == -1:
+                keyless.append(i)
+            else:
                 raise _Bad(i, f"invalid key length {n}")
             if pos >= rec_end:
                 raise _Bad(i, "key runs past the record's end")
@@ -230,4 +235,4 @@ def _walk(buf: bytes | memoryview, pos: int, end: int, count: int, base_ts: int)
     if pos != end:
         raise InvalidRecords(f"Incorrect declared batch size, {end - pos} bytes remain after "
                              f"the {count} declared records")
-    return Validated(end - start, lo, lo_i, hi, hi_i)
+    return Validated(end - start, lo, lo_i, hi, hi_i, keyless=tuple(keyless))

@@ -232,6 +232,18 @@ class Core:
         if seqs:
             self.payloads.delete(seqs)
 
+    def write_replacing(self, wb: WriteBatch, entries: Sequence[NewEntry], old_seqs: list[int]) -> None:
+        """The log cleaner's write: ``entries`` take the place of entries with the same keys
+        (``wb`` may also delete index keys), their old payloads ``old_seqs`` listed under
+        PAYGC in the same WriteBatch, then deleted (``storage.keys``: replacing entries). Both
+        LevelDB writes are synced (a rewritten payload's sequence is above its neighbours', so
+        a power loss must not take it while its index survives)."""
+        if old_seqs:
+            wb.put(keys.PAYGC, keys.pack_seqs(old_seqs))
+        self.write_entries(wb, entries, True)
+        if old_seqs:
+            self.payloads.delete(old_seqs)
+
     def delete_database_data(self, dbid: int, *, compact: bool = False) -> None:
         """Range-delete every per-database key of ``dbid`` (WAL payloads included); with
         ``compact`` compact what was deleted, in both LevelDBs, to give the space back."""

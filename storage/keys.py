@@ -43,6 +43,10 @@ prefix       key (after the prefix byte)                            value
 0x20 VNODE   db u32, vnode u32                                      next version u64, log start u64, bytes u64,
                                                                     entries u64 (absent in stores written before
                                                                     it existed: counted once at open)
+0x21 CLEANER db u32, vnode u32                                      the log cleaner's checkpoint: first dirty offset
+                                                                    u64 (entries below it were cleaned; Kafka's
+                                                                    cleaner-offset-checkpoint), written after the
+                                                                    last step of a cleaning (``storage.cleaner``)
 0x30 TIME    db u32, vnode u32, max timestamp (i64 + 2**63) u64     base version u64 (sparse: only entries that
                                                                     raise the vnode's running max timestamp; data
                                                                     and rows entries, never meta)
@@ -107,6 +111,14 @@ two writes, so it was never acknowledged): the store deletes those at open and c
 at PAYSEQ + 1, so a WriteBatch stays all-or-nothing for readers across kill -9. Within a
 vnode, later versions have higher sequences.
 
+Replacing WAL entries (the log cleaner, ``storage.cleaner``): the new payloads are staged,
+then one main WriteBatch points the same index keys at them (or deletes the keys of entries
+left with no record), lists the old sequences under PAYGC and sets PAYSEQ; then the old
+payloads are deleted. Killed before the WriteBatch, the old entries stay (the staged ones,
+above PAYSEQ, are dropped at open); after it, the new ones (open finishes the deletes). A
+rewritten entry's payload sequence is above its neighbours', so the cleaner stages and writes
+with sync=True: a power loss cannot then take a rewritten payload whose index survived.
+
 Removing WAL entries: the main WriteBatch deletes the index keys and puts their sequences
 under PAYGC; then the payloads are deleted from the payload log. A store killed in between
 finishes the payload deletes at open.
@@ -160,6 +172,7 @@ WAL = b"\x10"
 PAYSEQ = b"\x11"
 PAYGC = b"\x12"
 VNODE = b"\x20"
+CLEANER = b"\x21"
 TIME = b"\x30"
 PRODUCER = b"\x40"
 TXNOPEN = b"\x41"
@@ -182,7 +195,7 @@ KIND_META = 1
 KIND_ROWS = 2
 
 #: Prefixes whose keys start with the db id; dropping a database deletes these ranges.
-PER_DB_PREFIXES = (WAL, VNODE, TIME, PRODUCER, TXNOPEN, ABORTED, STABLE, CTABLE)
+PER_DB_PREFIXES = (WAL, VNODE, CLEANER, TIME, PRODUCER, TXNOPEN, ABORTED, STABLE, CTABLE)
 
 _DV = struct.Struct(">II")
 _DVQ = struct.Struct(">IIQ")
@@ -326,6 +339,10 @@ def unpack_seqs(b: bytes) -> tuple[int, ...]:
 
 def vnode_key(db: int, vnode: int) -> bytes:
     return VNODE + _DV.pack(db, vnode)
+
+
+def cleaner_key(db: int, vnode: int) -> bytes:
+    return CLEANER + _DV.pack(db, vnode)
 
 
 def parse_vnode_key(key: bytes) -> tuple[int, int]:

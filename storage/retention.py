@@ -10,7 +10,8 @@ oldest trimmed.
 * Retention (``enforce_retention``), per vnode. Kafka databases follow Kafka:
   ``retention.ms`` removes entries while their age timestamp < now - retention.ms;
   ``retention.bytes`` removes the oldest entry while the vnode stays >= retention.bytes
-  without it; ``-1`` or a missing config means unlimited (the broker fills Kafka's defaults
+  without it; ``-1`` or a missing config means unlimited; a topic whose ``cleanup.policy``
+  lacks ``delete`` (compact only, or empty) keeps everything from retention (the broker fills Kafka's defaults
   into a database's configs when it creates one). tsdb databases apply the same two rules
   with their options WAL_RETENTION_PERIOD (seconds) and WAL_RETENTION_SIZE (KB), -1 or
   missing = unlimited.
@@ -168,6 +169,8 @@ class Retention:
                 age_reason, size_reason = "wal_retention_period", "wal_retention_size"
             else:
                 configs = {**defaults, **d.info.configs} if defaults else d.info.configs
+                if "delete" not in configs.get("cleanup.policy", "delete").split(","):
+                    continue  # compact only (the log cleaner's), or an empty policy: kept
                 rms = _int_config(configs, "retention.ms")
                 rbytes = _int_config(configs, "retention.bytes")
                 age_reason, size_reason = "retention.ms", "retention.bytes"

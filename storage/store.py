@@ -10,6 +10,7 @@ concern, so that each can be read and changed alone:
 * ``storage.wal`` — appending and reading entries, the in-memory vnode state, the time index;
 * ``storage.txn`` — catalog changes and WAL entries in one WriteBatch;
 * ``storage.retention`` — retention, DeleteRecords, the archiver and the log history;
+* ``storage.cleaner`` — the log cleaner of compacted topics;
 * ``storage.producers`` — producer ids and idempotent producers' windows;
 * ``storage.offsets`` — committed offsets and group metadata;
 * ``storage.quotas`` — client quota entities and their values.
@@ -34,6 +35,7 @@ from typing import Any
 from tmqgate.storage import keys
 from tmqgate.storage.acls import Acls
 from tmqgate.storage.catalog import Catalog
+from tmqgate.storage.cleaner import Cleaner
 from tmqgate.storage.core import Core
 from tmqgate.storage.model import (
     ChildTable,
@@ -90,6 +92,7 @@ class Store:
         self.wal_txns = WalTxns(self.core)  # open transactions, aborted index (storage.wal_txns)
         self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes, self.wal_txns)
         self.retention = Retention(self.core, self.catalog, self.wal, history_limit, self.wal_txns)
+        self.cleaner = Cleaner(self.core, self.catalog, self.wal_txns)  # compacted topics (storage.cleaner)
         self.offsets = Offsets(self.core)
         self.client_quotas = ClientQuotas(self.core)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)

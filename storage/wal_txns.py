@@ -183,6 +183,15 @@ class WalTxns:
             return []
         return [(e.producer_id, e.first_offset) for e in self._overlapping(dbid, vnode, entries, from_offset, upper)]
 
+    def aborted_ranges(self, dbid: int, vnode: int, from_offset: int, upper: int) -> list[tuple[int, int, int]]:
+        """(producer id, first offset, last offset — the abort marker's) of the aborted
+        transactions overlapping [from_offset, upper) (what the log cleaner removes)."""
+        entries = self._aborted.get((dbid, vnode))
+        if not entries:
+            return []
+        return [(e.producer_id, e.first_offset, e.last_offset)
+                for e in self._overlapping(dbid, vnode, entries, from_offset, upper)]
+
     def _overlapping(self, dbid: int, vnode: int, entries: list[AbortedTxn], from_offset: int,
                      upper: int) -> Iterator[AbortedTxn]:
         """Entries with last offset >= from_offset and first offset < upper."""

@@ -8,6 +8,8 @@ from tmqgate.broker.topic_configs import InvalidConfig, effective, validate
 def test_known_values_normalised():
     assert validate("retention.ms", " 1000 ") == "1000"
     assert validate("cleanup.policy", "delete") == "delete"
+    assert validate("cleanup.policy", "delete , compact,delete") == "delete,compact"
+    assert validate("cleanup.policy", "") == ""
     assert validate("max.message.bytes", "2048") == "2048"
 
 
@@ -16,7 +18,8 @@ def test_known_values_normalised():
     ("retention.ms", "soon", "Not a number of type LONG"),
     ("retention.ms", "-2", "Value must be at least -1"),
     ("max.message.bytes", str(2**31), "Not a number of type INT"),
-    ("cleanup.policy", "compact", "String must be one of"),
+    ("cleanup.policy", "tidy", "String must be one of"),
+    ("cleanup.policy", "compact,,delete", "must not be empty"),
     ("retention.bytes", None, "Null value"),
 ])
 def test_refused(name, value, fragment):

@@ -19,6 +19,7 @@ from tmqgate.broker.client import current_client
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.tdengine import IngestError, ingest
+from tmqgate.broker.topic_configs import is_compacted
 from tmqgate.broker.topics import TMQ, TSDB
 from tmqgate.protocol.compression import CorruptRecord
 from tmqgate.protocol.errors import ErrorCode
@@ -165,6 +166,7 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
         raise ProduceError(ErrorCode.INVALID_TXN_STATE,
                            f"Expected transactional write from producer {header.producer_id}")
     if topic.kind == TSDB:
+        _check_keys(topic, vnode, valid)
         # An idempotent producer's batch is checked as on a plain topic before it becomes
         # rows; its window is stored with the rows (one WriteBatch), so a retry writes nothing.
         # A transactional producer's rows join its transaction on the vnode (read_committed
@@ -182,6 +184,7 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
     log_append_time = topic.config("message.timestamp.type") == "LogAppendTime"
     if not log_append_time:
         _check_timestamps(topic, valid, now_ms)
+    _check_keys(topic, vnode, valid)
     store = ctx.store
     producer, duplicate_of = _producer_append(ctx, topic, vnode, header)
     if duplicate_of is not None:
@@ -255,6 +258,20 @@ def _validated_batch(topic: Topic, records: bytes | None,
         errors = [] if exc.index is None else [(exc.index, str(exc))]
         raise ProduceError(ErrorCode.INVALID_RECORD, str(exc), errors) from None
     return batch, header, valid
+
+
+def _check_keys(topic: Topic, vnode: int, valid: Validated) -> None:
+    """A topic whose cleanup.policy includes compact refuses records without a key, every one
+    named in record_errors, as Kafka's LogValidator does (INVALID_RECORD; its message lists
+    the first three)."""
+    if not valid.keyless or not is_compacted(topic.configs):
+        return
+    errors = [(i, f"Compacted topic cannot accept message without key in topic partition {topic.name}-{vnode}")
+              for i in valid.keyless]
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    raise ProduceError(ErrorCode.INVALID_RECORD,
+                       f"One or more records have been rejected due to {len(errors)} record errors in total, "
+                       f"and only showing the first three errors at most: [{shown}]", errors)
 
 
 def _check_timestamps(topic: Topic, valid: Validated, now_ms: int) -> None:
