@@ -102,11 +102,11 @@ class App:
         self.proc: Popen[bytes] | None = None
         self.runs = 0
 
-    def start(self) -> None:
+    def start(self, pace_ms: int = 0) -> None:
         self.runs += 1
         # a new state directory each run: a restarted app rebuilds its store from the changelog
         self.proc = java_streams(self.bootstrap, self.app_id, self.input, self.output,
-                                 self.tmp_path / f"state-{self.runs}", WINDOW_MS, self.log)
+                                 self.tmp_path / f"state-{self.runs}", WINDOW_MS, self.log, pace_ms)
 
     def lines(self) -> list[str]:
         return self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
@@ -195,8 +195,7 @@ def test_killed_and_restarted_app_restores_its_store_and_counts_the_same(app: Ap
     events = make_events(3000, seed=16)
     produce(app.bootstrap, app.input, events)
     want = expected_counts(events)
-    app.start()
-    # the first committed counts: the app is part-way through the input
+    app.start(pace_ms=4)  # ~12 s for the whole input: the kill below lands part-way
     at_kill: list[list[tuple[str, int]]] = [[]]
 
     def started() -> bool:
@@ -207,12 +206,17 @@ def test_killed_and_restarted_app_restores_its_store_and_counts_the_same(app: Ap
 
     wait_until(started, 300, 0.5, "the app's first committed counts")
     app.kill()  # SIGKILL mid-stream: its open transaction is left to be aborted, its state dir abandoned
+    assert final_counts(at_kill[0]) != want, "the app had finished before the kill"
     lines_before = len(app.lines())
     app.start()  # a new state dir: the store comes back from the changelog
+
+    def restored() -> list[list[str]]:
+        return [ln.split() for ln in app.lines()[lines_before:]
+                if ln.startswith("restored ") and ln.split()[1] == f"{app.app_id}-counts-changelog"]
+
+    wait_until(lambda: len(restored()) == 3 or not app.alive(), 300, 0.5, "the store's 3 partitions restored")
+    assert sum(int(r[3]) for r in restored()) > 0, f"nothing restored from the changelog:\n{app.tail()}"
     updates = wait_final(app, want)
     assert_exactly_once(updates)
-    restored = [ln.split() for ln in app.lines()[lines_before:] if ln.startswith("restored ")]
-    changelog = [r for r in restored if r[1] == f"{app.app_id}-counts-changelog"]
-    assert sum(int(r[3]) for r in changelog) > 0, f"nothing restored from the changelog:\n{app.tail()}"
     # what was committed before the kill is a prefix of what the output holds in the end
     assert updates[:len(at_kill[0])] == at_kill[0]

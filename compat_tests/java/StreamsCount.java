@@ -1,13 +1,14 @@
 // A Kafka Streams 4.3.1 application (kafka-streams from compat_tests/java/connect-lib) against
 // the broker, run as a single source file as compat_tests/java_client.py's java_streams does:
 //   java -cp 'compat_tests/java/connect-lib/*' compat_tests/java/StreamsCount.java \
-//        BOOTSTRAP APP_ID INPUT OUTPUT STATE_DIR WINDOW_MS
+//        BOOTSTRAP APP_ID INPUT OUTPUT STATE_DIR WINDOW_MS [PACE_MS]
 // Topology: INPUT records (key: an event id, value: "REGION,PAYLOAD", timestamp: the event
 // time) are re-keyed by REGION (selectKey, so Streams writes and reads a repartition topic
 // APP_ID-...-repartition), grouped, counted in tumbling windows of WINDOW_MS by record
 // timestamp (grace one day: no record is late) in the state store "counts" (its changelog is
 // the compacted topic APP_ID-counts-changelog), and each count update is written to OUTPUT
-// with key "REGION@WINDOW_START_MS" and value the count in decimal.
+// with key "REGION@WINDOW_START_MS" and value the count in decimal.  PACE_MS (default 0): a
+// pause per input record, so a test can kill the app while it is part-way through its input.
 // processing.guarantee=exactly_once_v2: input offsets, repartition/changelog/output writes
 // of each commit are one transaction; a consumer of OUTPUT with read_committed sees only
 // committed counts.  Runs until SIGTERM (closes cleanly) or SIGKILL.  Prints
@@ -32,9 +33,21 @@ import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.state.WindowStore;
 
 public class StreamsCount {
+    static void pause(long ms) {
+        if (ms <= 0) {
+            return;
+        }
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], appId = args[1], input = args[2], output = args[3], stateDir = args[4];
         long windowMs = Long.parseLong(args[5]);
+        long paceMs = args.length > 6 ? Long.parseLong(args[6]) : 0;
 
         Properties p = new Properties();
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
@@ -49,6 +62,7 @@ public class StreamsCount {
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+            .peek((id, value) -> pause(paceMs))
             .selectKey((id, value) -> value.split(",", 2)[0])
             .groupByKey(Grouped.with("by-region", Serdes.String(), Serdes.String()))
             .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofMillis(windowMs), Duration.ofDays(1)))
