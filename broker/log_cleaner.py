@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.storage.cleaner import DEFAULTS, CleanStats
+from tmqgate.storage import StorageIOError
+from tmqgate.storage.cleaner import DEFAULTS, Change, Cleaning, CleanStats
 
 if TYPE_CHECKING:
     from tmqgate.broker.config import BrokerConfig
@@ -37,6 +39,8 @@ class LogCleaner:
         self.bytes_read = 0
         self.bytes_written = 0
         self.rounds = 0
+        self._stepping = threading.Lock()  # held by a worker thread while a step reads the store
+        self._closed = False
 
     async def run(self) -> None:
         backoff = self.config.log_cleaner_backoff_ms / 1000
@@ -62,16 +66,22 @@ class LogCleaner:
             started = time.monotonic()
             read_before = 0
             while True:
-                changes = await asyncio.to_thread(cleaning.step, budget)
+                changes = await asyncio.to_thread(self._step, cleaning, budget)
                 if changes is None:
                     break
                 cleaning.commit(changes)
-                read = cleaning.stats.bytes_read - read_before
-                read_before = cleaning.stats.bytes_read
+                total = cleaning.stats.bytes_read + cleaning.stats.map_bytes_read
+                read = total - read_before
+                read_before = total
                 pause = read / rate - (time.monotonic() - started) if rate < 1e300 else 0.0
                 await asyncio.sleep(max(0.0, pause))  # also lets Produce/Fetch run between steps
                 started = time.monotonic()
             stats = cleaning.finish()
+            try:  # the freed payloads' space back, in a worker thread (LevelDB compaction)
+                await asyncio.to_thread(self._reclaim, cleaning)
+            except StorageIOError as exc:
+                log.error("cleaned %s-%d but could not compact what it freed, so the disk space comes back "
+                          "only when LevelDB compacts on its own: %s", cleaning.db, cleaning.vnode, exc)
             if stats.cleaned_to >= 0:
                 done.append(stats)
                 self.max_clean_seconds = max(self.max_clean_seconds, stats.seconds)
@@ -84,6 +94,22 @@ class LogCleaner:
         self.rounds += 1
         self.last = done
         return done
+
+    def _step(self, cleaning: Cleaning, budget: int) -> list[Change] | None:
+        """One step in the worker thread; none once the broker closes (the store goes)."""
+        with self._stepping:
+            return None if self._closed else cleaning.step(budget)
+
+    def _reclaim(self, cleaning: Cleaning) -> None:
+        with self._stepping:
+            if not self._closed:
+                cleaning.reclaim()
+
+    def close(self) -> None:
+        """Stop: wait for a step still reading in its thread (a cancelled task leaves it
+        running) so the store is never closed under it; later steps do nothing."""
+        with self._stepping:
+            self._closed = True
 
     def metrics(self) -> dict[str, Any]:
         """Kafka's cleaner figures (max-clean-time-secs, cleaner-recopy-percent) and totals."""

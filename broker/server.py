@@ -230,9 +230,9 @@ class Broker:
         self.advertised = self.advertised_by_listener[listeners[0].name]
         self._handlers = bind(self.apis, self._contexts())
         self._tasks.append(asyncio.create_task(self._housekeeping()))
-        self._tasks.append(asyncio.create_task(self._precompile()))
         if self.config.log_cleaner_enable:  # compacted topics (broker/log_cleaner.py)
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
+        self._tasks.append(asyncio.create_task(self._precompile()))  # last: tests wait for it
         await self.coordinator.start()
         await self.transactions.start()
         for listener, server in self._servers:
@@ -302,6 +302,7 @@ class Broker:
         await self.coordinator.stop()
         await self.transactions.stop()
         self.executor.close()
+        self.log_cleaner.close()  # waits for a cleaner step still reading in its thread
         self.store.close()
         self.limited_log.flush()
 

@@ -27,6 +27,7 @@ class ConfigKey:
     minimum: int | None = None
     choices: tuple[str, ...] | None = None
     doc: str = ""
+    maximum: int | None = None
 
 
 _KEYS = [
@@ -48,7 +49,7 @@ _KEYS = [
     ConfigKey("message.timestamp.type", STRING, "CreateTime", choices=("CreateTime", "LogAppendTime")),
     ConfigKey("message.timestamp.after.max.ms", LONG, "3600000", 0),
     ConfigKey("message.timestamp.before.max.ms", LONG, "9223372036854775807", 0),
-    ConfigKey("min.cleanable.dirty.ratio", DOUBLE, "0.5"),
+    ConfigKey("min.cleanable.dirty.ratio", DOUBLE, "0.5", 0, maximum=1),
     ConfigKey("min.compaction.lag.ms", LONG, "0", 0),
     ConfigKey("min.insync.replicas", INT, "1", 1),
     ConfigKey("preallocate", BOOLEAN, "false", choices=("true", "false")),
@@ -91,9 +92,14 @@ def validate(name: str, value: str | None) -> str:
         return str(number)
     if key.type == DOUBLE:
         try:
-            float(value)
+            real = float(value)
         except ValueError:
             raise InvalidConfig(f"Invalid value {value} for configuration {name}: Not a number of type DOUBLE") from None
+        if key.minimum is not None and real < key.minimum:
+            raise InvalidConfig(f"Invalid value {real!r} for configuration {name}: Value must be at least {key.minimum}")
+        if key.maximum is not None and real > key.maximum:
+            raise InvalidConfig(f"Invalid value {real!r} for configuration {name}: Value must be no more than "
+                                f"{key.maximum}")
         return value
     if key.type == LIST:
         return ",".join(_valid_list(key, value))
@@ -118,6 +124,15 @@ def _valid_list(key: ConfigKey, value: str) -> list[str]:
             raise InvalidConfig(f"Invalid value {item} for configuration {key.name}: String must be one of: "
                                 f"{', '.join(key.choices)}")
     return items
+
+
+def validate_together(configs: dict[str, str]) -> None:
+    """The checks Kafka's LogConfig.validateValues makes across keys (values already valid)."""
+    min_lag = int(effective(configs, "min.compaction.lag.ms"))
+    max_lag = int(effective(configs, "max.compaction.lag.ms"))
+    if min_lag > max_lag:
+        raise InvalidConfig(f"conflict topic config setting min.compaction.lag.ms ({min_lag}) > "
+                            f"max.compaction.lag.ms ({max_lag})")
 
 
 def cleanup_policies(configs: dict[str, str]) -> set[str]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.tdengine import INVALID_IDENTIFIER, SqlError, TopicDef, View, topic_definition
-from tmqgate.broker.topic_configs import effective, validate
+from tmqgate.broker.topic_configs import effective, validate, validate_together
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.names import topic_name_problem
 
@@ -123,6 +123,10 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
             out[key] = validate(key, value)
         except ValueError as exc:
             raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    try:
+        validate_together(out)
+    except ValueError as exc:
+        raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from tmqgate.protocol.records import build_batch
 
 from .brokers import new_broker
+from .cli_helpers import run as cli_run
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
 from .raw import RawConn
@@ -45,9 +47,39 @@ def _create(admin: AdminClient, config: dict[str, str], partitions: int = 1) -> 
     return name
 
 
+def _raw_produce(conn: RawConn, topic: str, batch: bytes) -> dict[str, Any]:
+    """Produce one batch, retried while a new topic's partition has no leader yet (Kafka
+    answers NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION for a moment after
+    CreateTopics; clients retry these)."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        p = conn.produce(topic, 0, batch)
+        if p["error_code"] not in (3, 6) or time.monotonic() > deadline:
+            return p
+        time.sleep(0.1)
+
+
+#: What Kafka answers for a moment after CreateTopics or a restart, before the partition has
+#: its leader everywhere (clients retry these).
+_NOT_SETTLED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+
+
+def _settled(call: Any) -> Any:
+    """``call()``, retried while it fails with one of the _NOT_SETTLED errors."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            if exc.args[0].code() not in _NOT_SETTLED or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _described(admin: AdminClient, topic: str, key: str) -> str:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    configs = admin.describe_configs([resource])[resource].result(TIMEOUT)
+    configs = _settled(lambda: admin.describe_configs([resource])[resource].result(TIMEOUT))
     return str(configs[key].value)
 
 
@@ -79,6 +111,25 @@ def test_cleanup_policy_refused(broker: Broker, given: str, message: str) -> Non
     assert err.str() == message, err
 
 
+@pytest.mark.parametrize(("config", "message"), [
+    ({"min.cleanable.dirty.ratio": "1.5"},
+     "Invalid value 1.5 for configuration min.cleanable.dirty.ratio: Value must be no more than 1"),
+    ({"min.cleanable.dirty.ratio": "-0.1"},
+     "Invalid value -0.1 for configuration min.cleanable.dirty.ratio: Value must be at least 0"),
+    ({"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"},
+     "conflict topic config setting min.compaction.lag.ms (5000) > max.compaction.lag.ms (1000)"),
+])
+def test_cleaner_configs_refused(broker: Broker, config: dict[str, str], message: str) -> None:
+    admin = _admin(broker)
+    name = unique_topic("compact-bad")
+    with pytest.raises(KafkaException) as info:
+        admin.create_topics([NewTopic(name, 1, 1, config={"cleanup.policy": "compact", **config})]
+                            )[name].result(TIMEOUT)
+    err = info.value.args[0]
+    assert err.code() == KafkaError.INVALID_CONFIG, err
+    assert err.str() == message, err
+
+
 def test_cleanup_policy_altered_both_ways(broker: Broker) -> None:
     admin = _admin(broker)
     topic = _create(admin, {})
@@ -100,7 +151,7 @@ def test_keyless_record_refused_on_compacted_topic(broker: Broker, policy: str) 
     batch = build_batch([(b"k0", b"v0"), (None, b"no key"), (b"k2", b"v2"), (None, b"none either")])
     expected = f"Compacted topic cannot accept message without key in topic partition {topic}-0"
     with RawConn(broker.bootstrap) as conn:
-        p = conn.produce(topic, 0, batch)
+        p = _raw_produce(conn, topic, batch)
         assert p["error_code"] == INVALID_RECORD, p
         assert p["base_offset"] == -1, p
         assert [(e["batch_index"], e["batch_index_error_message"]) for e in p["record_errors"]] == [
@@ -110,15 +161,29 @@ def test_keyless_record_refused_on_compacted_topic(broker: Broker, policy: str) 
             f"first three errors at most: [RecordError(batchIndex=1, message='{expected}'), "
             f"RecordError(batchIndex=3, message='{expected}')]")
         # Nothing of the batch is stored: a keyed batch afterwards takes offset 0.
-        p = conn.produce(topic, 0, build_batch([(b"k", b"v")]))
+        p = _raw_produce(conn, topic, build_batch([(b"k", b"v")]))
         assert (p["error_code"], p["base_offset"]) == (0, 0), p
+
+
+@pytest.mark.parametrize(("policy", "code"), [("compact", 44), ("delete,compact", 0)])
+def test_delete_records_needs_the_delete_policy(broker: Broker, policy: str, code: int) -> None:
+    """DeleteRecords on a topic whose cleanup.policy lacks delete: POLICY_VIOLATION (44)."""
+    admin = _admin(broker)
+    topic = _create(admin, {"cleanup.policy": policy})
+    with RawConn(broker.bootstrap) as conn:
+        for i in range(3):
+            assert _raw_produce(conn, topic, build_batch([(b"k%d" % i, b"v")]))["error_code"] == 0
+        body = conn.request(21, 2, {"timeout_ms": 10000, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "offset": 2}]}]})
+    [p] = body["topics"][0]["partitions"]
+    assert (p["error_code"], p["low_watermark"]) == (code, 2 if code == 0 else -1), p
 
 
 def test_keyless_record_accepted_on_delete_topic(broker: Broker) -> None:
     admin = _admin(broker)
     topic = _create(admin, {"cleanup.policy": "delete"})
     with RawConn(broker.bootstrap) as conn:
-        p = conn.produce(topic, 0, build_batch([(None, b"no key")]))
+        p = _raw_produce(conn, topic, build_batch([(None, b"no key")]))
         assert (p["error_code"], p["base_offset"], p["record_errors"]) == (0, 0, []), p
 
 
@@ -175,7 +240,8 @@ def _consume_all(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | N
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "isolation.level": "read_uncommitted"})
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT, cached=False)
+        _, high = _settled(lambda: consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT,
+                                                                 cached=False))
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         got: list[tuple[int, bytes, bytes | None]] = []
         deadline = time.monotonic() + TIMEOUT
@@ -244,6 +310,12 @@ def test_cleaner_leaves_the_head_alone(cleaner_broker: Broker) -> None:
 
     wait_until(cleaned, 60, interval=0.5, what="the cleaner to compact all but the head")
     assert got == expected
+    # The Java consumer (kafka-console-consumer) steps over the gaps the same way.
+    out = cli_run("kafka-console-consumer", "--bootstrap-server", cleaner_broker.bootstrap, "--topic", topic,
+                  "--from-beginning", "--max-messages", str(len(expected)), "--timeout-ms", "30000",
+                  "--formatter-property", "print.offset=true", "--formatter-property", "print.key=true")
+    assert out.stdout.split("\n")[:-1] == [f"Offset:{o}\t{k.decode()}\t{v.decode()}" for o, k, v in expected
+                                           if v is not None], out.describe()
 
 
 def test_cleaner_removes_aborted_transaction_records(cleaner_broker: Broker) -> None:
@@ -274,3 +346,75 @@ def test_cleaner_removes_aborted_transaction_records(cleaner_broker: Broker) -> 
 
     wait_until(cleaned, 60, interval=0.5, what="the cleaner to remove the aborted records")
     assert got == kept + [roll]
+
+
+@pytest.mark.slow
+def test_broker_killed_mid_clean_keeps_every_newest_value(pytestconfig: pytest.Config, tmp_path: Path,
+                                                          target: str) -> None:
+    """SIGKILL the broker while its cleaner works through a paced cleaning (1 MB/s), restart
+    it on the same data: every key's newest value is there at its offset and every record read
+    is one that was produced at that offset (old or new, never lost or torn); the cleaning then
+    finishes. Both brokers."""
+    if pytestconfig.getoption("--bootstrap"):
+        pytest.skip("--bootstrap given: cannot kill and restart an external broker")
+    config: dict[str, Any] = (
+        {"log.cleaner.backoff.ms": "200", "log.cleaner.io.max.bytes.per.second": "1000000"} if target == "kafka"
+        else {"log_cleaner_backoff_ms": 200, "log_cleaner_io_max_bytes_per_second": 1_000_000,
+              "log_cleaner_io_buffer_size": 65536})
+    proc = new_broker(str(pytestconfig.getoption("--target")), tmp_path / "killed", config=config)
+    proc.start()
+    try:
+        admin = _admin(Broker(proc.bootstrap, target, False))
+        # Written under delete, then switched to compact: the whole log is cleaned in one go.
+        topic = _create(admin, {**CLEANER_TOPIC, "cleanup.policy": "delete"})
+        producer = Producer({"bootstrap.servers": proc.bootstrap, "linger.ms": 20})
+        keys = [b"key-%03d" % k for k in range(500)]
+        written = _produce_rounds(producer, topic, [[(k, b"%s=%d:" % (k, r) + b"x" * 80) for k in keys]
+                                                    for r in range(20)])
+        time.sleep(0.5)
+        [roll] = _produce_rounds(producer, topic, [[(b"roll", b"roll")]])
+        producer.flush(TIMEOUT)
+        del producer
+        produced = {o: (k, v) for o, k, v in written + [roll]}
+        newest: dict[bytes, tuple[int, bytes, bytes | None]] = {}
+        for record in written:
+            newest[record[1]] = record
+        expected = sorted(newest.values()) + [roll]
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+        del admin
+
+        def started() -> bool:  # the first cleaned records are gone
+            return _first_offset(proc.bootstrap, topic) > 0
+
+        wait_until(started, 60, interval=0.1, what="the cleaning to start")
+        proc.kill()
+        proc.start()
+        got = _consume_all(proc.bootstrap, topic)
+        assert all(produced.get(o) == (k, v) for o, k, v in got)  # no torn or moved record
+        assert set(expected) <= set(got)  # no newest value lost
+
+        def cleaned() -> bool:
+            got[:] = _consume_all(proc.bootstrap, topic)
+            return len(got) == len(expected)
+
+        wait_until(cleaned, 120, interval=0.5, what="the cleaning to finish after the restart")
+        assert got == expected
+    finally:
+        proc.stop()
+
+
+def _first_offset(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"),
+                         "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                return int(msg.offset())
+        return -1
+    finally:
+        consumer.close()

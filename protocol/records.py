@@ -41,10 +41,13 @@ __all__ = [
     "DEFAULT_MAX_DECOMPRESSED",
     "HEADER_SIZE",
     "Record",
+    "RecordRef",
     "EndTxnMarker",
     "build_batch",
     "build_end_txn_marker",
     "decode_records",
+    "filtered_batch",
+    "scan_records",
     "iter_batches",
     "max_record_size",
     "parse_end_txn_marker",
@@ -597,6 +600,124 @@ def build_batch(
     )
     crc = crc32c(payload, crc32c(tail))
     head = _PREFIX.pack(base_offset, _MIN_BATCH_LENGTH + len(payload), partition_leader_epoch, MAGIC, crc)
+    return b"".join((head, tail, payload))
+
+
+# ---------------------------------------------------------------------------- the log cleaner
+
+
+class RecordRef(NamedTuple):
+    """A record as the log cleaner needs it, without decoding its value or headers: its
+    absolute offset and timestamp, its key (None: no key), whether its value is null (a
+    tombstone), and where its bytes (length varint included) lie in the records section."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    tombstone: bool
+    start: int
+    end: int
+
+
+def scan_records(
+    batch: bytes | bytearray | memoryview, *, max_size: int = DEFAULT_MAX_DECOMPRESSED
+) -> tuple[bytes, list[RecordRef]]:
+    """The batch's records section (decompressed) and a :class:`RecordRef` per record: the
+    length, timestamp, offset and key of each are read, the rest is stepped over (what a
+    cleaner's key map and filter need, a few times cheaper than :func:`decode_records`)."""
+    h = _header_at(batch, 0, len(batch))
+    if h.magic != MAGIC:
+        raise CorruptRecord(f"cannot scan record batch magic {h.magic}: only magic 2")
+    codec = h.attributes & COMPRESSION_MASK
+    if codec:
+        buf = decompress(codec, memoryview(batch)[HEADER_SIZE : h.size], max_size)
+    else:
+        buf = bytes(memoryview(batch)[HEADER_SIZE : h.size])
+    end = len(buf)
+    base_offset = h.base_offset
+    base_ts = h.base_timestamp
+    log_append_ts = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else None
+    uvarint = _uvarint
+    new = _tuple_new
+    refs: list[RecordRef] = []
+    append = refs.append
+    pos = 0
+    try:
+        for _ in range(h.record_count):
+            start = pos
+            v = buf[pos]
+            if v < 0x80:
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                pos += 2
+            else:
+                v, pos = uvarint(buf, pos)
+            length = (v >> 1) ^ -(v & 1)
+            rec_end = pos + length
+            if length < 6 or rec_end > end:
+                raise CorruptRecord(f"bad record length {length} at {pos}")
+            pos += 1  # attributes
+            v = buf[pos]
+            if v < 0x80:
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                pos += 2
+            else:
+                v, pos = uvarint(buf, pos)
+            ts_delta = (v >> 1) ^ -(v & 1)
+            v = buf[pos]
+            if v < 0x80:
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                pos += 2
+            else:
+                v, pos = uvarint(buf, pos)
+            offset_delta = (v >> 1) ^ -(v & 1)
+            v = buf[pos]
+            if v < 0x80:
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (v & 0x7F) | (buf[pos + 1] << 7)
+                pos += 2
+            else:
+                v, pos = uvarint(buf, pos)
+            n = (v >> 1) ^ -(v & 1)
+            if n >= 0:
+                key: bytes | None = buf[pos : pos + n]
+                pos += n
+            else:
+                key = None
+            tombstone = buf[pos] == 1  # zigzag(-1): a null value
+            append(new(RecordRef, (base_offset + offset_delta,
+                                   base_ts + ts_delta if log_append_ts is None else log_append_ts,
+                                   key, tombstone, start, rec_end)))
+            pos = rec_end
+    except IndexError:
+        raise CorruptRecord("record batch truncated") from None
+    if pos != end:
+        raise CorruptRecord(f"{end - pos} bytes remain after the batch's records")
+    return buf, refs
+
+
+def filtered_batch(batch: bytes | bytearray | memoryview, buf: bytes, kept: list[RecordRef]) -> bytes:
+    """The batch with only the ``kept`` records (refs from :func:`scan_records` over ``buf``),
+    their bytes copied as they are: the header is kept (base offset, last offset delta,
+    base timestamp, producer id, epoch, base sequence, attributes), the record count, the
+    max timestamp (CreateTime: the kept records' largest) and the CRC are recomputed, the
+    records compressed again with the batch's codec (Kafka's ``MemoryRecords.filterTo``)."""
+    h = _header_at(batch, 0, len(batch))
+    payload = b"".join([buf[r.start : r.end] for r in kept])
+    codec = h.attributes & COMPRESSION_MASK
+    if codec:
+        payload = compress(codec, payload)
+    max_ts = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else max(r.timestamp for r in kept)
+    tail = _TAIL.pack(h.attributes, h.last_offset_delta, h.base_timestamp, max_ts, h.producer_id,
+                      h.producer_epoch, h.base_sequence, len(kept))
+    crc = crc32c(payload, crc32c(tail))
+    head = _PREFIX.pack(h.base_offset, _MIN_BATCH_LENGTH + len(payload), h.partition_leader_epoch, MAGIC, crc)
     return b"".join((head, tail, payload))
 
 

@@ -31,7 +31,8 @@ follows Apache Kafka's LogCleaner / LogCleanerManager (behaviour learnt, not cod
   plan (read-only, so it may run in a thread); ``Cleaning.commit`` applies a plan (on the
   thread that writes the store) through ``Core.write_replacing`` — crash-safe: the old
   entries or the new ones, never neither (``storage.keys``). An entry changed or removed in
-  between (retention, DeleteRecords) is left alone. ``Cleaning.finish`` writes the checkpoint.
+  between (retention, DeleteRecords) is left alone. ``Cleaning.finish`` writes the checkpoint;
+  ``Cleaning.reclaim`` compacts the freed payloads' range so the disk gets the space back.
 """
 
 from __future__ import annotations
@@ -42,7 +43,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from tmqgate.protocol.compression import CorruptRecord
-from tmqgate.protocol.records import Record, build_batch, decode_records, parse_header
+from tmqgate.protocol.records import (
+    RecordRef,
+    build_batch,
+    decode_records,
+    filtered_batch,
+    parse_header,
+    scan_records,
+)
 from tmqgate.storage import keys
 from tmqgate.storage.core import NewEntry
 from tmqgate.storage.model import StorageError
@@ -114,13 +122,16 @@ class Change(NamedTuple):
 class CleanStats:
     """What a cleaning did (Kafka's CleanerStats)."""
 
-    bytes_read: int = 0
+    bytes_read: int = 0  # by the clean pass (Kafka's cleaner stats count it apart from the map's)
+    map_bytes_read: int = 0
     bytes_written: int = 0
     records_read: int = 0
     records_kept: int = 0
     entries_rewritten: int = 0
     entries_deleted: int = 0
     cleaned_to: int = -1  # the checkpoint written (-1: not due, nothing done)
+    freed_first: int = -1  # the payload sequences the cleaning freed: first .. last (-1: none)
+    freed_last: int = -1
     seconds: float = 0.0
     dirty_ratio: float = 0.0
 
@@ -151,6 +162,9 @@ class Cleaning:
     _pos: int = 0  # next entry index (map pass, then clean pass)
     _phase: str = "scan"  # scan -> map -> clean -> done
     _started: float = field(default_factory=time.perf_counter)
+    _failed: bool = False
+    #: The vnode's state when this cleaning was made (see ``Cleaner.cleanings``).
+    memo: tuple[object, ...] = ()
 
     # the plan (read only) ------------------------------------------------------------------
 
@@ -169,6 +183,7 @@ class Cleaning:
         except StorageError:  # an entry removed under us (retention): try again next round
             self._phase = "done"
             self._map_end = -1
+            self._failed = True
         return None
 
     def _scan(self) -> None:
@@ -227,7 +242,10 @@ class Cleaning:
     def _payloads(self, chunk: list[_Entry]) -> Iterable[tuple[_Entry, bytes]]:
         got = self.cleaner.core.payloads.entries((e.key, e.idx) for e in chunk)
         for e, (_, _, value) in zip(chunk, got, strict=True):
-            self.stats.bytes_read += len(value)
+            if self._phase == "map":
+                self.stats.map_bytes_read += len(value)
+            else:
+                self.stats.bytes_read += len(value)
             yield e, value
 
     def _chunk(self, budget: int) -> list[_Entry]:
@@ -251,7 +269,7 @@ class Cleaning:
             h = parse_header(value)
             if h.is_control or (h.is_transactional and self._aborted_batch(h.producer_id, h.base_offset)):
                 continue
-            for r in decode_records(value):
+            for r in scan_records(value)[1]:
                 if r.key is not None:
                     offset_map[r.key] = r.offset
             if len(offset_map) >= self.max_map_keys:  # full: clean up to here this time
@@ -291,15 +309,15 @@ class Cleaning:
         if h.is_transactional and self._aborted_batch(h.producer_id, h.base_offset):
             stats.entries_deleted += 1
             return Change(e.key, seq, e.size, None)
-        records = decode_records(value)
+        buf, records = scan_records(value)
         horizon = h.base_timestamp if h.has_delete_horizon else None
-        kept: list[Record] = []
+        kept: list[RecordRef] = []
         tombstones = False
         offset_map = self._map
         for r in records:
             if r.key is None or offset_map.get(r.key, -1) > r.offset:
                 continue
-            if r.value is None:
+            if r.tombstone:
                 if horizon is not None and horizon <= self.now_ms:
                     continue
                 tombstones = True
@@ -312,13 +330,20 @@ class Cleaning:
         if not kept:
             stats.entries_deleted += 1
             return Change(e.key, seq, e.size, None)
-        if tombstones and horizon is None:
-            horizon = self.now_ms + self.settings.delete_retention_ms
+        if not (tombstones and horizon is None):
+            new = filtered_batch(value, buf, kept)  # the kept records' bytes as they are
+            stats.entries_rewritten += 1
+            stats.bytes_written += len(new)
+            return Change(e.key, seq, e.size, new)
+        # A tombstone kept for the first time: the batch gets a delete horizon (KIP-534), its
+        # base timestamp, so the records' timestamp deltas are written again relative to it.
+        horizon = self.now_ms + self.settings.delete_retention_ms
+        offsets = {r.offset for r in kept}
         new = build_batch(
-            kept, base_offset=h.base_offset, compression=h.compression, producer_id=h.producer_id,
+            [r for r in decode_records(value) if r.offset in offsets], base_offset=h.base_offset, compression=h.compression, producer_id=h.producer_id,
             producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, timestamp_type=h.timestamp_type,
             is_transactional=h.is_transactional, partition_leader_epoch=h.partition_leader_epoch,
-            last_offset_delta=h.last_offset_delta, delete_horizon_ms=horizon if tombstones else None)
+            last_offset_delta=h.last_offset_delta, delete_horizon_ms=horizon)
         stats.entries_rewritten += 1
         stats.bytes_written += len(new)
         return Change(e.key, seq, e.size, new)
@@ -359,7 +384,7 @@ class Cleaning:
             self._map_end = -1
             return 0
         vs = d.vnodes[self.vnode]
-        wb = core.batch(sync=True)
+        wb = core.batch()
         new_entries: list[NewEntry] = []
         old_seqs: list[int] = []
         dsize = 0
@@ -384,6 +409,9 @@ class Cleaning:
         wb.put(keys.vnode_key(self.dbid, self.vnode),
                keys.pack_vnode_state(vs.next, vs.log_start, vs.size + dsize, vs.entries - deleted))
         core.write_replacing(wb, new_entries, old_seqs)
+        st = self.stats
+        st.freed_first = min(old_seqs) if st.freed_first < 0 else min(st.freed_first, *old_seqs)
+        st.freed_last = max(st.freed_last, *old_seqs)
         vs.size += dsize
         vs.entries -= deleted
         if vs.tail_bases and touched >= vs.tail_bases[0]:
@@ -396,14 +424,25 @@ class Cleaning:
         if self._map_end >= 0 and self.cleaner.catalog.by_id(self.dbid) is not None:
             self.cleaner.core.put(keys.cleaner_key(self.dbid, self.vnode), keys.u64(self._map_end))
             self.stats.cleaned_to = self._map_end
+        elif not self._failed and self.memo:  # not due: not scanned again until the vnode changes
+            self.cleaner.idle[(self.dbid, self.vnode)] = self.memo
         self.stats.seconds = time.perf_counter() - self._started
         return self.stats
+
+    def reclaim(self) -> None:
+        """Give the freed payloads' disk space back now (a LevelDB compaction of their range:
+        the payload log's old sequences sit in deep levels, which LevelDB would rarely compact
+        on its own). Safe in a worker thread; a no-op when nothing was freed."""
+        if self.stats.freed_last >= 0:
+            self.cleaner.core.payloads.compact(self.stats.freed_first, self.stats.freed_last)
 
     def run(self, budget: int) -> CleanStats:
         """Every step at once on the calling thread (tests, tools)."""
         while (changes := self.step(budget)) is not None:
             self.commit(changes)
-        return self.finish()
+        stats = self.finish()
+        self.reclaim()
+        return stats
 
 
 class Cleaner:
@@ -413,6 +452,10 @@ class Cleaner:
         self.core = core
         self.catalog = catalog
         self.txns = txns
+        #: (db id, vnode) -> its state when a scan found it not due: while that state holds (no
+        #: append, no removal, same configs) and the topic has no time-based trigger
+        #: (min.compaction.lag.ms 0, max.compaction.lag.ms unset), the vnode is not scanned again.
+        self.idle: dict[tuple[int, int], tuple[object, ...]] = {}
 
     def checkpoint(self, dbid: int, vnode: int) -> int:
         """The vnode's first dirty offset (0: never cleaned)."""
@@ -434,13 +477,18 @@ class Cleaner:
             if "compact" not in policies(configs):
                 continue
             settings = Settings.of(configs)
+            timeless = settings.min_lag_ms <= 0 and settings.max_lag_ms >= 2**63 - 1
             for vnode, vs in enumerate(d.vnodes):
+                checkpoint = self.checkpoint(d.info.id, vnode)
+                memo = (vs.next, vs.log_start, vs.size, checkpoint, settings) if timeless else ()
+                if memo and self.idle.get((d.info.id, vnode)) == memo:
+                    continue
                 first = self.txns.first_unstable(d.info.id, vnode) if self.txns is not None else None
                 stable = vs.next if first is None else min(first, vs.next)
                 aborted = (self.txns.aborted_ranges(d.info.id, vnode, vs.log_start, stable)
                            if self.txns is not None else [])
                 out.append(Cleaning(self, d.info.name, d.info.id, vnode, settings, now, vs.log_start, stable,
-                                    self.checkpoint(d.info.id, vnode), aborted, max_keys))
+                                    checkpoint, aborted, max_keys, memo=memo))
         return out
 
     def clean_all(self, now_ms: int | None = None, defaults: dict[str, str] | None = None,

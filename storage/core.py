@@ -193,7 +193,8 @@ class Core:
     # THE write paths of WAL entries --------------------------------------------------------
 
     def write_entries(self, wb: WriteBatch, entries: Sequence[NewEntry], sync: bool) -> None:
-        """Write ``wb`` (made with the same ``sync``) plus the index keys of ``entries``.
+        """Write ``wb`` (made with the same ``sync``, or — the log cleaner — the store's policy
+        while its payloads are staged synced) plus the index keys of ``entries``.
 
         The payloads go to the payload log first, then ``wb`` with each entry's index key
         and PAYSEQ; once ``wb`` is written the payload sequence moves past them. If it fails
@@ -235,9 +236,10 @@ class Core:
     def write_replacing(self, wb: WriteBatch, entries: Sequence[NewEntry], old_seqs: list[int]) -> None:
         """The log cleaner's write: ``entries`` take the place of entries with the same keys
         (``wb`` may also delete index keys), their old payloads ``old_seqs`` listed under
-        PAYGC in the same WriteBatch, then deleted (``storage.keys``: replacing entries). Both
-        LevelDB writes are synced (a rewritten payload's sequence is above its neighbours', so
-        a power loss must not take it while its index survives)."""
+        PAYGC in the same WriteBatch, then deleted (``storage.keys``: replacing entries). The new
+        payloads are staged with sync=True (a rewritten payload's sequence is above its
+        neighbours', so a power loss must not take it while its index survives: the tail
+        rollback at open would not find it); ``wb`` is written under the store's policy."""
         if old_seqs:
             wb.put(keys.PAYGC, keys.pack_seqs(old_seqs))
         self.write_entries(wb, entries, True)

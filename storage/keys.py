@@ -116,7 +116,7 @@ then one main WriteBatch points the same index keys at them (or deletes the keys
 left with no record), lists the old sequences under PAYGC and sets PAYSEQ; then the old
 payloads are deleted. Killed before the WriteBatch, the old entries stay (the staged ones,
 above PAYSEQ, are dropped at open); after it, the new ones (open finishes the deletes). A
-rewritten entry's payload sequence is above its neighbours', so the cleaner stages and writes
+rewritten entry's payload sequence is above its neighbours', so the cleaner stages its payloads
 with sync=True: a power loss cannot then take a rewritten payload whose index survived.
 
 Removing WAL entries: the main WriteBatch deletes the index keys and puts their sequences

@@ -473,3 +473,29 @@ def test_unknown_codec():
     with pytest.raises(ValueError):
         build_batch([], compression=5)
     assert compression.CODEC_NAMES[4] == "zstd"
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_scan_records_and_filtered_batch(codec: int) -> None:
+    """The cleaner's scan finds each record's offset, timestamp, key and null value; the
+    filtered batch keeps the header and the kept records' bytes, with a valid CRC."""
+    from tmqgate.protocol.records import filtered_batch, scan_records, verify_crc
+
+    records = [(b"k%d" % i if i != 2 else None, None if i == 3 else b"v" * (i * 70), [("h", b"x")],
+                1_700_000_000_000 + i * 1000) for i in range(6)]
+    batch = build_batch(records, base_offset=40, compression=codec, producer_id=9, producer_epoch=3,
+                        base_sequence=17, is_transactional=True)
+    buf, refs = scan_records(batch)
+    assert [(r.offset, r.key, r.tombstone, r.timestamp) for r in refs] == [
+        (40 + i, k, v is None, ts) for i, (k, v, _, ts) in enumerate(records)]
+    kept = [refs[1], refs[3]]
+    out = filtered_batch(batch, buf, kept)
+    h, old = parse_header(out), parse_header(batch)
+    assert verify_crc(out)
+    assert (h.base_offset, h.last_offset_delta, h.base_timestamp, h.producer_id, h.producer_epoch,
+            h.base_sequence, h.attributes, h.record_count) == (
+        40, 5, old.base_timestamp, 9, 3, 17, old.attributes, 2)
+    assert h.max_timestamp == 1_700_000_003_000
+    assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in decode_records(out)] == [
+        (41, b"k1", b"v" * 70, [("h", b"x")], 1_700_000_001_000),
+        (43, b"k3", None, [("h", b"x")], 1_700_000_003_000)]

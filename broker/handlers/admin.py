@@ -9,7 +9,7 @@ from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.quotas import MutationQuota
-from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS
+from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS, cleanup_policies
 from tmqgate.broker.topics import TMQ_AS, TSDB, TopicError
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError
@@ -265,6 +265,10 @@ async def delete_records(ctx: AdminApis, req: Request) -> dict[str, Any]:
                      else ctx.topics.partition_error(topic, index))
             if error is not None:
                 entry["error_code"] = int(error)
+            elif topic is not None and "delete" not in cleanup_policies(topic.configs):
+                # Kafka's Partition.deleteRecordsOnLeader: a topic whose cleanup.policy lacks
+                # delete (compact only, or empty) refuses DeleteRecords.
+                entry["error_code"] = int(ErrorCode.POLICY_VIOLATION)
             else:
                 assert topic is not None
                 hw = store.next_version(topic.db, index)
