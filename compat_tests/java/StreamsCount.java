@@ -14,6 +14,7 @@
 // committed counts.  Runs until SIGTERM (closes cleanly) or SIGKILL.  Prints
 //   state NEW_STATE                       on each KafkaStreams state change
 //   restored STORE_TOPIC PARTITION COUNT  when a store partition's restoration ends
+//   processed N                           after every 500th input record this run processed
 import java.time.Duration;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
@@ -33,7 +34,13 @@ import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.state.WindowStore;
 
 public class StreamsCount {
+    static final java.util.concurrent.atomic.AtomicLong PROCESSED = new java.util.concurrent.atomic.AtomicLong();
+
     static void pause(long ms) {
+        long n = PROCESSED.incrementAndGet();
+        if (n % 500 == 0) {
+            System.out.println("processed " + n);
+        }
         if (ms <= 0) {
             return;
         }
@@ -57,8 +64,6 @@ public class StreamsCount {
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
         p.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
-        // small polls: the thread commits (every 200 ms) between them, not after 1000s of records
-        p.put(StreamsConfig.consumerPrefix("max.poll.records"), 50);
         p.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         p.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
 
