@@ -193,12 +193,13 @@ def test_windowed_count_equals_an_independent_count(app: App) -> None:
 
 def test_killed_and_restarted_app_restores_its_store_and_counts_the_same(app: App, target: str) -> None:
     if target == "kafka":
-        # Open: on the reference Kafka 4.3.1 this app (paced at 4 ms/record, 200 ms commits)
-        # writes nothing to its output until it has read its whole input (output high
-        # watermark 0 for ~22 s, then 79 at once), so no kill lands mid-stream; on tmqgate its
-        # counts are committed as it goes.  With max.poll.records=50 tmqgate behaves as Kafka
-        # does, so the difference looks like one of fetch sizes, not of transactions.
-        pytest.skip("reference Kafka: the app's output appears only after its whole input (open)")
+        # Open: on the reference Kafka 4.3.1 the restarted app (new process id, so a new
+        # transactional.id; the killed one's transaction left open) reaches RUNNING with all
+        # 6 tasks but processes no input record in 5 minutes (its group's input lag stays at
+        # the kill point); on tmqgate it goes on at once.  Seen in every run here; not yet
+        # explained (a pending transactional offset commit answered UNSTABLE_OFFSET_COMMIT
+        # until the old transaction times out is the suspect).  See the branch's closing note.
+        pytest.skip("reference Kafka: the restarted app processes nothing for minutes (open)")
     events = make_events(3000, seed=16)
     produce(app.bootstrap, app.input, events)
     want = expected_counts(events)
