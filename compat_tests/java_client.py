@@ -82,3 +82,24 @@ def java_txn(bootstrap: str, mode: str, topic: str, txn_id: str,
            f"-Dlog4j2.configurationFile={BIN_DIR / 'log4j2-tools.properties'}",
            "-cp", clients_classpath(clients_jar), str(TXN_PROGRAM), bootstrap, mode, topic, txn_id]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+STREAMS_PROGRAM = Path(__file__).resolve().parent / "java" / "StreamsCount.java"
+CONNECT_LIB_DIR = Path(__file__).resolve().parent / "java" / "connect-lib"
+
+
+def java_streams(bootstrap: str, app_id: str, input_topic: str, output_topic: str, state_dir: Path,
+                 window_ms: int, log: Path, pace_ms: int = 0) -> subprocess.Popen[bytes]:
+    """Start `compat_tests/java/StreamsCount.java` (a Kafka Streams 4.3.1 windowed count with a
+    repartition topic, a changelogged store and exactly_once_v2; see the program's header)
+    on the jars of `compat_tests/java/connect-lib`, its output appended to `log`; `pace_ms`
+    pauses it that long per input record.  The caller
+    stops it (SIGTERM closes it cleanly, SIGKILL does not)."""
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    assert java, "no java on PATH"
+    cmd = [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+           f"-Dlog4j2.configurationFile={BIN_DIR / 'log4j2-tools.properties'}",
+           "-cp", f"{CONNECT_LIB_DIR}/*", str(STREAMS_PROGRAM), bootstrap, app_id, input_topic,
+           output_topic, str(state_dir), str(window_ms), str(pace_ms)]
+    with log.open("ab") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)

@@ -37,6 +37,9 @@ fi
 
 # Spark's Kafka connector jars: own pom and folder (they need kafka-clients 3.9.x)
 bash "$JAVA_DIR/spark/install.sh" "$@"
+# Kafka Connect and Kafka Streams (4.3.1): own pom and folder (Connect's Jetty/Jersey stack
+# stays off the broker's and the tools' classpath)
+bash "$JAVA_DIR/connect/install.sh" "$@"
 
 want="$(sha256sum "$POM" | cut -d' ' -f1)"
 jar_count() { find "$LIB" -maxdepth 1 -name '*.jar' 2>/dev/null | wc -l; }
