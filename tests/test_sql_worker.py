@@ -150,6 +150,36 @@ def test_killed_worker_is_replaced_and_the_text_parsed_again() -> None:
     asyncio.run(go())
 
 
+def test_a_text_left_pending_in_a_dead_pool_goes_to_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pebble's race: an idle worker dies and a text is scheduled just before the pool notices;
+    the pool stops with the text queued and its future is never settled. The text is taken
+    back and parsed by a new pool (here the first schedule hands out a future nobody settles
+    and the pool is stopped under it)."""
+    from pebble import ProcessFuture, ProcessPool
+
+    async def go() -> None:
+        worker = ParseWorker(timeout_s=60)
+        try:
+            first = await worker.pid()
+            pool = worker._get_pool()
+            real_schedule = ProcessPool.schedule
+
+            def lost(self: ProcessPool, *args: object, **kwargs: object) -> ProcessFuture:
+                monkeypatch.setattr(ProcessPool, "schedule", real_schedule)
+                self.stop()
+                return ProcessFuture()
+
+            monkeypatch.setattr(ProcessPool, "schedule", lost)
+            small = long_insert(100)
+            assert await asyncio.wait_for(worker.parse(small), 30) == parse_script(small)
+            assert worker._get_pool() is not pool
+            assert await worker.pid() not in (first, os.getpid())
+        finally:
+            worker.close()
+
+    asyncio.run(go())
+
+
 def test_query_trees_are_bounded() -> None:
     """A query of more than MAX_QUERY_NODES nodes is refused where it starts (its tree would
     be rebuilt and compiled on the event loop); a topic's usual query is far below."""

@@ -12,6 +12,10 @@ event loop (1 MiB of SQL parses for seconds); a process does. Rules:
 - A worker that dies (kill -9, out of memory) is replaced by pebble, and the text it had (or
   was about to get) is parsed again by the new one; a text on which the worker dies twice is
   answered `ParseWorkerDied`. The broker is not affected.
+- pebble gives up a pool whose idle worker died ("All workers expired"); a text scheduled in
+  the instant before the pool noticed is then left in the dead pool's queue, its future never
+  settled (a CI run waited 120 s on it). So a pending text whose pool is no longer active is
+  taken back (checked every `POOL_CHECK_S`) and sent to a new pool, as a death would.
 - The statements come back cheap to take in on the event loop: the worker pickles them in
   pieces (an INSERT's rows in chunks of `ROWS_PER_PIECE`) and `parse` unpickles them piece by
   piece, yielding to the loop between pieces. A `SqlError` (with its position and code) comes
@@ -37,6 +41,9 @@ from tmqgate.broker.sql.parser import parse_script
 
 #: An INSERT's rows travel back (and are unpickled on the loop) in chunks of this many.
 ROWS_PER_PIECE = 500
+
+#: How often a pending parse looks whether its pool is still alive.
+POOL_CHECK_S = 0.25
 
 # A piece: ("stmt", pickled statement) or ("rows", index of the VALUES clause in the last
 # statement, pickled list of rows) — an Insert comes with empty VALUES, its rows follow.
@@ -114,7 +121,7 @@ class ParseWorker:
             pool = self._get_pool()
             future = pool.schedule(fn, args=args, timeout=self.timeout_s)
             try:
-                return await asyncio.wrap_future(future)
+                return await _settled(pool, future)
             except FutureTimeout:
                 raise ParseTimeout(f"parsing took over {self.timeout_s * 1000:.0f} ms; stopped") from None
             except ProcessExpired as exc:
@@ -140,6 +147,18 @@ class ParseWorker:
         pool, self._pool = self._pool, None
         if pool is not None:
             _stop(pool)
+
+
+async def _settled(pool: ProcessPool, future: Any) -> Any:
+    """The future's result; BrokenProcessPool when its pool died with it still pending."""
+    waiting = asyncio.wrap_future(future)
+    while True:
+        done, _ = await asyncio.wait({waiting}, timeout=POOL_CHECK_S)
+        if done:
+            return waiting.result()
+        if not pool.active:
+            waiting.cancel()
+            raise BrokenProcessPool("the pool stopped with this text still pending")
 
 
 def _stop(pool: ProcessPool) -> None:
