@@ -102,6 +102,9 @@ prefix       key (after the prefix byte)                            value
                                                                     (producer id/epoch, state, partitions, groups,
                                                                     timeout, start/update ms), written before
                                                                     the coordinator answers
+0xC0 DYNCONF resource type u8 (Kafka's ConfigResource type: 4      JSON {config name: string value} (the dynamic
+             BROKER, 32 GROUP), resource name (utf-8; "" = the      configs set on that resource by AlterConfigs /
+             BROKER cluster default)                                IncrementalAlterConfigs; absent = none set)
 ===========  =====================================================  ===============================================
 
 Payload log (``<data dir>/wal-payloads``):
@@ -198,6 +201,7 @@ SYNC = b"\x7f"
 QUOTA = b"\x88"
 SCRAM = b"\x90"
 TXNSTATE = b"\xb0"
+DYNCONF = b"\xc0"
 
 #: The layout this code writes and reads (see the module docstring).
 LAYOUT_VERSION = 2
@@ -709,3 +713,14 @@ def group_log_prefix(partition: int) -> bytes:
 
 def group_log_base(key: bytes) -> int:
     return int(_U64.unpack_from(key, 5)[0])
+
+
+# dynamic configs ------------------------------------------------------------------------------
+
+
+def dynconf_key(resource_type: int, name: str) -> bytes:
+    return DYNCONF + bytes([resource_type]) + name.encode()
+
+
+def parse_dynconf_key(key: bytes) -> tuple[int, str]:
+    return key[1], key[2:].decode()

@@ -14,6 +14,7 @@ concern, so that each can be read and changed alone:
 * ``storage.producers`` — producer ids and idempotent producers' windows;
 * ``storage.offsets`` — committed offsets and group metadata;
 * ``storage.quotas`` — client quota entities and their values.
+* ``storage.dynconfigs`` — dynamic BROKER and GROUP configs.
 * ``storage.users`` — users' SCRAM credentials (salt, iterations, StoredKey, ServerKey).
 * ``storage.acls`` — the authorizer's ACL bindings.
 * ``storage.txn_coordinator`` — the transaction coordinator's state per transactional id.
@@ -38,6 +39,7 @@ from tmqgate.storage.acls import Acls
 from tmqgate.storage.catalog import Catalog
 from tmqgate.storage.cleaner import Cleaner
 from tmqgate.storage.core import Core
+from tmqgate.storage.dynconfigs import ConfigResourceKey, DynamicConfigs
 from tmqgate.storage.group_log import TXN_BASE, GroupLog, TransactionLog
 from tmqgate.storage.model import (
     ChildTable,
@@ -98,6 +100,7 @@ class Store:
         self.group_log = GroupLog(self.core)  # __consumer_offsets as Kafka's records (storage.group_log)
         self.offsets = Offsets(self.core, self.group_log)
         self.client_quotas = ClientQuotas(self.core)
+        self.dynamic_configs = DynamicConfigs(self.core)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
         self.acls = Acls(self.core)
         self.transaction_log = TransactionLog(self.group_log)  # __transaction_state's records
@@ -551,3 +554,13 @@ class Store:
     def write_client_quotas(self, entities: Iterable[tuple[keys.QuotaEntityKey, Mapping[str, float]]]) -> None:
         """Replace these entities' values in one synced WriteBatch (empty = removed)."""
         self.client_quotas.write(entities)
+
+    # dynamic configs -----------------------------------------------------------------------
+
+    def load_dynamic_configs(self) -> dict[ConfigResourceKey, dict[str, str]]:
+        """Every BROKER / GROUP resource with its dynamic values (``storage.dynconfigs``)."""
+        return self.dynamic_configs.load()
+
+    def write_dynamic_configs(self, resources: Iterable[tuple[ConfigResourceKey, Mapping[str, str]]]) -> None:
+        """Replace these resources' values in one synced WriteBatch (empty = removed)."""
+        self.dynamic_configs.write(resources)
