@@ -44,6 +44,10 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "group_max_session_timeout_ms": (1, None),
     "group_consumer_session_timeout_ms": (1, None),
     "group_consumer_heartbeat_interval_ms": (1, None),
+    "group_consumer_min_session_timeout_ms": (1, None),
+    "group_consumer_max_session_timeout_ms": (1, None),
+    "group_consumer_min_heartbeat_interval_ms": (1, None),
+    "group_consumer_max_heartbeat_interval_ms": (1, None),
     "max_partitions_per_request": (1, None),
     "max_partitions": (1, None),
     "max_databases": (1, None),
@@ -310,6 +314,16 @@ class BrokerConfig:
     # next heartbeat, so the interval is short (1 s, where Kafka says 5 s): a heartbeat costs the
     # broker ~0.1 ms, and a member that must give up partitions finds out within a second.
     group_consumer_heartbeat_interval_ms: int = 1000
+    # group.consumer.min.session.timeout.ms: the smallest consumer.session.timeout.ms a group's
+    # own config may set (Kafka: 45 s; here 6 s, as classic groups, since the default is 12 s).
+    group_consumer_min_session_timeout_ms: int = 6000
+    # group.consumer.max.session.timeout.ms: the largest consumer.session.timeout.ms a group may set.
+    group_consumer_max_session_timeout_ms: int = 60_000
+    # group.consumer.min.heartbeat.interval.ms: the smallest consumer.heartbeat.interval.ms a
+    # group's own config may set (Kafka: 5 s; here 500 ms, since the default is 1 s).
+    group_consumer_min_heartbeat_interval_ms: int = 500
+    # group.consumer.max.heartbeat.interval.ms: the largest consumer.heartbeat.interval.ms a group may set.
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
     # offset.metadata.max.bytes: the longest metadata string an offset commit may carry.
     offset_metadata_max_bytes: int = 4096
     # offsets.topic.num.partitions: the partitions of the internal topic __consumer_offsets

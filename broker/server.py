@@ -34,6 +34,7 @@ from tmqgate.broker.auth.session import SASL_PROTOCOLS, Action, Authenticator, a
 from tmqgate.broker.client import ANONYMOUS, ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.errors import KafkaError
+from tmqgate.broker.group_configs import GroupConfigs
 from tmqgate.broker.group_coordinator import group_coordinator
 from tmqgate.broker.handlers import API_TABLE
 from tmqgate.broker.handlers.context import (
@@ -172,6 +173,7 @@ class Broker:
         self.authorizer = (Authorizer(self.store, config.super_users, config.allow_everyone_if_no_acl_found)
                            if config.authorizer == "acl" else None)
         self.coordinator = group_coordinator(self.store, self.topics, config)
+        self.group_configs = GroupConfigs(self.store, config, self.coordinator)
         # The transaction coordinator (broker/txn_coordinator.py): markers through the data
         # plane's MarkerWriter, group offsets through the group coordinator's complete_transaction.
         self.transactions = txn_coordinator(self.store, config, markers=self.markers,
@@ -273,7 +275,7 @@ class Broker:
                                  transactions=(self.transactions if cfg.transaction_partition_verification_enable
                                                else None)),
             AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
-                                 authorizer=auth),
+                                 authorizer=auth, group_configs=self.group_configs),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),
             GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth),
             AclApis: AclApis(auth),

@@ -129,6 +129,9 @@ class CoordinatorConfig:
     classic: ClassicConfig = field(default_factory=ClassicConfig)
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
     offset_metadata_max_bytes: int = 4096
+    #: A KIP-848 group's own session timeout / heartbeat interval (Kafka's GroupConfig, set by
+    #: IncrementalAlterConfigs on the GROUP resource), by group id; absent: ``consumer``.
+    consumer_overrides: dict[str, ConsumerConfig] = field(default_factory=dict)
 
 
 def _classic_id() -> str:
@@ -231,7 +234,7 @@ class GroupCoordinator:
         try:
             data = json.loads(raw)
             if data.get("type") == "consumer":
-                self.groups[group_id] = ConsumerGroup.restore(group_id, data, self.config.consumer, self.topics,
+                self.groups[group_id] = ConsumerGroup.restore(group_id, data, self.consumer_config(group_id), self.topics,
                                                               self.new_consumer_id, now)
             else:
                 self.groups[group_id] = ClassicGroup.restore(group_id, data, self.config.classic, self.new_id, now)
@@ -441,9 +444,25 @@ class GroupCoordinator:
 
     # ---- KIP-848 -----------------------------------------------------------------------
 
+    def consumer_config(self, group_id: str) -> ConsumerConfig:
+        """The KIP-848 settings of this group: its own (GroupConfig) or the broker's."""
+        return self.config.consumer_overrides.get(group_id, self.config.consumer)
+
+    def set_consumer_config(self, group_id: str, config: ConsumerConfig | None) -> None:
+        """Give a group its own KIP-848 settings (None: the broker's again). As Kafka, they
+        apply from the group's members' next heartbeats: the interval in the answer, the
+        session deadline it sets."""
+        if config is None:
+            self.config.consumer_overrides.pop(group_id, None)
+        else:
+            self.config.consumer_overrides[group_id] = config
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            group.config = self.consumer_config(group_id)
+
     def consumer_heartbeat(self, now: int, body: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
         group_id = body.get("group_id") or ""
-        interval = self.config.consumer.heartbeat_interval_ms
+        interval = self.consumer_config(group_id).heartbeat_interval_ms
         try:
             if not group_id:
                 raise HeartbeatError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
@@ -458,7 +477,7 @@ class GroupCoordinator:
             try:
                 with self._event(group_id, now):
                     if group is None:
-                        group = ConsumerGroup(group_id, self.config.consumer, self.topics, self.new_consumer_id)
+                        group = ConsumerGroup(group_id, self.consumer_config(group_id), self.topics, self.new_consumer_id)
                         self.groups[group_id] = group
                     try:
                         answer = group.heartbeat(now, body, client_id, client_host)

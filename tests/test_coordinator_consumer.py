@@ -424,3 +424,26 @@ def test_join_under_another_live_members_id_is_refused(tmp_path: Any) -> None:
     assert again["error_code"] == 0 and again["member_id"] == "m3"
     back = hb(c, 60, instance="i1")
     assert back["error_code"] == 0 and back["member_id"] == "m4"
+
+
+def test_a_groups_own_config_applies_from_its_next_heartbeat(tmp_path: Any) -> None:
+    """GroupConfig (IncrementalAlterConfigs on the GROUP resource): the group's members get its
+    heartbeat interval and session timeout from their next heartbeat; other groups keep the
+    broker's; taken away, the broker's again."""
+    from tmqgate.coordinator.consumer import ConsumerConfig
+
+    c = make(tmp_path)
+    hb(c, 0)
+    hb(c, 0, group="other")
+    c.set_consumer_config("g", ConsumerConfig(session_timeout_ms=30_000, heartbeat_interval_ms=4000))
+    r = hb(c, 1000, "m1", 1, owned={"t": [0, 1, 2, 3]})
+    assert r["heartbeat_interval_ms"] == 4000
+    assert hb(c, 1000, "m2", 1, owned={"t": [0, 1, 2, 3]}, group="other")["heartbeat_interval_ms"] == 1000
+    c.tick(13_001)  # past the broker's 12 s: "other"'s member is gone, "g"'s stays (30 s)
+    assert list(c.groups["g"].members) == ["m1"] and not c.groups["other"].members
+    c.tick(31_001)
+    assert not c.groups["g"].members
+    r = hb(c, 31_100, group="g")
+    assert r["heartbeat_interval_ms"] == 4000  # a new member of the group gets it too
+    c.set_consumer_config("g", None)
+    assert hb(c, 31_200, r["member_id"], r["member_epoch"], owned={"t": [0, 1, 2, 3]})["heartbeat_interval_ms"] == 1000

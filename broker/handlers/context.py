@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.group_configs import GroupConfigs
     from tmqgate.broker.metrics import Metrics
     from tmqgate.broker.quotas import ClientQuotaManagers
     from tmqgate.broker.ratelimit import RateLimitedLog
@@ -100,6 +101,7 @@ class AdminApis:
     notifier: DataNotifier | None = None  # wakes the Fetches waiting on a deleted topic
     quotas: ClientQuotaManagers | None = None  # DescribeClientQuotas / AlterClientQuotas
     authorizer: Authorizer | None = None
+    group_configs: GroupConfigs | None = None  # the GROUP config resource (KIP-848 groups)
 
 
 @dataclass(frozen=True)

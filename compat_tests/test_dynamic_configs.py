@@ -1,0 +1,224 @@
+"""Dynamic configs a Kafka operator changes at run time (issue 15, point 2): a KIP-848 group's
+own `consumer.session.timeout.ms` / `consumer.heartbeat.interval.ms` (the GROUP resource) and
+log levels (the BROKER_LOGGER resource), through DescribeConfigs / AlterConfigs /
+IncrementalAlterConfigs over TCP and through `kafka-configs`.
+
+What differs legitimately between the brokers is read from the broker, not assumed: the
+node id, the broker's default heartbeat interval (tmqgate 1 s, Kafka 5 s), the loggers that
+exist. Values set here are inside both brokers' bounds (Kafka's group.consumer.min.* are
+larger than tmqgate's).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from .cli_helpers import require_tools, run
+from .group_helpers import unique_name
+from .raw import RawConn
+
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, METADATA = 32, 33, 44, 3
+CONSUMER_GROUP_HEARTBEAT = 68
+GROUP, BROKER_LOGGER = 32, 8
+SET, DELETE, APPEND = 0, 1, 2
+INVALID_REQUEST, INVALID_CONFIG = 42, 40
+SOURCE_GROUP, SOURCE_DEFAULT, SOURCE_LOGGER = 8, 5, 6
+SESSION, HEARTBEAT = "consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"
+
+
+def describe(conn: RawConn, rtype: int, name: str, keys: list[str] | None = None) -> dict[str, Any]:
+    [result] = conn.request(DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": rtype, "resource_name": name, "configuration_keys": keys}],
+        "include_synonyms": True, "include_documentation": False})["results"]
+    return result
+
+
+def configs(conn: RawConn, rtype: int, name: str) -> dict[str, dict[str, Any]]:
+    result = describe(conn, rtype, name)
+    assert result["error_code"] == 0, result
+    return {c["name"]: c for c in result["configs"]}
+
+
+def alter(conn: RawConn, rtype: int, name: str, *changes: tuple[str, int, str | None],
+          validate_only: bool = False) -> tuple[int, str | None]:
+    [answer] = conn.request(INCREMENTAL_ALTER_CONFIGS, 1, {
+        "resources": [{"resource_type": rtype, "resource_name": name, "configs": [
+            {"name": n, "config_operation": op, "value": v} for n, op, v in changes]}],
+        "validate_only": validate_only})["responses"]
+    return answer["error_code"], answer["error_message"]
+
+
+def node_id(conn: RawConn) -> int:
+    meta = conn.request(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                       "include_topic_authorized_operations": False})
+    [node] = meta["brokers"]
+    return int(node["node_id"])
+
+
+def heartbeat(conn: RawConn, body: dict[str, Any]) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:  # a freshly started Kafka may still be loading its coordinator
+        answer = conn.request(CONSUMER_GROUP_HEARTBEAT, 1, {
+            "member_id": "", "instance_id": None, "rack_id": None, "rebalance_timeout_ms": -1,
+            "subscribed_topic_names": None, "subscribed_topic_regex": None, "server_assignor": None,
+            "topic_partitions": None, **body})
+        if answer["error_code"] not in (14, 15, 16) or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.2)
+
+
+# ------------------------------------------------------------------------------ groups
+
+
+def test_a_groups_own_heartbeat_interval_is_shown_and_given_to_its_members(broker: Any) -> None:
+    group = unique_name("gcfg")
+    member = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    with RawConn(broker.bootstrap) as conn:
+        # FindCoordinator first, as a client does (Kafka makes __consumer_offsets then).
+        find = conn.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})
+        assert find["coordinators"][0]["error_code"] in (0, 15), find
+        first = heartbeat(conn, {"group_id": group, "member_id": member, "member_epoch": 0,
+                                 "rebalance_timeout_ms": 30_000, "topic_partitions": [],
+                                 "subscribed_topic_names": [unique_name("absent")]})
+        assert first["error_code"] == 0, first
+        default = first["heartbeat_interval_ms"]
+        before = configs(conn, GROUP, group)
+        assert before[HEARTBEAT]["value"] == str(default)
+        assert {before[n]["config_source"] for n in (SESSION, HEARTBEAT)} == {SOURCE_DEFAULT}
+        # The synonyms: the group's own value (once set), then the broker's setting.
+        assert before[HEARTBEAT]["synonyms"] == [
+            {"name": "group.consumer.heartbeat.interval.ms", "value": str(default), "source": SOURCE_DEFAULT}]
+        assert not before[SESSION]["read_only"] and before[SESSION]["config_type"] == 3
+
+        assert alter(conn, GROUP, group, (SESSION, SET, "50000"), (HEARTBEAT, SET, "6000")) == (0, None)
+        after = configs(conn, GROUP, group)
+        assert (after[SESSION]["value"], after[SESSION]["config_source"]) == ("50000", SOURCE_GROUP)
+        assert (after[HEARTBEAT]["value"], after[HEARTBEAT]["config_source"]) == ("6000", SOURCE_GROUP)
+        assert after[HEARTBEAT]["synonyms"] == [
+            {"name": HEARTBEAT, "value": "6000", "source": SOURCE_GROUP},
+            {"name": "group.consumer.heartbeat.interval.ms", "value": str(default), "source": SOURCE_DEFAULT}]
+        beat = heartbeat(conn, {"group_id": group, "member_id": first["member_id"],
+                                "member_epoch": first["member_epoch"], "topic_partitions": []})
+        assert (beat["error_code"], beat["heartbeat_interval_ms"]) == (0, 6000), beat
+
+        assert alter(conn, GROUP, group, (HEARTBEAT, DELETE, None)) == (0, None)
+        back = configs(conn, GROUP, group)
+        assert (back[HEARTBEAT]["value"], back[HEARTBEAT]["config_source"]) == (str(default), SOURCE_DEFAULT)
+        assert back[SESSION]["value"] == "50000"
+        beat = heartbeat(conn, {"group_id": group, "member_id": first["member_id"],
+                                "member_epoch": beat["member_epoch"], "topic_partitions": []})
+        assert (beat["error_code"], beat["heartbeat_interval_ms"]) == (0, default), beat
+        heartbeat(conn, {"group_id": group, "member_id": first["member_id"], "member_epoch": -1})
+
+
+def test_group_configs_are_validated_and_validate_only_changes_nothing(broker: Any) -> None:
+    group = unique_name("gcfg-bad")
+    with RawConn(broker.bootstrap) as conn:
+        assert alter(conn, GROUP, group, (SESSION, SET, "50000"), validate_only=True) == (0, None)
+        assert configs(conn, GROUP, group)[SESSION]["config_source"] == SOURCE_DEFAULT
+        assert alter(conn, GROUP, group, (SESSION, SET, "70000")) == (
+            INVALID_CONFIG, f"{SESSION} must be less than or equal to group.consumer.max.session.timeout.ms")
+        assert alter(conn, GROUP, group, (HEARTBEAT, SET, "20000")) == (
+            INVALID_CONFIG, f"{HEARTBEAT} must be less than or equal to group.consumer.max.heartbeat.interval.ms")
+        assert alter(conn, GROUP, group, (SESSION, SET, "soon")) == (
+            INVALID_CONFIG, f"Invalid value soon for configuration {SESSION}: Not a number of type INT")
+        assert alter(conn, GROUP, group, ("consumer.no.such.config", SET, "1")) == (
+            INVALID_CONFIG, "Unknown group config name: consumer.no.such.config")
+        assert configs(conn, GROUP, group)[SESSION]["config_source"] == SOURCE_DEFAULT
+        empty = describe(conn, GROUP, "")
+        assert (empty["error_code"], empty["error_message"]) == (INVALID_REQUEST, "Group name must not be empty")
+
+
+def test_a_groups_configs_survive_a_restart(restartable_broker: Any) -> None:
+    group = unique_name("gcfg-kept")
+    with RawConn(restartable_broker.bootstrap) as conn:
+        assert alter(conn, GROUP, group, (SESSION, SET, "55000")) == (0, None)
+    restartable_broker.kill()
+    restartable_broker.start()
+    deadline = time.monotonic() + 60
+    while True:
+        with RawConn(restartable_broker.bootstrap) as conn:
+            kept = configs(conn, GROUP, group)[SESSION]
+        if kept["config_source"] == SOURCE_GROUP or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)  # Kafka replays its metadata log after the restart
+    assert (kept["value"], kept["config_source"]) == ("55000", SOURCE_GROUP)
+
+
+# ------------------------------------------------------------------------------ loggers
+
+
+def test_the_root_log_level_is_changed_at_run_time(broker: Any) -> None:
+    with RawConn(broker.bootstrap) as conn:
+        node = str(node_id(conn))
+        loggers = configs(conn, BROKER_LOGGER, node)
+        root = loggers["root"]
+        assert root["value"] in ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"), root
+        assert (root["config_source"], root["read_only"], root["synonyms"]) == (SOURCE_LOGGER, False, [])
+        try:
+            assert alter(conn, BROKER_LOGGER, node, ("root", SET, "ERROR")) == (0, None)
+            assert configs(conn, BROKER_LOGGER, node)["root"]["value"] == "ERROR"
+            assert alter(conn, BROKER_LOGGER, node, ("root", SET, "LOUD")) == (
+                INVALID_CONFIG, "Cannot set the log level of root to LOUD as it is not a supported log level. "
+                "Valid log levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN")
+            assert alter(conn, BROKER_LOGGER, node, ("root", DELETE, None)) == (
+                INVALID_REQUEST, "Removing the log level of the root logger is not allowed")
+            assert alter(conn, BROKER_LOGGER, node, ("root", APPEND, "DEBUG")) == (
+                INVALID_REQUEST, "APPEND operation is not allowed for the BROKER_LOGGER resource")
+            assert configs(conn, BROKER_LOGGER, node)["root"]["value"] == "ERROR"
+        finally:
+            assert alter(conn, BROKER_LOGGER, node, ("root", SET, root["value"])) == (0, None)
+        assert configs(conn, BROKER_LOGGER, node)["root"]["value"] == root["value"]
+        # Legacy AlterConfigs does not know the resource type.
+        [legacy] = conn.request(ALTER_CONFIGS, 2, {"resources": [{
+            "resource_type": BROKER_LOGGER, "resource_name": node,
+            "configs": [{"name": "root", "value": "DEBUG"}]}], "validate_only": False})["responses"]
+        assert legacy["error_code"] == INVALID_REQUEST, legacy
+        other = describe(conn, BROKER_LOGGER, str(int(node) + 7))
+        assert other["error_code"] == INVALID_REQUEST, other
+
+
+@pytest.mark.tmqgate_only
+def test_a_tmqgate_logger_is_turned_up_and_then_inherits_again(broker: Any) -> None:
+    """tmqgate's loggers are its Python modules' (Kafka's are log4j's)."""
+    with RawConn(broker.bootstrap) as conn:
+        node = str(node_id(conn))
+        root = configs(conn, BROKER_LOGGER, node)["root"]["value"]
+        assert "tmqgate.server" in configs(conn, BROKER_LOGGER, node)
+        assert alter(conn, BROKER_LOGGER, node, ("tmqgate.server", SET, "TRACE")) == (0, None)
+        assert configs(conn, BROKER_LOGGER, node)["tmqgate.server"]["value"] == "TRACE"
+        assert alter(conn, BROKER_LOGGER, node, ("tmqgate.server", DELETE, None)) == (0, None)
+        assert configs(conn, BROKER_LOGGER, node)["tmqgate.server"]["value"] == root
+        assert alter(conn, BROKER_LOGGER, node, ("no.such.logger", SET, "DEBUG")) == (
+            INVALID_CONFIG, "Logger no.such.logger does not exist!")
+
+
+# ------------------------------------------------------------------------------ kafka-configs
+
+
+def test_kafka_configs_groups_and_broker_loggers(broker: Any) -> None:
+    require_tools()
+    group = unique_name("gcfg-tool")
+    b = broker.bootstrap
+    run("kafka-configs", "--bootstrap-server", b, "--entity-type", "groups", "--entity-name", group,
+        "--alter", "--add-config", f"{SESSION}=50000")
+    shown = run("kafka-configs", "--bootstrap-server", b, "--entity-type", "groups", "--entity-name", group,
+                "--describe").stdout
+    assert f"Dynamic configs for group {group} are:" in shown, shown
+    line = next(x.strip() for x in shown.splitlines() if x.strip().startswith(f"{SESSION}="))
+    assert line.startswith(f"{SESSION}=50000 sensitive=false synonyms={{DYNAMIC_GROUP_CONFIG:{SESSION}=50000, "
+                           "DEFAULT_CONFIG:group.consumer.session.timeout.ms="), shown
+    run("kafka-configs", "--bootstrap-server", b, "--entity-type", "groups", "--entity-name", group,
+        "--alter", "--delete-config", SESSION)
+    with RawConn(b) as conn:
+        assert configs(conn, GROUP, group)[SESSION]["config_source"] == SOURCE_DEFAULT
+        node = str(node_id(conn))
+    loggers = run("kafka-configs", "--bootstrap-server", b, "--entity-type", "broker-loggers",
+                  "--entity-name", node, "--describe").stdout
+    assert f"All configs for broker-logger {node} are:" in loggers or "root=" in loggers, loggers
+    assert any(line.strip().startswith("root=") for line in loggers.splitlines()), loggers
