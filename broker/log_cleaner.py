@@ -7,6 +7,10 @@ entries, building the key map or the rewritten batches — runs in a worker thre
 committed on the event loop (the store's writes stay on one thread), one WriteBatch a step, so
 Produce and Fetch wait at most for one commit. ``log_cleaner_io_max_bytes_per_second`` paces
 the steps. A failing cleaning is logged and tried again on the next round.
+
+Each round also compacts the log of ``__consumer_offsets`` / ``__transaction_state``
+(``storage.group_log``: the newest record per key, tombstones kept ``delete.retention.ms``),
+each due partition planned in a worker thread and written on the event loop.
 """
 
 from __future__ import annotations
@@ -91,9 +95,29 @@ class LogCleaner:
                          "%d removed, %d bytes read in %.3fs", cleaning.db, cleaning.vnode, stats.cleaned_to,
                          stats.records_kept, stats.records_read, stats.entries_rewritten, stats.entries_deleted,
                          stats.bytes_read, stats.seconds)
+        await self._compact_group_log(now)
         self.rounds += 1
         self.last = done
         return done
+
+    async def _compact_group_log(self, now: int) -> None:
+        glog = self.store.group_log
+        retention = int(self.config.topic_defaults.get("delete.retention.ms", DEFAULTS["delete.retention.ms"]))
+        for partition in glog.partitions_to_compact():
+            plan = await asyncio.to_thread(self._plan_group_log, partition, now, retention)
+            if plan is None:
+                return
+            deletes, puts, kept = plan
+            glog.apply_compaction(partition, deletes, puts, kept)
+            if deletes:
+                log.info("compacted the internal log's partition %d: %d batches rewritten, %d records kept",
+                         partition, len(deletes), kept)
+            await asyncio.sleep(0)
+
+    def _plan_group_log(self, partition: int, now: int, retention: int
+                        ) -> tuple[list[bytes], list[tuple[bytes, bytes]], int] | None:
+        with self._stepping:
+            return None if self._closed else self.store.group_log.compaction(partition, now, retention)
 
     def _step(self, cleaning: Cleaning, budget: int) -> list[Change] | None:
         """One step in the worker thread; none once the broker closes (the store goes)."""

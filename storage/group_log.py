@@ -8,11 +8,25 @@ Why a log of its own and not the WAL: a group's state changes are written in one
 across a kill. What is stored is the batch's content — its timestamp and its records' keys and
 values, packed — and the record batch is built when it is read: building a v2 batch (varints,
 CRC-32C) in Python costs more than the rest of an offset commit, and commits are many where
-readers of ``__consumer_offsets`` are few (``bench/group_log_bench.py``). A partition's offsets are dense, increasing and never reused: the next offset
+readers of ``__consumer_offsets`` are few (``bench/group_log_bench.py``). A partition's offsets are increasing and never reused (dense until compacted): the next offset
 of a partition is read once from its last batch, then kept in memory and advanced only after
 the WriteBatch is written (``stage`` / ``advance``: a failed write takes nothing).
 
-The log is not compacted yet (Kafka's is, ``cleanup.policy=compact``): it holds every change.
+Compaction (Kafka's ``__consumer_offsets`` is ``cleanup.policy=compact``): every commit adds a
+batch, so a group committing every few seconds would grow the log for ever. ``compaction``
+plans, from a read-only scan (a worker thread may run it), to keep only the newest record of
+each key and drop tombstones older than ``delete.retention.ms``; ``apply_compaction`` writes
+the plan (on the store's writing thread). Rules:
+
+- offsets never change: a batch that loses records is replaced by batches of its surviving
+  runs, each at its first record's offset (gaps, as in Kafka's compacted log);
+- the partition's last batch (the head: what Kafka keeps in its active segment) is never
+  rewritten, so the next offset, read from the last key at open, never goes back;
+- only the compactor removes or rewrites keys below the head, and appends only add keys above
+  it, so a plan made from one scan stays right when it is written later: a record it keeps
+  may have been superseded meanwhile (the next pass drops it), never the other way round;
+- a partition is compacted again once as many records were appended since its last compaction
+  as it kept then (Kafka's min.cleanable.dirty.ratio 0.5), and at least ``MIN_DIRTY``.
 """
 
 from __future__ import annotations
@@ -33,6 +47,8 @@ if TYPE_CHECKING:
 DEFAULT_PARTITIONS = 50
 #: The log's partitions from here on are __transaction_state's (TXN_BASE + its partition).
 TXN_BASE = 1 << 31
+#: A partition is not compacted before this many records were appended since the last time.
+MIN_DIRTY = 1000
 
 
 _HEAD = struct.Struct(">qI")  # timestamp ms, record count
@@ -84,6 +100,10 @@ class GroupLog:
         self._next: dict[int, int] = {}
         self._partition: dict[str, int] = {}
         self._topic_id: Callable[[str], bytes | None] = lambda name: None
+        #: records appended per partition since its last compaction, and what that one kept
+        #: (a partition not in ``_dirty`` has not been looked at since the store opened)
+        self._dirty: dict[int, int] = {}
+        self._kept: dict[int, int] = {}
 
     def configure(self, partitions: int, topic_id: Callable[[str], bytes | None] | None = None) -> None:
         """The partition count (the broker's offsets_topic_num_partitions) and how to find a
@@ -139,7 +159,84 @@ class GroupLog:
     def advance(self, staged: tuple[int, int] | None) -> None:
         """The WriteBatch holding a staged batch was written: its offsets are taken."""
         if staged is not None:
-            self._next[staged[0]] = staged[1]
+            partition, after = staged
+            before = self._next.get(partition, after)
+            self._next[partition] = after
+            if partition in self._dirty:
+                self._dirty[partition] += after - before
+
+    # ---- compaction ---------------------------------------------------------------------
+
+    def partitions_to_compact(self, min_dirty: int = MIN_DIRTY) -> list[int]:
+        """The partitions due for compaction (the rules above): those holding batches that were
+        not looked at since the store opened, and those with enough appended since."""
+        due = {p for p, dirty in self._dirty.items() if dirty >= max(min_dirty, self._kept.get(p, 0))}
+        db = self._core.db
+        start = keys.GROUPLOG
+        stop = keys.prefix_end(keys.GROUPLOG)
+        while True:  # one seek per partition holding batches
+            key = next(db.iterator(start=start, stop=stop, include_value=False), None)
+            if key is None:
+                break
+            partition = int(_U32.unpack_from(key, 1)[0])
+            if partition not in self._dirty:
+                due.add(partition)
+            if partition == 0xFFFFFFFF:
+                break
+            start = keys.group_log_prefix(partition + 1)
+        return sorted(due)
+
+    def compaction(self, partition: int, now_ms: int, delete_retention_ms: int
+                   ) -> tuple[list[bytes], list[tuple[bytes, bytes]], int]:
+        """A plan for the partition (read-only; any thread): the keys to delete, the batches to
+        put, and how many records the partition keeps."""
+        db = self._core.db
+        prefix = keys.group_log_prefix(partition)
+        latest: dict[bytes, int] = {}
+        head: bytes | None = None
+        for key, value in db.iterator(prefix=prefix):
+            base = keys.group_log_base(key)
+            for i, (k, _v) in enumerate(unpack(value)[1]):
+                latest[k] = base + i
+            head = key
+        deletes: list[bytes] = []
+        puts: list[tuple[bytes, bytes]] = []
+        kept = 0
+        if head is None:
+            return deletes, puts, kept
+        horizon = now_ms - delete_retention_ms
+        for key, value in db.iterator(start=prefix, stop=head):
+            base = keys.group_log_base(key)
+            ms, records = unpack(value)
+            keep = [latest[k] == base + i and (v is not None or ms >= horizon) for i, (k, v) in enumerate(records)]
+            kept += sum(keep)
+            if all(keep):
+                continue
+            deletes.append(key)
+            run: list[tuple[bytes, bytes | None]] = []
+            for i, record in enumerate([*records, (b"", None)]):
+                if i < len(records) and keep[i]:
+                    run.append(record)
+                    continue
+                if run:
+                    puts.append((keys.group_log_key(partition, base + i - len(run)), pack(ms, run)))
+                    run = []
+        kept += len(unpack(db.get(head) or pack(0, []))[1])
+        return deletes, puts, kept
+
+    def apply_compaction(self, partition: int, deletes: Sequence[bytes], puts: Sequence[tuple[bytes, bytes]],
+                         kept: int) -> None:
+        """Write a plan of ``compaction`` in one WriteBatch (puts after deletes: a batch's first
+        surviving run may sit at the key it replaces)."""
+        if deletes or puts:
+            wb = self._core.batch()
+            for key in deletes:
+                wb.delete(key)
+            for key, value in puts:
+                wb.put(key, value)
+            self._core.write(wb)
+        self._dirty[partition] = 0
+        self._kept[partition] = kept
 
     def read(self, partition: int, offset: int, max_bytes: int) -> list[bytes]:
         """Stored batches from the one holding ``offset`` on, at least one, then while they fit

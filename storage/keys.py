@@ -81,7 +81,8 @@ prefix       key (after the prefix byte)                            value
                                                                     transactional id's states), built
                                                                     into a v2 record batch when read; written in
                                                                     the WriteBatch of the change it records; a
-                                                                    partition's offsets are dense, never reused
+                                                                    partition's offsets increase, never reused
+                                                                    (compaction leaves gaps: storage.group_log)
 0x60 GROUP   group (utf-8)                                          opaque bytes owned by the group coordinator
 0x70 HISTORY sequence u64 (global, increasing; oldest trimmed)      one removal of a vnode's head entries: db u32,
                                                                     vnode u32, first version u64, last version

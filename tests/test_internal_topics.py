@@ -4,6 +4,8 @@ and stable across a restart, tombstones for deleted offsets."""
 
 from __future__ import annotations
 
+import time
+
 from tmqgate.protocol.internal_topics import (
     GroupMember,
     group_metadata_key,
@@ -94,6 +96,58 @@ def test_commits_and_deletes_in_the_log_across_a_restart(tmp_path) -> None:
     # a read from the middle of a batch starts at that batch; past the end, nothing
     assert [len(b) for b in store.group_log.read(p, 1, 1 << 20)] == [len(b) for b in store.group_log.read(p, 0, 1 << 20)]
     assert store.group_log.read(p, 6, 1 << 20) == []
+    store.close()
+
+
+def test_the_log_is_compacted_to_the_newest_record_per_key_offsets_kept(tmp_path) -> None:
+    """Kafka's __consumer_offsets is compacted: the newest record of each key stays at its
+    offset, superseded ones go, tombstones go after delete.retention.ms; the last batch (the
+    head) is never rewritten, so the next offset never goes back, also after a restart."""
+    path = str(tmp_path / "data")
+    store = Store(path)
+    log = store.group_log
+    p = log.partition_of("g1")
+    store.commit_offsets("g1", [("t", 0, 10, -1, None), ("t", 1, 20, -1, None)], commit_ms=100)  # 0, 1
+    for i in range(5):
+        store.commit_offset("g1", "t", 0, 11 + i, commit_ms=200 + i)  # 2..6
+    store.delete_partitions("g1", [("t", [1])])  # 7: t-1's tombstone
+    store.commit_offset("g1", "t", 0, 99, commit_ms=300)  # 8: the head
+    assert log.partitions_to_compact() == [p]  # not looked at since the store opened
+    deletes, puts, kept = log.compaction(p, now_ms=1000, delete_retention_ms=10_000)
+    log.apply_compaction(p, deletes, puts, kept)
+    assert kept == 2
+    assert [(o, k, v) for o, k, v, _ in _records(store, p)] == [
+        (7, offset_commit_key("g1", "t", 1), None),  # a tombstone younger than the retention
+        (8, offset_commit_key("g1", "t", 0), offset_commit_value(99, -1, None, 300)),
+    ]
+    assert log.partitions_to_compact() == []  # nothing appended since
+    # past delete.retention.ms the tombstone goes too; the head stays
+    later = int(time.time() * 1000) + 20_000  # the tombstone's batch has the wall clock's time
+    log.apply_compaction(p, *log.compaction(p, now_ms=later, delete_retention_ms=10_000))
+    assert [o for o, *_ in _records(store, p)] == [8]
+    assert log.read(p, 0, 1 << 20) == log.read(p, 8, 1 << 20)  # a read from a gap starts after it
+    store.commit_offset("g1", "t", 0, 100, commit_ms=400)
+    assert log.next_offset(p) == 10
+    assert log.partitions_to_compact(min_dirty=1) == [p] and log.partitions_to_compact() == []
+    store.close()
+    store = Store(path)
+    assert store.group_log.next_offset(p) == 10
+    assert [o for o, *_ in _records(store, p)] == [8, 9]
+    store.close()
+
+
+def test_compaction_keeps_the_surviving_runs_of_a_batch(tmp_path) -> None:
+    """A batch whose middle record was superseded becomes two batches at their own offsets."""
+    store = Store(str(tmp_path / "data"))
+    log = store.group_log
+    p = log.partition_of("g2")
+    store.commit_offsets("g2", [("t", 0, 1, -1, None), ("t", 1, 2, -1, None), ("t", 2, 3, -1, None)], commit_ms=5)
+    store.commit_offset("g2", "t", 1, 7, commit_ms=6)  # supersedes offset 1
+    store.commit_offset("g2", "t", 2, 8, commit_ms=7)  # the head; offset 2 superseded too
+    log.apply_compaction(p, *log.compaction(p, now_ms=10, delete_retention_ms=1000))
+    assert [(o, v) for o, _k, v, _ in _records(store, p)] == [
+        (0, offset_commit_value(1, -1, None, 5)), (3, offset_commit_value(7, -1, None, 6)),
+        (4, offset_commit_value(8, -1, None, 7))]
     store.close()
 
 

@@ -72,3 +72,27 @@ async def scenario(data_dir: str) -> None:
 
 def test_cleaner_runs_in_steps_and_produce_goes_on(tmp_path: Path) -> None:
     asyncio.run(scenario(str(tmp_path / "data")))
+
+
+def test_a_cleaner_round_compacts_the_consumer_offsets_log(tmp_path: Path) -> None:
+    """The cleaner's round also compacts __consumer_offsets' log: 30 commits of one partition
+    leave the newest one (the head), at its offset."""
+
+    async def go() -> None:
+        broker = Broker(BrokerConfig(listen="127.0.0.1:0", data_dir=str(tmp_path / "d"), log_cleaner_enable=False))
+        await broker.start()
+        try:
+            store = broker.store
+            for i in range(30):
+                store.commit_offset("grp", "t", 0, i, commit_ms=1000 + i)
+            p = store.group_log.partition_of("grp")
+            before = store.group_log.read(p, 0, 1 << 30)
+            assert len(before) == 30
+            await broker.log_cleaner.clean_once()
+            [head] = store.group_log.read(p, 0, 1 << 30)
+            [record] = [r for h in iter_batches(head) for r in decode_records(head[h.offset:h.offset + h.size])]
+            assert record.offset == 29 and store.group_log.next_offset(p) == 30
+        finally:
+            await broker.stop()
+
+    asyncio.run(go())
