@@ -19,6 +19,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.storage import StorageIOError
@@ -26,6 +27,7 @@ from tmqgate.storage.cleaner import DEFAULTS, Change, Cleaning, CleanStats
 
 if TYPE_CHECKING:
     from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.topic_configs import BrokerDefault
     from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.cleaner")
@@ -35,9 +37,12 @@ class LogCleaner:
     """Runs the store's cleanings (see the module docstring); ``stats`` keeps the last round's
     figures and ``totals`` the running ones (Kafka's cleaner metrics)."""
 
-    def __init__(self, store: Store, config: BrokerConfig) -> None:
+    def __init__(self, store: Store, config: BrokerConfig,
+                 broker_defaults: Mapping[str, BrokerDefault] | None = None) -> None:
         self.store = store
         self.config = config
+        #: the broker's defaults of topic configs (log.cleaner.* and the like, static or dynamic)
+        self.broker_defaults = broker_defaults
         self.last: list[CleanStats] = []
         self.max_clean_seconds = 0.0
         self.bytes_read = 0
@@ -47,9 +52,8 @@ class LogCleaner:
         self._closed = False
 
     async def run(self) -> None:
-        backoff = self.config.log_cleaner_backoff_ms / 1000
-        while True:
-            await asyncio.sleep(backoff)
+        while True:  # log.cleaner.backoff.ms is dynamic: read at each round
+            await asyncio.sleep(self.config.log_cleaner_backoff_ms / 1000)
             try:
                 await self.clean_once()
             except Exception:  # the cleaner must never take the broker down
@@ -63,7 +67,7 @@ class LogCleaner:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         done: list[CleanStats] = []
         # The broker's topic_defaults (Kafka's log.* defaults) under each topic's own configs.
-        defaults = {k: v for k, v in cfg.topic_defaults.items() if k in DEFAULTS}
+        defaults = self._defaults()
         cleanings = self.store.cleaner.cleanings(now, defaults, cfg.log_cleaner_dedupe_buffer_size,
                                                  cfg.log_cleaner_io_buffer_load_factor)
         for cleaning in cleanings:
@@ -102,7 +106,7 @@ class LogCleaner:
 
     async def _compact_group_log(self, now: int) -> None:
         glog = self.store.group_log
-        retention = int(self.config.topic_defaults.get("delete.retention.ms", DEFAULTS["delete.retention.ms"]))
+        retention = int(self._defaults().get("delete.retention.ms", DEFAULTS["delete.retention.ms"]))
         for partition in glog.partitions_to_compact():
             plan = await asyncio.to_thread(self._plan_group_log, partition, now, retention)
             if plan is None:
@@ -118,6 +122,12 @@ class LogCleaner:
                         ) -> tuple[list[bytes], list[tuple[bytes, bytes]], int] | None:
         with self._stepping:
             return None if self._closed else self.store.group_log.compaction(partition, now, retention)
+
+    def _defaults(self) -> dict[str, str]:
+        """The broker's defaults of the cleaner's topic configs (under each topic's own)."""
+        if self.broker_defaults is None:
+            return {k: v for k, v in self.config.topic_defaults.items() if k in DEFAULTS}
+        return {k: d.value for k, d in self.broker_defaults.items() if k in DEFAULTS}
 
     def _step(self, cleaning: Cleaning, budget: int) -> list[Change] | None:
         """One step in the worker thread; none once the broker closes (the store goes)."""

@@ -31,6 +31,7 @@ from tmqgate.broker.acl.sql_access import SqlAccess
 from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
 from tmqgate.broker.auth.credentials import set_password
 from tmqgate.broker.auth.session import SASL_PROTOCOLS, Action, Authenticator, authenticator
+from tmqgate.broker.broker_configs import BrokerConfigs
 from tmqgate.broker.client import ANONYMOUS, ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.errors import KafkaError
@@ -61,7 +62,7 @@ from tmqgate.broker.principal import NoMatchingRule, certificate_principal, pars
 from tmqgate.broker.quotas import MUTATION_APIS, ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
-from tmqgate.broker.topic_configs import TOPIC_CONFIGS
+from tmqgate.broker.topic_configs import effective
 from tmqgate.broker.topics import TopicRegistry
 from tmqgate.broker.txn_coordinator import txn_coordinator
 from tmqgate.broker.txn_markers import MarkerWriter
@@ -174,6 +175,7 @@ class Broker:
                            if config.authorizer == "acl" else None)
         self.coordinator = group_coordinator(self.store, self.topics, config)
         self.group_configs = GroupConfigs(self.store, config, self.coordinator)
+        self.broker_configs = BrokerConfigs(self.store, config, self.topics)
         # The transaction coordinator (broker/txn_coordinator.py): markers through the data
         # plane's MarkerWriter, group offsets through the group coordinator's complete_transaction.
         self.transactions = txn_coordinator(self.store, config, markers=self.markers,
@@ -212,7 +214,7 @@ class Broker:
         # GET /metrics (broker/metrics.py): handlers reach it through their contexts.
         self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas)
         self.metrics.rebalances = self.coordinator.machine.rebalances
-        self.log_cleaner = LogCleaner(self.store, config)
+        self.log_cleaner = LogCleaner(self.store, config, self.topics.broker_defaults)
         self.metrics.log_cleaner = self.log_cleaner
         # slow_request_ms: 0 = never (as infinity, which no request's time reaches).
         self._slow_request_ms = config.slow_request_ms or float("inf")
@@ -275,7 +277,8 @@ class Broker:
                                  transactions=(self.transactions if cfg.transaction_partition_verification_enable
                                                else None)),
             AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
-                                 authorizer=auth, group_configs=self.group_configs),
+                                 authorizer=auth, group_configs=self.group_configs,
+                                 broker_configs=self.broker_configs),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),
             GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth),
             AclApis: AclApis(auth),
@@ -599,9 +602,8 @@ class Broker:
         return error_response(request.api_key, request.api_version, request.body, code, message)
 
     def retention_defaults(self) -> dict[str, str]:
-        """Kafka's topic defaults for retention, overridable in the broker's topic_defaults."""
-        return {name: self.config.topic_defaults.get(name, TOPIC_CONFIGS[name].default)
-                for name in ("retention.ms", "retention.bytes")}
+        """The broker's defaults for retention (log.retention.*: topic_defaults or dynamic configs)."""
+        return {name: effective({}, name, self.topics.broker_defaults) for name in ("retention.ms", "retention.bytes")}
 
     def api_versions_error(self, correlation_id: int) -> bytes:
         """The v0 UNSUPPORTED_VERSION answer a Kafka broker gives to an ApiVersions it can't parse."""

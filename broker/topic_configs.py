@@ -6,7 +6,9 @@ them and refuse unknown keys or bad values with INVALID_CONFIG, as Apache Kafka 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # DescribeConfigs config_type values (KIP-569).
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
@@ -145,6 +147,19 @@ def is_compacted(configs: dict[str, str]) -> bool:
     return "compact" in cleanup_policies(configs)
 
 
-def effective(configs: dict[str, str], name: str) -> str:
-    """The value in force: the topic's own, else the default."""
-    return configs.get(name, TOPIC_CONFIGS[name].default)
+#: A broker-level default of a topic config (Kafka's log.* synonyms, e.g. log.retention.ms for
+#: retention.ms): its value, its DescribeConfigs source and the broker config's name.
+class BrokerDefault(NamedTuple):
+    value: str
+    source: int
+    broker_name: str
+
+
+def effective(configs: dict[str, str], name: str, broker: Mapping[str, BrokerDefault] | None = None) -> str:
+    """The value in force: the topic's own, else the broker's default (``broker``: topic
+    config name -> BrokerDefault, broker.broker_configs), else Kafka's default."""
+    if name in configs:
+        return configs[name]
+    if broker and name in broker:
+        return broker[name].value
+    return TOPIC_CONFIGS[name].default

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.tdengine import INVALID_IDENTIFIER, SqlError, TopicDef, View, topic_definition
-from tmqgate.broker.topic_configs import effective, validate, validate_together
+from tmqgate.broker.topic_configs import BrokerDefault, effective, validate, validate_together
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, is_internal
 from tmqgate.protocol.names import topic_name_problem
@@ -119,9 +120,11 @@ class Topic:
     kind: str = KAFKA
     view: View | None = None
     log: InternalLog | None = None  # an internal topic's records
+    #: the broker's defaults of topic configs (the registry's, shared; broker.broker_configs)
+    broker_defaults: Mapping[str, BrokerDefault] = field(default_factory=dict)
 
     def config(self, name: str) -> str:
-        return effective(self.configs, name)
+        return effective(self.configs, name, self.broker_defaults)
 
     @property
     def is_internal(self) -> bool:
@@ -210,6 +213,9 @@ class TopicRegistry:
         self._internal: set[str] = set(store.internal_topics_used())
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[bytes, Topic] = {}
+        #: topic config name -> the broker's default of it (log.* settings, static or dynamic:
+        #: broker.broker_configs keeps it up to date); every topic reads it
+        self.broker_defaults: dict[str, BrokerDefault] = {}
         # database and TDengine topics: [rows scanned, rows delivered] by their views (metrics)
         self.view_rows: dict[str, list[int]] = {}
         self.reload()
@@ -237,6 +243,8 @@ class TopicRegistry:
             by_name[name] = self._internal_topic(name)
         for gone in [name for name in self.view_rows if name not in by_name]:
             del self.view_rows[gone]
+        for t in by_name.values():
+            t.broker_defaults = self.broker_defaults
         self._by_name = by_name
         self._by_id = {t.topic_id: t for t in by_name.values()}
 
@@ -256,6 +264,7 @@ class TopicRegistry:
         if name not in self._internal and is_internal(name):
             self._internal.add(name)
             topic = self._internal_topic(name)
+            topic.broker_defaults = self.broker_defaults
             self._by_name[name] = topic
             self._by_id[topic.topic_id] = topic
 
@@ -320,6 +329,7 @@ class TopicRegistry:
             return Topic(name, bytes(16), name, partitions, clean)
         info = self._store.create_database(name, partitions, clean)
         topic = Topic(name, info.topic_id, name, info.vgroups, dict(info.configs))
+        topic.broker_defaults = self.broker_defaults
         self._by_name[name] = topic
         self._by_id[topic.topic_id] = topic
         return topic

@@ -17,6 +17,9 @@ import uuid
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tmqgate.protocol.records import build_batch
 
 from .cli_helpers import require_tools, run
 from .group_helpers import unique_name
@@ -134,20 +137,24 @@ def test_group_configs_are_validated_and_validate_only_changes_nothing(broker: A
         assert (empty["error_code"], empty["error_message"]) == (INVALID_REQUEST, "Group name must not be empty")
 
 
-def test_a_groups_configs_survive_a_restart(restartable_broker: Any) -> None:
+def test_group_and_broker_configs_survive_a_restart(restartable_broker: Any) -> None:
     group = unique_name("gcfg-kept")
     with RawConn(restartable_broker.bootstrap) as conn:
         assert alter(conn, GROUP, group, (SESSION, SET, "55000")) == (0, None)
+        assert alter(conn, 4, "", ("log.retention.ms", SET, "3600000")) == (0, None)
+        node = str(node_id(conn))
     restartable_broker.kill()
     restartable_broker.start()
     deadline = time.monotonic() + 60
     while True:
         with RawConn(restartable_broker.bootstrap) as conn:
             kept = configs(conn, GROUP, group)[SESSION]
-        if kept["config_source"] == SOURCE_GROUP or time.monotonic() > deadline:
+            retention = configs(conn, 4, node)["log.retention.ms"]
+        if (kept["config_source"] == SOURCE_GROUP and retention["value"] == "3600000") or time.monotonic() > deadline:
             break
         time.sleep(0.5)  # Kafka replays its metadata log after the restart
     assert (kept["value"], kept["config_source"]) == ("55000", SOURCE_GROUP)
+    assert (retention["value"], retention["config_source"]) == ("3600000", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
 
 
 # ------------------------------------------------------------------------------ loggers
@@ -218,7 +225,114 @@ def test_kafka_configs_groups_and_broker_loggers(broker: Any) -> None:
     with RawConn(b) as conn:
         assert configs(conn, GROUP, group)[SESSION]["config_source"] == SOURCE_DEFAULT
         node = str(node_id(conn))
+    everything = run("kafka-configs", "--bootstrap-server", b, "--entity-type", "brokers", "--entity-name", node,
+                     "--describe", "--all").stdout
+    assert f"All configs for broker {node} are:" in everything, everything
+    assert any(line.strip().startswith("message.max.bytes=") and "synonyms={DEFAULT_CONFIG:message.max.bytes="
+               in line for line in everything.splitlines()), everything
+    run("kafka-configs", "--bootstrap-server", b, "--entity-type", "brokers", "--entity-default",
+        "--alter", "--add-config", "log.cleaner.delete.retention.ms=3600000")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            default = run("kafka-configs", "--bootstrap-server", b, "--entity-type", "brokers", "--entity-default",
+                          "--describe").stdout
+            if "log.cleaner.delete.retention.ms=3600000" in default or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert "Default configs for brokers in the cluster are:" in default, default
+        assert ("log.cleaner.delete.retention.ms=3600000 sensitive=false "
+                "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.delete.retention.ms=3600000}") in default, default
+    finally:
+        run("kafka-configs", "--bootstrap-server", b, "--entity-type", "brokers", "--entity-default",
+            "--alter", "--delete-config", "log.cleaner.delete.retention.ms")
     loggers = run("kafka-configs", "--bootstrap-server", b, "--entity-type", "broker-loggers",
                   "--entity-name", node, "--describe").stdout
     assert f"All configs for broker-logger {node} are:" in loggers or "root=" in loggers, loggers
     assert any(line.strip().startswith("root=") for line in loggers.splitlines()), loggers
+
+
+# ------------------------------------------------------------------------------ brokers
+
+BROKER = 4
+SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT, SOURCE_STATIC = 2, 3, 4
+PRODUCE, MESSAGE_TOO_LARGE = 0, 10
+
+
+def _produce(conn: RawConn, topic: str, batch: bytes) -> int:
+    answer = conn.request(PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout_ms": 10_000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+    return int(answer["responses"][0]["partition_responses"][0]["error_code"])
+
+
+def _settled(conn: RawConn, rtype: int, name: str, config: str, source: int, value: str | None = None) -> dict[str, Any]:
+    """The config once its source is `source` and its value `value` (Kafka applies a change
+    through its metadata log: the source shows before the value)."""
+    deadline = time.monotonic() + 30
+    while True:
+        entry = configs(conn, rtype, name).get(config)
+        if (entry is not None and entry["config_source"] == source and value in (None, entry["value"])) \
+                or time.monotonic() > deadline:
+            assert entry is not None, config
+            return entry
+        time.sleep(0.2)
+
+
+def test_message_max_bytes_lowered_for_the_cluster_refuses_larger_batches_at_once(broker: Any) -> None:
+    topic = unique_name("dyn-mmb")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    small = build_batch([(b"k", b"x" * 100)])
+    big = build_batch([(b"k", b"x" * 5000)])
+    with RawConn(broker.bootstrap) as conn:
+        node = str(node_id(conn))
+        before = configs(conn, BROKER, node)["message.max.bytes"]
+        assert (before["read_only"], before["config_source"]) == (False, SOURCE_DEFAULT)
+        deadline = time.monotonic() + 30
+        while _produce(conn, topic, big) != 0 and time.monotonic() < deadline:
+            time.sleep(0.5)  # a new topic's leader may take a moment on Kafka
+        try:
+            assert alter(conn, BROKER, "", ("message.max.bytes", SET, "2048")) == (0, None)
+            entry = _settled(conn, BROKER, node, "message.max.bytes", SOURCE_DYNAMIC_DEFAULT, "2048")
+            assert entry["value"] == "2048"
+            assert entry["synonyms"][:2] == [
+                {"name": "message.max.bytes", "value": "2048", "source": SOURCE_DYNAMIC_DEFAULT},
+                {"name": "message.max.bytes", "value": before["value"], "source": SOURCE_DEFAULT}]
+            default = describe(conn, BROKER, "")
+            assert [(c["name"], c["value"], c["config_source"]) for c in default["configs"]
+                    if c["name"] == "message.max.bytes"] == [("message.max.bytes", "2048", SOURCE_DYNAMIC_DEFAULT)]
+            topic_entry = _settled(conn, 2, topic, "max.message.bytes", SOURCE_DYNAMIC_DEFAULT, "2048")
+            assert topic_entry["value"] == "2048"
+            deadline = time.monotonic() + 30
+            while (code := _produce(conn, topic, big)) == 0 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert code == MESSAGE_TOO_LARGE
+            assert _produce(conn, topic, small) == 0
+            # one broker's own value wins over the cluster default
+            assert alter(conn, BROKER, node, ("message.max.bytes", SET, "4096")) == (0, None)
+            entry = _settled(conn, BROKER, node, "message.max.bytes", SOURCE_DYNAMIC_BROKER, "4096")
+            assert [s["source"] for s in entry["synonyms"]][:3] == [
+                SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT, SOURCE_DEFAULT]
+        finally:
+            assert alter(conn, BROKER, node, ("message.max.bytes", DELETE, None)) == (0, None)
+            assert alter(conn, BROKER, "", ("message.max.bytes", DELETE, None)) == (0, None)
+        assert _settled(conn, BROKER, node, "message.max.bytes", SOURCE_DEFAULT, before["value"])["value"] == before["value"]
+        deadline = time.monotonic() + 30
+        while (code := _produce(conn, topic, big)) != 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert code == 0
+
+
+def test_broker_config_changes_kafka_refuses(broker: Any) -> None:
+    with RawConn(broker.bootstrap) as conn:
+        node = str(node_id(conn))
+        assert alter(conn, BROKER, node, ("message.max.bytes", SET, "4096"), validate_only=True) == (0, None)
+        assert configs(conn, BROKER, node)["message.max.bytes"]["config_source"] == SOURCE_DEFAULT
+        code, message = alter(conn, BROKER, node, ("num.partitions", SET, "3"))
+        assert (code, message) == (INVALID_REQUEST, "Cannot update these configs dynamically: [num.partitions]")
+        code, message = alter(conn, BROKER, str(int(node) + 5), ("message.max.bytes", SET, "4096"))
+        assert code == INVALID_REQUEST, message
+        assert alter(conn, BROKER, "", ("log.retention.ms", SET, "soon")) == (
+            INVALID_REQUEST, "Invalid value soon for configuration log.retention.ms: Not a number of type LONG")
+        assert configs(conn, BROKER, node)["log.retention.ms"]["config_source"] == SOURCE_DEFAULT
+        assert configs(conn, BROKER, node)["num.partitions"]["read_only"] is True

@@ -12,7 +12,6 @@ from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.topic_configs import (
     SOURCE_DEFAULT,
     SOURCE_DYNAMIC_TOPIC,
-    SOURCE_STATIC_BROKER,
     TOPIC_CONFIGS,
 )
 from tmqgate.broker.topics import TopicError, validate_configs
@@ -48,23 +47,6 @@ def _refused(ctx: AdminApis, op: Operation, rtype: int, name: str) -> ErrorCode 
     return None
 
 
-def _broker_configs(ctx: AdminApis) -> dict[str, tuple[str, int]]:
-    """The broker settings a Kafka tool may ask about, as (value, config_type)."""
-    c = ctx.config
-    return {
-        "num.partitions": (str(c.num_partitions), 3),
-        "auto.create.topics.enable": (str(c.auto_create_topics_enable).lower(), 1),
-        "socket.request.max.bytes": (str(c.socket_request_max_bytes), 3),
-        "log.dirs": (c.data_dir, 2),
-        "node.id": (str(c.node_id), 3),
-        "default.replication.factor": ("1", 4),
-        "offsets.topic.replication.factor": ("1", 4),
-        "log.retention.check.interval.ms": (str(c.retention_check_interval_ms), 5),
-        "wal.level": (str(c.wal_level), 3),
-        "wal.fsync.period.ms": (str(c.wal_fsync_period_ms), 3),
-    }
-
-
 @api(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 async def describe_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
     body = req.body
@@ -87,13 +69,19 @@ async def describe_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
                     if keys is not None and key.name not in keys:
                         continue
                     own = key.name in topic.configs
-                    value = topic.configs[key.name] if own else key.default
-                    source = SOURCE_DYNAMIC_TOPIC if own else SOURCE_DEFAULT
+                    broker = topic.broker_defaults.get(key.name)  # log.* from the file or dynamic
+                    value = topic.config(key.name)
+                    source = SOURCE_DYNAMIC_TOPIC if own else broker.source if broker else SOURCE_DEFAULT
                     entry = {"name": key.name, "value": value, "read_only": False,
                              "config_source": source, "is_sensitive": False, "config_type": key.type,
                              "documentation": key.doc if docs else None, "synonyms": []}
-                    if synonyms:
+                    if synonyms and broker is None:
                         entry["synonyms"] = [{"name": key.name, "value": value, "source": source}]
+                    elif synonyms and broker is not None:  # as Kafka: the topic's, the broker's, the default
+                        entry["synonyms"] = (
+                            ([{"name": key.name, "value": value, "source": source}] if own else [])
+                            + [{"name": broker.broker_name, "value": broker.value, "source": broker.source},
+                               {"name": broker.broker_name, "value": key.default, "source": SOURCE_DEFAULT}])
                     result["configs"].append(entry)
                 # A TDengine topic's definition (tmq.as) shows as a read-only dynamic config.
                 for name, value in topic.configs.items():
@@ -104,19 +92,11 @@ async def describe_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
                             "documentation": None,
                             "synonyms": [{"name": name, "value": value, "source": SOURCE_DYNAMIC_TOPIC}]
                             if synonyms else []})
-        elif rtype == BROKER:
-            if name not in ("", str(ctx.config.node_id)):
-                result.update(error_code=int(ErrorCode.INVALID_REQUEST),
-                              error_message=f"Unexpected broker id, expected {ctx.config.node_id} but received {name}")
-            elif name:
-                for setting, (value, ctype) in _broker_configs(ctx).items():
-                    if keys is not None and setting not in keys:
-                        continue
-                    result["configs"].append({
-                        "name": setting, "value": value, "read_only": True, "config_source": SOURCE_STATIC_BROKER,
-                        "is_sensitive": False, "config_type": ctype, "documentation": None,
-                        "synonyms": [{"name": setting, "value": value, "source": SOURCE_STATIC_BROKER}]
-                        if synonyms else []})
+        elif rtype == BROKER and ctx.broker_configs is not None:
+            try:
+                result["configs"] = ctx.broker_configs.describe(name, keys, synonyms, docs)
+            except TopicError as exc:
+                result.update(error_code=int(exc.code), error_message=exc.message)
         elif rtype == BROKER_LOGGER:
             try:
                 result["configs"] = logger_configs.describe(name, ctx.config.node_id, keys)
@@ -140,9 +120,11 @@ def _alter(ctx: AdminApis, rtype: int, name: str, compute: Any, validate_only: b
     if (refused := _refused(ctx, Operation.ALTER_CONFIGS, rtype, name)) is not None:
         out["error_code"] = int(refused)
         return out
-    if rtype == BROKER:
-        out.update(error_code=int(ErrorCode.INVALID_REQUEST),
-                   error_message="Broker configs are static in tmqgate; set them in the --config file")
+    if rtype == BROKER and ctx.broker_configs is not None:
+        try:
+            ctx.broker_configs.alter(name, compute, validate_only)
+        except TopicError as exc:
+            out.update(error_code=int(exc.code), error_message=exc.message)
         return out
     if rtype == GROUP and ctx.group_configs is not None:
         try:

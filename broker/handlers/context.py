@@ -34,6 +34,7 @@ from tmqgate.broker.client import current_client
 if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
+    from tmqgate.broker.broker_configs import BrokerConfigs
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.broker.group_configs import GroupConfigs
     from tmqgate.broker.metrics import Metrics
@@ -102,6 +103,7 @@ class AdminApis:
     quotas: ClientQuotaManagers | None = None  # DescribeClientQuotas / AlterClientQuotas
     authorizer: Authorizer | None = None
     group_configs: GroupConfigs | None = None  # the GROUP config resource (KIP-848 groups)
+    broker_configs: BrokerConfigs | None = None  # the BROKER config resource (dynamic configs)
 
 
 @dataclass(frozen=True)
