@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--http-auth", choices=["none", "basic"],
                        help="the SQL front's authentication (default none; basic: the broker's users)")
     serve.add_argument("--data-dir", help="data directory (default ./data)")
+    serve.add_argument("--node-id", type=int, help="this broker's node id (node_id; default 1)")
+    serve.add_argument("--cluster", help="etcd://HOST:PORT[,HOST:PORT...]: join the cluster coordinated "
+                       "by that etcd (cluster; default: one node, no etcd)")
     serve.add_argument("--config", help="TOML file of broker settings")
     serve.add_argument("--log-level", type=str.upper, default="INFO", choices=LOG_LEVELS,
                        help="the least severe log lines written to stderr (default INFO; DEBUG adds "
@@ -311,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         return _user(args)
     try:
         config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir,
-                                   http_auth=args.http_auth)
+                                   http_auth=args.http_auth, node_id=args.node_id, cluster=args.cluster)
         asyncio.run(_serve(config))
     except (ConfigError, StartupError) as exc:  # refused before anything starts: one line, exit 2
         print(f"tmqgate: {exc}", file=sys.stderr, flush=True)

@@ -28,6 +28,7 @@ class ConfigError(ValueError):
 # an integer setting not listed here must be >= 0. Kafka's ConfigDef ranges where Kafka has one.
 _RANGES: dict[str, tuple[float, float | None]] = {
     "node_id": (0, None),
+    "cluster_session_timeout_ms": (1000, None),
     "socket_request_max_bytes": (1, None),
     "wal_level": (1, 2),
     "num_partitions": (1, None),  # num.partitions: atLeast(1)
@@ -244,8 +245,14 @@ class BrokerConfig:
     # --- Broker ---------------------------------------------------------------------------
     # Kafka's node.id: this broker's id in Metadata answers.
     node_id: int = 1
-    # The cluster id Metadata and DescribeCluster answer.
+    # The cluster id Metadata and DescribeCluster answer (with `cluster`: the one kept in etcd).
     cluster_id: str = "tmqgate-cluster-00000"
+    # etcd://HOST:PORT[,HOST:PORT…]: join the cluster coordinated by that etcd (docs/CLUSTER.md;
+    # `serve --cluster`); unset: one node, no other server needed.
+    cluster: str | None = None
+    # Kafka's broker.session.timeout.ms: the TTL of this broker's etcd lease; a broker not heard
+    # from for this long leaves the others' Metadata and gives up the controller role.
+    cluster_session_timeout_ms: int = 9000
     # socket.request.max.bytes in Kafka: a frame larger than this closes the connection.
     socket_request_max_bytes: int = 104_857_600
     # --- Storage and topics -----------------------------------------------------------------
@@ -514,6 +521,12 @@ class BrokerConfig:
             for listener, path in getattr(self, f"listener_{name}").items():
                 if not Path(path).is_file():
                     raise ConfigError(f"listener_{name}: {listener} = {path!r}: no such file", f"listener_{name}")
+        if self.cluster is not None:
+            from tmqgate.coordinator.cluster import parse_cluster
+            try:
+                parse_cluster(self.cluster)
+            except ValueError as exc:
+                raise ConfigError(str(exc), "cluster") from None
         if self.authorizer not in ("acl", "none"):
             raise ConfigError(f'authorizer must be "acl" or "none", not {self.authorizer!r}', "authorizer")
         bad = [p for p in self.super_users if ":" not in p]

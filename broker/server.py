@@ -24,7 +24,7 @@ import os
 import ssl
 import struct
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.acl.authorizer import Authorizer
 from tmqgate.broker.acl.sql_access import SqlAccess
@@ -80,6 +80,9 @@ from tmqgate.protocol.messages import (
     encode_response_parts,
 )
 from tmqgate.storage import Store
+
+if TYPE_CHECKING:
+    from tmqgate.broker.cluster.membership import Membership
 
 log = logging.getLogger("tmqgate.server")
 # Every completed request at DEBUG, as Kafka's kafka.request.logger (enable with --log-level DEBUG).
@@ -206,6 +209,7 @@ class Broker:
         self.pool = MemoryPool(config.queued_max_request_bytes)
         self.connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip)
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
+        self.membership: Membership | None = None  # with `cluster`: broker/cluster/membership.py
         # Captures every request frame when set (tests use it for byte-for-byte round trips).
         self.frame_hook: Any = None
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
@@ -235,6 +239,12 @@ class Broker:
             self.authenticator = authenticator(self.config, self.store, self.limited_log)
             self.metrics.authenticator = self.authenticator
         self.advertised = self.advertised_by_listener[listeners[0].name]
+        if self.config.cluster is not None:  # imported only on a cluster: one node needs no etcd
+            from tmqgate.broker.cluster.membership import Membership
+
+            self.membership = Membership(self.config.cluster, self.config.node_id, self.advertised,
+                                         self.config.cluster_session_timeout_ms)
+            await self.membership.start()
         self._handlers = bind(self.apis, self._contexts())
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         if self.config.log_cleaner_enable:  # compacted topics (broker/log_cleaner.py)
@@ -279,7 +289,7 @@ class Broker:
             AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
                                  authorizer=auth, group_configs=self.group_configs,
                                  broker_configs=self.broker_configs),
-            ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth),
+            ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth, membership=self.membership),
             GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth),
             AclApis: AclApis(auth),
             TxnApis: TxnApis(self.transactions, self.topics, authorizer=auth),
@@ -309,6 +319,8 @@ class Broker:
                 await server.wait_closed()
         await self.coordinator.stop()
         await self.transactions.stop()
+        if self.membership is not None:
+            await self.membership.stop()
         self.executor.close()
         self.log_cleaner.close()  # waits for a cleaner step still reading in its thread
         self.store.close()

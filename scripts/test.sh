@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 bash scripts/install_java.sh
+bash scripts/install_etcd.sh
 python3 -m ruff check .
 # Types (mypy) and the package layering (import-linter): see scripts/check_layers.sh.
 bash scripts/check_layers.sh

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.broker_configs import BrokerConfigs
+    from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.broker.group_configs import GroupConfigs
     from tmqgate.broker.metrics import Metrics
@@ -113,6 +114,27 @@ class ClusterApis:
     config: BrokerConfig
     apis: Mapping[int, ApiEntry]
     authorizer: Authorizer | None = None
+    membership: Membership | None = None  # on a cluster: the live brokers and the controller
+
+    def brokers(self) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every live broker: this one alone without a cluster (or
+        before its first view), else the cluster's as etcd has them."""
+        host, port = self.node.address()
+        if self.membership is None or not self.membership.view.brokers:
+            return [(self.node.node_id, host, port)]
+        out = {b.node_id: (b.node_id, b.host, b.port) for b in self.membership.view.live()}
+        out[self.node.node_id] = (self.node.node_id, host, port)  # this listener's own address
+        return [out[n] for n in sorted(out)]
+
+    def controller_id(self) -> int:
+        if self.membership is None:
+            return self.node.node_id
+        return self.membership.view.controller_id
+
+    def cluster_id(self) -> str:
+        if self.membership is None or self.membership.cluster_id is None:
+            return self.node.cluster_id
+        return self.membership.cluster_id
 
 
 @dataclass(frozen=True)

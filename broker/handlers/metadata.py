@@ -45,8 +45,7 @@ def topic_metadata(ctx: ClusterApis, topic: Topic) -> dict[str, Any]:
 
 
 def brokers(ctx: ClusterApis) -> list[dict[str, Any]]:
-    host, port = ctx.node.address()
-    return [{"node_id": ctx.node.node_id, "host": host, "port": port, "rack": None}]
+    return [{"node_id": n, "host": host, "port": port, "rack": None} for n, host, port in ctx.brokers()]
 
 
 def _missing(name: str | None, topic_id: bytes, code: ErrorCode) -> dict[str, Any]:
@@ -119,8 +118,8 @@ async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
     return {
         "throttle_time_ms": 0,
         "brokers": brokers(ctx),
-        "cluster_id": ctx.node.cluster_id,
-        "controller_id": ctx.node.node_id,
+        "cluster_id": ctx.cluster_id(),
+        "controller_id": ctx.controller_id(),
         "topics": topics,
         "error_code": 0,
         "cluster_authorized_operations": cluster_ops,
@@ -138,7 +137,6 @@ def _auto_create(ctx: ClusterApis, name: str) -> Topic | ErrorCode:
 
 @api(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 async def describe_cluster(ctx: ClusterApis, req: Request) -> dict[str, Any]:
-    host, port = ctx.node.address()
     ops = NOT_REQUESTED
     auth = ctx.authorizer
     if auth is not None and req.body.get("include_cluster_authorized_operations"):
@@ -150,10 +148,10 @@ async def describe_cluster(ctx: ClusterApis, req: Request) -> dict[str, Any]:
         "error_code": 0,
         "error_message": None,
         "endpoint_type": req.body.get("endpoint_type", 1),
-        "cluster_id": ctx.node.cluster_id,
-        "controller_id": ctx.node.node_id,
-        "brokers": [{"broker_id": ctx.node.node_id, "host": host, "port": port, "rack": None,
-                     "is_fenced": False}],
+        "cluster_id": ctx.cluster_id(),
+        "controller_id": ctx.controller_id(),
+        "brokers": [{"broker_id": n, "host": h, "port": p, "rack": None, "is_fenced": False}
+                    for n, h, p in ctx.brokers()],
         "cluster_authorized_operations": ops,
     }
 
