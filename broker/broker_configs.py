@@ -268,7 +268,7 @@ class BrokerConfigs:
         try:
             validate_configs(topic_values)
         except TopicError as exc:  # the topic config's rule, said with the broker config's name
-            message = exc.message
+            message = exc.message or ""
             for key, setting in SETTINGS.items():
                 if setting.topic is not None and key in new:
                     message = message.replace(f"configuration {setting.topic}:", f"configuration {key}:")
