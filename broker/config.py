@@ -527,6 +527,10 @@ class BrokerConfig:
                 parse_cluster(self.cluster)
             except ValueError as exc:
                 raise ConfigError(str(exc), "cluster") from None
+            from tmqgate.storage.producers import PRODUCER_ID_STRIDE
+            if self.node_id >= PRODUCER_ID_STRIDE:  # a node's producer ids are ≡ node_id mod the stride
+                raise ConfigError(f"node_id must be below {PRODUCER_ID_STRIDE} on a cluster, not {self.node_id}",
+                                  "node_id")
         if self.authorizer not in ("acl", "none"):
             raise ConfigError(f'authorizer must be "acl" or "none", not {self.authorizer!r}', "authorizer")
         bad = [p for p in self.super_users if ":" not in p]

@@ -241,9 +241,12 @@ class Broker:
         self.advertised = self.advertised_by_listener[listeners[0].name]
         if self.config.cluster is not None:  # imported only on a cluster: one node needs no etcd
             from tmqgate.broker.cluster.membership import Membership
+            from tmqgate.broker.cluster.topics import ClusterTopics
 
             self.membership = Membership(self.config.cluster, self.config.node_id, self.advertised,
                                          self.config.cluster_session_timeout_ms)
+            ClusterTopics(self.membership, self.topics)  # the registry's `cluster` from now on
+            self.store.producers.use_slot(self.config.node_id)  # producer ids unique in the cluster
             await self.membership.start()
         self._handlers = bind(self.apis, self._contexts())
         self._tasks.append(asyncio.create_task(self._housekeeping()))
@@ -290,7 +293,7 @@ class Broker:
                                  authorizer=auth, group_configs=self.group_configs,
                                  broker_configs=self.broker_configs),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth, membership=self.membership),
-            GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth),
+            GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth, membership=self.membership),
             AclApis: AclApis(auth),
             TxnApis: TxnApis(self.transactions, self.topics, authorizer=auth),
             TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth),

@@ -37,6 +37,7 @@ from tmqgate.protocol.names import topic_name_problem
 
 if TYPE_CHECKING:
     from tmqgate.broker.tdengine import TsdbCatalog
+    from tmqgate.coordinator.cluster import PartitionState, Placement
     from tmqgate.storage import Store
 
 
@@ -192,6 +193,16 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
     return out
 
 
+class TopicCluster(Protocol):
+    """Topic creation and deletion on a cluster (broker/cluster/topics.py): through etcd, so
+    that every broker has the topic and one placement of its partitions."""
+
+    async def create(self, name: str, partitions: int, configs: dict[str, str | None],
+                     replicas: list[list[int]] | None = None) -> Topic: ...
+
+    async def delete(self, topic: Topic) -> None: ...
+
+
 class TopicRegistry:
     """Name and id lookups of every topic kind, backed by the storage catalog (`store`) and,
     for database and TDengine topics, the TDengine catalog cache their views read through."""
@@ -218,6 +229,11 @@ class TopicRegistry:
         self.broker_defaults: dict[str, BrokerDefault] = {}
         # database and TDengine topics: [rows scanned, rows delivered] by their views (metrics)
         self.view_rows: dict[str, list[int]] = {}
+        #: on a cluster (broker/cluster/topics.py): this node, the creator of shared topics and
+        #: the placement of each shared topic's partitions; without one this node leads all
+        self.node_id = -1
+        self.cluster: TopicCluster | None = None
+        self.placements: Mapping[str, Placement] = {}
         self.reload()
 
     def reload(self) -> None:
@@ -280,17 +296,28 @@ class TopicRegistry:
     def by_id(self, topic_id: bytes) -> Topic | None:
         return self._by_id.get(topic_id)
 
-    @staticmethod
-    def partition_error(topic: Topic | None, index: int, by_id: bool = False) -> ErrorCode | None:
-        """Why partition `index` of a looked-up `topic` cannot be served, or None if it can.
+    def partition_error(self, topic: Topic | None, index: int, by_id: bool = False) -> ErrorCode | None:
+        """Why partition `index` of a looked-up `topic` cannot be served here, or None if it can.
 
         A missing topic is UNKNOWN_TOPIC_ID when it was looked up by id (v13+ Fetch/Produce),
-        UNKNOWN_TOPIC_OR_PARTITION otherwise, as is a partition outside [0, partitions)."""
+        UNKNOWN_TOPIC_OR_PARTITION otherwise, as is a partition outside [0, partitions). On a
+        cluster, a partition led by another broker is NOT_LEADER_OR_FOLLOWER, an offline one
+        (no live leader) LEADER_NOT_AVAILABLE, as Kafka answers them."""
         if topic is None:
             return ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not 0 <= index < topic.partitions:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        state = self.partition_state(topic, index)
+        if state is not None and state.leader != self.node_id:
+            return ErrorCode.LEADER_NOT_AVAILABLE if state.leader < 0 else ErrorCode.NOT_LEADER_OR_FOLLOWER
         return None
+
+    def partition_state(self, topic: Topic, index: int) -> PartitionState | None:
+        """The partition's replicas and leader on a cluster; None: this node's alone."""
+        placement = self.placements.get(topic.name)
+        if placement is None or placement.topic_id != topic.topic_id or index >= len(placement.partitions):
+            return None
+        return placement.partitions[index]
 
     def all(self) -> list[Topic]:
         return sorted(self._by_name.values(), key=lambda t: t.name)
@@ -309,7 +336,7 @@ class TopicRegistry:
         return None
 
     def create(self, name: str, partitions: int, configs: dict[str, str | None],
-               validate_only: bool = False) -> Topic:
+               validate_only: bool = False, topic_id: bytes | None = None) -> Topic:
         """CreateTopics: a plain topic (its database of `partitions` vnodes and the topic over
         it), or — with the tmq.as config — a TDengine topic over an existing database."""
         check_topic_name(name)
@@ -327,7 +354,7 @@ class TopicRegistry:
             raise TopicError(ErrorCode.POLICY_VIOLATION, refused)
         if validate_only:
             return Topic(name, bytes(16), name, partitions, clean)
-        info = self._store.create_database(name, partitions, clean)
+        info = self._store.create_database(name, partitions, clean, topic_id=topic_id)
         topic = Topic(name, info.topic_id, name, info.vgroups, dict(info.configs))
         topic.broker_defaults = self.broker_defaults
         self._by_name[name] = topic

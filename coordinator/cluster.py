@@ -90,3 +90,114 @@ def parse_cluster(url: str) -> list[tuple[str, int]]:
             raise ValueError(f"--cluster: {part!r} is not HOST:PORT")
         out.append((split.hostname, split.port))
     return out
+
+
+# ---- topics and their placement (issue 16, step 1b) ---------------------------------------
+#
+# ``topics/<name>`` → JSON {"id": hex topic id, "configs": {…}, "partitions": [{"replicas": [..],
+# "leader": n, "epoch": e, "isr": [..]}, …]}: the cluster's catalog of plain Kafka topics and
+# where each partition lives. Created by whichever broker took the CreateTopics (an etcd create
+# that succeeds only while the key is absent: at most one topic of a name), changed afterwards
+# only by the controller's compare-and-swap on the value (``elect``), deleted by DeleteTopics.
+# Every broker reads the prefix each round and applies it: the topic exists on every broker,
+# each partition is served by its leader alone (NOT_LEADER_OR_FOLLOWER elsewhere).
+
+TOPICS = ROOT + "topics/"
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """One partition's replicas (the first is the preferred leader), leader (-1: offline),
+    leader epoch (grows with every change of leader) and in-sync replicas."""
+
+    replicas: tuple[int, ...]
+    leader: int
+    epoch: int
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    name: str
+    topic_id: bytes
+    configs: dict[str, str]
+    partitions: tuple[PartitionState, ...]
+
+
+def topic_key(name: str) -> str:
+    return TOPICS + name
+
+
+def placement_value(p: Placement) -> str:
+    return json.dumps({
+        "id": p.topic_id.hex(), "configs": p.configs,
+        "partitions": [{"replicas": list(s.replicas), "leader": s.leader, "epoch": s.epoch, "isr": list(s.isr)}
+                       for s in p.partitions],
+    }, sort_keys=True)
+
+
+def placement_from(key: str, value: str) -> Placement:
+    """The placement under ``key`` (ValueError, KeyError or TypeError when it does not parse)."""
+    data = json.loads(value)
+    parts = tuple(PartitionState(tuple(int(r) for r in s["replicas"]), int(s["leader"]), int(s["epoch"]),
+                                 tuple(int(r) for r in s["isr"])) for s in data["partitions"])
+    topic_id = bytes.fromhex(data["id"])
+    if len(topic_id) != 16 or not parts:
+        raise ValueError("a topic id is 16 bytes and a topic has partitions")
+    return Placement(key[len(TOPICS):], topic_id, {str(k): str(v) for k, v in data["configs"].items()}, parts)
+
+
+def assign(partitions: int, replication_factor: int, live: list[int], start: int) -> tuple[PartitionState, ...]:
+    """Replicas for a new topic as Kafka's rack-unaware assignment spreads them: partition p's
+    replicas are the live brokers from (start + p) on, in node-id order, so leaders (the first
+    replica) fall evenly on the brokers. ValueError when there are fewer live brokers than the
+    replication factor (Kafka's INVALID_REPLICATION_FACTOR)."""
+    nodes = sorted(live)
+    if replication_factor < 1 or replication_factor > len(nodes):
+        raise ValueError(f"Replication factor: {replication_factor} larger than available brokers: {len(nodes)}.")
+    out = []
+    for p in range(partitions):
+        first = (start + p) % len(nodes)
+        replicas = tuple(nodes[(first + j) % len(nodes)] for j in range(replication_factor))
+        out.append(PartitionState(replicas, replicas[0], 0, replicas))
+    return tuple(out)
+
+
+def elect(p: Placement, live: set[int]) -> Placement:
+    """The controller's rule for each partition, given the live brokers (unclean election off):
+
+    - a live leader stays;
+    - a dead leader is replaced by the first live replica in the ISR (preference order), the
+      ISR shrinking to the live members; with none, the partition goes offline (leader -1)
+      keeping its last ISR, so only one of those replicas can lead it again;
+    - an offline partition takes the first of its ISR that is live again.
+
+    Each change of leader bumps the leader epoch. Returns ``p`` itself when nothing changes."""
+    states = []
+    for s in p.partitions:
+        if s.leader in live:
+            states.append(s)
+            continue
+        candidates = [r for r in s.replicas if r in s.isr and r in live]
+        if candidates:
+            isr = tuple(r for r in s.isr if r in live)
+            states.append(PartitionState(s.replicas, candidates[0], s.epoch + 1, isr))
+        elif s.leader != -1:
+            states.append(PartitionState(s.replicas, -1, s.epoch + 1, s.isr))
+        else:
+            states.append(s)
+    new = tuple(states)
+    return p if new == p.partitions else Placement(p.name, p.topic_id, p.configs, new)
+
+
+def placements_from(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, Placement], list[str]]:
+    """Every readable placement by topic name, and the keys that did not parse."""
+    found: dict[str, Placement] = {}
+    bad: list[str] = []
+    for key, value in pairs:
+        try:
+            placement = placement_from(key, value)
+            found[placement.name] = placement
+        except (ValueError, KeyError, TypeError, AttributeError):
+            bad.append(key)
+    return found, bad

@@ -138,18 +138,33 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+#: producer ids on a cluster: node n's are n, n + stride, n + 2·stride … (node ids below it)
+PRODUCER_ID_STRIDE = 1024
+
+
 class Producers:
     """Producer ids and the windows of (db id, vnode, producer id), cached after first use."""
 
     def __init__(self, core: Core) -> None:
         self._core = core
         self._windows: dict[tuple[int, int, int], ProducerWindow | None] = {}
+        #: on a cluster, node n hands out only the ids ≡ n (mod PRODUCER_ID_STRIDE), so two
+        #: brokers never give one id to two producers (a broker's idempotence windows would
+        #: take the second producer's batches for the first one's duplicates)
+        self.stride, self.slot = 1, 0
+
+    def use_slot(self, slot: int) -> None:
+        """Hand out only ids ≡ ``slot`` (mod PRODUCER_ID_STRIDE) from now on (a cluster's node)."""
+        if not 0 <= slot < PRODUCER_ID_STRIDE:
+            raise ValueError(f"slot must be in 0..{PRODUCER_ID_STRIDE - 1}")
+        self.stride, self.slot = PRODUCER_ID_STRIDE, slot
 
     def allocate_producer_id(self) -> int:
         """A producer id never handed out before (persisted before it is returned)."""
         db = self._core.db
         raw = db.get(keys.NEXTPID)
         pid = keys.read_u64(raw) if raw else 1000
+        pid += (self.slot - pid) % self.stride
         db.put(keys.NEXTPID, keys.u64(pid + 1), sync=self._core.wal_level == 2)
         return pid
 

@@ -6,10 +6,17 @@ import pytest
 
 from tmqgate.coordinator.cluster import (
     BrokerInfo,
+    PartitionState,
+    Placement,
+    assign,
     broker_key,
     broker_value,
     controller_value,
+    elect,
     parse_cluster,
+    placement_value,
+    placements_from,
+    topic_key,
     view_from,
 )
 
@@ -30,3 +37,42 @@ def test_cluster_urls() -> None:
     for bad in ("127.0.0.1:2379", "etcd://host", "etcd://:2379", "http://h:1"):
         with pytest.raises(ValueError):
             parse_cluster(bad)
+
+
+def test_assign_spreads_leaders_evenly_from_the_start_broker() -> None:
+    states = assign(6, 1, [3, 1, 2], start=1)
+    assert [s.leader for s in states] == [2, 3, 1, 2, 3, 1]
+    assert all(s.replicas == s.isr == (s.leader,) and s.epoch == 0 for s in states)
+    three = assign(3, 3, [1, 2, 3], start=0)
+    assert [s.replicas for s in three] == [(1, 2, 3), (2, 3, 1), (3, 1, 2)]
+    with pytest.raises(ValueError, match="Replication factor: 2 larger than available brokers: 1."):
+        assign(1, 2, [1], start=0)
+
+
+def _placement(*states: PartitionState) -> Placement:
+    return Placement("t", bytes(range(16)), {"retention.ms": "1000"}, states)
+
+
+def test_elect_moves_a_dead_leader_to_the_next_in_sync_replica_and_bumps_the_epoch() -> None:
+    p = _placement(PartitionState((1, 2, 3), 1, 4, (1, 2, 3)), PartitionState((2, 3, 1), 2, 0, (2, 3, 1)))
+    assert elect(p, {1, 2, 3}) is p
+    moved = elect(p, {2, 3})
+    assert moved.partitions == (PartitionState((1, 2, 3), 2, 5, (2, 3)), p.partitions[1])
+
+
+def test_elect_takes_a_partition_offline_and_back_only_through_its_isr() -> None:
+    p = _placement(PartitionState((1,), 1, 0, (1,)), PartitionState((1, 2), 1, 0, (1,)))
+    offline = elect(p, {2})
+    # (1, 2) with ISR (1,): 2 is not in sync, so no unclean election
+    assert offline.partitions == (PartitionState((1,), -1, 1, (1,)), PartitionState((1, 2), -1, 1, (1,)))
+    assert elect(offline, {2}) is offline
+    back = elect(offline, {1, 2})
+    assert [(s.leader, s.epoch) for s in back.partitions] == [(1, 2), (1, 2)]
+
+
+def test_placements_round_trip_and_unreadable_ones_are_reported() -> None:
+    p = _placement(PartitionState((1, 2), 2, 7, (2,)))
+    found, bad = placements_from([(topic_key("t"), placement_value(p)), (topic_key("u"), "{}"),
+                                  (topic_key("v"), placement_value(p).replace(bytes(range(16)).hex(), "ab"))])
+    assert found == {"t": p}
+    assert sorted(bad) == [topic_key("u"), topic_key("v")]

@@ -493,3 +493,17 @@ def test_removals_are_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
     assert lines[0].bytes > 0
     assert [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "topic_created"] == [
         "created topic db with 1 partition(s)"]
+
+
+def test_a_cluster_nodes_producer_ids_are_its_own_residue_and_never_repeat(tmp_path: Path) -> None:
+    from tmqgate.storage.producers import PRODUCER_ID_STRIDE
+
+    with Store(tmp_path / "s") as s:
+        single = s.allocate_producer_id()
+        s.producers.use_slot(5)
+        ids = [s.allocate_producer_id() for _ in range(3)]
+    assert all(i % PRODUCER_ID_STRIDE == 5 and i > single for i in ids)
+    assert ids[1] - ids[0] == ids[2] - ids[1] == PRODUCER_ID_STRIDE
+    with Store(tmp_path / "s") as s:  # persisted: a restart goes on after the last one
+        s.producers.use_slot(5)
+        assert s.allocate_producer_id() == ids[2] + PRODUCER_ID_STRIDE

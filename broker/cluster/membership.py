@@ -13,10 +13,17 @@ timeout (``cluster_session_timeout_ms``, Kafka's broker.session.timeout.ms):
   longer than the TTL, a paused process) is granted again and the broker registers again;
 - tries to become the controller (a create-if-absent under its lease); the holder keeps it
   while its lease lives;
-- reads the brokers and the controller into ``view`` (what Metadata and DescribeCluster show).
+- reads the brokers and the controller into ``view`` (what Metadata and DescribeCluster show);
+- reads the topics' placements into ``placements``; the controller first re-elects the leaders
+  of partitions whose leader is gone (``coordinator.cluster.elect``), each by a compare-and-swap
+  of the topic's value, so a stale controller's write fails instead of overwriting a newer one.
+
+``refresh()`` runs a round now (coalesced: callers during a round share the next one): a broker
+asked about a topic it does not know yet, or created or deleted one, reads etcd at once rather
+than at its next round.
 
 Losing etcd is logged once (and its return); the broker keeps serving with its last view.
-Partition leadership is still this node's for every partition: replication is the next step.
+Replication is the next step: each partition has one replica, its leader.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import asyncio
 import base64
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +43,17 @@ from tmqgate.coordinator.cluster import (
     BROKERS,
     CLUSTER_ID,
     CONTROLLER,
+    TOPICS,
     ClusterView,
+    Placement,
     broker_key,
     broker_value,
     controller_value,
+    elect,
     parse_cluster,
+    placement_value,
+    placements_from,
+    topic_key,
     view_from,
 )
 
@@ -62,11 +76,17 @@ class Membership:
         self.ttl = max(1, round(session_timeout_ms / 1000))
         self.interval = session_timeout_ms / 3000
         self.view = ClusterView()
+        self.placements: dict[str, Placement] = {}
+        self._refreshing: asyncio.Future[bool] | None = None  # the round in flight
+        self._started = 0  # rounds started
         self.cluster_id: str | None = None
         self.connected = False
         self._endpoint = 0
         self._session: _Session | None = None
         self._task: asyncio.Task[None] | None = None
+        #: called on the event loop after each round that read etcd (the broker applies the
+        #: placements to its topics there)
+        self.on_change: Callable[[], None] | None = None
 
     # ---- in the worker thread ------------------------------------------------------------
 
@@ -94,9 +114,21 @@ class Membership:
             value, meta = controller[0]
             held = (_text(value), int(meta["create_revision"]))
         view, bad = view_from(brokers, held)
-        for key in bad:
+        pairs = [(_text(meta["key"]), _text(value)) for value, meta in s.client.get_prefix(TOPICS)]
+        placements, bad_topics = placements_from(pairs)
+        for key in bad + bad_topics:
             log.warning("cluster: ignoring the unreadable etcd key %s", key)
+        if view.controller_id == self.node_id:
+            live = set(view.brokers)
+            for name, placement in list(placements.items()):
+                elected = elect(placement, live)
+                if elected is not placement and s.client.replace(
+                        topic_key(name), placement_value(placement), placement_value(elected)):
+                    log.info("cluster: topic %s: leaders %s (were %s)", name,
+                             [st.leader for st in elected.partitions], [st.leader for st in placement.partitions])
+                    placements[name] = elected
         self.view = view
+        self.placements = placements
 
     def _round_or_failover(self) -> bool:
         try:
@@ -110,7 +142,54 @@ class Membership:
             self._session = None
             return False
 
+    def _create_topic(self, placement: Placement) -> bool:
+        s = self._session
+        if s is None:
+            raise ConnectionError("not connected to etcd")
+        return bool(s.client.create(topic_key(placement.name), placement_value(placement)))
+
+    def _delete_topic(self, name: str) -> bool:
+        s = self._session
+        if s is None:
+            raise ConnectionError("not connected to etcd")
+        return bool(s.client.delete(topic_key(name)))
+
     # ---- on the event loop ---------------------------------------------------------------
+
+    async def create_topic(self, placement: Placement) -> bool:
+        """Put a new topic's placement in etcd unless the name is taken (False then); the
+        placements are read again either way. Raises when etcd cannot be reached."""
+        created = await asyncio.to_thread(self._create_topic, placement)
+        await self.refresh()
+        return created
+
+    async def delete_topic(self, name: str) -> bool:
+        """Remove a topic's placement (False: there was none); every broker drops the topic
+        when it reads the placements next."""
+        deleted = await asyncio.to_thread(self._delete_topic, name)
+        await self.refresh()
+        return deleted
+
+    async def refresh(self) -> bool:
+        """Read etcd in a round that starts after this call (see the module docstring); False
+        when etcd could not be reached."""
+        target = self._started + 1  # a round in flight now may have read etcd before the caller's change
+        while True:
+            if self._refreshing is None:
+                self._started += 1
+                self._refreshing = asyncio.ensure_future(asyncio.to_thread(self._round_or_failover))
+                self._refreshing.add_done_callback(self._refreshed)
+            round_index, pending = self._started, self._refreshing
+            ok = await asyncio.shield(pending)
+            if round_index >= target:
+                return ok
+
+    def _refreshed(self, done: asyncio.Future[bool]) -> None:
+        self._refreshing = None
+        if not done.cancelled() and done.exception() is None:
+            self.connected = done.result()
+            if self.on_change is not None:
+                self.on_change()
 
     async def start(self) -> None:
         """Register (waiting up to the session timeout for etcd), then keep it up in a task."""
@@ -120,6 +199,8 @@ class Membership:
                 raise ConnectionError(f"cannot reach etcd at {self.endpoints}")
             await asyncio.sleep(self.interval / 3)
         self.connected = True
+        if self.on_change is not None:
+            self.on_change()
         log.info("cluster: node %d registered; brokers %s, controller %d", self.node_id,
                  sorted(self.view.brokers), self.view.controller_id)
         self._task = asyncio.create_task(self._run())
@@ -127,10 +208,10 @@ class Membership:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            ok = await asyncio.to_thread(self._round_or_failover)
-            if ok and not self.connected:
+            was = self.connected
+            ok = await self.refresh()
+            if ok and not was:
                 log.warning("cluster: etcd is back; node %d registered again", self.node_id)
-            self.connected = ok
 
     async def stop(self) -> None:
         """Leave the cluster at once: the lease revoked takes the registration (and the

@@ -10,7 +10,7 @@ from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.quotas import MutationQuota
 from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS, cleanup_policies
-from tmqgate.broker.topics import TMQ_AS, TSDB, TopicError
+from tmqgate.broker.topics import KAFKA, TMQ_AS, TSDB, TopicError
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError
 
@@ -85,7 +85,7 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
             results.append(result)
             continue
         try:
-            partitions, replication = _layout(ctx, t)
+            partitions, replication, replicas = _layout(ctx, t)
             configs = {c["name"]: c["value"] for c in t.get("configs") or []}
             if configs.get(TMQ_AS) is not None and t["num_partitions"] == -1:
                 partitions = -1  # a TDengine topic's default: its database's vnodes, not num_partitions
@@ -98,7 +98,11 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
                                      f"Authorization failed: a topic over '{source}' needs READ on it.")
             if mutation is not None:
                 _take(mutation, ctx.topics.create(name, partitions, configs, validate_only=True).partitions)
-            topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only)
+            cluster = ctx.topics.cluster
+            if cluster is not None and not validate_only and configs.get(TMQ_AS) is None:
+                topic = await cluster.create(name, partitions, configs, replicas)  # through etcd
+            else:
+                topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only)
         except TopicError as exc:
             result.update(_error(exc.code, exc.message))
             results.append(result)
@@ -137,9 +141,11 @@ def _requested_partitions(ctx: AdminApis, topics: list[dict[str, Any]]) -> int:
     return total
 
 
-def _layout(ctx: AdminApis, t: dict[str, Any]) -> tuple[int, int]:
-    """Partition count and replication factor of a CreateTopics entry, checked as Kafka does."""
+def _layout(ctx: AdminApis, t: dict[str, Any]) -> tuple[int, int, list[list[int]] | None]:
+    """Partition count, replication factor and the replicas asked for (None: the broker
+    places them) of a CreateTopics entry, checked as Kafka does."""
     node = ctx.config.node_id
+    cluster = ctx.topics.cluster is not None  # then any registered broker may hold a replica
     assignments = t.get("assignments") or []
     if assignments:
         if t["num_partitions"] != -1 or t["replication_factor"] != -1:
@@ -150,10 +156,14 @@ def _layout(ctx: AdminApis, t: dict[str, Any]) -> tuple[int, int]:
         if indexes != list(range(len(indexes))):
             raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions should be a consecutive 0-based integer sequence")
         for a in assignments:
-            if a["broker_ids"] != [node]:
+            if len(a["broker_ids"]) != 1 or (not cluster and a["broker_ids"] != [node]):
                 raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                 f"Replica assignment {a['broker_ids']} names brokers other than {node}")
-        return len(indexes), 1
+                                 f"Replica assignment {a['broker_ids']} names brokers other than {node}"
+                                 if not cluster else
+                                 f"Replica assignment {a['broker_ids']}: tmqgate does not replicate "
+                                 "partitions yet, so each partition has one replica")
+        ordered = sorted(assignments, key=lambda a: a["partition_index"])
+        return len(indexes), 1, [list(a["broker_ids"]) for a in ordered]
     partitions = t["num_partitions"]
     if partitions == -1:
         partitions = ctx.config.num_partitions
@@ -165,11 +175,15 @@ def _layout(ctx: AdminApis, t: dict[str, Any]) -> tuple[int, int]:
     if replication < 1:
         raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          "Replication factor must be larger than 0, or -1 to use the default value.")
+    if replication > 1 and cluster:
+        raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"Unable to replicate the partition {replication} time(s): tmqgate does not "
+                         "replicate partitions yet (issue 16, step 2).")
     if replication > 1:
         raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          f"Unable to replicate the partition {replication} time(s): The target replication "
                          f"factor of {replication} cannot be reached because only 1 broker(s) are registered.")
-    return partitions, replication
+    return partitions, replication, None
 
 
 @api(ApiKey.DELETE_TOPICS, 1, 6)
@@ -199,7 +213,10 @@ async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
             try:
                 if topic.kind != TSDB:  # (a database topic is refused below, taking nothing)
                     _take(mutation, topic.partitions)
-                ctx.topics.delete(topic)
+                if ctx.topics.cluster is not None and topic.kind == KAFKA:
+                    await ctx.topics.cluster.delete(topic)  # through etcd
+                else:
+                    ctx.topics.delete(topic)
             except StorageIOError as exc:
                 entry.update(_error(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
             except TopicError as exc:  # a database topic: DROP DATABASE deletes it
@@ -234,6 +251,9 @@ async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if topic is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t['name']}' does not exist.")
+            if ctx.topics.placements.get(topic.name) is not None:
+                raise TopicError(ErrorCode.INVALID_REQUEST, "tmqgate cannot add partitions to a topic shared by a "
+                                                            "cluster yet (issue 16, step 2).")
             if t.get("assignments"):
                 node = ctx.config.node_id
                 if any(a["broker_ids"] != [node] for a in t["assignments"]):

@@ -126,6 +126,12 @@ class ClusterApis:
         out[self.node.node_id] = (self.node.node_id, host, port)  # this listener's own address
         return [out[n] for n in sorted(out)]
 
+    def live_ids(self) -> set[int]:
+        """The node ids of the live brokers (this one alone without a cluster)."""
+        if self.membership is None:
+            return {self.node.node_id}
+        return set(self.membership.view.brokers) | {self.node.node_id}
+
     def controller_id(self) -> int:
         if self.membership is None:
             return self.node.node_id
@@ -143,6 +149,17 @@ class GroupApis:
     topics: TopicRegistry
     node: Node
     authorizer: Authorizer | None = None
+    membership: Membership | None = None  # on a cluster: where the coordinator is
+
+    def coordinator_node(self) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the broker that coordinates groups and transactions: this
+        one; on a cluster, until coordinators are spread and their state replicated (issue 16,
+        step 4), the controller — one broker for all, which moves when the controller does
+        (None while there is none)."""
+        if self.membership is None or self.membership.view.controller_id == self.node.node_id:
+            return (self.node.node_id, *self.node.address())
+        controller = self.membership.view.brokers.get(self.membership.view.controller_id)
+        return None if controller is None else (controller.node_id, controller.host, controller.port)
 
 
 @dataclass(frozen=True)

@@ -62,16 +62,20 @@ def _kick(ctx: GroupApis) -> None:
 
 @api(ApiKey.FIND_COORDINATOR, 0, 6)
 async def find_coordinator(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    host, port = ctx.node.address()
-    node = ctx.node.node_id
     body = req.body
     key_type = body.get("key_type", KEY_TYPE_GROUP)
     ok = key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION)
     code = ErrorCode.NONE if ok else ErrorCode.INVALID_REQUEST
     if ok:  # Kafka creates the coordinator's internal topic on the first request for one
         ctx.topics.ensure_internal(GROUP_METADATA_TOPIC if key_type == KEY_TYPE_GROUP else TRANSACTION_STATE_TOPIC)
+    where = ctx.coordinator_node()
+    if ok and where is None:  # a cluster between controllers
+        ok, code = False, ErrorCode.COORDINATOR_NOT_AVAILABLE
+    node, host, port = where if where is not None else (-1, "", -1)
     found = {"node_id": node if ok else -1, "host": host if ok else "", "port": port if ok else -1,
-             "error_code": int(code), "error_message": None if ok else f"Unsupported key type {key_type}."}
+             "error_code": int(code),
+             "error_message": None if ok or code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+             else f"Unsupported key type {key_type}."}
     if req.api_version < 4:
         _require_key(ctx, key_type, body.get("key", ""))
         return {"throttle_time_ms": 0, **found}

@@ -10,6 +10,7 @@ from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import ClusterApis
 from tmqgate.broker.topics import Topic, TopicError, check_topic_name
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.names import topic_name_problem
 
 if TYPE_CHECKING:
     from tmqgate.protocol.messages import Request
@@ -29,18 +30,29 @@ async def api_versions(ctx: ClusterApis, req: Request) -> dict[str, Any]:
 
 
 def topic_metadata(ctx: ClusterApis, topic: Topic) -> dict[str, Any]:
-    """One topic's metadata entry: every partition led by this node, its only replica."""
+    """One topic's metadata entry: each partition's leader, replicas and in-sync replicas —
+    on a cluster as etcd places them (an offline partition: LEADER_NOT_AVAILABLE, leader -1,
+    its dead replicas offline), else this node, the only replica of all."""
     node = ctx.node.node_id
+    live = ctx.live_ids()
+    partitions = []
+    for p in range(topic.partitions):
+        state = ctx.topics.partition_state(topic, p)
+        if state is None:
+            partitions.append({"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
+                               "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []})
+            continue
+        partitions.append({
+            "error_code": int(ErrorCode.LEADER_NOT_AVAILABLE) if state.leader < 0 else 0,
+            "partition_index": p, "leader_id": state.leader, "leader_epoch": LEADER_EPOCH,
+            "replica_nodes": list(state.replicas), "isr_nodes": list(state.isr),
+            "offline_replicas": [r for r in state.replicas if r not in live]})
     return {
         "error_code": 0,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.is_internal,
-        "partitions": [
-            {"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
-             "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
-            for p in range(topic.partitions)
-        ],
+        "partitions": partitions,
     }
 
 
@@ -94,13 +106,16 @@ async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
                 topics.append(_missing(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             topic = ctx.topics.get(name)
+            if topic is None and ctx.membership is not None and topic_name_problem(name) is None:
+                await ctx.membership.refresh()  # created on another broker since our last read
+                topic = ctx.topics.get(name)
             if topic is None and allow_auto and auth is not None and not (
                     auth.allows_cluster(Operation.CREATE) or auth.allows(Operation.CREATE, ResourceType.TOPIC, name)):
                 # Auto-creation needs CREATE on the cluster or on the topic (Kafka's KafkaApis).
                 topics.append(_missing(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             if topic is None and allow_auto:
-                created = _auto_create(ctx, name)
+                created = await _auto_create(ctx, name)
                 if isinstance(created, ErrorCode):
                     topics.append(_missing(name, ZERO_UUID, created))
                     continue
@@ -126,12 +141,19 @@ async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
     }
 
 
-def _auto_create(ctx: ClusterApis, name: str) -> Topic | ErrorCode:
-    """Kafka's auto.create.topics.enable: a Metadata request for a missing topic creates it."""
+async def _auto_create(ctx: ClusterApis, name: str) -> Topic | ErrorCode:
+    """Kafka's auto.create.topics.enable: a Metadata request for a missing topic creates it
+    (on a cluster through etcd; a topic another broker made meanwhile is simply there)."""
     try:
         check_topic_name(name)
+        if ctx.topics.cluster is not None:
+            return await ctx.topics.cluster.create(name, ctx.config.num_partitions, {})
         return ctx.topics.create(name, ctx.config.num_partitions, {})
     except TopicError as exc:
+        if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+            topic = ctx.topics.get(name)
+            if topic is not None:
+                return topic
         return exc.code
 
 

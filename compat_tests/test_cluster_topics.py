@@ -1,0 +1,208 @@
+"""Topics shared by three `tmqgate serve --cluster etcd://…` brokers (issue 16, step 1b): a
+topic created on one broker exists on all three with one topic id and its partitions' leaders
+spread over them; clients that bootstrap from one broker produce to and consume from every
+leader; a non-leader answers NOT_LEADER_OR_FOLLOWER; a dead leader's partitions go offline
+(LEADER_NOT_AVAILABLE) until it comes back with its data; a topic deleted on one broker is
+gone from all.
+
+tmqgate only: with replication factor 1 the reference Kafka would move nothing either, and its
+3-node KRaft fixture comes with replication (step 2), where these scenarios run on both.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .brokers import TmqgateProcess
+from .etcd import EtcdProcess
+from .raw import RawConn, one_record_batch
+
+pytestmark = [pytest.mark.tmqgate_only,
+              pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd not installed (scripts/install_etcd.sh)")]
+
+SESSION_MS = 2000
+NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS = 6, 5, 36
+METADATA = 3
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[dict[int, TmqgateProcess]]:
+    etcd = EtcdProcess(tmp_path / "etcd")
+    etcd.start()
+    nodes = {n: TmqgateProcess(tmp_path / f"node{n}", config={
+        "node_id": n, "cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS}) for n in (0, 1, 2)}
+    try:
+        for p in nodes.values():
+            p.start()
+        _until(lambda: [len(_metadata(p.bootstrap, [])["brokers"]) for p in nodes.values()],
+               lambda seen: seen == [3, 3, 3], "every broker sees the other two")
+        yield nodes
+    finally:
+        for p in nodes.values():
+            try:
+                p.stop()
+            except Exception:  # noqa: BLE001 - killed by the test already
+                p.kill()
+        etcd.stop()
+
+
+def _until(fn: Any, ok: Any, what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if ok(value):
+            return value
+        assert time.monotonic() < deadline, f"{what}: last seen {value}"
+        time.sleep(0.2)
+
+
+def _metadata(bootstrap: str, topics: list[str] | None) -> dict[str, Any]:
+    with RawConn(bootstrap) as conn:
+        return conn.request(METADATA, 12, {
+            "topics": None if topics is None else [{"name": t, "topic_id": bytes(16)} for t in topics],
+            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+
+
+def _layout(bootstrap: str, topic: str) -> tuple[bytes, list[tuple[int, int, int, list[int]]]]:
+    """(topic id, [(partition, error, leader, offline replicas)]) as one broker answers it."""
+    [t] = _metadata(bootstrap, [topic])["topics"]
+    assert t["error_code"] == 0, t
+    return t["topic_id"], sorted((p["partition_index"], p["error_code"], p["leader_id"], p["offline_replicas"])
+                                 for p in t["partitions"])
+
+
+def _produce(bootstrap: str, topic: str, count: int, tag: str) -> dict[int, list[bytes]]:
+    """Idempotent acks=all sends, round-robin over 6 partitions; the values each partition got."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5})
+    sent: dict[int, list[bytes]] = {}
+    errors: list[Any] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            sent.setdefault(msg.partition(), []).append(msg.value())
+
+    for i in range(count):
+        producer.produce(topic, f"{tag}-{i}".encode(), partition=i % 6, on_delivery=report)
+        producer.poll(0)
+    assert producer.flush(60) == 0 and not errors, errors
+    return sent
+
+
+def _consume_all(bootstrap: str, topic: str, expected: int, group: str) -> dict[int, list[tuple[int, bytes]]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: dict[int, list[tuple[int, bytes]]] = {}
+    deadline = time.monotonic() + 60
+    try:
+        while sum(map(len, got.values())) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None or msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+            if msg.error() is None:
+                got.setdefault(msg.partition(), []).append((msg.offset(), msg.value()))
+        consumer.commit(asynchronous=False)
+        committed = consumer.committed([TopicPartition(topic, p) for p in range(6)], timeout=10)
+        assert {tp.partition: tp.offset for tp in committed} == {p: len(got.get(p, [])) for p in range(6)}
+    finally:
+        consumer.close()
+    return got
+
+
+def test_a_topic_made_on_one_broker_is_served_by_the_leaders_of_its_partitions(
+        cluster: dict[int, TmqgateProcess]) -> None:
+    b0, b1, b2 = (cluster[n].bootstrap for n in (0, 1, 2))
+    topic = f"spread-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": b0})
+    admin.create_topics([NewTopic(topic, 6, 1)])[topic].result(30)
+    admin1 = AdminClient({"bootstrap.servers": b1})  # kept: a collected client fails its futures
+    again = admin1.create_topics([NewTopic(topic, 3, 1)])[topic]
+    with pytest.raises(Exception) as exists:  # noqa: PT011 - confluent's KafkaException
+        again.result(30)
+    assert exists.value.args[0].code() == TOPIC_ALREADY_EXISTS
+
+    layouts = [_until(lambda b=b: _layout(b, topic), lambda lay: len(lay[1]) == 6, "the topic everywhere")
+               for b in (b0, b1, b2)]
+    assert len({topic_id for topic_id, _ in layouts}) == 1  # one topic id on every broker
+    assert all(lay == layouts[0] for lay in layouts)
+    leaders = [leader for _, error, leader, _ in layouts[0][1]]
+    assert all(error == 0 for _, error, _, _ in layouts[0][1])
+    assert Counter(leaders) == Counter({0: 2, 1: 2, 2: 2}), leaders  # spread evenly
+
+    # Each partition is served by its leader alone.
+    for partition, _, leader, _ in layouts[0][1]:
+        other = cluster[(leader + 1) % 3].bootstrap
+        with RawConn(other) as conn:
+            assert conn.produce(topic, partition, one_record_batch(b"x"))["error_code"] == NOT_LEADER_OR_FOLLOWER
+            assert conn.fetch(topic, partition, 0)["error_code"] == NOT_LEADER_OR_FOLLOWER
+
+    sent = _produce(b0, topic, 600, "a")
+    got = _consume_all(b2, topic, 600, "g1")
+    assert {p: [v for _, v in rs] for p, rs in got.items()} == sent  # exactly, in order, once
+    assert all([o for o, _ in rs] == list(range(len(rs))) for rs in got.values())
+
+    # DeleteTopics on another broker: gone from all three.
+    admin1.delete_topics([topic])[topic].result(30)
+    for b in (b0, b1, b2):
+        _until(lambda b=b: _metadata(b, [topic])["topics"][0]["error_code"], lambda code: code == 3,
+               "the topic gone (UNKNOWN_TOPIC_OR_PARTITION)")
+
+
+def test_a_dead_leaders_partitions_go_offline_and_come_back_with_their_data(
+        cluster: dict[int, TmqgateProcess]) -> None:
+    b0 = cluster[0].bootstrap
+    topic = f"offline-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": b0})
+    admin.create_topics([NewTopic(topic, 6, 1)])[topic].result(30)
+    _until(lambda: [len(_layout(p.bootstrap, topic)[1]) for p in cluster.values()], lambda s: s == [6, 6, 6],
+           "the topic everywhere")
+    sent = _produce(b0, topic, 300, "a")
+    controller = _metadata(b0, [])["controller_id"]
+    victim = next(n for n in (0, 1, 2) if n != controller and n != 0)  # neither the controller nor b0
+    _, layout = _layout(b0, topic)
+    theirs = sorted(p for p, _, leader, _ in layout if leader == victim)
+    assert len(theirs) == 2
+
+    cluster[victim].kill()
+    seen = _until(lambda: _layout(b0, topic)[1],
+                  lambda lay: all(lay[p][1] == LEADER_NOT_AVAILABLE for p in theirs), "its partitions offline")
+    for p, error, leader, offline in seen:
+        if p in theirs:
+            assert (leader, offline) == (-1, [victim])  # no other replica may lead it
+        else:
+            assert (error, offline) == (0, [])
+    with RawConn(b0) as conn:
+        assert conn.produce(topic, theirs[0], one_record_batch(b"x"))["error_code"] in (
+            NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE)
+
+    cluster[victim].start()  # back on its data dir: leads its partitions again
+    _until(lambda: _layout(b0, topic)[1], lambda lay: all(e == 0 and not off for _, e, _, off in lay),
+           "every partition online again")
+    assert [leader for _, _, leader, _ in _layout(b0, topic)[1]] == [leader for _, _, leader, _ in layout]
+    more = _produce(b0, topic, 300, "b")
+    got = _consume_all(cluster[2 if victim != 2 else 1].bootstrap, topic, 600, "g2")
+    for p in range(6):
+        values = [v for _, v in got.get(p, [])]
+        if values != sent[p] + more[p]:
+            _, lay = _layout(b0, topic)
+            leader = lay[p][2]
+            with RawConn(cluster[leader].bootstrap) as conn:
+                raw = conn.fetch(topic, p, len(values))
+                lo = conn.list_offsets(topic, p, -1)
+            raise AssertionError((p, len(values), len(sent[p]), len(more[p]), leader, victim, raw["error_code"],
+                                  raw["high_watermark"], len(raw.get("records") or b""), lo, got.keys(),
+                                  {q: len(r) for q, r in got.items()}))
