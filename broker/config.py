@@ -29,6 +29,8 @@ class ConfigError(ValueError):
 _RANGES: dict[str, tuple[float, float | None]] = {
     "node_id": (0, None),
     "cluster_session_timeout_ms": (1000, None),
+    "replica_lag_time_max_ms": (100, None),
+    "replica_fetch_wait_max_ms": (1, None),
     "socket_request_max_bytes": (1, None),
     "wal_level": (1, 2),
     "num_partitions": (1, None),  # num.partitions: atLeast(1)
@@ -253,6 +255,12 @@ class BrokerConfig:
     # Kafka's broker.session.timeout.ms: the TTL of this broker's etcd lease; a broker not heard
     # from for this long leaves the others' Metadata and gives up the controller role.
     cluster_session_timeout_ms: int = 9000
+    # Kafka's replica.lag.time.max.ms: a follower that has not caught up with its leader for
+    # this long leaves the partition's in-sync replicas (acks=all stops waiting for it).
+    replica_lag_time_max_ms: int = 30000
+    # Kafka's replica.fetch.wait.max.ms: how long a follower's Fetch waits at the leader for
+    # new data (lower than replica_lag_time_max_ms, so an idle follower stays in sync).
+    replica_fetch_wait_max_ms: int = 500
     # socket.request.max.bytes in Kafka: a frame larger than this closes the connection.
     socket_request_max_bytes: int = 104_857_600
     # --- Storage and topics -----------------------------------------------------------------

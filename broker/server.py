@@ -83,6 +83,7 @@ from tmqgate.storage import Store
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.membership import Membership
+    from tmqgate.broker.cluster.replication import Replication
 
 log = logging.getLogger("tmqgate.server")
 # Every completed request at DEBUG, as Kafka's kafka.request.logger (enable with --log-level DEBUG).
@@ -210,6 +211,7 @@ class Broker:
         self.connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip)
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
         self.membership: Membership | None = None  # with `cluster`: broker/cluster/membership.py
+        self.replication: Replication | None = None  # with `cluster`: broker/cluster/replication.py
         # Captures every request frame when set (tests use it for byte-for-byte round trips).
         self.frame_hook: Any = None
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
@@ -245,7 +247,13 @@ class Broker:
 
             self.membership = Membership(self.config.cluster, self.config.node_id, self.advertised,
                                          self.config.cluster_session_timeout_ms)
+            from tmqgate.broker.cluster.replication import Replication
+
             ClusterTopics(self.membership, self.topics)  # the registry's `cluster` from now on
+            self.replication = Replication(self.config.node_id, self.store, self.topics, self.membership,
+                                           self.notifier, self.config.replica_lag_time_max_ms,
+                                           self.config.replica_fetch_wait_max_ms)
+            self.membership.on_change.append(self.replication.apply)
             self.store.producers.use_slot(self.config.node_id)  # producer ids unique in the cluster
             await self.membership.start()
         self._handlers = bind(self.apis, self._contexts())
@@ -288,7 +296,7 @@ class Broker:
                                  cfg.max_decompressed_batch_bytes, quotas=self.quotas, authorizer=auth,
                                  metrics=self.metrics, limited_log=self.limited_log,
                                  transactions=(self.transactions if cfg.transaction_partition_verification_enable
-                                               else None)),
+                                               else None), replication=self.replication),
             AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
                                  authorizer=auth, group_configs=self.group_configs,
                                  broker_configs=self.broker_configs),
@@ -312,6 +320,8 @@ class Broker:
     async def stop(self) -> None:
         for _, server in self._servers:
             server.close()
+        if self.replication is not None:
+            self.replication.stop()
         for task in [*self._tasks, *self._connections]:
             task.cancel()
         for task in [*self._tasks, *self._connections]:

@@ -123,6 +123,9 @@ class Topic:
     log: InternalLog | None = None  # an internal topic's records
     #: the broker's defaults of topic configs (the registry's, shared; broker.broker_configs)
     broker_defaults: Mapping[str, BrokerDefault] = field(default_factory=dict)
+    #: (database, partition) → high watermark of the replicated partitions this broker leads
+    #: (the registry's, shared; broker/cluster/replication.py): consumers read below it
+    replicated: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
     def config(self, name: str) -> str:
         return effective(self.configs, name, self.broker_defaults)
@@ -134,7 +137,15 @@ class Topic:
     def high_watermark(self, store: Store, partition: int) -> int:
         if self.log is not None:
             return self.log.next_offset(partition)
-        return store.next_version(self.db, partition)
+        hw = self.replicated.get((self.db, partition)) if self.replicated else None
+        return store.next_version(self.db, partition) if hw is None else hw
+
+    def log_end(self, store: Store, partition: int) -> int:
+        """The log end offset: the high watermark, except on a replicated partition, whose
+        log runs ahead of it by what the in-sync replicas have not all fetched yet."""
+        if self.replicated and (self.db, partition) in self.replicated:
+            return store.next_version(self.db, partition)
+        return self.high_watermark(store, partition)
 
     def log_start(self, store: Store, partition: int) -> int:
         return 0 if self.log is not None else store.log_start(self.db, partition)
@@ -142,7 +153,8 @@ class Topic:
     def last_stable_offset(self, store: Store, partition: int) -> int:
         if self.log is not None:  # nothing transactional is written there
             return self.log.next_offset(partition)
-        return store.last_stable_offset(self.db, partition)
+        lso = store.last_stable_offset(self.db, partition)
+        return min(lso, self.high_watermark(store, partition)) if self.replicated else lso
 
     @property
     def max_message_bytes(self) -> int:
@@ -198,7 +210,7 @@ class TopicCluster(Protocol):
     that every broker has the topic and one placement of its partitions."""
 
     async def create(self, name: str, partitions: int, configs: dict[str, str | None],
-                     replicas: list[list[int]] | None = None) -> Topic: ...
+                     replicas: list[list[int]] | None = None, replication_factor: int = 1) -> Topic: ...
 
     async def delete(self, topic: Topic) -> None: ...
 
@@ -234,6 +246,8 @@ class TopicRegistry:
         self.node_id = -1
         self.cluster: TopicCluster | None = None
         self.placements: Mapping[str, Placement] = {}
+        #: the high watermarks of replicated partitions led here (every Topic reads it)
+        self.replicated: dict[tuple[str, int], int] = {}
         self.reload()
 
     def reload(self) -> None:
@@ -261,6 +275,7 @@ class TopicRegistry:
             del self.view_rows[gone]
         for t in by_name.values():
             t.broker_defaults = self.broker_defaults
+            t.replicated = self.replicated
         self._by_name = by_name
         self._by_id = {t.topic_id: t for t in by_name.values()}
 
@@ -357,6 +372,7 @@ class TopicRegistry:
         info = self._store.create_database(name, partitions, clean, topic_id=topic_id)
         topic = Topic(name, info.topic_id, name, info.vgroups, dict(info.configs))
         topic.broker_defaults = self.broker_defaults
+        topic.replicated = self.replicated
         self._by_name[name] = topic
         self._by_id[topic.topic_id] = topic
         return topic

@@ -154,7 +154,9 @@ def assign(partitions: int, replication_factor: int, live: list[int], start: int
     replication factor (Kafka's INVALID_REPLICATION_FACTOR)."""
     nodes = sorted(live)
     if replication_factor < 1 or replication_factor > len(nodes):
-        raise ValueError(f"Replication factor: {replication_factor} larger than available brokers: {len(nodes)}.")
+        raise ValueError(f"Unable to replicate the partition {replication_factor} time(s): The target replication "
+                         f"factor of {replication_factor} cannot be reached because only {len(nodes)} broker(s) "
+                         "are registered.")
     out = []
     for p in range(partitions):
         first = (start + p) % len(nodes)

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 from tmqgate.storage import keys
 from tmqgate.storage.model import StorageError
+from tmqgate.storage.rollback import roll_back_vnode
 
 if TYPE_CHECKING:
-    from tmqgate.storage.core import LevelDB, WriteBatch
+    from tmqgate.storage.core import LevelDB
     from tmqgate.storage.space import DiskSpace
 
 PAYLOAD_DIR = "wal-payloads"
@@ -154,27 +155,7 @@ def _repair_lost_payloads(db: LevelDB, plog: LevelDB) -> None:
         if not lost:
             continue
         repaired = True
-        first = keys.wal_key_version(lost[-1][0])
-        for key, _ in lost:
-            wb.delete(key)
-        for key, value in db.iterator(prefix=keys.vnode_prefix(keys.TIME, dbid, vnode), reverse=True):
-            if keys.read_u64(value) < first:
-                break
-            wb.delete(key)
-        _roll_back_transactions(db, wb, dbid, vnode, first)
-        for key, value in db.iterator(prefix=keys.vnode_prefix(keys.PRODUCER, dbid, vnode)):
-            epoch, update_ms, batches = keys.unpack_producer(value)
-            kept = [b for b in batches if b[2] < first]
-            if not kept:
-                wb.delete(key)
-            elif len(kept) < len(batches):
-                wb.put(key, keys.pack_producer(epoch, update_ms, kept, keys.producer_coordinator_epoch(value)))
-        _, start, size, entries = keys.unpack_vnode_state(state)
-        if entries is None:
-            p = keys.vnode_prefix(keys.WAL, dbid, vnode)
-            entries = sum(1 for _ in db.iterator(prefix=p, include_value=False))
-        size -= sum(keys.unpack_wal_index(v)[1] for _, v in lost)
-        wb.put(vkey, keys.pack_vnode_state(first, min(start, first), size, entries - len(lost)))
+        roll_back_vnode(db, wb, dbid, vnode, keys.wal_key_version(lost[-1][0]), state)
     if not repaired:  # the newest payloads were removed (retention ...), none lost
         return
     # Every sequence still indexed is <= present now.
@@ -183,29 +164,3 @@ def _repair_lost_payloads(db: LevelDB, plog: LevelDB) -> None:
     else:
         wb.delete(keys.PAYSEQ)
     wb.write()
-
-
-def _roll_back_transactions(db: LevelDB, wb: WriteBatch, dbid: int, vnode: int, first: int) -> None:
-    """The transaction keys (``storage.wal_txns``) of a vnode rolled back to ``first``: a
-    transaction opened at or after it is gone, one opened before keeps only its rows entries
-    below it; an abort whose marker was lost becomes an open transaction again (its data
-    stays, and the coordinator sends its marker again at restart). A lost commit marker's
-    transaction cannot be reopened (its open key went in the marker's WriteBatch): its data
-    reads as committed."""
-    for key, value in db.iterator(prefix=keys.vnode_prefix(keys.TXNOPEN, dbid, vnode)):
-        start, epoch, rows = keys.unpack_txn_open(value)
-        if start >= first:
-            wb.delete(key)
-        elif any(base >= first for base, _ in rows):
-            wb.put(key, keys.pack_txn_open(start, epoch, tuple(r for r in rows if r[0] < first)))
-    for key, value in db.iterator(prefix=keys.vnode_prefix(keys.ABORTED, dbid, vnode)):
-        _, _, last, pid = keys.parse_aborted_key(key)
-        if last < first:
-            continue
-        wb.delete(key)
-        start, rows = keys.unpack_aborted(value)
-        if start < first:
-            raw = db.get(keys.producer_key(dbid, vnode, pid))
-            epoch = keys.unpack_producer(raw)[0] if raw is not None else 0
-            wb.put(keys.txn_open_key(dbid, vnode, pid),
-                   keys.pack_txn_open(start, epoch, tuple(r for r in rows if r[0] < first)))

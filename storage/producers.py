@@ -201,6 +201,10 @@ class Producers:
             out.append((pid, epoch, batches[-1][1] if batches else -1, update_ms, keys.producer_coordinator_epoch(value)))
         return out
 
+    def forget_vnode(self, dbid: int, vnode: int) -> None:
+        """Drop the cached windows of a vnode whose tail was rolled back (read again on use)."""
+        self._windows = {k: v for k, v in self._windows.items() if k[:2] != (dbid, vnode)}
+
     def forget_database(self, dbid: int) -> None:
         """Drop the cached windows of a dropped database."""
         self._windows = {k: v for k, v in self._windows.items() if k[0] != dbid}

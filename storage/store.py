@@ -302,9 +302,22 @@ class Store:
         record_count: int,
         max_timestamp: int,
         producer: ProducerAppend | None = None,
+        leader_epoch: int | None = None,
     ) -> Appended:
         """See ``Wal.append``: returns (base version, log start)."""
-        return self.wal.append(db, vnode, batch, record_count, max_timestamp, producer)
+        return self.wal.append(db, vnode, batch, record_count, max_timestamp, producer, leader_epoch)
+
+    def append_replica(self, db: str, vnode: int, batch: bytes) -> None:
+        """See ``Wal.append_replica`` (a follower's append at the leader's offset)."""
+        self.wal.append_replica(db, vnode, batch)
+
+    def truncate(self, db: str, vnode: int, offset: int) -> None:
+        """See ``Wal.truncate`` (a follower's divergent tail removed)."""
+        self.wal.truncate(db, vnode, offset)
+
+    def epoch_end(self, db: str, vnode: int, epoch: int) -> tuple[int, int]:
+        """See ``Wal.epoch_end`` (OffsetForLeaderEpoch)."""
+        return self.wal.epoch_end(db, vnode, epoch)
 
     def append_meta(self, db: str, vnode: int, payload: bytes, timestamp_ms: int | None = None) -> int:
         return self.wal.append_meta(db, vnode, payload, timestamp_ms)

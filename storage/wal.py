@@ -29,17 +29,23 @@ from tmqgate.protocol.records import build_end_txn_marker
 from tmqgate.storage import keys
 from tmqgate.storage.core import NewEntry
 from tmqgate.storage.model import ENTRY_KINDS, RowsEntry, WalEntry
-from tmqgate.storage.producers import ProducerWindow
+from tmqgate.storage.producers import ProducerAppend, ProducerWindow
+from tmqgate.storage.rollback import roll_back_vnode
 from tmqgate.storage.txn import Transaction
 
 if TYPE_CHECKING:
     from tmqgate.storage.catalog import Catalog
     from tmqgate.storage.core import Core
-    from tmqgate.storage.producers import ProducerAppend, Producers
+    from tmqgate.storage.producers import Producers
     from tmqgate.storage.wal_txns import WalTxns
 
 BATCH_HEADER_SIZE = 61  # record batch v2 header up to and including the record count
 _I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+#: a v2 batch's last offset delta (23), max timestamp (35), producer id, epoch, base sequence (43)
+_LAST_DELTA = struct.Struct(">i")
+_REPLICA_FIELDS = struct.Struct(">qqhi")  # max timestamp, producer id, epoch, base sequence at 35
+_CONTROL = 0x20  # attributes bit 5
 _PID_EPOCH = struct.Struct(">qh")  # a v2 batch's producer id and epoch, at byte 43
 _TRANSACTIONAL = 0x10  # attributes bit 4 (the attributes' low byte is byte 22)
 _ROWS_HEADER_SIZE = keys.ROWS_HEADER.size
@@ -173,10 +179,13 @@ class Wal:
         record_count: int,
         max_timestamp: int,
         producer: ProducerAppend | None = None,
+        leader_epoch: int | None = None,
     ) -> Appended:
         """Store a record batch v2 at the vnode's next versions.
 
-        The batch's base offset (bytes 0..8, outside the CRC) is set to the version. Entry,
+        The batch's base offset (bytes 0..8, outside the CRC) is set to the version, and its
+        partition leader epoch (bytes 12..16, outside the CRC too) to ``leader_epoch`` when
+        given (a replicated partition's leader stamps its epoch, as Kafka's). Entry,
         counters, time index and — for an idempotent producer's batch — the producer's window
         after it (``producer.window_at(base)``: only the append knows the base) are written
         in one WriteBatch. ``max_timestamp`` feeds the time index and should equal the
@@ -189,7 +198,11 @@ class Wal:
             raise ValueError("not a record batch v2")
         core = self._core
         base = vs.next
-        value = b"".join((keys.u64(base), memoryview(batch)[8:]))
+        if leader_epoch is None:
+            value = b"".join((keys.u64(base), memoryview(batch)[8:]))
+        else:
+            view = memoryview(batch)
+            value = b"".join((keys.u64(base), view[8:12], _I32.pack(leader_epoch), view[16:]))
         nxt = base + record_count
         size = vs.size + len(value)
         wb = core.batch()
@@ -263,6 +276,70 @@ class Wal:
         self._producers.remember(dbid, vnode, producer_id, staged)
         self._txns.closed(dbid, vnode, producer_id, aborted)
         return base
+
+    # replicas (issue 16) ----------------------------------------------------------------------
+
+    def append_replica(self, db: str, vnode: int, batch: bytes) -> None:
+        """A follower's append of a batch fetched from its partition's leader, at the
+        leader's offset (which must be this vnode's next version: ValueError otherwise) and with
+        the leader's epoch in it; an idempotent producer's batch updates the producer's window
+        here too, so this replica deduplicates retries as the leader did if it takes over."""
+        dbid, vs = self._catalog.vnode(db, vnode)
+        if len(batch) < BATCH_HEADER_SIZE:
+            raise ValueError("not a record batch v2")
+        base = _I64.unpack_from(batch, 0)[0]
+        if base != vs.next:
+            raise ValueError(f"replica append at {base}, the log ends at {vs.next}")
+        span = _LAST_DELTA.unpack_from(batch, 23)[0] + 1
+        max_ts, pid, epoch, first_seq = _REPLICA_FIELDS.unpack_from(batch, 35)
+        producer = None
+        if pid >= 0 and first_seq >= 0 and not batch[22] & _CONTROL:
+            window = self._producers.window(dbid, vnode, pid)
+            producer = ProducerAppend(pid, epoch, first_seq, span, window)
+        self.append(db, vnode, batch, span, max_ts, producer)
+
+    def truncate(self, db: str, vnode: int, offset: int) -> None:
+        """Remove versions >= ``offset`` (a follower's tail that its leader does not have:
+        Kafka's replica truncation). The only case where versions are used again: the leader's
+        log decides what they hold. Synced."""
+        dbid, vs = self._catalog.vnode(db, vnode)
+        if offset >= vs.next:
+            return
+        core = self._core
+        state = core.db.get(keys.vnode_key(dbid, vnode))
+        if state is None:
+            return
+        wb = core.batch(sync=True)
+        seqs = roll_back_vnode(core.db, wb, dbid, vnode, offset, state)
+        core.write_removing(wb, seqs)
+        raw = core.db.get(keys.vnode_key(dbid, vnode))
+        assert raw is not None
+        vs.next, vs.log_start, vs.size, entries = keys.unpack_vnode_state(raw)
+        vs.entries = entries if entries is not None else vs.entries
+        n = bisect.bisect_left(vs.tail_bases, offset)
+        vs.tail_bytes -= sum(len(v) for _, v in vs.tail_entries[n:])
+        del vs.tail_bases[n:]
+        del vs.tail_entries[n:]
+        self.load_max_ts(dbid, vnode, vs)
+        self._producers.forget_vnode(dbid, vnode)
+
+    def epoch_end(self, db: str, vnode: int, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetForLeaderEpoch on this log: (the largest leader epoch <= ``epoch``
+        among its batches, the offset where that epoch ends — the first batch of a later
+        epoch, or the log end); (-1, -1) when every batch is of a later epoch. Reads back
+        from the newest batch, so it costs what the divergence is long."""
+        dbid, vs = self._catalog.vnode(db, vnode)
+        end = vs.next
+        p = keys.vnode_prefix(keys.WAL, dbid, vnode)
+        pairs = self._core.db.iterator(prefix=p, reverse=True)
+        for base, kind, value in self._core.payloads.entries(pairs):
+            if kind != keys.KIND_DATA or len(value) < 16:
+                continue
+            e = _I32.unpack_from(value, 12)[0]
+            if e <= epoch:
+                return e, end
+            end = base
+        return -1, -1
 
     def last_stable_offset(self, db: str, vnode: int) -> int:
         """The first offset of the vnode's oldest open transaction (not below log start, as

@@ -45,12 +45,14 @@ from tmqgate.coordinator.cluster import (
     CONTROLLER,
     TOPICS,
     ClusterView,
+    PartitionState,
     Placement,
     broker_key,
     broker_value,
     controller_value,
     elect,
     parse_cluster,
+    placement_from,
     placement_value,
     placements_from,
     topic_key,
@@ -84,9 +86,9 @@ class Membership:
         self._endpoint = 0
         self._session: _Session | None = None
         self._task: asyncio.Task[None] | None = None
-        #: called on the event loop after each round that read etcd (the broker applies the
-        #: placements to its topics there)
-        self.on_change: Callable[[], None] | None = None
+        #: called in order on the event loop after each round that read etcd (the broker
+        #: applies the placements to its topics, then to its replicas)
+        self.on_change: list[Callable[[], None]] = []
 
     # ---- in the worker thread ------------------------------------------------------------
 
@@ -154,7 +156,33 @@ class Membership:
             raise ConnectionError("not connected to etcd")
         return bool(s.client.delete(topic_key(name)))
 
+    def _alter_isr(self, name: str, topic_id: bytes, partition: int, epoch: int, isr: list[int]) -> bool:
+        s = self._session
+        if s is None:
+            raise ConnectionError("not connected to etcd")
+        found = s.client.get(topic_key(name))
+        if not found:
+            return False
+        old = _text(found[0])
+        placement = placement_from(topic_key(name), old)
+        if placement.topic_id != topic_id or partition >= len(placement.partitions):
+            return False
+        state = placement.partitions[partition]
+        if state.leader != self.node_id or state.epoch != epoch:
+            return False
+        states = list(placement.partitions)
+        states[partition] = PartitionState(state.replicas, state.leader, state.epoch, tuple(isr))
+        new = Placement(placement.name, placement.topic_id, placement.configs, tuple(states))
+        return bool(s.client.replace(topic_key(name), old, placement_value(new)))
+
     # ---- on the event loop ---------------------------------------------------------------
+
+    async def alter_isr(self, name: str, topic_id: bytes, partition: int, epoch: int, isr: list[int]) -> bool:
+        """Set a partition's ISR, only while this broker leads it at ``epoch`` (Kafka's
+        AlterPartition): a compare-and-swap of the topic's value; False when refused."""
+        changed = await asyncio.to_thread(self._alter_isr, name, topic_id, partition, epoch, isr)
+        await self.refresh()
+        return changed
 
     async def create_topic(self, placement: Placement) -> bool:
         """Put a new topic's placement in etcd unless the name is taken (False then); the
@@ -188,8 +216,8 @@ class Membership:
         self._refreshing = None
         if not done.cancelled() and done.exception() is None:
             self.connected = done.result()
-            if self.on_change is not None:
-                self.on_change()
+            for call in self.on_change:
+                call()
 
     async def start(self) -> None:
         """Register (waiting up to the session timeout for etcd), then keep it up in a task."""
@@ -199,8 +227,8 @@ class Membership:
                 raise ConnectionError(f"cannot reach etcd at {self.endpoints}")
             await asyncio.sleep(self.interval / 3)
         self.connected = True
-        if self.on_change is not None:
-            self.on_change()
+        for call in self.on_change:
+            call()
         log.info("cluster: node %d registered; brokers %s, controller %d", self.node_id,
                  sorted(self.view.brokers), self.view.controller_id)
         self._task = asyncio.create_task(self._run())

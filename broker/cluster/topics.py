@@ -11,8 +11,8 @@ The cluster's catalog of topics and the placement of their partitions live in et
   lacks is created with the cluster's topic id (the same id on every broker, as clients
   expect), a topic whose id changed (deleted and created again) is replaced, a topic that
   left etcd since the last round is deleted. Every broker holds every partition's log; only
-  the leader serves it (``TopicRegistry.partition_error``). Replicas that fetch from the
-  leader are the next step; until then the replication factor is 1.
+  the leader serves it (``TopicRegistry.partition_error``); with a replication factor above 1
+  the other replicas fetch from it (``broker.cluster.replication``).
 - DeleteTopics removes the placement; every broker deletes the topic when it reads that.
 - Topics this node had before it joined the cluster and that etcd does not know stay local
   (served by this node); SQL databases and TDengine topics are not shared yet (step 5).
@@ -44,7 +44,7 @@ class ClusterTopics:
         self._seen: set[str] = set()  # names in etcd at the last apply
         registry.node_id = membership.node_id
         registry.cluster = self
-        membership.on_change = self.apply
+        membership.on_change.append(self.apply)
 
     def apply(self) -> None:
         """Bring the local topics in line with etcd's placements (on the event loop)."""
@@ -73,7 +73,7 @@ class ClusterTopics:
         registry.placements = placements
 
     async def create(self, name: str, partitions: int, configs: dict[str, str | None],
-                     replicas: list[list[int]] | None = None) -> Topic:
+                     replicas: list[list[int]] | None = None, replication_factor: int = 1) -> Topic:
         """CreateTopics on a cluster (see the module docstring); TopicError as one node's."""
         registry = self._registry
         checked = registry.create(name, partitions, configs, validate_only=True)
@@ -90,7 +90,7 @@ class ClusterTopics:
             states = tuple(PartitionState(tuple(rs), rs[0], 0, tuple(rs)) for rs in replicas)
         else:
             try:  # Kafka starts each topic's round-robin at a random broker
-                states = assign(partitions, 1, live, random.randrange(len(live) or 1))
+                states = assign(partitions, replication_factor, live, random.randrange(len(live) or 1))
             except ValueError as exc:
                 raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)) from None
         topic_id = random.randbytes(16)

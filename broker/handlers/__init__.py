@@ -8,6 +8,7 @@ from tmqgate.broker.handlers import (  # noqa: F401
     configs,
     fetch,
     groups,
+    leader_epochs,
     list_offsets,
     metadata,
     produce,

@@ -100,7 +100,7 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 _take(mutation, ctx.topics.create(name, partitions, configs, validate_only=True).partitions)
             cluster = ctx.topics.cluster
             if cluster is not None and not validate_only and configs.get(TMQ_AS) is None:
-                topic = await cluster.create(name, partitions, configs, replicas)  # through etcd
+                topic = await cluster.create(name, partitions, configs, replicas, replication)  # through etcd
             else:
                 topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only)
         except TopicError as exc:
@@ -156,14 +156,15 @@ def _layout(ctx: AdminApis, t: dict[str, Any]) -> tuple[int, int, list[list[int]
         if indexes != list(range(len(indexes))):
             raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions should be a consecutive 0-based integer sequence")
         for a in assignments:
-            if len(a["broker_ids"]) != 1 or (not cluster and a["broker_ids"] != [node]):
+            ids = a["broker_ids"]
+            if not cluster and ids != [node]:
                 raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                 f"Replica assignment {a['broker_ids']} names brokers other than {node}"
-                                 if not cluster else
-                                 f"Replica assignment {a['broker_ids']}: tmqgate does not replicate "
-                                 "partitions yet, so each partition has one replica")
+                                 f"Replica assignment {ids} names brokers other than {node}")
+            if not ids or len(set(ids)) != len(ids):
+                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"Duplicate brokers or no broker in the replica assignment {ids}")
         ordered = sorted(assignments, key=lambda a: a["partition_index"])
-        return len(indexes), 1, [list(a["broker_ids"]) for a in ordered]
+        return len(indexes), len(ordered[0]["broker_ids"]), [list(a["broker_ids"]) for a in ordered]
     partitions = t["num_partitions"]
     if partitions == -1:
         partitions = ctx.config.num_partitions
@@ -175,11 +176,7 @@ def _layout(ctx: AdminApis, t: dict[str, Any]) -> tuple[int, int, list[list[int]
     if replication < 1:
         raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          "Replication factor must be larger than 0, or -1 to use the default value.")
-    if replication > 1 and cluster:
-        raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                         f"Unable to replicate the partition {replication} time(s): tmqgate does not "
-                         "replicate partitions yet (issue 16, step 2).")
-    if replication > 1:
+    if replication > 1 and not cluster:
         raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          f"Unable to replicate the partition {replication} time(s): The target replication "
                          f"factor of {replication} cannot be reached because only 1 broker(s) are registered.")

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.broker_configs import BrokerConfigs
     from tmqgate.broker.cluster.membership import Membership
+    from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.broker.group_configs import GroupConfigs
     from tmqgate.broker.metrics import Metrics
@@ -93,6 +94,8 @@ class DataPlane:
     limited_log: RateLimitedLog | None = None
     # The transaction coordinator, asked before a transactional batch is appended (None: accepted).
     transactions: TxnGate | None = None
+    # On a cluster: the replicated partitions' leader and follower sides (acks=all, replica Fetch).
+    replication: Replication | None = None
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,9 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
         min_bytes = min(min_bytes, max_bytes)
     known: list[bool] | None = None
     denied: list[bool] | None = None
+    # A follower's Fetch (replica_id >= 0) on a cluster: read to the log end, not the high
+    # watermark, and tell the leader where the follower is (broker/cluster/replication.py).
+    replica = body.get("replica_id", -1) if ctx.replication is not None else -1
     while True:
         # Looked up on every pass: a topic deleted while the Fetch waited (its deletion wakes
         # the wait) is answered at once with UNKNOWN_TOPIC_OR_PARTITION — by id too, as Kafka
@@ -59,9 +62,12 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
         if known is None:
             known = [topic is not None for _, topic in wanted]
             denied = _denied(ctx, wanted, by_id)
+            if replica >= 0 and ctx.authorizer is not None and not ctx.authorizer.allows_cluster(
+                    Operation.CLUSTER_ACTION):  # Kafka: replica fetches need CLUSTER_ACTION
+                denied = [True] * len(wanted)
         responses, size, errors = await _read_all(ctx, wanted, max_bytes,
                                                   [by_id and not k for k in known], denied,
-                                                  body.get("isolation_level", 0) == READ_COMMITTED)
+                                                  body.get("isolation_level", 0) == READ_COMMITTED, replica)
         remaining = deadline - time.monotonic()
         if size >= min_bytes or errors or remaining <= 0:
             break
@@ -89,10 +95,11 @@ def _denied(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], b
 
 async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,
                     by_id: list[bool], denied: list[bool] | None = None,
-                    committed: bool = False) -> tuple[list[dict[str, Any]], int, bool]:
+                    committed: bool = False, replica: int = -1) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (topic responses, bytes of records, any error);
     `by_id[i]`: a missing topic i is UNKNOWN_TOPIC_ID (else UNKNOWN_TOPIC_OR_PARTITION);
-    `denied[i]`: topic i may not be read (TOPIC_AUTHORIZATION_FAILED); `committed`: read_committed.
+    `denied[i]`: topic i may not be read (TOPIC_AUTHORIZATION_FAILED); `committed`: read_committed;
+    `replica`: a follower's node id (it reads to the log end), -1 for a consumer.
     A view's evaluation runs in steps with the event loop free between them (Topic.read_async),
     never past the high watermark this answer gives (the last stable offset for read_committed)."""
     store = ctx.store
@@ -111,20 +118,25 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                                      "aborted_transactions": None, "preferred_read_replica": -1,
                                      "records": b""}
             error = ErrorCode.TOPIC_AUTHORIZATION_FAILED if refused else partition_error(topic, index, missing_by_id)
+            if error is None and replica >= 0:
+                assert topic is not None and ctx.replication is not None
+                error = ctx.replication.follower_fetched(topic, index, replica, p["fetch_offset"],
+                                                         p.get("current_leader_epoch", -1))
             if error is not None:
                 entry["error_code"] = int(error)
                 errors = True
             else:
                 assert topic is not None
                 hw = topic.high_watermark(store, index)
+                end = topic.log_end(store, index)  # above hw on a replicated partition
                 start = topic.log_start(store, index)
                 lso = topic.last_stable_offset(store, index)
-                upper = lso if committed else hw
+                upper = end if replica >= 0 else lso if committed else hw
                 entry.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=start)
                 if committed:
                     entry["aborted_transactions"] = []
                 offset = p["fetch_offset"]
-                if offset < start or offset > hw:
+                if offset < start or offset > end:
                     entry["error_code"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
                     errors = True
                 else:
@@ -132,7 +144,7 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                     limit = min(p["partition_max_bytes"], budget)
                     if offset < upper and (limit > 0 or total == 0):
                         batches = await topic.read_async(store, index, offset, max(limit, 1), upper, committed)
-                        if upper < hw:  # stored batches are read to the high watermark
+                        if upper < end:  # stored batches are read to the log end
                             batches = _below(batches, upper)
                         if total > 0:
                             batches = _within(batches, limit)

@@ -8,6 +8,7 @@ base offset (outside the CRC).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -58,6 +59,8 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
         if txn is None or (auth is not None and not auth.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn)):
             raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     responses = []
+    replicated: list[tuple[dict[str, Any], Topic, int, int]] = []  # acks=all waits: (entry, topic, partition, end)
+    replication = ctx.replication
     for topic_data in body["topic_data"]:
         topic = (ctx.topics.by_id(topic_data["topic_id"]) if by_id
                  else ctx.topics.get(topic_data["name"]))
@@ -78,11 +81,24 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                 entry["error_code"] = error
             else:
                 assert topic is not None
+                state = replication.led_state(topic, index) if replication is not None else None
                 try:
+                    if state is not None and acks == -1 and replication is not None \
+                            and replication.not_enough_replicas(topic, index):
+                        raise ProduceError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                                           f"The size of the current ISR {sorted(state.isr)} is insufficient to "
+                                           f"satisfy the min.isr requirement of {topic.config('min.insync.replicas')} "
+                                           f"for partition {topic.name}-{index}")
                     entry["base_offset"], entry["log_append_time_ms"], entry["log_start_offset"] = (
                         append_records(ctx, topic, index, pdata["records"], body.get("transactional_id"),
-                                       add_partition=req.api_version >= 12))
+                                       add_partition=req.api_version >= 12,
+                                       leader_epoch=None if state is None else state.epoch))
                     entry["error_code"] = 0
+                    if state is not None and replication is not None:
+                        replication.appended(topic, index)
+                        if acks == -1:  # answered once the in-sync replicas have it
+                            replicated.append((entry, topic, index,
+                                               entry["base_offset"] + _offset_span(pdata["records"])))
                     if ctx.metrics is not None:
                         ctx.metrics.produced(topic.name, len(pdata["records"]), _record_count(pdata["records"]))
                 except ProduceError as exc:
@@ -102,9 +118,21 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
             partitions.append(entry)
         responses.append({"name": topic_data.get("name"), "topic_id": topic_data.get("topic_id"),
                           "partition_responses": partitions})
+    if replicated and replication is not None:
+        timeout = max(0, body["timeout_ms"]) / 1000
+        done = await asyncio.gather(*(replication.wait_replicated(topic, index, end, timeout)
+                                      for _, topic, index, end in replicated))
+        for (entry, _, _, _), ok in zip(replicated, done, strict=True):
+            if not ok:  # Kafka's DelayedProduce at its timeout
+                entry.update(error_code=int(ErrorCode.REQUEST_TIMED_OUT), base_offset=-1)
     if acks == 0:
         return None
     return {"responses": responses, "throttle_time_ms": 0}
+
+
+def _offset_span(records: bytes) -> int:
+    """The offsets a v2 batch takes: its last offset delta (bytes 23..27) + 1."""
+    return int.from_bytes(records[23:27], "big", signed=True) + 1
 
 
 def _record_count(records: bytes) -> int:
@@ -136,7 +164,8 @@ def _has_transactional_records(body: dict[str, Any]) -> bool:
 
 
 def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | None,
-                   transactional_id: str | None = None, add_partition: bool = False) -> tuple[int, int, int]:
+                   transactional_id: str | None = None, add_partition: bool = False,
+                   leader_epoch: int | None = None) -> tuple[int, int, int]:
     """Validate one partition's batch as Kafka does and append it.
 
     A transactional batch needs the transaction coordinator's word (``ctx.transactions``,
@@ -148,7 +177,8 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
     Returns (base offset, log append time, log start offset): the time is -1 unless the topic
     stamps batches with LogAppendTime, as in Kafka's produce response. At most two store
     calls: the producer's window (idempotent producers only), then the append — or the log
-    start, for a retried batch or a tsdb ingest."""
+    start, for a retried batch or a tsdb ingest. ``leader_epoch``: a replicated partition's
+    leader stamps its epoch in the stored batch."""
     if topic.kind == INTERNAL:  # Kafka's ReplicaManager: no message in the answer
         raise ProduceError(ErrorCode.INVALID_TOPIC_EXCEPTION)
     if topic.kind == TMQ:
@@ -194,7 +224,8 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
     max_timestamp = header.max_timestamp
     if log_append_time:
         batch, max_timestamp = with_log_append_time(batch, now_ms), now_ms
-    appended = store.append(topic.db, vnode, batch, header.record_count, max_timestamp, producer=producer)
+    appended = store.append(topic.db, vnode, batch, header.record_count, max_timestamp, producer=producer,
+                            leader_epoch=leader_epoch)
     ctx.notifier.notify(topic.db, vnode)
     return appended.base, now_ms if log_append_time else -1, appended.log_start
 

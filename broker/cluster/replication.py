@@ -1,0 +1,401 @@
+"""Replicated partitions of shared Kafka topics (issue 16, step 2), as Apache Kafka replicates.
+
+A topic created with a replication factor above 1 has, per partition, replicas on as many
+brokers (``coordinator.cluster``: replicas, leader, leader epoch, ISR in etcd). Rules:
+
+Leader (this broker leads the partition):
+- Each Fetch from a follower (``replica_id`` = one of the partition's replicas) at offset o
+  records o as that follower's log end; the follower is caught up when o reaches the leader's
+  log end (its caught-up time is then now). A follower's Fetch at another leader epoch than the
+  leader's is FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer).
+- The high watermark is the smallest log end of the leader and the ISR's members; it never
+  moves back. Consumers read below it (``Topic.replicated``); ``acks=all`` is answered when it
+  passes the batch, or REQUEST_TIMED_OUT at the request's timeout; with fewer in-sync replicas
+  than ``min.insync.replicas`` nothing is appended: NOT_ENOUGH_REPLICAS.
+- Every ``replica_lag_time_max_ms`` / 2 (and at once when a follower catches up) the leader
+  checks the ISR: a member not caught up for ``replica_lag_time_max_ms`` leaves it, a replica
+  whose log end reached the high watermark joins it — each change a compare-and-swap of the
+  topic's placement in etcd that holds only while the leader and its epoch are unchanged, so
+  a deposed leader changes nothing (Kafka's AlterPartition to the controller).
+- Batches appended by the leader carry its leader epoch (bytes 12..16 of the batch).
+
+Follower (this broker is a replica, another the leader):
+- One fetch loop per leader broker. After each change of leader or epoch it first asks the
+  leader OffsetForLeaderEpoch for the last epoch in its own log and truncates its tail beyond
+  the smaller of the leader's end of that epoch and its own (KIP-101/279): what an old leader
+  wrote and never got replicated is dropped, so no replica holds records the others lack.
+- Then it fetches as a replica from its log end and appends the batches at the leader's
+  offsets, with the leader's epochs and the producers' windows (``Wal.append_replica``); it
+  keeps the leader's high watermark, which it starts from if it becomes the leader.
+
+Not yet: inter-broker security (followers connect to the leader's first listener as
+PLAINTEXT clients), transactions on replicated partitions (markers are not replicated as
+such), SQL databases; leader epochs are not shown to clients (Metadata gives -1, so clients
+do not validate positions with OffsetForLeaderEpoch after a change of leader).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tmqgate.broker.cluster.peer import PeerConnection, PeerError
+from tmqgate.broker.topics import KAFKA
+from tmqgate.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from tmqgate.broker.cluster.membership import Membership
+    from tmqgate.broker.topics import Topic, TopicRegistry
+    from tmqgate.broker.waiters import DataNotifier
+    from tmqgate.coordinator.cluster import PartitionState
+    from tmqgate.storage import Store
+
+log = logging.getLogger("tmqgate.replication")
+
+FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
+FETCH_VERSION, OFFSETS_EPOCH_VERSION = 12, 4  # Fetch v12 still carries replica_id in its body
+FETCH_MAX_BYTES = 8 << 20
+_EPOCH_ERRORS = {int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH),
+                 int(ErrorCode.UNKNOWN_LEADER_EPOCH), int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                 int(ErrorCode.LEADER_NOT_AVAILABLE)}
+Key = tuple[str, int]  # (database, partition)
+
+
+@dataclass
+class _Follower:
+    log_end: int
+    caught_up: float  # monotonic seconds when its fetch last reached the leader's log end
+
+
+@dataclass
+class _Led:
+    """A replicated partition this broker leads."""
+
+    topic: str
+    topic_id: bytes
+    state: PartitionState
+    followers: dict[int, _Follower] = field(default_factory=dict)
+
+
+@dataclass
+class _Following:
+    """A replicated partition this broker follows."""
+
+    topic: str
+    leader: int
+    epoch: int
+    truncate: bool = True  # ask OffsetForLeaderEpoch before fetching
+
+
+class Replication:
+    """See the module docstring. ``apply`` after every read of the placements."""
+
+    def __init__(self, node_id: int, store: Store, topics: TopicRegistry, membership: Membership,
+                 notifier: DataNotifier, lag_time_max_ms: int, fetch_wait_max_ms: int) -> None:
+        self.node_id = node_id
+        self._store = store
+        self._topics = topics
+        self._membership = membership
+        self._notifier = notifier
+        self.lag_s = lag_time_max_ms / 1000
+        self.fetch_wait_ms = fetch_wait_max_ms
+        self._hw = topics.replicated  # (db, partition) → high watermark, led partitions only
+        self._led: dict[Key, _Led] = {}
+        self._following: dict[Key, _Following] = {}
+        self._leader_hw: dict[Key, int] = {}  # a follower's copy of its leader's high watermark
+        self._waiters: dict[Key, list[tuple[int, asyncio.Future[None]]]] = {}
+        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._isr_due = asyncio.Event()
+        self._isr_task: asyncio.Task[None] | None = None
+
+    # ---- placements ----------------------------------------------------------------------
+
+    def apply(self) -> None:
+        """Take this broker's roles from the placements just read (on the event loop)."""
+        led: dict[Key, _Led] = {}
+        following: dict[Key, _Following] = {}
+        now = time.monotonic()
+        for name, placement in self._topics.placements.items():
+            topic = self._topics.get(name)
+            if topic is None or topic.kind != KAFKA or topic.topic_id != placement.topic_id:
+                continue
+            for p, state in enumerate(placement.partitions):
+                if len(state.replicas) < 2 or self.node_id not in state.replicas or p >= topic.partitions:
+                    continue
+                key = (topic.db, p)
+                if state.leader == self.node_id:
+                    was = self._led.get(key)
+                    if was is not None and was.state.epoch == state.epoch:
+                        was.state = state
+                        led[key] = was
+                        continue
+                    # A new term: followers start as caught up now (they get the lag time to
+                    # show up), the high watermark from what this replica last heard.
+                    log_end = self._store.next_version(topic.db, p)
+                    led[key] = _Led(name, placement.topic_id, state,
+                                    {f: _Follower(0, now) for f in state.replicas if f != self.node_id})
+                    self._hw[key] = min(max(self._leader_hw.get(key, 0), self._hw.get(key, 0)), log_end)
+                    log.info("replication: leading %s-%d at epoch %d (ISR %s, high watermark %d)",
+                             name, p, state.epoch, list(state.isr), self._hw[key])
+                elif state.leader >= 0:
+                    was_f = self._following.get(key)
+                    if was_f is not None and (was_f.leader, was_f.epoch) == (state.leader, state.epoch):
+                        following[key] = was_f
+                    else:
+                        following[key] = _Following(name, state.leader, state.epoch)
+        for key in set(self._led) - set(led):
+            self._hw.pop(key, None)
+            self._fail_waiters(key)
+        self._led = led
+        self._following = following
+        for key in led:
+            self._advance(key)
+        for leader in {f.leader for f in following.values()}:
+            task = self._fetchers.get(leader)
+            if task is None or task.done():
+                self._fetchers[leader] = asyncio.create_task(self._fetch_from(leader))
+        if led and self._isr_task is None:
+            self._isr_task = asyncio.create_task(self._check_isr_loop())
+
+    def stop(self) -> None:
+        for task in [*self._fetchers.values(), self._isr_task]:
+            if task is not None:
+                task.cancel()
+
+    # ---- leader side ---------------------------------------------------------------------
+
+    def led_state(self, topic: Topic, partition: int) -> PartitionState | None:
+        """The partition's state when this broker leads it replicated, else None."""
+        led = self._led.get((topic.db, partition))
+        return None if led is None else led.state
+
+    def follower_fetched(self, topic: Topic, partition: int, replica: int, offset: int,
+                         current_epoch: int) -> ErrorCode | None:
+        """A follower's Fetch at ``offset`` (see the module docstring); its error, or None."""
+        key = (topic.db, partition)
+        led = self._led.get(key)
+        if led is None or replica not in led.followers:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if current_epoch >= 0 and current_epoch != led.state.epoch:
+            return (ErrorCode.FENCED_LEADER_EPOCH if current_epoch < led.state.epoch
+                    else ErrorCode.UNKNOWN_LEADER_EPOCH)
+        follower = led.followers[replica]
+        follower.log_end = offset
+        if offset >= self._store.next_version(topic.db, partition):
+            follower.caught_up = time.monotonic()
+        if replica not in led.state.isr and offset >= self._hw.get(key, 0):
+            self._isr_due.set()
+        self._advance(key)
+        return None
+
+    def appended(self, topic: Topic, partition: int) -> None:
+        """The leader appended to a replicated partition (its high watermark may move when
+        the ISR is this broker alone)."""
+        if (topic.db, partition) in self._led:
+            self._advance((topic.db, partition))
+
+    def _advance(self, key: Key) -> None:
+        led = self._led[key]
+        ends = [self._store.next_version(*key)]
+        ends += [led.followers[f].log_end for f in led.state.isr if f in led.followers]
+        hw = min(ends)
+        if hw > self._hw.get(key, 0):
+            self._hw[key] = hw
+            waiters = self._waiters.get(key)
+            if waiters:
+                kept = []
+                for offset, fut in waiters:
+                    if offset <= hw:
+                        if not fut.done():
+                            fut.set_result(None)
+                    else:
+                        kept.append((offset, fut))
+                self._waiters[key] = kept
+            self._notifier.notify(*key)  # consumers waiting at the old high watermark
+
+    def not_enough_replicas(self, topic: Topic, partition: int) -> bool:
+        """acks=all: fewer in-sync replicas than the topic's min.insync.replicas."""
+        led = self._led.get((topic.db, partition))
+        return led is not None and len(led.state.isr) < int(topic.config("min.insync.replicas"))
+
+    async def wait_replicated(self, topic: Topic, partition: int, end: int, timeout_s: float) -> bool:
+        """Wait until the high watermark reaches ``end`` (the offset after the batch); False
+        at the timeout or when this broker stops leading the partition."""
+        key = (topic.db, partition)
+        if key not in self._led:
+            return False
+        if self._hw.get(key, 0) >= end:
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(key, []).append((end, fut))
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+            return True
+        except (TimeoutError, ConnectionAbortedError):
+            return False
+
+    def _fail_waiters(self, key: Key) -> None:
+        for _, fut in self._waiters.pop(key, []):
+            if not fut.done():
+                fut.set_exception(ConnectionAbortedError("no longer the leader"))
+
+    async def _check_isr_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._isr_due.wait(), self.lag_s / 2)
+            except TimeoutError:
+                pass
+            self._isr_due.clear()
+            try:
+                await self._check_isr()
+            except Exception:  # noqa: BLE001 - etcd unreachable: the next round tries again
+                log.exception("replication: the ISR check failed")
+
+    async def _check_isr(self) -> None:
+        now = time.monotonic()
+        for key, led in list(self._led.items()):
+            state = led.state
+            hw = self._hw.get(key, 0)
+            isr = [r for r in state.replicas if r == self.node_id or (
+                r in led.followers and (now - led.followers[r].caught_up <= self.lag_s if r in state.isr
+                                        else led.followers[r].log_end >= hw))]
+            if tuple(isr) != state.isr and set(isr) != set(state.isr):
+                changed = await self._membership.alter_isr(led.topic, led.topic_id, key[1], state.epoch, isr)
+                log.info("replication: %s-%d ISR %s → %s%s", led.topic, key[1], list(state.isr), isr,
+                         "" if changed else " refused (no longer the leader at this epoch)")
+
+    # ---- follower side -------------------------------------------------------------------
+
+    async def _fetch_from(self, leader: int) -> None:
+        """The fetch loop of the partitions this broker follows from ``leader``."""
+        conn: PeerConnection | None = None
+        try:
+            while True:
+                mine = {k: f for k, f in self._following.items() if f.leader == leader}
+                if not mine:
+                    return
+                info = self._membership.view.brokers.get(leader)
+                if info is None:
+                    await asyncio.sleep(0.2)
+                    continue
+                if conn is None or (conn.host, conn.port) != (info.host, info.port):
+                    if conn is not None:
+                        conn.close()
+                    conn = PeerConnection(info.host, info.port, f"tmqgate-replica-{self.node_id}")
+                try:
+                    if any(f.truncate for f in mine.values()):
+                        await self._truncate(conn, {k: f for k, f in mine.items() if f.truncate})
+                    await self._fetch_once(conn, mine)
+                except PeerError as exc:
+                    log.debug("replication: fetching from %d: %s", leader, exc)
+                    await asyncio.sleep(0.2)
+        finally:
+            if conn is not None:
+                conn.close()
+            if self._fetchers.get(leader) is asyncio.current_task():
+                del self._fetchers[leader]
+
+    def _last_epoch(self, key: Key) -> int:
+        return self._store.epoch_end(key[0], key[1], 2**31 - 1)[0]
+
+    async def _truncate(self, conn: PeerConnection, mine: dict[Key, _Following]) -> None:
+        asks: dict[str, list[dict[str, Any]]] = {}
+        by_name: dict[tuple[str, int], Key] = {}
+        for key, f in mine.items():
+            last = self._last_epoch(key)
+            if last < 0 or self._store.next_version(*key) == 0:
+                f.truncate = False  # nothing of its own to check
+                continue
+            asks.setdefault(f.topic, []).append(
+                {"partition": key[1], "current_leader_epoch": f.epoch, "leader_epoch": last})
+            by_name[(f.topic, key[1])] = key
+        if not asks:
+            return
+        body = await conn.request(OFFSET_FOR_LEADER_EPOCH, OFFSETS_EPOCH_VERSION, {
+            "replica_id": self.node_id,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in asks.items()]}, timeout=10)
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                found = by_name.get((t["topic"], p["partition"]))
+                if found is None or found not in mine:
+                    continue
+                key = found
+                if p["error_code"] != 0:
+                    await self._membership.refresh()
+                    continue
+                log_end = self._store.next_version(*key)
+                if p["end_offset"] < 0:
+                    target = min(self._leader_hw.get(key, 0), log_end)
+                else:
+                    own_end = self._store.epoch_end(key[0], key[1], p["leader_epoch"])[1]
+                    target = min(p["end_offset"], own_end if own_end >= 0 else log_end, log_end)
+                if target < log_end:
+                    log.warning("replication: %s-%d truncated from %d to %d (the leader's log at epoch %d)",
+                                t["topic"], key[1], log_end, target, mine[key].epoch)
+                    self._store.truncate(key[0], key[1], target)
+                mine[key].truncate = False
+
+    async def _fetch_once(self, conn: PeerConnection, mine: dict[Key, _Following]) -> None:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for key, f in mine.items():
+            if f.truncate:
+                continue
+            topics.setdefault(f.topic, []).append({
+                "partition": key[1], "current_leader_epoch": f.epoch,
+                "fetch_offset": self._store.next_version(*key), "last_fetched_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": FETCH_MAX_BYTES})
+        if not topics:
+            return
+        body = await conn.request(FETCH, FETCH_VERSION, {
+            "replica_id": self.node_id, "max_wait_ms": self.fetch_wait_ms, "min_bytes": 1,
+            "max_bytes": FETCH_MAX_BYTES, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [], "rack_id": ""}, timeout=self.fetch_wait_ms / 1000 + 10)
+        stale = False
+        for t in body.get("responses") or []:
+            topic = self._topics.get(t["topic"])
+            if topic is None:
+                continue
+            for p in t["partitions"]:
+                key = (topic.db, p["partition_index"])
+                following = mine.get(key)
+                if following is None or self._following.get(key) is not following:
+                    continue
+                f = following
+                code = p["error_code"]
+                if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    f.truncate = True
+                    continue
+                if code in _EPOCH_ERRORS:
+                    stale = True
+                    continue
+                if code != 0:
+                    continue
+                self._leader_hw[key] = p["high_watermark"]
+                for batch in _batches(p.get("records") or b""):
+                    try:
+                        self._store.append_replica(key[0], key[1], batch)
+                    except ValueError as exc:  # not where this log ends: check with the leader
+                        log.warning("replication: %s-%d: %s", f.topic, key[1], exc)
+                        f.truncate = True
+                        break
+        if stale:
+            await self._membership.refresh()
+            await asyncio.sleep(0.1)
+
+
+def _batches(records: bytes | memoryview) -> list[bytes]:
+    """The whole record batches in a Fetch answer's records (a cut-off last one is left)."""
+    out = []
+    data = bytes(records)
+    pos = 0
+    while pos + 12 <= len(data):
+        size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+        if size < 61 or pos + size > len(data):
+            break
+        out.append(data[pos:pos + size])
+        pos += size
+    return out

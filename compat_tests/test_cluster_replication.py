@@ -1,0 +1,278 @@
+"""Replicated partitions on three `tmqgate serve --cluster etcd://…` brokers (issue 16, step 2):
+a topic with replication factor 3 and min.insync.replicas 2 under an idempotent acks=all
+producer keeps every acknowledged record, once and in order, while partition leaders are
+killed -9 and restarted; a restarted replica catches up and rejoins the ISR; with one replica
+left in sync acks=all is refused with NOT_ENOUGH_REPLICAS and nothing is appended.
+
+tmqgate only for now: the reference Kafka's 3-node KRaft fixture is the next step.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .brokers import TmqgateProcess
+from .etcd import EtcdProcess
+from .raw import PRODUCE_V, RawConn, fetched_values, one_record_batch
+
+pytestmark = [pytest.mark.tmqgate_only,
+              pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd not installed (scripts/install_etcd.sh)")]
+
+SESSION_MS, LAG_MS = 2000, 3000
+KILLS = 20
+NOT_ENOUGH_REPLICAS = 19
+METADATA = 3
+PARTITIONS = 3
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[dict[int, TmqgateProcess]]:
+    etcd = EtcdProcess(tmp_path / "etcd")
+    etcd.start()
+    nodes = {n: TmqgateProcess(tmp_path / f"node{n}", config={
+        "node_id": n, "cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS,
+        "replica_lag_time_max_ms": LAG_MS}) for n in (0, 1, 2)}
+    try:
+        for p in nodes.values():
+            p.start()
+        _until(lambda: [len(_metadata(p.bootstrap, [])["brokers"]) for p in nodes.values()],
+               lambda seen: seen == [3, 3, 3], "every broker sees the other two")
+        yield nodes
+    finally:
+        for p in nodes.values():
+            try:
+                p.stop()
+            except Exception:  # noqa: BLE001 - killed by the test already
+                p.kill()
+        etcd.stop()
+
+
+def _until(fn: Any, ok: Any, what: str, timeout: float = 40.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = fn()
+        except Exception as exc:  # noqa: BLE001 - a broker between lives
+            value = exc
+        if not isinstance(value, Exception) and ok(value):
+            return value
+        assert time.monotonic() < deadline, f"{what}: last seen {value}"
+        time.sleep(0.2)
+
+
+def _metadata(bootstrap: str, topics: list[str] | None) -> dict[str, Any]:
+    with RawConn(bootstrap, timeout=5) as conn:
+        return conn.request(METADATA, 12, {
+            "topics": None if topics is None else [{"name": t, "topic_id": bytes(16)} for t in topics],
+            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+
+
+def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition → (leader, replicas, ISR) as one broker answers."""
+    [t] = _metadata(bootstrap, [topic])["topics"]
+    assert t["error_code"] == 0, t
+    return {p["partition_index"]: (p["leader_id"], sorted(p["replica_nodes"]), sorted(p["isr_nodes"]))
+            for p in t["partitions"]}
+
+
+def _any_live(cluster: dict[int, TmqgateProcess], dead: set[int]) -> str:
+    return next(p.bootstrap for n, p in cluster.items() if n not in dead)
+
+
+class _Load:
+    """An idempotent acks=all producer writing n, n+1, … round-robin over the partitions in a
+    thread; ``acked[p]`` holds what the broker acknowledged, in order."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                  "linger.ms": 2, "message.timeout.ms": 120000,
+                                  "topic.metadata.refresh.interval.ms": 1000})
+        self.acked: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+        self.ack_times: dict[int, list[float]] = {p: [] for p in range(PARTITIONS)}
+        self.failed: list[Any] = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _report(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed.append(err)
+        else:
+            self.acked[msg.partition()].append(int(msg.value()))
+            self.ack_times[msg.partition()].append(time.monotonic())
+
+    def _run(self) -> None:
+        n = 0
+        while not self.stopped.is_set():
+            self.producer.produce(self.topic, str(n).encode(), partition=n % PARTITIONS, on_delivery=self._report)
+            n += 1
+            self.producer.poll(0.002)
+        self.producer.flush(120)
+
+    def count(self) -> int:
+        return sum(map(len, self.acked.values()))
+
+
+def _consume_everything(bootstrap: str, topic: str, at_least: int) -> dict[int, list[int]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    consumer.subscribe([topic])
+    got: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    eof: set[int] = set()
+    deadline = time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline and (len(eof) < PARTITIONS or sum(map(len, got.values())) < at_least):
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    eof.add(msg.partition())
+                continue
+            eof.discard(msg.partition())
+            got[msg.partition()].append(int(msg.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+@pytest.mark.slow
+def test_acknowledged_writes_survive_leaders_killed_and_restarted(cluster: dict[int, TmqgateProcess]) -> None:
+    topic = f"repl-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    layout = _until(lambda: _partitions(cluster[0].bootstrap, topic),
+                    lambda lay: len(lay) == PARTITIONS, "the topic listed")
+    assert all(replicas == isr == [0, 1, 2] for _, replicas, isr in layout.values()), layout
+    assert sorted(leader for leader, _, _ in layout.values()) == [0, 1, 2]  # one leader each
+
+    load = _Load(",".join(p.bootstrap for p in cluster.values()), topic)
+    load.thread.start()
+    kills = []
+    try:
+        _until(load.count, lambda c: c >= 300, "the producer under way")
+        for i in range(KILLS):  # kill -9 a partition's leader, each partition in turn
+            kills.append(_kill_and_restart_leader(cluster, topic, load, i % PARTITIONS))
+    finally:
+        load.stopped.set()
+        load.thread.join(150)
+    assert not load.failed, load.failed[:5]
+    acked = load.acked
+    total = load.count()
+    got = _consume_everything(_any_live(cluster, set()), topic, total)
+    lost = {p: sorted(set(acked[p]) - set(got[p])) for p in acked}
+    duplicated = {p: len(got[p]) - len(set(got[p])) for p in got}
+    assert all(not v for v in lost.values()), {p: v[:10] for p, v in lost.items()}
+    assert not any(duplicated.values()), duplicated
+    for p in got:  # per-partition order: the producer wrote increasing numbers to each
+        assert got[p] == sorted(got[p]), p
+    # Failover: the longest pause in acknowledgements of the dead leader's partition around its death.
+    failovers = sorted(_longest_gap(load.ack_times[p], at - 1, at + 60) for _, p, at in kills)
+    print(f"\nreplication soak: kills={len(kills)} acknowledged={total} consumed={sum(map(len, got.values()))} "
+          f"lost=0 duplicated=0 failover s min/median/max="
+          f"{failovers[0]:.2f}/{failovers[len(failovers) // 2]:.2f}/{failovers[-1]:.2f}")
+
+
+def _kill_and_restart_leader(cluster: dict[int, TmqgateProcess], topic: str, load: _Load,
+                             partition: int) -> tuple[int, int, float]:
+    """Kill -9 the partition's leader under the load, wait for the failover and for 300 more
+    acknowledged writes, restart it and wait until it is in sync again: (node, partition, time)."""
+    before = load.count()
+    leader = _until(lambda: _partitions(_any_live(cluster, set()), topic)[partition][0], lambda n: n >= 0, "a leader")
+    cluster[leader].kill()
+    killed = time.monotonic()
+    others = {n for n in cluster if n != leader}
+    _until(lambda: _partitions(_any_live(cluster, {leader}), topic),
+           lambda lay: all(ld in others and leader not in isr for ld, _, isr in lay.values()),
+           "every leader on a live broker, the dead one out of every ISR (replica_lag_time_max_ms)")
+    _until(load.count, lambda c: c >= before + 300, "acknowledged writes after the failover")
+    cluster[leader].start()  # back: truncates, catches up, rejoins the ISR
+    _until(lambda: _partitions(_any_live(cluster, set()), topic),
+           lambda lay: all(isr == [0, 1, 2] for _, _, isr in lay.values()), "all three in sync again")
+    return leader, partition, killed
+
+
+def _longest_gap(times: list[float], start: float, end: float) -> float:
+    window = [t for t in times if start <= t <= end]
+    return max((b - a for a, b in zip(window, window[1:], strict=False)), default=0.0)
+
+
+def test_acks_all_is_refused_below_min_insync_replicas(cluster: dict[int, TmqgateProcess]) -> None:
+    topic = f"minisr-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    leader = _until(lambda: _partitions(cluster[0].bootstrap, topic)[0][0], lambda n: n >= 0, "a leader")
+    _until(lambda: [_partitions(p.bootstrap, topic)[0][2] for p in cluster.values()],
+           lambda seen: seen == [[0, 1, 2]] * 3, "the topic on every broker")
+    with RawConn(cluster[leader].bootstrap) as conn:
+        assert conn.produce(topic, 0, one_record_batch(b"in sync"))["error_code"] == 0
+    down = [n for n in cluster if n != leader]
+    for n in down:
+        cluster[n].kill()
+    _until(lambda: _partitions(cluster[leader].bootstrap, topic)[0][2], lambda isr: isr == [leader],
+           "the ISR shrunk to the leader after replica_lag_time_max_ms")
+    with RawConn(cluster[leader].bootstrap) as conn:
+        refused = conn.produce(topic, 0, one_record_batch(b"refused"))
+        assert refused["error_code"] == NOT_ENOUGH_REPLICAS, refused
+        assert conn.produce(topic, 0, one_record_batch(b"acks=1"), acks=1)["error_code"] == 0
+        end = conn.list_offsets(topic, 0, -1)["offset"]
+    assert end == 2  # "refused" was not appended; "acks=1" was, and the ISR (the leader) has it
+    for n in down:
+        cluster[n].start()
+    _until(lambda: _partitions(cluster[leader].bootstrap, topic)[0][2], lambda isr: isr == [0, 1, 2],
+           "the restarted replicas back in sync")
+
+
+def test_a_paused_leader_acknowledges_nothing_after_its_replacement(cluster: dict[int, TmqgateProcess]) -> None:
+    """SIGSTOP of a leader for longer than its etcd session: a write it takes when it resumes
+    is not acknowledged, and what it appended then is truncated when it follows the new leader
+    (KIP-101) — shown by making it the leader again and reading its log."""
+    topic = f"paused-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    old = _until(lambda: _partitions(cluster[0].bootstrap, topic)[0][0], lambda n: n >= 0, "a leader")
+    _until(lambda: [_partitions(p.bootstrap, topic)[0][2] for p in cluster.values()],
+           lambda seen: seen == [[0, 1, 2]] * 3, "the topic on every broker")
+    with RawConn(cluster[old].bootstrap) as conn:
+        assert conn.produce(topic, 0, one_record_batch(b"before"))["error_code"] == 0
+    others = [n for n in cluster if n != old]
+    pid = cluster[old].proc.pid  # type: ignore[union-attr]
+    zombie = RawConn(cluster[old].bootstrap, timeout=60)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        new = _until(lambda: _partitions(cluster[others[0]].bootstrap, topic)[0][0], lambda n: n in others,
+                     "a new leader elected while the old one is paused")
+        _until(lambda: _partitions(cluster[new].bootstrap, topic)[0][0], lambda n: n == new, "the new leader knows")
+        corr = zombie.send_request(0, PRODUCE_V, {
+            "transactional_id": None, "acks": -1, "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": one_record_batch(b"zombie")}]}]})
+        with RawConn(cluster[new].bootstrap) as conn:
+            assert conn.produce(topic, 0, one_record_batch(b"after"))["error_code"] == 0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    [answer] = zombie.recv_response(0, PRODUCE_V, corr, timeout=30)["responses"]
+    zombie.close()
+    assert answer["partition_responses"][0]["error_code"] != 0, answer  # not acknowledged
+
+    _until(lambda: _partitions(cluster[new].bootstrap, topic)[0][2], lambda isr: isr == [0, 1, 2],
+           "the old leader caught up and back in sync")
+    for n in others:  # leave the old leader alone: it must lead again, from its own log
+        cluster[n].kill()
+    _until(lambda: _partitions(cluster[old].bootstrap, topic)[0][:1], lambda s: s == (old,),
+           "the old leader elected again")
+    with RawConn(cluster[old].bootstrap) as conn:
+        values = [v for _, v in fetched_values(conn.fetch(topic, 0, 0))]
+    assert values == [b"before", b"after"]

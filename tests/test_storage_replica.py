@@ -1,0 +1,63 @@
+"""A follower replica's log (issue 16): appends at the leader's offsets with the leader's
+epochs, OffsetForLeaderEpoch answered from the batches, a divergent tail truncated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_storage import make_batch
+
+from tmqgate.storage import ProducerAppend, ProducerWindow, Store
+
+
+def _stored(store: Store, n: int, epoch: int, producer: tuple[int, int, int] = (-1, -1, -1)) -> bytes:
+    """A batch as a leader at epoch ``epoch`` stores it (appended to ``store``, read back)."""
+    pid, pepoch, seq = producer
+    appended = None if pid < 0 else ProducerAppend(pid, pepoch, seq, n, store.producer_window("t", 0, pid))
+    base = store.append("t", 0, make_batch(n, producer=producer), n, 1000 + n, appended, leader_epoch=epoch).base
+    return store.read("t", 0, base, 1 << 20)[0]
+
+
+@pytest.mark.parametrize("cache", [0, 1 << 20], ids=["nocache", "cache"])
+def test_a_follower_copies_the_leaders_batches_epochs_and_producer_windows(tmp_path: Path, cache: int) -> None:
+    with Store(tmp_path / "leader") as leader, Store(tmp_path / "follower", tail_cache_bytes=cache) as follower:
+        for s in (leader, follower):
+            s.create_database("t", 1)
+        batches = [_stored(leader, 3, 0, (7, 0, 0)), _stored(leader, 2, 0, (7, 0, 3)), _stored(leader, 4, 2)]
+        for b in batches:
+            follower.append_replica("t", 0, b)
+        assert follower.read("t", 0, 0, 1 << 20) == leader.read("t", 0, 0, 1 << 20) == batches
+        assert follower.next_version("t", 0) == 9
+        assert follower.producer_window("t", 0, 7) == leader.producer_window("t", 0, 7)
+        assert isinstance(follower.producer_window("t", 0, 7), ProducerWindow)
+        with pytest.raises(ValueError, match="replica append at 5, the log ends at 9"):
+            follower.append_replica("t", 0, batches[2])
+        # OffsetForLeaderEpoch: epoch 0 ends where epoch 2 starts; 1 is not there (0 is the
+        # largest below it); 2 and later end at the log end; nothing is older than 0.
+        assert [follower.epoch_end("t", 0, e) for e in (0, 1, 2, 5)] == [(0, 5), (0, 5), (2, 9), (2, 9)]
+        assert follower.epoch_end("t", 0, -1) == (-1, -1)
+
+
+def test_a_divergent_tail_is_truncated_and_the_leaders_batches_take_its_offsets(tmp_path: Path) -> None:
+    with Store(tmp_path / "leader") as leader, Store(tmp_path / "follower", tail_cache_bytes=1 << 20) as follower:
+        for s in (leader, follower):
+            s.create_database("t", 1)
+        common = _stored(leader, 3, 0, (7, 0, 0))
+        follower.append_replica("t", 0, common)
+        # The follower led epoch 1 for a moment: it wrote a batch nobody else has.
+        follower.append("t", 0, make_batch(4, producer=(7, 0, 3)), 4, 2000, leader_epoch=1)
+        theirs = _stored(leader, 2, 2, (7, 0, 3))
+        assert follower.epoch_end("t", 0, 1) == (1, 7)
+        end_epoch, end = leader.epoch_end("t", 0, 1)  # what the leader answers the follower
+        assert (end_epoch, end) == (0, 3)
+        follower.truncate("t", 0, end)
+        assert follower.next_version("t", 0) == 3
+        assert follower.read("t", 0, 0, 1 << 20) == [common]
+        window = follower.producer_window("t", 0, 7)  # the truncated batch left the window
+        assert window is not None and [b.base_offset for b in window.batches] == [0]
+        follower.append_replica("t", 0, theirs)
+        assert follower.read("t", 0, 0, 1 << 20) == [common, theirs]
+    with Store(tmp_path / "follower") as again:  # the truncation is durable
+        assert again.next_version("t", 0) == 5
+        assert len(again.read("t", 0, 0, 1 << 20)) == 2
