@@ -206,6 +206,9 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._handlers: dict[int, BoundHandler] = {}
+        # Set once the handlers are bound: on a cluster the listeners are open (their addresses
+        # are what the broker registers) before etcd is joined; early connections wait.
+        self._ready = asyncio.Event()
         # queued.max.request.bytes and max.connections[.per.ip] (broker/limits.py).
         self.pool = MemoryPool(config.queued_max_request_bytes)
         self.connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip)
@@ -257,6 +260,7 @@ class Broker:
             self.store.producers.use_slot(self.config.node_id)  # producer ids unique in the cluster
             await self.membership.start()
         self._handlers = bind(self.apis, self._contexts())
+        self._ready.set()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         if self.config.log_cleaner_enable:  # compacted topics (broker/log_cleaner.py)
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
@@ -406,6 +410,8 @@ class Broker:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        if not self._ready.is_set():
+            await self._ready.wait()
         peer = writer.get_extra_info("peername")
         host = peer[0] if peer else ""
         # connection_creation_rate of the ip: over it, Kafka closes the new connection unserved

@@ -5,13 +5,12 @@ leader; a non-leader answers NOT_LEADER_OR_FOLLOWER; a dead leader's partitions 
 (LEADER_NOT_AVAILABLE) until it comes back with its data; a topic deleted on one broker is
 gone from all.
 
-tmqgate only: with replication factor 1 the reference Kafka would move nothing either, and its
-3-node KRaft fixture comes with replication (step 2), where these scenarios run on both.
+On both targets (compat_tests/clusters.py): tmqgate with etcd, and the reference Kafka's KRaft
+controller with three brokers.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
 from collections import Counter
@@ -23,37 +22,19 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .brokers import TmqgateProcess
-from .etcd import EtcdProcess
+from .clusters import three_brokers
 from .raw import RawConn, one_record_batch
 
-pytestmark = [pytest.mark.tmqgate_only,
-              pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd not installed (scripts/install_etcd.sh)")]
-
-SESSION_MS = 2000
 NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS = 6, 5, 36
 METADATA = 3
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[dict[int, TmqgateProcess]]:
-    etcd = EtcdProcess(tmp_path / "etcd")
-    etcd.start()
-    nodes = {n: TmqgateProcess(tmp_path / f"node{n}", config={
-        "node_id": n, "cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS}) for n in (0, 1, 2)}
-    try:
-        for p in nodes.values():
-            p.start()
+def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterator[dict[int, Any]]:
+    with three_brokers(pytestconfig, target, tmp_path) as nodes:
         _until(lambda: [len(_metadata(p.bootstrap, [])["brokers"]) for p in nodes.values()],
                lambda seen: seen == [3, 3, 3], "every broker sees the other two")
         yield nodes
-    finally:
-        for p in nodes.values():
-            try:
-                p.stop()
-            except Exception:  # noqa: BLE001 - killed by the test already
-                p.kill()
-        etcd.stop()
 
 
 def _until(fn: Any, ok: Any, what: str, timeout: float = 30.0) -> Any:
@@ -124,7 +105,7 @@ def _consume_all(bootstrap: str, topic: str, expected: int, group: str) -> dict[
 
 
 def test_a_topic_made_on_one_broker_is_served_by_the_leaders_of_its_partitions(
-        cluster: dict[int, TmqgateProcess]) -> None:
+        cluster: dict[int, Any]) -> None:
     b0, b1, b2 = (cluster[n].bootstrap for n in (0, 1, 2))
     topic = f"spread-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": b0})
@@ -163,7 +144,7 @@ def test_a_topic_made_on_one_broker_is_served_by_the_leaders_of_its_partitions(
 
 
 def test_a_dead_leaders_partitions_go_offline_and_come_back_with_their_data(
-        cluster: dict[int, TmqgateProcess]) -> None:
+        cluster: dict[int, Any]) -> None:
     b0 = cluster[0].bootstrap
     topic = f"offline-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": b0})

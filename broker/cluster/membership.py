@@ -203,17 +203,21 @@ class Membership:
         when etcd could not be reached."""
         target = self._started + 1  # a round in flight now may have read etcd before the caller's change
         while True:
-            if self._refreshing is None:
+            pending = self._refreshing
+            # A round whose thread is done counts as over even before its done-callback ran:
+            # awaiting a finished future does not yield, so waiting on it again would spin.
+            if pending is None or pending.done():
                 self._started += 1
-                self._refreshing = asyncio.ensure_future(asyncio.to_thread(self._round_or_failover))
-                self._refreshing.add_done_callback(self._refreshed)
-            round_index, pending = self._started, self._refreshing
+                pending = self._refreshing = asyncio.ensure_future(asyncio.to_thread(self._round_or_failover))
+                pending.add_done_callback(self._refreshed)
+            round_index = self._started
             ok = await asyncio.shield(pending)
             if round_index >= target:
                 return ok
 
     def _refreshed(self, done: asyncio.Future[bool]) -> None:
-        self._refreshing = None
+        if self._refreshing is done:
+            self._refreshing = None
         if not done.cancelled() and done.exception() is None:
             self.connected = done.result()
             for call in self.on_change:

@@ -9,7 +9,9 @@ Leader (this broker leads the partition):
   log end (its caught-up time is then now). A follower's Fetch at another leader epoch than the
   leader's is FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer).
 - The high watermark is the smallest log end of the leader and the ISR's members; it never
-  moves back. Consumers read below it (``Topic.replicated``); ``acks=all`` is answered when it
+  moves back, and it does not move while the ISR is smaller than ``min.insync.replicas``
+  (KIP-966, on in Kafka 4.x: an acks=1 write to an under-replicated partition is read only
+  once enough replicas have it). Consumers read below it (``Topic.replicated``); ``acks=all`` is answered when it
   passes the batch, or REQUEST_TIMED_OUT at the request's timeout; with fewer in-sync replicas
   than ``min.insync.replicas`` nothing is appended: NOT_ENOUGH_REPLICAS.
 - Every ``replica_lag_time_max_ms`` / 2 (and at once when a follower catches up) the leader
@@ -199,6 +201,9 @@ class Replication:
 
     def _advance(self, key: Key) -> None:
         led = self._led[key]
+        topic = self._topics.get(led.topic)
+        if topic is not None and len(led.state.isr) < int(topic.config("min.insync.replicas")):
+            return  # KIP-966: no high watermark advance below min.insync.replicas (acks=1 writes wait)
         ends = [self._store.next_version(*key)]
         ends += [led.followers[f].log_end for f in led.state.isr if f in led.followers]
         hw = min(ends)

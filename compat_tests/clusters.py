@@ -1,0 +1,59 @@
+"""Three brokers for the cluster tests (issue 16), on either target: three `tmqgate serve
+--cluster` processes with a real etcd, or the reference Kafka's KRaft controller with three
+brokers (``compat_tests.kafka_cluster``) — node ids 0, 1, 2 either way, each with
+``bootstrap``, ``kill()`` (SIGKILL), ``start()`` (again, on its data), ``stop()`` and ``proc``.
+Both are configured alike: a 2 s broker session, and ``replica_lag_time_max_ms`` when given."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .brokers import TmqgateProcess
+from .etcd import EtcdProcess
+
+SESSION_MS = 2000
+
+
+@contextlib.contextmanager
+def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
+                  lag_ms: int | None = None) -> Iterator[dict[int, Any]]:
+    if pytestconfig.getoption("--bootstrap"):
+        pytest.skip("--bootstrap given: the cluster tests start their own brokers")
+    if target == "kafka":
+        from .kafka_cluster import start_reference_kafka_cluster
+        from .kafka_ref import jars_installed
+
+        if not jars_installed():
+            pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
+        extra = {} if lag_ms is None else {"replica.lag.time.max.ms": str(lag_ms)}
+        cluster = start_reference_kafka_cluster(workdir / "kafka", broker_config=extra)
+        try:
+            yield dict(cluster.brokers)
+        finally:
+            cluster.stop()
+        return
+    if shutil.which("etcd") is None:
+        pytest.skip("etcd not installed (scripts/install_etcd.sh)")
+    etcd = EtcdProcess(workdir / "etcd")
+    etcd.start()
+    config: dict[str, Any] = {"cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS}
+    if lag_ms is not None:
+        config["replica_lag_time_max_ms"] = lag_ms
+    nodes = {n: TmqgateProcess(workdir / f"node{n}", config={"node_id": n, **config}) for n in (0, 1, 2)}
+    try:
+        for p in nodes.values():
+            p.start()
+        yield nodes
+    finally:
+        for p in nodes.values():
+            try:
+                p.stop()
+            except Exception:  # noqa: BLE001 - killed by the test already
+                p.kill()
+        etcd.stop()

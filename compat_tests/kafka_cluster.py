@@ -1,0 +1,157 @@
+"""A reference Apache Kafka cluster for the cluster tests (issue 16): one KRaft controller and
+three brokers (node ids 0, 1, 2, as the tmqgate cluster tests use) from the Maven jars, each
+with its own ports, config, data dir and log under the given workdir.
+
+A dedicated controller (rather than three combined nodes) keeps the metadata quorum up while a
+test kills brokers — two of three, even — as the tmqgate cluster's etcd stays up. Each broker
+can be killed (SIGKILL), paused (SIGSTOP on ``proc.pid``, the JVM itself) and started again on
+its own data, like ``compat_tests.brokers.TmqgateProcess``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from .kafka_ref import (
+    HEAP_OPTS,
+    JVM_OPTS,
+    RefKafkaError,
+    _child_env,
+    _format_storage,
+    _launch,
+    api_versions_ok,
+    free_port,
+    random_cluster_id,
+    tool,
+)
+
+CONTROLLER_ID = 100
+
+
+def _write(path: Path, config: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# written by compat_tests/kafka_cluster.py\n" + "".join(f"{k}={v}\n" for k, v in config.items()))
+
+
+class RefKafkaBroker:
+    """One broker of the cluster; ``start`` (again) on its own config and data."""
+
+    def __init__(self, workdir: Path, node_id: int, port: int) -> None:
+        self.workdir = workdir
+        self.node_id = node_id
+        self.port = port
+        self.config_path = workdir / "server.properties"
+        self.log_path = workdir / "kafka.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def launch(self) -> None:
+        self.proc = _launch(self.workdir, self.config_path, self.log_path, _child_env(HEAP_OPTS, JVM_OPTS))
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RefKafkaError(f"Kafka broker {self.node_id} exited:\n{self.log_tail()}")
+            if api_versions_ok("127.0.0.1", self.port):
+                return
+            time.sleep(0.2)
+        raise RefKafkaError(f"Kafka broker {self.node_id} not ready in {timeout}s:\n{self.log_tail()}")
+
+    def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+class RefKafkaCluster:
+    """The controller and the brokers by node id; ``stop`` ends them all."""
+
+    def __init__(self, controller: RefKafkaBroker, brokers: dict[int, RefKafkaBroker]) -> None:
+        self.controller = controller
+        self.brokers = brokers
+
+    def stop(self) -> None:
+        for b in self.brokers.values():
+            b.kill()
+        self.controller.kill()
+
+
+def start_reference_kafka_cluster(workdir: Path, node_ids: tuple[int, ...] = (0, 1, 2),
+                                  broker_config: dict[str, str] | None = None) -> RefKafkaCluster:
+    """Format and start the controller and the brokers; returns once every broker answers.
+    ``broker_config`` adds or overrides broker properties (e.g. replica.lag.time.max.ms)."""
+    tool("kafka-server-start")  # the jars and wrappers are there (raises otherwise)
+    workdir = Path(workdir).resolve()
+    cluster_id = random_cluster_id()
+    cport = free_port()
+    controller = RefKafkaBroker(workdir / "controller", CONTROLLER_ID, cport)
+    _write(controller.config_path, {
+        "process.roles": "controller", "node.id": str(CONTROLLER_ID),
+        "listeners": f"CONTROLLER://127.0.0.1:{cport}", "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}",
+        "log.dirs": str(controller.workdir / "kafka-logs"),
+    })
+    brokers = {n: RefKafkaBroker(workdir / f"broker{n}", n, free_port()) for n in node_ids}
+    for b in brokers.values():
+        _write(b.config_path, {
+            "process.roles": "broker", "node.id": str(b.node_id),
+            "listeners": f"PLAINTEXT://{b.bootstrap}", "advertised.listeners": f"PLAINTEXT://{b.bootstrap}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT", "controller.listener.names": "CONTROLLER",
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}",
+            "log.dirs": str(b.workdir / "kafka-logs"),
+            "group.initial.rebalance.delay.ms": "0",
+            "broker.heartbeat.interval.ms": "500", "broker.session.timeout.ms": "2000",
+            **(broker_config or {}),
+        })
+    _format_storage(controller.config_path, cluster_id, controller.log_path)
+    for b in brokers.values():
+        _format_broker(b, cluster_id)
+    controller.proc = _launch(controller.workdir, controller.config_path, controller.log_path,
+                              _child_env(HEAP_OPTS, JVM_OPTS))
+    cluster = RefKafkaCluster(controller, brokers)
+    try:
+        for b in brokers.values():
+            b.launch()
+        for b in brokers.values():
+            b.wait_ready()
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _format_broker(b: RefKafkaBroker, cluster_id: str) -> None:
+    cmd = [str(tool("kafka-storage")), "format", "--config", str(b.config_path), f"--cluster-id={cluster_id}",
+           "--no-initial-controllers"]
+    env = _child_env("-Xmx256m", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    with open(b.log_path, "a") as log:
+        log.write(f"=== {' '.join(cmd)}\n{result.stdout}{result.stderr}")
+    if result.returncode != 0:
+        raise RefKafkaError(f"kafka-storage format of broker {b.node_id} failed:\n{result.stdout}{result.stderr}")
