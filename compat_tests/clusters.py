@@ -20,9 +20,15 @@ from .etcd import EtcdProcess
 SESSION_MS = 2000
 
 
+class Nodes(dict[int, Any]):
+    """The brokers by node id; ``etcd`` (tmqgate) or None (Kafka)."""
+
+    etcd: EtcdProcess | None = None
+
+
 @contextlib.contextmanager
 def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
-                  lag_ms: int | None = None) -> Iterator[dict[int, Any]]:
+                  lag_ms: int | None = None) -> Iterator[Nodes]:
     if pytestconfig.getoption("--bootstrap"):
         pytest.skip("--bootstrap given: the cluster tests start their own brokers")
     if target == "kafka":
@@ -34,7 +40,7 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
         extra = {} if lag_ms is None else {"replica.lag.time.max.ms": str(lag_ms)}
         cluster = start_reference_kafka_cluster(workdir / "kafka", broker_config=extra)
         try:
-            yield dict(cluster.brokers)
+            yield Nodes(cluster.brokers)
         finally:
             cluster.stop()
         return
@@ -45,7 +51,8 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
     config: dict[str, Any] = {"cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS}
     if lag_ms is not None:
         config["replica_lag_time_max_ms"] = lag_ms
-    nodes = {n: TmqgateProcess(workdir / f"node{n}", config={"node_id": n, **config}) for n in (0, 1, 2)}
+    nodes = Nodes({n: TmqgateProcess(workdir / f"node{n}", config={"node_id": n, **config}) for n in (0, 1, 2)})
+    nodes.etcd = etcd
     try:
         for p in nodes.values():
             p.start()

@@ -30,7 +30,7 @@ from .raw import PRODUCE_V, RawConn, fetched_values, one_record_batch
 
 LAG_MS = 3000
 KILLS = {"tmqgate": 20, "kafka": 5}
-NOT_ENOUGH_REPLICAS = 19
+NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER = 19, 6
 METADATA = 3
 PARTITIONS = 3
 
@@ -264,3 +264,39 @@ def test_a_paused_leader_acknowledges_nothing_after_its_replacement(cluster: dic
     with RawConn(cluster[old].bootstrap) as conn:
         values = [v for _, v in fetched_values(conn.fetch(topic, 0, 0))]
     assert values == [b"before", b"after"]
+
+
+@pytest.mark.tmqgate_only  # Kafka's brokers keep leading while the controller quorum is down
+def test_a_leader_cut_off_from_etcd_takes_no_writes_until_it_is_back(cluster: dict[int, Any]) -> None:
+    """etcd paused (SIGSTOP) for longer than the session: the leaders of replicated partitions
+    answer NOT_LEADER_OR_FOLLOWER to writes — their leases lapse, so the controller could have
+    moved the partitions — and take them again once etcd is back."""
+    etcd = getattr(cluster, "etcd", None)
+    assert etcd is not None and etcd.proc is not None
+    topic = f"cutoff-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    leader = _until(lambda: _partitions(cluster[0].bootstrap, topic)[0][0], lambda n: n >= 0, "a leader")
+    _until(lambda: [_partitions(p.bootstrap, topic)[0][2] for p in cluster.values()],
+           lambda seen: seen == [[0, 1, 2]] * 3, "the topic on every broker")
+    with RawConn(cluster[leader].bootstrap) as conn:
+        assert conn.produce(topic, 0, one_record_batch(b"before"))["error_code"] == 0
+    os.kill(etcd.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(3)  # past the 2 s session
+        with RawConn(cluster[leader].bootstrap) as conn:
+            assert conn.produce(topic, 0, one_record_batch(b"cut off"), acks=1)["error_code"] == NOT_LEADER_OR_FOLLOWER
+            assert conn.produce(topic, 0, one_record_batch(b"cut off"))["error_code"] == NOT_LEADER_OR_FOLLOWER
+    finally:
+        os.kill(etcd.proc.pid, signal.SIGCONT)
+
+    def produce_after() -> tuple[int, int]:
+        """Write "after" to the partition's leader now (the leases lapsed: it may have moved)."""
+        now = _partitions(cluster[0].bootstrap, topic)[0][0]
+        with RawConn(cluster[now].bootstrap) as conn:
+            return now, conn.produce(topic, 0, one_record_batch(b"after"))["error_code"]
+
+    current, _ = _until(produce_after, lambda answer: answer[1] == 0, "writes taken again once etcd is back")
+    with RawConn(cluster[current].bootstrap) as conn:
+        values = [v for _, v in fetched_values(conn.fetch(topic, 0, 0))]
+    assert b"cut off" not in values and values[0] == b"before" and values[-1] == b"after"

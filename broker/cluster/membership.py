@@ -22,7 +22,10 @@ timeout (``cluster_session_timeout_ms``, Kafka's broker.session.timeout.ms):
 asked about a topic it does not know yet, or created or deleted one, reads etcd at once rather
 than at its next round.
 
-Losing etcd is logged once (and its return); the broker keeps serving with its last view.
+Losing etcd is logged once (and its return); the broker keeps serving with its last view,
+except writes to replicated partitions it leads once it has been cut off for a session timeout
+(``cut_off``): by then the controller may have elected another leader, and two leaders must
+not both take writes (broker/cluster/replication.py).
 Replication is the next step: each partition has one replica, its leader.
 """
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,6 +87,8 @@ class Membership:
         self._started = 0  # rounds started
         self.cluster_id: str | None = None
         self.connected = False
+        self.session_s = session_timeout_ms / 1000
+        self._last_ok = 0.0  # monotonic time of the last round that reached etcd
         self._endpoint = 0
         self._session: _Session | None = None
         self._task: asyncio.Task[None] | None = None
@@ -220,6 +226,8 @@ class Membership:
             self._refreshing = None
         if not done.cancelled() and done.exception() is None:
             self.connected = done.result()
+            if self.connected:
+                self._last_ok = time.monotonic()
             for call in self.on_change:
                 call()
 
@@ -231,6 +239,7 @@ class Membership:
                 raise ConnectionError(f"cannot reach etcd at {self.endpoints}")
             await asyncio.sleep(self.interval / 3)
         self.connected = True
+        self._last_ok = time.monotonic()
         for call in self.on_change:
             call()
         log.info("cluster: node %d registered; brokers %s, controller %d", self.node_id,
@@ -244,6 +253,11 @@ class Membership:
             ok = await self.refresh()
             if ok and not was:
                 log.warning("cluster: etcd is back; node %d registered again", self.node_id)
+
+    def cut_off(self) -> bool:
+        """True when no round has reached etcd for a session timeout: this broker's lease has
+        lapsed (or is about to), so the controller may have given its partitions to others."""
+        return time.monotonic() - self._last_ok > self.session_s
 
     async def stop(self) -> None:
         """Leave the cluster at once: the lease revoked takes the registration (and the

@@ -20,6 +20,8 @@ Leader (this broker leads the partition):
   topic's placement in etcd that holds only while the leader and its epoch are unchanged, so
   a deposed leader changes nothing (Kafka's AlterPartition to the controller).
 - Batches appended by the leader carry its leader epoch (bytes 12..16 of the batch).
+- A leader that has not reached etcd for a session timeout takes no writes
+  (NOT_LEADER_OR_FOLLOWER): its lease has lapsed, another broker may lead the partition now.
 
 Follower (this broker is a replica, another the leader):
 - One fetch loop per leader broker. After each change of leader or epoch it first asks the
@@ -220,6 +222,11 @@ class Replication:
                         kept.append((offset, fut))
                 self._waiters[key] = kept
             self._notifier.notify(*key)  # consumers waiting at the old high watermark
+
+    def cut_off(self) -> bool:
+        """This broker lost etcd for longer than its session: it takes no writes for the
+        replicated partitions it leads (NOT_LEADER_OR_FOLLOWER) until it is back."""
+        return self._membership.cut_off()
 
     def not_enough_replicas(self, topic: Topic, partition: int) -> bool:
         """acks=all: fewer in-sync replicas than the topic's min.insync.replicas."""

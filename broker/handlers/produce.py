@@ -83,6 +83,9 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                 assert topic is not None
                 state = replication.led_state(topic, index) if replication is not None else None
                 try:
+                    if state is not None and replication is not None and replication.cut_off():
+                        raise ProduceError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                           f"This broker lost the cluster's etcd; another may lead {topic.name}-{index}")
                     if state is not None and acks == -1 and replication is not None \
                             and replication.not_enough_replicas(topic, index):
                         raise ProduceError(ErrorCode.NOT_ENOUGH_REPLICAS,
