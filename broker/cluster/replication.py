@@ -247,6 +247,9 @@ class Replication:
             await asyncio.wait_for(fut, timeout_s)
             return True
         except (TimeoutError, ConnectionAbortedError):
+            kept = self._waiters.get(key)
+            if kept is not None:  # a timed-out wait leaves nothing behind
+                self._waiters[key] = [w for w in kept if w[1] is not fut]
             return False
 
     def _fail_waiters(self, key: Key) -> None:
