@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -98,8 +99,10 @@ class Replication:
     """See the module docstring. ``apply`` after every read of the placements."""
 
     def __init__(self, node_id: int, store: Store, topics: TopicRegistry, membership: Membership,
-                 notifier: DataNotifier, lag_time_max_ms: int, fetch_wait_max_ms: int) -> None:
+                 notifier: DataNotifier, lag_time_max_ms: int, fetch_wait_max_ms: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.node_id = node_id
+        self._clock = clock  # seconds; a fake one in tests
         self._store = store
         self._topics = topics
         self._membership = membership
@@ -121,7 +124,7 @@ class Replication:
         """Take this broker's roles from the placements just read (on the event loop)."""
         led: dict[Key, _Led] = {}
         following: dict[Key, _Following] = {}
-        now = time.monotonic()
+        now = self._clock()
         for name, placement in self._topics.placements.items():
             topic = self._topics.get(name)
             if topic is None or topic.kind != KAFKA or topic.topic_id != placement.topic_id:
@@ -189,7 +192,7 @@ class Replication:
         follower = led.followers[replica]
         follower.log_end = offset
         if offset >= self._store.next_version(topic.db, partition):
-            follower.caught_up = time.monotonic()
+            follower.caught_up = self._clock()
         if replica not in led.state.isr and offset >= self._hw.get(key, 0):
             self._isr_due.set()
         self._advance(key)
@@ -270,7 +273,7 @@ class Replication:
                 log.exception("replication: the ISR check failed")
 
     async def _check_isr(self) -> None:
-        now = time.monotonic()
+        now = self._clock()
         for key, led in list(self._led.items()):
             state = led.state
             hw = self._hw.get(key, 0)
