@@ -21,9 +21,12 @@ SESSION_MS = 2000
 
 
 class Nodes(dict[int, Any]):
-    """The brokers by node id; ``etcd`` (tmqgate) or None (Kafka)."""
+    """The brokers by node id; ``etcd`` (tmqgate) or None (Kafka); ``coordination``: what
+    keeps the cluster's metadata — etcd for tmqgate, the KRaft controller for Kafka — with
+    ``stop()`` and ``start()`` (again, on its data)."""
 
     etcd: EtcdProcess | None = None
+    coordination: Any = None
 
 
 @contextlib.contextmanager
@@ -39,8 +42,10 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
             pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
         extra = {} if lag_ms is None else {"replica.lag.time.max.ms": str(lag_ms)}
         cluster = start_reference_kafka_cluster(workdir / "kafka", broker_config=extra)
+        nodes = Nodes(cluster.brokers)
+        nodes.coordination = cluster.controller
         try:
-            yield Nodes(cluster.brokers)
+            yield nodes
         finally:
             cluster.stop()
         return
@@ -52,7 +57,7 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
     if lag_ms is not None:
         config["replica_lag_time_max_ms"] = lag_ms
     nodes = Nodes({n: TmqgateProcess(workdir / f"node{n}", config={"node_id": n, **config}) for n in (0, 1, 2)})
-    nodes.etcd = etcd
+    nodes.etcd = nodes.coordination = etcd
     try:
         for p in nodes.values():
             p.start()

@@ -135,14 +135,7 @@ def _consume_everything(bootstrap: str, topic: str, at_least: int) -> dict[int, 
 
 @pytest.mark.slow
 def test_acknowledged_writes_survive_leaders_killed_and_restarted(cluster: dict[int, Any], target: str) -> None:
-    topic = f"repl-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
-    layout = _until(lambda: _partitions(cluster[0].bootstrap, topic),
-                    lambda lay: len(lay) == PARTITIONS, "the topic listed")
-    assert all(replicas == isr == [0, 1, 2] for _, replicas, isr in layout.values()), layout
-    assert sorted(leader for leader, _, _ in layout.values()) == [0, 1, 2]  # one leader each
-
+    topic = _replicated_topic(cluster)
     load = _Load(",".join(p.bootstrap for p in cluster.values()), topic)
     load.thread.start()
     kills = []
@@ -153,6 +146,68 @@ def test_acknowledged_writes_survive_leaders_killed_and_restarted(cluster: dict[
     finally:
         load.stopped.set()
         load.thread.join(150)
+    total, consumed = _check_history(cluster, topic, load)
+    # Failover: the longest pause in acknowledgements of the dead leader's partition around its death.
+    failovers = sorted(_longest_gap(load.ack_times[p], at - 1, at + 60) for _, p, at in kills)
+    print(f"\nreplication soak on {target}: kills={len(kills)} acknowledged={total} consumed={consumed} "
+          f"lost=0 duplicated=0 failover s min/median/max="
+          f"{failovers[0]:.2f}/{failovers[len(failovers) // 2]:.2f}/{failovers[-1]:.2f}")
+
+
+@pytest.mark.slow
+def test_a_rolling_restart_keeps_every_acknowledged_write(cluster: dict[int, Any], target: str) -> None:
+    """Each broker in turn stopped (SIGTERM) and started again under the load: the writes go on
+    through the other two, and every acknowledged one is read back once, in order."""
+    topic = _replicated_topic(cluster)
+    load = _Load(",".join(p.bootstrap for p in cluster.values()), topic)
+    load.thread.start()
+    try:
+        _until(load.count, lambda c: c >= 300, "the producer under way")
+        for n in (0, 1, 2):
+            _restart_under_load(cluster, topic, load, n)
+    finally:
+        load.stopped.set()
+        load.thread.join(150)
+    total, consumed = _check_history(cluster, topic, load)
+    print(f"\nrolling restart on {target}: acknowledged={total} consumed={consumed} lost=0 duplicated=0")
+
+
+def test_writes_go_on_after_the_coordination_service_restarts(cluster: Any, target: str) -> None:
+    """etcd (tmqgate) or the KRaft controller (Kafka) stopped for longer than the brokers'
+    session and started again under the load: writes resume, nothing acknowledged is lost.
+    (While etcd is away tmqgate's leaders refuse writes to replicated partitions; Kafka's go
+    on — both end with the same history.)"""
+    topic = _replicated_topic(cluster)
+    load = _Load(",".join(p.bootstrap for p in cluster.values()), topic)
+    load.thread.start()
+    try:
+        _until(load.count, lambda c: c >= 300, "the producer under way")
+        cluster.coordination.stop()
+        time.sleep(3)
+        cluster.coordination.start()
+        before = load.count()
+        _until(load.count, lambda c: c >= before + 300, "acknowledged writes after the restart", timeout=60)
+    finally:
+        load.stopped.set()
+        load.thread.join(150)
+    total, consumed = _check_history(cluster, topic, load)
+    print(f"\ncoordination restart on {target}: acknowledged={total} consumed={consumed} lost=0 duplicated=0")
+
+
+def _replicated_topic(cluster: dict[int, Any]) -> str:
+    """A new topic of 3 partitions, replication factor 3, min.insync.replicas 2, known to all."""
+    topic = f"repl-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    layout = _until(lambda: _partitions(cluster[0].bootstrap, topic),
+                    lambda lay: len(lay) == PARTITIONS, "the topic listed")
+    assert all(replicas == isr == [0, 1, 2] for _, replicas, isr in layout.values()), layout
+    assert sorted(leader for leader, _, _ in layout.values()) == [0, 1, 2]  # one leader each
+    return topic
+
+
+def _check_history(cluster: dict[int, Any], topic: str, load: _Load) -> tuple[int, int]:
+    """Every acknowledged write read back once and in per-partition order: (acknowledged, read)."""
     assert not load.failed, load.failed[:5]
     acked = load.acked
     total = load.count()
@@ -163,11 +218,16 @@ def test_acknowledged_writes_survive_leaders_killed_and_restarted(cluster: dict[
     assert not any(duplicated.values()), duplicated
     for p in got:  # per-partition order: the producer wrote increasing numbers to each
         assert got[p] == sorted(got[p]), p
-    # Failover: the longest pause in acknowledgements of the dead leader's partition around its death.
-    failovers = sorted(_longest_gap(load.ack_times[p], at - 1, at + 60) for _, p, at in kills)
-    print(f"\nreplication soak on {target}: kills={len(kills)} acknowledged={total} consumed={sum(map(len, got.values()))} "
-          f"lost=0 duplicated=0 failover s min/median/max="
-          f"{failovers[0]:.2f}/{failovers[len(failovers) // 2]:.2f}/{failovers[-1]:.2f}")
+    return total, sum(map(len, got.values()))
+
+
+def _restart_under_load(cluster: dict[int, Any], topic: str, load: _Load, node: int) -> None:
+    before = load.count()
+    cluster[node].stop()
+    _until(load.count, lambda c: c >= before + 300, f"writes going on without broker {node}")
+    cluster[node].start()
+    _until(lambda: _partitions(_any_live(cluster, set()), topic),
+           lambda lay: all(isr == [0, 1, 2] for _, _, isr in lay.values()), "all three in sync again")
 
 
 def _kill_and_restart_leader(cluster: dict[int, Any], topic: str, load: _Load,
