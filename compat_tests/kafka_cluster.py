@@ -45,6 +45,7 @@ class RefKafkaBroker:
         self.config_path = workdir / "server.properties"
         self.log_path = workdir / "kafka.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.cluster_id = ""  # set when formatted
 
     @property
     def bootstrap(self) -> str:
@@ -147,6 +148,8 @@ def start_reference_kafka_cluster(workdir: Path, node_ids: tuple[int, ...] = (0,
 
 
 def _format_broker(b: RefKafkaBroker, cluster_id: str) -> None:
+    """`kafka-storage format` of a broker's log dir (again, after a test wiped it)."""
+    b.cluster_id = cluster_id
     cmd = [str(tool("kafka-storage")), "format", "--config", str(b.config_path), f"--cluster-id={cluster_id}",
            "--no-initial-controllers"]
     env = _child_env("-Xmx256m", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")

@@ -13,6 +13,7 @@ controller with three brokers (5 kills there: a Kafka broker's restart takes sev
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -360,3 +361,42 @@ def test_a_leader_cut_off_from_etcd_takes_no_writes_until_it_is_back(cluster: di
     with RawConn(cluster[current].bootstrap) as conn:
         values = [v for _, v in fetched_values(conn.fetch(topic, 0, 0))]
     assert b"cut off" not in values and values[0] == b"before" and values[-1] == b"after"
+
+
+def test_a_follower_with_a_wiped_data_dir_is_re_replicated(cluster: dict[int, Any], target: str) -> None:
+    """A follower stopped, its data dir removed, started again: it leaves the ISR, fetches the
+    whole log again and rejoins; made the only live replica (the other two killed) it leads
+    with every acknowledged record."""
+    topic = f"wiped-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
+    # min.insync.replicas 1: alone at the end, the re-replicated follower may move its high
+    # watermark to its log end (with 2 it would keep what it heard last, KIP-966)
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "1"})])[topic].result(30)
+    leader = _until(lambda: _partitions(cluster[0].bootstrap, topic)[0][0], lambda n: n >= 0, "a leader")
+    _until(lambda: [_partitions(p.bootstrap, topic)[0][2] for p in cluster.values()],
+           lambda seen: seen == [[0, 1, 2]] * 3, "the topic on every broker")
+    written = [f"r{i}".encode() for i in range(200)]
+    with RawConn(cluster[leader].bootstrap) as conn:
+        for value in written[:100]:
+            assert conn.produce(topic, 0, one_record_batch(value))["error_code"] == 0
+    wiped = next(n for n in cluster if n != leader)
+    cluster[wiped].stop()
+    shutil.rmtree(cluster[wiped].data_dir if target == "tmqgate" else cluster[wiped].workdir / "kafka-logs")
+    if target == "kafka":  # a Kafka log dir needs its meta.properties: format it again
+        from .kafka_cluster import _format_broker
+
+        _format_broker(cluster[wiped], cluster[wiped].cluster_id)
+    cluster[wiped].start()
+    with RawConn(cluster[leader].bootstrap) as conn:
+        for value in written[100:]:
+            assert conn.produce(topic, 0, one_record_batch(value))["error_code"] == 0
+    _until(lambda: _partitions(cluster[leader].bootstrap, topic)[0][2], lambda isr: isr == [0, 1, 2],
+           "the wiped follower re-replicated and back in sync", timeout=60)
+    for n in cluster:
+        if n != wiped:
+            cluster[n].kill()
+    _until(lambda: _partitions(cluster[wiped].bootstrap, topic)[0][0], lambda n: n == wiped,
+           "the re-replicated follower leading", timeout=60)
+    with RawConn(cluster[wiped].bootstrap) as conn:
+        values = [v for _, v in fetched_values(conn.fetch(topic, 0, 0))]
+    assert values == written

@@ -154,3 +154,17 @@ def test_the_isr_shrinks_after_the_lag_and_grows_when_a_replica_reaches_the_high
 
 def topic_hw(r: Replication) -> int:
     return r._hw.get(("t", 0), 0)
+
+
+def test_a_follower_whose_log_went_back_leaves_the_isr_at_once() -> None:
+    async def scenario() -> list[list[int]]:
+        r, store, membership, _, topic = _leader()
+        store.log_end = 8
+        r.follower_fetched(topic, 0, 2, 8, 4)  # type: ignore[arg-type]
+        r.follower_fetched(topic, 0, 3, 8, 4)  # type: ignore[arg-type]
+        r.follower_fetched(topic, 0, 3, 0, 4)  # type: ignore[arg-type]  # restarted with a wiped data dir
+        await r._check_isr()  # no lag has passed: the regression alone takes it out
+        r.stop()
+        return membership.isr_changes
+
+    assert _run(scenario()) == [[1, 2]]

@@ -8,14 +8,16 @@ Leader (this broker leads the partition):
   records o as that follower's log end; the follower is caught up when o reaches the leader's
   log end (its caught-up time is then now). A follower's Fetch at another leader epoch than the
   leader's is FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer).
-- The high watermark is the smallest log end of the leader and the ISR's members; it never
+- The high watermark is the smallest log end of the leader and the ISR's members (and of a
+  replica being added to the ISR, from the moment the leader asks: Kafka's maximal ISR); it never
   moves back, and it does not move while the ISR is smaller than ``min.insync.replicas``
   (KIP-966, on in Kafka 4.x: an acks=1 write to an under-replicated partition is read only
   once enough replicas have it). Consumers read below it (``Topic.replicated``); ``acks=all`` is answered when it
   passes the batch, or REQUEST_TIMED_OUT at the request's timeout; with fewer in-sync replicas
   than ``min.insync.replicas`` nothing is appended: NOT_ENOUGH_REPLICAS.
 - Every ``replica_lag_time_max_ms`` / 2 (and at once when a follower catches up) the leader
-  checks the ISR: a member not caught up for ``replica_lag_time_max_ms`` leaves it, a replica
+  checks the ISR: a member not caught up for ``replica_lag_time_max_ms`` leaves it — at once
+  when its fetch offset went back (a wiped or rolled-back log no longer holds what it had) —, a replica
   whose log end reached the high watermark joins it — each change a compare-and-swap of the
   topic's placement in etcd that holds only while the leader and its epoch are unchanged, so
   a deposed leader changes nothing (Kafka's AlterPartition to the controller).
@@ -83,6 +85,10 @@ class _Led:
     topic_id: bytes
     state: PartitionState
     followers: dict[int, _Follower] = field(default_factory=dict)
+    #: replicas this leader is adding to the ISR in etcd right now: counted in the high
+    #: watermark from the moment it asks (Kafka's maximal ISR), so nothing is acknowledged
+    #: that a replica joining the ISR lacks
+    joining: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -143,7 +149,7 @@ class Replication:
                     # show up), the high watermark from what this replica last heard.
                     log_end = self._store.next_version(topic.db, p)
                     led[key] = _Led(name, placement.topic_id, state,
-                                    {f: _Follower(0, now) for f in state.replicas if f != self.node_id})
+                                    {f: _Follower(-1, now) for f in state.replicas if f != self.node_id})
                     self._hw[key] = min(max(self._leader_hw.get(key, 0), self._hw.get(key, 0)), log_end)
                     log.info("replication: leading %s-%d at epoch %d (ISR %s, high watermark %d)",
                              name, p, state.epoch, list(state.isr), self._hw[key])
@@ -190,6 +196,12 @@ class Replication:
             return (ErrorCode.FENCED_LEADER_EPOCH if current_epoch < led.state.epoch
                     else ErrorCode.UNKNOWN_LEADER_EPOCH)
         follower = led.followers[replica]
+        if offset < follower.log_end and replica in led.state.isr:
+            # Its log went back (a wiped data dir, a lost unsynced tail, a truncation): it no
+            # longer holds what it acknowledged, so it must not stay electable — out of the ISR
+            # at once, back in when it has caught up again.
+            follower.caught_up = float("-inf")
+            self._isr_due.set()
         follower.log_end = offset
         if offset >= self._store.next_version(topic.db, partition):
             follower.caught_up = self._clock()
@@ -210,7 +222,7 @@ class Replication:
         if topic is not None and len(led.state.isr) < int(topic.config("min.insync.replicas")):
             return  # KIP-966: no high watermark advance below min.insync.replicas (acks=1 writes wait)
         ends = [self._store.next_version(*key)]
-        ends += [led.followers[f].log_end for f in led.state.isr if f in led.followers]
+        ends += [led.followers[f].log_end for f in set(led.state.isr) | led.joining if f in led.followers]
         hw = min(ends)
         if hw > self._hw.get(key, 0):
             self._hw[key] = hw
@@ -280,8 +292,12 @@ class Replication:
             isr = [r for r in state.replicas if r == self.node_id or (
                 r in led.followers and (now - led.followers[r].caught_up <= self.lag_s if r in state.isr
                                         else led.followers[r].log_end >= hw))]
-            if tuple(isr) != state.isr and set(isr) != set(state.isr):
-                changed = await self._membership.alter_isr(led.topic, led.topic_id, key[1], state.epoch, isr)
+            if set(isr) != set(state.isr):
+                led.joining = set(isr) - set(state.isr)
+                try:
+                    changed = await self._membership.alter_isr(led.topic, led.topic_id, key[1], state.epoch, isr)
+                finally:
+                    led.joining = set()
                 log.info("replication: %s-%d ISR %s → %s%s", led.topic, key[1], list(state.isr), isr,
                          "" if changed else " refused (no longer the leader at this epoch)")
 

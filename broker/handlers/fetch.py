@@ -52,6 +52,7 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
     # A follower's Fetch (replica_id >= 0) on a cluster: read to the log end, not the high
     # watermark, and tell the leader where the follower is (broker/cluster/replication.py).
     replica = body.get("replica_id", -1) if ctx.replication is not None else -1
+    first_marks: list[int] | None = None  # a follower's high watermarks when it came
     while True:
         # Looked up on every pass: a topic deleted while the Fetch waited (its deletion wakes
         # the wait) is answered at once with UNKNOWN_TOPIC_OR_PARTITION — by id too, as Kafka
@@ -71,6 +72,12 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
         remaining = deadline - time.monotonic()
         if size >= min_bytes or errors or remaining <= 0:
             break
+        if replica >= 0:  # a follower learns a new high watermark at once (it leads with it next)
+            marks = [p["high_watermark"] for t in responses for p in t["partitions"]]
+            if first_marks is None:
+                first_marks = marks
+            elif marks != first_marks:
+                break
         watched = [(topic.db, p["partition"]) for t, topic in wanted if topic is not None
                    for p in t["partitions"]]
         with parked():  # waiting for data is not handler time (request_percentage)
