@@ -16,7 +16,12 @@ a batch whose sequence is older than the five remembered batches is OUT_OF_ORDER
 "written before" and reports delivered without an offset.
 
 What a user checks: flush returns 0 (no record left without a delivery report), and every
-record reported delivered is in the topic exactly once, at the offset its report gave. The
+record reported delivered is in the topic at the offset its report gave — and no record twice
+within one producer epoch, the broker's part of idempotence. A second copy from an earlier
+epoch is the client's: after its epoch bump librdkafka sends again, with sequences restarted
+at 0, messages whose first attempt it never heard back about; no broker can tell those apart
+(Kafka's ProducerStateManager accepts a new epoch at sequence 0). The CI saw it once, on
+tmqgate, in a run with only the answers held (delivered at 683, first written at 681). The
 scenario is repeated, since what the stall hits (which requests are in flight, which
 sequences timed out) varies from run to run.
 """
@@ -42,26 +47,25 @@ HOLD_S = 10.0
 MESSAGE_TIMEOUT_MS = 4000
 
 
-def _read_all(bootstrap: str, topic: str) -> dict[int, list[tuple[int, bytes]]]:
-    """Every record of the topic, per partition: (offset, value), read straight from the broker."""
-    from confluent_kafka import Consumer, TopicPartition
+def _read_all(bootstrap: str, topic: str) -> dict[int, list[tuple[int, bytes, tuple[int, int]]]]:
+    """Every record of the topic, per partition: (offset, value, (producer id, epoch) of its
+    batch), read with raw Fetches to the high watermark."""
+    from tmqgate.protocol.records import decode_records, iter_batches
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("stall-check"),
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    try:
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
-        c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
-        deadline = time.monotonic() + 60
-        while any((out[p][-1][0] + 1 if out[p] else 0) < ends[p] for p in range(PARTITIONS)):
-            assert time.monotonic() < deadline, ({p: len(v) for p, v in out.items()}, ends)
-            msg = c.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            out[msg.partition()].append((msg.offset(), msg.value()))
-        return out
-    finally:
-        c.close()
+    out: dict[int, list[tuple[int, bytes, tuple[int, int]]]] = {p: [] for p in range(PARTITIONS)}
+    with RawConn(bootstrap) as conn:
+        for p in range(PARTITIONS):
+            offset, end = 0, conn.list_offsets(topic, p, -1)["offset"]
+            deadline = time.monotonic() + 60
+            while offset < end:
+                assert time.monotonic() < deadline, (p, offset, end)
+                data = conn.fetch(topic, p, offset).get("records") or b""
+                for h in iter_batches(data):
+                    for r in decode_records(data[h.offset:h.offset + h.size]):
+                        if r.offset >= offset and r.value is not None:
+                            out[p].append((r.offset, r.value, (h.producer_id, h.producer_epoch)))
+                    offset = max(offset, h.base_offset + h.last_offset_delta + 1)
+    return out
 
 
 def _one_run(broker_bootstrap: str, run: int, responses_only: bool) -> None:
@@ -110,15 +114,16 @@ def _one_run(broker_bootstrap: str, run: int, responses_only: bool) -> None:
         assert set(failed.values()) <= {"_MSG_TIMED_OUT", "_TIMED_OUT_QUEUE"}, set(failed.values())
         assert delivered, f"run {run}: nothing delivered"
     got = _read_all(broker_bootstrap, topic)
-    seen: dict[bytes, list[tuple[int, int]]] = {}
+    seen: dict[bytes, list[tuple[int, int, tuple[int, int]]]] = {}
     for part, records in got.items():
-        for offset, value in records:
-            seen.setdefault(value, []).append((part, offset))
+        for offset, value, producer in records:
+            seen.setdefault(value, []).append((part, offset, producer))
     for value, where in delivered.items():
-        assert seen.get(value) == [where], (run, value, where, seen.get(value))
+        assert where in [(part, offset) for part, offset, _ in seen.get(value, [])], (run, value, where, seen.get(value))
     # A timed-out record may or may not have been written (it may have reached the broker
-    # before the hold), but never twice.
-    assert all(len(v) == 1 for v in seen.values()), [v for v in seen.items() if len(v[1]) > 1][:3]
+    # before the hold); no record twice within one producer epoch (see the module docstring).
+    twice = {v: w for v, w in seen.items() if len({producer for _, _, producer in w}) < len(w)}
+    assert not twice, list(twice.items())[:3]
 
 
 @pytest.mark.parametrize("run", range(RUNS))
