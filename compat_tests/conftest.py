@@ -10,13 +10,31 @@ engine is reachable, and skip it with one line where not (compat_tests/container
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from .brokers import BrokerProcess, new_broker
+
+_FIGURES: list[str] = []
+
+
+@pytest.fixture
+def figures() -> Callable[[str], None]:
+    """Soak tests report their figures here (cycles, records, lost, duplicated, failover
+    times); they are printed in a "figures" section at the end of the run, so the CI's log
+    has them without -s."""
+    return _FIGURES.append
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _FIGURES:
+        terminalreporter.section("figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,8 @@ def _consume_everything(bootstrap: str, topic: str, at_least: int) -> dict[int, 
 
 
 @pytest.mark.slow
-def test_acknowledged_writes_survive_leaders_killed_and_restarted(cluster: dict[int, Any], target: str) -> None:
+def test_acknowledged_writes_survive_leaders_killed_and_restarted(cluster: dict[int, Any], target: str,
+                                                                  figures: Callable[[str], None]) -> None:
     topic = _replicated_topic(cluster)
     load = _Load(",".join(p.bootstrap for p in cluster.values()), topic)
     load.thread.start()
@@ -150,13 +151,14 @@ def test_acknowledged_writes_survive_leaders_killed_and_restarted(cluster: dict[
     total, consumed = _check_history(cluster, topic, load)
     # Failover: the longest pause in acknowledgements of the dead leader's partition around its death.
     failovers = sorted(_longest_gap(load.ack_times[p], at - 1, at + 60) for _, p, at in kills)
-    print(f"\nreplication soak on {target}: kills={len(kills)} acknowledged={total} consumed={consumed} "
+    figures(f"replication soak on {target}: kills={len(kills)} acknowledged={total} consumed={consumed} "
           f"lost=0 duplicated=0 failover s min/median/max="
           f"{failovers[0]:.2f}/{failovers[len(failovers) // 2]:.2f}/{failovers[-1]:.2f}")
 
 
 @pytest.mark.slow
-def test_a_rolling_restart_keeps_every_acknowledged_write(cluster: dict[int, Any], target: str) -> None:
+def test_a_rolling_restart_keeps_every_acknowledged_write(cluster: dict[int, Any], target: str,
+                                                          figures: Callable[[str], None]) -> None:
     """Each broker in turn stopped (SIGTERM) and started again under the load: the writes go on
     through the other two, and every acknowledged one is read back once, in order."""
     topic = _replicated_topic(cluster)
@@ -170,10 +172,11 @@ def test_a_rolling_restart_keeps_every_acknowledged_write(cluster: dict[int, Any
         load.stopped.set()
         load.thread.join(150)
     total, consumed = _check_history(cluster, topic, load)
-    print(f"\nrolling restart on {target}: acknowledged={total} consumed={consumed} lost=0 duplicated=0")
+    figures(f"rolling restart on {target}: acknowledged={total} consumed={consumed} lost=0 duplicated=0")
 
 
-def test_writes_go_on_after_the_coordination_service_restarts(cluster: Any, target: str) -> None:
+def test_writes_go_on_after_the_coordination_service_restarts(cluster: Any, target: str,
+                                                              figures: Callable[[str], None]) -> None:
     """etcd (tmqgate) or the KRaft controller (Kafka) stopped for longer than the brokers'
     session and started again under the load: writes resume, nothing acknowledged is lost.
     (While etcd is away tmqgate's leaders refuse writes to replicated partitions; Kafka's go
@@ -192,7 +195,7 @@ def test_writes_go_on_after_the_coordination_service_restarts(cluster: Any, targ
         load.stopped.set()
         load.thread.join(150)
     total, consumed = _check_history(cluster, topic, load)
-    print(f"\ncoordination restart on {target}: acknowledged={total} consumed={consumed} lost=0 duplicated=0")
+    figures(f"coordination restart on {target}: acknowledged={total} consumed={consumed} lost=0 duplicated=0")
 
 
 def _replicated_topic(cluster: dict[int, Any]) -> str:

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -162,7 +163,7 @@ def _check_exactly_once(bootstrap: str, src: str, dst: str, group: str,
     return lost, duplicated
 
 
-def test_app_killed_20_times_outputs_each_input_once(txn_broker: Broker) -> None:
+def test_app_killed_20_times_outputs_each_input_once(txn_broker: Broker, figures: Callable[[str], None]) -> None:
     bootstrap = txn_broker.bootstrap
     src, dst, group, tid, inputs = _setup(bootstrap)
     rnd = random.Random(1414)
@@ -180,7 +181,8 @@ def test_app_killed_20_times_outputs_each_input_once(txn_broker: Broker) -> None
     progressed = committed_offset(bootstrap, group, src, timeout=120)
     assert 0 < progressed < N, f"the kills came before the start or after the end of the processing: {progressed}"
     _finish(bootstrap, src, dst, group, tid)
-    _check_exactly_once(bootstrap, src, dst, group, inputs)
+    lost, duplicated = _check_exactly_once(bootstrap, src, dst, group, inputs)
+    figures(f"app kill soak on {txn_broker.target}: cycles={KILLS} records={N} lost={lost} duplicated={duplicated}")
 
 
 # Broker kill -9 cycles: 20 on tmqgate (it is back in about a second), 5 on the reference
@@ -218,7 +220,7 @@ def _kafka_skipped_markers(proc: object) -> str | None:
 
 @pytest.mark.slow
 def test_broker_killed_mid_run_outputs_each_input_once(pytestconfig: pytest.Config, tmp_path: Path,
-                                                       target: str) -> None:
+                                                       target: str, figures: Callable[[str], None]) -> None:
     """The broker killed -9 at random points of a running consume-transform-produce loop and
     restarted on its data, BROKER_KILLS times; the application is started again whenever it
     gave up (exit 3, e.g. its abort failed while the broker was away).  The output then holds
@@ -254,7 +256,7 @@ def test_broker_killed_mid_run_outputs_each_input_once(pytestconfig: pytest.Conf
             app.kill()
         _finish(bootstrap, src, dst, group, tid)
         lost, duplicated = _check_exactly_once(bootstrap, src, dst, group, inputs)
-        print(f"broker kill soak on {which}: cycles={kills} records={N} lost={lost} duplicated={duplicated}")
+        figures(f"broker kill soak on {which}: cycles={kills} records={N} lost={lost} duplicated={duplicated}")
     except Exception:
         print("\n".join(f"run {i} (exit {r.proc.poll()}): " + " | ".join(r.lines) for i, r in enumerate(App.runs)))
         skipped = _kafka_skipped_markers(proc)
