@@ -76,6 +76,19 @@ def _any_live(cluster: dict[int, Any], dead: set[int]) -> str:
     return next(p.bootstrap for n, p in cluster.items() if n not in dead)
 
 
+def _one_partition_topic(cluster: dict[int, Any], topic: str, min_isr: int | None) -> int:
+    """Create ``topic`` with 1 partition, replication factor 3 and ``min.insync.replicas``
+    (the broker's default when None); wait until every broker lists it with all three in
+    sync: its leader."""
+    config = {} if min_isr is None else {"min.insync.replicas": str(min_isr)}
+    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3, config=config)])[topic].result(30)
+    leader: int = _until(lambda: _partitions(cluster[0].bootstrap, topic)[0][0], lambda n: n >= 0, "a leader")
+    _until(lambda: [_partitions(p.bootstrap, topic)[0][2] for p in cluster.values()],
+           lambda seen: seen == [[0, 1, 2]] * 3, "the topic on every broker")
+    return leader
+
+
 class _Load:
     """An idempotent acks=all producer writing n, n+1, … round-robin over the partitions in a
     thread; ``acked[p]`` holds what the broker acknowledged, in order."""
@@ -260,11 +273,7 @@ def _longest_gap(times: list[float], start: float, end: float) -> float:
 
 def test_acks_all_is_refused_below_min_insync_replicas(cluster: dict[int, Any]) -> None:
     topic = f"minisr-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
-    leader = _until(lambda: _partitions(cluster[0].bootstrap, topic)[0][0], lambda n: n >= 0, "a leader")
-    _until(lambda: [_partitions(p.bootstrap, topic)[0][2] for p in cluster.values()],
-           lambda seen: seen == [[0, 1, 2]] * 3, "the topic on every broker")
+    leader = _one_partition_topic(cluster, topic, min_isr=2)
     with RawConn(cluster[leader].bootstrap) as conn:
         assert conn.produce(topic, 0, one_record_batch(b"in sync"))["error_code"] == 0
     down = [n for n in cluster if n != leader]
@@ -293,11 +302,7 @@ def test_a_paused_leader_acknowledges_nothing_after_its_replacement(cluster: dic
     is not acknowledged, and what it appended then is truncated when it follows the new leader
     (KIP-101) — shown by making it the leader again and reading its log."""
     topic = f"paused-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
-    old = _until(lambda: _partitions(cluster[0].bootstrap, topic)[0][0], lambda n: n >= 0, "a leader")
-    _until(lambda: [_partitions(p.bootstrap, topic)[0][2] for p in cluster.values()],
-           lambda seen: seen == [[0, 1, 2]] * 3, "the topic on every broker")
+    old = _one_partition_topic(cluster, topic, min_isr=2)
     with RawConn(cluster[old].bootstrap) as conn:
         assert conn.produce(topic, 0, one_record_batch(b"before"))["error_code"] == 0
     others = [n for n in cluster if n != old]
@@ -338,11 +343,7 @@ def test_a_leader_cut_off_from_etcd_takes_no_writes_until_it_is_back(cluster: di
     etcd = getattr(cluster, "etcd", None)
     assert etcd is not None and etcd.proc is not None
     topic = f"cutoff-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
-    leader = _until(lambda: _partitions(cluster[0].bootstrap, topic)[0][0], lambda n: n >= 0, "a leader")
-    _until(lambda: [_partitions(p.bootstrap, topic)[0][2] for p in cluster.values()],
-           lambda seen: seen == [[0, 1, 2]] * 3, "the topic on every broker")
+    leader = _one_partition_topic(cluster, topic, min_isr=None)
     with RawConn(cluster[leader].bootstrap) as conn:
         assert conn.produce(topic, 0, one_record_batch(b"before"))["error_code"] == 0
     os.kill(etcd.proc.pid, signal.SIGSTOP)
@@ -371,13 +372,9 @@ def test_a_follower_with_a_wiped_data_dir_is_re_replicated(cluster: dict[int, An
     whole log again and rejoins; made the only live replica (the other two killed) it leads
     with every acknowledged record."""
     topic = f"wiped-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
     # min.insync.replicas 1: alone at the end, the re-replicated follower may move its high
     # watermark to its log end (with 2 it would keep what it heard last, KIP-966)
-    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "1"})])[topic].result(30)
-    leader = _until(lambda: _partitions(cluster[0].bootstrap, topic)[0][0], lambda n: n >= 0, "a leader")
-    _until(lambda: [_partitions(p.bootstrap, topic)[0][2] for p in cluster.values()],
-           lambda seen: seen == [[0, 1, 2]] * 3, "the topic on every broker")
+    leader = _one_partition_topic(cluster, topic, min_isr=1)
     written = [f"r{i}".encode() for i in range(200)]
     with RawConn(cluster[leader].bootstrap) as conn:
         for value in written[:100]:
