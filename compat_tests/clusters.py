@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,10 @@ import pytest
 
 from .brokers import TmqgateProcess
 from .etcd import EtcdProcess
+from .raw import RawConn
 
 SESSION_MS = 2000
+METADATA = 3
 
 
 class Nodes(dict[int, Any]):
@@ -69,3 +72,32 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
             except Exception:  # noqa: BLE001 - killed by the test already
                 p.kill()
         etcd.stop()
+
+
+def until(fn: Callable[..., Any], ok: Callable[[Any], Any], what: str, timeout: float = 30.0, *,
+          retry_errors: bool = False) -> Any:
+    """``fn()`` every 0.2 s until ``ok`` of its value holds: that value; after ``timeout`` s an
+    AssertionError with ``what`` and the last value seen. ``retry_errors``: an exception from
+    ``fn`` (a broker between lives) is one more value seen, not the end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = fn()
+        except Exception as exc:  # noqa: BLE001 - a broker between lives
+            if not retry_errors:
+                raise
+            value = exc
+        else:
+            if ok(value):
+                return value
+        assert time.monotonic() < deadline, f"{what}: last seen {value}"
+        time.sleep(0.2)
+
+
+def metadata(bootstrap: str, topics: list[str] | None, timeout: float = 15.0) -> dict[str, Any]:
+    """A Metadata v12 answer from one broker (``topics`` None: all); ``timeout``: the
+    connection's (RawConn's default)."""
+    with RawConn(bootstrap, timeout=timeout) as conn:
+        return conn.request(METADATA, 12, {
+            "topics": None if topics is None else [{"name": t, "topic_id": bytes(16)} for t in topics],
+            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})

@@ -9,7 +9,6 @@ tmqgate only: the reference Kafka's 3-node KRaft fixture comes with replication 
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,14 @@ from typing import Any
 import pytest
 
 from .brokers import TmqgateProcess
+from .clusters import metadata, until
 from .etcd import EtcdProcess
 from .raw import RawConn
 
 pytestmark = [pytest.mark.tmqgate_only,
               pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd not installed (scripts/install_etcd.sh)")]
 
-METADATA, DESCRIBE_CLUSTER = 3, 60
+DESCRIBE_CLUSTER = 60
 SESSION_MS = 2000
 
 
@@ -42,10 +42,9 @@ def _node(tmp_path: Path, etcd: EtcdProcess, node_id: int) -> TmqgateProcess:
         "node_id": node_id, "cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS})
 
 
-def _metadata(bootstrap: str) -> tuple[list[tuple[int, int]], int, str]:
-    with RawConn(bootstrap) as conn:
-        meta = conn.request(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
-                                           "include_topic_authorized_operations": False})
+def _listed(bootstrap: str) -> tuple[list[tuple[int, int]], int, str]:
+    """(sorted (node id, port) of the brokers, controller id, cluster id) from one broker's Metadata."""
+    meta = metadata(bootstrap, [])
     return sorted((b["node_id"], b["port"]) for b in meta["brokers"]), meta["controller_id"], meta["cluster_id"]
 
 
@@ -55,23 +54,13 @@ def _describe_cluster(bootstrap: str) -> dict[str, Any]:
                                                   "endpoint_type": 1})
 
 
-def _until(fn: Any, ok: Any, what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if ok(value):
-            return value
-        assert time.monotonic() < deadline, f"{what}: last seen {value}"
-        time.sleep(0.2)
-
-
 def test_three_brokers_see_each_other_and_the_controller_moves_when_it_dies(tmp_path: Path, etcd: EtcdProcess) -> None:
     nodes = {n: _node(tmp_path, etcd, n) for n in (0, 1, 2)}
     for p in nodes.values():
         p.start()
     try:
         everyone = sorted((n, int(p.bootstrap.rsplit(":", 1)[1])) for n, p in nodes.items())
-        answers = [_until(lambda p=p: _metadata(p.bootstrap), lambda m: m[0] == everyone, "all three listed")
+        answers = [until(lambda p=p: _listed(p.bootstrap), lambda m: m[0] == everyone, "all three listed")
                    for p in nodes.values()]
         controllers = {controller for _, controller, _ in answers}
         cluster_ids = {cid for _, _, cid in answers}
@@ -87,14 +76,14 @@ def test_three_brokers_see_each_other_and_the_controller_moves_when_it_dies(tmp_
         survivors = {n: p for n, p in nodes.items() if n != controller}
         left = [e for e in everyone if e[0] != controller]
         for p in survivors.values():
-            seen = _until(lambda p=p: _metadata(p.bootstrap), lambda m: m[0] == left and m[1] in survivors,
-                          "the dead controller gone and a new one elected")
-        new_controllers = {_metadata(p.bootstrap)[1] for p in survivors.values()}
+            seen = until(lambda p=p: _listed(p.bootstrap), lambda m: m[0] == left and m[1] in survivors,
+                         "the dead controller gone and a new one elected")
+        new_controllers = {_listed(p.bootstrap)[1] for p in survivors.values()}
         assert len(new_controllers) == 1 and new_controllers <= set(survivors), seen
 
         nodes[controller].start()  # back on its data: registered again, listed by everyone
         for p in nodes.values():
-            _until(lambda p=p: _metadata(p.bootstrap), lambda m: m[0] == everyone, "the restarted broker listed again")
+            until(lambda p=p: _listed(p.bootstrap), lambda m: m[0] == everyone, "the restarted broker listed again")
     finally:
         for p in nodes.values():
             try:

@@ -26,47 +26,31 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .clusters import three_brokers
+from .clusters import metadata, three_brokers, until
 from .raw import PRODUCE_V, RawConn, fetched_values, one_record_batch
 
 LAG_MS = 3000
 KILLS = {"tmqgate": 20, "kafka": 5}
 NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER = 19, 6
-METADATA = 3
 PARTITIONS = 3
 
 
 @pytest.fixture
 def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterator[dict[int, Any]]:
     with three_brokers(pytestconfig, target, tmp_path, lag_ms=LAG_MS) as nodes:
-        _until(lambda: [len(_metadata(p.bootstrap, [])["brokers"]) for p in nodes.values()],
+        _until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()],
                lambda seen: seen == [3, 3, 3], "every broker sees the other two")
         yield nodes
 
 
 def _until(fn: Any, ok: Any, what: str, timeout: float = 40.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = fn()
-        except Exception as exc:  # noqa: BLE001 - a broker between lives
-            value = exc
-        if not isinstance(value, Exception) and ok(value):
-            return value
-        assert time.monotonic() < deadline, f"{what}: last seen {value}"
-        time.sleep(0.2)
-
-
-def _metadata(bootstrap: str, topics: list[str] | None) -> dict[str, Any]:
-    with RawConn(bootstrap, timeout=5) as conn:
-        return conn.request(METADATA, 12, {
-            "topics": None if topics is None else [{"name": t, "topic_id": bytes(16)} for t in topics],
-            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    """``until`` with 40 s by default, an error from ``fn`` (a broker between lives) retried."""
+    return until(fn, ok, what, timeout, retry_errors=True)
 
 
 def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
     """partition → (leader, replicas, ISR) as one broker answers."""
-    [t] = _metadata(bootstrap, [topic])["topics"]
+    [t] = metadata(bootstrap, [topic], timeout=5)["topics"]
     assert t["error_code"] == 0, t
     return {p["partition_index"]: (p["leader_id"], sorted(p["replica_nodes"]), sorted(p["isr_nodes"]))
             for p in t["partitions"]}

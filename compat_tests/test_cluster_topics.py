@@ -22,41 +22,23 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .clusters import three_brokers
+from .clusters import metadata, three_brokers, until
 from .raw import RawConn, one_record_batch
 
 NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS = 6, 5, 36
-METADATA = 3
 
 
 @pytest.fixture
 def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterator[dict[int, Any]]:
     with three_brokers(pytestconfig, target, tmp_path) as nodes:
-        _until(lambda: [len(_metadata(p.bootstrap, [])["brokers"]) for p in nodes.values()],
-               lambda seen: seen == [3, 3, 3], "every broker sees the other two")
+        until(lambda: [len(metadata(p.bootstrap, [])["brokers"]) for p in nodes.values()],
+              lambda seen: seen == [3, 3, 3], "every broker sees the other two")
         yield nodes
-
-
-def _until(fn: Any, ok: Any, what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if ok(value):
-            return value
-        assert time.monotonic() < deadline, f"{what}: last seen {value}"
-        time.sleep(0.2)
-
-
-def _metadata(bootstrap: str, topics: list[str] | None) -> dict[str, Any]:
-    with RawConn(bootstrap) as conn:
-        return conn.request(METADATA, 12, {
-            "topics": None if topics is None else [{"name": t, "topic_id": bytes(16)} for t in topics],
-            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
 
 
 def _layout(bootstrap: str, topic: str) -> tuple[bytes, list[tuple[int, int, int, list[int]]]]:
     """(topic id, [(partition, error, leader, offline replicas)]) as one broker answers it."""
-    [t] = _metadata(bootstrap, [topic])["topics"]
+    [t] = metadata(bootstrap, [topic])["topics"]
     assert t["error_code"] == 0, t
     return t["topic_id"], sorted((p["partition_index"], p["error_code"], p["leader_id"], p["offline_replicas"])
                                  for p in t["partitions"])
@@ -116,7 +98,7 @@ def test_a_topic_made_on_one_broker_is_served_by_the_leaders_of_its_partitions(
         again.result(30)
     assert exists.value.args[0].code() == TOPIC_ALREADY_EXISTS
 
-    layouts = [_until(lambda b=b: _layout(b, topic), lambda lay: len(lay[1]) == 6, "the topic everywhere")
+    layouts = [until(lambda b=b: _layout(b, topic), lambda lay: len(lay[1]) == 6, "the topic everywhere")
                for b in (b0, b1, b2)]
     assert len({topic_id for topic_id, _ in layouts}) == 1  # one topic id on every broker
     assert all(lay == layouts[0] for lay in layouts)
@@ -139,8 +121,8 @@ def test_a_topic_made_on_one_broker_is_served_by_the_leaders_of_its_partitions(
     # DeleteTopics on another broker: gone from all three.
     admin1.delete_topics([topic])[topic].result(30)
     for b in (b0, b1, b2):
-        _until(lambda b=b: _metadata(b, [topic])["topics"][0]["error_code"], lambda code: code == 3,
-               "the topic gone (UNKNOWN_TOPIC_OR_PARTITION)")
+        until(lambda b=b: metadata(b, [topic])["topics"][0]["error_code"], lambda code: code == 3,
+              "the topic gone (UNKNOWN_TOPIC_OR_PARTITION)")
 
 
 def test_a_dead_leaders_partitions_go_offline_and_come_back_with_their_data(
@@ -149,18 +131,18 @@ def test_a_dead_leaders_partitions_go_offline_and_come_back_with_their_data(
     topic = f"offline-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": b0})
     admin.create_topics([NewTopic(topic, 6, 1)])[topic].result(30)
-    _until(lambda: [len(_layout(p.bootstrap, topic)[1]) for p in cluster.values()], lambda s: s == [6, 6, 6],
-           "the topic everywhere")
+    until(lambda: [len(_layout(p.bootstrap, topic)[1]) for p in cluster.values()], lambda s: s == [6, 6, 6],
+          "the topic everywhere")
     sent = _produce(b0, topic, 300, "a")
-    controller = _metadata(b0, [])["controller_id"]
+    controller = metadata(b0, [])["controller_id"]
     victim = next(n for n in (0, 1, 2) if n != controller and n != 0)  # neither the controller nor b0
     _, layout = _layout(b0, topic)
     theirs = sorted(p for p, _, leader, _ in layout if leader == victim)
     assert len(theirs) == 2
 
     cluster[victim].kill()
-    seen = _until(lambda: _layout(b0, topic)[1],
-                  lambda lay: all(lay[p][1] == LEADER_NOT_AVAILABLE for p in theirs), "its partitions offline")
+    seen = until(lambda: _layout(b0, topic)[1],
+                 lambda lay: all(lay[p][1] == LEADER_NOT_AVAILABLE for p in theirs), "its partitions offline")
     for p, error, leader, offline in seen:
         if p in theirs:
             assert (leader, offline) == (-1, [victim])  # no other replica may lead it
@@ -171,8 +153,8 @@ def test_a_dead_leaders_partitions_go_offline_and_come_back_with_their_data(
             NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE)
 
     cluster[victim].start()  # back on its data dir: leads its partitions again
-    _until(lambda: _layout(b0, topic)[1], lambda lay: all(e == 0 and not off for _, e, _, off in lay),
-           "every partition online again")
+    until(lambda: _layout(b0, topic)[1], lambda lay: all(e == 0 and not off for _, e, _, off in lay),
+          "every partition online again")
     assert [leader for _, _, leader, _ in _layout(b0, topic)[1]] == [leader for _, _, leader, _ in layout]
     more = _produce(b0, topic, 300, "b")
     got = _consume_all(cluster[2 if victim != 2 else 1].bootstrap, topic, 600, "g2")
