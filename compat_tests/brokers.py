@@ -70,7 +70,36 @@ def _toml(config: dict[str, Any]) -> str:
 TEST_DEFAULTS: dict[str, Any] = {"group_initial_rebalance_delay_ms": 0}
 
 
-class TmqgateProcess(BrokerProcess):
+class ChildProcess:
+    """A broker run as a child process ``proc`` that writes to ``log_path``: ``kill`` (SIGKILL,
+    then up to ``kill_wait`` s for it to end), ``stop`` (SIGTERM, SIGKILL after 20 s) and
+    ``log_tail``. (TmqgateProcess; kafka_cluster.RefKafkaBroker.)"""
+
+    proc: subprocess.Popen[bytes] | None
+    log_path: Path
+    kill_wait = 10.0
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(self.kill_wait)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+class TmqgateProcess(ChildProcess, BrokerProcess):
     """`tmqgate serve` as a child process."""
 
     def __init__(self, workdir: Path, port: int | None = None, http_port: int | None = None,
@@ -119,25 +148,6 @@ class TmqgateProcess(BrokerProcess):
             time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"tmqgate not ready after {self.ready_timeout}s:\n{self.log_tail()}")
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log_tail(self, n: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
 
 
 class RefKafkaProcess(BrokerProcess):

@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from .brokers import ChildProcess
 from .kafka_ref import (
     HEAP_OPTS,
     JVM_OPTS,
@@ -35,8 +36,10 @@ def _write(path: Path, config: dict[str, str]) -> None:
     path.write_text("# written by compat_tests/kafka_cluster.py\n" + "".join(f"{k}={v}\n" for k, v in config.items()))
 
 
-class RefKafkaBroker:
+class RefKafkaBroker(ChildProcess):
     """One broker of the cluster; ``start`` (again) on its own config and data."""
+
+    kill_wait = 30.0
 
     def __init__(self, workdir: Path, node_id: int, port: int) -> None:
         self.workdir = workdir
@@ -67,25 +70,6 @@ class RefKafkaBroker:
     def start(self) -> None:
         self.launch()
         self.wait_ready()
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log_tail(self, n: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
 
 
 class RefKafkaCluster:
