@@ -14,9 +14,14 @@ timeout (``cluster_session_timeout_ms``, Kafka's broker.session.timeout.ms):
 - tries to become the controller (a create-if-absent under its lease); the holder keeps it
   while its lease lives;
 - reads the brokers and the controller into ``view`` (what Metadata and DescribeCluster show);
-- reads the topics' placements into ``placements``; the controller first re-elects the leaders
-  of partitions whose leader is gone (``coordinator.cluster.elect``), each by a compare-and-swap
-  of the topic's value, so a stale controller's write fails instead of overwriting a newer one.
+- reads the topics' placements (each partition's replicas, leader, leader epoch and ISR) into
+  ``placements``; the controller first re-elects the leaders of partitions whose leader is gone
+  (``coordinator.cluster.elect``: a live member of the ISR), each by a compare-and-swap of the
+  topic's value, so a stale controller's write fails instead of overwriting a newer one.
+
+The leaders of replicated partitions (broker/cluster/replication.py) change their ISR through
+``alter_isr``: a compare-and-swap of the topic's value that holds only while this broker still
+leads the partition at the leader epoch it asked at (Kafka's AlterPartition).
 
 ``refresh()`` runs a round now (coalesced: callers during a round share the next one): a broker
 asked about a topic it does not know yet, or created or deleted one, reads etcd at once rather
@@ -26,7 +31,6 @@ Losing etcd is logged once (and its return); the broker keeps serving with its l
 except writes to replicated partitions it leads once it has been cut off for a session timeout
 (``cut_off``): by then the controller may have elected another leader, and two leaders must
 not both take writes (broker/cluster/replication.py).
-Replication is the next step: each partition has one replica, its leader.
 """
 
 from __future__ import annotations
@@ -98,14 +102,14 @@ class Membership:
 
     # ---- in the worker thread ------------------------------------------------------------
 
-    def _client(self) -> Etcd3Client:
+    def _new_client(self) -> Etcd3Client:
         host, port = self.endpoints[self._endpoint % len(self.endpoints)]
         return Etcd3Client(host=host, port=port, timeout=max(1.0, self.interval), api_path="/v3/")
 
     def _round(self) -> None:
         """One round: lease, registration, election, view (raises on an etcd failure)."""
         if self._session is None:
-            self._session = _Session(self._client())
+            self._session = _Session(self._new_client())
         s = self._session
         if s.lease is None or s.lease.refresh() <= 0:
             s.lease = s.client.lease(self.ttl)
@@ -150,23 +154,22 @@ class Membership:
             self._session = None
             return False
 
-    def _create_topic(self, placement: Placement) -> bool:
+    def _client(self) -> Etcd3Client:
+        """The current session's client; ConnectionError between sessions (etcd lost)."""
         s = self._session
         if s is None:
             raise ConnectionError("not connected to etcd")
-        return bool(s.client.create(topic_key(placement.name), placement_value(placement)))
+        return s.client
+
+    def _create_topic(self, placement: Placement) -> bool:
+        return bool(self._client().create(topic_key(placement.name), placement_value(placement)))
 
     def _delete_topic(self, name: str) -> bool:
-        s = self._session
-        if s is None:
-            raise ConnectionError("not connected to etcd")
-        return bool(s.client.delete(topic_key(name)))
+        return bool(self._client().delete(topic_key(name)))
 
     def _alter_isr(self, name: str, topic_id: bytes, partition: int, epoch: int, isr: list[int]) -> bool:
-        s = self._session
-        if s is None:
-            raise ConnectionError("not connected to etcd")
-        found = s.client.get(topic_key(name))
+        client = self._client()
+        found = client.get(topic_key(name))
         if not found:
             return False
         old = _text(found[0])
@@ -179,7 +182,7 @@ class Membership:
         states = list(placement.partitions)
         states[partition] = PartitionState(state.replicas, state.leader, state.epoch, tuple(isr))
         new = Placement(placement.name, placement.topic_id, placement.configs, tuple(states))
-        return bool(s.client.replace(topic_key(name), old, placement_value(new)))
+        return bool(client.replace(topic_key(name), old, placement_value(new)))
 
     # ---- on the event loop ---------------------------------------------------------------
 
