@@ -89,6 +89,12 @@ def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+def _followers_at_log_end(r: Replication, store: FakeStore, topic: FakeTopic) -> None:
+    """Fetches from followers 2 and 3 at the leader's log end, at its epoch (4): both caught up."""
+    for follower in (2, 3):
+        r.follower_fetched(topic, 0, follower, store.log_end, 4)  # type: ignore[arg-type]
+
+
 def test_the_high_watermark_follows_the_slowest_in_sync_replica_and_wakes_acks_all() -> None:
     async def scenario() -> list[Any]:
         r, store, _, _, topic = _leader()
@@ -133,8 +139,7 @@ def test_the_isr_shrinks_after_the_lag_and_grows_when_a_replica_reaches_the_high
     async def scenario() -> list[list[int]]:
         r, store, membership, clock, topic = _leader()
         store.log_end = 8
-        r.follower_fetched(topic, 0, 2, 8, 4)  # type: ignore[arg-type]
-        r.follower_fetched(topic, 0, 3, 8, 4)  # type: ignore[arg-type]
+        _followers_at_log_end(r, store, topic)
         await r._check_isr()
         assert membership.isr_changes == []  # everyone caught up
         clock.now += 2.0
@@ -160,8 +165,7 @@ def test_a_follower_whose_log_went_back_leaves_the_isr_at_once() -> None:
     async def scenario() -> list[list[int]]:
         r, store, membership, _, topic = _leader()
         store.log_end = 8
-        r.follower_fetched(topic, 0, 2, 8, 4)  # type: ignore[arg-type]
-        r.follower_fetched(topic, 0, 3, 8, 4)  # type: ignore[arg-type]
+        _followers_at_log_end(r, store, topic)
         r.follower_fetched(topic, 0, 3, 0, 4)  # type: ignore[arg-type]  # restarted with a wiped data dir
         await r._check_isr()  # no lag has passed: the regression alone takes it out
         r.stop()
