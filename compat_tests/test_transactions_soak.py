@@ -249,12 +249,16 @@ def test_broker_killed_mid_run_outputs_each_input_once(pytestconfig: pytest.Conf
                 time.sleep(rnd.uniform(0.0, 1.0))
                 proc.restart()
                 assert proc.bootstrap == bootstrap
-            progressed = committed_offset(bootstrap, group, src, timeout=120)
+            # When the reference broker has already logged that it skipped a transaction's
+            # markers (see KAFKA_SKIPPED_MARKERS), its pending offset commit can hang the reads
+            # below until they time out; the checks stay the same, only the waits are shorter.
+            wait = 20.0 if _kafka_skipped_markers(proc) else 120.0
+            progressed = committed_offset(bootstrap, group, src, timeout=wait)
             print(f"\nbroker kill soak on {which}: {kills} kills; group offset {progressed}/{N} after them")
-            app.wait_line("done", 120)
+            app.wait_line("done", wait)
         finally:
             app.kill()
-        _finish(bootstrap, src, dst, group, tid)
+        _finish(bootstrap, src, dst, group, tid, timeout=wait + 60)
         lost, duplicated = _check_exactly_once(bootstrap, src, dst, group, inputs)
         figures(f"broker kill soak on {which}: cycles={kills} records={N} lost={lost} duplicated={duplicated}")
     except Exception:
