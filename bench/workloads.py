@@ -63,12 +63,14 @@ def run_tool(name: str, *args: str, timeout: float) -> subprocess.CompletedProce
 
 # --------------------------------------------------------------------------- topics
 
-def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30.0) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30.0, replication_factor: int = 1,
+                 configs: dict[str, str] | None = None) -> None:
     """CreateTopics through librdkafka, then wait until every partition has a leader."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout).values():
+    new = NewTopic(name, partitions, replication_factor, config=configs or {})
+    for fut in admin.create_topics([new], operation_timeout=timeout).values():
         fut.result(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -150,8 +152,8 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[k]
 
 
-def e2e_latency(bootstrap: str, rate: int, seconds: float, size: int = 1024,
-                warmup_s: float = 2.0) -> dict[str, Any]:
+def e2e_latency(bootstrap: str, rate: int, seconds: float, size: int = 1024, warmup_s: float = 2.0,
+                replication_factor: int = 1, configs: dict[str, str] | None = None) -> dict[str, Any]:
     """Messages produced at `rate`/s for `seconds` into a 1-partition topic and consumed as
     they arrive; latency = consumer receive time - producer send call (same clock).
 
@@ -163,7 +165,7 @@ def e2e_latency(bootstrap: str, rate: int, seconds: float, size: int = 1024,
     from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
     topic = unique("bench-e2e")
-    create_topic(bootstrap, topic, 1)
+    create_topic(bootstrap, topic, 1, replication_factor=replication_factor, configs=configs)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("bench-e2e-g"),
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, OFFSET_END)])

@@ -49,13 +49,14 @@ class RefKafkaBroker(ChildProcess):
         self.log_path = workdir / "kafka.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.cluster_id = ""  # set when formatted
+        self.heap_opts, self.jvm_opts = HEAP_OPTS, JVM_OPTS
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def launch(self) -> None:
-        self.proc = _launch(self.workdir, self.config_path, self.log_path, _child_env(HEAP_OPTS, JVM_OPTS))
+        self.proc = _launch(self.workdir, self.config_path, self.log_path, _child_env(self.heap_opts, self.jvm_opts))
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
@@ -86,9 +87,12 @@ class RefKafkaCluster:
 
 
 def start_reference_kafka_cluster(workdir: Path, node_ids: tuple[int, ...] = (0, 1, 2),
-                                  broker_config: dict[str, str] | None = None) -> RefKafkaCluster:
+                                  broker_config: dict[str, str] | None = None, heap_opts: str = HEAP_OPTS,
+                                  jvm_opts: str = JVM_OPTS) -> RefKafkaCluster:
     """Format and start the controller and the brokers; returns once every broker answers.
-    ``broker_config`` adds or overrides broker properties (e.g. replica.lag.time.max.ms)."""
+    ``broker_config`` adds or overrides broker properties (e.g. replica.lag.time.max.ms);
+    ``heap_opts`` / ``jvm_opts``: the brokers' JVM (the tests' C1-only JIT by default, which
+    starts fast; bench/cluster_bench.py gives the full JIT)."""
     tool("kafka-server-start")  # the jars and wrappers are there (raises otherwise)
     workdir = Path(workdir).resolve()
     cluster_id = random_cluster_id()
@@ -102,6 +106,8 @@ def start_reference_kafka_cluster(workdir: Path, node_ids: tuple[int, ...] = (0,
         "log.dirs": str(controller.workdir / "kafka-logs"),
     })
     brokers = {n: RefKafkaBroker(workdir / f"broker{n}", n, free_port()) for n in node_ids}
+    for b in brokers.values():
+        b.heap_opts, b.jvm_opts = heap_opts, jvm_opts
     for b in brokers.values():
         _write(b.config_path, {
             "process.roles": "broker", "node.id": str(b.node_id),
