@@ -214,6 +214,17 @@ class TopicCluster(Protocol):
 
     async def delete(self, topic: Topic) -> None: ...
 
+    async def add_partitions(self, topic: Topic, count: int, assignments: list[list[int]] | None,
+                             validate_only: bool) -> None: ...
+
+    async def reassign(self, wanted: dict[str, dict[int, tuple[int, ...] | None]],
+                       allow_factor_change: bool) -> dict[str, list[tuple[int, ErrorCode, str | None]]]: ...
+
+    async def reassignments(self, wanted: dict[str, list[int]] | None) -> dict[str, list[tuple[int, PartitionState]]]: ...
+
+    async def elect_leaders(self, election_type: int,
+                            wanted: dict[str, list[int]] | None) -> dict[str, list[tuple[int, ErrorCode, str | None]]]: ...
+
 
 class TopicRegistry:
     """Name and id lookups of every topic kind, backed by the storage catalog (`store`) and,

@@ -30,6 +30,9 @@ class Nodes(dict[int, Any]):
 
     etcd: EtcdProcess | None = None
     coordination: Any = None
+    #: start one broker more with this node id, configured as the others (a broker added to
+    #: the running cluster); it is in the dict from then on
+    add: Callable[[int], Any]
 
 
 @contextlib.contextmanager
@@ -47,6 +50,12 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
         cluster = start_reference_kafka_cluster(workdir / "kafka", broker_config=extra)
         nodes = Nodes(cluster.brokers)
         nodes.coordination = cluster.controller
+
+        def add_kafka(node_id: int) -> Any:
+            nodes[node_id] = cluster.add_broker(node_id)
+            return nodes[node_id]
+
+        nodes.add = add_kafka
         try:
             yield nodes
         finally:
@@ -61,6 +70,13 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
         config["replica_lag_time_max_ms"] = lag_ms
     nodes = Nodes({n: TmqgateProcess(workdir / f"node{n}", config={"node_id": n, **config}) for n in (0, 1, 2)})
     nodes.etcd = nodes.coordination = etcd
+
+    def add_tmqgate(node_id: int) -> Any:
+        nodes[node_id] = TmqgateProcess(workdir / f"node{node_id}", config={"node_id": node_id, **config})
+        nodes[node_id].start()
+        return nodes[node_id]
+
+    nodes.add = add_tmqgate
     try:
         for p in nodes.values():
             p.start()

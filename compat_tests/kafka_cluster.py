@@ -76,9 +76,22 @@ class RefKafkaBroker(ChildProcess):
 class RefKafkaCluster:
     """The controller and the brokers by node id; ``stop`` ends them all."""
 
-    def __init__(self, controller: RefKafkaBroker, brokers: dict[int, RefKafkaBroker]) -> None:
+    def __init__(self, controller: RefKafkaBroker, brokers: dict[int, RefKafkaBroker],
+                 broker_config: dict[str, str] | None = None) -> None:
         self.controller = controller
         self.brokers = brokers
+        self.broker_config = broker_config
+
+    def add_broker(self, node_id: int) -> RefKafkaBroker:
+        """A broker more, formatted for this cluster and started (a broker added to a running
+        cluster); it is in ``brokers`` from then on."""
+        first = next(iter(self.brokers.values()))
+        b = RefKafkaBroker(first.workdir.parent / f"broker{node_id}", node_id, free_port())
+        _configure_broker(b, self.controller.port, self.broker_config, first.heap_opts, first.jvm_opts)
+        _format_broker(b, first.cluster_id)
+        self.brokers[node_id] = b
+        b.start()
+        return b
 
     def stop(self) -> None:
         for b in self.brokers.values():
@@ -107,25 +120,13 @@ def start_reference_kafka_cluster(workdir: Path, node_ids: tuple[int, ...] = (0,
     })
     brokers = {n: RefKafkaBroker(workdir / f"broker{n}", n, free_port()) for n in node_ids}
     for b in brokers.values():
-        b.heap_opts, b.jvm_opts = heap_opts, jvm_opts
-    for b in brokers.values():
-        _write(b.config_path, {
-            "process.roles": "broker", "node.id": str(b.node_id),
-            "listeners": f"PLAINTEXT://{b.bootstrap}", "advertised.listeners": f"PLAINTEXT://{b.bootstrap}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT", "controller.listener.names": "CONTROLLER",
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}",
-            "log.dirs": str(b.workdir / "kafka-logs"),
-            "group.initial.rebalance.delay.ms": "0",
-            "broker.heartbeat.interval.ms": "500", "broker.session.timeout.ms": "2000",
-            **(broker_config or {}),
-        })
+        _configure_broker(b, cport, broker_config, heap_opts, jvm_opts)
     _format_storage(controller.config_path, cluster_id, controller.log_path)
     for b in brokers.values():
         _format_broker(b, cluster_id)
     controller.proc = _launch(controller.workdir, controller.config_path, controller.log_path,
                               _child_env(HEAP_OPTS, JVM_OPTS))
-    cluster = RefKafkaCluster(controller, brokers)
+    cluster = RefKafkaCluster(controller, brokers, broker_config)
     try:
         for b in brokers.values():
             b.launch()
@@ -135,6 +136,22 @@ def start_reference_kafka_cluster(workdir: Path, node_ids: tuple[int, ...] = (0,
         cluster.stop()
         raise
     return cluster
+
+
+def _configure_broker(b: RefKafkaBroker, cport: int, broker_config: dict[str, str] | None, heap_opts: str,
+                      jvm_opts: str) -> None:
+    b.heap_opts, b.jvm_opts = heap_opts, jvm_opts
+    _write(b.config_path, {
+        "process.roles": "broker", "node.id": str(b.node_id),
+        "listeners": f"PLAINTEXT://{b.bootstrap}", "advertised.listeners": f"PLAINTEXT://{b.bootstrap}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT", "controller.listener.names": "CONTROLLER",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}",
+        "log.dirs": str(b.workdir / "kafka-logs"),
+        "group.initial.rebalance.delay.ms": "0",
+        "broker.heartbeat.interval.ms": "500", "broker.session.timeout.ms": "2000",
+        **(broker_config or {}),
+    })
 
 
 def _format_broker(b: RefKafkaBroker, cluster_id: str) -> None:

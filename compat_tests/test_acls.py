@@ -322,6 +322,12 @@ class RawFrom(RawConn):
 OTHER_HOST = "127.0.0.2"
 CREATE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS = 5, 6, 7, 10, 11
 CLUSTER_AUTHORIZATION_FAILED = 31
+ELECTION_NOT_NEEDED = 84
+
+
+def _elect_partition_0(topic: str) -> dict:
+    """An ElectLeaders v2 body: a preferred election of the topic's partition 0."""
+    return {"election_type": 0, "topic_partitions": [{"topic": topic, "partitions": [0]}], "timeout_ms": 30000}
 
 
 def test_cluster_and_admin_apis_per_host(acl_broker: AclBroker) -> None:
@@ -364,7 +370,15 @@ def test_cluster_and_admin_apis_per_host(acl_broker: AclBroker) -> None:
         altered = c.request(44, 1, {"resources": [{"resource_type": 4, "resource_name": "", "configs": [
             {"name": "log.cleaner.threads", "config_operation": 0, "value": "2"}]}], "validate_only": True})
         assert altered["responses"][0]["error_code"] == CLUSTER_AUTHORIZATION_FAILED
+        elected = c.request(43, 2, _elect_partition_0(t))  # ElectLeaders: ALTER on the cluster
+        assert elected["error_code"] == CLUSTER_AUTHORIZATION_FAILED
+        assert [(r["topic"], [(p["partition_id"], p["error_code"]) for p in r["partition_result"]])
+                for r in elected["replica_election_results"]] == [(t, [(0, CLUSTER_AUTHORIZATION_FAILED)])]
     with RawConn(bs) as c:  # from 127.0.0.1 the same requests pass the authorizer
+        elected = c.request(43, 2, _elect_partition_0(t))  # one broker: its only replica leads already
+        assert elected["error_code"] == 0
+        assert [(p["partition_id"], p["error_code"]) for r in elected["replica_election_results"]
+                for p in r["partition_result"]] == [(0, ELECTION_NOT_NEEDED)]
         listed = c.request(29, 3, flt)
         assert listed["error_code"] == 0
         assert sorted((a["host"], a["operation"], a["permission_type"]) for r in listed["resources"]

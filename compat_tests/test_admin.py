@@ -173,3 +173,51 @@ def test_describe_cluster(admin: AdminClient, broker: Broker) -> None:
     assert cluster.cluster_id
     assert [(n.host, n.port) for n in cluster.nodes] == [(broker.host, broker.port)]
     assert cluster.controller is not None
+
+
+def test_describe_log_dirs(admin: AdminClient, broker: Broker, topic: str) -> None:
+    """`kafka-log-dirs --describe`: the broker's one log directory, no error, each partition of
+    the topic with its size in bytes — the partition written to is the larger — and no lag."""
+    import json
+
+    from . import cli_helpers as cli
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(50):
+        producer.produce(topic, b"x" * 1000, key=str(i).encode(), partition=1)
+    assert producer.flush(TIMEOUT) == 0
+
+    def described() -> dict:
+        out = cli.run("kafka-log-dirs", "--bootstrap-server", broker.bootstrap, "--describe", "--topic-list", topic)
+        return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+
+    # Kafka counts a segment's bytes once the log has them; the first describe may race the flush
+    wait_until(lambda: [p["size"] > 0 for b in described()["brokers"] for d in b["logDirs"]
+                        for p in d["partitions"] if p["partition"] == f"{topic}-1"] == [True], TIMEOUT,
+               what="partition 1 has bytes")
+    [b] = described()["brokers"]
+    [d] = b["logDirs"]
+    assert d["error"] is None and d["logDir"].startswith("/")
+    sizes = {p["partition"]: p["size"] for p in d["partitions"]}
+    assert sorted(sizes) == [f"{topic}-{p}" for p in range(4)]
+    assert sizes[f"{topic}-1"] >= 50_000 > max(sizes[f"{topic}-{p}"] for p in (0, 2, 3))
+    assert {(p["offsetLag"], p["isFuture"]) for p in d["partitions"]} == {(0, False)}
+
+
+def test_reassignments_on_one_broker(broker: Broker, topic: str) -> None:
+    """AlterPartitionReassignments on a single broker: its one replica can only stay where it is
+    (answered NONE), another broker id is not registered (INVALID_REPLICA_ASSIGNMENT), there is
+    nothing to cancel (NO_REASSIGNMENT_IN_PROGRESS) and nothing running to list."""
+    from .raw import RawConn
+
+    with RawConn(broker.bootstrap) as conn:
+        [node] = [b["node_id"] for b in conn.request(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                                               "include_topic_authorized_operations": False})["brokers"]]
+        body = conn.request(45, 0, {"timeout_ms": 30000, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "replicas": [node]}, {"partition_index": 1, "replicas": [node + 7]},
+            {"partition_index": 2, "replicas": None}, {"partition_index": 9, "replicas": [node]}]}]})
+        assert body["error_code"] == 0
+        assert [(p["partition_index"], p["error_code"]) for t in body["responses"] for p in t["partitions"]] == [
+            (0, 0), (1, 39), (2, 85), (9, 3)]
+        listed = conn.request(46, 0, {"timeout_ms": 30000, "topics": None})
+        assert (listed["error_code"], listed["topics"]) == (0, [])

@@ -169,3 +169,44 @@ def test_a_dead_leaders_partitions_go_offline_and_come_back_with_their_data(
             raise AssertionError((p, len(values), len(sent[p]), len(more[p]), leader, victim, raw["error_code"],
                                   raw["high_watermark"], len(raw.get("records") or b""), lo, got.keys(),
                                   {q: len(r) for q, r in got.items()}))
+
+
+def test_partitions_added_on_one_broker_are_replicated_and_served_everywhere(cluster: dict[int, Any]) -> None:
+    """CreatePartitions of a shared, replicated topic: `kafka-topics --alter --partitions` on one
+    broker, an explicit assignment through the AdminClient on another; every broker lists the
+    new partitions with their replicas, and an acks=all producer and a group consumer move
+    records through all of them."""
+    from confluent_kafka.admin import NewPartitions
+
+    from . import cli_helpers as cli
+
+    b0, b1, b2 = (cluster[n].bootstrap for n in (0, 1, 2))
+    topic = f"grow-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": b0})  # kept: a collected client fails its futures
+    admin.create_topics([NewTopic(topic, 2, 3)])[topic].result(30)
+    until(lambda: [len(_layout(b, topic)[1]) for b in (b0, b1, b2)], lambda s: s == [2, 2, 2], "the topic everywhere")
+    cli.require_tools()
+    cli.run("kafka-topics", "--bootstrap-server", b1, "--alter", "--topic", topic, "--partitions", "4")
+    admin2 = AdminClient({"bootstrap.servers": b2})
+    admin2.create_partitions([NewPartitions(topic, 6, replica_assignment=[[2, 0, 1], [1, 2, 0]])])[topic].result(30)
+
+    def replicas(b: str) -> list[tuple[int, int, list[int], int]]:
+        [t] = metadata(b, [topic])["topics"]
+        return sorted((p["partition_index"], p["error_code"], sorted(p["replica_nodes"]), len(p["isr_nodes"]))
+                      for p in t["partitions"])
+
+    want = [(p, 0, [0, 1, 2], 3) for p in range(6)]
+    for b in (b0, b1, b2):
+        until(lambda b=b: replicas(b), lambda seen: seen == want, "six partitions, three replicas each, in sync")
+    [t] = metadata(b0, [topic])["topics"]
+    assert [p["leader_id"] for p in sorted(t["partitions"], key=lambda p: p["partition_index"])][4:] == [2, 1]
+    # fewer partitions than it has: refused, nothing changes
+    refused = cli.run("kafka-topics", "--bootstrap-server", b0, "--alter", "--topic", topic, "--partitions", "3",
+                      check=False)
+    assert refused.returncode != 0 and "InvalidPartitionsException" in refused.stdout + refused.stderr, refused
+    assert replicas(b1) == want
+
+    sent = _produce(b0, topic, 600, "g")
+    assert sorted(sent) == list(range(6)) and all(len(v) == 100 for v in sent.values())
+    got = _consume_all(b1, topic, 600, "grow")
+    assert {p: [v for _, v in rs] for p, rs in got.items()} == sent

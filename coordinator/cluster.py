@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
+
+from tmqgate.protocol.errors import ErrorCode
 
 ROOT = "/tmqgate/"
 BROKERS = ROOT + "brokers/"
@@ -108,12 +110,15 @@ TOPICS = ROOT + "topics/"
 @dataclass(frozen=True)
 class PartitionState:
     """One partition's replicas (the first is the preferred leader), leader (-1: offline),
-    leader epoch (grows with every change of leader) and in-sync replicas."""
+    leader epoch (grows with every change of leader) and in-sync replicas; while a reassignment
+    runs, the replicas being added and those to be removed (``replicas`` holds both)."""
 
     replicas: tuple[int, ...]
     leader: int
     epoch: int
     isr: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,8 @@ def topic_key(name: str) -> str:
 def placement_value(p: Placement) -> str:
     return json.dumps({
         "id": p.topic_id.hex(), "configs": p.configs,
-        "partitions": [{"replicas": list(s.replicas), "leader": s.leader, "epoch": s.epoch, "isr": list(s.isr)}
+        "partitions": [{"replicas": list(s.replicas), "leader": s.leader, "epoch": s.epoch, "isr": list(s.isr),
+                        **({"adding": list(s.adding), "removing": list(s.removing)} if s.adding or s.removing else {})}
                        for s in p.partitions],
     }, sort_keys=True)
 
@@ -140,7 +146,8 @@ def placement_from(key: str, value: str) -> Placement:
     """The placement under ``key`` (ValueError, KeyError or TypeError when it does not parse)."""
     data = json.loads(value)
     parts = tuple(PartitionState(tuple(int(r) for r in s["replicas"]), int(s["leader"]), int(s["epoch"]),
-                                 tuple(int(r) for r in s["isr"])) for s in data["partitions"])
+                                 tuple(int(r) for r in s["isr"]), tuple(int(r) for r in s.get("adding", ())),
+                                 tuple(int(r) for r in s.get("removing", ()))) for s in data["partitions"])
     topic_id = bytes.fromhex(data["id"])
     if len(topic_id) != 16 or not parts:
         raise ValueError("a topic id is 16 bytes and a topic has partitions")
@@ -168,6 +175,7 @@ def assign(partitions: int, replication_factor: int, live: list[int], start: int
 def elect(p: Placement, live: set[int]) -> Placement:
     """The controller's rule for each partition, given the live brokers (unclean election off):
 
+    - a reassignment whose target replicas are all in the ISR is finished first (``complete``);
     - a live leader stays;
     - a dead leader is replaced by the first live replica in the ISR (preference order), the
       ISR shrinking to the live members; with none, the partition goes offline (leader -1)
@@ -177,19 +185,118 @@ def elect(p: Placement, live: set[int]) -> Placement:
     Each change of leader bumps the leader epoch. Returns ``p`` itself when nothing changes."""
     states = []
     for s in p.partitions:
+        s = complete(s, live)
         if s.leader in live:
             states.append(s)
             continue
         candidates = [r for r in s.replicas if r in s.isr and r in live]
         if candidates:
             isr = tuple(r for r in s.isr if r in live)
-            states.append(PartitionState(s.replicas, candidates[0], s.epoch + 1, isr))
+            states.append(replace(s, leader=candidates[0], epoch=s.epoch + 1, isr=isr))
         elif s.leader != -1:
-            states.append(PartitionState(s.replicas, -1, s.epoch + 1, s.isr))
+            states.append(replace(s, leader=-1, epoch=s.epoch + 1))
         else:
             states.append(s)
     new = tuple(states)
     return p if new == p.partitions else Placement(p.name, p.topic_id, p.configs, new)
+
+
+# ---- reassignment (AlterPartitionReassignments, ``kafka-reassign-partitions``) --------------
+#
+# As Kafka's controller runs one: the partition's replicas become the target followed by the
+# original replicas that are not in it; ``adding`` (target - original) fetch from the leader
+# like any follower and join the ISR when caught up; once every target replica is in the ISR
+# the controller finishes it (``complete``): the replicas become the target, the ISR keeps
+# only target replicas, a leader that is not one hands over to the first in-sync target replica
+# — and the leader epoch grows, so the removed replicas' fetches are fenced and no ISR change
+# asked at the old replica set can land.
+
+
+def reassign(s: PartitionState, target: tuple[int, ...] | None, registered: set[int],
+             allow_factor_change: bool = True) -> tuple[PartitionState, ErrorCode, str | None]:
+    """Start (``target``) or cancel (None) a partition's reassignment; the new state, the
+    error and its message. A new target replaces one in progress (computed from the replicas
+    the partition had before it). ``allow_factor_change`` False (KIP-860): a target of another
+    length than the replicas is INVALID_REPLICATION_FACTOR."""
+    original = tuple(r for r in s.replicas if r not in s.adding)
+    if target is not None and not allow_factor_change and len(target) != len(original):
+        return s, ErrorCode.INVALID_REPLICATION_FACTOR, \
+            f"The replication factor is changed from {len(original)} to {len(target)}"
+    if target is None:
+        if not s.adding and not s.removing:
+            return s, ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None
+        isr = tuple(r for r in s.isr if r in original)
+        if not isr:
+            return s, ErrorCode.INVALID_REPLICA_ASSIGNMENT, "None of the original replicas is in sync."
+        if s.leader in original:
+            return PartitionState(original, s.leader, s.epoch + 1, isr), ErrorCode.NONE, None
+        return PartitionState(original, isr[0], s.epoch + 1, isr), ErrorCode.NONE, None
+    if not target:
+        return s, ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
+    for r in target:
+        if target.count(r) > 1:
+            return s, ErrorCode.INVALID_REPLICA_ASSIGNMENT, \
+                f"The manual partition assignment includes broker ID {r} more than once."
+        if r not in registered:
+            return s, ErrorCode.INVALID_REPLICA_ASSIGNMENT, \
+                f"The manual partition assignment includes broker {r}, but no such broker is registered."
+    adding = tuple(r for r in target if r not in original)
+    removing = tuple(r for r in original if r not in target)
+    if not adding and not removing:  # the same set, perhaps in another order: at once
+        return PartitionState(target, s.leader, s.epoch, s.isr), ErrorCode.NONE, None
+    started = PartitionState(target + removing, s.leader, s.epoch, s.isr, adding, removing)
+    return complete(started, registered), ErrorCode.NONE, None
+
+
+def complete(s: PartitionState, live: set[int]) -> PartitionState:
+    """A reassignment whose target replicas are all in the ISR, finished (see above); ``s``
+    itself otherwise (none running, a target replica still catching up, or no live in-sync
+    target replica to lead)."""
+    if not s.adding and not s.removing:
+        return s
+    target = tuple(r for r in s.replicas if r not in s.removing)
+    if any(r not in s.isr for r in target):
+        return s
+    isr = tuple(r for r in s.isr if r in target)
+    leader = s.leader if s.leader in target else next((r for r in target if r in live), -1)
+    if leader < 0:
+        return s
+    return PartitionState(target, leader, s.epoch + 1, isr)
+
+
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
+
+
+def elect_asked(s: PartitionState, election_type: int, live: set[int]) -> tuple[PartitionState, ErrorCode]:
+    """An election an operator asked for (ElectLeaders, ``kafka-leader-election``), as Kafka's
+    controller decides it for one partition:
+
+    - PREFERRED: the first replica leads when it is live and in the ISR (NONE, epoch + 1);
+      ELECTION_NOT_NEEDED when it leads already; PREFERRED_LEADER_NOT_AVAILABLE otherwise
+      (never an unclean election).
+    - UNCLEAN: only an offline partition (no live leader) is elected — the first live replica
+      in the ISR, else the first live replica at all, the ISR becoming that replica alone
+      (what it lacks is lost, as the operator asked); ELECTION_NOT_NEEDED when a live replica
+      leads; ELIGIBLE_LEADERS_NOT_AVAILABLE when no replica is live.
+
+    Returns the partition's new state (``s`` itself when nothing changes) and the error."""
+    if election_type == PREFERRED:
+        preferred = s.replicas[0]
+        if s.leader == preferred:
+            return s, ErrorCode.ELECTION_NOT_NEEDED
+        if preferred not in live or preferred not in s.isr:
+            return s, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+        return replace(s, leader=preferred, epoch=s.epoch + 1), ErrorCode.NONE
+    if s.leader in live:
+        return s, ErrorCode.ELECTION_NOT_NEEDED
+    in_sync = [r for r in s.replicas if r in s.isr and r in live]
+    if in_sync:
+        isr = tuple(r for r in s.isr if r in live)
+        return replace(s, leader=in_sync[0], epoch=s.epoch + 1, isr=isr), ErrorCode.NONE
+    alive = [r for r in s.replicas if r in live]
+    if not alive:
+        return s, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    return replace(s, leader=alive[0], epoch=s.epoch + 1, isr=(alive[0],)), ErrorCode.NONE
 
 
 def placements_from(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, Placement], list[str]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tmqgate.coordinator.cluster import (
+    PREFERRED,
+    UNCLEAN,
     BrokerInfo,
     PartitionState,
     Placement,
@@ -13,12 +15,15 @@ from tmqgate.coordinator.cluster import (
     broker_value,
     controller_value,
     elect,
+    elect_asked,
     parse_cluster,
     placement_value,
     placements_from,
+    reassign,
     topic_key,
     view_from,
 )
+from tmqgate.protocol.errors import ErrorCode
 
 
 def test_view_from_registrations_and_the_controller_key() -> None:
@@ -76,3 +81,68 @@ def test_placements_round_trip_and_unreadable_ones_are_reported() -> None:
                                   (topic_key("v"), placement_value(p).replace(bytes(range(16)).hex(), "ab"))])
     assert found == {"t": p}
     assert sorted(bad) == [topic_key("u"), topic_key("v")]
+
+
+def test_preferred_election_as_kafkas_controller_decides_it() -> None:
+    s = PartitionState((1, 2, 0), 2, 4, (0, 1, 2))
+    # the preferred replica (the first) is live and in sync: it leads, at the next epoch
+    assert elect_asked(s, PREFERRED, {0, 1, 2}) == (PartitionState((1, 2, 0), 1, 5, (0, 1, 2)), ErrorCode.NONE)
+    # it leads already; it is dead; it is live but out of the ISR: nothing changes
+    led = PartitionState((1, 2, 0), 1, 4, (0, 1, 2))
+    assert elect_asked(led, PREFERRED, {0, 1, 2}) == (led, ErrorCode.ELECTION_NOT_NEEDED)
+    assert elect_asked(s, PREFERRED, {0, 2}) == (s, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
+    lagging = PartitionState((1, 2, 0), 2, 4, (0, 2))
+    assert elect_asked(lagging, PREFERRED, {0, 1, 2}) == (lagging, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
+    # never unclean: an offline partition whose preferred replica is live but not in sync stays offline
+    offline = PartitionState((1, 2, 0), -1, 6, (2,))
+    assert elect_asked(offline, PREFERRED, {0, 1}) == (offline, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
+
+
+def test_unclean_election_only_for_a_partition_without_a_live_leader() -> None:
+    led = PartitionState((1, 2, 0), 2, 4, (2,))
+    assert elect_asked(led, UNCLEAN, {0, 1, 2}) == (led, ErrorCode.ELECTION_NOT_NEEDED)
+    offline = PartitionState((1, 2, 0), -1, 6, (2,))
+    # its last in-sync replica is back: a clean choice first
+    assert elect_asked(offline, UNCLEAN, {0, 2}) == (PartitionState((1, 2, 0), 2, 7, (2,)), ErrorCode.NONE)
+    # only out-of-sync replicas are live: the first of them, alone in the ISR
+    assert elect_asked(offline, UNCLEAN, {0, 1}) == (PartitionState((1, 2, 0), 1, 7, (1,)), ErrorCode.NONE)
+    assert elect_asked(offline, UNCLEAN, set()) == (offline, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+
+
+def test_a_reassignment_adds_the_target_then_drops_the_rest_once_they_are_in_sync() -> None:
+    s = PartitionState((0, 1), 0, 3, (0, 1))
+    started, error, _ = reassign(s, (2, 1), {0, 1, 2})
+    assert error == ErrorCode.NONE
+    assert started == PartitionState((2, 1, 0), 0, 3, (0, 1), adding=(2,), removing=(0,))
+    # the placement's JSON keeps the reassignment
+    [back] = placements_from([(topic_key("t"), placement_value(Placement("t", b"i" * 16, {}, (started,))))])[0].values()
+    assert back.partitions == (started,)
+    # not finished while broker 2 is out of the ISR; once it is in, the leader (0, removed) hands
+    # over to the first in-sync target replica, at the next epoch, the ISR within the target
+    assert elect(Placement("t", b"i" * 16, {}, (started,)), {0, 1, 2}).partitions == (started,)
+    synced = PartitionState((2, 1, 0), 0, 3, (0, 1, 2), adding=(2,), removing=(0,))
+    assert elect(Placement("t", b"i" * 16, {}, (synced,)), {0, 1, 2}).partitions == (PartitionState((2, 1), 2, 4, (1, 2)),)
+    # a leader that stays keeps leading
+    kept = PartitionState((1, 2, 0), 1, 3, (0, 1, 2), adding=(2,), removing=(0,))
+    assert elect(Placement("t", b"i" * 16, {}, (kept,)), {0, 1, 2}).partitions == (PartitionState((1, 2), 1, 4, (1, 2)),)
+
+
+def test_reassignment_is_cancelled_back_to_the_original_replicas_and_validated() -> None:
+    started = PartitionState((2, 1, 0), 0, 3, (0, 1), adding=(2,), removing=(0,))
+    # (the original replicas in the order the merged list has them, as Kafka reverts)
+    assert reassign(started, None, {0, 1, 2}) == (PartitionState((1, 0), 0, 4, (0, 1)), ErrorCode.NONE, None)
+    # a new target replaces the running one, computed from the original replicas
+    again, error, _ = reassign(started, (0, 2), {0, 1, 2})
+    assert (again, error) == (PartitionState((0, 2, 1), 0, 3, (0, 1), adding=(2,), removing=(1,)), ErrorCode.NONE)
+    s = PartitionState((0, 1), 0, 3, (0, 1))
+    assert reassign(s, None, {0, 1})[1] == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+    assert reassign(s, (1, 0), {0, 1}) == (PartitionState((1, 0), 0, 3, (0, 1)), ErrorCode.NONE, None)  # order only
+    assert reassign(s, (), {0, 1})[1:] == (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                            "The manual partition assignment includes an empty replica list.")
+    assert reassign(s, (1, 1), {0, 1})[1:] == (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                                "The manual partition assignment includes broker ID 1 more than once.")
+    assert reassign(s, (0, 7), {0, 1})[1:] == (
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        "The manual partition assignment includes broker 7, but no such broker is registered.")
+    assert reassign(s, (0, 1, 2), {0, 1, 2}, allow_factor_change=False)[1:] == (
+        ErrorCode.INVALID_REPLICATION_FACTOR, "The replication factor is changed from 2 to 3")

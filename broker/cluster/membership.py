@@ -41,7 +41,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from etcd3gw.client import Etcd3Client
@@ -53,7 +53,6 @@ from tmqgate.coordinator.cluster import (
     CONTROLLER,
     TOPICS,
     ClusterView,
-    PartitionState,
     Placement,
     broker_key,
     broker_value,
@@ -167,29 +166,48 @@ class Membership:
     def _delete_topic(self, name: str) -> bool:
         return bool(self._client().delete(topic_key(name)))
 
-    def _alter_isr(self, name: str, topic_id: bytes, partition: int, epoch: int, isr: list[int]) -> bool:
+    def _change_topic(self, name: str, topic_id: bytes, change: Callable[[Placement], Placement | None]) -> bool:
+        """Compare-and-swap a topic's placement to ``change`` of its value read now (None:
+        refused); on a concurrent change ``change`` sees the new value and decides again.
+        False when the topic is gone or was made again (another id), or ``change`` refused."""
         client = self._client()
-        found = client.get(topic_key(name))
-        if not found:
-            return False
-        old = _text(found[0])
-        placement = placement_from(topic_key(name), old)
-        if placement.topic_id != topic_id or partition >= len(placement.partitions):
-            return False
-        state = placement.partitions[partition]
-        if state.leader != self.node_id or state.epoch != epoch:
-            return False
-        states = list(placement.partitions)
-        states[partition] = PartitionState(state.replicas, state.leader, state.epoch, tuple(isr))
-        new = Placement(placement.name, placement.topic_id, placement.configs, tuple(states))
-        return bool(client.replace(topic_key(name), old, placement_value(new)))
+        for _ in range(5):
+            found = client.get(topic_key(name))
+            if not found:
+                return False
+            old = _text(found[0])
+            placement = placement_from(topic_key(name), old)
+            if placement.topic_id != topic_id:
+                return False
+            new = change(placement)
+            if new is None:
+                return False
+            if new == placement or client.replace(topic_key(name), old, placement_value(new)):
+                return True
+        return False
 
     # ---- on the event loop ---------------------------------------------------------------
 
     async def alter_isr(self, name: str, topic_id: bytes, partition: int, epoch: int, isr: list[int]) -> bool:
         """Set a partition's ISR, only while this broker leads it at ``epoch`` (Kafka's
         AlterPartition): a compare-and-swap of the topic's value; False when refused."""
-        changed = await asyncio.to_thread(self._alter_isr, name, topic_id, partition, epoch, isr)
+
+        def change(p: Placement) -> Placement | None:
+            if partition >= len(p.partitions):
+                return None
+            state = p.partitions[partition]
+            if state.leader != self.node_id or state.epoch != epoch:
+                return None
+            states = list(p.partitions)
+            states[partition] = replace(state, isr=tuple(isr))
+            return Placement(p.name, p.topic_id, p.configs, tuple(states))
+
+        return await self.change_topic(name, topic_id, change)
+
+    async def change_topic(self, name: str, topic_id: bytes, change: Callable[[Placement], Placement | None]) -> bool:
+        """``_change_topic`` in a worker thread, then the placements read again. Raises when
+        etcd cannot be reached."""
+        changed = await asyncio.to_thread(self._change_topic, name, topic_id, change)
         await self.refresh()
         return changed
 

@@ -143,6 +143,9 @@ class Replication:
                     was = self._led.get(key)
                     if was is not None and was.state.epoch == state.epoch:
                         was.state = state
+                        for f in state.replicas:  # a replica being added by a reassignment
+                            if f != self.node_id and f not in was.followers:
+                                was.followers[f] = _Follower(-1, now)
                         led[key] = was
                         continue
                     # A new term: followers start as caught up now (they get the lag time to

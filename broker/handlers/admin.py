@@ -248,9 +248,15 @@ async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if topic is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t['name']}' does not exist.")
-            if ctx.topics.placements.get(topic.name) is not None:
-                raise TopicError(ErrorCode.INVALID_REQUEST, "tmqgate cannot add partitions to a topic shared by a "
-                                                            "cluster yet (issue 16, step 2).")
+            if ctx.topics.cluster is not None and ctx.topics.placements.get(topic.name) is not None:
+                if mutation is not None:
+                    ctx.topics.add_partitions(topic, t["count"], validate_only=True)
+                    _take(mutation, t["count"] - topic.partitions)
+                assignments = [list(a["broker_ids"]) for a in t["assignments"]] if t.get("assignments") else None
+                await ctx.topics.cluster.add_partitions(topic, t["count"], assignments,
+                                                        body.get("validate_only", False))
+                results.append(entry)
+                continue
             if t.get("assignments"):
                 node = ctx.config.node_id
                 if any(a["broker_ids"] != [node] for a in t["assignments"]):

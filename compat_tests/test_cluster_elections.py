@@ -1,0 +1,128 @@
+"""Leader elections an operator asks for (issue 16, step 2: ElectLeaders, `kafka-leader-election`)
+on three brokers: after its preferred leader died and came back, a partition is led by another
+replica until a preferred election gives it back — with every acknowledged record in place;
+the per-partition answers (ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
+UNKNOWN_TOPIC_OR_PARTITION) as Kafka's controller gives them.
+
+On both targets (compat_tests/clusters.py): tmqgate with etcd, and the reference Kafka's KRaft
+controller with three brokers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from . import cli_helpers as cli
+from .clusters import metadata, three_brokers, until
+from .raw import RawConn
+
+ELECT_LEADERS = 43
+NONE, UNKNOWN_TOPIC_OR_PARTITION = 0, 3
+PREFERRED_LEADER_NOT_AVAILABLE, ELECTION_NOT_NEEDED = 80, 84
+PREFERRED, UNCLEAN = 0, 1
+
+
+@pytest.fixture
+def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterator[dict[int, Any]]:
+    with three_brokers(pytestconfig, target, tmp_path, lag_ms=3000) as nodes:
+        until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()],
+              lambda seen: seen == [3, 3, 3], "every broker sees the other two", 40, retry_errors=True)
+        yield nodes
+
+
+def _state(bootstrap: str, topic: str) -> tuple[int, list[int], list[int]]:
+    """Partition 0's (leader, replicas in order, ISR) as one broker answers."""
+    [t] = metadata(bootstrap, [topic], timeout=5)["topics"]
+    [p] = t["partitions"]
+    return p["leader_id"], list(p["replica_nodes"]), sorted(p["isr_nodes"])
+
+
+def _elect(bootstrap: str, election_type: int, partitions: dict[str, list[int]] | None) -> tuple[int, dict]:
+    """One ElectLeaders v2: (top-level error, {(topic, partition): error})."""
+    with RawConn(bootstrap, timeout=30) as conn:
+        body = conn.request(ELECT_LEADERS, 2, {
+            "election_type": election_type, "timeout_ms": 30000,
+            "topic_partitions": None if partitions is None else
+            [{"topic": t, "partitions": ps} for t, ps in partitions.items()]})
+    return body["error_code"], {(r["topic"], p["partition_id"]): p["error_code"]
+                                for r in body["replica_election_results"] for p in r["partition_result"]}
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[int]:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    offsets: list[int] = []
+    for v in values:
+        producer.produce(topic, v, partition=0,
+                         on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()))
+    assert producer.flush(60) == 0
+    return offsets
+
+
+def _read(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    try:
+        until(lambda: got.extend(m.value() for m in consumer.consume(100, 0.5) if m.error() is None) or len(got),
+              lambda n: n >= count, f"{count} records read", 60)
+    finally:
+        consumer.close()
+    return got
+
+
+def test_a_preferred_election_gives_the_partition_back_to_its_first_replica(cluster: dict[int, Any]) -> None:
+    boot = ",".join(p.bootstrap for p in cluster.values())
+    topic = f"elect-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    # replicas 1, 2, 0: broker 1 is the preferred leader
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 0]], config={"min.insync.replicas": "2"})
+    admin.create_topics([new])[topic].result(30)
+    until(lambda: _state(cluster[0].bootstrap, topic), lambda s: s == (1, [1, 2, 0], [0, 1, 2]),
+          "broker 1 leads with a full ISR", 40, retry_errors=True)
+    assert _produce(boot, topic, [b"a0", b"a1", b"a2"]) == [0, 1, 2]
+
+    # nothing to do while the preferred leader leads; an unknown topic and partition answered per partition
+    error, results = _elect(cluster[0].bootstrap, PREFERRED, {topic: [0, 7], "no-such-topic": [0]})
+    assert error == NONE
+    assert results == {(topic, 0): ELECTION_NOT_NEEDED, (topic, 7): UNKNOWN_TOPIC_OR_PARTITION,
+                       ("no-such-topic", 0): UNKNOWN_TOPIC_OR_PARTITION}
+
+    # the preferred leader dies: the next in-sync replica (2) takes over; while 1 is away a
+    # preferred election cannot happen and an unclean one is not needed
+    cluster[1].kill()
+    until(lambda: _state(cluster[0].bootstrap, topic)[0], lambda leader: leader == 2, "broker 2 leads", 40,
+          retry_errors=True)
+    assert _produce(boot, topic, [b"b0", b"b1"]) == [3, 4]
+    assert _elect(cluster[0].bootstrap, PREFERRED, {topic: [0]}) == (NONE, {(topic, 0): PREFERRED_LEADER_NOT_AVAILABLE})
+    assert _elect(cluster[2].bootstrap, UNCLEAN, {topic: [0]}) == (NONE, {(topic, 0): ELECTION_NOT_NEEDED})
+
+    # back, it catches up and rejoins the ISR, but broker 2 keeps leading
+    cluster[1].start()
+    until(lambda: _state(cluster[0].bootstrap, topic), lambda s: s[0] == 2 and s[2] == [0, 1, 2],
+          "broker 1 back in the ISR", 60, retry_errors=True)
+
+    # kafka-leader-election --election-type PREFERRED moves the leadership back to broker 1
+    cli.require_tools()
+    out = cli.run("kafka-leader-election", "--bootstrap-server", cluster[0].bootstrap,
+                  "--election-type", "PREFERRED", "--topic", topic, "--partition", "0")
+    assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" in out.stdout, out.stdout
+    until(lambda: [_state(p.bootstrap, topic)[0] for p in cluster.values()], lambda seen: seen == [1, 1, 1],
+          "every broker names broker 1 the leader", 30, retry_errors=True)
+    # asked again, for every partition of every topic: this one needs nothing (an internal
+    # topic's partitions may, on Kafka), and afterwards nothing is left to elect or listed
+    out = cli.run("kafka-leader-election", "--bootstrap-server", cluster[2].bootstrap,
+                  "--election-type", "PREFERRED", "--all-topic-partitions", check=False)
+    assert f"{topic}-0" not in out.stdout, out.stdout
+    assert _elect(cluster[2].bootstrap, PREFERRED, None) == (NONE, {})
+
+    # the new leader holds every acknowledged record and takes new ones after them
+    assert _produce(boot, topic, [b"c0"]) == [5]
+    assert _read(boot, topic, 6) == [b"a0", b"a1", b"a2", b"b0", b"b1", b"c0"]
