@@ -322,18 +322,23 @@ class TopicRegistry:
     def by_id(self, topic_id: bytes) -> Topic | None:
         return self._by_id.get(topic_id)
 
-    def partition_error(self, topic: Topic | None, index: int, by_id: bool = False) -> ErrorCode | None:
+    def partition_error(self, topic: Topic | None, index: int, by_id: bool = False,
+                        leader_epoch: int = -1) -> ErrorCode | None:
         """Why partition `index` of a looked-up `topic` cannot be served here, or None if it can.
 
         A missing topic is UNKNOWN_TOPIC_ID when it was looked up by id (v13+ Fetch/Produce),
         UNKNOWN_TOPIC_OR_PARTITION otherwise, as is a partition outside [0, partitions). On a
-        cluster, a partition led by another broker is NOT_LEADER_OR_FOLLOWER, an offline one
-        (no live leader) LEADER_NOT_AVAILABLE, as Kafka answers them."""
+        cluster, a client's `leader_epoch` (its current_leader_epoch; -1: none) other than the
+        partition's is FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer than this
+        broker knows), then a partition led by another broker is NOT_LEADER_OR_FOLLOWER, an
+        offline one (no live leader) LEADER_NOT_AVAILABLE, as Kafka answers them."""
         if topic is None:
             return ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not 0 <= index < topic.partitions:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         state = self.partition_state(topic, index)
+        if state is not None and leader_epoch >= 0 and leader_epoch != state.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH if leader_epoch < state.epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
         if state is not None and state.leader != self.node_id:
             return ErrorCode.LEADER_NOT_AVAILABLE if state.leader < 0 else ErrorCode.NOT_LEADER_OR_FOLLOWER
         return None

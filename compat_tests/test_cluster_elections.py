@@ -24,7 +24,7 @@ from .clusters import metadata, three_brokers, until
 from .raw import RawConn
 
 ELECT_LEADERS = 43
-NONE, UNKNOWN_TOPIC_OR_PARTITION = 0, 3
+NONE, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH = 0, 3, 74
 PREFERRED_LEADER_NOT_AVAILABLE, ELECTION_NOT_NEEDED = 80, 84
 PREFERRED, UNCLEAN = 0, 1
 
@@ -122,6 +122,20 @@ def test_a_preferred_election_gives_the_partition_back_to_its_first_replica(clus
                   "--election-type", "PREFERRED", "--all-topic-partitions", check=False)
     assert f"{topic}-0" not in out.stdout, out.stdout
     assert _elect(cluster[2].bootstrap, PREFERRED, None) == (NONE, {})
+
+    # each change of leader bumped the epoch: a Fetch at the first one is fenced
+    [t] = metadata(cluster[1].bootstrap, [topic], timeout=5)["topics"]
+    epoch = t["partitions"][0]["leader_epoch"]
+    assert epoch >= 2
+    with RawConn(cluster[1].bootstrap) as conn:
+        for asked, error in ((0, FENCED_LEADER_EPOCH), (epoch, NONE)):
+            answer = conn.request(1, 12, {
+                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
+                    {"partition": 0, "current_leader_epoch": asked, "fetch_offset": 0, "last_fetched_epoch": -1,
+                     "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+                "forgotten_topics_data": [], "rack_id": ""})
+            assert answer["responses"][0]["partitions"][0]["error_code"] == error
 
     # the new leader holds every acknowledged record and takes new ones after them
     assert _produce(boot, topic, [b"c0"]) == [5]

@@ -26,6 +26,7 @@ from .clusters import metadata, three_brokers, until
 from .raw import RawConn, one_record_batch
 
 NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS = 6, 5, 36
+UNKNOWN_LEADER_EPOCH = 75
 
 
 @pytest.fixture
@@ -210,3 +211,51 @@ def test_partitions_added_on_one_broker_are_replicated_and_served_everywhere(clu
     assert sorted(sent) == list(range(6)) and all(len(v) == 100 for v in sent.values())
     got = _consume_all(b1, topic, 600, "grow")
     assert {p: [v for _, v in rs] for p, rs in got.items()} == sent
+
+
+def test_a_non_leader_names_the_leader_and_epochs_are_checked(cluster: dict[int, Any]) -> None:
+    """Metadata gives each partition's leader epoch; a Produce (v11) or Fetch (v16) sent to a
+    broker that does not lead the partition answers NOT_LEADER_OR_FOLLOWER with the current
+    leader and its epoch and that leader's endpoint (KIP-951); a Fetch or ListOffsets at an
+    epoch newer than the partition's is UNKNOWN_LEADER_EPOCH."""
+    b0 = cluster[0].bootstrap
+    topic = f"hint-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": b0})  # kept: a collected client fails its futures
+    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+    until(lambda: [len(_layout(p.bootstrap, topic)[1]) for p in cluster.values()], lambda s: s == [3, 3, 3],
+          "the topic everywhere", retry_errors=True)
+    [t] = metadata(b0, [topic])["topics"]
+    part = next(p for p in t["partitions"] if p["partition_index"] == 0)
+    leader, epoch = part["leader_id"], part["leader_epoch"]
+    assert epoch >= 0
+    other = cluster[(leader + 1) % 3].bootstrap
+    host, port = cluster[leader].bootstrap.rsplit(":", 1)
+    want_endpoint = [{"node_id": leader, "host": host, "port": int(port), "rack": None}]
+    with RawConn(other) as conn:
+        produced = conn.request(0, 11, {"transactional_id": None, "acks": -1, "timeout_ms": 10000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": one_record_batch(b"x")}]}]})
+        [p] = produced["responses"][0]["partition_responses"]
+        assert (p["error_code"], p["current_leader"]) == (
+            NOT_LEADER_OR_FOLLOWER, {"leader_id": leader, "leader_epoch": epoch})
+        assert produced["node_endpoints"] == want_endpoint
+        fetched = conn.request(1, 16, _fetch_body(t["topic_id"], epoch))
+        [f] = fetched["responses"][0]["partitions"]
+        assert (f["error_code"], f["current_leader"]) == (
+            NOT_LEADER_OR_FOLLOWER, {"leader_id": leader, "leader_epoch": epoch})
+        assert fetched["node_endpoints"] == want_endpoint
+    with RawConn(cluster[leader].bootstrap) as conn:
+        [f] = conn.request(1, 16, _fetch_body(t["topic_id"], epoch + 1))["responses"][0]["partitions"]
+        assert f["error_code"] == UNKNOWN_LEADER_EPOCH
+        [f] = conn.request(1, 16, _fetch_body(t["topic_id"], epoch))["responses"][0]["partitions"]
+        assert f["error_code"] == 0
+        listed = conn.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "current_leader_epoch": epoch + 1, "timestamp": -1}]}]})
+        assert listed["topics"][0]["partitions"][0]["error_code"] == UNKNOWN_LEADER_EPOCH
+
+
+def _fetch_body(topic_id: bytes, leader_epoch: int) -> dict[str, Any]:
+    return {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition": 0, "current_leader_epoch": leader_epoch, "fetch_offset": 0, "last_fetched_epoch": -1,
+                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": [], "rack_id": ""}

@@ -36,8 +36,7 @@ Follower (this broker is a replica, another the leader):
 
 Not yet: inter-broker security (followers connect to the leader's first listener as
 PLAINTEXT clients), transactions on replicated partitions (markers are not replicated as
-such), SQL databases; leader epochs are not shown to clients (Metadata gives -1, so clients
-do not validate positions with OffsetForLeaderEpoch after a change of leader).
+such), SQL databases.
 """
 
 from __future__ import annotations
@@ -187,6 +186,16 @@ class Replication:
         """The partition's state when this broker leads it replicated, else None."""
         led = self._led.get((topic.db, partition))
         return None if led is None else led.state
+
+    def leader_hint(self, topic: Topic, partition: int) -> tuple[int, int, tuple[str, int] | None] | None:
+        """A shared partition's (leader, leader epoch, the leader's address when it is live),
+        for answers that tell a client where the partition went (KIP-951); None for a
+        partition of this broker alone."""
+        state = self._topics.partition_state(topic, partition)
+        if state is None:
+            return None
+        info = self._membership.view.brokers.get(state.leader)
+        return state.leader, state.epoch, None if info is None else (info.host, info.port)
 
     def follower_fetched(self, topic: Topic, partition: int, replica: int, offset: int,
                          current_epoch: int) -> ErrorCode | None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import DataPlane
+from tmqgate.broker.handlers.leader_hints import point_to_leaders
 from tmqgate.broker.quotas import parked
 from tmqgate.protocol.errors import ErrorCode
 
@@ -86,7 +87,13 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
                 continue
             await ctx.notifier.wait(watched, remaining)
     # session_id 0: we keep no fetch sessions (KIP-227), so clients send full fetches.
-    return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+    answer: dict[str, Any] = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+    if req.api_version >= 12 and ctx.replication is not None:
+        endpoints = point_to_leaders(ctx, [(topic, e) for (_, topic), r in zip(wanted, responses, strict=True)
+                                           for e in r["partitions"]], "partition_index")
+        if req.api_version >= 16:
+            answer["node_endpoints"] = endpoints
+    return answer
 
 
 def _denied(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], by_id: bool) -> list[bool] | None:
@@ -124,7 +131,8 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                                      "last_stable_offset": -1, "log_start_offset": -1,
                                      "aborted_transactions": None, "preferred_read_replica": -1,
                                      "records": b""}
-            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED if refused else partition_error(topic, index, missing_by_id)
+            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED if refused else partition_error(
+                topic, index, missing_by_id, p.get("current_leader_epoch", -1) if replica < 0 else -1)
             if error is None and replica >= 0:
                 assert topic is not None and ctx.replication is not None
                 error = ctx.replication.follower_fetched(topic, index, replica, p["fetch_offset"],

@@ -76,7 +76,7 @@ async def list_offsets(ctx: DataPlane, req: Request) -> dict[str, Any]:
             entry: dict[str, Any] = {"partition_index": index, "error_code": 0, "timestamp": -1,
                                      "offset": -1, "leader_epoch": -1}
             error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if allowed is not None and t["name"] not in allowed
-                     else ctx.topics.partition_error(topic, index))
+                     else ctx.topics.partition_error(topic, index, leader_epoch=p.get("current_leader_epoch", -1)))
             if error is not None:
                 entry["error_code"] = int(error)
                 parts.append(entry)

@@ -19,7 +19,9 @@ api = apis_with(ClusterApis)
 
 ZERO_UUID = bytes(16)
 NOT_REQUESTED = -2147483648  # *_authorized_operations when the client did not ask for them
-# Leader epoch -1 tells clients we do not track epochs, so they skip epoch validation.
+# Leader epoch -1 for a partition of this broker alone: clients skip epoch validation. A
+# partition placed on a cluster shows its leader epoch, which clients then send back
+# (current_leader_epoch) and validate their positions with (OffsetForLeaderEpoch, KIP-320).
 LEADER_EPOCH = -1
 
 
@@ -44,7 +46,7 @@ def topic_metadata(ctx: ClusterApis, topic: Topic) -> dict[str, Any]:
             continue
         partitions.append({
             "error_code": int(ErrorCode.LEADER_NOT_AVAILABLE) if state.leader < 0 else 0,
-            "partition_index": p, "leader_id": state.leader, "leader_epoch": LEADER_EPOCH,
+            "partition_index": p, "leader_id": state.leader, "leader_epoch": state.epoch,
             "replica_nodes": list(state.replicas), "isr_nodes": list(state.isr),
             "offline_replicas": [r for r in state.replicas if r not in live]})
     return {

@@ -19,6 +19,7 @@ from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.client import current_client
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import DataPlane
+from tmqgate.broker.handlers.leader_hints import point_to_leaders
 from tmqgate.broker.tdengine import IngestError, ingest
 from tmqgate.broker.topic_configs import is_compacted
 from tmqgate.broker.topics import INTERNAL, TMQ, TSDB
@@ -130,7 +131,16 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                 entry.update(error_code=int(ErrorCode.REQUEST_TIMED_OUT), base_offset=-1)
     if acks == 0:
         return None
-    return {"responses": responses, "throttle_time_ms": 0}
+    answer: dict[str, Any] = {"responses": responses, "throttle_time_ms": 0}
+    if req.api_version >= 10 and replication is not None:
+        answer["node_endpoints"] = point_to_leaders(ctx, [(t, e) for t, entries in _by_topic(ctx, responses, by_id)
+                                                          for e in entries], "index")
+    return answer
+
+
+def _by_topic(ctx: DataPlane, responses: list[dict[str, Any]], by_id: bool) -> list[tuple[Topic | None, list[Any]]]:
+    return [(ctx.topics.by_id(r["topic_id"]) if by_id else ctx.topics.get(r["name"]), r["partition_responses"])
+            for r in responses]
 
 
 def _offset_span(records: bytes) -> int:
