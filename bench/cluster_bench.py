@@ -246,13 +246,17 @@ def section(results: dict[str, Any], args: argparse.Namespace, started: str, sec
         "broker session (2 s) for the cluster to notice, the election, and the client's metadata refresh "
         "and retry. The cluster tests' soak (`compat_tests/test_cluster_replication.py`, figures in the CI "
         "log) measures the same under heavier load, with a history check. The end-to-end figures are far "
-        "above the single-node ones (section 3) on both brokers, and the cause is not established: on "
-        "tmqgate one message at a time is acknowledged in 1–2 ms and a waiting Fetch is answered 2 ms after "
-        "the produce call (a probe), but at 1,000 produce requests/s of one message each (linger.ms=0) the "
-        "median grows with what the cluster holds — 1.3 ms on a fresh cluster holding only that topic, 72 ms "
-        "once an idle 4-partition replicated topic exists, 118 ms after 20,000 records into it — and Kafka "
-        "gave a 752 ms median on a fresh cluster. Every acknowledgement and every read there waits for a "
-        "fetch round of both followers, on two cores shared by six processes.", ""])
+        "above the single-node ones (section 3) on both brokers, and grow with the length of the run: with "
+        "linger.ms=0 each message is a Produce request of its own (a probe counted 6,961 Produce requests "
+        "for ~7,000 messages on the leader, each with a Fetch from both followers and one from the consumer), "
+        "a broker answers one request of a connection at a time (Kafka mutes the connection the same way), "
+        "and an acks=all answer waits for a fetch round of both followers. When a round takes more than 1 ms "
+        "the 1,000 requests/s queue up on the producer's connection and each waits behind the earlier ones; "
+        "the machine is not the limit (load average 0.5 during a 146 ms-median probe). On tmqgate a round "
+        "takes under 1 ms on a cluster holding only that topic (median 1.3 ms) and more once the followers' "
+        "fetches also carry other partitions (an idle 4-partition topic: 72 ms; after 20,000 records into "
+        "it: 118 ms); Kafka gave a 752 ms median even on a fresh cluster. A remedy for tmqgate, not built: "
+        "let a connection's next requests proceed while an acks=all answer waits, sending answers in order.", ""])
 
 
 def _rewrite(out: Path) -> None:
