@@ -15,7 +15,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,12 +28,20 @@ NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS = 6, 5, 36
 UNKNOWN_LEADER_EPOCH = 75
 
 
-@pytest.fixture
-def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterator[dict[int, Any]]:
-    with three_brokers(pytestconfig, target, tmp_path) as nodes:
-        until(lambda: [len(metadata(p.bootstrap, [])["brokers"]) for p in nodes.values()],
-              lambda seen: seen == [3, 3, 3], "every broker sees the other two")
+@pytest.fixture(scope="module")
+def cluster(pytestconfig: pytest.Config, target: str,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, Any]]:
+    """One cluster for the module's tests (each makes topics of its own; the one that kills a
+    broker starts it again and waits until its partitions are back), and before each test
+    every broker sees the other two."""
+    with three_brokers(pytestconfig, target, tmp_path_factory.mktemp("cluster-topics")) as nodes:
         yield nodes
+
+
+@pytest.fixture(autouse=True)
+def _whole(cluster: dict[int, Any]) -> None:
+    until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in cluster.values()],
+          lambda seen: seen == [3, 3, 3], "every broker sees the other two", 40, retry_errors=True)
 
 
 def _layout(bootstrap: str, topic: str) -> tuple[bytes, list[tuple[int, int, int, list[int]]]]:
