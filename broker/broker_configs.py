@@ -118,6 +118,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("broker.id", INT, "node_id"),
     Setting("log.dirs", STRING, "data_dir"),
     Setting("num.partitions", INT, "num_partitions"),
+    Setting("default.replication.factor", INT, "default_replication_factor"),
     Setting("auto.create.topics.enable", BOOLEAN, "auto_create_topics_enable"),
     Setting("socket.request.max.bytes", INT, "socket_request_max_bytes"),
     Setting("max.connections", INT, "max_connections"),

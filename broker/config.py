@@ -34,6 +34,7 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "socket_request_max_bytes": (1, None),
     "wal_level": (1, 2),
     "num_partitions": (1, None),  # num.partitions: atLeast(1)
+    "default_replication_factor": (1, None),  # default.replication.factor: atLeast(1)
     "offsets_topic_num_partitions": (1, None),  # offsets.topic.num.partitions: atLeast(1)
     "transaction_state_log_num_partitions": (1, None),  # transaction.state.log.num.partitions: atLeast(1)
     "retention_check_interval_ms": (1, None),
@@ -274,6 +275,10 @@ class BrokerConfig:
     auto_create_topics_enable: bool = True
     # num.partitions: the partitions (vnodes) of an auto-created topic or one created with -1.
     num_partitions: int = 1
+    # default.replication.factor: the replicas of each partition of an auto-created topic or
+    # one created with replication factor -1; above 1 only on a cluster of that many live
+    # brokers (else such a create is INVALID_REPLICATION_FACTOR, as Kafka answers it).
+    default_replication_factor: int = 1
     # How often retention runs (log.retention.check.interval.ms in Kafka).
     retention_check_interval_ms: int = 300_000
     # log.cleaner.enable: run the log cleaner, which compacts topics whose cleanup.policy

@@ -2,7 +2,8 @@
 --cluster` processes with a real etcd, or the reference Kafka's KRaft controller with three
 brokers (``compat_tests.kafka_cluster``) — node ids 0, 1, 2 either way, each with
 ``bootstrap``, ``kill()`` (SIGKILL), ``start()`` (again, on its data), ``stop()`` and ``proc``.
-Both are configured alike: a 2 s broker session, and ``replica_lag_time_max_ms`` when given."""
+Both are configured alike: a 2 s broker session, and the replica lag time and the default
+replication factor when given."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ class Nodes(dict[int, Any]):
 
 @contextlib.contextmanager
 def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
-                  lag_ms: int | None = None) -> Iterator[Nodes]:
+                  lag_ms: int | None = None, default_rf: int | None = None) -> Iterator[Nodes]:
+    """``lag_ms``: replica.lag.time.max.ms; ``default_rf``: default.replication.factor."""
     if pytestconfig.getoption("--bootstrap"):
         pytest.skip("--bootstrap given: the cluster tests start their own brokers")
     if target == "kafka":
@@ -47,6 +49,8 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
         if not jars_installed():
             pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
         extra = {} if lag_ms is None else {"replica.lag.time.max.ms": str(lag_ms)}
+        if default_rf is not None:
+            extra["default.replication.factor"] = str(default_rf)
         cluster = start_reference_kafka_cluster(workdir / "kafka", broker_config=extra)
         nodes = Nodes(cluster.brokers)
         nodes.coordination = cluster.controller
@@ -68,6 +72,8 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
     config: dict[str, Any] = {"cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS}
     if lag_ms is not None:
         config["replica_lag_time_max_ms"] = lag_ms
+    if default_rf is not None:
+        config["default_replication_factor"] = default_rf
     nodes = Nodes({n: TmqgateProcess(workdir / f"node{n}", config={"node_id": n, **config}) for n in (0, 1, 2)})
     nodes.etcd = nodes.coordination = etcd
 

@@ -29,6 +29,8 @@ from .kafka_ref import (
 )
 
 CONTROLLER_ID = 100
+#: broker settings the controller needs too: it places the partitions of new topics
+CONTROLLER_KEYS = {"default.replication.factor", "num.partitions"}
 
 
 def _write(path: Path, config: dict[str, str]) -> None:
@@ -117,6 +119,8 @@ def start_reference_kafka_cluster(workdir: Path, node_ids: tuple[int, ...] = (0,
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}",
         "log.dirs": str(controller.workdir / "kafka-logs"),
+        # topic defaults a KRaft controller applies itself (CreateTopics with -1)
+        **{k: v for k, v in (broker_config or {}).items() if k in CONTROLLER_KEYS},
     })
     brokers = {n: RefKafkaBroker(workdir / f"broker{n}", n, free_port()) for n in node_ids}
     for b in brokers.values():

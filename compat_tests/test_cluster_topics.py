@@ -33,8 +33,9 @@ def cluster(pytestconfig: pytest.Config, target: str,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, Any]]:
     """One cluster for the module's tests (each makes topics of its own; the one that kills a
     broker starts it again and waits until its partitions are back), and before each test
-    every broker sees the other two."""
-    with three_brokers(pytestconfig, target, tmp_path_factory.mktemp("cluster-topics")) as nodes:
+    every broker sees the other two. default.replication.factor 3 (the other tests name their
+    replication factor)."""
+    with three_brokers(pytestconfig, target, tmp_path_factory.mktemp("cluster-topics"), default_rf=3) as nodes:
         yield nodes
 
 
@@ -266,3 +267,28 @@ def _fetch_body(topic_id: bytes, leader_epoch: int) -> dict[str, Any]:
                 {"partition": 0, "current_leader_epoch": leader_epoch, "fetch_offset": 0, "last_fetched_epoch": -1,
                  "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
             "forgotten_topics_data": [], "rack_id": ""}
+
+
+def test_default_replication_factor_for_topics_created_without_one(cluster: dict[int, Any]) -> None:
+    """default.replication.factor 3: `kafka-topics --create` without --replication-factor and a
+    topic created automatically by a Metadata request both get three replicas, all in sync."""
+    from . import cli_helpers as cli
+
+    b0, b1 = cluster[0].bootstrap, cluster[1].bootstrap
+    made, auto = f"dflt-{uuid.uuid4().hex[:6]}", f"auto-{uuid.uuid4().hex[:6]}"
+    cli.require_tools()
+    cli.run("kafka-topics", "--bootstrap-server", b0, "--create", "--topic", made, "--partitions", "2")
+    with RawConn(b1) as conn:
+        conn.request(3, 12, {"topics": [{"name": auto, "topic_id": bytes(16)}], "allow_auto_topic_creation": True,
+                             "include_topic_authorized_operations": False})
+
+    def replicas(topic: str) -> list[tuple[int, list[int], list[int]]]:
+        [t] = metadata(b1, [topic], timeout=5)["topics"]
+        assert t["error_code"] == 0, t
+        return sorted((p["partition_index"], sorted(p["replica_nodes"]), sorted(p["isr_nodes"]))
+                      for p in t["partitions"])
+
+    until(lambda: replicas(made), lambda seen: seen == [(0, [0, 1, 2], [0, 1, 2]), (1, [0, 1, 2], [0, 1, 2])],
+          "three replicas of each partition, in sync", retry_errors=True)
+    until(lambda: replicas(auto), lambda seen: seen == [(0, [0, 1, 2], [0, 1, 2])],
+          "the auto-created topic with three replicas", retry_errors=True)

@@ -172,7 +172,7 @@ def _layout(ctx: AdminApis, t: dict[str, Any]) -> tuple[int, int, list[list[int]
         raise TopicError(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
     replication = t["replication_factor"]
     if replication == -1:
-        replication = 1
+        replication = ctx.config.default_replication_factor
     if replication < 1:
         raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          "Replication factor must be larger than 0, or -1 to use the default value.")
