@@ -119,6 +119,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("log.dirs", STRING, "data_dir"),
     Setting("num.partitions", INT, "num_partitions"),
     Setting("default.replication.factor", INT, "default_replication_factor"),
+    Setting("auto.leader.rebalance.enable", BOOLEAN, "auto_leader_rebalance_enable"),
+    Setting("leader.imbalance.check.interval.seconds", LONG, "leader_imbalance_check_interval_seconds"),
     Setting("auto.create.topics.enable", BOOLEAN, "auto_create_topics_enable"),
     Setting("socket.request.max.bytes", INT, "socket_request_max_bytes"),
     Setting("max.connections", INT, "max_connections"),

@@ -31,6 +31,7 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "cluster_session_timeout_ms": (1000, None),
     "replica_lag_time_max_ms": (100, None),
     "replica_fetch_wait_max_ms": (1, None),
+    "leader_imbalance_check_interval_seconds": (1, None),
     "socket_request_max_bytes": (1, None),
     "wal_level": (1, 2),
     "num_partitions": (1, None),  # num.partitions: atLeast(1)
@@ -262,6 +263,12 @@ class BrokerConfig:
     # Kafka's replica.fetch.wait.max.ms: how long a follower's Fetch waits at the leader for
     # new data (lower than replica_lag_time_max_ms, so an idle follower stays in sync).
     replica_fetch_wait_max_ms: int = 500
+    # Kafka's auto.leader.rebalance.enable: on a cluster the controller gives each partition
+    # back to its preferred replica (the first) when that one is live and in sync again — after
+    # a broker came back, its partitions return to it.
+    auto_leader_rebalance_enable: bool = True
+    # Kafka's leader.imbalance.check.interval.seconds: how often the controller does that.
+    leader_imbalance_check_interval_seconds: int = 300
     # socket.request.max.bytes in Kafka: a frame larger than this closes the connection.
     socket_request_max_bytes: int = 104_857_600
     # --- Storage and topics -----------------------------------------------------------------

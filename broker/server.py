@@ -249,7 +249,9 @@ class Broker:
             from tmqgate.broker.cluster.topics import ClusterTopics
 
             self.membership = Membership(self.config.cluster, self.config.node_id, self.advertised,
-                                         self.config.cluster_session_timeout_ms)
+                                         self.config.cluster_session_timeout_ms,
+                                         self.config.leader_imbalance_check_interval_seconds
+                                         if self.config.auto_leader_rebalance_enable else None)
             from tmqgate.broker.cluster.replication import Replication
 
             ClusterTopics(self.membership, self.topics)  # the registry's `cluster` from now on

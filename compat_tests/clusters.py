@@ -36,10 +36,15 @@ class Nodes(dict[int, Any]):
     add: Callable[[int], Any]
 
 
+#: broker settings the cluster tests set, by tmqgate's name: Kafka's name of each
+KAFKA_NAMES = {"default_replication_factor": "default.replication.factor",
+               "leader_imbalance_check_interval_seconds": "leader.imbalance.check.interval.seconds"}
+
+
 @contextlib.contextmanager
 def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
-                  lag_ms: int | None = None, default_rf: int | None = None) -> Iterator[Nodes]:
-    """``lag_ms``: replica.lag.time.max.ms; ``default_rf``: default.replication.factor."""
+                  lag_ms: int | None = None, settings: dict[str, Any] | None = None) -> Iterator[Nodes]:
+    """``lag_ms``: replica.lag.time.max.ms; ``settings``: more, by tmqgate's name (KAFKA_NAMES)."""
     if pytestconfig.getoption("--bootstrap"):
         pytest.skip("--bootstrap given: the cluster tests start their own brokers")
     if target == "kafka":
@@ -49,8 +54,7 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
         if not jars_installed():
             pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
         extra = {} if lag_ms is None else {"replica.lag.time.max.ms": str(lag_ms)}
-        if default_rf is not None:
-            extra["default.replication.factor"] = str(default_rf)
+        extra.update({KAFKA_NAMES[k]: str(v) for k, v in (settings or {}).items()})
         cluster = start_reference_kafka_cluster(workdir / "kafka", broker_config=extra)
         nodes = Nodes(cluster.brokers)
         nodes.coordination = cluster.controller
@@ -72,8 +76,7 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
     config: dict[str, Any] = {"cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS}
     if lag_ms is not None:
         config["replica_lag_time_max_ms"] = lag_ms
-    if default_rf is not None:
-        config["default_replication_factor"] = default_rf
+    config.update(settings or {})
     nodes = Nodes({n: TmqgateProcess(workdir / f"node{n}", config={"node_id": n, **config}) for n in (0, 1, 2)})
     nodes.etcd = nodes.coordination = etcd
 

@@ -29,8 +29,10 @@ from .kafka_ref import (
 )
 
 CONTROLLER_ID = 100
-#: broker settings the controller needs too: it places the partitions of new topics
-CONTROLLER_KEYS = {"default.replication.factor", "num.partitions"}
+#: broker settings the controller needs too: it places the partitions of new topics and
+#: rebalances leaders
+CONTROLLER_KEYS = {"default.replication.factor", "num.partitions", "leader.imbalance.check.interval.seconds",
+                   "auto.leader.rebalance.enable"}
 
 
 def _write(path: Path, config: dict[str, str]) -> None:

@@ -140,3 +140,37 @@ def test_a_preferred_election_gives_the_partition_back_to_its_first_replica(clus
     # the new leader holds every acknowledged record and takes new ones after them
     assert _produce(boot, topic, [b"c0"]) == [5]
     assert _read(boot, topic, 6) == [b"a0", b"a1", b"a2", b"b0", b"b1", b"c0"]
+
+
+@pytest.fixture
+def balancing(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterator[dict[int, Any]]:
+    """Three brokers whose controller checks the leaders' balance every second (Kafka's
+    leader.imbalance.check.interval.seconds; 300 by default)."""
+    with three_brokers(pytestconfig, target, tmp_path, lag_ms=3000,
+                       settings={"leader_imbalance_check_interval_seconds": 1}) as nodes:
+        until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()],
+              lambda seen: seen == [3, 3, 3], "every broker sees the other two", 40, retry_errors=True)
+        yield nodes
+
+
+def test_the_controller_gives_a_partition_back_to_its_preferred_replica(balancing: dict[int, Any]) -> None:
+    """auto.leader.rebalance.enable (on by default): a preferred leader killed and restarted
+    leads its partition again once it is back in sync, without anyone asking — with every
+    acknowledged record."""
+    cluster = balancing
+    boot = ",".join(p.bootstrap for p in cluster.values())
+    topic = f"balance-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": boot})  # kept: a collected client fails its futures
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 0]])])[topic].result(30)
+    until(lambda: _state(cluster[0].bootstrap, topic), lambda s: s == (1, [1, 2, 0], [0, 1, 2]),
+          "broker 1 leads with a full ISR", 40, retry_errors=True)
+    assert _produce(boot, topic, [b"a0", b"a1"]) == [0, 1]
+    cluster[1].kill()
+    until(lambda: _state(cluster[0].bootstrap, topic)[0], lambda leader: leader == 2, "broker 2 leads", 40,
+          retry_errors=True)
+    assert _produce(boot, topic, [b"b0"]) == [2]
+    cluster[1].start()
+    until(lambda: [_state(p.bootstrap, topic)[0] for p in cluster.values()], lambda seen: seen == [1, 1, 1],
+          "broker 1 leads again on every broker", 60, retry_errors=True)
+    assert _produce(boot, topic, [b"c0"]) == [3]
+    assert _read(boot, topic, 4) == [b"a0", b"a1", b"b0", b"c0"]

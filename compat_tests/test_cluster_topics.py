@@ -35,7 +35,8 @@ def cluster(pytestconfig: pytest.Config, target: str,
     broker starts it again and waits until its partitions are back), and before each test
     every broker sees the other two. default.replication.factor 3 (the other tests name their
     replication factor)."""
-    with three_brokers(pytestconfig, target, tmp_path_factory.mktemp("cluster-topics"), default_rf=3) as nodes:
+    with three_brokers(pytestconfig, target, tmp_path_factory.mktemp("cluster-topics"),
+                       settings={"default_replication_factor": 3}) as nodes:
         yield nodes
 
 

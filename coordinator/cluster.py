@@ -299,6 +299,14 @@ def elect_asked(s: PartitionState, election_type: int, live: set[int]) -> tuple[
     return replace(s, leader=alive[0], epoch=s.epoch + 1, isr=(alive[0],)), ErrorCode.NONE
 
 
+def rebalance(p: Placement, live: set[int]) -> Placement:
+    """Kafka's automatic leader rebalance (auto.leader.rebalance.enable), for one topic: each
+    partition whose preferred replica is live and in sync but not leading gets it back (a
+    preferred election, ``elect_asked``); ``p`` itself when none needs it."""
+    states = tuple(elect_asked(s, PREFERRED, live)[0] for s in p.partitions)
+    return p if states == p.partitions else Placement(p.name, p.topic_id, p.configs, states)
+
+
 def placements_from(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, Placement], list[str]]:
     """Every readable placement by topic name, and the keys that did not parse."""
     found: dict[str, Placement] = {}

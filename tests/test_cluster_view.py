@@ -20,6 +20,7 @@ from tmqgate.coordinator.cluster import (
     placement_value,
     placements_from,
     reassign,
+    rebalance,
     topic_key,
     view_from,
 )
@@ -146,3 +147,14 @@ def test_reassignment_is_cancelled_back_to_the_original_replicas_and_validated()
         "The manual partition assignment includes broker 7, but no such broker is registered.")
     assert reassign(s, (0, 1, 2), {0, 1, 2}, allow_factor_change=False)[1:] == (
         ErrorCode.INVALID_REPLICATION_FACTOR, "The replication factor is changed from 2 to 3")
+
+
+def test_rebalance_gives_partitions_back_to_live_in_sync_preferred_replicas() -> None:
+    moved = PartitionState((1, 2, 0), 2, 4, (0, 1, 2))  # 1 is back and in sync: it leads again
+    lagging = PartitionState((0, 1, 2), 1, 2, (1, 2))  # 0 is not in sync yet: stays
+    home = PartitionState((2, 0, 1), 2, 0, (0, 1, 2))
+    p = Placement("t", b"i" * 16, {}, (moved, lagging, home))
+    assert rebalance(p, {0, 1, 2}).partitions == (PartitionState((1, 2, 0), 1, 5, (0, 1, 2)), lagging, home)
+    balanced = Placement("u", b"j" * 16, {}, (lagging, home))
+    assert rebalance(balanced, {0, 1, 2}) is balanced
+    assert rebalance(p, {0, 2}) is p  # 1 is dead

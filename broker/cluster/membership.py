@@ -16,8 +16,11 @@ timeout (``cluster_session_timeout_ms``, Kafka's broker.session.timeout.ms):
 - reads the brokers and the controller into ``view`` (what Metadata and DescribeCluster show);
 - reads the topics' placements (each partition's replicas, leader, leader epoch and ISR) into
   ``placements``; the controller first re-elects the leaders of partitions whose leader is gone
-  (``coordinator.cluster.elect``: a live member of the ISR), each by a compare-and-swap of the
-  topic's value, so a stale controller's write fails instead of overwriting a newer one.
+  (``coordinator.cluster.elect``: a live member of the ISR) and finishes reassignments whose
+  target is in sync, and every ``rebalance_interval_s`` gives partitions back to their
+  preferred replicas (``rebalance``, Kafka's auto.leader.rebalance.enable), each topic by a
+  compare-and-swap of its value, so a stale controller's write fails instead of overwriting a
+  newer one.
 
 The leaders of replicated partitions (broker/cluster/replication.py) change their ISR through
 ``alter_isr``: a compare-and-swap of the topic's value that holds only while this broker still
@@ -62,6 +65,7 @@ from tmqgate.coordinator.cluster import (
     placement_from,
     placement_value,
     placements_from,
+    rebalance,
     topic_key,
     view_from,
 )
@@ -78,7 +82,8 @@ class _Session:
 class Membership:
     """See the module docstring. ``start`` before serving, ``stop`` at shutdown."""
 
-    def __init__(self, url: str, node_id: int, advertised: tuple[str, int], session_timeout_ms: int) -> None:
+    def __init__(self, url: str, node_id: int, advertised: tuple[str, int], session_timeout_ms: int,
+                 rebalance_interval_s: float | None = None) -> None:
         self.endpoints = parse_cluster(url)
         self.node_id = node_id
         self.advertised = advertised
@@ -98,6 +103,9 @@ class Membership:
         #: called in order on the event loop after each round that read etcd (the broker
         #: applies the placements to its topics, then to its replicas)
         self.on_change: list[Callable[[], None]] = []
+        #: the controller's automatic preferred-leader rebalance every so many seconds (None: off)
+        self.rebalance_interval_s = rebalance_interval_s
+        self._rebalanced = time.monotonic()
 
     # ---- in the worker thread ------------------------------------------------------------
 
@@ -131,8 +139,14 @@ class Membership:
             log.warning("cluster: ignoring the unreadable etcd key %s", key)
         if view.controller_id == self.node_id:
             live = set(view.brokers)
+            balance = self.rebalance_interval_s is not None and \
+                time.monotonic() - self._rebalanced >= self.rebalance_interval_s
+            if balance:
+                self._rebalanced = time.monotonic()
             for name, placement in list(placements.items()):
                 elected = elect(placement, live)
+                if balance:
+                    elected = rebalance(elected, live)
                 if elected is not placement and s.client.replace(
                         topic_key(name), placement_value(placement), placement_value(elected)):
                     log.info("cluster: topic %s: leaders %s (were %s)", name,
