@@ -195,6 +195,74 @@ def test_writes_go_on_after_the_coordination_service_restarts(cluster: Any, targ
     figures(f"coordination restart on {target}: acknowledged={total} consumed={consumed} lost=0 duplicated=0")
 
 
+class _GroupReader:
+    """A group consumer (``protocol``: classic or consumer, KIP-848) reading the topic in a
+    thread, committing as it goes; ``seen[p]`` holds every value it got from partition p."""
+
+    def __init__(self, bootstrap: str, topic: str, protocol: str) -> None:
+        conf = {"bootstrap.servers": bootstrap, "group.id": f"{protocol}-{uuid.uuid4().hex[:6]}",
+                "auto.offset.reset": "earliest", "enable.auto.commit": True, "auto.commit.interval.ms": 500,
+                "group.protocol": protocol, "topic.metadata.refresh.interval.ms": 1000}
+        if protocol == "classic":
+            conf["session.timeout.ms"] = 10000
+        self.consumer = Consumer(conf)
+        self.consumer.subscribe([topic])
+        self.seen: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stopped.is_set():
+                msg = self.consumer.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    self.seen[msg.partition()].append(int(msg.value()))
+        finally:
+            self.consumer.close()
+
+    def missing(self, acked: dict[int, list[int]]) -> int:
+        return sum(len(set(acked[p]) - set(self.seen[p])) for p in acked)
+
+
+def test_group_consumers_keep_going_through_leader_kills(cluster: dict[int, Any], target: str,
+                                                        figures: Callable[[str], None]) -> None:
+    """A classic and a KIP-848 group consumer read the topic while the leaders of two partitions
+    are killed -9 and restarted under the producer's load: each keeps consuming and in the end
+    has every acknowledged record (at least once — a consumer may read again what it had not
+    committed, and on tmqgate a group coordinator's death loses the group's offsets, issue 16
+    step 4, so its consumer starts again from the beginning)."""
+    topic = _replicated_topic(cluster)
+    boot = ",".join(p.bootstrap for p in cluster.values())
+    load = _Load(boot, topic)
+    load.thread.start()
+    readers = [_GroupReader(boot, topic, protocol) for protocol in ("classic", "consumer")]
+    try:
+        _until(load.count, lambda c: c >= 300, "the producer under way")
+        for partition in (0, 1):
+            _kill_and_restart_leader(cluster, topic, load, partition)
+            for r in readers:  # each group reads on after the failover
+                before = sum(map(len, r.seen.values()))
+                _until(lambda r=r: sum(map(len, r.seen.values())), lambda n, b=before: n >= b + 100,
+                       "the group consuming after the failover", timeout=60)
+    finally:
+        load.stopped.set()
+        load.thread.join(150)
+    try:
+        assert not load.failed, load.failed[:5]
+        for r in readers:
+            _until(lambda r=r: r.missing(load.acked), lambda n: n == 0, "every acknowledged record consumed",
+                   timeout=90)
+    finally:
+        for r in readers:
+            r.stopped.set()
+            r.thread.join(30)
+    figures(f"group consumers through 2 leader kills on {target}: acknowledged={load.count()} " + " ".join(
+        f"{p}: read={sum(map(len, r.seen.values()))} read again={sum(len(v) - len(set(v)) for v in r.seen.values())} "
+        "missing=0"
+        for p, r in zip(("classic", "consumer"), readers, strict=True)))
+
+
 def _replicated_topic(cluster: dict[int, Any]) -> str:
     """A new topic of 3 partitions, replication factor 3, min.insync.replicas 2, known to all."""
     topic = f"repl-{uuid.uuid4().hex[:6]}"
