@@ -126,3 +126,43 @@ def metadata(bootstrap: str, topics: list[str] | None, timeout: float = 15.0) ->
         return conn.request(METADATA, 12, {
             "topics": None if topics is None else [{"name": t, "topic_id": bytes(16)} for t in topics],
             "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+
+
+def partition0(bootstrap: str, topic: str) -> tuple[int, list[int], list[int]]:
+    """Partition 0's (leader, replicas in their order, sorted ISR) as one broker answers."""
+    [t] = metadata(bootstrap, [topic], timeout=5)["topics"]
+    [p] = t["partitions"]
+    return p["leader_id"], list(p["replica_nodes"]), sorted(p["isr_nodes"])
+
+
+def produce_to_partition0(bootstrap: str, topic: str, values: list[bytes]) -> list[int]:
+    """``values`` by an idempotent acks=all producer to partition 0: the offsets acknowledged
+    (-1 for a failed one), in the order of the acknowledgements."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    offsets: list[int] = []
+    for v in values:
+        producer.produce(topic, v, partition=0,
+                         on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()))
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return offsets
+
+
+def read_partition0(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    """The first ``count`` values (at least) of partition 0, read from offset 0."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    try:
+        until(lambda: got.extend(m.value() for m in consumer.consume(500, 0.5) if m.error() is None) or len(got),
+              lambda n: n >= count, f"{count} records read", 60)
+    finally:
+        consumer.close()
+    return got

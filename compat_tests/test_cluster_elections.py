@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from . import cli_helpers as cli
-from .clusters import metadata, three_brokers, until
+from .clusters import metadata, partition0, produce_to_partition0, read_partition0, three_brokers, until
 from .raw import RawConn
 
 ELECT_LEADERS = 43
@@ -37,11 +36,6 @@ def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterato
         yield nodes
 
 
-def _state(bootstrap: str, topic: str) -> tuple[int, list[int], list[int]]:
-    """Partition 0's (leader, replicas in order, ISR) as one broker answers."""
-    [t] = metadata(bootstrap, [topic], timeout=5)["topics"]
-    [p] = t["partitions"]
-    return p["leader_id"], list(p["replica_nodes"]), sorted(p["isr_nodes"])
 
 
 def _elect(bootstrap: str, election_type: int, partitions: dict[str, list[int]] | None) -> tuple[int, dict]:
@@ -55,27 +49,8 @@ def _elect(bootstrap: str, election_type: int, partitions: dict[str, list[int]] 
                                 for r in body["replica_election_results"] for p in r["partition_result"]}
 
 
-def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[int]:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
-    offsets: list[int] = []
-    for v in values:
-        producer.produce(topic, v, partition=0,
-                         on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()))
-    assert producer.flush(60) == 0
-    return offsets
 
 
-def _read(bootstrap: str, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    try:
-        until(lambda: got.extend(m.value() for m in consumer.consume(100, 0.5) if m.error() is None) or len(got),
-              lambda n: n >= count, f"{count} records read", 60)
-    finally:
-        consumer.close()
-    return got
 
 
 def test_a_preferred_election_gives_the_partition_back_to_its_first_replica(cluster: dict[int, Any]) -> None:
@@ -85,9 +60,9 @@ def test_a_preferred_election_gives_the_partition_back_to_its_first_replica(clus
     # replicas 1, 2, 0: broker 1 is the preferred leader
     new = NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 0]], config={"min.insync.replicas": "2"})
     admin.create_topics([new])[topic].result(30)
-    until(lambda: _state(cluster[0].bootstrap, topic), lambda s: s == (1, [1, 2, 0], [0, 1, 2]),
+    until(lambda: partition0(cluster[0].bootstrap, topic), lambda s: s == (1, [1, 2, 0], [0, 1, 2]),
           "broker 1 leads with a full ISR", 40, retry_errors=True)
-    assert _produce(boot, topic, [b"a0", b"a1", b"a2"]) == [0, 1, 2]
+    assert produce_to_partition0(boot, topic, [b"a0", b"a1", b"a2"]) == [0, 1, 2]
 
     # nothing to do while the preferred leader leads; an unknown topic and partition answered per partition
     error, results = _elect(cluster[0].bootstrap, PREFERRED, {topic: [0, 7], "no-such-topic": [0]})
@@ -98,15 +73,15 @@ def test_a_preferred_election_gives_the_partition_back_to_its_first_replica(clus
     # the preferred leader dies: the next in-sync replica (2) takes over; while 1 is away a
     # preferred election cannot happen and an unclean one is not needed
     cluster[1].kill()
-    until(lambda: _state(cluster[0].bootstrap, topic)[0], lambda leader: leader == 2, "broker 2 leads", 40,
+    until(lambda: partition0(cluster[0].bootstrap, topic)[0], lambda leader: leader == 2, "broker 2 leads", 40,
           retry_errors=True)
-    assert _produce(boot, topic, [b"b0", b"b1"]) == [3, 4]
+    assert produce_to_partition0(boot, topic, [b"b0", b"b1"]) == [3, 4]
     assert _elect(cluster[0].bootstrap, PREFERRED, {topic: [0]}) == (NONE, {(topic, 0): PREFERRED_LEADER_NOT_AVAILABLE})
     assert _elect(cluster[2].bootstrap, UNCLEAN, {topic: [0]}) == (NONE, {(topic, 0): ELECTION_NOT_NEEDED})
 
     # back, it catches up and rejoins the ISR, but broker 2 keeps leading
     cluster[1].start()
-    until(lambda: _state(cluster[0].bootstrap, topic), lambda s: s[0] == 2 and s[2] == [0, 1, 2],
+    until(lambda: partition0(cluster[0].bootstrap, topic), lambda s: s[0] == 2 and s[2] == [0, 1, 2],
           "broker 1 back in the ISR", 60, retry_errors=True)
 
     # kafka-leader-election --election-type PREFERRED moves the leadership back to broker 1
@@ -114,7 +89,7 @@ def test_a_preferred_election_gives_the_partition_back_to_its_first_replica(clus
     out = cli.run("kafka-leader-election", "--bootstrap-server", cluster[0].bootstrap,
                   "--election-type", "PREFERRED", "--topic", topic, "--partition", "0")
     assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" in out.stdout, out.stdout
-    until(lambda: [_state(p.bootstrap, topic)[0] for p in cluster.values()], lambda seen: seen == [1, 1, 1],
+    until(lambda: [partition0(p.bootstrap, topic)[0] for p in cluster.values()], lambda seen: seen == [1, 1, 1],
           "every broker names broker 1 the leader", 30, retry_errors=True)
     # asked again, for every partition of every topic: this one needs nothing (an internal
     # topic's partitions may, on Kafka), and afterwards nothing is left to elect or listed
@@ -138,8 +113,8 @@ def test_a_preferred_election_gives_the_partition_back_to_its_first_replica(clus
             assert answer["responses"][0]["partitions"][0]["error_code"] == error
 
     # the new leader holds every acknowledged record and takes new ones after them
-    assert _produce(boot, topic, [b"c0"]) == [5]
-    assert _read(boot, topic, 6) == [b"a0", b"a1", b"a2", b"b0", b"b1", b"c0"]
+    assert produce_to_partition0(boot, topic, [b"c0"]) == [5]
+    assert read_partition0(boot, topic, 6) == [b"a0", b"a1", b"a2", b"b0", b"b1", b"c0"]
 
 
 @pytest.fixture
@@ -162,15 +137,15 @@ def test_the_controller_gives_a_partition_back_to_its_preferred_replica(balancin
     topic = f"balance-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": boot})  # kept: a collected client fails its futures
     admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 0]])])[topic].result(30)
-    until(lambda: _state(cluster[0].bootstrap, topic), lambda s: s == (1, [1, 2, 0], [0, 1, 2]),
+    until(lambda: partition0(cluster[0].bootstrap, topic), lambda s: s == (1, [1, 2, 0], [0, 1, 2]),
           "broker 1 leads with a full ISR", 40, retry_errors=True)
-    assert _produce(boot, topic, [b"a0", b"a1"]) == [0, 1]
+    assert produce_to_partition0(boot, topic, [b"a0", b"a1"]) == [0, 1]
     cluster[1].kill()
-    until(lambda: _state(cluster[0].bootstrap, topic)[0], lambda leader: leader == 2, "broker 2 leads", 40,
+    until(lambda: partition0(cluster[0].bootstrap, topic)[0], lambda leader: leader == 2, "broker 2 leads", 40,
           retry_errors=True)
-    assert _produce(boot, topic, [b"b0"]) == [2]
+    assert produce_to_partition0(boot, topic, [b"b0"]) == [2]
     cluster[1].start()
-    until(lambda: [_state(p.bootstrap, topic)[0] for p in cluster.values()], lambda seen: seen == [1, 1, 1],
+    until(lambda: [partition0(p.bootstrap, topic)[0] for p in cluster.values()], lambda seen: seen == [1, 1, 1],
           "broker 1 leads again on every broker", 60, retry_errors=True)
-    assert _produce(boot, topic, [b"c0"]) == [3]
-    assert _read(boot, topic, 4) == [b"a0", b"a1", b"b0", b"c0"]
+    assert produce_to_partition0(boot, topic, [b"c0"]) == [3]
+    assert read_partition0(boot, topic, 4) == [b"a0", b"a1", b"b0", b"c0"]

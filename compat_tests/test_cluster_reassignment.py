@@ -16,11 +16,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from . import cli_helpers as cli
-from .clusters import Nodes, metadata, three_brokers, until
+from .clusters import (
+    Nodes,
+    metadata,
+    partition0,
+    produce_to_partition0,
+    read_partition0,
+    three_brokers,
+    until,
+)
 from .raw import RawConn
 
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
@@ -35,11 +42,6 @@ def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterato
         yield nodes
 
 
-def _state(bootstrap: str, topic: str) -> tuple[int, list[int], list[int]]:
-    """Partition 0's (leader, replicas in order, sorted ISR) as one broker answers."""
-    [t] = metadata(bootstrap, [topic], timeout=5)["topics"]
-    [p] = t["partitions"]
-    return p["leader_id"], list(p["replica_nodes"]), sorted(p["isr_nodes"])
 
 
 def _alter(bootstrap: str, topics: dict[str, dict[int, list[int] | None]]) -> dict[tuple[str, int], int]:
@@ -61,28 +63,8 @@ def _running(bootstrap: str) -> list[tuple[str, int, list[int], list[int], list[
             for t in body["topics"] for p in t["partitions"]]
 
 
-def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[int]:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
-    offsets: list[int] = []
-    for v in values:
-        producer.produce(topic, v, partition=0,
-                         on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()))
-        producer.poll(0)
-    assert producer.flush(60) == 0
-    return offsets
 
 
-def _read(bootstrap: str, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    try:
-        until(lambda: got.extend(m.value() for m in consumer.consume(500, 0.5) if m.error() is None) or len(got),
-              lambda n: n >= count, f"{count} records read", 60)
-    finally:
-        consumer.close()
-    return got
 
 
 def test_a_partition_moved_onto_a_broker_added_to_the_running_cluster(cluster: Nodes, tmp_path: Path) -> None:
@@ -90,10 +72,10 @@ def test_a_partition_moved_onto_a_broker_added_to_the_running_cluster(cluster: N
     topic = f"move-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": boot})  # kept: a collected client fails its futures
     admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[0, 1]])])[topic].result(30)
-    until(lambda: _state(cluster[2].bootstrap, topic), lambda s: s == (0, [0, 1], [0, 1]),
+    until(lambda: partition0(cluster[2].bootstrap, topic), lambda s: s == (0, [0, 1], [0, 1]),
           "broker 0 leads with both replicas in sync", 40, retry_errors=True)
     first = [f"a{i}".encode() for i in range(300)]
-    assert _produce(boot, topic, first) == list(range(300))
+    assert produce_to_partition0(boot, topic, first) == list(range(300))
 
     # a fourth broker joins the running cluster: every broker lists it
     cluster.add(3)
@@ -120,10 +102,10 @@ def test_a_partition_moved_onto_a_broker_added_to_the_running_cluster(cluster: N
                           "--reassignment-json-file", str(plan), "--verify").stdout,
           lambda text: f"Reassignment of partition {topic}-0 is completed." in text, "the reassignment completed", 60)
     # every broker: replicas [3, 1], led by broker 3 (the old leader left the replicas), both in sync
-    until(lambda: [_state(p.bootstrap, topic) for p in cluster.values()],
+    until(lambda: [partition0(p.bootstrap, topic) for p in cluster.values()],
           lambda seen: seen == [(3, [3, 1], [1, 3])] * 4, "the new placement everywhere", 40, retry_errors=True)
     assert _running(cluster[0].bootstrap) == []
 
     # broker 3 holds every acknowledged record and takes new ones after them
-    assert _produce(boot, topic, [b"b0", b"b1"]) == [300, 301]
-    assert _read(cluster[3].bootstrap, topic, 302) == first + [b"b0", b"b1"]
+    assert produce_to_partition0(boot, topic, [b"b0", b"b1"]) == [300, 301]
+    assert read_partition0(cluster[3].bootstrap, topic, 302) == first + [b"b0", b"b1"]

@@ -92,19 +92,7 @@ class ClusterTopics:
         await self._membership.refresh()
         if name in self._membership.placements or registry.get(name) is not None:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        live = sorted(self._membership.view.brokers)
-        if replicas is not None:
-            unknown = sorted({r for rs in replicas for r in rs} - set(live))
-            if unknown:
-                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                 f"The manual partition assignment includes broker(s) {unknown} "
-                                 "that are not registered.")
-            states = tuple(PartitionState(tuple(rs), rs[0], 0, tuple(rs)) for rs in replicas)
-        else:
-            try:  # Kafka starts each topic's round-robin at a random broker
-                states = assign(partitions, replication_factor, live, random.randrange(len(live) or 1))
-            except ValueError as exc:
-                raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)) from None
+        states = _placed(replicas, partitions, replication_factor, sorted(self._membership.view.brokers))
         topic_id = random.randbytes(16)
         placement = Placement(name, topic_id, dict(checked.configs), states)
         try:
@@ -143,7 +131,6 @@ class ClusterTopics:
         assert placement is not None and placement.topic_id == topic.topic_id
         current = len(placement.partitions)
         factor = len(placement.partitions[0].replicas)
-        live = sorted(self._membership.view.brokers)
         if assignments is not None:
             if len(assignments) != count - current:
                 raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -154,17 +141,7 @@ class ClusterTopics:
                     raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                      f"The manual partition assignment {replicas} does not name {factor} distinct "
                                      "brokers, the topic's replication factor.")
-                unknown = sorted(set(replicas) - set(live))
-                if unknown:
-                    raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                     f"The manual partition assignment includes broker(s) {unknown} "
-                                     "that are not registered.")
-            new = tuple(PartitionState(tuple(rs), rs[0], 0, tuple(rs)) for rs in assignments)
-        else:
-            try:
-                new = assign(count - current, factor, live, random.randrange(len(live) or 1))
-            except ValueError as exc:
-                raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)) from None
+        new = _placed(assignments, count - current, factor, sorted(self._membership.view.brokers))
         if validate_only:
             return
 
@@ -267,3 +244,19 @@ class ClusterTopics:
             if error == ErrorCode.NONE:
                 log.info("cluster: %s-%d: %s", name, p, done)
         return [(p, *results[p]) for p in asked]
+
+
+def _placed(replicas: list[list[int]] | None, partitions: int, factor: int, live: list[int]) -> tuple[PartitionState, ...]:
+    """New partitions' states: the replicas asked for (every broker named registered, else
+    INVALID_REPLICA_ASSIGNMENT), or ``partitions`` placed as Kafka places them — its round-robin
+    from a random broker (INVALID_REPLICATION_FACTOR with fewer live brokers than ``factor``)."""
+    if replicas is not None:
+        unknown = sorted({r for rs in replicas for r in rs} - set(live))
+        if unknown:
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"The manual partition assignment includes broker(s) {unknown} that are not registered.")
+        return tuple(PartitionState(tuple(rs), rs[0], 0, tuple(rs)) for rs in replicas)
+    try:
+        return assign(partitions, factor, live, random.randrange(len(live) or 1))
+    except ValueError as exc:
+        raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)) from None
