@@ -54,7 +54,7 @@ async def alter_partition_reassignments(ctx: AdminApis, req: Request) -> dict[st
                              for p in parts]
             continue
         alone = PartitionState((node,), node, 0, (node,))  # this broker's only replica
-        rows = []
+        rows: list[tuple[int, ErrorCode, str | None]] = []
         for p, target in parts.items():
             if not 0 <= p < topic.partitions:
                 rows.append((p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {name}:{p}."))
