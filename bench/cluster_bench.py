@@ -47,7 +47,6 @@ from bench.security_bench import splice
 
 BENCH_DIR = Path(__file__).resolve().parent
 SECTION = "## Replicated cluster"
-SESSION_MS = 2000
 RF, MIN_ISR = 3, 2
 TOPIC_CONFIG = {"min.insync.replicas": str(MIN_ISR)}
 RATE = 1000
@@ -65,24 +64,10 @@ class Cluster:
 
 @contextmanager
 def tmqgate_cluster(workdir: Path) -> Iterator[Cluster]:
-    from compat_tests.brokers import TmqgateProcess
-    from compat_tests.etcd import EtcdProcess
+    from compat_tests.clusters import tmqgate_cluster as start
 
-    etcd = EtcdProcess(workdir / "etcd")
-    etcd.start()
-    config = {**TMQGATE_CONFIG, "cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS}
-    nodes = {n: TmqgateProcess(workdir / f"node{n}", config={"node_id": n, **config}) for n in (0, 1, 2)}
-    try:
-        for p in nodes.values():
-            p.start()
+    with start(workdir, TMQGATE_CONFIG) as nodes:
         yield Cluster("tmqgate", ",".join(p.bootstrap for p in nodes.values()), nodes)
-    finally:
-        for p in nodes.values():
-            try:
-                p.stop()
-            except Exception:  # noqa: BLE001 - killed already
-                p.kill()
-        etcd.stop()
 
 
 @contextmanager

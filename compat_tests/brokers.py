@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +72,16 @@ TEST_DEFAULTS: dict[str, Any] = {"group_initial_rebalance_delay_ms": 0}
 
 
 class ChildProcess:
-    """A broker run as a child process ``proc`` that writes to ``log_path``: ``kill`` (SIGKILL,
-    then up to ``kill_wait`` s for it to end), ``stop`` (SIGTERM, SIGKILL after 20 s) and
-    ``log_tail``. (TmqgateProcess; kafka_cluster.RefKafkaBroker.)"""
+    """A server run as a child process ``proc`` that writes to ``log_path``: ``kill`` (SIGKILL,
+    then up to ``kill_wait`` s for it to end), ``stop`` (SIGTERM, SIGKILL after ``stop_wait``
+    s) and ``log_tail``. (TmqgateProcess; kafka_cluster.RefKafkaBroker;
+    connect_helpers.ConnectWorker.)"""
 
     proc: subprocess.Popen[bytes] | None
     log_path: Path
     kill_wait = 10.0
+    stop_wait = 20.0
+    tail_lines = 60
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -88,15 +92,24 @@ class ChildProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(20)
+                self.proc.wait(self.stop_wait)
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def log_tail(self, n: int = 60) -> str:
+    def log_tail(self, n: int | None = None) -> str:
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-(n or self.tail_lines):])
         except OSError:
             return ""
+
+
+def stop_all(processes: Iterable[ChildProcess]) -> None:
+    """Stop each (SIGTERM); one the test left dead or hung is killed."""
+    for p in processes:
+        try:
+            p.stop()
+        except Exception:  # noqa: BLE001 - killed by the test already
+            p.kill()
 
 
 class TmqgateProcess(ChildProcess, BrokerProcess):

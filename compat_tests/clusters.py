@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from .brokers import TmqgateProcess
+from .brokers import TmqgateProcess, stop_all
 from .etcd import EtcdProcess
 from .raw import RawConn
 
@@ -71,12 +71,18 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
         return
     if shutil.which("etcd") is None:
         pytest.skip("etcd not installed (scripts/install_etcd.sh)")
+    config: dict[str, Any] = {**({} if lag_ms is None else {"replica_lag_time_max_ms": lag_ms}), **(settings or {})}
+    with tmqgate_cluster(workdir, config) as nodes:
+        yield nodes
+
+
+@contextlib.contextmanager
+def tmqgate_cluster(workdir: Path, config: dict[str, Any]) -> Iterator[Nodes]:
+    """A real etcd and three `tmqgate serve --cluster` nodes (ids 0, 1, 2) with a 2 s session
+    and ``config``; stopped (or killed) at the end with etcd. Also bench/cluster_bench.py's."""
     etcd = EtcdProcess(workdir / "etcd")
     etcd.start()
-    config: dict[str, Any] = {"cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS}
-    if lag_ms is not None:
-        config["replica_lag_time_max_ms"] = lag_ms
-    config.update(settings or {})
+    config = {"cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS, **config}
     nodes = Nodes({n: TmqgateProcess(workdir / f"node{n}", config={"node_id": n, **config}) for n in (0, 1, 2)})
     nodes.etcd = nodes.coordination = etcd
 
@@ -91,11 +97,7 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
             p.start()
         yield nodes
     finally:
-        for p in nodes.values():
-            try:
-                p.stop()
-            except Exception:  # noqa: BLE001 - killed by the test already
-                p.kill()
+        stop_all(nodes.values())
         etcd.stop()
 
 

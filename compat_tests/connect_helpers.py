@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .brokers import ChildProcess
 from .helpers import free_port, wait_until
 from .kafka_ref import BIN_DIR
 
@@ -33,8 +33,11 @@ def connect_jars_installed() -> bool:
     return any(CONNECT_LIB_DIR.glob("connect-runtime-*.jar")) and any(CONNECT_LIB_DIR.glob("connect-file-*.jar"))
 
 
-class ConnectWorker:
+class ConnectWorker(ChildProcess):
     """One distributed Connect worker process."""
+
+    kill_wait = stop_wait = 30.0
+    tail_lines = 80
 
     def __init__(self, workdir: Path, bootstrap: str, group: str, *, name: str = "worker",
                  extra: dict[str, str] | None = None) -> None:
@@ -140,22 +143,3 @@ class ConnectWorker:
         if failed:
             raise AssertionError(f"connector {name} task failed: {failed}")
         return len(states) == tasks and all(x == "RUNNING" for x in states)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log_tail(self, n: int = 80) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from .brokers import TmqgateProcess
+from .brokers import TmqgateProcess, stop_all
 from .clusters import metadata, until
 from .etcd import EtcdProcess
 from .raw import RawConn
@@ -85,11 +85,7 @@ def test_three_brokers_see_each_other_and_the_controller_moves_when_it_dies(tmp_
         for p in nodes.values():
             until(lambda p=p: _listed(p.bootstrap), lambda m: m[0] == everyone, "the restarted broker listed again")
     finally:
-        for p in nodes.values():
-            try:
-                p.stop()
-            except Exception:  # noqa: BLE001 - one may be dead already
-                p.kill()
+        stop_all(nodes.values())
 
 
 def test_a_broker_that_cannot_reach_etcd_refuses_to_start(tmp_path: Path) -> None:

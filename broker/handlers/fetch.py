@@ -88,7 +88,7 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
             await ctx.notifier.wait(watched, remaining)
     # session_id 0: we keep no fetch sessions (KIP-227), so clients send full fetches.
     answer: dict[str, Any] = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
-    if req.api_version >= 12 and ctx.replication is not None:
+    if errors and req.api_version >= 12 and ctx.replication is not None:  # only an error names a leader
         endpoints = point_to_leaders(ctx, [(topic, e) for (_, topic), r in zip(wanted, responses, strict=True)
                                            for e in r["partitions"]], "partition_index")
         if req.api_version >= 16:

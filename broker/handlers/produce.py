@@ -61,6 +61,7 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
             raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     responses = []
     replicated: list[tuple[dict[str, Any], Topic, int, int]] = []  # acks=all waits: (entry, topic, partition, end)
+    refused: list[tuple[Topic | None, dict[str, Any]]] = []  # (topic, entry) of each partition answered an error
     replication = ctx.replication
     for topic_data in body["topic_data"]:
         topic = (ctx.topics.by_id(topic_data["topic_id"]) if by_id
@@ -119,6 +120,7 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
                     ctx.metrics.error(ApiKey.PRODUCE, entry["error_code"])
                 if ctx.limited_log is not None:
                     _log_rejected(ctx, req, topic_data.get("name") or (topic.name if topic else "?"), index, entry)
+                refused.append((topic, entry))
             partitions.append(entry)
         responses.append({"name": topic_data.get("name"), "topic_id": topic_data.get("topic_id"),
                           "partition_responses": partitions})
@@ -132,15 +134,9 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
     if acks == 0:
         return None
     answer: dict[str, Any] = {"responses": responses, "throttle_time_ms": 0}
-    if req.api_version >= 10 and replication is not None:
-        answer["node_endpoints"] = point_to_leaders(ctx, [(t, e) for t, entries in _by_topic(ctx, responses, by_id)
-                                                          for e in entries], "index")
+    if req.api_version >= 10 and refused and replication is not None:
+        answer["node_endpoints"] = point_to_leaders(ctx, refused, "index")
     return answer
-
-
-def _by_topic(ctx: DataPlane, responses: list[dict[str, Any]], by_id: bool) -> list[tuple[Topic | None, list[Any]]]:
-    return [(ctx.topics.by_id(r["topic_id"]) if by_id else ctx.topics.get(r["name"]), r["partition_responses"])
-            for r in responses]
 
 
 def _offset_span(records: bytes) -> int:
