@@ -37,6 +37,8 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "num_partitions": (1, None),  # num.partitions: atLeast(1)
     "default_replication_factor": (1, None),  # default.replication.factor: atLeast(1)
     "offsets_topic_num_partitions": (1, None),  # offsets.topic.num.partitions: atLeast(1)
+    "offsets_topic_replication_factor": (1, None),  # offsets.topic.replication.factor: atLeast(1)
+    "offsets_commit_timeout_ms": (1, None),  # offsets.commit.timeout.ms: atLeast(1)
     "transaction_state_log_num_partitions": (1, None),  # transaction.state.log.num.partitions: atLeast(1)
     "retention_check_interval_ms": (1, None),
     "disk_usage_max_percent": (1, 100),
@@ -357,6 +359,13 @@ class BrokerConfig:
     # (Metadata shows it with is_internal once a group has used the broker); a group's commits
     # are read from partition abs(groupId.hashCode()) % this. Fixed once groups have committed.
     offsets_topic_num_partitions: int = 50
+    # offsets.topic.replication.factor: on a cluster, the replicas of each partition of the
+    # group-state topic (broker/cluster/group_state.py), made once this many brokers are live
+    # (FindCoordinator answers COORDINATOR_NOT_AVAILABLE until then).
+    offsets_topic_replication_factor: int = 3
+    # offsets.commit.timeout.ms: on a cluster, how long an offset commit waits for the
+    # group-state partition's in-sync replicas (COORDINATOR_NOT_AVAILABLE after it).
+    offsets_commit_timeout_ms: int = 5000
     # transaction.state.log.num.partitions: the partitions of the internal topic
     # __transaction_state (listed in Metadata; a transactional id's partition is
     # abs(transactionalId.hashCode()) % this).

@@ -82,6 +82,7 @@ from tmqgate.protocol.messages import (
 from tmqgate.storage import Store
 
 if TYPE_CHECKING:
+    from tmqgate.broker.cluster.group_state import GroupState
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
 
@@ -215,6 +216,7 @@ class Broker:
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
         self.membership: Membership | None = None  # with `cluster`: broker/cluster/membership.py
         self.replication: Replication | None = None  # with `cluster`: broker/cluster/replication.py
+        self.group_state: GroupState | None = None  # with `cluster`: broker/cluster/group_state.py
         # Captures every request frame when set (tests use it for byte-for-byte round trips).
         self.frame_hook: Any = None
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
@@ -252,13 +254,20 @@ class Broker:
                                          self.config.cluster_session_timeout_ms,
                                          self.config.leader_imbalance_check_interval_seconds
                                          if self.config.auto_leader_rebalance_enable else None)
+            from tmqgate.broker.cluster.group_state import GroupState
             from tmqgate.broker.cluster.replication import Replication
 
-            ClusterTopics(self.membership, self.topics)  # the registry's `cluster` from now on
+            cluster_topics = ClusterTopics(self.membership, self.topics)  # the registry's `cluster` from now on
             self.replication = Replication(self.config.node_id, self.store, self.topics, self.membership,
                                            self.notifier, self.config.replica_lag_time_max_ms,
                                            self.config.replica_fetch_wait_max_ms)
             self.membership.on_change.append(self.replication.apply)
+            self.group_state = GroupState(self.config.node_id, self.store, self.topics, cluster_topics,
+                                          self.membership, self.replication, self.notifier, self.coordinator,
+                                          self.config.offsets_topic_num_partitions,
+                                          self.config.offsets_topic_replication_factor,
+                                          self.config.offsets_commit_timeout_ms)
+            self.membership.on_change.append(self.group_state.apply)  # after replication: its leadership
             self.store.producers.use_slot(self.config.node_id)  # producer ids unique in the cluster
             await self.membership.start()
         self._handlers = bind(self.apis, self._contexts())
@@ -307,7 +316,8 @@ class Broker:
                                  authorizer=auth, group_configs=self.group_configs,
                                  broker_configs=self.broker_configs),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth, membership=self.membership),
-            GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth, membership=self.membership),
+            GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth, membership=self.membership,
+                                 group_state=self.group_state),
             AclApis: AclApis(auth),
             TxnApis: TxnApis(self.transactions, self.topics, authorizer=auth),
             TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth),

@@ -121,6 +121,13 @@ def until(fn: Callable[..., Any], ok: Callable[[Any], Any], what: str, timeout: 
         time.sleep(0.2)
 
 
+def find_coordinator(bootstrap: str, group: str) -> int:
+    """FindCoordinator (v4) of a group as one broker answers it: the node id (-1: none now)."""
+    with RawConn(bootstrap) as conn:
+        [found] = conn.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})["coordinators"]
+    return int(found["node_id"]) if found["error_code"] == 0 else -1
+
+
 def metadata(bootstrap: str, topics: list[str] | None, timeout: float = 15.0) -> dict[str, Any]:
     """A Metadata v12 answer from one broker (``topics`` None: all); ``timeout``: the
     connection's (RawConn's default)."""

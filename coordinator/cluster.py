@@ -26,6 +26,9 @@ ROOT = "/tmqgate/"
 BROKERS = ROOT + "brokers/"
 CONTROLLER = ROOT + "controller"
 CLUSTER_ID = ROOT + "cluster_id"
+#: The internal topic holding the groups' state on a cluster (broker/cluster/group_state.py):
+#: a group's coordinator is the leader of its partition, as with Kafka's __consumer_offsets.
+GROUP_STATE_TOPIC = "__tmqgate_group_state"
 
 
 @dataclass(frozen=True)

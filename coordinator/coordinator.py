@@ -37,6 +37,13 @@ UNSTABLE_OFFSET_COMMIT for such a partition when asked ``require_stable``; delet
 its offsets of a partition or a topic drops them too. The same rules for a refused write hold:
 nothing changes in memory unless the WriteBatch is written.
 
+On a cluster (issue 16, step 4) a broker coordinates only the groups of the group-state
+partitions it leads (``owned``; None: every group, one node): ``load_partition`` when it
+becomes a partition's leader (the store holds the partition's groups as the replicated log
+says), ``unload_partition`` when it stops — the partition's groups leave memory, and the
+JoinGroup / SyncGroup answers they held go out as NOT_COORDINATOR, so their members find the
+new coordinator (Kafka's ``GroupMetadataManager`` loading and unloading a partition).
+
 Rebalances are counted from the state changes each persisted event makes (``RebalanceStats``,
 plain numbers the broker's metrics read at scrape time): one begins when a group enters
 PreparingRebalance (classic) or Assigning/Reconciling (KIP-848) from a settled state, and is
@@ -195,8 +202,12 @@ class GroupCoordinator:
 
     def __init__(self, store: Store, topics: TopicSource, config: CoordinatorConfig | None = None,
                  now_ms: int = 0, new_id: Callable[[], str] | None = None,
-                 new_consumer_id: Callable[[], str] | None = None) -> None:
+                 new_consumer_id: Callable[[], str] | None = None,
+                 owned: set[int] | None = None, partition_of: Callable[[str], int] | None = None) -> None:
         self.store = store
+        #: The group-state partitions this broker coordinates (None: all; see the module docstring).
+        self.owned = owned
+        self.partition_of = partition_of or (lambda group_id: 0)
         self.topics = topics
         self.config = config or CoordinatorConfig()
         self.new_id = new_id or _classic_id
@@ -212,19 +223,63 @@ class GroupCoordinator:
         #: The transaction coordinator's check of TxnOffsetCommit (None: not checked).
         self.txn_gate: TxnOffsetsGate | None = None
         self.rebalances = RebalanceStats()
-        self._load(now_ms)
+        self._logged: dict[str, str] = {}  # a classic group's last snapshot in the log (_group_record)
+        self._load(now_ms, None if owned is None else (lambda group_id: False))
         self.loading = False
 
     # ---- loading and persistence -------------------------------------------------------
 
-    def _load(self, now: int) -> None:
-        self._logged: dict[str, str] = {}  # a classic group's last snapshot in the log (_group_record)
-        self._offset_groups = set(self.store.offset_groups())
-        self._pending = self.store.txn_offsets()
-        self._offset_groups |= set(self._pending)  # Kafka: the replayed commit makes a "simple" group
+    def owns(self, group_id: str) -> bool:
+        """This broker coordinates the group (its partition is loaded here)."""
+        return self.owned is None or self.partition_of(group_id) in self.owned
+
+    def _load(self, now: int, wanted: Callable[[str], bool] | None = None) -> None:
+        """The groups the store holds (those ``wanted`` says), into memory."""
+        ok: Callable[[str], bool] = wanted or (lambda group_id: True)
+        pending = {g: v for g, v in self.store.txn_offsets().items() if ok(g)}
+        self._offset_groups |= {g for g in self.store.offset_groups() if ok(g)}
+        self._pending.update(pending)
+        self._offset_groups |= set(pending)  # Kafka: the replayed commit makes a "simple" group
         for group_id, raw in self.store.group_metadata().items():
-            self._restore(group_id, raw, now)
+            if ok(group_id):
+                self._restore(group_id, raw, now)
         self._topic_ids = self._current_topics()
+
+    def load_partition(self, partition: int, now: int) -> None:
+        """This broker now leads the group-state partition: its groups, as stored, into memory."""
+        assert self.owned is not None
+        self.unload_partition(partition)
+        self.owned.add(partition)
+        self.loading = True
+        try:
+            self._load(now, lambda group_id: self.partition_of(group_id) == partition)
+        finally:
+            self.loading = False
+
+    def unload_partition(self, partition: int) -> None:
+        """This broker no longer leads the group-state partition: its groups leave memory; the
+        answers their members wait for are NOT_COORDINATOR."""
+        assert self.owned is not None
+        self.owned.discard(partition)
+        def ours(group_id: str) -> bool:
+            return self.partition_of(group_id) == partition
+
+        for group_id in [g for g in self.groups if ours(g)]:
+            group = self.groups.pop(group_id)
+            if isinstance(group, ClassicGroup):
+                for member in group.members.values():
+                    for callback in (member.join_reply, member.sync_reply):
+                        if isinstance(callback, _Held):
+                            callback(dict(REFUSED_ANSWER[callback.kind]))
+                    member.join_reply = member.sync_reply = None
+        for group_id in [g for g in self._offset_groups if ours(g)]:
+            self._offset_groups.discard(group_id)
+        for group_id in [g for g in self._pending if ours(g)]:
+            del self._pending[group_id]
+        for group_id in [g for g in self._retry_at if ours(g)]:
+            del self._retry_at[group_id]
+        for group_id in [g for g in self._logged if ours(g)]:
+            del self._logged[group_id]
 
     def _restore(self, group_id: str, raw: bytes | None, now: int) -> None:
         """The group as its persisted metadata says (forgotten if there is none)."""

@@ -30,6 +30,11 @@ class StorageIOError(StorageError):
     """The disk refused a write (Kafka's KafkaStorageException: KAFKA_STORAGE_ERROR)."""
 
 
+class StateNotReplicated(StorageIOError):
+    """A cluster refused a group's state change before it was written: this broker no longer
+    leads the group's state partition (the coordinator answers NOT_COORDINATOR)."""
+
+
 class StorageFull(StorageIOError):
     """No space left on the data directory's disk: the write was not made (``storage.space``)."""
 

@@ -12,6 +12,13 @@ replayed from ``__consumer_offsets``, materialised by the end-transaction marker
 group, some of its offsets or a topic's offsets deletes the pending ones with them, as Kafka's
 tombstones do.
 
+On a cluster (issue 16, step 4) every change is also handed, as the puts and deletes of its
+state keys (``OFFSET``, ``TXNOFF``, ``GROUP``), to ``mirror`` before it is written: the broker
+appends them to the group's partition of the replicated group-state topic, and a broker that
+becomes that partition's leader rebuilds the partition's groups from it (``replace_partition``).
+The mirror goes first so that a write the cluster refused (this broker no longer leads the
+partition) changes nothing here.
+
 Every change of the committed offsets is also written, in its WriteBatch, to the log of
 ``__consumer_offsets`` (``storage.group_log``) as Kafka writes it: a commit's records, the
 tombstones of deleted offsets. A transaction's offsets are written there when its commit makes
@@ -22,7 +29,7 @@ the marker).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.protocol.internal_topics import offset_commit_key, offset_commit_value
@@ -34,17 +41,61 @@ if TYPE_CHECKING:
     from tmqgate.storage.group_log import GroupLog
 
 
+#: The keys of a group's state (what a cluster replicates; the log of __consumer_offsets is not).
+STATE_PREFIXES = (keys.OFFSET, keys.TXNOFF, keys.GROUP)
+StateOps = list[tuple[bytes, bytes | None]]  # (key, value; None: deleted), in order
+
+
+def state_key_group(key: bytes) -> str | None:
+    """The group a state key belongs to (None: not a group state key)."""
+    prefix = key[:1]
+    if prefix == keys.OFFSET:
+        return keys.parse_offset_key(key)[0]
+    if prefix == keys.TXNOFF:
+        return keys.parse_txn_offset_key(key)[0]
+    if prefix == keys.GROUP:
+        return key[1:].decode()
+    return None
+
+
+class _Recorded:
+    """A WriteBatch that also keeps the puts and deletes of group state keys, in order."""
+
+    def __init__(self, wb: Any) -> None:
+        self.wb = wb
+        self.ops: StateOps = []
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.wb.put(key, value)
+        if key[:1] in STATE_PREFIXES:
+            self.ops.append((key, value))
+
+    def delete(self, key: bytes) -> None:
+        self.wb.delete(key)
+        if key[:1] in STATE_PREFIXES:
+            self.ops.append((key, None))
+
+
 class Offsets:
     """See the module docstring."""
 
     def __init__(self, core: Core, log: GroupLog) -> None:
         self._core = core
         self._log = log
+        #: On a cluster: takes (group, its state ops) before they are written; raises to refuse.
+        self.mirror: Callable[[str, StateOps], None] | None = None
 
-    def _write(self, wb: Any, group: str, records: list[tuple[bytes, bytes | None]], ms: int | None = None) -> None:
-        """Write ``wb`` with the batch of ``records`` in the group's partition of the log."""
-        staged = self._log.stage(wb, group, records, ms)
-        self._core.write(wb)
+    def _batch(self) -> _Recorded:
+        return _Recorded(self._core.batch())
+
+    def _write(self, wb: _Recorded, group: str, records: list[tuple[bytes, bytes | None]] | None = None,
+               ms: int | None = None) -> None:
+        """Write ``wb`` (mirrored first, on a cluster) with the batch of ``records`` in the
+        group's partition of the log."""
+        if self.mirror is not None and wb.ops:
+            self.mirror(group, wb.ops)
+        staged = self._log.stage(wb.wb, group, records or [], ms)
+        self._core.write(wb.wb)
         self._log.advance(staged)
 
     @staticmethod
@@ -65,7 +116,7 @@ class Offsets:
         ``supersede``: (producer id, topic, partition) of pending transactional offsets this
         commit outdates (flagged in the same WriteBatch: their commit keeps this one)."""
         ms = int(time.time() * 1000) if commit_ms is None else commit_ms
-        wb = self._core.batch()
+        wb = self._batch()
         db = self._core.db
         records: list[tuple[bytes, bytes | None]] = []
         for topic, partition, offset, leader_epoch, metadata in offsets:
@@ -116,7 +167,7 @@ class Offsets:
     ) -> int:
         """Delete a group's offsets: all, one topic's, or some partitions of it. Returns count."""
         db = self._core.db
-        wb = self._core.batch()
+        wb = self._batch()
         n = 0
         wanted = None if partitions is None else set(partitions)
         tombstones: list[tuple[bytes, bytes | None]] = []
@@ -158,7 +209,7 @@ class Offsets:
         """Delete some partitions' offsets of several topics in one WriteBatch (OffsetDelete:
         all or nothing). Returns how many were there."""
         db = self._core.db
-        wb = self._core.batch()
+        wb = self._batch()
         n = 0
         wanted: dict[str, set[int] | None] = {}
         deleted: dict[bytes, None] = {}  # in order, each once
@@ -178,7 +229,7 @@ class Offsets:
     def delete_group(self, group: str, records: Iterable[tuple[bytes, bytes | None]] = ()) -> None:
         """A group's offsets (pending transactional ones too) and metadata, in one WriteBatch (DeleteGroups: all or nothing).
         ``records``: what the log gets after the offsets' tombstones (the group's own tombstone)."""
-        wb = self._core.batch()
+        wb = self._batch()
         tombstones: list[tuple[bytes, bytes | None]] = []
         for k in self._core.db.iterator(prefix=keys.offset_group_prefix(group), include_value=False):
             wb.delete(k)
@@ -211,7 +262,7 @@ class Offsets:
         for the producer's transaction, in one WriteBatch (a later one of the same partition
         replaces it, and is no longer superseded). Returns what it stored."""
         ms = int(time.time() * 1000) if commit_ms is None else commit_ms
-        wb = self._core.batch()
+        wb = self._batch()
         out: dict[tuple[str, int], PendingOffset] = {}
         for topic, partition, offset, leader_epoch, metadata in offsets:
             wb.put(
@@ -219,7 +270,7 @@ class Offsets:
                 keys.pack_txn_offset(producer_epoch, False, keys.pack_offset(offset, leader_epoch, ms, metadata)),
             )
             out[(topic, partition)] = PendingOffset(producer_epoch, offset, leader_epoch, metadata, ms, False)
-        self._core.write(wb)
+        self._write(wb, group)
         return out
 
     def txn_offsets(self) -> dict[str, dict[int, dict[tuple[str, int], PendingOffset]]]:
@@ -238,7 +289,7 @@ class Offsets:
         """End the producer's transaction for the group in one WriteBatch: its pending offsets
         are dropped, and on commit those no later plain commit superseded become the committed
         offsets. Returns the (topic, partition)s whose committed offset it wrote."""
-        wb = self._core.batch()
+        wb = self._batch()
         written: list[tuple[str, int]] = []
         records: list[tuple[bytes, bytes | None]] = []
         for key, value in self._core.db.iterator(prefix=keys.txn_offset_producer_prefix(group, producer_id)):
@@ -257,18 +308,47 @@ class Offsets:
     def put_group_metadata(self, group: str, data: bytes, record: tuple[bytes, bytes | None] | None = None) -> None:
         """Store the coordinator's metadata of a group; ``record``: the log's record of the
         change (Kafka's GroupMetadata record), in the same WriteBatch."""
-        if record is None:
-            self._core.put(keys.group_key(group), data)
-            return
-        wb = self._core.batch()
+        wb = self._batch()
         wb.put(keys.group_key(group), data)
-        self._write(wb, group, [record])
+        self._write(wb, group, None if record is None else [record])
 
     def get_group_metadata(self, group: str) -> bytes | None:
         return self._core.db.get(keys.group_key(group))
 
     def delete_group_metadata(self, group: str) -> None:
-        self._core.delete(keys.group_key(group))
+        wb = self._batch()
+        wb.delete(keys.group_key(group))
+        self._write(wb, group)
 
     def group_metadata(self) -> dict[str, bytes]:
         return {key[1:].decode(): value for key, value in self._core.db.iterator(prefix=keys.GROUP)}
+
+    # ---- a cluster's group-state partitions ---------------------------------------------
+
+    def replace_partition(self, in_partition: Callable[[str], bool], ops: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Make the state of the groups ``in_partition`` says are in a partition what the
+        replicated ``ops`` (replayed in order) say, in one WriteBatch, without mirroring: what
+        this broker held of them before (it led the partition once, or never) is dropped.
+        Keys that are not group state keys, or not of the partition, are skipped. Returns
+        how many keys the partition now holds."""
+        state: dict[bytes, bytes | None] = {}
+        for key, value in ops:
+            group = state_key_group(key)
+            if group is not None and in_partition(group):
+                state[key] = value
+        wb = self._core.batch()
+        db = self._core.db
+        for prefix in STATE_PREFIXES:
+            for key in db.iterator(prefix=prefix, include_value=False):
+                group = state_key_group(key)
+                if group is not None and in_partition(group) and key not in state:
+                    wb.delete(key)
+        held = 0
+        for key, value in state.items():
+            if value is None:
+                wb.delete(key)
+            else:
+                wb.put(key, value)
+                held += 1
+        self._core.write(wb)
+        return held

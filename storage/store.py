@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
@@ -51,7 +51,7 @@ from tmqgate.storage.model import (
     TmqTopic,
     WalEntry,
 )
-from tmqgate.storage.offsets import Offsets
+from tmqgate.storage.offsets import Offsets, StateOps
 from tmqgate.storage.producers import ActiveProducer, ProducerAppend, Producers, ProducerWindow
 from tmqgate.storage.quotas import ClientQuotas
 from tmqgate.storage.retention import Retention
@@ -538,6 +538,15 @@ class Store:
 
     def delete_group_metadata(self, group: str) -> None:
         self.offsets.delete_group_metadata(group)
+
+    def mirror_groups(self, mirror: Callable[[str, StateOps], None] | None) -> None:
+        """On a cluster: every change of a group's state goes to ``mirror`` first (``storage.offsets``)."""
+        self.offsets.mirror = mirror
+
+    def replace_group_partition(self, in_partition: Callable[[str], bool],
+                                ops: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """The groups of one group-state partition as its replicated ops say (``storage.offsets``)."""
+        return self.offsets.replace_partition(in_partition, ops)
 
     def internal_topics_used(self) -> list[str]:
         """Kafka's internal topics this store has data of: ``__consumer_offsets`` once a group

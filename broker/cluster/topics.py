@@ -109,6 +109,8 @@ class ClusterTopics:
     async def delete(self, topic: Topic) -> None:
         """DeleteTopics on a cluster: the placement goes from etcd, then the topic here (the
         other brokers drop it when they read etcd next)."""
+        if topic.is_internal:
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' is an internal topic and cannot be deleted.")
         placement = self._membership.placements.get(topic.name)
         if placement is None or placement.topic_id != topic.topic_id:
             self._registry.delete(topic)  # a topic of this node alone

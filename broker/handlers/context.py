@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.broker_configs import BrokerConfigs
+    from tmqgate.broker.cluster.group_state import GroupState
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.config import BrokerConfig
@@ -152,17 +153,32 @@ class GroupApis:
     topics: TopicRegistry
     node: Node
     authorizer: Authorizer | None = None
-    membership: Membership | None = None  # on a cluster: where the coordinator is
+    membership: Membership | None = None  # on a cluster: where the coordinators are
+    group_state: GroupState | None = None  # on a cluster: the groups' replicated state
 
-    def coordinator_node(self) -> tuple[int, str, int] | None:
-        """(node id, host, port) of the broker that coordinates groups and transactions: this
-        one; on a cluster, until coordinators are spread and their state replicated (issue 16,
-        step 4), the controller — one broker for all, which moves when the controller does
-        (None while there is none)."""
-        if self.membership is None or self.membership.view.controller_id == self.node.node_id:
+    def coordinator_node(self, key_type: int = 0, key: str = "") -> tuple[int, str, int] | None:
+        """(node id, host, port) of the broker that coordinates the group (``key_type`` 0) or
+        the transactional id (1) ``key``: this one alone; on a cluster, for a group, the leader
+        of its group-state partition (broker/cluster/group_state.py), for a transactional id
+        the controller, until transaction state is replicated too (None while there is none)."""
+        if self.membership is None:
             return (self.node.node_id, *self.node.address())
-        controller = self.membership.view.brokers.get(self.membership.view.controller_id)
-        return None if controller is None else (controller.node_id, controller.host, controller.port)
+        view = self.membership.view
+        node_id = (self.group_state.coordinator_of(key) if key_type == 0 and self.group_state is not None
+                   else view.controller_id)
+        if node_id == self.node.node_id:
+            return (self.node.node_id, *self.node.address())
+        info = view.brokers.get(node_id)
+        return None if info is None else (info.node_id, info.host, info.port)
+
+    def elsewhere(self, group_id: str) -> bool:
+        """The group is coordinated by another broker (NOT_COORDINATOR here)."""
+        return not self.coordinator.machine.owns(group_id)
+
+    async def replicated(self, group_id: str) -> ErrorCode | None:
+        """On a cluster: wait until the group's last state change is on its in-sync replicas;
+        the error to answer instead, or None (at once on one node)."""
+        return None if self.group_state is None else await self.group_state.replicated(group_id)
 
 
 @dataclass(frozen=True)

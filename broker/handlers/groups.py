@@ -16,6 +16,7 @@ from tmqgate.broker.client import current_client
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import GroupApis
 from tmqgate.broker.quotas import parked
+from tmqgate.coordinator.coordinator import REFUSED_ANSWER
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 
@@ -56,6 +57,18 @@ def _topics_denied(ctx: GroupApis, op: Operation, names: list[str]) -> set[str]:
     return wanted - auth.allowed(op, ResourceType.TOPIC, wanted)
 
 
+NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
+
+
+async def _replicated(ctx: GroupApis, group_id: str, codes: list[ErrorCode]) -> list[ErrorCode]:
+    """An offset commit's answers once its state change is on the in-sync replicas (a cluster):
+    the entries it wrote become the replication's error if there is one."""
+    if not any(code is ErrorCode.NONE for code in codes):
+        return codes
+    error = await ctx.replicated(group_id)
+    return codes if error is None else [error if code is ErrorCode.NONE else code for code in codes]
+
+
 def _kick(ctx: GroupApis) -> None:
     ctx.coordinator.kick()
 
@@ -68,19 +81,21 @@ async def find_coordinator(ctx: GroupApis, req: Request) -> dict[str, Any]:
     code = ErrorCode.NONE if ok else ErrorCode.INVALID_REQUEST
     if ok:  # Kafka creates the coordinator's internal topic on the first request for one
         ctx.topics.ensure_internal(GROUP_METADATA_TOPIC if key_type == KEY_TYPE_GROUP else TRANSACTION_STATE_TOPIC)
-    where = ctx.coordinator_node()
-    if ok and where is None:  # a cluster between controllers
-        ok, code = False, ErrorCode.COORDINATOR_NOT_AVAILABLE
-    node, host, port = where if where is not None else (-1, "", -1)
-    found = {"node_id": node if ok else -1, "host": host if ok else "", "port": port if ok else -1,
-             "error_code": int(code),
-             "error_message": None if ok or code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-             else f"Unsupported key type {key_type}."}
+
+    def found(key: str) -> dict[str, Any]:
+        where = ctx.coordinator_node(key_type, key) if ok else None
+        if where is None:  # an unknown key type, or a cluster between coordinators
+            return {"node_id": -1, "host": "", "port": -1, "error_code": int(
+                code if not ok else ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                "error_message": None if ok else f"Unsupported key type {key_type}."}
+        node, host, port = where
+        return {"node_id": node, "host": host, "port": port, "error_code": 0, "error_message": None}
+
     if req.api_version < 4:
         _require_key(ctx, key_type, body.get("key", ""))
-        return {"throttle_time_ms": 0, **found}
+        return {"throttle_time_ms": 0, **found(body.get("key", ""))}
     return {"throttle_time_ms": 0,
-            "coordinators": [{"key": key, **(_key_denied(ctx, key_type, key) or found)}
+            "coordinators": [{"key": key, **(_key_denied(ctx, key_type, key) or found(key))}
                              for key in body.get("coordinator_keys") or []]}
 
 
@@ -107,8 +122,11 @@ def _require_key(ctx: GroupApis, key_type: int, key: str) -> None:
 @api(ApiKey.JOIN_GROUP, 0, 9)
 async def join_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
     _require_group(ctx, Operation.READ, req.body["group_id"])
-    with parked():  # waiting for the other members is not handler time (request_percentage)
-        result = await ctx.coordinator.join_group(req.body, req.api_version, req.client_id or "", _host())
+    if ctx.elsewhere(req.body["group_id"]):
+        result = dict(REFUSED_ANSWER["join"])
+    else:
+        with parked():  # waiting for the other members is not handler time (request_percentage)
+                result = await ctx.coordinator.join_group(req.body, req.api_version, req.client_id or "", _host())
     if req.api_version < 7 and result.get("protocol_name") is None:
         result["protocol_name"] = ""
     result.setdefault("leader", "")
@@ -119,6 +137,8 @@ async def join_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
 @api(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
     _require_group(ctx, Operation.READ, req.body["group_id"])
+    if ctx.elsewhere(req.body["group_id"]):
+        return {"throttle_time_ms": 0, **REFUSED_ANSWER["sync"]}
     with parked():
         result = await ctx.coordinator.sync_group(req.body)
     return {"throttle_time_ms": 0, "assignment": b"", **result}
@@ -128,6 +148,8 @@ async def sync_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
 async def heartbeat(ctx: GroupApis, req: Request) -> dict[str, Any]:
     body = req.body
     _require_group(ctx, Operation.READ, body["group_id"])
+    if ctx.elsewhere(body["group_id"]):
+        return {"throttle_time_ms": 0, "error_code": int(NOT_COORDINATOR)}
     rt = ctx.coordinator
     code = rt.machine.heartbeat(rt.now(), body["group_id"], body["member_id"], body.get("group_instance_id"),
                                 body["generation_id"])
@@ -145,7 +167,11 @@ async def leave_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
         members = [(body["member_id"], None)]
     else:
         members = [(m["member_id"], m.get("group_instance_id")) for m in body.get("members") or []]
-    top, codes = rt.machine.leave_group(rt.now(), body["group_id"], members)
+    codes: list[ErrorCode]
+    if ctx.elsewhere(body["group_id"]):
+        top, codes = NOT_COORDINATOR, []
+    else:
+        top, codes = rt.machine.leave_group(rt.now(), body["group_id"], members)
     _kick(ctx)
     if req.api_version < 3:
         return {"throttle_time_ms": 0, "error_code": int(codes[0] if top is ErrorCode.NONE else top)}
@@ -181,9 +207,12 @@ async def offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
                             p.get("committed_leader_epoch", -1), p.get("committed_metadata")))
         topics_out.append({"name": t.get("name"), "topic_id": t.get("topic_id", ZERO_UUID), "partitions": parts_out})
     # A write the disk refuses answers NOT_COORDINATOR on every entry (coordinator.coordinator).
-    codes = rt.machine.commit_offsets(rt.now(), body["group_id"], body.get("member_id") or "",
-                                      body.get("group_instance_id"), body.get("generation_id_or_member_epoch", -1),
-                                      req.api_version, entries)
+    if ctx.elsewhere(body["group_id"]):
+        codes = [NOT_COORDINATOR] * len(entries)
+    else:
+        codes = await _replicated(ctx, body["group_id"], rt.machine.commit_offsets(
+            rt.now(), body["group_id"], body.get("member_id") or "", body.get("group_instance_id"),
+            body.get("generation_id_or_member_epoch", -1), req.api_version, entries))
     for ti, pi, ei in slots:
         topics_out[ti]["partitions"][pi]["error_code"] = int(codes[ei])
     return {"throttle_time_ms": 0, "topics": topics_out}
@@ -228,11 +257,13 @@ async def txn_offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
             entries.append((name, p["partition_index"], p["committed_offset"], p.get("committed_leader_epoch", -1),
                             p.get("committed_metadata")))
         topics_out.append({"name": name, "partitions": parts_out})
+    if entries and ctx.elsewhere(body["group_id"]):
+        return every(NOT_COORDINATOR)
     if entries:
-        codes = ctx.coordinator.txn_offset_commit(
+        codes = await _replicated(ctx, body["group_id"], ctx.coordinator.txn_offset_commit(
             body["group_id"], body["transactional_id"], body["producer_id"], body["producer_epoch"],
             body.get("member_id") or "", body.get("generation_id", -1), body.get("group_instance_id"), entries,
-            add_group=req.api_version >= 5)
+            add_group=req.api_version >= 5))
         for ti, pi, ei in slots:
             topics_out[ti]["partitions"][pi]["error_code"] = int(codes[ei])
     return {"throttle_time_ms": 0, "topics": topics_out}
@@ -242,6 +273,8 @@ def _fetch_group(ctx: GroupApis, group_id: str, topics: list[dict[str, Any]] | N
                  member_id: str | None = None, member_epoch: int = -1,
                  require_stable: bool = False) -> tuple[ErrorCode, list[dict[str, Any]]]:
     rt = ctx.coordinator
+    if ctx.elsewhere(group_id):
+        return NOT_COORDINATOR, []
     wanted: list[tuple[str, list[int]]] | None = None
     unknown_ids: list[dict[str, Any]] = []
     if topics is not None:
@@ -331,6 +364,7 @@ async def describe_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
     machine = ctx.coordinator.machine
     return {"throttle_time_ms": 0, "groups": [
         _group_error(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) if _group_denied(ctx, Operation.DESCRIBE, g)
+        else _group_error(g, NOT_COORDINATOR) if ctx.elsewhere(g)
         else machine.describe_group(g, req.api_version) for g in req.body.get("groups") or []]}
 
 
@@ -344,7 +378,11 @@ def _group_error(group_id: str, code: ErrorCode) -> dict[str, Any]:
 async def delete_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
     names = req.body.get("groups_names") or []
     denied = {g for g in names if _group_denied(ctx, Operation.DELETE, g)}
-    results = dict(ctx.coordinator.machine.delete_groups([g for g in names if g not in denied]))
+    elsewhere = {g for g in names if g not in denied and ctx.elsewhere(g)}
+    results = dict(ctx.coordinator.machine.delete_groups([g for g in names if g not in denied | elsewhere]))
+    results.update(dict.fromkeys(elsewhere, NOT_COORDINATOR))
+    for g in {g for g, code in results.items() if code is ErrorCode.NONE}:
+        results[g] = await ctx.replicated(g) or ErrorCode.NONE
     return {"throttle_time_ms": 0, "results": [
         {"group_id": g, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED if g in denied else results[g])}
         for g in dict.fromkeys(names)]}
@@ -356,7 +394,11 @@ async def offset_delete(ctx: GroupApis, req: Request) -> dict[str, Any]:
     _require_group(ctx, Operation.DELETE, body["group_id"])  # then READ on each topic
     wanted = [(t["name"], [p["partition_index"] for p in t.get("partitions") or []]) for t in body.get("topics") or []]
     denied = _topics_denied(ctx, Operation.READ, [n for n, _ in wanted])
+    if ctx.elsewhere(body["group_id"]):
+        return {"throttle_time_ms": 0, "error_code": int(NOT_COORDINATOR), "topics": []}
     code, rows = ctx.coordinator.machine.delete_offsets(body["group_id"], [w for w in wanted if w[0] not in denied])
+    if code is ErrorCode.NONE and any(err is ErrorCode.NONE for _, parts in rows for _, err in parts):
+        code = await ctx.replicated(body["group_id"]) or ErrorCode.NONE
     rows = [*rows, *((n, [(p, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in parts])
                      for n, parts in wanted if n in denied)]
     return {"throttle_time_ms": 0, "error_code": int(code),
@@ -375,6 +417,9 @@ async def consumer_group_heartbeat(ctx: GroupApis, req: Request) -> dict[str, An
         # Kafka: a subscription naming a topic one may not DESCRIBE is refused whole.
         return {"throttle_time_ms": 0, "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
                 "error_message": None, "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0}
+    if ctx.elsewhere(body["group_id"]):
+        return {"throttle_time_ms": 0, "error_code": int(NOT_COORDINATOR),
+                "error_message": None, "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0}
     rt = ctx.coordinator
     result = rt.machine.consumer_heartbeat(rt.now(), req.body, req.client_id or "", _host())
     _kick(ctx)
@@ -385,9 +430,11 @@ async def consumer_group_heartbeat(ctx: GroupApis, req: Request) -> dict[str, An
 async def consumer_group_describe(ctx: GroupApis, req: Request) -> dict[str, Any]:
     ids = req.body.get("group_ids") or []
     denied = {g for g in ids if _group_denied(ctx, Operation.DESCRIBE, g)}
-    described = iter(ctx.coordinator.machine.consumer_describe([g for g in ids if g not in denied]))
-    groups = [{"group_id": g, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED), "error_message": None,
+    refused = {g: ErrorCode.GROUP_AUTHORIZATION_FAILED if g in denied else NOT_COORDINATOR
+               for g in ids if g in denied or ctx.elsewhere(g)}
+    described = iter(ctx.coordinator.machine.consumer_describe([g for g in ids if g not in refused]))
+    groups = [{"group_id": g, "error_code": int(refused[g]), "error_message": None,
                "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
-               "members": [], "authorized_operations": -2147483648} if g in denied else next(described)
+               "members": [], "authorized_operations": -2147483648} if g in refused else next(described)
               for g in ids]
     return {"throttle_time_ms": 0, "groups": groups}

@@ -22,7 +22,7 @@ from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.handlers.leader_hints import point_to_leaders
 from tmqgate.broker.tdengine import IngestError, ingest
 from tmqgate.broker.topic_configs import is_compacted
-from tmqgate.broker.topics import INTERNAL, TMQ, TSDB
+from tmqgate.broker.topics import TMQ, TSDB
 from tmqgate.protocol.compression import CorruptRecord
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import MAGIC, BatchHeader, iter_batches, verify_crc, with_log_append_time
@@ -188,7 +188,7 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
     calls: the producer's window (idempotent producers only), then the append — or the log
     start, for a retried batch or a tsdb ingest. ``leader_epoch``: a replicated partition's
     leader stamps its epoch in the stored batch."""
-    if topic.kind == INTERNAL:  # Kafka's ReplicaManager: no message in the answer
+    if topic.is_internal:  # Kafka's ReplicaManager: no message in the answer
         raise ProduceError(ErrorCode.INVALID_TOPIC_EXCEPTION)
     if topic.kind == TMQ:
         raise ProduceError(ErrorCode.INVALID_REQUEST,

@@ -1,0 +1,140 @@
+"""A cluster's group state, below the network (issue 16, step 4): every change of a group's
+state keys goes to the store's mirror before it is written (a refusal changes nothing), a
+partition's replayed changes replace what another store held of its groups, and a coordinator
+serves only the partitions it loaded — unloading one answers its waiting members
+NOT_COORDINATOR. Real LevelDB; the coordinator on a fake clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.test_coordinator import Topics, join, join_new
+from tmqgate.coordinator.classic import ClassicConfig
+from tmqgate.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
+from tmqgate.protocol.errors import ErrorCode
+from tmqgate.storage import Store, keys
+from tmqgate.storage.model import StateNotReplicated
+
+PARTITIONS = 4
+
+
+def _store(path: Any) -> Store:
+    store = Store(str(path))
+    store.group_log.configure(PARTITIONS)
+    return store
+
+
+def _groups_in(store: Store, partition: int, count: int) -> list[str]:
+    """``count`` group ids whose group-state partition is ``partition``."""
+    out = [g for g in (f"g{i}" for i in range(1000)) if store.group_log.partition_of(g) == partition]
+    return out[:count]
+
+
+def test_every_state_change_is_mirrored_before_it_is_written(tmp_path: Any) -> None:
+    store = _store(tmp_path / "a")
+    seen: list[tuple[str, list[tuple[bytes, bytes | None]]]] = []
+    store.mirror_groups(lambda group, ops: seen.append((group, list(ops))))
+    store.commit_offsets("g", [("t", 0, 5, -1, None), ("t", 1, 7, 2, "m")])
+    store.put_group_metadata("g", b"{}")
+    store.delete_offsets("g", "t", [0])
+    assert [g for g, _ in seen] == ["g", "g", "g"]
+    commit, meta, delete = (ops for _, ops in seen)
+    assert [k for k, _ in commit] == [keys.offset_key("g", "t", 0), keys.offset_key("g", "t", 1)]
+    assert [keys.unpack_offset(v)[:2] for _, v in commit if v is not None] == [(5, -1), (7, 2)]
+    assert meta == [(keys.group_key("g"), b"{}")]
+    assert len(delete) == 1 and delete[0][1] is None and delete[0][0] == commit[0][0]
+
+    def refuse(group: str, ops: list[tuple[bytes, bytes | None]]) -> None:
+        raise StateNotReplicated("not the leader")
+
+    store.mirror_groups(refuse)
+    with pytest.raises(StateNotReplicated):
+        store.commit_offsets("g", [("t", 1, 99, -1, None)])
+    with pytest.raises(StateNotReplicated):
+        store.delete_group("g")
+    assert {tp: o.offset for tp, o in store.fetch_offsets("g").items()} == {("t", 1): 7}, "nothing written"
+    assert store.get_group_metadata("g") == b"{}"
+    store.close()
+
+
+def test_a_replayed_partition_replaces_what_the_store_held_of_its_groups(tmp_path: Any) -> None:
+    leader, follower = _store(tmp_path / "leader"), _store(tmp_path / "follower")
+    log: dict[int, list[tuple[bytes, bytes | None]]] = {}
+    leader.mirror_groups(lambda group, ops: log.setdefault(leader.group_log.partition_of(group), []).extend(ops))
+    ours, theirs = _groups_in(leader, 1, 2), _groups_in(leader, 2, 1)
+    leader.commit_offsets(ours[0], [("t", 0, 10, -1, None), ("t", 1, 11, -1, None)])
+    leader.commit_offsets(ours[0], [("t", 0, 12, -1, None)])
+    leader.commit_offsets(ours[1], [("t", 0, 3, -1, "meta")])
+    leader.put_group_metadata(ours[1], b'{"type": "classic"}')
+    leader.delete_offsets(ours[1], "t", [0])
+    leader.commit_offsets(theirs[0], [("t", 0, 1, -1, None)])
+    # what the follower held of partition 1 before (it led it once): replaced
+    follower.commit_offsets(ours[1], [("t", 3, 30, -1, None)])
+    follower.commit_offsets(_groups_in(follower, 1, 3)[2], [("t", 0, 8, -1, None)])
+    follower.commit_offsets(theirs[0], [("t", 0, 99, -1, None)])  # another partition: untouched
+
+    in_one = lambda group: follower.group_log.partition_of(group) == 1  # noqa: E731
+    junk = [(b"\x10not a state key", b"x"), (keys.offset_key(theirs[0], "t", 0), b"y")]  # skipped
+    held = follower.replace_group_partition(in_one, log[1] + junk)
+    assert held == 3
+    for g in ours:
+        assert follower.fetch_offsets(g) == leader.fetch_offsets(g)
+    assert {tp: o.offset for tp, o in follower.fetch_offsets(ours[0]).items()} == {("t", 0): 12, ("t", 1): 11}
+    assert follower.fetch_offsets(ours[1]) == {}
+    assert follower.get_group_metadata(ours[1]) == b'{"type": "classic"}'
+    assert follower.fetch_offsets(_groups_in(follower, 1, 3)[2]) == {}
+    assert {tp: o.offset for tp, o in follower.fetch_offsets(theirs[0]).items()} == {("t", 0): 99}
+    leader.close()
+    follower.close()
+
+
+def _coordinator(store: Store, owned: set[int] | None) -> GroupCoordinator:
+    counter = iter(range(1, 1_000_000))
+    return GroupCoordinator(store, Topics(t=4), CoordinatorConfig(classic=ClassicConfig(initial_rebalance_delay_ms=0)),
+                            now_ms=0, new_id=lambda: f"id{next(counter)}", owned=owned,
+                            partition_of=store.group_log.partition_of)
+
+
+def test_a_coordinator_serves_the_partitions_it_loaded(tmp_path: Any) -> None:
+    store = _store(tmp_path / "data")
+    [g1] = _groups_in(store, 1, 1)
+    [g2] = _groups_in(store, 2, 1)
+    store.commit_offsets(g1, [("t", 0, 4, -1, None)])
+    store.commit_offsets(g2, [("t", 0, 6, -1, None)])
+    c = _coordinator(store, set())
+    assert not c.owns(g1) and not c.owns(g2)
+    assert c.list_groups() == [], "nothing loaded at start on a cluster"
+    c.load_partition(1, 0)
+    assert c.owns(g1) and not c.owns(g2)
+    assert [g["group_id"] for g in c.list_groups()] == [g1]
+    code, rows = c.fetch_offsets(g1, None)
+    assert code is ErrorCode.NONE and [(n, [p[:2] for p in parts]) for n, parts in rows] == [("t", [(0, 4)])]
+
+    # a member waiting in a rebalance of a group of partition 1 ...
+    a, first = join_new(c, 0, group=g1)
+    assert first.code is ErrorCode.NONE
+    c.sync_group(0, {"group_id": g1, "generation_id": 1, "member_id": a, "group_instance_id": None,
+                     "assignments": [{"member_id": a, "assignment": b"A"}]}, lambda r: None)
+    b_first = join(c, 10, group=g1)
+    b = b_first.value["member_id"]  # type: ignore[index]
+    waiting = join(c, 10, group=g1, member_id=b)
+    assert waiting.value is None
+    # ... is answered NOT_COORDINATOR when the partition goes; the group leaves memory
+    c.unload_partition(1)
+    assert waiting.code is ErrorCode.NOT_COORDINATOR
+    assert not c.owns(g1) and c.list_groups() == []
+    # loaded again (led again), it is as its stored state says
+    c.load_partition(1, 100)
+    assert [g["group_id"] for g in c.list_groups()] == [g1]
+    store.close()
+
+
+def test_one_node_coordinates_every_group(tmp_path: Any) -> None:
+    store = _store(tmp_path / "data")
+    store.commit_offsets("g", [("t", 0, 4, -1, None)])
+    c = _coordinator(store, None)
+    assert c.owns("g") and c.owns("anything")
+    assert [g["group_id"] for g in c.list_groups()] == ["g"]
+    store.close()
