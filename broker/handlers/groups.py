@@ -322,6 +322,16 @@ def _fetch_group(ctx: GroupApis, group_id: str, topics: list[dict[str, Any]] | N
     return code, out + refused + unknown_ids
 
 
+async def _settled(ctx: GroupApis, group_id: str) -> tuple[ErrorCode, list[dict[str, Any]]] | None:
+    """On a cluster, OffsetFetch answers only what the in-sync replicas have (Kafka's coordinator
+    reads its last committed state): it waits for the group's pending changes first; the
+    answer instead when they do not get there (None: go on)."""
+    if ctx.group_state is None or ctx.elsewhere(group_id):
+        return None
+    error = await ctx.replicated(group_id)
+    return None if error is None else (error, [])
+
+
 @api(ApiKey.OFFSET_FETCH, 1, 10)
 async def offset_fetch(ctx: GroupApis, req: Request) -> dict[str, Any]:
     body = req.body
@@ -329,8 +339,8 @@ async def offset_fetch(ctx: GroupApis, req: Request) -> dict[str, Any]:
     if v < 8:
         _require_group(ctx, Operation.DESCRIBE, body["group_id"])
         # require_stable (v7+, KIP-447): UNSTABLE_OFFSET_COMMIT where a transaction is pending.
-        code, topics = _fetch_group(ctx, body["group_id"], body.get("topics"), False,
-                                    require_stable=bool(body.get("require_stable")))
+        code, topics = await _settled(ctx, body["group_id"]) or _fetch_group(
+            ctx, body["group_id"], body.get("topics"), False, require_stable=bool(body.get("require_stable")))
         if v < 2 and code is not ErrorCode.NONE:
             for t in topics:
                 for p in t["partitions"]:
@@ -342,8 +352,9 @@ async def offset_fetch(ctx: GroupApis, req: Request) -> dict[str, Any]:
             groups.append({"group_id": g["group_id"], "topics": [],
                            "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED)})
             continue
-        code, topics = _fetch_group(ctx, g["group_id"], g.get("topics"), v >= 10, g.get("member_id"),
-                                    g.get("member_epoch", -1), bool(body.get("require_stable")))
+        code, topics = await _settled(ctx, g["group_id"]) or _fetch_group(
+            ctx, g["group_id"], g.get("topics"), v >= 10, g.get("member_id"), g.get("member_epoch", -1),
+            bool(body.get("require_stable")))
         groups.append({"group_id": g["group_id"], "error_code": int(code), "topics": topics})
     return {"throttle_time_ms": 0, "groups": groups}
 
