@@ -47,6 +47,7 @@ from tmqgate.broker.handlers.context import (
     Node,
     TxnApis,
     TxnDataApis,
+    TxnGate,
 )
 from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
 from tmqgate.broker.listeners import (
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.cluster.group_state import GroupState
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
+    from tmqgate.broker.cluster.transactions import ClusterTransactions
 
 log = logging.getLogger("tmqgate.server")
 # Every completed request at DEBUG, as Kafka's kafka.request.logger (enable with --log-level DEBUG).
@@ -217,6 +219,7 @@ class Broker:
         self.membership: Membership | None = None  # with `cluster`: broker/cluster/membership.py
         self.replication: Replication | None = None  # with `cluster`: broker/cluster/replication.py
         self.group_state: GroupState | None = None  # with `cluster`: broker/cluster/group_state.py
+        self.cluster_txns: ClusterTransactions | None = None  # with `cluster`: broker/cluster/transactions.py
         # Captures every request frame when set (tests use it for byte-for-byte round trips).
         self.frame_hook: Any = None
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
@@ -268,6 +271,16 @@ class Broker:
                                           self.config.offsets_topic_replication_factor,
                                           self.config.offsets_commit_timeout_ms)
             self.membership.on_change.append(self.group_state.apply)  # after replication: its leadership
+            from tmqgate.broker.cluster.transactions import ClusterTransactions
+
+            # transactions over the brokers: markers and group offsets sent to their leaders,
+            # transactional batches verified with the coordinator (broker/cluster/transactions.py)
+            self.cluster_txns = ClusterTransactions(self.config.node_id, self.membership, self.topics,
+                                                    self.replication, self.group_state, self.markers,
+                                                    self.transactions, self.coordinator)
+            self.transactions.machine.markers = self.cluster_txns
+            self.transactions.machine.groups = self.cluster_txns
+            self.coordinator.machine.txn_gate = self.cluster_txns
             self.store.producers.use_slot(self.config.node_id)  # producer ids unique in the cluster
             await self.membership.start()
         self._handlers = bind(self.apis, self._contexts())
@@ -306,21 +319,24 @@ class Broker:
         cfg = self.config
         node = Node(cfg.node_id, cfg.cluster_id, self.advertised)
         auth = self.authorizer
+        txn_gate: TxnGate = self.transactions if self.cluster_txns is None else self.cluster_txns
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
                                  cfg.max_decompressed_batch_bytes, quotas=self.quotas, authorizer=auth,
                                  metrics=self.metrics, limited_log=self.limited_log,
-                                 transactions=(self.transactions if cfg.transaction_partition_verification_enable
-                                               else None), replication=self.replication),
+                                 transactions=(txn_gate if cfg.transaction_partition_verification_enable else None),
+                                 replication=self.replication,
+                                 txn_cluster=(self.cluster_txns if cfg.transaction_partition_verification_enable
+                                              else None)),
             AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
                                  authorizer=auth, group_configs=self.group_configs,
                                  broker_configs=self.broker_configs),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth, membership=self.membership),
             GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth, membership=self.membership,
-                                 group_state=self.group_state),
+                                 group_state=self.group_state, txn_cluster=self.cluster_txns),
             AclApis: AclApis(auth),
             TxnApis: TxnApis(self.transactions, self.topics, authorizer=auth),
-            TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth),
+            TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth, cluster=self.cluster_txns),
         }
 
     @property
@@ -338,6 +354,8 @@ class Broker:
             server.close()
         if self.replication is not None:
             self.replication.stop()
+        if self.cluster_txns is not None:
+            self.cluster_txns.stop()
         for task in [*self._tasks, *self._connections]:
             task.cancel()
         for task in [*self._tasks, *self._connections]:

@@ -44,6 +44,11 @@ class TxnCoordinatorRuntime(MachineTimer[TransactionCoordinator]):
                  clock: Callable[[], int] = wall_ms) -> None:
         super().__init__(machine, clock, interval_ms, "transaction coordinator")
 
+    def markers_answered(self) -> None:
+        """Another broker answered markers sent to it (a cluster): retry what is unfinished now."""
+        self.machine.retry_now()
+        self.kick()
+
     def retry_soon(self) -> None:
         """After an event that may have left markers unwritten: let the timer plan their retry."""
         if self.machine.has_unfinished():

@@ -15,7 +15,7 @@ moves) and answers a per-partition error code:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from tmqgate.broker.topics import TMQ
@@ -23,7 +23,7 @@ from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError, UnknownDatabase, UnknownVnode
 
 if TYPE_CHECKING:
-    from tmqgate.broker.topics import TopicRegistry
+    from tmqgate.broker.topics import Topic, TopicRegistry
     from tmqgate.broker.waiters import DataNotifier
     from tmqgate.storage import Store
 
@@ -36,6 +36,12 @@ class MarkerWriter:
         self._store = store
         self._topics = topics
         self._notifier = notifier
+        #: On a cluster (broker/cluster/transactions.py): a partition's leader epoch to stamp in
+        #: its marker (None: not a partition this broker leads replicated), and what to tell
+        #: once a marker was written (the high watermark may move; the producer's verified
+        #: partitions are forgotten).
+        self.leader_epoch: Callable[[Topic, int], int | None] = lambda topic, partition: None
+        self.written: Callable[[Topic, int, int], None] = lambda topic, partition, producer_id: None
 
     def write(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
               partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
@@ -47,8 +53,9 @@ class MarkerWriter:
                 out[(name, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             try:
+                epoch = self.leader_epoch(topic, partition)
                 self._store.write_txn_marker(topic.db, partition, producer_id, producer_epoch, commit,
-                                             coordinator_epoch)
+                                             coordinator_epoch, -1 if epoch is None else epoch)
             except (UnknownDatabase, UnknownVnode):  # deleted meanwhile
                 out[(name, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -56,5 +63,6 @@ class MarkerWriter:
                 out[(name, partition)] = ErrorCode.KAFKA_STORAGE_ERROR
                 continue
             self._notifier.notify(topic.db, partition)
+            self.written(topic, partition, producer_id)
             out[(name, partition)] = ErrorCode.NONE
         return out

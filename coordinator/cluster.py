@@ -179,7 +179,9 @@ def elect(p: Placement, live: set[int]) -> Placement:
     """The controller's rule for each partition, given the live brokers (unclean election off):
 
     - a reassignment whose target replicas are all in the ISR is finished first (``complete``);
-    - a live leader stays;
+    - a live leader stays, and the dead members leave its ISR (Kafka's controller removes a
+      fenced broker from every ISR at once, not after replica.lag.time.max.ms: the high
+      watermark, acks=all and the group offsets no longer wait for it);
     - a dead leader is replaced by the first live replica in the ISR (preference order), the
       ISR shrinking to the live members; with none, the partition goes offline (leader -1)
       keeping its last ISR, so only one of those replicas can lead it again;
@@ -190,7 +192,8 @@ def elect(p: Placement, live: set[int]) -> Placement:
     for s in p.partitions:
         s = complete(s, live)
         if s.leader in live:
-            states.append(s)
+            isr = tuple(r for r in s.isr if r in live)
+            states.append(s if isr == s.isr else replace(s, isr=isr))
             continue
         candidates = [r for r in s.replicas if r in s.isr and r in live]
         if candidates:

@@ -778,6 +778,12 @@ class GroupCoordinator:
             group.members[member_id].last_heartbeat_ms = now
         return codes
 
+    def pending_groups(self, producer_id: int, partition: int) -> list[str]:
+        """The groups of a group-state partition holding offsets of the producer's transaction
+        (on a cluster, a marker for that partition of ``__consumer_offsets`` ends them)."""
+        return sorted(g for g, producers in self._pending.items()
+                      if producer_id in producers and self.partition_of(g) == partition)
+
     def complete_transaction(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """The producer's transaction ended (the transaction coordinator's marker for the
         group): commit makes its pending offsets for the group the committed offsets (a

@@ -249,6 +249,10 @@ class TransactionCoordinator:
     def all(self) -> list[TxnMetadata]:
         return list(self._txns.values())
 
+    def retry_now(self) -> None:
+        """Markers may be written now (another broker answered): the next tick retries at once."""
+        self._retry_at = None
+
     def has_unfinished(self) -> bool:
         return bool(self._unfinished)
 

@@ -387,10 +387,12 @@ class Store:
     # transactions (storage.wal_txns) ------------------------------------------------------
 
     def write_txn_marker(self, db: str, vnode: int, producer_id: int, producer_epoch: int, commit: bool,
-                         coordinator_epoch: int) -> int:
+                         coordinator_epoch: int, leader_epoch: int = -1) -> int:
         """A commit or abort marker at the vnode's next offset, closing the producer's
-        transaction there (``Wal.append_marker``); returns the marker's offset."""
-        return self.wal.append_marker(db, vnode, producer_id, producer_epoch, commit, coordinator_epoch)
+        transaction there (``Wal.append_marker``; ``leader_epoch``: a replicated partition's
+        leader stamps its epoch); returns the marker's offset."""
+        return self.wal.append_marker(db, vnode, producer_id, producer_epoch, commit, coordinator_epoch,
+                                      leader_epoch=leader_epoch)
 
     def last_stable_offset(self, db: str, vnode: int) -> int:
         """First offset of the oldest open transaction on the vnode, else the high watermark."""

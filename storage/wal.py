@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
-from tmqgate.protocol.records import build_end_txn_marker
+from tmqgate.protocol.records import build_end_txn_marker, parse_end_txn_marker
 from tmqgate.storage import keys
 from tmqgate.storage.core import NewEntry
 from tmqgate.storage.model import ENTRY_KINDS, RowsEntry, WalEntry
@@ -237,19 +237,22 @@ class Wal:
         return _new_tuple(Appended, (base, vs.log_start))
 
     def append_marker(self, db: str, vnode: int, producer_id: int, producer_epoch: int, commit: bool,
-                      coordinator_epoch: int, timestamp_ms: int | None = None) -> int:
+                      coordinator_epoch: int, timestamp_ms: int | None = None, leader_epoch: int = -1,
+                      replica_batch: bytes | None = None) -> int:
         """Write a commit or abort marker (a control batch) at the vnode's next version and
         close the producer's transaction there, in one WriteBatch with the producer's epoch
         (a marker carries it, as Kafka's ProducerStateManager takes it) and, for an abort, the
-        aborted-index entry (``storage.wal_txns``). Returns the marker's offset."""
+        aborted-index entry (``storage.wal_txns``). Returns the marker's offset.
+        ``replica_batch``: a follower's copy of its leader's marker, stored as it is."""
         if self._txns is None:
             raise RuntimeError("this WAL keeps no transactions")
         dbid, vs = self._catalog.vnode(db, vnode)
         core = self._core
         base = vs.next
         now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        value = build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch,
-                                     base_offset=base, timestamp=now)
+        value = replica_batch if replica_batch is not None else build_end_txn_marker(
+            producer_id, producer_epoch, commit, coordinator_epoch, base_offset=base, timestamp=now,
+            partition_leader_epoch=leader_epoch)
         size = vs.size + len(value)
         wb = core.batch()
         wb.put(keys.vnode_key(dbid, vnode), keys.pack_vnode_state(base + 1, vs.log_start, size, vs.entries + 1))
@@ -292,6 +295,13 @@ class Wal:
             raise ValueError(f"replica append at {base}, the log ends at {vs.next}")
         span = _LAST_DELTA.unpack_from(batch, 23)[0] + 1
         max_ts, pid, epoch, first_seq = _REPLICA_FIELDS.unpack_from(batch, 35)
+        if batch[22] & _CONTROL and pid >= 0 and self._txns is not None:
+            # the leader's marker closes the producer's transaction here too (the aborted index,
+            # the last stable offset), so read_committed reads the same on this replica
+            marker = parse_end_txn_marker(batch)
+            self.append_marker(db, vnode, pid, epoch, marker.commit, marker.coordinator_epoch, timestamp_ms=max_ts,
+                               replica_batch=batch)
+            return
         producer = None
         if pid >= 0 and first_seq >= 0 and not batch[22] & _CONTROL:
             window = self._producers.window(dbid, vnode, pid)

@@ -61,3 +61,37 @@ def test_a_divergent_tail_is_truncated_and_the_leaders_batches_take_its_offsets(
     with Store(tmp_path / "follower") as again:  # the truncation is durable
         assert again.next_version("t", 0) == 5
         assert len(again.read("t", 0, 0, 1 << 20)) == 2
+
+
+def test_a_follower_keeps_the_leaders_transactions(tmp_path: Path) -> None:
+    """The leader's markers close the producer's transactions on the follower too: the same
+    aborted index and last stable offset, so read_committed reads the same after a failover
+    (found by the cluster's transaction test: a committed transaction's records were taken
+    for an aborted one's on the new leader)."""
+    from tmqgate.protocol.records import build_batch
+
+    def txn_batch(store: Store, values: list[bytes], seq: int) -> bytes:
+        batch = build_batch([(None, v, [], 1000) for v in values], producer_id=9, producer_epoch=1,
+                            base_sequence=seq, is_transactional=True)
+        window = store.producer_window("t", 0, 9)
+        base = store.append("t", 0, batch, len(values), 1000, ProducerAppend(9, 1, seq, len(values), window),
+                            leader_epoch=3).base
+        return store.read("t", 0, base, 1 << 20)[0]
+
+    def marker(store: Store, commit: bool) -> bytes:
+        at = store.write_txn_marker("t", 0, 9, 1, commit, 0, leader_epoch=3)
+        return store.read("t", 0, at, 1 << 20)[0]
+
+    with Store(tmp_path / "leader") as leader, Store(tmp_path / "follower") as follower:
+        for s in (leader, follower):
+            s.create_database("t", 1)
+        batches = [txn_batch(leader, [b"c0", b"c1"], 0), marker(leader, True),
+                   txn_batch(leader, [b"a0"], 2), marker(leader, False),
+                   txn_batch(leader, [b"o0"], 3)]  # still open
+        for b in batches:
+            follower.append_replica("t", 0, b)
+        assert follower.read("t", 0, 0, 1 << 20) == leader.read("t", 0, 0, 1 << 20)
+        end = leader.next_version("t", 0)
+        assert follower.aborted_transactions("t", 0, 0, end) == leader.aborted_transactions("t", 0, 0, end) == [(9, 3)]
+        assert follower.last_stable_offset("t", 0) == leader.last_stable_offset("t", 0) == 5
+        assert follower.open_transactions("t", 0) == leader.open_transactions("t", 0) == {9: (5, 1)}

@@ -86,6 +86,10 @@ class GroupState:
 
     # ---- where groups are coordinated --------------------------------------------------
 
+    def partition_of(self, group_id: str) -> int:
+        """The group's partition of the group-state topic (and of ``__consumer_offsets``)."""
+        return self._store.group_log.partition_of(group_id)
+
     def coordinator_of(self, group_id: str) -> int:
         """The node id of the group's coordinator (-1: none now)."""
         placement = self._membership.placements.get(GROUP_STATE_TOPIC)

@@ -34,9 +34,12 @@ Follower (this broker is a replica, another the leader):
   offsets, with the leader's epochs and the producers' windows (``Wal.append_replica``); it
   keeps the leader's high watermark, which it starts from if it becomes the leader.
 
+A follower appends the leader's transaction markers as markers (``Wal.append_replica``): they
+close the producer's transaction there too, so the aborted index and the last stable offset
+are the leader's and read_committed reads the same after a failover.
+
 Not yet: inter-broker security (followers connect to the leader's first listener as
-PLAINTEXT clients), transactions on replicated partitions (markers are not replicated as
-such), SQL databases.
+PLAINTEXT clients), SQL databases.
 """
 
 from __future__ import annotations

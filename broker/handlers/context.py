@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.cluster.group_state import GroupState
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
+    from tmqgate.broker.cluster.transactions import ClusterTransactions
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.broker.group_configs import GroupConfigs
     from tmqgate.broker.metrics import Metrics
@@ -95,6 +96,8 @@ class DataPlane:
     limited_log: RateLimitedLog | None = None
     # The transaction coordinator, asked before a transactional batch is appended (None: accepted).
     transactions: TxnGate | None = None
+    # on a cluster: a transactional batch is verified with the coordinator elsewhere first
+    txn_cluster: ClusterTransactions | None = None
     # On a cluster: the replicated partitions' leader and follower sides (acks=all, replica Fetch).
     replication: Replication | None = None
 
@@ -155,6 +158,7 @@ class GroupApis:
     authorizer: Authorizer | None = None
     membership: Membership | None = None  # on a cluster: where the coordinators are
     group_state: GroupState | None = None  # on a cluster: the groups' replicated state
+    txn_cluster: ClusterTransactions | None = None  # on a cluster: TxnOffsetCommit v5 adds the group there
 
     def coordinator_node(self, key_type: int = 0, key: str = "") -> tuple[int, str, int] | None:
         """(node id, host, port) of the broker that coordinates the group (``key_type`` 0) or
@@ -198,6 +202,7 @@ class TxnDataApis:
     store: Store
     topics: TopicRegistry
     authorizer: Authorizer | None = None
+    cluster: ClusterTransactions | None = None  # on a cluster: markers of other brokers' transactions
 
 
 @dataclass(frozen=True)

@@ -259,6 +259,9 @@ async def txn_offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
         topics_out.append({"name": name, "partitions": parts_out})
     if entries and ctx.elsewhere(body["group_id"]):
         return every(NOT_COORDINATOR)
+    if entries and req.api_version >= 5 and ctx.txn_cluster is not None:  # the group joins the transaction there
+        await ctx.txn_cluster.add_group(body["transactional_id"], body["producer_id"], body["producer_epoch"],
+                                        body["group_id"])
     if entries:
         codes = await _replicated(ctx, body["group_id"], ctx.coordinator.txn_offset_commit(
             body["group_id"], body["transactional_id"], body["producer_id"], body["producer_epoch"],

@@ -20,6 +20,7 @@ from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import TxnDataApis
 from tmqgate.broker.topics import TMQ
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC
 
 if TYPE_CHECKING:
     from tmqgate.protocol.messages import Request
@@ -40,6 +41,15 @@ async def write_txn_markers(ctx: TxnDataApis, req: Request) -> dict[str, Any]:
         writable = []
         for name, partition in wanted:
             topic = ctx.topics.get(name)
+            if name == GROUP_METADATA_TOPIC and ctx.cluster is not None:
+                # a cluster's transaction coordinator ends the group offsets of the partition here
+                errors[(name, partition)] = await ctx.cluster.end_group_offsets(
+                    pid, epoch, marker["transaction_result"], partition)
+                continue
+            error = ctx.topics.partition_error(topic, partition)
+            if ctx.cluster is not None and error is not None:  # not the leader: the sender finds it
+                errors[(name, partition)] = error
+                continue
             window = (ctx.store.producer_window(topic.db, partition, pid)
                       if topic is not None and topic.kind != TMQ and 0 <= partition < topic.partitions else None)
             if window is not None and epoch < window.epoch:

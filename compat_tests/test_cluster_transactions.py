@@ -1,0 +1,133 @@
+"""Transactions on a cluster (issue 16, step 4b, part 1): a transactional producer writes to
+partitions led by three brokers and commits a group's offsets to a group coordinated by
+another broker than its transaction coordinator; commits show every record to read_committed
+consumers and move the group's offsets, aborts show none and move nothing — also after a
+partition leader (neither coordinator) was killed -9 between transactions.
+
+On both targets (compat_tests/clusters.py): tmqgate with etcd, and the reference Kafka's KRaft
+controller with three brokers.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .clusters import find_coordinator, metadata, three_brokers, until
+from .raw import RawConn
+
+PARTITIONS = 3
+
+
+@pytest.fixture
+def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Any) -> Iterator[dict[int, Any]]:
+    with three_brokers(pytestconfig, target, tmp_path) as nodes:
+        yield nodes
+
+
+def _txn_coordinator(bootstrap: str, transactional_id: str) -> int:
+    with RawConn(bootstrap) as conn:
+        [found] = conn.request(10, 4, {"key_type": 1, "coordinator_keys": [transactional_id]})["coordinators"]
+    return int(found["node_id"]) if found["error_code"] == 0 else -1
+
+
+def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    [t] = metadata(bootstrap, [topic])["topics"]
+    return {p["partition_index"]: p["leader_id"] for p in t["partitions"]}
+
+
+def _read(bootstrap: str, topic: str, isolation: str, count: int) -> dict[int, list[bytes]]:
+    """``count`` records of the topic from its start (and nothing more within 3 s)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "isolation.level": isolation})
+    consumer.subscribe([topic])
+    got: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    deadline = time.monotonic() + 60
+    quiet_until = None
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got[msg.partition()].append(msg.value())
+            n = sum(map(len, got.values()))
+            if n >= count:
+                quiet_until = quiet_until or time.monotonic() + 3
+                if time.monotonic() >= quiet_until:
+                    break
+    finally:
+        consumer.close()
+    return got
+
+
+def test_transactions_over_three_leaders_and_another_brokers_group(cluster: dict[int, Any], target: str) -> None:
+    boot = ",".join(p.bootstrap for p in cluster.values())
+    admin = AdminClient({"bootstrap.servers": boot})
+    topic, source = f"txn-{uuid.uuid4().hex[:6]}", f"src-{uuid.uuid4().hex[:6]}"
+    created = admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"}),
+                                   NewTopic(source, 1, 3)])
+    for future in created.values():
+        future.result(30)
+    leaders = until(lambda: _leaders(cluster[0].bootstrap, topic),
+                    lambda lay: len(lay) == PARTITIONS and all(n >= 0 for n in lay.values()), "the topic led")
+    assert sorted(leaders.values()) == [0, 1, 2], leaders  # the transaction spans three leaders
+
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+    txn_coordinator = until(lambda: _txn_coordinator(cluster[0].bootstrap, tid), lambda n: n >= 0,
+                            "a transaction coordinator", 60)
+    group = next(g for g in (f"eos-{uuid.uuid4().hex[:8]}" for _ in range(500))
+                 if until(lambda g=g: find_coordinator(cluster[0].bootstrap, g), lambda n: n >= 0,
+                          "a group coordinator", 60) not in (txn_coordinator, -1))
+    group_coordinator = find_coordinator(cluster[0].bootstrap, group)
+    [bystander] = [n for n in cluster if n not in (txn_coordinator, group_coordinator)]
+
+    producer = Producer({"bootstrap.servers": boot, "transactional.id": tid, "acks": "all",
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(60)
+    member = Consumer({"bootstrap.servers": boot, "group.id": group})  # its group metadata, no join
+
+    def transaction(tag: str, offset: int, commit: bool) -> list[bytes]:
+        values = [f"{tag}{i:02d}".encode() for i in range(30)]
+        producer.begin_transaction()
+        for i, value in enumerate(values):
+            producer.produce(topic, value, partition=i % PARTITIONS)
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, offset)], member.consumer_group_metadata(), 30)
+        assert producer.flush(30) == 0  # all written before the end (an abort drops what is unsent)
+        if commit:
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
+        return values
+
+    def committed_offset() -> int:
+        wanted = ConsumerGroupTopicPartitions(group, [TopicPartition(source, 0)])
+        [tp] = admin.list_consumer_group_offsets([wanted])[group].result(30).topic_partitions
+        return tp.offset
+
+    first = transaction("c", 7, commit=True)
+    assert until(committed_offset, lambda o: o == 7, "the group's offset committed by the transaction", 30) == 7
+
+    # a partition leader that coordinates nothing dies: its partition moves, transactions go on
+    cluster[bystander].kill()
+    until(lambda: _leaders(cluster[txn_coordinator].bootstrap, topic),
+          lambda lay: bystander not in lay.values() and -1 not in lay.values(), "its partition led elsewhere", 60,
+          retry_errors=True)
+    aborted = transaction("a", 9, commit=False)
+    last = transaction("d", 12, commit=True)
+    assert until(committed_offset, lambda o: o == 12, "the second commit's offset", 30) == 12
+    member.close()
+    producer.flush(10)
+
+    live = ",".join(p.bootstrap for n, p in cluster.items() if n != bystander)
+    committed = _read(live, topic, "read_committed", 60)
+    for p in range(PARTITIONS):  # every committed record, in order; none of the aborted
+        assert committed[p] == [v for i, v in enumerate(first) if i % PARTITIONS == p] + \
+            [v for i, v in enumerate(last) if i % PARTITIONS == p], p
+    everything = _read(live, topic, "read_uncommitted", 90)
+    assert sorted(v for vs in everything.values() for v in vs) == sorted(first + aborted + last)
