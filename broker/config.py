@@ -40,6 +40,8 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "offsets_topic_replication_factor": (1, None),  # offsets.topic.replication.factor: atLeast(1)
     "offsets_commit_timeout_ms": (1, None),  # offsets.commit.timeout.ms: atLeast(1)
     "transaction_state_log_num_partitions": (1, None),  # transaction.state.log.num.partitions: atLeast(1)
+    "transaction_state_log_replication_factor": (1, None),  # transaction.state.log.replication.factor: atLeast(1)
+    "transaction_state_log_min_isr": (1, None),  # transaction.state.log.min.isr: atLeast(1)
     "retention_check_interval_ms": (1, None),
     "disk_usage_max_percent": (1, 100),
     "disk_volume_bytes": (1, None),
@@ -360,7 +362,7 @@ class BrokerConfig:
     # are read from partition abs(groupId.hashCode()) % this. Fixed once groups have committed.
     offsets_topic_num_partitions: int = 50
     # offsets.topic.replication.factor: on a cluster, the replicas of each partition of the
-    # group-state topic (broker/cluster/group_state.py), made once this many brokers are live
+    # group-state topic (broker/cluster/coordinator_state.py), made once this many brokers are live
     # (FindCoordinator answers COORDINATOR_NOT_AVAILABLE until then).
     offsets_topic_replication_factor: int = 3
     # offsets.commit.timeout.ms: on a cluster, how long an offset commit waits for the
@@ -370,6 +372,12 @@ class BrokerConfig:
     # __transaction_state (listed in Metadata; a transactional id's partition is
     # abs(transactionalId.hashCode()) % this).
     transaction_state_log_num_partitions: int = 50
+    # transaction.state.log.replication.factor: on a cluster, the replicas of each partition of
+    # the transaction-state topic (broker/cluster/coordinator_state.py), made once this many
+    # brokers are live.
+    transaction_state_log_replication_factor: int = 3
+    # transaction.state.log.min.isr: that topic's min.insync.replicas.
+    transaction_state_log_min_isr: int = 2
     # --- Transactions (Kafka's transaction.* settings) --------------------------------------
     # transaction.max.timeout.ms: the longest transaction.timeout.ms a producer may ask for;
     # InitProducerId over it answers INVALID_TRANSACTION_TIMEOUT.

@@ -55,7 +55,7 @@ def coordinator_config(cfg: BrokerConfig) -> CoordinatorConfig:
 def group_coordinator(store: Store, topics: TopicRegistry, cfg: BrokerConfig) -> CoordinatorRuntime:
     """The broker's coordinator over its store and topics, with its group.* settings."""
     # On a cluster it coordinates no group until it leads a group-state partition
-    # (broker/cluster/group_state.py loads them).
+    # (broker/cluster/coordinator_state.py loads them).
     machine = GroupCoordinator(store, RegistryTopics(topics), coordinator_config(cfg), monotonic_ms(),
                                owned=None if cfg.cluster is None else set(),
                                partition_of=store.group_log.partition_of)

@@ -83,7 +83,7 @@ from tmqgate.protocol.messages import (
 from tmqgate.storage import Store
 
 if TYPE_CHECKING:
-    from tmqgate.broker.cluster.group_state import GroupState
+    from tmqgate.broker.cluster.coordinator_state import CoordinatorState
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.cluster.transactions import ClusterTransactions
@@ -218,7 +218,8 @@ class Broker:
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
         self.membership: Membership | None = None  # with `cluster`: broker/cluster/membership.py
         self.replication: Replication | None = None  # with `cluster`: broker/cluster/replication.py
-        self.group_state: GroupState | None = None  # with `cluster`: broker/cluster/group_state.py
+        self.group_state: CoordinatorState | None = None  # with `cluster`: broker/cluster/coordinator_state.py
+        self.txn_state: CoordinatorState | None = None  # with `cluster`: the same for transactional ids
         self.cluster_txns: ClusterTransactions | None = None  # with `cluster`: broker/cluster/transactions.py
         # Captures every request frame when set (tests use it for byte-for-byte round trips).
         self.frame_hook: Any = None
@@ -257,7 +258,7 @@ class Broker:
                                          self.config.cluster_session_timeout_ms,
                                          self.config.leader_imbalance_check_interval_seconds
                                          if self.config.auto_leader_rebalance_enable else None)
-            from tmqgate.broker.cluster.group_state import GroupState
+            from tmqgate.broker.cluster.coordinator_state import CoordinatorState, kinds
             from tmqgate.broker.cluster.replication import Replication
 
             cluster_topics = ClusterTopics(self.membership, self.topics)  # the registry's `cluster` from now on
@@ -265,19 +266,21 @@ class Broker:
                                            self.notifier, self.config.replica_lag_time_max_ms,
                                            self.config.replica_fetch_wait_max_ms)
             self.membership.on_change.append(self.replication.apply)
-            self.group_state = GroupState(self.config.node_id, self.store, self.topics, cluster_topics,
-                                          self.membership, self.replication, self.notifier, self.coordinator,
-                                          self.config.offsets_topic_num_partitions,
-                                          self.config.offsets_topic_replication_factor,
-                                          self.config.offsets_commit_timeout_ms)
-            self.membership.on_change.append(self.group_state.apply)  # after replication: its leadership
+            groups, txns = kinds(self.store, self.config)
+            self.group_state, self.txn_state = (
+                CoordinatorState(kind, self.config.node_id, self.store, self.topics, cluster_topics, self.membership,
+                                 self.replication, self.notifier, runtime, self.config.offsets_commit_timeout_ms)
+                for kind, runtime in ((groups, self.coordinator), (txns, self.transactions)))
+            # after replication (its leadership); groups first: a transaction's markers end them
+            self.membership.on_change.append(self.group_state.apply)
+            self.membership.on_change.append(self.txn_state.apply)
             from tmqgate.broker.cluster.transactions import ClusterTransactions
 
             # transactions over the brokers: markers and group offsets sent to their leaders,
-            # transactional batches verified with the coordinator (broker/cluster/transactions.py)
+            # transactional batches verified with their coordinator (broker/cluster/transactions.py)
             self.cluster_txns = ClusterTransactions(self.config.node_id, self.membership, self.topics,
-                                                    self.replication, self.group_state, self.markers,
-                                                    self.transactions, self.coordinator)
+                                                    self.replication, self.group_state, self.txn_state,
+                                                    self.markers, self.transactions, self.coordinator)
             self.transactions.machine.markers = self.cluster_txns
             self.transactions.machine.groups = self.cluster_txns
             self.coordinator.machine.txn_gate = self.cluster_txns
@@ -333,9 +336,10 @@ class Broker:
                                  broker_configs=self.broker_configs),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth, membership=self.membership),
             GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth, membership=self.membership,
-                                 group_state=self.group_state, txn_cluster=self.cluster_txns),
+                                 group_state=self.group_state, txn_state=self.txn_state,
+                                 txn_cluster=self.cluster_txns),
             AclApis: AclApis(auth),
-            TxnApis: TxnApis(self.transactions, self.topics, authorizer=auth),
+            TxnApis: TxnApis(self.transactions, self.topics, authorizer=auth, state=self.txn_state),
             TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth, cluster=self.cluster_txns),
         }
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.tdengine import INVALID_IDENTIFIER, SqlError, TopicDef, View, topic_definition
 from tmqgate.broker.topic_configs import BrokerDefault, effective, validate, validate_together
-from tmqgate.coordinator.cluster import GROUP_STATE_TOPIC
+from tmqgate.coordinator.cluster import GROUP_STATE_TOPIC, TXN_STATE_TOPIC
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, is_internal
 from tmqgate.protocol.names import topic_name_problem
@@ -133,8 +133,8 @@ class Topic:
 
     @property
     def is_internal(self) -> bool:
-        """Kafka's internal topics, and a cluster's group-state topic (written by the broker alone)."""
-        return self.kind == INTERNAL or self.name == GROUP_STATE_TOPIC
+        """Kafka's internal topics, and a cluster's group and transaction state (written by the brokers alone)."""
+        return self.kind == INTERNAL or self.name in (GROUP_STATE_TOPIC, TXN_STATE_TOPIC)
 
     def high_watermark(self, store: Store, partition: int) -> int:
         if self.log is not None:

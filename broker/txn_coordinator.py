@@ -93,6 +93,10 @@ def txn_coordinator(store: Store, cfg: BrokerConfig, markers: MarkerWriter | Non
                     groups: TxnGroups | None = None) -> TxnCoordinatorRuntime:
     """The broker's transaction coordinator over its store (state loaded and prepared
     transactions completed here, before the broker serves)."""
+    # On a cluster it coordinates no id until it leads a transaction-state partition
+    # (broker/cluster/coordinator_state.py loads them).
     machine = TransactionCoordinator(store.txn_states, store, txn_config(cfg), wall_ms(),
-                                     markers=markers, groups=groups)
+                                     markers=markers, groups=groups,
+                                     owned=None if cfg.cluster is None else set(),
+                                     partition_of=store.transaction_log.partition_of)
     return TxnCoordinatorRuntime(machine, cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms)

@@ -131,3 +131,47 @@ def test_transactions_over_three_leaders_and_another_brokers_group(cluster: dict
             [v for i, v in enumerate(last) if i % PARTITIONS == p], p
     everything = _read(live, topic, "read_uncommitted", 90)
     assert sorted(v for vs in everything.values() for v in vs) == sorted(first + aborted + last)
+
+
+def test_a_transaction_goes_on_when_its_coordinator_dies(cluster: dict[int, Any], target: str) -> None:
+    """A transaction begun, written and given a group's offsets; its coordinator is killed -9
+    before the commit: the commit goes to the new coordinator (the transaction's state was
+    replicated), and read_committed reads both transactions' records, the group its offset."""
+    boot = ",".join(p.bootstrap for p in cluster.values())
+    admin = AdminClient({"bootstrap.servers": boot})
+    topic, source = f"txk-{uuid.uuid4().hex[:6]}", f"srck-{uuid.uuid4().hex[:6]}"
+    for future in admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"}),
+                                       NewTopic(source, 1, 3)]).values():
+        future.result(30)
+    until(lambda: _leaders(cluster[0].bootstrap, topic),
+          lambda lay: len(lay) == PARTITIONS and all(n >= 0 for n in lay.values()), "the topic led")
+    tid, group = f"txk-{uuid.uuid4().hex[:6]}", f"eosk-{uuid.uuid4().hex[:6]}"
+    producer = Producer({"bootstrap.servers": boot, "transactional.id": tid, "acks": "all",
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(60)
+    member = Consumer({"bootstrap.servers": boot, "group.id": group})
+    written: list[bytes] = []
+    for tag, offset in (("x", 3), ("y", 8)):
+        values = [f"{tag}{i:02d}".encode() for i in range(30)]
+        producer.begin_transaction()
+        for i, value in enumerate(values):
+            producer.produce(topic, value, partition=i % PARTITIONS)
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, offset)], member.consumer_group_metadata(), 30)
+        assert producer.flush(30) == 0
+        written += values
+        if tag == "y":  # the coordinator dies with the transaction open
+            coordinator = _txn_coordinator(cluster[0].bootstrap, tid)
+            assert coordinator >= 0
+            cluster[coordinator].kill()
+        producer.commit_transaction(90)
+    member.close()
+    live = ",".join(p.bootstrap for n, p in cluster.items() if n != coordinator)
+    until(lambda: _txn_coordinator(live.split(",")[0], tid), lambda n: n not in (-1, coordinator),
+          "a new coordinator", 60, retry_errors=True)
+    committed = _read(live, topic, "read_committed", 60)
+    for p in range(PARTITIONS):
+        assert committed[p] == [v for i, v in enumerate(written) if i % 30 % PARTITIONS == p], p
+    wanted = ConsumerGroupTopicPartitions(group, [TopicPartition(source, 0)])
+    live_admin = AdminClient({"bootstrap.servers": live})
+    assert until(lambda: live_admin.list_consumer_group_offsets([wanted])[group].result(30).topic_partitions[0].offset,
+                 lambda o: o == 8, "the second transaction's offset", 60, retry_errors=True) == 8

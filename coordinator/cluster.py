@@ -29,6 +29,8 @@ CLUSTER_ID = ROOT + "cluster_id"
 #: The internal topic holding the groups' state on a cluster (broker/cluster/group_state.py):
 #: a group's coordinator is the leader of its partition, as with Kafka's __consumer_offsets.
 GROUP_STATE_TOPIC = "__tmqgate_group_state"
+#: Transactional ids' state on a cluster: a transactional id's coordinator leads its partition.
+TXN_STATE_TOPIC = "__tmqgate_txn_state"
 
 
 @dataclass(frozen=True)

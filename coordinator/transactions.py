@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
@@ -191,8 +191,13 @@ class TransactionCoordinator:
     """See the module docstring."""
 
     def __init__(self, txn_log: TxnLog, producer_ids: ProducerIds, config: TxnConfig, now_ms: int,
-                 markers: MarkerWriter | None = None, groups: TxnGroups | None = None) -> None:
+                 markers: MarkerWriter | None = None, groups: TxnGroups | None = None,
+                 owned: set[int] | None = None, partition_of: Callable[[str], int] | None = None) -> None:
         self._log = txn_log
+        #: On a cluster: the transaction-state partitions this broker coordinates (None: all);
+        #: ``load_partition`` / ``unload_partition`` as it becomes or stops being their leader.
+        self.owned = owned
+        self.partition_of = partition_of or (lambda transactional_id: 0)
         self._pids = producer_ids
         self.config = config
         self.markers = markers  # None: no partition to write to (unit tests of the states only)
@@ -202,7 +207,7 @@ class TransactionCoordinator:
         # PrepareX transactions whose markers or groups are still to be written, with what is left.
         self._unfinished: dict[str, tuple[set[Partition], set[str]]] = {}
         self._retry_at: int | None = None
-        self._recover(now_ms)
+        self._recover(now_ms, None if owned is None else (lambda transactional_id: False))
 
     # the one place states change ---------------------------------------------------------
 
@@ -228,10 +233,13 @@ class TransactionCoordinator:
 
     # restart ------------------------------------------------------------------------------
 
-    def _recover(self, now_ms: int) -> None:
-        """Load every id; prepared transactions are completed (their markers written again),
-        ongoing ones are left to their timeout (``tick`` aborts those already past it)."""
+    def _recover(self, now_ms: int, wanted: Callable[[str], bool] | None = None) -> None:
+        """Load every id (those ``wanted`` says); prepared transactions are completed (their
+        markers written again), ongoing ones are left to their timeout (``tick`` aborts those
+        already past it)."""
         for tid, rec in self._txns_from_log().items():
+            if wanted is not None and not wanted(tid):
+                continue
             self._txns[tid] = rec
             self._by_pid[rec.producer_id] = tid
             if rec.state in _PREPARED:
@@ -240,6 +248,29 @@ class TransactionCoordinator:
 
     def _txns_from_log(self) -> dict[str, TxnMetadata]:
         return {tid: TxnMetadata.from_record(r) for tid, r in self._log.load().items()}
+
+    def owns(self, transactional_id: str) -> bool:
+        """This broker coordinates the id (its partition is loaded here)."""
+        return self.owned is None or self.partition_of(transactional_id) in self.owned
+
+    def load_partition(self, partition: int, now_ms: int) -> None:
+        """This broker now leads the transaction-state partition: its ids, as stored, into
+        memory; their prepared transactions are completed from here."""
+        assert self.owned is not None
+        self.unload_partition(partition)
+        self.owned.add(partition)
+        self._recover(now_ms, lambda transactional_id: self.partition_of(transactional_id) == partition)
+
+    def unload_partition(self, partition: int) -> None:
+        """This broker no longer leads the partition: its ids leave memory (the new leader
+        completes what they left unfinished)."""
+        assert self.owned is not None
+        self.owned.discard(partition)
+        for tid in [t for t in self._txns if self.partition_of(t) == partition]:
+            meta = self._txns.pop(tid)
+            if self._by_pid.get(meta.producer_id) == tid:
+                del self._by_pid[meta.producer_id]
+            self._unfinished.pop(tid, None)
 
     # queries ------------------------------------------------------------------------------
 

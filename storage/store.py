@@ -545,6 +545,15 @@ class Store:
         """On a cluster: every change of a group's state goes to ``mirror`` first (``storage.offsets``)."""
         self.offsets.mirror = mirror
 
+    def mirror_txns(self, mirror: Callable[[str, StateOps], None] | None) -> None:
+        """On a cluster: every change of a transactional id's state goes to ``mirror`` first."""
+        self.txn_states.mirror = mirror
+
+    def replace_txn_partition(self, in_partition: Callable[[str], bool],
+                              ops: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """The ids of one transaction-state partition as its replicated ops say."""
+        return self.txn_states.replace_partition(in_partition, ops)
+
     def replace_group_partition(self, in_partition: Callable[[str], bool],
                                 ops: Iterable[tuple[bytes, bytes | None]]) -> int:
         """The groups of one group-state partition as its replicated ops say (``storage.offsets``)."""

@@ -21,6 +21,7 @@ internal topic (``TransactionLogMessageFormatter``) read the coordinator's state
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,11 +70,14 @@ class TxnRecord:
 
 
 class TxnStates:
-    """See the module docstring."""
+    """See the module docstring. On a cluster (issue 16, step 4) every write is handed to
+    ``mirror`` first, as its (key, value or None) — the broker appends it to the id's partition
+    of the replicated transaction-state topic (``storage.offsets`` does the same for groups)."""
 
     def __init__(self, core: Core, log: TransactionLog | None = None) -> None:
         self._core = core
         self._log = log
+        self.mirror: Callable[[str, list[tuple[bytes, bytes | None]]], None] | None = None
 
     def _value(self, r: TxnRecord) -> bytes:
         assert self._log is not None
@@ -89,7 +93,12 @@ class TxnStates:
                                      TXN_STATUS.get(r.state, 0), partitions, r.update_ms, r.start_ms,
                                      previous, r.next_producer_id, 2 if r.transaction_version >= 2 else 0)
 
-    def _write(self, wb: Any, transactional_id: str, value: bytes | None, ms: int | None = None) -> None:
+    def _write(self, wb: Any, transactional_id: str, value: bytes | None, ms: int | None = None,
+               state: bytes | None = None) -> None:
+        """Write ``wb`` (``state``: the id's new TXNSTATE value, None: deleted — mirrored first
+        on a cluster) with the log's record ``value``."""
+        if self.mirror is not None:
+            self.mirror(transactional_id, [(keys.txn_state_key(transactional_id), state)])
         if self._log is None:
             self._core.write(wb)
             return
@@ -105,12 +114,37 @@ class TxnStates:
     def put(self, record: TxnRecord) -> None:
         """Write the record (before the coordinator answers); raises StorageIOError."""
         wb = self._core.batch()
-        wb.put(keys.txn_state_key(record.transactional_id), record.to_json())
+        state = record.to_json()
+        wb.put(keys.txn_state_key(record.transactional_id), state)
         self._write(wb, record.transactional_id, self._value(record) if self._log is not None else None,
-                    record.update_ms)
+                    record.update_ms, state)
 
     def delete(self, transactional_id: str) -> None:
         """Forget an expired transactional id (Kafka's tombstone)."""
         wb = self._core.batch()
         wb.delete(keys.txn_state_key(transactional_id))
         self._write(wb, transactional_id, None)
+
+    def replace_partition(self, in_partition: Callable[[str], bool], ops: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """The ids ``in_partition`` says are in a partition as the replicated ``ops`` (replayed in
+        order) say, in one WriteBatch, without mirroring; what this broker held of them before
+        is dropped; keys that are not TXNSTATE keys of the partition are skipped. Returns how
+        many ids the partition now holds."""
+        prefix = keys.TXNSTATE
+        state: dict[bytes, bytes | None] = {}
+        for key, value in ops:
+            if key[:1] == prefix and in_partition(key[1:].decode()):
+                state[key] = value
+        wb = self._core.batch()
+        for key in self._core.db.iterator(prefix=prefix, include_value=False):
+            if in_partition(key[1:].decode()) and key not in state:
+                wb.delete(key)
+        held = 0
+        for key, value in state.items():
+            if value is None:
+                wb.delete(key)
+            else:
+                wb.put(key, value)
+                held += 1
+        self._core.write(wb)
+        return held

@@ -1,8 +1,9 @@
-"""Transactions whose partitions and groups are on other brokers (issue 16, step 4b, part 1).
+"""Transactions whose coordinator, partitions and groups are on different brokers (issue 16, step 4b).
 
-The transaction coordinator of every transactional id is the controller (its state is still
-its own); partition leaders and group coordinators are spread. As Kafka's brokers talk to
-each other for a transaction, with Kafka's own requests over a broker-to-broker connection
+A transactional id's coordinator leads its partition of the transaction-state topic, a group's
+its partition of the group-state topic (``broker.cluster.coordinator_state``), a partition's
+leader is wherever the controller put it. As Kafka's brokers talk to each other for a
+transaction, with Kafka's own requests over a broker-to-broker connection
 (``broker.cluster.peer``):
 
 - **Produce** of a transactional batch to a partition led here while the coordinator is
@@ -26,8 +27,9 @@ each other for a transaction, with Kafka's own requests over a broker-to-broker 
   its leader epoch in the marker of a replicated partition, whose high watermark then moves as
   for any append.
 
-Not yet: the transaction coordinator's state replicated and spread (a controller's death
-aborts nothing and completes nothing until it is back).
+A coordinator that dies leaves its transactions to the new leader of their partition, which
+loads their state and completes the prepared ones (markers sent again: writing one twice ends
+nothing twice, the transaction is already closed there).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC
 from tmqgate.storage.model import StorageIOError
 
 if TYPE_CHECKING:
-    from tmqgate.broker.cluster.group_state import GroupState
+    from tmqgate.broker.cluster.coordinator_state import CoordinatorState
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.topics import Topic, TopicRegistry
@@ -70,13 +72,14 @@ class ClusterTransactions:
     ``TxnGroups``, Produce's ``TxnGate`` and the TxnOffsetCommit gate, on a cluster."""
 
     def __init__(self, node_id: int, membership: Membership, topics: TopicRegistry, replication: Replication,
-                 group_state: GroupState, local_markers: MarkerWriter, txns: TxnCoordinatorRuntime,
-                 groups: CoordinatorRuntime) -> None:
+                 group_state: CoordinatorState, txn_state: CoordinatorState, local_markers: MarkerWriter,
+                 txns: TxnCoordinatorRuntime, groups: CoordinatorRuntime) -> None:
         self.node_id = node_id
         self._membership = membership
         self._topics = topics
         self._replication = replication
         self._group_state = group_state
+        self._txn_state = txn_state
         self._local = local_markers
         self._txns = txns
         self._groups = groups
@@ -88,8 +91,9 @@ class ClusterTransactions:
         local_markers.leader_epoch = self._leader_epoch
         local_markers.written = self._marker_written
 
-    def coordinates_transactions(self) -> bool:
-        return self._membership.view.controller_id == self.node_id
+    def _coordinates(self, transactional_id: str | None) -> bool:
+        """This broker coordinates the id (an id-less batch is judged here, as on one node)."""
+        return not transactional_id or self._txn_state.coordinator_of(transactional_id) == self.node_id
 
     def _peer(self, node_id: int) -> PeerConnection | None:
         info = self._membership.view.brokers.get(node_id)
@@ -102,8 +106,9 @@ class ClusterTransactions:
             conn = self._peers[node_id] = PeerConnection(info.host, info.port, f"tmqgate-txn-{self.node_id}")
         return conn
 
-    async def _ask_coordinator(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any] | None:
-        conn = self._peer(self._membership.view.controller_id)
+    async def _ask_coordinator(self, transactional_id: str, api_key: int, version: int,
+                               body: dict[str, Any]) -> dict[str, Any] | None:
+        conn = self._peer(self._txn_state.coordinator_of(transactional_id))
         if conn is None:
             return None
         try:
@@ -118,9 +123,9 @@ class ClusterTransactions:
                      topic: str, partition: int, add: bool) -> None:
         """Before a transactional batch is appended here: ask the coordinator (elsewhere) once."""
         key = (producer_id, producer_epoch, topic, partition)
-        if self.coordinates_transactions() or key in self._verified or not transactional_id:
+        if not transactional_id or self._coordinates(transactional_id) or key in self._verified:
             return
-        answer = await self._ask_coordinator(ADD_PARTITIONS_TO_TXN, 5 if add else 4, {"transactions": [{
+        answer = await self._ask_coordinator(transactional_id, ADD_PARTITIONS_TO_TXN, 5 if add else 4, {"transactions": [{
             "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
             "verify_only": not add, "topics": [{"name": topic, "partitions": [partition]}]}]})
         code = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -138,7 +143,7 @@ class ClusterTransactions:
 
     def check_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                       topic: str, partition: int, add: bool = False) -> ErrorCode:
-        if self.coordinates_transactions():
+        if self._coordinates(transactional_id):
             return self._txns.check_produce(transactional_id, producer_id, producer_epoch, topic, partition, add)
         key = (producer_id, producer_epoch, topic, partition)
         if key in self._verified:
@@ -148,15 +153,15 @@ class ClusterTransactions:
     async def add_group(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
         """A TxnOffsetCommit v5 (transaction version 2) here, the coordinator elsewhere: the
         group joins the transaction there first (AddOffsetsToTxn)."""
-        if self.coordinates_transactions():
+        if self._coordinates(transactional_id):
             return
-        await self._ask_coordinator(ADD_OFFSETS_TO_TXN, 4, {
+        await self._ask_coordinator(transactional_id, ADD_OFFSETS_TO_TXN, 4, {
             "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
             "group_id": group_id})
 
     def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                 group_id: str, add: bool = False) -> ErrorCode:
-        if self.coordinates_transactions():
+        if self._coordinates(transactional_id):
             return self._txns.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id, add)
         return ErrorCode.NONE  # added at the coordinator (v5) or not verified (v1), as Kafka
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.broker_configs import BrokerConfigs
-    from tmqgate.broker.cluster.group_state import GroupState
+    from tmqgate.broker.cluster.coordinator_state import CoordinatorState
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.cluster.transactions import ClusterTransactions
@@ -157,19 +157,20 @@ class GroupApis:
     node: Node
     authorizer: Authorizer | None = None
     membership: Membership | None = None  # on a cluster: where the coordinators are
-    group_state: GroupState | None = None  # on a cluster: the groups' replicated state
+    group_state: CoordinatorState | None = None  # on a cluster: the groups' replicated state
+    txn_state: CoordinatorState | None = None  # on a cluster: the transactional ids' (FindCoordinator)
     txn_cluster: ClusterTransactions | None = None  # on a cluster: TxnOffsetCommit v5 adds the group there
 
     def coordinator_node(self, key_type: int = 0, key: str = "") -> tuple[int, str, int] | None:
         """(node id, host, port) of the broker that coordinates the group (``key_type`` 0) or
         the transactional id (1) ``key``: this one alone; on a cluster, for a group, the leader
-        of its group-state partition (broker/cluster/group_state.py), for a transactional id
-        the controller, until transaction state is replicated too (None while there is none)."""
+        of its partition of the group-state or the transaction-state topic
+        (broker/cluster/coordinator_state.py; None while there is none)."""
         if self.membership is None:
             return (self.node.node_id, *self.node.address())
         view = self.membership.view
-        node_id = (self.group_state.coordinator_of(key) if key_type == 0 and self.group_state is not None
-                   else view.controller_id)
+        state = self.group_state if key_type == 0 else self.txn_state
+        node_id = view.controller_id if state is None else state.coordinator_of(key)
         if node_id == self.node.node_id:
             return (self.node.node_id, *self.node.address())
         info = view.brokers.get(node_id)
@@ -192,6 +193,16 @@ class TxnApis:
     coordinator: TxnCoordinatorRuntime
     topics: TopicRegistry
     authorizer: Authorizer | None = None
+    state: CoordinatorState | None = None  # on a cluster: the transactional ids' replicated state
+
+    def elsewhere(self, transactional_id: str) -> bool:
+        """The id is coordinated by another broker (NOT_COORDINATOR here)."""
+        return not self.coordinator.machine.owns(transactional_id)
+
+    async def replicated(self, transactional_id: str) -> ErrorCode | None:
+        """On a cluster: wait until the id's last state change is on its in-sync replicas; the
+        error to answer instead, or None (at once on one node)."""
+        return None if self.state is None else await self.state.replicated(transactional_id)
 
 
 @dataclass(frozen=True)

@@ -61,9 +61,15 @@ async def init_producer_id(ctx: TxnApis, req: Request) -> dict[str, Any]:
     if txn is None:
         return {"throttle_time_ms": 0, "error_code": 0, "producer_id": coordinator.machine.new_producer_id(),
                 "producer_epoch": 0}
+    if ctx.elsewhere(txn):
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.NOT_COORDINATOR), "producer_id": -1,
+                "producer_epoch": -1}
     expected = (producer_id, epoch) if producer_id != -1 else None
     result = coordinator.machine.init_producer_id(coordinator.now(), txn, body["transaction_timeout_ms"], expected)
     coordinator.retry_soon()
+    error = await ctx.replicated(txn) if result.error is ErrorCode.NONE else None
+    if error is not None:
+        return {"throttle_time_ms": 0, "error_code": int(error), "producer_id": -1, "producer_epoch": -1}
     return {"throttle_time_ms": 0, "error_code": int(_fenced_as(result.error, req.api_version, 4)),
             "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
 
@@ -94,12 +100,24 @@ def _add_partitions(ctx: TxnApis, version: int, txn: dict[str, Any], check_topic
             refused[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if refused:  # any failed partition fails the transaction's request; the others not attempted
         return {p: refused.get(p, ErrorCode.OPERATION_NOT_ATTEMPTED) for p in wanted}
+    if ctx.elsewhere(tid):
+        return dict.fromkeys(wanted, ErrorCode.NOT_COORDINATOR)
     coordinator = ctx.coordinator
     if txn.get("verify_only"):
         return coordinator.machine.verify_partitions(tid, txn["producer_id"], txn["producer_epoch"], wanted)
     code = coordinator.machine.add_partitions(coordinator.now(), tid, txn["producer_id"], txn["producer_epoch"],
                                               wanted)
     return dict.fromkeys(wanted, _fenced_as(code, version, 2))
+
+
+async def _replicated(ctx: TxnApis, txn: dict[str, Any], errors: dict[tuple[str, int], ErrorCode]
+                      ) -> dict[tuple[str, int], ErrorCode]:
+    """Partitions added (not only verified) are answered once the id's new state is on the
+    in-sync replicas (a cluster); else the replication's error."""
+    if txn.get("verify_only") or not any(code is ErrorCode.NONE for code in errors.values()):
+        return errors
+    error = await ctx.replicated(txn["transactional_id"])
+    return errors if error is None else {p: error if c is ErrorCode.NONE else c for p, c in errors.items()}
 
 
 @api(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
@@ -110,7 +128,7 @@ async def add_partitions_to_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
                "producer_id": body["v3_and_below_producer_id"],
                "producer_epoch": body["v3_and_below_producer_epoch"],
                "topics": body["v3_and_below_topics"], "verify_only": False}
-        errors = _add_partitions(ctx, req.api_version, txn, check_topics=True)
+        errors = await _replicated(ctx, txn, _add_partitions(ctx, req.api_version, txn, check_topics=True))
         return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _partition_results(errors)}
     # v4+: batches of transactions, sent by brokers (KIP-890)
     if ctx.authorizer is not None:
@@ -119,7 +137,7 @@ async def add_partitions_to_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
     for txn in body["transactions"]:
         if txn["transactional_id"] is None:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Transactional ID can not be null in request.")
-        errors = _add_partitions(ctx, req.api_version, txn, check_topics=False)
+        errors = await _replicated(ctx, txn, _add_partitions(ctx, req.api_version, txn, check_topics=False))
         results.append({"transactional_id": txn["transactional_id"], "topic_results": _partition_results(errors)})
     return {"throttle_time_ms": 0, "error_code": 0, "results_by_transaction": results}
 
@@ -133,9 +151,13 @@ async def add_offsets_to_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
             return {"throttle_time_ms": 0, "error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)}
         if not auth.allows(Operation.READ, ResourceType.GROUP, body["group_id"]):
             return {"throttle_time_ms": 0, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED)}
+    if ctx.elsewhere(body["transactional_id"]):
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.NOT_COORDINATOR)}
     coordinator = ctx.coordinator
     code = coordinator.machine.add_offsets(coordinator.now(), body["transactional_id"], body["producer_id"],
                                            body["producer_epoch"], body["group_id"])
+    if code is ErrorCode.NONE:
+        code = await ctx.replicated(body["transactional_id"]) or code
     return {"throttle_time_ms": 0, "error_code": int(_fenced_as(code, req.api_version, 2))}
 
 
@@ -144,11 +166,17 @@ async def end_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
     body = req.body
     if ctx.authorizer is not None:
         ctx.authorizer.require(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"])
+    if ctx.elsewhere(body["transactional_id"]):
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.NOT_COORDINATOR), "producer_id": -1,
+                "producer_epoch": -1}
     coordinator = ctx.coordinator
     result = coordinator.machine.end_txn(coordinator.now(), body["transactional_id"], body["producer_id"],
                                          body["producer_epoch"], bool(body["committed"]),
                                          transaction_version=2 if req.api_version >= 5 else 1)
     coordinator.retry_soon()
+    error = await ctx.replicated(body["transactional_id"]) if result.error is ErrorCode.NONE else None
+    if error is not None:
+        return {"throttle_time_ms": 0, "error_code": int(error), "producer_id": -1, "producer_epoch": -1}
     return {"throttle_time_ms": 0, "error_code": int(_fenced_as(result.error, req.api_version, 2)),
             "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
 
@@ -166,6 +194,8 @@ async def describe_transactions(ctx: TxnApis, req: Request) -> dict[str, Any]:
             entry["error_code"] = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         elif not tid:
             entry["error_code"] = int(ErrorCode.INVALID_REQUEST)
+        elif ctx.elsewhere(tid):
+            entry["error_code"] = int(ErrorCode.NOT_COORDINATOR)
         elif meta is None or meta.producer_epoch == -1:  # never initialised (or expired)
             entry["error_code"] = int(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
         else:

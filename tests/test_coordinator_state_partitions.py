@@ -138,3 +138,58 @@ def test_one_node_coordinates_every_group(tmp_path: Any) -> None:
     assert c.owns("g") and c.owns("anything")
     assert [g["group_id"] for g in c.list_groups()] == ["g"]
     store.close()
+
+
+# ---- transactional ids -------------------------------------------------------------------
+
+
+def _txn_coordinator(store: Store, owned: set[int] | None) -> tuple[Any, Any]:
+    from tests.test_txn_coordinator import Markers
+    from tmqgate.coordinator.transactions import TransactionCoordinator, TxnConfig
+
+    markers = Markers()
+    return TransactionCoordinator(store.txn_states, store, TxnConfig(), 1_700_000_000_000, markers=markers,
+                                  owned=owned, partition_of=store.transaction_log.partition_of), markers
+
+
+def test_a_transactional_ids_state_is_mirrored_and_a_new_coordinator_completes_its_prepared_commit(
+        tmp_path: Any) -> None:
+    """A coordinator's state changes go to the mirror (a refusal: nothing changes); replayed on
+    another broker, the id's prepared commit is completed there (its markers written again)."""
+    now = 1_700_000_000_000
+    old, new = _store(tmp_path / "old"), _store(tmp_path / "new")
+    for s in (old, new):
+        s.transaction_log.partitions = PARTITIONS
+    log: list[tuple[bytes, bytes | None]] = []
+    old.mirror_txns(lambda tid, ops: log.extend(ops))
+    c, old_markers = _txn_coordinator(old, None)
+    init = c.init_producer_id(now, "tx", 60_000)
+    assert init.error is ErrorCode.NONE
+    assert c.add_partitions(now, "tx", init.producer_id, init.producer_epoch, [("t", 0), ("t", 1)]) is ErrorCode.NONE
+    old_markers.fail = {("t", 0), ("t", 1)}  # the old coordinator dies before its markers are written:
+    assert c.end_txn(now + 1, "tx", init.producer_id, init.producer_epoch, commit=True).error is ErrorCode.NONE
+    assert [k for k, _ in log] == [keys.txn_state_key("tx")] * len(log) and len(log) >= 3
+    assert c.get("tx").state.value == "PrepareCommit"  # type: ignore[union-attr]
+
+    def refuse(tid: str, ops: list[tuple[bytes, bytes | None]]) -> None:
+        raise StateNotReplicated("not the leader")
+
+    old.mirror_txns(refuse)
+    assert c.init_producer_id(now + 2, "other", 60_000).error is not ErrorCode.NONE
+    other = c.get("other")
+    assert other is None or other.producer_epoch == -1, "no producer epoch handed out"
+    assert "other" not in old.txn_states.load(), "nothing written"
+
+    p = new.transaction_log.partition_of("tx")
+    assert new.replace_txn_partition(lambda tid: new.transaction_log.partition_of(tid) == p, log) == 1
+    d, markers = _txn_coordinator(new, set())
+    assert not d.owns("tx") and d.get("tx") is None
+    d.load_partition(p, now + 3)
+    assert d.owns("tx")
+    meta = d.get("tx")
+    assert meta is not None and meta.state.value == "CompleteCommit", "the prepared commit completed here"
+    assert markers.calls == [(init.producer_id, init.producer_epoch, True, [("t", 0), ("t", 1)])]
+    d.unload_partition(p)
+    assert d.get("tx") is None and not d.owns("tx")
+    old.close()
+    new.close()
