@@ -26,9 +26,11 @@ OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 NOT_COORDINATOR = 16
 
 
-@pytest.fixture
-def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Any) -> Iterator[dict[int, Any]]:
-    with three_brokers(pytestconfig, target, tmp_path) as nodes:
+@pytest.fixture(scope="module")
+def cluster(pytestconfig: pytest.Config, target: str,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, Any]]:
+    """One cluster for the module: the test that kills a broker comes last."""
+    with three_brokers(pytestconfig, target, tmp_path_factory.mktemp("cluster-groups")) as nodes:
         yield nodes
 
 
@@ -74,6 +76,39 @@ def _read(consumer: Consumer, count: int, timeout: float = 60.0) -> list[tuple[i
 def _committed(consumer: Consumer, topic: str) -> dict[int, int]:
     parts = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
     return {tp.partition: tp.offset for tp in parts}
+
+
+def test_a_broker_answers_another_brokers_groups_not_coordinator(cluster: dict[int, Any], target: str) -> None:
+    """OffsetCommit and OffsetFetch sent to a broker that does not coordinate the group answer
+    NOT_COORDINATOR for every partition, and change nothing; the coordinator takes the commit."""
+    topic, _ = _topic(cluster)
+    group = f"elsewhere-{uuid.uuid4().hex[:6]}"
+    coordinator = until(lambda: find_coordinator(cluster[0].bootstrap, group), lambda n: n >= 0, "a coordinator", 60,
+                        retry_errors=True)
+    other = cluster[(coordinator + 1) % 3].bootstrap
+
+    def commit(bootstrap: str, offset: int) -> list[int]:
+        with RawConn(bootstrap) as conn:
+            answer = conn.request(OFFSET_COMMIT, 8, {
+                "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None, "retention_time_ms": -1,
+                "topics": [{"name": topic, "partitions": [
+                    {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
+                     "committed_metadata": None}]}]})
+        return [p["error_code"] for t in answer["topics"] for p in t["partitions"]]
+
+    def fetch(bootstrap: str) -> tuple[int, int]:
+        with RawConn(bootstrap) as conn:
+            [g] = conn.request(OFFSET_FETCH, 8, {"groups": [{"group_id": group, "topics": [
+                {"name": topic, "partition_indexes": [0]}]}], "require_stable": False})["groups"]
+        offsets = [p["committed_offset"] for t in g["topics"] for p in t["partitions"]]
+        return g["error_code"], (offsets[0] if offsets else -1)
+
+    assert commit(other, 7) == [NOT_COORDINATOR]
+    assert fetch(other)[0] == NOT_COORDINATOR
+    assert until(lambda: commit(cluster[coordinator].bootstrap, 5), lambda codes: codes == [0],
+                 "the coordinator takes the commit", 30) == [0]
+    assert fetch(cluster[coordinator].bootstrap) == (0, 5)
 
 
 def test_group_coordinators_are_spread_and_offsets_outlive_the_coordinator(
@@ -143,36 +178,3 @@ def test_group_coordinators_are_spread_and_offsets_outlive_the_coordinator(
             assert consumer.poll(2) is None, "nothing more"
         finally:
             consumer.close()
-
-
-def test_a_broker_answers_another_brokers_groups_not_coordinator(cluster: dict[int, Any], target: str) -> None:
-    """OffsetCommit and OffsetFetch sent to a broker that does not coordinate the group answer
-    NOT_COORDINATOR for every partition, and change nothing; the coordinator takes the commit."""
-    topic, _ = _topic(cluster)
-    group = f"elsewhere-{uuid.uuid4().hex[:6]}"
-    coordinator = until(lambda: find_coordinator(cluster[0].bootstrap, group), lambda n: n >= 0, "a coordinator", 60,
-                        retry_errors=True)
-    other = cluster[(coordinator + 1) % 3].bootstrap
-
-    def commit(bootstrap: str, offset: int) -> list[int]:
-        with RawConn(bootstrap) as conn:
-            answer = conn.request(OFFSET_COMMIT, 8, {
-                "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
-                "group_instance_id": None, "retention_time_ms": -1,
-                "topics": [{"name": topic, "partitions": [
-                    {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
-                     "committed_metadata": None}]}]})
-        return [p["error_code"] for t in answer["topics"] for p in t["partitions"]]
-
-    def fetch(bootstrap: str) -> tuple[int, int]:
-        with RawConn(bootstrap) as conn:
-            [g] = conn.request(OFFSET_FETCH, 8, {"groups": [{"group_id": group, "topics": [
-                {"name": topic, "partition_indexes": [0]}]}], "require_stable": False})["groups"]
-        offsets = [p["committed_offset"] for t in g["topics"] for p in t["partitions"]]
-        return g["error_code"], (offsets[0] if offsets else -1)
-
-    assert commit(other, 7) == [NOT_COORDINATOR]
-    assert fetch(other)[0] == NOT_COORDINATOR
-    assert until(lambda: commit(cluster[coordinator].bootstrap, 5), lambda codes: codes == [0],
-                 "the coordinator takes the commit", 30) == [0]
-    assert fetch(cluster[coordinator].bootstrap) == (0, 5)
