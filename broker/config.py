@@ -38,6 +38,7 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "default_replication_factor": (1, None),  # default.replication.factor: atLeast(1)
     "offsets_topic_num_partitions": (1, None),  # offsets.topic.num.partitions: atLeast(1)
     "offsets_topic_replication_factor": (1, None),  # offsets.topic.replication.factor: atLeast(1)
+    "cluster_state_partitions": (1, None),
     "offsets_commit_timeout_ms": (1, None),  # offsets.commit.timeout.ms: atLeast(1)
     "transaction_state_log_num_partitions": (1, None),  # transaction.state.log.num.partitions: atLeast(1)
     "transaction_state_log_replication_factor": (1, None),  # transaction.state.log.replication.factor: atLeast(1)
@@ -361,6 +362,15 @@ class BrokerConfig:
     # (Metadata shows it with is_internal once a group has used the broker); a group's commits
     # are read from partition abs(groupId.hashCode()) % this. Fixed once groups have committed.
     offsets_topic_num_partitions: int = 50
+    # On a cluster: the partitions of each of the internal topics that hold the groups' and
+    # the transactional ids' state (broker/cluster/coordinator_state.py; Kafka's
+    # __consumer_offsets and __transaction_state, whose partition counts are
+    # offsets_topic_num_partitions and transaction_state_log_num_partitions): a key's
+    # coordinator leads its partition. Fewer than Kafka's 50 because every replicated partition
+    # costs in each replica fetch round (tmqgate has no fetch sessions, KIP-227, yet): with 50
+    # each, the replicated-cluster benchmark's acks=all throughput fell by a third. All brokers
+    # must agree on it.
+    cluster_state_partitions: int = 6
     # offsets.topic.replication.factor: on a cluster, the replicas of each partition of the
     # group-state topic (broker/cluster/coordinator_state.py), made once this many brokers are live
     # (FindCoordinator answers COORDINATOR_NOT_AVAILABLE until then).

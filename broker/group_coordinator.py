@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tmqgate.coordinator.classic import ClassicConfig
+from tmqgate.coordinator.cluster import state_partitioner
 from tmqgate.coordinator.consumer import ConsumerConfig
 from tmqgate.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from tmqgate.coordinator.runtime import CoordinatorRuntime, monotonic_ms
@@ -58,5 +59,5 @@ def group_coordinator(store: Store, topics: TopicRegistry, cfg: BrokerConfig) ->
     # (broker/cluster/coordinator_state.py loads them).
     machine = GroupCoordinator(store, RegistryTopics(topics), coordinator_config(cfg), monotonic_ms(),
                                owned=None if cfg.cluster is None else set(),
-                               partition_of=store.group_log.partition_of)
+                               partition_of=state_partitioner(cfg.cluster_state_partitions))
     return CoordinatorRuntime(machine)

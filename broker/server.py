@@ -266,7 +266,8 @@ class Broker:
                                            self.notifier, self.config.replica_lag_time_max_ms,
                                            self.config.replica_fetch_wait_max_ms)
             self.membership.on_change.append(self.replication.apply)
-            groups, txns = kinds(self.store, self.config)
+            groups, txns = kinds(self.store, self.config, self.coordinator.machine.partition_of,
+                                 self.transactions.machine.partition_of)
             self.group_state, self.txn_state = (
                 CoordinatorState(kind, self.config.node_id, self.store, self.topics, cluster_topics, self.membership,
                                  self.replication, self.notifier, runtime, self.config.offsets_commit_timeout_ms)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tmqgate.coordinator.cluster import state_partitioner
 from tmqgate.coordinator.runtime import MachineTimer
 from tmqgate.coordinator.transactions import MarkerWriter, TransactionCoordinator, TxnConfig, TxnGroups
 from tmqgate.protocol.errors import ErrorCode
@@ -98,5 +99,5 @@ def txn_coordinator(store: Store, cfg: BrokerConfig, markers: MarkerWriter | Non
     machine = TransactionCoordinator(store.txn_states, store, txn_config(cfg), wall_ms(),
                                      markers=markers, groups=groups,
                                      owned=None if cfg.cluster is None else set(),
-                                     partition_of=store.transaction_log.partition_of)
+                                     partition_of=state_partitioner(cfg.cluster_state_partitions))
     return TxnCoordinatorRuntime(machine, cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms)

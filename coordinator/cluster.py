@@ -15,12 +15,14 @@ turns them into a ``ClusterView``. Rules (the etcd key layout, all under ``/tmqg
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.internal_topics import partition_for
 
 ROOT = "/tmqgate/"
 BROKERS = ROOT + "brokers/"
@@ -31,6 +33,12 @@ CLUSTER_ID = ROOT + "cluster_id"
 GROUP_STATE_TOPIC = "__tmqgate_group_state"
 #: Transactional ids' state on a cluster: a transactional id's coordinator leads its partition.
 TXN_STATE_TOPIC = "__tmqgate_txn_state"
+
+
+def state_partitioner(partitions: int) -> Callable[[str], int]:
+    """A group's or a transactional id's partition of its state topic (Kafka's hash of the key,
+    as for ``__consumer_offsets``), remembered: Java's hashCode in Python costs ~10 µs a key."""
+    return functools.lru_cache(maxsize=100_000)(lambda key: partition_for(key, partitions))
 
 
 @dataclass(frozen=True)

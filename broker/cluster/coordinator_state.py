@@ -6,17 +6,17 @@ As Kafka keeps groups in ``__consumer_offsets`` and transactional ids in
 ``__transaction_state`` stay what one broker's logs show). One ``CoordinatorState`` per kind;
 the same rules for both:
 
-- The topic has as many partitions as ``__consumer_offsets`` (``offsets_topic_num_partitions``)
-  or ``__transaction_state`` (``transaction_state_log_num_partitions``) — the brokers must agree
-  on it, as Kafka's must — of ``offsets_topic_replication_factor`` /
+- The topic has ``cluster_state_partitions`` partitions (fewer than Kafka's 50: every
+  replicated partition costs in each replica fetch round; the brokers must agree on it, as
+  Kafka's must on theirs) of ``offsets_topic_replication_factor`` /
   ``transaction_state_log_replication_factor`` replicas each (the latter with
-  ``transaction_state_log_min_isr``), compacted. The controller creates it once that many
-  brokers are live (Kafka makes its topics on the first FindCoordinator and refuses to with
-  fewer live brokers than their replication factor); until then FindCoordinator answers
-  COORDINATOR_NOT_AVAILABLE.
-- A key's partition (group id, transactional id) is Kafka's hash of it (the one it has in
-  Kafka's topic); its coordinator is that partition's leader: FindCoordinator names it, and
-  every other broker answers its requests NOT_COORDINATOR.
+  ``transaction_state_log_min_isr``), compacted. The first FindCoordinator of its kind
+  creates it, once that many brokers are live (Kafka makes its topics on first use and refuses
+  to with fewer live brokers than their replication factor); until it is there and led
+  FindCoordinator answers COORDINATOR_NOT_AVAILABLE.
+- A key's partition (group id, transactional id) is Kafka's hash of it modulo that count
+  (``coordinator.cluster.state_partitioner``); its coordinator is that partition's leader:
+  FindCoordinator names it, and every other broker answers its requests NOT_COORDINATOR.
 - Each change of a key's state (``storage.offsets`` for a group's state keys,
   ``storage.txn_coordinator`` for a transactional id's) is appended to its partition as one
   record batch — a record per LevelDB key, its new value or null for a delete — stamped with the
@@ -100,17 +100,19 @@ class Kind:
     mirror: Callable[[Callable[[str, Ops], None] | None], None]
 
 
-def kinds(store: Store, cfg: BrokerConfig) -> tuple[Kind, Kind]:
+def kinds(store: Store, cfg: BrokerConfig, groups_of: Callable[[str], int],
+          txns_of: Callable[[str], int]) -> tuple[Kind, Kind]:
     """The groups' and the transactional ids' (Kafka's topic configs: compacted; the
-    transaction log's min.insync.replicas is transaction.state.log.min.isr)."""
-    groups = Kind(GROUP_STATE_TOPIC, "groups", cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor,
+    transaction log's min.insync.replicas is transaction.state.log.min.isr); ``groups_of`` /
+    ``txns_of``: the coordinators' own partitioning of their keys."""
+    groups = Kind(GROUP_STATE_TOPIC, "groups", cfg.cluster_state_partitions, cfg.offsets_topic_replication_factor,
                   {"cleanup.policy": "compact", "compression.type": "producer"},
-                  store.group_log.partition_of, store.replace_group_partition, store.mirror_groups)
-    txns = Kind(TXN_STATE_TOPIC, "transactional ids", cfg.transaction_state_log_num_partitions,
+                  groups_of, store.replace_group_partition, store.mirror_groups)
+    txns = Kind(TXN_STATE_TOPIC, "transactional ids", cfg.cluster_state_partitions,
                 cfg.transaction_state_log_replication_factor,
                 {"cleanup.policy": "compact", "compression.type": "producer",
                  "min.insync.replicas": str(cfg.transaction_state_log_min_isr)},
-                store.transaction_log.partition_of, store.replace_txn_partition, store.mirror_txns)
+                txns_of, store.replace_txn_partition, store.mirror_txns)
     return groups, txns
 
 
@@ -160,9 +162,8 @@ class CoordinatorState:
         return state is not None and state.leader == self.node_id and not self._membership.cut_off()
 
     def apply(self) -> None:
-        """Create the topic (the controller), then load the partitions this broker now leads
-        and unload those it no longer does (on the event loop)."""
-        self._create_if_due()
+        """Load the partitions this broker now leads and unload those it no longer does (on
+        the event loop)."""
         topic = self._topic()
         led = set() if topic is None else {p for p in range(topic.partitions) if self._leads(topic, p)}
         machine = self._coordinator.machine
@@ -179,10 +180,13 @@ class CoordinatorState:
                 log.exception("%s: cannot load partition %d", self.kind.topic, p)
         self._coordinator.kick()
 
-    def _create_if_due(self) -> None:
+    def ensure(self) -> None:
+        """A FindCoordinator found no coordinator: make the topic if it is not there and
+        enough brokers are live (Kafka makes its internal topics on first use, so a cluster
+        that never runs a transaction has no transaction state to replicate). Any broker may:
+        the creation is a compare-and-swap."""
         view = self._membership.view
-        if (view.controller_id != self.node_id or self.kind.topic in self._membership.placements
-                or len(view.brokers) < self.kind.replication_factor
+        if (self.kind.topic in self._membership.placements or len(view.brokers) < self.kind.replication_factor
                 or (self._creating is not None and not self._creating.done())):
             return
         self._creating = asyncio.create_task(self._create())

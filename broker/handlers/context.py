@@ -171,6 +171,8 @@ class GroupApis:
         view = self.membership.view
         state = self.group_state if key_type == 0 else self.txn_state
         node_id = view.controller_id if state is None else state.coordinator_of(key)
+        if state is not None and node_id < 0:
+            state.ensure()  # made on first use, as Kafka's internal topics
         if node_id == self.node.node_id:
             return (self.node.node_id, *self.node.address())
         info = view.brokers.get(node_id)
