@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from tmqgate.storage import keys
@@ -173,6 +173,32 @@ class Core:
     def batch(self, sync: bool | None = None) -> WriteBatch:
         """A main-DB WriteBatch: synced per the policy, or as ``sync`` says (catalog: True)."""
         return self.db.write_batch(sync=self.sync_each if sync is None else sync)
+
+    def replace_keys(self, prefixes: Iterable[bytes], ours: Callable[[bytes], bool],
+                     ops: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Make the keys under ``prefixes`` that ``ours`` accepts exactly what ``ops`` (puts and
+        deletes, replayed in order; others skipped) leave, in one WriteBatch: a cluster's
+        replicated coordinator state replacing this broker's copy of one partition. Returns
+        how many keys it holds."""
+        wanted = tuple(prefixes)
+        state: dict[bytes, bytes | None] = {}
+        for key, value in ops:
+            if key[:1] in wanted and ours(key):
+                state[key] = value
+        wb = self.batch()
+        for prefix in wanted:
+            for key in self.db.iterator(prefix=prefix, include_value=False):
+                if key not in state and ours(key):
+                    wb.delete(key)
+        held = 0
+        for key, value in state.items():
+            if value is None:
+                wb.delete(key)
+            else:
+                wb.put(key, value)
+                held += 1
+        self.write(wb)
+        return held
 
     def write(self, wb: WriteBatch) -> None:
         wb.write()

@@ -331,24 +331,8 @@ class Offsets:
         this broker held of them before (it led the partition once, or never) is dropped.
         Keys that are not group state keys, or not of the partition, are skipped. Returns
         how many keys the partition now holds."""
-        state: dict[bytes, bytes | None] = {}
-        for key, value in ops:
+        def ours(key: bytes) -> bool:
             group = state_key_group(key)
-            if group is not None and in_partition(group):
-                state[key] = value
-        wb = self._core.batch()
-        db = self._core.db
-        for prefix in STATE_PREFIXES:
-            for key in db.iterator(prefix=prefix, include_value=False):
-                group = state_key_group(key)
-                if group is not None and in_partition(group) and key not in state:
-                    wb.delete(key)
-        held = 0
-        for key, value in state.items():
-            if value is None:
-                wb.delete(key)
-            else:
-                wb.put(key, value)
-                held += 1
-        self._core.write(wb)
-        return held
+            return group is not None and in_partition(group)
+
+        return self._core.replace_keys(STATE_PREFIXES, ours, ops)

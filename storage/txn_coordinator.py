@@ -130,21 +130,4 @@ class TxnStates:
         order) say, in one WriteBatch, without mirroring; what this broker held of them before
         is dropped; keys that are not TXNSTATE keys of the partition are skipped. Returns how
         many ids the partition now holds."""
-        prefix = keys.TXNSTATE
-        state: dict[bytes, bytes | None] = {}
-        for key, value in ops:
-            if key[:1] == prefix and in_partition(key[1:].decode()):
-                state[key] = value
-        wb = self._core.batch()
-        for key in self._core.db.iterator(prefix=prefix, include_value=False):
-            if in_partition(key[1:].decode()) and key not in state:
-                wb.delete(key)
-        held = 0
-        for key, value in state.items():
-            if value is None:
-                wb.delete(key)
-            else:
-                wb.put(key, value)
-                held += 1
-        self._core.write(wb)
-        return held
+        return self._core.replace_keys((keys.TXNSTATE,), lambda key: in_partition(key[1:].decode()), ops)
