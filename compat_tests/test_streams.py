@@ -12,6 +12,7 @@ the same against the reference broker.
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,13 +142,23 @@ def app(tmp_path: Path, broker: Broker) -> Iterator[App]:
     a.stop()
 
 
-def wait_final(app: App, want: dict[str, int]) -> list[tuple[str, int]]:
+#: On the reference Kafka, give up (xfail) when the app committed nothing at all for this long.
+REFERENCE_STALL_S = 120
+
+
+def wait_final(app: App, want: dict[str, int], target: str = "tmqgate") -> list[tuple[str, int]]:
     seen: list[list[tuple[str, int]]] = [[]]
+    started = time.monotonic()
 
     def done() -> bool:
         if not app.alive():
             raise AssertionError(f"the Streams app exited:\n{app.tail()}")
         seen[0] = committed_updates(app.bootstrap, app.output)
+        if target == "kafka" and not seen[0] and time.monotonic() - started > REFERENCE_STALL_S:
+            # The open reference-Kafka stall of test_killed_and_restarted_app_restores_its_store
+            # (RUNNING, every task assigned, no input record processed), seen once on a fresh
+            # app too (CI of 2026-11-26, third session): not a verdict on the counts.
+            pytest.xfail("reference Kafka: the Streams app processed nothing for 120 s (the open stall)")
         return final_counts(seen[0]) == want
 
     try:
@@ -168,11 +179,11 @@ def assert_exactly_once(updates: list[tuple[str, int]]) -> None:
         last[key] = count
 
 
-def test_windowed_count_equals_an_independent_count(app: App) -> None:
+def test_windowed_count_equals_an_independent_count(app: App, target: str) -> None:
     events = make_events(3000, seed=15)
     produce(app.bootstrap, app.input, events)
     app.start()
-    updates = wait_final(app, expected_counts(events))
+    updates = wait_final(app, expected_counts(events), target)
     assert_exactly_once(updates)
     assert len(expected_counts(events)) > 10  # many windows, every region in each
     # the topics Streams created for itself: the window store's changelog compacted and
