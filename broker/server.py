@@ -34,6 +34,7 @@ from tmqgate.broker.auth.session import SASL_PROTOCOLS, Action, Authenticator, a
 from tmqgate.broker.broker_configs import BrokerConfigs
 from tmqgate.broker.client import ANONYMOUS, ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.dnodes import Dnodes
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.group_configs import GroupConfigs
 from tmqgate.broker.group_coordinator import group_coordinator
@@ -192,14 +193,16 @@ class Broker:
         self.coordinator.machine.txn_gate = self.transactions
         # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
         machine = self.coordinator.machine
+        self.started_ms = int(time.time() * 1000)
+        # SHOW DNODES / SHOW VGROUPS: this node, or the cluster's nodes and placements (broker/dnodes.py)
+        self.dnodes = Dnodes(config.node_id, self.store, self.topics, config.max_partitions, self.started_ms)
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
                                  GroupQueries(subscribed_to=machine.groups_subscribed_to,
                                               group_ids=machine.group_ids, members=machine.members,
                                               now_ms=self.coordinator.now),
-                                 parse_timeout_ms=config.sql_parse_timeout_ms)
+                                 parse_timeout_ms=config.sql_parse_timeout_ms, placement=self.dnodes.queries())
         if self.authorizer is not None:  # SQL statements checked for their caller too
             self.executor.access = SqlAccess(self.authorizer, set_user_password=self._set_user_password)
-        self.started_ms = int(time.time() * 1000)
         self._servers: list[tuple[Listener, asyncio.Server]] = []
         # One TLS context per listener TLS settings in use (listeners with the same share it).
         self._ssl: dict[tuple[str, str | None, str | None, str | None], tuple[Listener, ssl.SSLContext]] = {}
@@ -249,7 +252,7 @@ class Broker:
         if any(li.security_protocol in SASL_PROTOCOLS for li in listeners):
             self.authenticator = authenticator(self.config, self.store, self.limited_log)
             self.metrics.authenticator = self.authenticator
-        self.advertised = self.advertised_by_listener[listeners[0].name]
+        self.advertised = self.dnodes.advertised = self.advertised_by_listener[listeners[0].name]
         if self.config.cluster is not None:  # imported only on a cluster: one node needs no etcd
             from tmqgate.broker.cluster.membership import Membership
             from tmqgate.broker.cluster.topics import ClusterTopics
@@ -257,7 +260,9 @@ class Broker:
             self.membership = Membership(self.config.cluster, self.config.node_id, self.advertised,
                                          self.config.cluster_session_timeout_ms,
                                          self.config.leader_imbalance_check_interval_seconds
-                                         if self.config.auto_leader_rebalance_enable else None)
+                                         if self.config.auto_leader_rebalance_enable else None,
+                                         facts=self.dnodes.facts())
+            self.dnodes.membership = self.membership
             from tmqgate.broker.cluster.coordinator_state import CoordinatorState, kinds
             from tmqgate.broker.cluster.replication import Replication
 

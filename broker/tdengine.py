@@ -8,7 +8,8 @@ through these names:
 - SQL, for the HTTP front, `tmqgate sql` and SQL-made topics:
   `Executor` (one per broker; built from the store, the catalog, the topic registry, the
   data notifier's `notify` and `GroupQueries`), its `Result`, `GroupQueries` (what SQL asks
-  of the consumer groups), `SqlError` (a refused statement, with its position if a parse error,
+  of the consumer groups), `PlacementQueries` (what SHOW DNODES / SHOW VGROUPS ask of the
+  broker: its nodes, the vnodes' replicas and their roles), `SqlError` (a refused statement, with its position if a parse error,
   and TDengine's code when it has a specific one: `INVALID_IDENTIFIER` for a name `tsdb.names`
   refuses); `ParseTimeout` / `ParseWorkerDied`, how the process that parses long texts
   (broker/sql/worker.py) fails a parse;
@@ -32,7 +33,14 @@ sees the topic registry through its `TopicNames` protocol).
 
 from tmqgate.broker.sql.access import Access, Caller
 from tmqgate.broker.sql.ast import SqlError
-from tmqgate.broker.sql.executor import Executor, GroupQueries, Result, TopicNames, topic_definition
+from tmqgate.broker.sql.executor import (
+    Executor,
+    GroupQueries,
+    PlacementQueries,
+    Result,
+    TopicNames,
+    topic_definition,
+)
 from tmqgate.broker.sql.ingest import IngestError, ingest
 from tmqgate.broker.sql.views import TopicDef, View
 from tmqgate.broker.sql.worker import ParseTimeout, ParseWorkerDied
@@ -45,6 +53,7 @@ __all__ = [
     "Caller",
     "Executor",
     "GroupQueries",
+    "PlacementQueries",
     "IngestError",
     "ParseTimeout",
     "ParseWorkerDied",

@@ -12,7 +12,18 @@ import pytest
 
 from .raw import RawConn
 from .tdengine_helpers import METERS_DDL, TdBroker, td_broker_fixture, unique
-from .test_acls import ALLOW, ANON, DENY, LITERAL, READ, TOPIC, TOPIC_AUTHORIZATION_FAILED, create_acls, deny
+from .test_acls import (
+    ALLOW,
+    ANON,
+    DENY,
+    DESCRIBE,
+    LITERAL,
+    READ,
+    TOPIC,
+    TOPIC_AUTHORIZATION_FAILED,
+    create_acls,
+    deny,
+)
 
 pytestmark = pytest.mark.tmqgate_only
 
@@ -60,6 +71,17 @@ def test_reading_database_and_query_topics_needs_read(td: TdBroker) -> None:
     status, answer = td.post(f"SELECT * FROM {db}.meters")
     assert status == 400 and answer["code"] == PERMISSION_DENIED, answer
     assert answer["desc"] == f"Permission denied: {ANON} may not READ topic '{db}'"
+
+
+def test_a_databases_placement_needs_describe_as_metadatas(td: TdBroker) -> None:
+    db = _database(td)
+    assert [r["v1_status"] for r in td.rows(f"SHOW {db}.VGROUPS")] == ["leader"]
+    deny(td.bootstrap, TOPIC, db, DESCRIBE)
+    status, answer = td.post(f"SHOW {db}.VGROUPS")
+    assert status == 400 and answer["code"] == PERMISSION_DENIED, answer
+    assert answer["desc"] == f"Permission denied: {ANON} may not DESCRIBE topic '{db}'"
+    # the brokers are anyone's to see, as Metadata's broker list
+    assert [r["status"] for r in td.rows("SHOW DNODES")] == ["ready"]
 
 
 def test_making_a_topic_over_a_database_needs_read_on_it(td: TdBroker) -> None:

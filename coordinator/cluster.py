@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
@@ -46,6 +46,11 @@ class BrokerInfo:
     node_id: int
     host: str
     port: int
+    #: what SHOW DNODES shows of it (-1: its registration does not say): when it started, when
+    #: its data directory was made, how many vnodes it takes (its max_partitions)
+    started_ms: int = -1
+    created_ms: int = -1
+    support_vnodes: int = -1
 
 
 @dataclass(frozen=True)
@@ -64,8 +69,13 @@ def broker_key(node_id: int) -> str:
     return f"{BROKERS}{node_id}"
 
 
-def broker_value(host: str, port: int) -> str:
-    return json.dumps({"host": host, "port": port})
+#: the registration's fields beside the address (``BrokerInfo``)
+DNODE_FACTS = ("started_ms", "created_ms", "support_vnodes")
+
+
+def broker_value(host: str, port: int, facts: Mapping[str, int] | None = None) -> str:
+    """A broker's registration: its address and ``DNODE_FACTS``."""
+    return json.dumps({"host": host, "port": port, **{k: int(v) for k, v in (facts or {}).items() if k in DNODE_FACTS}})
 
 
 def controller_value(node_id: int) -> str:
@@ -81,7 +91,8 @@ def view_from(brokers: Iterable[tuple[str, str]], controller: tuple[str, int] | 
         try:
             node = int(key[len(BROKERS):])
             data = json.loads(value)
-            found[node] = BrokerInfo(node, str(data["host"]), int(data["port"]))
+            found[node] = BrokerInfo(node, str(data["host"]), int(data["port"]),
+                                     *(int(data.get(k, -1)) for k in DNODE_FACTS))
         except (ValueError, KeyError, TypeError):
             bad.append(key)
     controller_id = epoch = -1

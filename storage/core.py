@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -93,6 +94,7 @@ class Core:
         os.makedirs(path, exist_ok=True)
         self.path = os.fspath(path)
         self.wal_level = wal_level
+        self.created_ms = 0  # when the data directory was made (_check_layout reads it)
         self.fsync_period_ms = fsync_period_ms
         #: Every write synced (wal_level 2 without a period); else writes mark ``dirty``.
         self.sync_each = wal_level == 2 and fsync_period_ms == 0
@@ -124,7 +126,8 @@ class Core:
         self.space.settle_at_open()
 
     def _check_layout(self) -> None:
-        """Refuse a data directory of another layout; stamp a new one with ours."""
+        """Refuse a data directory of another layout; stamp a new one with ours; read (or, the
+        first time, record) when the directory was made: ``created_ms``."""
         raw = self.db.get(keys.LAYOUT)
         if raw is None:
             if next(self.db.iterator(include_value=False), None) is not None:
@@ -134,13 +137,19 @@ class Core:
                     "use a new data directory"
                 )
             self.db.put(keys.LAYOUT, keys.u32(keys.LAYOUT_VERSION), sync=True)
-            return
-        version = keys.read_u32(raw)
-        if version != keys.LAYOUT_VERSION:
-            raise LayoutMismatch(
-                f"{self.path} holds a tmqgate store of storage layout {version}; this tmqgate "
-                f"reads layout {keys.LAYOUT_VERSION} only"
-            )
+        else:
+            version = keys.read_u32(raw)
+            if version != keys.LAYOUT_VERSION:
+                raise LayoutMismatch(
+                    f"{self.path} holds a tmqgate store of storage layout {version}; this tmqgate "
+                    f"reads layout {keys.LAYOUT_VERSION} only"
+                )
+        created = self.db.get(keys.CREATED)
+        if created is None:
+            self.created_ms = int(time.time() * 1000)
+            self.db.put(keys.CREATED, keys.u64(self.created_ms), sync=True)
+        else:
+            self.created_ms = keys.read_u64(created)
 
     # lifecycle -----------------------------------------------------------------------------
 

@@ -21,6 +21,9 @@ prefix       key (after the prefix byte)                            value
 ===========  =====================================================  ===============================================
 0x00 LAYOUT  (nothing)                                              layout version u32 (2); a non-empty DB without
                                                                     it is of layout 1 (entries inline): refused
+0x00 CREATED 0x01                                                   when the data directory was made: ms u64 (a
+                                                                    store older than the key: its first opening
+                                                                    since; SHOW DNODES' create_time)
 0x01 NAME    database name (utf-8)                                  db id u32
 0x02 DBINFO  db u32                                                 JSON {name, vgroups, topic_id (hex), created_ms,
                                                                     kind ("kafka" | "tsdb"; absent = "kafka"),
@@ -174,6 +177,7 @@ from __future__ import annotations
 import struct
 
 LAYOUT = b"\x00"
+CREATED = b"\x00\x01"
 NAME = b"\x01"
 DBINFO = b"\x02"
 DBCONF = b"\x03"

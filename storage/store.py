@@ -119,6 +119,11 @@ class Store:
         return self.core.path
 
     @property
+    def created_ms(self) -> int:
+        """When this data directory was made (epoch ms)."""
+        return self.core.created_ms
+
+    @property
     def wal_level(self) -> int:
         return self.core.wal_level
 

@@ -163,3 +163,6 @@ def test_sql_grant_revoke_users_parse_and_needs() -> None:
     assert access.needs(parse("SELECT * FROM power.meters"), None) == [(("READ", "TOPIC", "power"),)]
     assert access.needs(parse("GRANT write ON power.* TO a"), None) == [(("ALTER", "CLUSTER", "kafka-cluster"),)]
     assert access.needs(parse("SHOW DATABASES"), None) == []
+    assert access.needs(parse("SHOW DNODES"), None) == []  # as Metadata's brokers: anyone's
+    assert access.needs(parse("SHOW VGROUPS"), "power") == [(("DESCRIBE", "TOPIC", "power"),)]
+    assert access.needs(parse("SHOW power.VGROUPS"), None) == [(("DESCRIBE", "TOPIC", "power"),)]

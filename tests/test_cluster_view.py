@@ -38,6 +38,12 @@ def test_view_from_registrations_and_the_controller_key() -> None:
     assert (empty.live(), empty.controller_id) == ([], -1)
 
 
+def test_a_registration_carries_what_show_dnodes_shows() -> None:
+    facts = {"started_ms": 1_700_000_000_500, "created_ms": 1_600_000_000_000, "support_vnodes": 500, "other": 1}
+    view, bad = view_from([(broker_key(1), broker_value("h1", 9094, facts))], None)
+    assert (view.live(), bad) == ([BrokerInfo(1, "h1", 9094, 1_700_000_000_500, 1_600_000_000_000, 500)], [])
+
+
 def test_cluster_urls() -> None:
     assert parse_cluster("etcd://127.0.0.1:2379,10.0.0.2:2380") == [("127.0.0.1", 2379), ("10.0.0.2", 2380)]
     for bad in ("127.0.0.1:2379", "etcd://host", "etcd://:2379", "http://h:1"):

@@ -8,6 +8,7 @@ what they may not through Kafka:
 | statement                         | needs (each row: any one of)                          |
 |-----------------------------------|-------------------------------------------------------|
 | SELECT / DESCRIBE … FROM db.x     | READ / DESCRIBE on topic db                           |
+| SHOW db.VGROUPS                   | DESCRIBE on topic db (as Metadata's placement)        |
 | INSERT into db.x                  | WRITE on topic db                                     |
 | CREATE DATABASE db                | CREATE on the cluster, or CREATE on topic db          |
 | DROP DATABASE db                  | DELETE on the cluster, or DELETE on topic db          |
@@ -65,7 +66,7 @@ def needs(stmt: ast.Statement, db: str | None) -> list[tuple[Need, ...]]:
     """What `stmt` needs, run with session database `db` (see the module docstring)."""
     if isinstance(stmt, ast.Select):
         return [(("READ", "TOPIC", _db(stmt.db, db)),)]
-    if isinstance(stmt, ast.Describe):
+    if isinstance(stmt, ast.Describe) or isinstance(stmt, ast.Show) and stmt.what == "vgroups":
         return [(("DESCRIBE", "TOPIC", _db(stmt.db, db)),)]
     if isinstance(stmt, ast.Insert):
         return [(("WRITE", "TOPIC", d),) for d in sorted({_db(t.db, db) for t in stmt.tables})]

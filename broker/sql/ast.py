@@ -259,7 +259,7 @@ class UserPassword(Statement):
 
 @dataclass
 class Show(Statement):
-    what: Literal["databases", "stables", "tables", "topics", "consumers", "subscriptions"]
+    what: Literal["databases", "stables", "tables", "topics", "consumers", "subscriptions", "dnodes", "vgroups"]
     db: str | None = None
     like: str | None = None
 

@@ -118,6 +118,23 @@ class GroupQueries:
     now_ms: Callable[[], int]  # the clock the members' joined_ms is on
 
 
+@dataclass(frozen=True)
+class PlacementQueries:
+    """What SHOW DNODES and SHOW VGROUPS ask of the broker: its nodes, and which node holds each
+    replica of a vnode and in what role — one node's, or a cluster's as etcd has it."""
+
+    dnodes: Callable[[], list[list[Any]]]  # SHOW DNODES' rows, in DNODE_COLUMNS' order
+    replicas: Callable[[str, int], list[tuple[int, str]]]  # (db, vnode) → (dnode, status) each, preferred first
+
+
+#: SHOW DNODES' columns (TDengine's ins_dnodes)
+DNODE_COLUMNS = [("id", "INT", 4), ("endpoint", "VARCHAR", 134), ("vnodes", "SMALLINT", 2),
+                 ("support_vnodes", "SMALLINT", 2), ("status", "VARCHAR", 10), ("create_time", "TIMESTAMP", 8),
+                 ("reboot_time", "TIMESTAMP", 8), ("note", "VARCHAR", 256)]
+#: SHOW VGROUPS shows the first four replicas of a vnode, as TDengine's ins_vgroups
+_VGROUP_REPLICAS = 4
+
+
 def _database(store: Store, name: str | None) -> Any:
     if name is None:
         raise SqlError("Database not specified or available (USE db, or qualify the name as db.table)")
@@ -175,12 +192,15 @@ class Executor:
 
     def __init__(self, store: Store, catalog: TsdbCatalog, topics: TopicNames,
                  notify: Callable[[str, int], None], groups: GroupQueries,
-                 parse_timeout_ms: int = 30_000, access: Access | None = None) -> None:
+                 parse_timeout_ms: int = 30_000, access: Access | None = None,
+                 placement: PlacementQueries | None = None) -> None:
         self.store = store
         self.catalog = catalog
         self.topics = topics
         self.notify = notify
         self.groups = groups
+        # SHOW DNODES / SHOW VGROUPS ask the broker (broker/dnodes.py); None: not answered
+        self.placement = placement
         # Long texts are parsed here, one at a time; started on the first one (worker.py).
         self.parser = ParseWorker(parse_timeout_ms / 1000)
         # The broker's authorizer when one is on (broker/sql/access.py): every statement is
@@ -731,6 +751,41 @@ class Executor:
         return Result([("topic_name", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192),
                        ("vgroup_id", "INT", 4), ("consumer_id", "VARCHAR", 192), ("offset", "BIGINT", 8),
                        ("rows", "BIGINT", 8)], rows)
+
+    def _placement(self) -> PlacementQueries:
+        if self.placement is None:
+            raise SqlError("This executor does not know the broker's nodes")
+        return self.placement
+
+    def _show_dnodes(self, _stmt: ast.Show, _db: str | None) -> Result:
+        return Result(list(DNODE_COLUMNS), self._placement().dnodes())
+
+    def _show_vgroups(self, stmt: ast.Show, db: str | None) -> Result:
+        """One row per vnode of the database (a SQL database's, or a Kafka topic's): its child
+        tables, and each replica's node and role — leader, follower (in sync), learner (catching
+        up, out of the ISR), candidate (no leader now), offline (its node is down)."""
+        name = stmt.db or db
+        if name is None:
+            raise SqlError("Database not specified or available (USE db, or SHOW db.VGROUPS)")
+        info = self.store.get_database(name)
+        if info is None:
+            raise SqlError(f"Database not exist: {name}")
+        tables = [0] * info.vgroups
+        if info.kind == "tsdb":
+            for child in self.store.child_tables(info.name).values():
+                tables[child.vnode] += 1
+        replicas = self._placement().replicas
+        rows = []
+        for vnode in range(info.vgroups):
+            cells: list[Any] = [None] * (2 * _VGROUP_REPLICAS)
+            for i, (node, status) in enumerate(replicas(info.name, vnode)[:_VGROUP_REPLICAS]):
+                cells[2 * i:2 * i + 2] = [node, status]
+            rows.append([vnode, info.name, tables[vnode], *cells, 0, 0, 0])
+        columns = [("vgroup_id", "INT", 4), ("db_name", "VARCHAR", 64), ("tables", "INT", 4)]
+        for i in range(1, _VGROUP_REPLICAS + 1):
+            columns += [(f"v{i}_dnode", "SMALLINT", 2), (f"v{i}_status", "VARCHAR", 9)]
+        columns += [("cacheload", "INT", 4), ("cacheelements", "INT", 4), ("tsma", "TINYINT", 1)]
+        return Result(columns, rows)
 
     def _Describe(self, stmt: ast.Describe, db: str | None) -> Result:
         info = self._database(stmt.db or db)

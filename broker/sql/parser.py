@@ -235,7 +235,7 @@ _DB_OPTIONS = {
     "COMPACT_TIME_RANGE", "COMPACT_TIME_OFFSET",
 }  # fmt: skip
 
-_SHOW_KINDS = {"DATABASES", "STABLES", "TABLES", "TOPICS", "CONSUMERS", "SUBSCRIPTIONS"}
+_SHOW_KINDS = {"DATABASES", "STABLES", "TABLES", "TOPICS", "CONSUMERS", "SUBSCRIPTIONS", "DNODES", "VGROUPS"}
 _WINDOW_WORDS = {"INTERVAL", "SESSION", "STATE_WINDOW", "EVENT_WINDOW", "COUNT_WINDOW", "SLIDING", "FILL"}
 
 
@@ -970,7 +970,7 @@ class _Parser:
         if self.tok.kind in ("word", "qident") and self.peek().kind == "op" and self.peek().text == ".":
             db = self.ident("database")
             self.advance()
-            kt = self.expect_kw("STABLES", "TABLES")
+            kt = self.expect_kw("STABLES", "TABLES", "VGROUPS")
         else:
             kt = self.expect_kw(*sorted(_SHOW_KINDS))
         like = None
