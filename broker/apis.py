@@ -16,12 +16,12 @@ module names its family once, and every handler it registers takes that context:
 
 The server (the composition root) builds one instance of each context at start, binds each
 entry's handler to the instance of its `context` type (`bind`), and dispatches a request to
-the bound handler: `await handlers[api_key](request)`.
+the bound handler: `await handlers[api_key](request)` — an answer, or a `Deferred` one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import partial
@@ -33,7 +33,25 @@ from tmqgate.protocol.schemas import SCHEMAS
 if TYPE_CHECKING:
     from tmqgate.protocol.messages import Request
 
-Response = Awaitable[dict[str, Any] | None]
+
+
+class Deferred:
+    """A handler's answer still to come: a Produce with acks=all waiting for its in-sync
+    replicas. The connection goes on reading and serving the requests after it meanwhile (up to
+    ``MAX_DEFERRED``) and writes every answer in the order of the requests, as the Kafka
+    protocol wants; a client that pipelines its requests (``max.in.flight``) then has several
+    acknowledged by one round of the followers' fetches rather than one per round."""
+
+    __slots__ = ("answer",)
+
+    def __init__(self, answer: Coroutine[Any, Any, dict[str, Any] | None]) -> None:
+        self.answer = answer
+
+
+#: answers a connection may owe at once (librdkafka's and the Java client's max.in.flight is 5)
+MAX_DEFERRED = 5
+
+Response = Awaitable[dict[str, Any] | None | Deferred]
 Handler = Callable[[Any, "Request"], Response]  # (the family's context, request)
 BoundHandler = Callable[["Request"], Response]
 

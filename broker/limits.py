@@ -16,6 +16,7 @@ over either is closed as soon as it is accepted.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -115,3 +116,17 @@ class FrameMemory:
         if self.held:
             held, self.held = self.held, 0
             self.pool.release(held)
+
+    def hand_over(self) -> Callable[[], None]:
+        """The frame's memory stays taken for a deferred answer: what gives it back (once);
+        the connection takes its next frame meanwhile."""
+        held, self.held = self.held, 0
+        pool = self.pool
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                pool.release(held)
+                held = 0
+
+        return release

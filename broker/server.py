@@ -24,11 +24,12 @@ import os
 import ssl
 import struct
 import time
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.acl.authorizer import Authorizer
 from tmqgate.broker.acl.sql_access import SqlAccess
-from tmqgate.broker.apis import ApiKey, BoundHandler, api_versions_body, bind
+from tmqgate.broker.apis import MAX_DEFERRED, ApiKey, BoundHandler, Deferred, api_versions_body, bind
 from tmqgate.broker.auth.credentials import set_password
 from tmqgate.broker.auth.session import SASL_PROTOCOLS, Action, Authenticator, authenticator
 from tmqgate.broker.broker_configs import BrokerConfigs
@@ -519,6 +520,19 @@ class Broker:
         fd = _socket_fd(writer)
         # SASL listeners: the connection's authentication says which requests may pass (auth/session.py)
         session = self.authenticator.session(current_client.get()) if self.authenticator else None
+        owed: list[asyncio.Future[None]] = []  # answers still to write (Deferred), oldest first
+        try:
+            await self._serve_requests(reader, writer, peer, memory, transport, fd, session, owed)
+        finally:
+            for answer in owed:  # the connection ends: nothing more is written to it
+                if not answer.done():
+                    answer.cancel()
+                elif not answer.cancelled():
+                    answer.exception()  # a failed write: the connection is gone anyway
+
+    async def _serve_requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any,
+                              memory: FrameMemory, transport: Any, fd: int, session: Any,
+                              owed: list[asyncio.Future[None]]) -> None:
         while True:
             (size,) = _SIZE.unpack(await self._read_size(reader))
             memory.free()  # the previous frame (alive until now in this loop) goes back
@@ -535,6 +549,7 @@ class Broker:
                 token = await session.on_token(frame)
                 if token is None:
                     return
+                await _written(owed)
                 writer.write(_SIZE.pack(len(token)) + token)
                 await writer.drain()
                 continue
@@ -543,6 +558,7 @@ class Broker:
             except UnsupportedVersion as exc:
                 if exc.api_key == ApiKey.API_VERSIONS:
                     assert exc.correlation_id is not None  # decode_request read the header
+                    await _written(owed)
                     writer.write(self.api_versions_error(exc.correlation_id))
                     await writer.drain()
                     continue
@@ -555,6 +571,7 @@ class Broker:
             entry = self.apis.get(request.api_key)
             if entry is None or not entry.min_version <= request.api_version <= entry.max_version:
                 if request.api_key == ApiKey.API_VERSIONS:
+                    await _written(owed)
                     writer.write(self.api_versions_error(request.correlation_id))
                     await writer.drain()
                     continue
@@ -565,6 +582,7 @@ class Broker:
                 step = await session.on_request(request)
                 if step.action is not Action.PASS:
                     if step.body is not None:
+                        await _written(owed)
                         writer.write(encode_response(request.api_key, request.api_version,
                                                      request.correlation_id, step.body))
                         await writer.drain()
@@ -581,6 +599,18 @@ class Broker:
             started = time.perf_counter()
             try:
                 body = await self._handlers[request.api_key](request)
+                if isinstance(body, Deferred):
+                    if clock is None:  # answered later, in order; the next requests are served meanwhile
+                        for answer in [t for t in owed if t.done()]:
+                            owed.remove(answer)
+                            answer.result()  # a failed write (the connection is gone) ends the loop
+                        owed.append(asyncio.ensure_future(self._answer_later(
+                            request, body.answer, owed[-1] if owed else None, writer, fd, peer,
+                            memory.hand_over(), request_started, started)))
+                        if len(owed) >= MAX_DEFERRED:
+                            await asyncio.wait([owed[0]])
+                        continue
+                    body = await body.answer  # client quotas charge the answer: not deferred
                 if clock is not None:  # client quotas: the throttle time goes in the answer
                     throttle_ms = quotas.charge(request, body, clock, size)
                 if body is not None and quotas.mutation_active and request.api_key in MUTATION_APIS:
@@ -606,6 +636,7 @@ class Broker:
                     return  # Kafka closes a connection it owes no answer (Produce acks=0)
                 parts = encode_response_parts(request.api_key, request.api_version,
                                               request.correlation_id, body)
+            await _written(owed)
             write_parts(transport, fd, parts)
             await writer.drain()
             elapsed_ms = (time.monotonic() - request_started) * 1000
@@ -615,6 +646,35 @@ class Broker:
                 # Over a quota: the answer went out at once; the connection is not read for the
                 # throttle time (Kafka mutes the channel, KIP-219).
                 await asyncio.sleep(throttle_ms / 1000)
+
+    async def _answer_later(self, request: Request, answer: Coroutine[Any, Any, dict[str, Any] | None],
+                            before: asyncio.Future[None] | None, writer: asyncio.StreamWriter, fd: int, peer: Any,
+                            frame: Callable[[], None], request_started: float, started: float) -> None:
+        """A deferred answer (``apis.Deferred``): awaited, then written once the answers owed
+        before it are; its frame's memory stays taken from the pool until then."""
+        try:
+            try:
+                body = await answer
+                self.metrics.request(request.api_key, request.api_version, (time.perf_counter() - started) * 1000)
+                assert body is not None  # an answer owed (acks=0 is never deferred)
+                if body.get("error_code"):
+                    self.metrics.error(request.api_key, body["error_code"])
+            except Exception as exc:  # every failure is an answer, as the loop's
+                self.metrics.error(request.api_key, exc.code if isinstance(exc, KafkaError)
+                                   else ErrorCode.UNKNOWN_SERVER_ERROR)
+                failed = self._failed(request, peer, exc)
+                assert failed is not None
+                body = failed
+            parts = encode_response_parts(request.api_key, request.api_version, request.correlation_id, body)
+            if before is not None and not before.done():
+                await before
+            write_parts(writer.transport, fd, parts)
+            await writer.drain()
+        finally:
+            frame()
+        elapsed_ms = (time.monotonic() - request_started) * 1000
+        if elapsed_ms >= self._slow_request_ms or _request_log.isEnabledFor(logging.DEBUG):
+            self._log_request(request, peer, elapsed_ms, body)
 
     async def _read_size(self, reader: asyncio.StreamReader) -> bytes:
         """The next frame's size prefix; a connection silent for connections.max.idle.ms is closed."""
@@ -682,6 +742,13 @@ class Broker:
         body = api_versions_body(self.apis, ErrorCode.UNSUPPORTED_VERSION)
         body["api_keys"] = [k for k in body["api_keys"] if k["api_key"] == ApiKey.API_VERSIONS]
         return encode_response(ApiKey.API_VERSIONS, 0, correlation_id, body)
+
+
+async def _written(owed: list[asyncio.Future[None]]) -> None:
+    """Wait until the answers owed to a connection's earlier requests are written: answers go
+    out in the order of the requests."""
+    if owed and not owed[-1].done():
+        await owed[-1]
 
 
 async def _let_peer_close_first(reader: asyncio.StreamReader) -> None:

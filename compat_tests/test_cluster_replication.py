@@ -31,7 +31,8 @@ from .raw import PRODUCE_V, RawConn, fetched_values, one_record_batch
 
 LAG_MS = 3000
 KILLS = {"tmqgate": 20, "kafka": 5}
-NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER = 19, 6
+NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT = 19, 6, 7
+METADATA = 3
 PARTITIONS = 3
 
 
@@ -380,6 +381,56 @@ def test_acks_all_is_refused_below_min_insync_replicas(cluster: dict[int, Any]) 
     with RawConn(cluster[leader].bootstrap) as conn:  # replicated now: visible
         _until(lambda: conn.list_offsets(topic, 0, -1)["offset"], lambda end: end == 2, "the high watermark at 2")
         assert [v for _, v in fetched_values(conn.fetch(topic, 0, 0))] == [b"in sync", b"acks=1"]
+
+
+def _produce_body(topic: str, value: bytes, timeout_ms: int = 10000) -> dict[str, Any]:
+    return {"transactional_id": None, "acks": -1, "timeout_ms": timeout_ms,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": one_record_batch(value)}]}]}
+
+
+def _metadata_body(topic: str) -> dict[str, Any]:
+    return {"topics": [{"name": topic, "topic_id": bytes(16)}], "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False}
+
+
+def test_pipelined_requests_are_answered_in_order_while_acks_all_waits(cluster: dict[int, Any]) -> None:
+    """Requests sent back to back on one connection, acks=all Produce among others, are answered
+    in the order sent with the offsets in that order — also when the first acks=all answer waits
+    for followers that do not fetch (paused) until its timeout."""
+    topic = f"pipelined-{uuid.uuid4().hex[:6]}"
+    leader = _one_partition_topic(cluster, topic, min_isr=2)
+    with RawConn(cluster[leader].bootstrap) as conn:
+        sent = []
+        for i in range(12):
+            if i % 4 == 3:
+                sent.append((METADATA, 12, conn.send_request(METADATA, 12, _metadata_body(topic))))
+            else:
+                sent.append((0, PRODUCE_V, conn.send_request(0, PRODUCE_V, _produce_body(topic, b"v%d" % i))))
+        offsets = []
+        for api, version, corr in sent:  # recv_response checks the correlation id: the order
+            body = conn.recv_response(api, version, corr)
+            if api == METADATA:
+                assert [t["name"] for t in body["topics"]] == [topic]
+            else:
+                [p] = body["responses"][0]["partition_responses"]
+                assert p["error_code"] == 0, p
+                offsets.append(p["base_offset"])
+        assert offsets == list(range(9))
+        assert [v for _, v in fetched_values(conn.fetch(topic, 0, 0))] == \
+            [b"v%d" % i for i in range(12) if i % 4 != 3]
+
+        followers = [cluster[n].proc.pid for n in cluster if n != leader]  # type: ignore[union-attr]
+        for pid in followers:
+            os.kill(pid, signal.SIGSTOP)
+        try:  # within replica.lag.time.max.ms: still in the ISR, so the write waits for them
+            waits = conn.send_request(0, PRODUCE_V, _produce_body(topic, b"waits", timeout_ms=1000))
+            after = conn.send_request(METADATA, 12, _metadata_body(topic))
+            [[p]] = [t["partition_responses"] for t in conn.recv_response(0, PRODUCE_V, waits)["responses"]]
+            assert p["error_code"] == REQUEST_TIMED_OUT, p
+            assert [t["name"] for t in conn.recv_response(METADATA, 12, after)["topics"]] == [topic]
+        finally:
+            for pid in followers:
+                os.kill(pid, signal.SIGCONT)
 
 
 def test_a_paused_leader_acknowledges_nothing_after_its_replacement(cluster: dict[int, Any]) -> None:

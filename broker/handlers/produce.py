@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.acl.model import Operation, ResourceType
-from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.apis import ApiKey, Deferred, apis_with
 from tmqgate.broker.client import current_client
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import DataPlane
@@ -38,6 +38,7 @@ from tmqgate.storage import StorageIOError
 from tmqgate.storage.producers import ProducerAppend, check_sequence
 
 if TYPE_CHECKING:
+    from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.cluster.transactions import ClusterTransactions
     from tmqgate.broker.topics import Topic
     from tmqgate.protocol.messages import Request
@@ -56,7 +57,7 @@ class ProduceError(KafkaError):
 
 
 @api(ApiKey.PRODUCE, 3, 13, advertise_from=0)
-async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
+async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | Deferred | None:
     body = req.body
     acks = body["acks"]
     by_id = req.api_version >= 13
@@ -135,19 +136,28 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | None:
             partitions.append(entry)
         responses.append({"name": topic_data.get("name"), "topic_id": topic_data.get("topic_id"),
                           "partition_responses": partitions})
-    if replicated and replication is not None:
-        timeout = max(0, body["timeout_ms"]) / 1000
-        done = await asyncio.gather(*(replication.wait_replicated(topic, index, end, timeout)
-                                      for _, topic, index, end in replicated))
-        for (entry, _, _, _), ok in zip(replicated, done, strict=True):
-            if not ok:  # Kafka's DelayedProduce at its timeout
-                entry.update(error_code=int(ErrorCode.REQUEST_TIMED_OUT), base_offset=-1)
-    if acks == 0:
-        return None
-    answer: dict[str, Any] = {"responses": responses, "throttle_time_ms": 0}
-    if req.api_version >= 10 and refused and replication is not None:
-        answer["node_endpoints"] = point_to_leaders(ctx, refused, "index")
-    return answer
+    version = req.api_version
+
+    def answer() -> dict[str, Any]:
+        out: dict[str, Any] = {"responses": responses, "throttle_time_ms": 0}
+        if version >= 10 and refused and replication is not None:
+            out["node_endpoints"] = point_to_leaders(ctx, refused, "index")
+        return out
+
+    if replicated and replication is not None:  # acks=all: answered when the ISR has it, the
+        timeout = max(0, body["timeout_ms"]) / 1000  # connection serving its next requests meanwhile
+
+        async def settled(waits: list[tuple[dict[str, Any], Topic, int, int]],
+                          replication: Replication) -> dict[str, Any]:
+            done = await asyncio.gather(*(replication.wait_replicated(topic, index, end, timeout)
+                                          for _, topic, index, end in waits))
+            for (entry, _, _, _), ok in zip(waits, done, strict=True):
+                if not ok:  # Kafka's DelayedProduce at its timeout
+                    entry.update(error_code=int(ErrorCode.REQUEST_TIMED_OUT), base_offset=-1)
+            return answer()
+
+        return Deferred(settled(replicated, replication))
+    return None if acks == 0 else answer()
 
 
 def _offset_span(records: bytes) -> int:
