@@ -26,6 +26,7 @@ pytestmark = pytest.mark.tmqgate_only
 
 VGROUP_COLUMNS = ["vgroup_id", "db_name", "tables", "v1_dnode", "v1_status", "v2_dnode", "v2_status", "v3_dnode",
                   "v3_status", "v4_dnode", "v4_status", "cacheload", "cacheelements", "tsma"]
+OUT_OF_DNODES = 0x0334  # TDengine's TSDB_CODE_MND_NO_ENOUGH_DNODES
 DNODE_COLUMNS = ["id", "endpoint", "vnodes", "support_vnodes", "status", "create_time", "reboot_time", "note"]
 
 
@@ -85,6 +86,13 @@ def test_one_node_shows_itself_and_leads_every_vnode(tmp_path: Path) -> None:
         assert restarted <= again["reboot_time"] <= _now_ms()
         assert again["vnodes"] == me["vnodes"]
 
+        # REPLICA: one node holds one copy; more is TDengine's "Out of dnodes", never a silent single copy
+        assert td.affected(f"CREATE DATABASE {db}_r1 VGROUPS 1 REPLICA 1") == 0
+        assert [_replicas(r) for r in td.rows(f"SHOW {db}_r1.VGROUPS")] == [[(7, "leader")]]
+        status, answer = td.post(f"CREATE DATABASE {db}_r3 REPLICA 3")
+        assert (status, answer["code"], answer["desc"]) == (400, OUT_OF_DNODES, "Out of dnodes"), answer
+        assert f"{db}_r3" not in [r["name"] for r in td.rows("SHOW DATABASES")]
+
         # errors as TDengine's: an unknown database, no database at all
         status, answer = td.post("SHOW nosuchdb.VGROUPS")
         assert status == 400 and "Database not exist: nosuchdb" in answer["desc"], answer
@@ -134,6 +142,17 @@ def test_a_cluster_shows_every_node_and_each_vnodes_roles_through_a_leader_kill(
             assert [_replicas(r) for r in td.rows(f"SHOW {topic}.VGROUPS")] == \
                 _vgroups_as_metadata(nodes[n].bootstrap, topic)
         first = _dnodes(tds[0])
+
+        # REPLICA 3 with three nodes: refused while SQL databases are not replicated — never a
+        # silent single copy; REPLICA 1 is the node's own database, led there
+        db = unique("sqldb")
+        status, answer = tds[2].post(f"CREATE DATABASE {db} REPLICA 3")
+        assert status == 400 and "not replicated on a tmqgate cluster yet" in answer["desc"], answer
+        status, answer = tds[2].post(f"CREATE DATABASE {db} REPLICA 4")
+        assert status == 400 and "REPLICA needs 1, 2 or 3" in answer["desc"], answer
+        tds[2].sql(f"CREATE DATABASE {db} VGROUPS 2 REPLICA 1")
+        assert [_replicas(r) for r in tds[2].rows(f"SHOW {db}.VGROUPS")] == [[(2, "leader")]] * 2
+        assert _dnodes(tds[2])[2]["vnodes"] == held[2] + 2
 
         # kill -9 the leader of vnode 0: a survivor shows it offline (its endpoint as last seen)
         # and its replicas offline, the new leaders as Metadata's

@@ -131,6 +131,8 @@ class PlacementQueries:
 DNODE_COLUMNS = [("id", "INT", 4), ("endpoint", "VARCHAR", 134), ("vnodes", "SMALLINT", 2),
                  ("support_vnodes", "SMALLINT", 2), ("status", "VARCHAR", 10), ("create_time", "TIMESTAMP", 8),
                  ("reboot_time", "TIMESTAMP", 8), ("note", "VARCHAR", 256)]
+_DNODE_STATUS = 4  # the status column of DNODE_COLUMNS
+OUT_OF_DNODES = 0x0334  # TDengine's TSDB_CODE_MND_NO_ENOUGH_DNODES: more replicas than dnodes
 #: SHOW VGROUPS shows the first four replicas of a vnode, as TDengine's ins_vgroups
 _VGROUP_REPLICAS = 4
 
@@ -297,6 +299,13 @@ class Executor:
         refused = self.topics.capacity_error(vgroups, 1)  # the broker's max_databases / max_partitions
         if refused is not None:
             raise SqlError(refused)
+        replica = stmt.options.get("replica", 1)
+        if replica > 1:  # never a silent single copy
+            ready = sum(1 for row in self._placement().dnodes() if row[_DNODE_STATUS] == "ready")
+            if replica > ready:
+                raise SqlError("Out of dnodes", code=OUT_OF_DNODES)
+            raise SqlError(f"REPLICA {replica}: SQL databases are not replicated on a tmqgate cluster yet "
+                           "(a Kafka topic is: kafka-topics --replication-factor); use REPLICA 1")
         options = dict(stmt.options)
         options.update(precision=stmt.precision,
                        wal_retention_period=-1 if stmt.wal_retention_period is None else stmt.wal_retention_period,

@@ -522,6 +522,10 @@ class _Parser:
                 if not lo <= value <= hi:
                     raise SqlError(f"{key} {value} out of range [{lo}, {hi}] at position {vt.pos}", vt.pos)
                 setattr(stmt, key.lower(), value)
+            elif key == "REPLICA":  # TDengine's range; how many nodes hold each vnode
+                if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 3:
+                    raise SqlError(f"REPLICA needs 1, 2 or 3, got {value!r} at position {vt.pos}", vt.pos)
+                stmt.options["replica"] = value
             elif key == "PRECISION":
                 if value != "ms":
                     raise SqlError(
