@@ -165,3 +165,14 @@ def test_rebalance_gives_partitions_back_to_live_in_sync_preferred_replicas() ->
     balanced = Placement("u", b"j" * 16, {}, (lagging, home))
     assert rebalance(balanced, {0, 1, 2}) is balanced
     assert rebalance(p, {0, 2}) is p  # 1 is dead
+
+
+def test_a_replicas_role_in_show_vgroups() -> None:
+    from tmqgate.broker.dnodes import role
+
+    led = PartitionState((0, 1, 2, 3), leader=1, epoch=4, isr=(1, 2), adding=(3,))
+    live = {0, 1, 2, 3}
+    assert [role(r, led, live) for r in led.replicas] == ["learner", "leader", "follower", "learner"]
+    assert [role(r, led, live - {2}) for r in led.replicas] == ["learner", "leader", "offline", "learner"]
+    offline = PartitionState((0, 1), leader=-1, epoch=5, isr=(0,))  # unclean election off: no leader
+    assert [role(r, offline, {1}) for r in offline.replicas] == ["offline", "candidate"]
