@@ -142,7 +142,7 @@ def test_a_dead_leaders_partitions_go_offline_and_come_back_with_their_data(
     admin = AdminClient({"bootstrap.servers": b0})
     admin.create_topics([NewTopic(topic, 6, 1)])[topic].result(30)
     until(lambda: [len(_layout(p.bootstrap, topic)[1]) for p in cluster.values()], lambda s: s == [6, 6, 6],
-          "the topic everywhere")
+          "the topic everywhere", retry_errors=True)
     sent = _produce(b0, topic, 300, "a")
     controller = metadata(b0, [])["controller_id"]
     victim = next(n for n in (0, 1, 2) if n != controller and n != 0)  # neither the controller nor b0
@@ -194,7 +194,8 @@ def test_partitions_added_on_one_broker_are_replicated_and_served_everywhere(clu
     topic = f"grow-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": b0})  # kept: a collected client fails its futures
     admin.create_topics([NewTopic(topic, 2, 3)])[topic].result(30)
-    until(lambda: [len(_layout(b, topic)[1]) for b in (b0, b1, b2)], lambda s: s == [2, 2, 2], "the topic everywhere")
+    until(lambda: [len(_layout(b, topic)[1]) for b in (b0, b1, b2)], lambda s: s == [2, 2, 2], "the topic everywhere",
+          retry_errors=True)  # a broker that does not know it yet answers UNKNOWN_TOPIC_OR_PARTITION
     cli.require_tools()
     cli.run("kafka-topics", "--bootstrap-server", b1, "--alter", "--topic", topic, "--partitions", "4")
     admin2 = AdminClient({"bootstrap.servers": b2})
