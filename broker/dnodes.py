@@ -22,7 +22,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.tdengine import PlacementQueries
-from tmqgate.coordinator.cluster import BrokerInfo, PartitionState
+from tmqgate.coordinator.cluster import DNODE_FACTS, BrokerInfo, PartitionState
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.membership import Membership
@@ -60,16 +60,18 @@ class Dnodes:
     def queries(self) -> PlacementQueries:
         return PlacementQueries(dnodes=self.dnodes, replicas=self.replicas)
 
+    def _me(self) -> BrokerInfo:
+        return BrokerInfo(self.node_id, self.advertised[0], self.advertised[1], self.started_ms,
+                          self._store.created_ms, self.support_vnodes)
+
     def facts(self) -> dict[str, int]:
         """What this broker registers beside its address (``coordinator.cluster.DNODE_FACTS``)."""
-        return {"started_ms": self.started_ms, "created_ms": self._store.created_ms,
-                "support_vnodes": self.support_vnodes}
+        me = self._me()
+        return {name: getattr(me, name) for name in DNODE_FACTS}
 
     def _live(self) -> dict[int, BrokerInfo]:
-        me = BrokerInfo(self.node_id, self.advertised[0], self.advertised[1], self.started_ms,
-                        self._store.created_ms, self.support_vnodes)
         live = {} if self.membership is None else dict(self.membership.view.brokers)
-        live[self.node_id] = me
+        live[self.node_id] = self._me()
         self._seen.update(live)
         return live
 

@@ -131,7 +131,7 @@ class PlacementQueries:
 DNODE_COLUMNS = [("id", "INT", 4), ("endpoint", "VARCHAR", 134), ("vnodes", "SMALLINT", 2),
                  ("support_vnodes", "SMALLINT", 2), ("status", "VARCHAR", 10), ("create_time", "TIMESTAMP", 8),
                  ("reboot_time", "TIMESTAMP", 8), ("note", "VARCHAR", 256)]
-_DNODE_STATUS = 4  # the status column of DNODE_COLUMNS
+_DNODE_STATUS = [name for name, _, _ in DNODE_COLUMNS].index("status")
 OUT_OF_DNODES = 0x0334  # TDengine's TSDB_CODE_MND_NO_ENOUGH_DNODES: more replicas than dnodes
 #: SHOW VGROUPS shows the first four replicas of a vnode, as TDengine's ins_vgroups
 _VGROUP_REPLICAS = 4
