@@ -10,8 +10,8 @@ Rules:
   order (the preferred leader first), each ``leader``, ``follower`` (in the ISR), ``learner``
   (out of the ISR: catching up, or being added by a reassignment), ``candidate`` (the vnode has
   no leader now: unclean election is off) or ``offline`` (its broker is not live).
-- A database that is not shared (a SQL database, made on one node: step 5's rest) is this
-  node's alone: one replica, here, the leader.
+- A database that is not shared (made on this node before it joined a cluster) is this
+  node's alone: one replica, here, the leader. A TDengine topic's vnodes are its database's.
 - A dnode's ``vnodes`` counts the replicas the placements give it, and for this node its
   unshared databases' vnodes too (another node's unshared databases are not known here).
 """
@@ -22,7 +22,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.tdengine import PlacementQueries
-from tmqgate.coordinator.cluster import DNODE_FACTS, BrokerInfo, PartitionState
+from tmqgate.coordinator.cluster import DNODE_FACTS, KIND, TMQ_KIND, BrokerInfo, PartitionState
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.membership import Membership
@@ -88,6 +88,8 @@ class Dnodes:
         placements = self._topics.placements
         held: Counter[int] = Counter()
         for placement in placements.values():
+            if placement.configs.get(KIND) == TMQ_KIND:  # a view over a database's vnodes: no replicas of its own
+                continue
             for state in placement.partitions:
                 held.update(state.replicas)
         for info in self._store.databases():

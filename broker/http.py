@@ -46,7 +46,7 @@ from yarl import URL
 
 from tmqgate.broker.client import ANONYMOUS
 from tmqgate.broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from tmqgate.broker.tdengine import Caller, ParseTimeout, ParseWorkerDied, SqlError
+from tmqgate.broker.tdengine import FORWARDED, Caller, ParseTimeout, ParseWorkerDied, SqlError
 from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
@@ -256,7 +256,11 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
         try:
             # SQL runs as the request's principal: what an authenticating middleware put under
             # PRINCIPAL ("User:NAME"), else User:ANONYMOUS; ACLs decide what it may do.
-            caller = Caller(request.get(PRINCIPAL, ANONYMOUS), request.remote or "")
+            # On a cluster a statement may be sent on to the broker leading its database, with
+            # these credentials (broker/cluster/sql.py); one sent here is never sent on.
+            caller = Caller(request.get(PRINCIPAL, ANONYMOUS), request.remote or "",
+                            forwarded=request.headers.get(FORWARDED) == "1",
+                            credentials=request.headers.get("Authorization"))
             result = await executor.execute_async(text, db, caller)
         except SqlError as exc:
             desc = exc.message

@@ -97,6 +97,8 @@ _SIZE = struct.Struct(">i")
 # The StreamReader pauses its socket past twice this many unread bytes: what a connection may
 # buffer outside the request pool (frames themselves are reserved in the pool first).
 _READ_LIMIT = 64 * 1024
+#: how long a statement sent to the broker leading its database may take there (a 1 MiB INSERT: seconds)
+SQL_FORWARD_TIMEOUT_S = 120.0
 #: How long a closing connection waits for the peer's side of the close (TLS close_notify), s.
 _CLOSE_WAIT_S = 1.0
 #: After a refusal answer, how long the broker waits for the client to close first (seconds).
@@ -262,12 +264,18 @@ class Broker:
                                          self.config.cluster_session_timeout_ms,
                                          self.config.leader_imbalance_check_interval_seconds
                                          if self.config.auto_leader_rebalance_enable else None,
-                                         facts=self.dnodes.facts())
+                                         facts=self.dnodes.facts(), http=self.config.http)
             self.dnodes.membership = self.membership
             from tmqgate.broker.cluster.coordinator_state import CoordinatorState, kinds
             from tmqgate.broker.cluster.replication import Replication
 
             cluster_topics = ClusterTopics(self.membership, self.topics)  # the registry's `cluster` from now on
+            from tmqgate.broker.cluster.sql import ClusterSql
+
+            # SQL databases placed in etcd, statements sent to their leader (broker/cluster/sql.py)
+            http_tls = ssl.create_default_context(cafile=self.config.ssl_cafile) if self.config.http_tls else None
+            self.executor.cluster = ClusterSql(self.config.node_id, self.membership, cluster_topics, self.topics,
+                                               http_tls, SQL_FORWARD_TIMEOUT_S)
             self.replication = Replication(self.config.node_id, self.store, self.topics, self.membership,
                                            self.notifier, self.config.replica_lag_time_max_ms,
                                            self.config.replica_fetch_wait_max_ms)

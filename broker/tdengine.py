@@ -31,13 +31,14 @@ The dependency goes one way: the subsystem does not import the Kafka core (the e
 sees the topic registry through its `TopicNames` protocol).
 """
 
-from tmqgate.broker.sql.access import Access, Caller
+from tmqgate.broker.sql.access import FORWARDED, Access, Caller
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.executor import (
     Executor,
     GroupQueries,
     PlacementQueries,
     Result,
+    SqlCluster,
     TopicNames,
     topic_definition,
 )
@@ -48,6 +49,7 @@ from tmqgate.broker.tsdb.catalog import TsdbCatalog
 from tmqgate.broker.tsdb.names import INVALID_IDENTIFIER
 
 __all__ = [
+    "FORWARDED",
     "INVALID_IDENTIFIER",
     "Access",
     "Caller",
@@ -58,6 +60,7 @@ __all__ = [
     "ParseTimeout",
     "ParseWorkerDied",
     "Result",
+    "SqlCluster",
     "SqlError",
     "TopicDef",
     "TopicNames",

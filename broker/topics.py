@@ -26,7 +26,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.tdengine import INVALID_IDENTIFIER, SqlError, TopicDef, View, topic_definition
@@ -346,9 +346,12 @@ class TopicRegistry:
         return None
 
     def partition_state(self, topic: Topic, index: int) -> PartitionState | None:
-        """The partition's replicas and leader on a cluster; None: this node's alone."""
-        placement = self.placements.get(topic.name)
-        if placement is None or placement.topic_id != topic.topic_id or index >= len(placement.partitions):
+        """The partition's replicas and leader on a cluster; None: this node's alone. A
+        TDengine topic's partitions are its database's vnodes, placed with the database."""
+        source = self._by_name.get(topic.db) if topic.kind == TMQ else topic
+        placement = None if source is None else self.placements.get(source.name)
+        if (source is None or placement is None or placement.topic_id != source.topic_id
+                or index >= len(placement.partitions)):
             return None
         return placement.partitions[index]
 
@@ -419,8 +422,8 @@ class TopicRegistry:
         if partitions not in (-1, vgroups):
             raise TopicError(ErrorCode.INVALID_PARTITIONS,
                              f"A topic over database {definition.db} has its {vgroups} vnodes as partitions")
-        if validate_only:
-            return Topic(name, bytes(16), definition.db, vgroups, {}, TMQ)
+        if validate_only:  # its view holds the checked definition (a cluster places it)
+            return Topic(name, bytes(16), definition.db, vgroups, {}, TMQ, View(definition, self._store, self.catalog))
         self._store.create_tmq_topic(name, definition.to_json())
         self.reload()
         topic = self._by_name[name]
@@ -437,6 +440,30 @@ class TopicRegistry:
             self._store.drop_database(topic.db)
         self._by_name.pop(topic.name, None)
         self._by_id.pop(topic.topic_id, None)
+
+    def make_database(self, name: str, vgroups: int, options: dict[str, Any], topic_id: bytes) -> None:
+        """A SQL database placed on a cluster (broker/cluster/topics.py), made here with the
+        cluster's topic id; its DDL and rows are its leader's."""
+        self._store.create_database(name, vgroups, {}, topic_id=topic_id, kind=TSDB, options=options)
+        self.reload()
+
+    def make_view(self, name: str, definition: dict[str, Any], topic_id: bytes) -> None:
+        """A TDengine topic placed on a cluster, made here with the cluster's topic id (its
+        database's leader checked it; this broker may lack the supertable it reads)."""
+        self._store.create_tmq_topic(name, definition, topic_id=topic_id)
+        self.reload()
+
+    def drop_placed(self, topic: Topic) -> None:
+        """A SQL database or TDengine topic gone from the cluster: dropped here, with the
+        offsets committed to a TDengine topic (as DROP TOPIC drops them)."""
+        if topic.kind == TMQ:
+            self._store.drop_tmq_topic(topic.name)
+            for group in self._store.offset_groups():
+                self._store.delete_offsets(group, topic.name)
+        elif topic.kind == TSDB:
+            self._store.drop_database(topic.name)
+            self.catalog.invalidate(topic.name)
+        self.reload()
 
     def add_partitions(self, topic: Topic, count: int, validate_only: bool = False) -> None:
         if topic.kind == INTERNAL:

@@ -3,7 +3,8 @@
 Sans-IO: ``broker.cluster.membership`` reads etcd and hands the key-values here; this module
 turns them into a ``ClusterView``. Rules (the etcd key layout, all under ``/tmqgate/``):
 
-- ``brokers/<node id>`` → JSON {"host", "port"}: a live broker's registration, put under the
+- ``brokers/<node id>`` → JSON {"host", "port", DNODE_FACTS…, "http"}: a live broker's
+  registration (its Kafka address, what SHOW DNODES shows, its HTTP SQL front), put under the
   broker's lease, so it goes when the broker stops renewing it (killed, cut off from etcd).
 - ``controller`` → JSON {"node_id"}: put under the holder's lease by an etcd transaction that
   succeeds only while the key is absent, so at most one broker holds it; its create revision
@@ -51,6 +52,9 @@ class BrokerInfo:
     started_ms: int = -1
     created_ms: int = -1
     support_vnodes: int = -1
+    #: its HTTP SQL front (HOST:PORT; "": not registered): where SQL about a database it leads
+    #: is sent (broker/cluster/sql.py)
+    http: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,9 +77,10 @@ def broker_key(node_id: int) -> str:
 DNODE_FACTS = ("started_ms", "created_ms", "support_vnodes")
 
 
-def broker_value(host: str, port: int, facts: Mapping[str, int] | None = None) -> str:
-    """A broker's registration: its address and ``DNODE_FACTS``."""
-    return json.dumps({"host": host, "port": port, **{k: int(v) for k, v in (facts or {}).items() if k in DNODE_FACTS}})
+def broker_value(host: str, port: int, facts: Mapping[str, int] | None = None, http: str = "") -> str:
+    """A broker's registration: its address, ``DNODE_FACTS`` and its HTTP SQL front."""
+    return json.dumps({"host": host, "port": port, **{k: int(v) for k, v in (facts or {}).items() if k in DNODE_FACTS},
+                       **({"http": http} if http else {})})
 
 
 def controller_value(node_id: int) -> str:
@@ -91,8 +96,9 @@ def view_from(brokers: Iterable[tuple[str, str]], controller: tuple[str, int] | 
         try:
             node = int(key[len(BROKERS):])
             data = json.loads(value)
-            found[node] = BrokerInfo(node, str(data["host"]), int(data["port"]),
-                                     *(int(data.get(k, -1)) for k in DNODE_FACTS))
+            facts = {k: int(data.get(k, -1)) for k in DNODE_FACTS}
+            found[node] = BrokerInfo(node, str(data["host"]), int(data["port"]), **facts,
+                                     http=str(data.get("http", "")))
         except (ValueError, KeyError, TypeError):
             bad.append(key)
     controller_id = epoch = -1
@@ -129,6 +135,16 @@ def parse_cluster(url: str) -> list[tuple[str, int]]:
 # each partition is served by its leader alone (NOT_LEADER_OR_FOLLOWER elsewhere).
 
 TOPICS = ROOT + "topics/"
+
+# SQL databases and TDengine topics are placed the same way (issue 16, step 5): their
+# placement's configs hold only ``KIND`` and ``DEFINITION``, which every broker applies:
+# ``tsdb`` — a SQL database, DEFINITION = {"options": {…}} (CREATE DATABASE's options; its
+# vnodes are the placement's partitions); ``tmq`` — a TDengine topic, DEFINITION = its view's
+# definition (broker/sql/views.py ``TopicDef.to_json``), its partitions those of its database,
+# which lead them. A placement without KIND is a plain Kafka topic's (configs = topic configs).
+KIND = "tmqgate.kind"
+DEFINITION = "tmqgate.definition"
+TSDB_KIND, TMQ_KIND = "tsdb", "tmq"
 
 
 @dataclass(frozen=True)

@@ -83,11 +83,13 @@ class Membership:
     """See the module docstring. ``start`` before serving, ``stop`` at shutdown."""
 
     def __init__(self, url: str, node_id: int, advertised: tuple[str, int], session_timeout_ms: int,
-                 rebalance_interval_s: float | None = None, facts: dict[str, int] | None = None) -> None:
+                 rebalance_interval_s: float | None = None, facts: dict[str, int] | None = None,
+                 http: str = "") -> None:
         self.endpoints = parse_cluster(url)
         self.node_id = node_id
         self.advertised = advertised
         self.facts = facts or {}  # registered beside the address (coordinator.cluster.DNODE_FACTS)
+        self.http = http  # and its HTTP SQL front, where other brokers send SQL it leads
         self.ttl = max(1, round(session_timeout_ms / 1000))
         self.interval = session_timeout_ms / 3000
         self.view = ClusterView()
@@ -121,7 +123,7 @@ class Membership:
         s = self._session
         if s.lease is None or s.lease.refresh() <= 0:
             s.lease = s.client.lease(self.ttl)
-            s.client.put(broker_key(self.node_id), broker_value(*self.advertised, self.facts), lease=s.lease)
+            s.client.put(broker_key(self.node_id), broker_value(*self.advertised, self.facts, self.http), lease=s.lease)
         if self.cluster_id is None:
             s.client.create(CLUSTER_ID, base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode())
             [value] = s.client.get(CLUSTER_ID)

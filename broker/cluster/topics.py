@@ -19,19 +19,34 @@ The cluster's catalog of topics and the placement of their partitions live in et
 - ElectLeaders (``kafka-leader-election``) on any broker decides each partition by Kafka's rule
   (``coordinator.cluster.elect_asked``) on the placement read at that moment and writes it by
   a compare-and-swap; the old and new leaders take their roles when they read it.
-- Topics this node had before it joined the cluster and that etcd does not know stay local
-  (served by this node); SQL databases and TDengine topics are not shared yet (step 5).
+- SQL databases and TDengine topics are placed the same way (``coordinator.cluster.KIND``):
+  every broker makes them with the cluster's topic id (databases before the topics over them)
+  and drops them when they leave etcd; a TDengine topic's partitions are its database's vnodes
+  (``TopicRegistry.partition_state``). broker/cluster/sql.py has SQL's rules.
+- Topics and databases this node had before it joined the cluster and that etcd does not know
+  stay local (served by this node).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.topics import KAFKA, Topic, TopicError
-from tmqgate.coordinator.cluster import PartitionState, Placement, assign, elect_asked, reassign
+from tmqgate.broker.topics import KAFKA, TMQ, TSDB, Topic, TopicError
+from tmqgate.coordinator.cluster import (
+    DEFINITION,
+    KIND,
+    TMQ_KIND,
+    TSDB_KIND,
+    PartitionState,
+    Placement,
+    assign,
+    elect_asked,
+    reassign,
+)
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -40,6 +55,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tmqgate.cluster")
 
+#: SQL databases are made before the TDengine topics over them
+_APPLY_ORDER = {TSDB_KIND: 0, KAFKA: 1, TMQ_KIND: 2}
 #: ElectLeaders' and AlterPartitionReassignments' answers: by topic, (partition, error,
 #: message) of each partition asked for
 Results = dict[str, list[tuple[int, ErrorCode, str | None]]]
@@ -54,55 +71,108 @@ class ClusterTopics:
         self._membership = membership
         self._registry = registry
         self._seen: set[str] = set()  # names in etcd at the last apply
+        self._ids: dict[str, bytes] = {}  # and their topic ids
         registry.node_id = membership.node_id
         registry.cluster = self
         membership.on_change.append(self.apply)
 
     def apply(self) -> None:
-        """Bring the local topics in line with etcd's placements (on the event loop)."""
+        """Bring the local topics in line with etcd's placements (on the event loop): SQL
+        databases first, TDengine topics (views over them) last; dropped in the other order."""
         placements = self._membership.placements
         registry = self._registry
-        for name, placement in placements.items():
+        for placement in sorted(placements.values(), key=lambda p: _APPLY_ORDER.get(p.configs.get(KIND, KAFKA), 1)):
+            name = placement.name
+            kind = placement.configs.get(KIND, KAFKA)
+            if kind not in _APPLY_ORDER:
+                log.warning("cluster: %s is of a kind this broker does not know (%s); not made here", name, kind)
+                continue
             topic = registry.get(name)
-            if topic is not None and topic.topic_id != placement.topic_id and topic.kind == KAFKA:
-                log.info("cluster: topic %s was deleted and created again; replacing it", name)
-                registry.delete(topic)
+            # made again under a new id (a SQL database or view only once seen shared here: a
+            # database of this node alone keeps its data)
+            if topic is not None and topic.topic_id != placement.topic_id and topic.kind == kind \
+                    and (kind == KAFKA or self._ids.get(name) == topic.topic_id):
+                log.info("cluster: %s %s was deleted and created again; replacing it", kind, name)
+                self._drop(topic)
                 topic = None
             try:
                 if topic is None:
-                    registry.create(name, len(placement.partitions), dict(placement.configs),
-                                    topic_id=placement.topic_id)
-                elif topic.kind == KAFKA and topic.partitions < len(placement.partitions):
+                    self._make(placement, kind)
+                elif kind == KAFKA and topic.kind == KAFKA and topic.partitions < len(placement.partitions):
                     registry.add_partitions(topic, len(placement.partitions))
-            except TopicError as exc:  # e.g. a name this node uses for a database: not shared
-                log.warning("cluster: cannot make topic %s here: %s", name, exc.message)
-        for name in self._seen - set(placements):
-            topic = registry.get(name)
-            if topic is not None and topic.kind == KAFKA:
-                log.info("cluster: topic %s was deleted", name)
-                registry.delete(topic)
+            except (TopicError, ValueError, KeyError) as exc:  # e.g. a name this node uses for its own database
+                log.warning("cluster: cannot make %s %s here: %s", kind, name, getattr(exc, "message", exc))
+        gone = [t for t in map(registry.get, self._seen - set(placements)) if t is not None]
+        for topic in sorted(gone, key=lambda t: t.kind != TMQ):
+            if topic.kind in (KAFKA, TSDB, TMQ) and topic.topic_id == self._ids.get(topic.name):
+                log.info("cluster: %s %s was deleted", topic.kind, topic.name)
+                self._drop(topic)
         self._seen = set(placements)
+        self._ids = {n: p.topic_id for n, p in placements.items()}
         registry.placements = placements
+
+    def _make(self, placement: Placement, kind: str) -> None:
+        registry = self._registry
+        if kind == KAFKA:
+            registry.create(placement.name, len(placement.partitions), dict(placement.configs),
+                            topic_id=placement.topic_id)
+            return
+        definition = json.loads(placement.configs[DEFINITION])
+        if kind == TSDB_KIND:
+            registry.make_database(placement.name, len(placement.partitions), dict(definition["options"]),
+                                   placement.topic_id)
+        elif registry.get(str(definition["db"])) is None:
+            raise ValueError(f"its database {definition['db']} is not here")
+        else:
+            registry.make_view(placement.name, definition, placement.topic_id)
+
+    def _drop(self, topic: Topic) -> None:
+        if topic.kind == KAFKA:
+            self._registry.delete(topic)
+        else:
+            self._registry.drop_placed(topic)
 
     async def create(self, name: str, partitions: int, configs: dict[str, str | None],
                      replicas: list[list[int]] | None = None, replication_factor: int = 1) -> Topic:
-        """CreateTopics on a cluster (see the module docstring); TopicError as one node's."""
+        """CreateTopics on a cluster (see the module docstring); TopicError as one node's. A
+        TDengine topic (the tmq.as config) over a shared SQL database is placed with it, made
+        by the database's leader (only it holds the supertables the view is checked against)."""
         registry = self._registry
         checked = registry.create(name, partitions, configs, validate_only=True)
+        if checked.kind == TMQ:
+            assert checked.view is not None
+            source = registry.get(checked.db)
+            if source is None or registry.partition_state(source, 0) is None:
+                return registry.create(name, partitions, configs)  # over a database of this node alone
+            return await self.create_placed(name, TMQ_KIND, checked.view.topic.to_json(),
+                                            self._membership.placements[source.name].partitions)
         await self._membership.refresh()
         if name in self._membership.placements or registry.get(name) is not None:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         states = _placed(replicas, partitions, replication_factor, sorted(self._membership.view.brokers))
-        topic_id = random.randbytes(16)
-        placement = Placement(name, topic_id, dict(checked.configs), states)
+        return await self._put(Placement(name, random.randbytes(16), dict(checked.configs), states))
+
+    async def create_placed(self, name: str, kind: str, definition: dict[str, Any],
+                            states: tuple[PartitionState, ...]) -> Topic:
+        """A SQL database (``TSDB_KIND``: ``definition`` {"options": …}, one state per vnode) or
+        a TDengine topic (``TMQ_KIND``: its view's definition, its database's states) put in
+        etcd and made here; TopicError TOPIC_ALREADY_EXISTS when the name is taken."""
+        await self._membership.refresh()
+        if name in self._membership.placements or self._registry.get(name) is not None:
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        configs = {KIND: kind, DEFINITION: json.dumps(definition, sort_keys=True)}
+        return await self._put(Placement(name, random.randbytes(16), configs, states))
+
+    async def _put(self, placement: Placement) -> Topic:
+        name = placement.name
         try:
             created = await self._membership.create_topic(placement)
         except Exception as exc:  # noqa: BLE001 - etcd unreachable: the controller is
             raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"cannot reach the cluster's etcd: {exc}") from None
         if not created:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        topic = registry.get(name)
-        if topic is None or topic.topic_id != topic_id:  # apply could not make it here
+        topic = self._registry.get(name)
+        if topic is None or topic.topic_id != placement.topic_id:  # apply could not make it here
             raise TopicError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Topic '{name}' was created but not applied here.")
         return topic
 
@@ -111,16 +181,23 @@ class ClusterTopics:
         other brokers drop it when they read etcd next)."""
         if topic.is_internal:
             raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' is an internal topic and cannot be deleted.")
+        if topic.kind == TSDB:
+            self._registry.delete(topic)  # refused: a database goes by DROP DATABASE
         placement = self._membership.placements.get(topic.name)
         if placement is None or placement.topic_id != topic.topic_id:
             self._registry.delete(topic)  # a topic of this node alone
             return
+        await self.delete_placed(topic)
+
+    async def delete_placed(self, topic: Topic) -> None:
+        """A shared topic, SQL database or TDengine topic removed from etcd, then here (the
+        other brokers drop it when they read etcd next)."""
         try:
             await self._membership.delete_topic(topic.name)
         except Exception as exc:  # noqa: BLE001 - etcd unreachable
             raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"cannot reach the cluster's etcd: {exc}") from None
         if self._registry.get(topic.name) is topic:
-            self._registry.delete(topic)
+            self._drop(topic)
 
     async def add_partitions(self, topic: Topic, count: int, assignments: list[list[int]] | None,
                              validate_only: bool) -> None:

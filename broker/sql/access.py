@@ -25,12 +25,14 @@ so the TDengine subsystem stays free of the Kafka core. With no authorizer there
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from tmqgate.broker.sql import ast
 
 ANONYMOUS = "User:ANONYMOUS"
+#: the HTTP header of a statement one broker of a cluster sent another (broker/cluster/sql.py)
+FORWARDED = "X-Tmqgate-Forwarded"
 PERMISSION_DENIED = 0x2644  # TDengine's TSDB_CODE_PAR_PERMISSION_DENIED
 CLUSTER = ("CLUSTER", "kafka-cluster")
 
@@ -40,10 +42,15 @@ Need = tuple[str, str, str]
 
 @dataclass(frozen=True)
 class Caller:
-    """Who runs the statement: a Kafka principal and the client's address."""
+    """Who runs the statement: a Kafka principal and the client's address. On a cluster,
+    ``credentials`` (the HTTP front's Authorization header) go along with a statement sent to
+    the broker leading its database, and ``forwarded`` marks one that was sent: it is never
+    sent on again."""
 
     principal: str = ANONYMOUS
     host: str = ""
+    forwarded: bool = False
+    credentials: str | None = field(default=None, repr=False)
 
 
 class Access(Protocol):

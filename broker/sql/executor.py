@@ -127,6 +127,81 @@ class PlacementQueries:
     replicas: Callable[[str, int], list[tuple[int, str]]]  # (db, vnode) → (dnode, status) each, preferred first
 
 
+class SqlCluster(Protocol):
+    """What SQL asks of a cluster (broker/cluster/sql.py). A SQL database made on a cluster is
+    placed in etcd and led by one broker, which runs every statement about it (its DDL,
+    INSERT, SELECT, SHOW of its tables, CREATE TOPIC over it); any other broker sends such
+    statements there. CREATE / DROP DATABASE and DROP TOPIC go through etcd from any broker."""
+
+    node_id: int
+
+    def leader(self, db: str) -> int | None:
+        """The broker leading SQL database ``db`` (-1: none live now); None: not shared."""
+
+    async def refresh(self) -> None:
+        """Read etcd now (a database or topic another broker just made or dropped)."""
+
+    async def forward(self, node: int, text: str, db: str | None, caller: Caller) -> Result:
+        """Run ``text`` on broker ``node`` as ``caller`` (its answer, or its SqlError)."""
+
+    async def create_database(self, name: str, vgroups: int, options: dict[str, Any]) -> None:
+        """Place a new SQL database, led by this broker (SqlError if the name is taken)."""
+
+    async def create_topic(self, definition: TopicDef) -> None:
+        """Place a TDengine topic over a shared database this broker leads."""
+
+    async def drop(self, name: str) -> None:
+        """Remove a shared SQL database or TDengine topic from the cluster."""
+
+
+def _databases_of(stmt: ast.Statement, db: str | None) -> set[str]:
+    """The SQL databases whose leader must run `stmt` (session database `db`): those it reads
+    or writes the tables of, or makes a topic over. CREATE / DROP DATABASE and DROP TOPIC
+    run anywhere (through etcd), and SHOW of databases, topics and nodes is every broker's."""
+    names: set[str | None]
+    if isinstance(stmt, ast.Insert):
+        names = {t.db or db for t in stmt.tables}
+    elif isinstance(stmt, ast.CreateTables):
+        names = {t.db or db for t in stmt.tables}
+    elif isinstance(stmt, ast.Show):
+        names = {stmt.db or db} if stmt.what in ("stables", "tables", "vgroups") else set()
+    elif isinstance(stmt, ast.Select | ast.Describe | ast.CreateStable | ast.CreateTable | ast.AlterStableAddColumn
+                    | ast.AlterStableAddTag | ast.DropStable | ast.DropTable | ast.CreateTopic):
+        names = {stmt.db or db}
+    else:
+        names = set()
+    return {n for n in names if n}
+
+
+def led_elsewhere(cluster: SqlCluster, statements: list[ast.Statement], db: str | None) -> int | None:
+    """The one other broker that leads the databases of `statements` (None: they are led
+    here, or not shared); SqlError when they are led by several, or one has no leader."""
+    here: set[str] = set()
+    there: dict[int, set[str]] = {}
+    for stmt in statements:
+        if isinstance(stmt, ast.UseDatabase):
+            db = stmt.name
+            continue
+        for name in _databases_of(stmt, db):
+            leader = cluster.leader(name)
+            if leader is not None and leader < 0:
+                raise SqlError(f"Database {name} has no live leader now (its dnode is offline)")
+            if leader is None or leader == cluster.node_id:
+                here.add(name)
+            else:
+                there.setdefault(leader, set()).add(name)
+    if not there:
+        return None
+    if len(there) > 1 or here:
+        led = "; ".join(f"{', '.join(sorted(names))} on dnode {node}" for node, names in sorted(there.items()))
+        raise SqlError(f"The statements use databases led by different dnodes ({led}"
+                       f"{'; ' + ', '.join(sorted(here)) + ' here' if here else ''}): send them separately")
+    return next(iter(there))
+
+
+#: the statements a cluster runs through etcd (`Executor._through_etcd`)
+_THROUGH_ETCD = (ast.CreateDatabase, ast.DropDatabase, ast.CreateTopic, ast.DropTopic)
+
 #: SHOW DNODES' columns (TDengine's ins_dnodes)
 DNODE_COLUMNS = [("id", "INT", 4), ("endpoint", "VARCHAR", 134), ("vnodes", "SMALLINT", 2),
                  ("support_vnodes", "SMALLINT", 2), ("status", "VARCHAR", 10), ("create_time", "TIMESTAMP", 8),
@@ -195,7 +270,7 @@ class Executor:
     def __init__(self, store: Store, catalog: TsdbCatalog, topics: TopicNames,
                  notify: Callable[[str, int], None], groups: GroupQueries,
                  parse_timeout_ms: int = 30_000, access: Access | None = None,
-                 placement: PlacementQueries | None = None) -> None:
+                 placement: PlacementQueries | None = None, cluster: SqlCluster | None = None) -> None:
         self.store = store
         self.catalog = catalog
         self.topics = topics
@@ -208,6 +283,8 @@ class Executor:
         # The broker's authorizer when one is on (broker/sql/access.py): every statement is
         # checked for its caller; None: nothing is checked.
         self.access = access
+        # On a cluster: where each database is led, and the DDL that goes through etcd.
+        self.cluster = cluster
 
     def close(self) -> None:
         """Stop the parsing process (the broker's stop)."""
@@ -225,19 +302,80 @@ class Executor:
         raises SqlError, or the worker's ParseTimeout / ParseWorkerDied. The statements run
         here, on the loop, which alone uses the store; an INSERT's rows are checked in steps
         (`_insert_async`)."""
-        if len(text) < PARSE_IN_WORKER_CHARS:
+        short = len(text) < PARSE_IN_WORKER_CHARS
+        if short and self.cluster is None:
             return self.execute(text, db, caller)
-        statements = await self.parser.parse(text)
+        statements = parse_script(text) if short else await self.parser.parse(text)
         if not statements:
             raise SqlError("empty statement", 0)
+        caller = caller or Caller()
+        if self.cluster is not None:
+            if any(isinstance(stmt, _THROUGH_ETCD) for stmt in statements) or any(
+                    self.topics.get(name) is None for name in self._named_databases(statements, db)):
+                await self.cluster.refresh()  # what another broker just did is seen here
+            leader = led_elsewhere(self.cluster, statements, db)
+            if leader is not None:
+                if caller.forwarded:  # sent here as the leader, which this broker is no longer
+                    raise SqlError(f"dnode {leader} leads the database now, not this one; send the statement again")
+                return await self.cluster.forward(leader, text, db, caller)
         result = Result.affected(0)
         for stmt in statements:
-            if isinstance(stmt, ast.Insert):
+            if isinstance(stmt, ast.Insert) and not short:
                 self._check(stmt, db, caller)
                 result = await self._insert_async(stmt, db)
+            elif self.cluster is not None and isinstance(stmt, _THROUGH_ETCD):
+                self._check(stmt, db, caller)
+                result = await self._through_etcd(self.cluster, stmt, db)
             else:
                 result, db = self._step(stmt, db, caller)
         return result
+
+    @staticmethod
+    def _named_databases(statements: list[ast.Statement], db: str | None) -> set[str]:
+        names: set[str] = set()
+        for stmt in statements:
+            if isinstance(stmt, ast.UseDatabase):
+                db = stmt.name
+                names.add(db)
+            names |= _databases_of(stmt, db)
+        return names
+
+    async def _through_etcd(self, cluster: SqlCluster, stmt: ast.Statement, db: str | None) -> Result:
+        """CREATE / DROP DATABASE and CREATE / DROP TOPIC on a cluster: checked here as on one
+        node, then placed in (or removed from) etcd, which every broker applies."""
+        if isinstance(stmt, ast.CreateDatabase):
+            planned = self._plan_database(stmt)
+            if planned is not None:
+                await cluster.create_database(stmt.name, *planned)
+                self.topics.reload()
+            return Result.affected(0)
+        if isinstance(stmt, ast.DropDatabase):
+            info = self._droppable_database(stmt)
+            if info is not None:
+                if cluster.leader(info.name) is None:  # a database of this node alone
+                    self._drop_database(info)
+                else:
+                    await cluster.drop(info.name)
+                    self.topics.reload()
+            return Result.affected(0)
+        if isinstance(stmt, ast.CreateTopic):
+            definition = self._plan_topic(stmt, db)
+            if definition is not None:
+                if cluster.leader(definition.db) is None:
+                    self.store.create_tmq_topic(stmt.name, definition.to_json())
+                else:
+                    await cluster.create_topic(definition)
+                self.topics.reload()
+            return Result.affected(0)
+        assert isinstance(stmt, ast.DropTopic)
+        dropped = self._droppable_topic(stmt)
+        if dropped is not None:
+            if cluster.leader(self.store.tmq_topics()[stmt.name].definition["db"]) is None:
+                self._drop_topic(stmt.name)
+            else:
+                await cluster.drop(stmt.name)
+                self.topics.reload()
+        return Result.affected(0)
 
     def _execute(self, statements: list[ast.Statement], db: str | None, caller: Caller | None = None) -> Result:
         if not statements:
@@ -289,9 +427,17 @@ class Executor:
     # -- databases ------------------------------------------------------------------------
 
     def _CreateDatabase(self, stmt: ast.CreateDatabase, _db: str | None) -> Result:
+        planned = self._plan_database(stmt)
+        if planned is not None:
+            self.store.create_database(stmt.name, planned[0], {}, kind="tsdb", options=planned[1])
+            self.topics.reload()
+        return Result.affected(0)
+
+    def _plan_database(self, stmt: ast.CreateDatabase) -> tuple[int, dict[str, Any]] | None:
+        """A new database's vnodes and options, checked (None: it exists, IF NOT EXISTS)."""
         if self.store.get_database(stmt.name) is not None or self.topics.get(stmt.name) is not None:
             if stmt.if_not_exists and self.store.get_database(stmt.name) is not None:
-                return Result.affected(0)
+                return None
             raise SqlError(f"Database already exists: {stmt.name}")
         vgroups = stmt.vgroups if stmt.vgroups is not None else DEFAULT_VGROUPS
         if not 1 <= vgroups <= 1024:
@@ -310,25 +456,32 @@ class Executor:
         options.update(precision=stmt.precision,
                        wal_retention_period=-1 if stmt.wal_retention_period is None else stmt.wal_retention_period,
                        wal_retention_size=-1 if stmt.wal_retention_size is None else stmt.wal_retention_size)
-        self.store.create_database(stmt.name, vgroups, {}, kind="tsdb", options=options)
-        self.topics.reload()
-        return Result.affected(0)
+        return vgroups, options
 
     def _DropDatabase(self, stmt: ast.DropDatabase, _db: str | None) -> Result:
+        info = self._droppable_database(stmt)
+        if info is not None:
+            self._drop_database(info)
+        return Result.affected(0)
+
+    def _droppable_database(self, stmt: ast.DropDatabase) -> Any:
+        """The database to drop, checked (None: there is none, IF EXISTS)."""
         info = self.store.get_database(stmt.name)
         if info is None or info.kind != "tsdb":
             if stmt.if_exists:
-                return Result.affected(0)
+                return None
             raise SqlError(f"Database not exist: {stmt.name}")
         users = [name for name, t in self.store.tmq_topics().items() if t.definition["db"] == stmt.name]
         if users:
             raise SqlError(f"Topic must be dropped first: {', '.join(sorted(users))}")
-        self.store.drop_database(stmt.name)
-        self.catalog.invalidate(stmt.name)
+        return info
+
+    def _drop_database(self, info: Any) -> None:
+        self.store.drop_database(info.name)
+        self.catalog.invalidate(info.name)
         self.topics.reload()
         for vnode in range(info.vgroups):  # a Fetch waiting on it answers at once
-            self.notify(stmt.name, vnode)
-        return Result.affected(0)
+            self.notify(info.name, vnode)
 
     # -- supertables and child tables -----------------------------------------------------
 
@@ -630,37 +783,50 @@ class Executor:
     # -- topics ---------------------------------------------------------------------------
 
     def _CreateTopic(self, stmt: ast.CreateTopic, db: str | None) -> Result:
+        definition = self._plan_topic(stmt, db)
+        if definition is not None:
+            self.store.create_tmq_topic(stmt.name, definition.to_json())
+            self.topics.reload()
+        return Result.affected(0)
+
+    def _plan_topic(self, stmt: ast.CreateTopic, db: str | None) -> TopicDef | None:
+        """A new TDengine topic's checked definition (None: it exists, IF NOT EXISTS)."""
         if self.store.tmq_topic(stmt.name) is not None:
             if stmt.if_not_exists:
-                return Result.affected(0)
+                return None
             raise SqlError(f"Topic already exists: {stmt.name}")
         self._name_free(stmt.name)
-        topic = self.define_topic(stmt, db)
-        self.store.create_tmq_topic(stmt.name, topic.to_json())
-        self.topics.reload()
-        return Result.affected(0)
+        return self.define_topic(stmt, db)
 
     def define_topic(self, stmt: ast.CreateTopic, db: str | None) -> TopicDef:
         return define_topic(self.store, self.catalog, stmt, db)
 
     def _DropTopic(self, stmt: ast.DropTopic, _db: str | None) -> Result:
+        if self._droppable_topic(stmt) is not None:
+            self._drop_topic(stmt.name)
+        return Result.affected(0)
+
+    def _droppable_topic(self, stmt: ast.DropTopic) -> str | None:
+        """The TDengine topic to drop, checked (None: there is none, IF EXISTS)."""
         if self.store.tmq_topic(stmt.name) is None:
             if stmt.if_exists:
-                return Result.affected(0)
+                return None
             raise SqlError(f"Topic not exist: {stmt.name}")
         groups = self.groups.subscribed_to(stmt.name)
         if groups and not stmt.force:
             raise SqlError(f"Topic being consumed by group(s) {', '.join(sorted(groups))}; "
                            "unsubscribe first or use DROP TOPIC ... FORCE")
-        dropped = self.topics.get(stmt.name)
-        self.store.drop_tmq_topic(stmt.name)
+        return stmt.name
+
+    def _drop_topic(self, name: str) -> None:
+        dropped = self.topics.get(name)
+        self.store.drop_tmq_topic(name)
         for group in self.store.offset_groups():
-            self.store.delete_offsets(group, stmt.name)
+            self.store.delete_offsets(group, name)
         self.topics.reload()
         if dropped is not None:  # a Fetch waiting on it answers at once
             for vnode in range(dropped.partitions):
                 self.notify(dropped.db, vnode)
-        return Result.affected(0)
 
     # -- users and privileges (the broker's SASL users and Kafka ACLs) -------------------------
 

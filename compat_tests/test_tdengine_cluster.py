@@ -1,0 +1,125 @@
+"""SQL on a cluster (issue 16, step 5): three `tmqgate serve --cluster` nodes and a real etcd.
+A SQL database made on one node is known to every node (SHOW DATABASES, Metadata with one
+topic id, SHOW VGROUPS); its DDL, INSERT and SELECT are accepted on any node and run on the
+node leading it; a TDengine topic made on any node is evaluated on that leader, and a Kafka
+client bootstrapped anywhere reads it; DROP on any node removes it everywhere.
+
+tmqgate only: the reference Kafka has no SQL.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .clusters import metadata, tmqgate_cluster, until
+from .tdengine_helpers import BASE_TS, METERS_DDL, TdBroker, read_kafka_python, unique
+
+pytestmark = [pytest.mark.tmqgate_only,
+              pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd not installed (scripts/install_etcd.sh)")]
+
+
+def _names(td: TdBroker, what: str) -> set[str]:
+    return {r.get("name") or r.get("topic_name") or r["stable_name"] for r in td.rows(f"SHOW {what}")}
+
+
+def _placement(bootstrap: str, topic: str) -> tuple[bytes, list[tuple[int, int, list[int]]]]:
+    """A topic's id and each partition's (index, leader, replicas) as one broker's Metadata has them."""
+    [t] = metadata(bootstrap, [topic])["topics"]
+    return t["topic_id"], sorted((p["partition_index"], p["leader_id"], p["replica_nodes"]) for p in t["partitions"])
+
+
+def _tables(td: TdBroker, db: str) -> dict[str, str]:
+    return {r["table_name"]: r["stable_name"] for r in td.rows(f"SHOW {db}.TABLES")}
+
+
+def test_sql_on_any_node_runs_on_the_databases_leader(tmp_path: Path) -> None:
+    with tmqgate_cluster(tmp_path, {}) as nodes:
+        tds = {n: TdBroker(p) for n, p in nodes.items()}
+        until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), lambda n: n == 3, "three brokers listed")
+        db = unique("shared")
+        assert tds[1].affected(f"CREATE DATABASE {db} VGROUPS 3") == 0
+
+        # every node knows it: the same topic id, every vnode led by the node that made it
+        for n, td in tds.items():
+            until(lambda td=td: _names(td, "DATABASES"), lambda names: db in names, f"{db} on node {n}")
+        placed = {n: _placement(nodes[n].bootstrap, db) for n in nodes}
+        assert len({topic_id for topic_id, _ in placed.values()}) == 1
+        assert all(parts == [(v, 1, [1]) for v in range(3)] for _, parts in placed.values()), placed
+        for td in tds.values():
+            assert [[(r["v1_dnode"], r["v1_status"])] for r in td.rows(f"SHOW {db}.VGROUPS")] == [[(1, "leader")]] * 3
+        status, answer = tds[0].post(f"CREATE DATABASE {db}")  # taken: on every node
+        assert (status, answer["desc"]) == (400, f"Database already exists: {db}"), answer
+
+        # DDL and INSERT on node 2, SELECT on every node: one database, at its leader
+        tds[2].sql(METERS_DDL.format(db=db))
+        tds[2].sql(f"INSERT INTO {db}.d1 USING {db}.meters TAGS ('sf', 1) VALUES ({BASE_TS}, 1.5, 220, 0.5) "
+                   f"({BASE_TS + 1}, 2.5, 230, 0.5) {db}.d2 USING {db}.meters TAGS ('la', 2) "
+                   f"VALUES ({BASE_TS + 2}, 3.5, 240, 0.25)")
+        tds[0].sql(f"INSERT INTO d2 VALUES ({BASE_TS + 3}, 4.5, 250, 0.25)", db)  # the session's database
+        for td in tds.values():
+            assert _names(td, f"{db}.STABLES") == {"meters"}
+            assert _tables(td, db) == {"d1": "meters", "d2": "meters"}
+            assert [r["field"] for r in td.rows(f"DESCRIBE {db}.d1")] == \
+                ["ts", "current", "voltage", "phase", "location", "groupid"]
+        assert sum(r["tables"] for r in tds[0].rows(f"SHOW {db}.VGROUPS")) == 2  # counted at the leader
+        # errors are the leader's, as it answered them
+        status, answer = tds[0].post(f"INSERT INTO {db}.nosuch VALUES ({BASE_TS}, 1.0, 1, 1.0)")
+        assert status == 400 and "Table does not exist: nosuch" in answer["desc"], answer
+
+        # a TDengine topic made on node 0 is evaluated on the leader; read through node 2's bootstrap
+        topic = unique("hot")
+        tds[0].sql(f"CREATE TOPIC {topic} AS SELECT ts, voltage FROM {db}.meters WHERE voltage >= 230")
+        for n, td in tds.items():
+            until(lambda td=td: _names(td, "TOPICS"), lambda names: topic in names, f"{topic} on node {n}")
+        topic_placed = {n: _placement(nodes[n].bootstrap, topic) for n in nodes}
+        assert len({topic_id for topic_id, _ in topic_placed.values()}) == 1
+        assert all(parts == [(v, 1, [1]) for v in range(3)] for _, parts in topic_placed.values()), topic_placed
+        read = read_kafka_python(nodes[2].bootstrap, topic, partitions=3)
+        assert sorted((r.json()["ts"], r.json()["voltage"]) for r in read) == \
+            [(BASE_TS + 1, 230), (BASE_TS + 2, 240), (BASE_TS + 3, 250)]
+        assert {r.headers["tmq.table"] for r in read} == {b"d1", b"d2"}
+
+        # the database topic too: every row, in one vnode per child table, whichever node took the INSERT
+        rows = read_kafka_python(nodes[0].bootstrap, db, partitions=3)
+        assert sorted((r.key, r.json()["ts"], r.json()["voltage"]) for r in rows) == \
+            [("d1", BASE_TS, 220), ("d1", BASE_TS + 1, 230), ("d2", BASE_TS + 2, 240), ("d2", BASE_TS + 3, 250)]
+        assert len({r.partition for r in rows if r.key == "d1"}) == len({r.partition for r in rows if r.key == "d2"}) == 1
+
+        # DROP on another node than the leader: gone everywhere (the topic first, as TDengine asks)
+        status, answer = tds[2].post(f"DROP DATABASE {db}")
+        assert status == 400 and f"Topic must be dropped first: {topic}" in answer["desc"], answer
+        tds[2].sql(f"DROP TOPIC {topic}")
+        tds[0].sql(f"DROP DATABASE {db}")
+        for n, td in tds.items():
+            until(lambda td=td: _names(td, "DATABASES") | _names(td, "TOPICS"),
+                  lambda names: db not in names and topic not in names, f"{db} and {topic} gone from node {n}")
+        assert metadata(nodes[1].bootstrap, [db])["topics"][0]["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_a_database_whose_leader_died_is_refused_on_the_others_until_it_returns(tmp_path: Path) -> None:
+    with tmqgate_cluster(tmp_path, {}) as nodes:
+        tds = {n: TdBroker(p) for n, p in nodes.items()}
+        until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), lambda n: n == 3, "three brokers listed")
+        db = unique("single")
+        tds[0].sql(f"CREATE DATABASE {db} VGROUPS 2")
+        tds[0].sql(METERS_DDL.format(db=db))
+        tds[0].sql(f"INSERT INTO {db}.d1 USING {db}.meters TAGS ('sf', 1) VALUES ({BASE_TS}, 1.5, 220, 0.5)")
+        until(lambda: _names(tds[1], "DATABASES"), lambda names: db in names, f"{db} on node 1")
+
+        nodes[0].kill()  # REPLICA 1: its vnodes go offline with it, never served from an empty copy
+        # refused at once (its leader does not answer), then — its lease lapsed — as having no leader
+        status, answer = tds[1].post(f"SHOW {db}.TABLES")
+        assert status == 400 and "dnode 0" in answer["desc"], answer
+        status, answer = until(lambda: tds[1].post(f"SHOW {db}.TABLES"), lambda a: "no live leader" in a[1]["desc"],
+                               "refused while its leader is dead")
+        assert (status, answer["desc"]) == (400, f"Database {db} has no live leader now (its dnode is offline)")
+        assert _names(tds[2], "DATABASES") >= {db}  # still known
+
+        nodes[0].start()  # back with its data: served again from every node
+        until(lambda: tds[2].post(f"SHOW {db}.TABLES"), lambda a: a[0] == 200, "served again")
+        assert _tables(tds[2], db) == {"d1": "meters"}
+        tds[2].sql(f"INSERT INTO {db}.d1 VALUES ({BASE_TS + 1}, 2.5, 230, 0.5)")
+        assert sorted(r.json()["voltage"] for r in read_kafka_python(nodes[1].bootstrap, db, partitions=2)) == [220, 230]
