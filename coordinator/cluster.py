@@ -224,7 +224,14 @@ def elect(p: Placement, live: set[int]) -> Placement:
       keeping its last ISR, so only one of those replicas can lead it again;
     - an offline partition takes the first of its ISR that is live again.
 
-    Each change of leader bumps the leader epoch. Returns ``p`` itself when nothing changes."""
+    Each change of leader bumps the leader epoch. Returns ``p`` itself when nothing changes.
+    A SQL database's vnodes are elected together (``_elect_together``); a TDengine topic's
+    states are its database's, not its own."""
+    kind = p.configs.get(KIND)
+    if kind == TMQ_KIND:
+        return p
+    if kind == TSDB_KIND:
+        return _elect_together(p, live)
     states = []
     for s in p.partitions:
         s = complete(s, live)
@@ -242,6 +249,27 @@ def elect(p: Placement, live: set[int]) -> Placement:
             states.append(s)
     new = tuple(states)
     return p if new == p.partitions else Placement(p.name, p.topic_id, p.configs, new)
+
+
+def _elect_together(p: Placement, live: set[int]) -> Placement:
+    """A SQL database's election: one broker leads all its vnodes (it runs the database's DDL
+    and SQL, broker/cluster/sql.py). A live leader of every vnode stays (dead members leave
+    the ISRs); otherwise every vnode goes to the first replica (in vnode 0's order) that is
+    live and in every vnode's ISR — so it holds everything any vnode acknowledged — each
+    vnode's epoch bumped where its leader changes; with none, every vnode is offline."""
+    states = p.partitions
+    leader = states[0].leader
+    if leader in live and all(s.leader == leader for s in states):
+        new = tuple(replace(s, isr=tuple(r for r in s.isr if r in live)) for s in states)
+    else:
+        eligible = [r for r in states[0].replicas if r in live and all(r in s.isr for s in states)]
+        chosen = eligible[0] if eligible else -1
+        new = tuple(s if s.leader == chosen else
+                    replace(s, leader=chosen, epoch=s.epoch + 1,
+                            isr=tuple(r for r in s.isr if r in live) if chosen >= 0 else s.isr)
+                    for s in states)
+        new = tuple(s if s.leader < 0 else replace(s, isr=tuple(r for r in s.isr if r in live)) for s in new)
+    return p if new == states else Placement(p.name, p.topic_id, p.configs, new)
 
 
 # ---- reassignment (AlterPartitionReassignments, ``kafka-reassign-partitions``) --------------
@@ -345,7 +373,15 @@ def elect_asked(s: PartitionState, election_type: int, live: set[int]) -> tuple[
 def rebalance(p: Placement, live: set[int]) -> Placement:
     """Kafka's automatic leader rebalance (auto.leader.rebalance.enable), for one topic: each
     partition whose preferred replica is live and in sync but not leading gets it back (a
-    preferred election, ``elect_asked``); ``p`` itself when none needs it."""
+    preferred election, ``elect_asked``); ``p`` itself when none needs it. A SQL database's
+    vnodes move together: all of them once their preferred replica is in every ISR."""
+    kind = p.configs.get(KIND)
+    if kind == TMQ_KIND:
+        return p
+    if kind == TSDB_KIND:
+        preferred = p.partitions[0].replicas[0]
+        if preferred not in live or any(preferred not in s.isr for s in p.partitions):
+            return p
     states = tuple(elect_asked(s, PREFERRED, live)[0] for s in p.partitions)
     return p if states == p.partitions else Placement(p.name, p.topic_id, p.configs, states)
 

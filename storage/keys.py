@@ -50,6 +50,13 @@ prefix       key (after the prefix byte)                            value
                                                                     u64 (entries below it were cleaned; Kafka's
                                                                     cleaner-offset-checkpoint), written after the
                                                                     last step of a cleaning (``storage.cleaner``)
+0x22 EPOCH   db u32, vnode u32, leader epoch u32                   the version where that leader epoch starts u64
+                                                                    (Kafka's leader-epoch cache) of a replicated
+                                                                    SQL database's vnode, whose rows and meta
+                                                                    entries carry no epoch: written by a leader
+                                                                    taking a term (at its log end) and by a
+                                                                    follower appending a later epoch's entry;
+                                                                    rolled back with the entries it starts
 0x30 TIME    db u32, vnode u32, max timestamp (i64 + 2**63) u64     base version u64 (sparse: only entries that
                                                                     raise the vnode's running max timestamp; data
                                                                     and rows entries, never meta)
@@ -192,6 +199,7 @@ PAYSEQ = b"\x11"
 PAYGC = b"\x12"
 VNODE = b"\x20"
 CLEANER = b"\x21"
+EPOCH = b"\x22"
 TIME = b"\x30"
 PRODUCER = b"\x40"
 TXNOPEN = b"\x41"
@@ -216,10 +224,11 @@ KIND_META = 1
 KIND_ROWS = 2
 
 #: Prefixes whose keys start with the db id; dropping a database deletes these ranges.
-PER_DB_PREFIXES = (WAL, VNODE, CLEANER, TIME, PRODUCER, TXNOPEN, ABORTED, STABLE, CTABLE)
+PER_DB_PREFIXES = (WAL, VNODE, CLEANER, EPOCH, TIME, PRODUCER, TXNOPEN, ABORTED, STABLE, CTABLE)
 
 _DV = struct.Struct(">II")
 _DVQ = struct.Struct(">IIQ")
+_DVE = struct.Struct(">III")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 TS_BIAS = 1 << 63
@@ -364,6 +373,14 @@ def vnode_key(db: int, vnode: int) -> bytes:
 
 def cleaner_key(db: int, vnode: int) -> bytes:
     return CLEANER + _DV.pack(db, vnode)
+
+
+def epoch_key(db: int, vnode: int, epoch: int) -> bytes:
+    return EPOCH + _DVE.pack(db, vnode, epoch)
+
+
+def epoch_key_epoch(key: bytes) -> int:
+    return int(_DVE.unpack_from(key, 1)[2])
 
 
 def parse_vnode_key(key: bytes) -> tuple[int, int]:

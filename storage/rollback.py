@@ -32,6 +32,10 @@ def roll_back_vnode(db: LevelDB, wb: WriteBatch, dbid: int, vnode: int, first: i
         if keys.read_u64(value) < first:
             break
         wb.delete(key)
+    for key, value in db.iterator(prefix=keys.vnode_prefix(keys.EPOCH, dbid, vnode), reverse=True):
+        if keys.read_u64(value) < first:
+            break
+        wb.delete(key)  # an epoch that starts in the removed tail
     _roll_back_transactions(db, wb, dbid, vnode, first)
     for key, value in db.iterator(prefix=keys.vnode_prefix(keys.PRODUCER, dbid, vnode)):
         epoch, update_ms, batches = keys.unpack_producer(value)

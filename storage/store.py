@@ -324,6 +324,18 @@ class Store:
         """See ``Wal.epoch_end`` (OffsetForLeaderEpoch)."""
         return self.wal.epoch_end(db, vnode, epoch)
 
+    def epochs(self, db: str, vnode: int) -> list[tuple[int, int]]:
+        """See ``Wal.epochs`` (the leader-epoch cache of a replicated SQL database's vnode)."""
+        return self.wal.epochs(db, vnode)
+
+    def assign_epoch(self, db: str, vnode: int, epoch: int, start: int) -> None:
+        """See ``Wal.assign_epoch``."""
+        self.wal.assign_epoch(db, vnode, epoch, start)
+
+    def raw_entries(self, db: str, vnode: int, from_version: int, max_bytes: int) -> list[tuple[int, int, bytes, int]]:
+        """See ``Wal.raw_entries`` (what a follower of a SQL database's vnode copies)."""
+        return self.wal.raw_entries(db, vnode, from_version, max_bytes)
+
     def append_meta(self, db: str, vnode: int, payload: bytes, timestamp_ms: int | None = None) -> int:
         return self.wal.append_meta(db, vnode, payload, timestamp_ms)
 

@@ -354,6 +354,22 @@ class Transaction:
         value = _I64.pack(ts) + bytes(payload)
         return self._stage(d, keys.KIND_META, value, 1, ts, None)
 
+    def append_raw(self, db: str, vnode: int, version: int, kind: int, value: bytes, count: int) -> None:
+        """A follower's copy of its leader's meta or rows entry, stored as the leader stored it
+        (``Wal.raw_entries``) at the leader's version, which must be where this vnode's log
+        ends (ValueError otherwise, or for another kind or a malformed value)."""
+        self._check_open()
+        d = self._draft(db, vnode)
+        if version != d.next:
+            raise ValueError(f"replica append at {version}, the log ends at {d.next}")
+        if kind == keys.KIND_META and len(value) >= 8 and count == 1:
+            self._stage(d, kind, bytes(value), 1, _I64.unpack_from(value)[0], None)
+        elif kind == keys.KIND_ROWS and len(value) >= keys.ROWS_HEADER.size and count >= 1:
+            ts, max_timestamp, _ = keys.ROWS_HEADER.unpack_from(value)
+            self._stage(d, kind, bytes(value), count, ts, max_timestamp)
+        else:
+            raise ValueError(f"not a meta or rows entry (kind {kind}, {len(value)} bytes, {count} versions)")
+
     def append_rows(
         self,
         db: str,

@@ -337,9 +337,17 @@ class Wal:
         """Kafka's OffsetForLeaderEpoch on this log: (the largest leader epoch <= ``epoch``
         among its batches, the offset where that epoch ends — the first batch of a later
         epoch, or the log end); (-1, -1) when every batch is of a later epoch. Reads back
-        from the newest batch, so it costs what the divergence is long."""
+        from the newest batch, so it costs what the divergence is long. A vnode with a
+        leader-epoch cache (``assign_epoch``: a replicated SQL database's) answers from it."""
         dbid, vs = self._catalog.vnode(db, vnode)
         end = vs.next
+        cached = self.epochs(db, vnode)
+        if cached:
+            for e, start in reversed(cached):
+                if e <= epoch:
+                    return e, end
+                end = start
+            return -1, -1
         p = keys.vnode_prefix(keys.WAL, dbid, vnode)
         pairs = self._core.db.iterator(prefix=p, reverse=True)
         for base, kind, value in self._core.payloads.entries(pairs):
@@ -350,6 +358,39 @@ class Wal:
                 return e, end
             end = base
         return -1, -1
+
+    def epochs(self, db: str, vnode: int) -> list[tuple[int, int]]:
+        """The vnode's leader-epoch cache: (epoch, start version), oldest first."""
+        dbid, _ = self._catalog.vnode(db, vnode)
+        p = keys.vnode_prefix(keys.EPOCH, dbid, vnode)
+        return [(keys.epoch_key_epoch(k), keys.read_u64(v)) for k, v in self._core.db.iterator(prefix=p)]
+
+    def assign_epoch(self, db: str, vnode: int, epoch: int, start: int) -> None:
+        """Leader ``epoch`` starts at version ``start`` (Kafka's LeaderEpochFileCache.assign):
+        kept only when later than the cache's last epoch. Synced."""
+        dbid, _ = self._catalog.vnode(db, vnode)
+        cached = self.epochs(db, vnode)
+        if cached and cached[-1][0] >= epoch:
+            return
+        wb = self._core.batch(sync=True)
+        wb.put(keys.epoch_key(dbid, vnode, epoch), keys.u64(start))
+        self._core.write(wb)
+
+    def raw_entries(self, db: str, vnode: int, from_version: int, max_bytes: int) -> list[tuple[int, int, bytes, int]]:
+        """(version, kind, stored value, version count) of the entries from the one holding
+        ``from_version``, as stored (a follower stores them as they are: ``append_raw``); at
+        least one, then while the total stays <= max_bytes."""
+        dbid, vs = self._catalog.vnode(db, vnode)
+        if from_version >= vs.next:
+            return []
+        out: list[tuple[int, int, bytes, int]] = []
+        total = 0
+        for version, kind, value, count in self._with_counts(self.entries_from(dbid, vnode, vs, from_version), vs):
+            if out and total + len(value) > max_bytes:
+                break
+            out.append((version, kind, value, count))
+            total += len(value)
+        return out
 
     def last_stable_offset(self, db: str, vnode: int) -> int:
         """The first offset of the vnode's oldest open transaction (not below log start, as

@@ -176,3 +176,36 @@ def test_a_replicas_role_in_show_vgroups() -> None:
     assert [role(r, led, live - {2}) for r in led.replicas] == ["learner", "leader", "offline", "learner"]
     offline = PartitionState((0, 1), leader=-1, epoch=5, isr=(0,))  # unclean election off: no leader
     assert [role(r, offline, {1}) for r in offline.replicas] == ["offline", "candidate"]
+
+
+def _db(*states: tuple[int, tuple[int, ...]], replicas: tuple[int, ...] = (0, 1, 2)) -> Placement:
+    """A SQL database's placement: each vnode's (leader, ISR) at epoch 3."""
+    from tmqgate.coordinator.cluster import DEFINITION, KIND, TSDB_KIND
+
+    return Placement("db", b"\x01" * 16, {KIND: TSDB_KIND, DEFINITION: "{}"},
+                     tuple(PartitionState(replicas, leader, 3, isr) for leader, isr in states))
+
+
+def test_a_sql_databases_vnodes_are_elected_together() -> None:
+    from tmqgate.coordinator.cluster import elect, rebalance
+
+    # a live leader of every vnode stays; dead members leave the ISRs
+    p = _db((0, (0, 1, 2)), (0, (0, 2)))
+    assert [(s.leader, s.epoch, s.isr) for s in elect(p, {0, 1}).partitions] == [(0, 3, (0, 1)), (0, 3, (0,))]
+    assert elect(p, {0, 1, 2}) is p
+    # the leader dies: the first replica in every vnode's ISR leads them all (2, not 1: 1 is out
+    # of vnode 1's ISR and may lack what it acknowledged)
+    p = _db((0, (0, 1, 2)), (0, (0, 2)), (0, (0, 2, 1)))
+    assert [(s.leader, s.epoch, s.isr) for s in elect(p, {1, 2}).partitions] == \
+        [(2, 4, (1, 2)), (2, 4, (2,)), (2, 4, (2, 1))]
+    # no replica in every ISR: every vnode offline (never one leader here, another there)
+    p = _db((0, (0, 1)), (0, (0, 2)))
+    assert [(s.leader, s.epoch) for s in elect(p, {1, 2}).partitions] == [(-1, 4), (-1, 4)]
+    # vnodes led apart (never written so, but read so): brought under one leader
+    p = _db((1, (0, 1, 2)), (2, (0, 1, 2)))
+    assert [s.leader for s in elect(p, {0, 1, 2}).partitions] == [0, 0]
+    # the preferred leader back in every ISR takes all the vnodes back; in one only, none
+    p = _db((1, (0, 1, 2)), (1, (1, 0)))
+    assert [(s.leader, s.epoch) for s in rebalance(p, {0, 1, 2}).partitions] == [(0, 4), (0, 4)]
+    p = _db((1, (0, 1, 2)), (1, (1, 2)))
+    assert rebalance(p, {0, 1, 2}) is p

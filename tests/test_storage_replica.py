@@ -95,3 +95,66 @@ def test_a_follower_keeps_the_leaders_transactions(tmp_path: Path) -> None:
         assert follower.aborted_transactions("t", 0, 0, end) == leader.aborted_transactions("t", 0, 0, end) == [(9, 3)]
         assert follower.last_stable_offset("t", 0) == leader.last_stable_offset("t", 0) == 5
         assert follower.open_transactions("t", 0) == leader.open_transactions("t", 0) == {9: (5, 1)}
+
+
+def _copy(leader: Store, follower: Store, db: str, vnode: int) -> None:
+    """What a follower of a SQL database's vnode does: the leader's raw entries from its log end."""
+    for version, kind, value, count in leader.raw_entries(db, vnode, follower.next_version(db, vnode), 1 << 20):
+        if kind == 0:
+            follower.append_replica(db, vnode, value)
+            continue
+        with follower.transaction() as tx:
+            tx.append_raw(db, vnode, version, kind, value, count)
+
+
+@pytest.mark.parametrize("cache", [0, 1 << 20], ids=["nocache", "cache"])
+def test_a_sql_databases_follower_stores_the_leaders_meta_and_rows_entries_as_they_are(tmp_path: Path,
+                                                                                        cache: int) -> None:
+    with Store(tmp_path / "leader") as leader, Store(tmp_path / "follower", tail_cache_bytes=cache) as follower:
+        for s in (leader, follower):
+            s.create_database("db", 2, kind="tsdb")
+        leader.append_meta("db", 1, b'{"type":"create"}', timestamp_ms=111)
+        leader.append_rows("db", 1, b"arrow-ipc-1", 3, 5000, 4000, timestamp_ms=222)
+        leader.append_meta("db", 1, b'{"type":"alter"}', timestamp_ms=333)
+        leader.append_rows("db", 1, b"arrow-ipc-2", 2, 3000, 2000, timestamp_ms=444)
+        raw = leader.raw_entries("db", 1, 0, 1 << 20)
+        assert [(v, k, n) for v, k, _, n in raw] == [(0, 1, 1), (1, 2, 3), (4, 1, 1), (5, 2, 2)]
+        assert leader.raw_entries("db", 1, 0, 1) == raw[:1]  # at least one, then within max_bytes
+        assert leader.raw_entries("db", 1, 2, 1 << 20)[0][0] == 1  # from the entry holding version 2
+        _copy(leader, follower, "db", 1)
+        assert follower.read_entries("db", 1, 0, 1 << 20) == leader.read_entries("db", 1, 0, 1 << 20)
+        assert follower.next_version("db", 1) == 7 and follower.log_size("db", 1) == leader.log_size("db", 1)
+        # the time index as the leader's: rows entries by their max timestamp
+        assert [follower.offset_for_timestamp("db", 1, ts) for ts in (0, 4500, 6000)] == \
+            [leader.offset_for_timestamp("db", 1, ts) for ts in (0, 4500, 6000)] == [(1, 5000), (1, 5000), None]
+        with pytest.raises(ValueError, match="replica append at 4, the log ends at 7"), follower.transaction() as tx:
+            tx.append_raw("db", 1, *raw[2])
+        with pytest.raises(ValueError, match="not a meta or rows entry"), follower.transaction() as tx:
+            tx.append_raw("db", 1, 7, 2, b"short", 1)
+        assert follower.next_version("db", 1) == 7  # a refused append wrote nothing
+
+
+def test_a_sql_databases_leader_epochs_are_cached_and_truncated_with_their_entries(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as store:
+        store.create_database("db", 1, kind="tsdb")
+        assert store.epochs("db", 0) == []
+        store.assign_epoch("db", 0, 0, 0)
+        store.append_rows("db", 0, b"a", 4, 10, 1)
+        store.assign_epoch("db", 0, 3, 4)
+        store.assign_epoch("db", 0, 2, 4)  # older than the last: ignored, as Kafka's cache does
+        store.append_meta("db", 0, b"{}")
+        store.assign_epoch("db", 0, 5, 5)
+        store.append_rows("db", 0, b"b", 2, 20, 11)
+        assert store.epochs("db", 0) == [(0, 0), (3, 4), (5, 5)]
+        # OffsetForLeaderEpoch from the cache: where each epoch ends
+        assert [store.epoch_end("db", 0, e) for e in (0, 1, 3, 4, 5, 9)] == \
+            [(0, 4), (0, 4), (3, 5), (3, 5), (5, 7), (5, 7)]
+        assert store.epoch_end("db", 0, -1) == (-1, -1)
+        store.truncate("db", 0, 5)  # epoch 5 started in the removed tail
+        assert store.epochs("db", 0) == [(0, 0), (3, 4)] and store.next_version("db", 0) == 5
+        assert store.epoch_end("db", 0, 9) == (3, 5)
+    with Store(tmp_path / "s") as store:  # kept across a restart
+        assert store.epochs("db", 0) == [(0, 0), (3, 4)]
+        store.drop_database("db")
+        store.create_database("db", 1, kind="tsdb")
+        assert store.epochs("db", 0) == []

@@ -243,7 +243,8 @@ class ClusterTopics:
         await self._membership.refresh()
         live = set(self._membership.view.brokers)
         placements = self._membership.placements
-        asked = wanted if wanted is not None else {n: list(range(len(p.partitions))) for n, p in placements.items()}
+        asked = wanted if wanted is not None else {n: list(range(len(p.partitions))) for n, p in placements.items()
+                                                   if KIND not in p.configs}
         how = "preferred" if election_type == 0 else "unclean"
 
         def decide(_p: int, state: PartitionState) -> tuple[PartitionState, ErrorCode, str | None]:
@@ -251,6 +252,9 @@ class ClusterTopics:
 
         out: Results = {}
         for name, partitions in asked.items():
+            if _together(placements.get(name)):
+                out[name] = [(p, ErrorCode.POLICY_VIOLATION, _TOGETHER) for p in partitions]
+                continue
             out[name] = await self._change_partitions(name, {p: None for p in partitions}, decide,
                                                       f"No such topic as {name}", "No such partition as {}-{}",
                                                       f"leader elected ({how} election)")
@@ -269,6 +273,9 @@ class ClusterTopics:
 
         out: Results = {}
         for name, asked in wanted.items():
+            if _together(self._membership.placements.get(name)):
+                out[name] = [(p, ErrorCode.INVALID_REPLICA_ASSIGNMENT, _TOGETHER) for p in asked]
+                continue
             targets.clear()
             targets.update(asked)
             out[name] = await self._change_partitions(name, dict(asked), decide, f"Unable to find a topic named {name}.",
@@ -323,6 +330,16 @@ class ClusterTopics:
             if error == ErrorCode.NONE:
                 log.info("cluster: %s-%d: %s", name, p, done)
         return [(p, *results[p]) for p in asked]
+
+
+#: why a SQL database's vnodes (and a TDengine topic's, which are its database's) are not
+#: elected or reassigned one by one: one broker leads all of them (coordinator.cluster.elect)
+_TOGETHER = ("a SQL database's vnodes have one leader, which the controller elects for all of them together; "
+             "they are not elected or reassigned one by one")
+
+
+def _together(placement: Placement | None) -> bool:
+    return placement is not None and placement.configs.get(KIND) in (TSDB_KIND, TMQ_KIND)
 
 
 def _placed(replicas: list[list[int]] | None, partitions: int, factor: int, live: list[int]) -> tuple[PartitionState, ...]:
