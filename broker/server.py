@@ -270,16 +270,17 @@ class Broker:
             from tmqgate.broker.cluster.replication import Replication
 
             cluster_topics = ClusterTopics(self.membership, self.topics)  # the registry's `cluster` from now on
+            self.replication = Replication(self.config.node_id, self.store, self.topics, self.membership,
+                                           self.notifier, self.config.replica_lag_time_max_ms,
+                                           self.config.replica_fetch_wait_max_ms)
+            self.membership.on_change.append(self.replication.apply)
             from tmqgate.broker.cluster.sql import ClusterSql
 
             # SQL databases placed in etcd, statements sent to their leader (broker/cluster/sql.py)
             http_tls = ssl.create_default_context(cafile=self.config.ssl_cafile) if self.config.http_tls else None
             self.executor.cluster = ClusterSql(self.config.node_id, self.membership, cluster_topics, self.topics,
-                                               http_tls, SQL_FORWARD_TIMEOUT_S)
-            self.replication = Replication(self.config.node_id, self.store, self.topics, self.membership,
-                                           self.notifier, self.config.replica_lag_time_max_ms,
-                                           self.config.replica_fetch_wait_max_ms)
-            self.membership.on_change.append(self.replication.apply)
+                                               self.store, self.replication, http_tls, SQL_FORWARD_TIMEOUT_S,
+                                               self.config.replica_lag_time_max_ms / 1000)
             groups, txns = kinds(self.store, self.config, self.coordinator.machine.partition_of,
                                  self.transactions.machine.partition_of)
             self.group_state, self.txn_state = (

@@ -24,6 +24,8 @@ through these names:
   `Access`, what the broker gives the executor when an authorizer is on (the decision, GRANT /
   REVOKE as ACLs, CREATE / ALTER USER's passwords) — broker/sql/access.py names what each
   statement needs;
+- a follower replica of a SQL database's vnode: `append_replicated(store, catalog, db, vnode,
+  version, kind, value, count)` stores the leader's entry and makes its meta's catalog change;
 - `TsdbCatalog(store)` — the cached catalog (supertable schemas, child tables) shared by the
   topic registry, the executor and the views.
 
@@ -34,6 +36,8 @@ sees the topic registry through its `TopicNames` protocol).
 from tmqgate.broker.sql.access import FORWARDED, Access, Caller
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.executor import (
+    OUT_OF_DNODES,
+    SYN_NOT_LEADER,
     Executor,
     GroupQueries,
     PlacementQueries,
@@ -47,9 +51,12 @@ from tmqgate.broker.sql.views import TopicDef, View
 from tmqgate.broker.sql.worker import ParseTimeout, ParseWorkerDied
 from tmqgate.broker.tsdb.catalog import TsdbCatalog
 from tmqgate.broker.tsdb.names import INVALID_IDENTIFIER
+from tmqgate.broker.tsdb.replica import append_replicated
 
 __all__ = [
     "FORWARDED",
+    "OUT_OF_DNODES",
+    "SYN_NOT_LEADER",
     "INVALID_IDENTIFIER",
     "Access",
     "Caller",
@@ -66,6 +73,7 @@ __all__ = [
     "TopicNames",
     "TsdbCatalog",
     "View",
+    "append_replicated",
     "ingest",
     "topic_definition",
 ]

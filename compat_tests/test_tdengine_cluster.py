@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,3 +124,86 @@ def test_a_database_whose_leader_died_is_refused_on_the_others_until_it_returns(
         assert _tables(tds[2], db) == {"d1": "meters"}
         tds[2].sql(f"INSERT INTO {db}.d1 VALUES ({BASE_TS + 1}, 2.5, 230, 0.5)")
         assert sorted(r.json()["voltage"] for r in read_kafka_python(nodes[1].bootstrap, db, partitions=2)) == [220, 230]
+
+
+def _vgroups(td: TdBroker, db: str) -> list[list[tuple[int, str]]]:
+    return [[(r[f"v{i}_dnode"], r[f"v{i}_status"]) for i in range(1, 4) if r[f"v{i}_dnode"] is not None]
+            for r in td.rows(f"SHOW {db}.VGROUPS")]
+
+
+def _records(bootstrap: str, topic: str) -> list[tuple[int, int, str | None, Any]]:
+    """Every record of the topic as (partition, offset, key, JSON value), in order."""
+    return sorted((r.partition, r.offset, r.key, r.json()) for r in read_kafka_python(bootstrap, topic, partitions=2))
+
+
+def _insert(td: TdBroker, db: str, first: int, n: int, extra: bool = False) -> None:
+    """n rows over d1..d3 (USING: each made on first sight), voltage 200 + i; with ``extra`` the
+    column ALTER added (``note``)."""
+    values = " ".join(
+        f"{db}.d{i % 3 + 1} USING {db}.meters TAGS ('loc{i % 3 + 1}', {i % 3 + 1}) "
+        + (f"(ts, current, voltage, phase, note) VALUES ({BASE_TS + i}, {i}.5, {200 + i}, 0.5, 'n{i}')" if extra
+           else f"VALUES ({BASE_TS + i}, {i}.5, {200 + i}, 0.5)")
+        for i in range(first, first + n))
+    td.sql(f"INSERT INTO {values}")
+
+
+def test_a_replicated_sql_database_keeps_its_catalog_and_rows_through_its_leaders_kill(tmp_path: Path) -> None:
+    with tmqgate_cluster(tmp_path, {"replica_lag_time_max_ms": 3000}) as nodes:
+        tds = {n: TdBroker(p) for n, p in nodes.items()}
+        until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), lambda n: n == 3, "three brokers listed")
+        db = unique("copied")
+        tds[1].sql(f"CREATE DATABASE {db} VGROUPS 2 REPLICA 3")
+        assert _vgroups(tds[0], db) == [[(1, "leader"), (2, "follower"), (0, "follower")]] * 2
+        assert _placement(nodes[2].bootstrap, db)[1] == [(0, 1, [1, 2, 0]), (1, 1, [1, 2, 0])]
+
+        # DDL and rows through node 2 (answered once every in-sync replica has them), a column
+        # added, more rows, a table dropped: each change a meta entry the followers apply
+        tds[2].sql(METERS_DDL.format(db=db))
+        _insert(tds[2], db, 0, 30)
+        tds[0].sql(f"ALTER STABLE {db}.meters ADD COLUMN note VARCHAR(16)")
+        _insert(tds[0], db, 30, 15, extra=True)
+        tds[2].sql(f"CREATE TABLE {db}.gone USING {db}.meters TAGS ('x', 9)")
+        tds[2].sql(f"INSERT INTO {db}.gone VALUES ({BASE_TS + 99}, 9.5, 299, 0.5, 'g')")
+        tds[2].sql(f"DROP TABLE {db}.gone")
+        # schemaless rows produced with acks=all through Kafka: a supertable and child tables made by the leader
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=nodes[0].bootstrap, acks="all")
+        for i, key in enumerate((b"s1", b"s2")):
+            producer.send(db, key=key, value=f"sensors,site=x{i} temp={20 + i}.5 {BASE_TS + i}".encode(),
+                          headers=[("tmq.precision", b"ms")]).get(30)
+        producer.close(10)
+        topic = unique("hot")
+        tds[0].sql(f"CREATE TOPIC {topic} AS SELECT ts, voltage, note FROM {db}.meters WHERE voltage >= 240")
+        before = _records(nodes[0].bootstrap, db)
+        hot_before = _records(nodes[2].bootstrap, topic)
+        assert sorted(v["voltage"] for _, _, _, v in before if "voltage" in v) == [*range(200, 245), 299]
+        assert sorted((k, v["temp"]) for _, _, k, v in before if "temp" in v) == [("s1", 20.5), ("s2", 21.5)]
+        assert sorted((v["voltage"], v["note"]) for _, _, _, v in hot_before) == \
+            [(240 + i, f"n{40 + i}") for i in range(5)] + [(299, "g")]
+
+        # the leader killed: another replica leads every vnode, with the catalog and every row
+        nodes[1].kill()
+        until(lambda: _vgroups(tds[0], db), lambda v: all(p[0] == (1, "offline") and (2, "leader") in p for p in v),
+              "node 2, first of the rest in every ISR, leads", timeout=60, retry_errors=True)
+        for td in (tds[0], tds[2]):
+            assert _tables(td, db) == {"d1": "meters", "d2": "meters", "d3": "meters", "s1": "sensors", "s2": "sensors"}
+            assert [r["field"] for r in td.rows(f"DESCRIBE {db}.meters")][-3:] == ["note", "location", "groupid"]
+        assert _records(nodes[0].bootstrap, db) == before  # the same records at the same offsets
+        assert _records(nodes[0].bootstrap, topic) == hot_before
+        _insert(tds[0], db, 45, 6, extra=True)  # the new leader writes; its followers (node 0) copy it
+        after = _records(nodes[2].bootstrap, db)
+        assert [r for r in after if r in before] == before and len(after) == len(before) + 6
+        assert sorted((r[2], r[3]["voltage"]) for r in after if r not in before) == \
+            [(f"d{i % 3 + 1}", 200 + i) for i in sorted(range(45, 51), key=lambda i: (i % 3, i))]
+
+        # back: it truncates what it may hold beyond the new leader's log and catches up
+        nodes[1].start()
+        until(lambda: _vgroups(tds[2], db), lambda v: all(s in ("leader", "follower") for p in v for _, s in p),
+              "node 1 back in sync", timeout=60)
+        nodes[2].kill()  # now node 1 or 0 leads, with everything, node 1's copy made after its return
+        until(lambda: _vgroups(tds[0], db), lambda v: all((2, "offline") in p and any(s == "leader" for _, s in p)
+                                                          for p in v), "a new leader", timeout=60, retry_errors=True)
+        assert _records(nodes[0].bootstrap, db) == after
+        tds[0].sql(f"INSERT INTO {db}.d1 VALUES ({BASE_TS + 500}, 1.0, 500, 0.5, 'last')")
+        assert sorted(v.get("voltage", 0) for _, _, _, v in _records(nodes[1].bootstrap, db))[-1] == 500

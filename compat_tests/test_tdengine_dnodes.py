@@ -143,16 +143,18 @@ def test_a_cluster_shows_every_node_and_each_vnodes_roles_through_a_leader_kill(
                 _vgroups_as_metadata(nodes[n].bootstrap, topic)
         first = _dnodes(tds[0])
 
-        # REPLICA 3 with three nodes: refused while SQL databases are not replicated — never a
-        # silent single copy; REPLICA 1 is the node's own database, led there
+        # REPLICA 1 is one copy, on the node that made it and leads it; REPLICA 3 a copy on
+        # every node, led by the one that made it; 4 is more than TDengine takes
         db = unique("sqldb")
-        status, answer = tds[2].post(f"CREATE DATABASE {db} REPLICA 3")
-        assert status == 400 and "not replicated on a tmqgate cluster yet" in answer["desc"], answer
         status, answer = tds[2].post(f"CREATE DATABASE {db} REPLICA 4")
         assert status == 400 and "REPLICA needs 1, 2 or 3" in answer["desc"], answer
         tds[2].sql(f"CREATE DATABASE {db} VGROUPS 2 REPLICA 1")
         assert [_replicas(r) for r in tds[2].rows(f"SHOW {db}.VGROUPS")] == [[(2, "leader")]] * 2
         assert _dnodes(tds[2])[2]["vnodes"] == held[2] + 2
+        tds[1].sql(f"CREATE DATABASE {db}_r3 VGROUPS 2 REPLICA 3")
+        assert [_replicas(r) for r in tds[0].rows(f"SHOW {db}_r3.VGROUPS")] == \
+            [[(1, "leader"), (2, "follower"), (0, "follower")]] * 2
+        held.update({0: 2, 1: 2, 2: 4})
 
         # kill -9 the leader of vnode 0: a survivor shows it offline (its endpoint as last seen)
         # and its replicas offline, the new leaders as Metadata's

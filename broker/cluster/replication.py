@@ -34,26 +34,40 @@ Follower (this broker is a replica, another the leader):
   offsets, with the leader's epochs and the producers' windows (``Wal.append_replica``); it
   keeps the leader's high watermark, which it starts from if it becomes the leader.
 
+A SQL database's vnodes (its rows and meta entries carry no epoch and are not record
+batches) replicate the same way, with three differences: the leader answers a follower's Fetch
+with each entry as stored, wrapped in a record batch (``raw_batches``: base offset = its
+version, last offset delta = its versions - 1, partition leader epoch = the epoch it was written
+in, one record whose key is its kind and value its stored bytes; transaction markers go as they
+are); the follower stores each as it is and makes a meta entry's catalog change with it
+(``tdengine.append_replicated``); and epochs come from the vnode's leader-epoch cache
+(``Store.assign_epoch``: a leader assigns its epoch at its log end when it takes the vnode, a
+follower when it appends an entry of a later epoch), which answers OffsetForLeaderEpoch.
+
 A follower appends the leader's transaction markers as markers (``Wal.append_replica``): they
 close the producer's transaction there too, so the aborted index and the last stable offset
 are the leader's and read_committed reads the same after a failover.
 
 Not yet: inter-broker security (followers connect to the leader's first listener as
-PLAINTEXT clients), SQL databases.
+PLAINTEXT clients).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.cluster.peer import PeerConnection, PeerError
-from tmqgate.broker.topics import KAFKA
+from tmqgate.broker.tdengine import append_replicated
+from tmqgate.broker.topics import KAFKA, TSDB
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.records import CorruptRecord, build_batch, decode_records
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.membership import Membership
@@ -71,6 +85,10 @@ _EPOCH_ERRORS = {int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEA
                  int(ErrorCode.UNKNOWN_LEADER_EPOCH), int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                  int(ErrorCode.LEADER_NOT_AVAILABLE)}
 Key = tuple[str, int]  # (database, partition)
+_KIND_DATA = 0  # storage.keys.KIND_DATA: a record batch as stored
+_CONTROL = 0x20  # a batch's attributes bit 5 (byte 22): a transaction marker
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
 
 
 @dataclass
@@ -135,7 +153,7 @@ class Replication:
         now = self._clock()
         for name, placement in self._topics.placements.items():
             topic = self._topics.get(name)
-            if topic is None or topic.kind != KAFKA or topic.topic_id != placement.topic_id:
+            if topic is None or topic.kind not in (KAFKA, TSDB) or topic.topic_id != placement.topic_id:
                 continue
             for p, state in enumerate(placement.partitions):
                 if len(state.replicas) < 2 or self.node_id not in state.replicas or p >= topic.partitions:
@@ -153,6 +171,8 @@ class Replication:
                     # A new term: followers start as caught up now (they get the lag time to
                     # show up), the high watermark from what this replica last heard.
                     log_end = self._store.next_version(topic.db, p)
+                    if topic.kind == TSDB:  # its entries carry no epoch: the cache says where this term starts
+                        self._store.assign_epoch(topic.db, p, state.epoch, log_end)
                     led[key] = _Led(name, placement.topic_id, state,
                                     {f: _Follower(-1, now) for f in state.replicas if f != self.node_id})
                     self._hw[key] = min(max(self._leader_hw.get(key, 0), self._hw.get(key, 0)), log_end)
@@ -224,6 +244,22 @@ class Replication:
             self._isr_due.set()
         self._advance(key)
         return None
+
+    def raw_batches(self, topic: Topic, partition: int, offset: int, max_bytes: int) -> list[bytes]:
+        """A follower's Fetch of a SQL database's vnode: the entries from ``offset`` as stored,
+        each wrapped in a record batch (see the module docstring)."""
+        epochs = self._store.epochs(topic.db, partition)
+        starts = [start for _, start in epochs]
+        out = []
+        for version, kind, value, count in self._store.raw_entries(topic.db, partition, offset, max_bytes):
+            if kind == _KIND_DATA:  # a transaction marker: as it is
+                out.append(value)
+                continue
+            i = bisect.bisect_right(starts, version) - 1
+            out.append(build_batch([(bytes([kind]), value, None, 0)], base_offset=version,
+                                   partition_leader_epoch=epochs[i][0] if i >= 0 else -1,
+                                   last_offset_delta=count - 1))
+        return out
 
     def appended(self, topic: Topic, partition: int) -> None:
         """The leader appended to a replicated partition (its high watermark may move when
@@ -347,6 +383,26 @@ class Replication:
             if self._fetchers.get(leader) is asyncio.current_task():
                 del self._fetchers[leader]
 
+    def _append_raw(self, key: Key, batch: bytes) -> None:
+        """A follower's append of one entry of a SQL database's vnode (see the module
+        docstring); ValueError or CorruptRecord when it does not follow this log."""
+        db, vnode = key
+        if batch[22] & _CONTROL:  # a transaction marker, as a Kafka topic's
+            epoch = _I32.unpack_from(batch, 12)[0]
+            self._note_epoch(key, epoch, _I64.unpack_from(batch, 0)[0])
+            self._store.append_replica(db, vnode, batch)
+        else:
+            version, epoch, kind, value, count = _unwrapped(batch)
+            if version != self._store.next_version(db, vnode):
+                raise ValueError(f"replica append at {version}, the log ends at {self._store.next_version(db, vnode)}")
+            self._note_epoch(key, epoch, version)
+            append_replicated(self._store, self._topics.catalog, db, vnode, version, kind, value, count)
+        self._notifier.notify(db, vnode)
+
+    def _note_epoch(self, key: Key, epoch: int, version: int) -> None:
+        if epoch >= 0:
+            self._store.assign_epoch(key[0], key[1], epoch, version)  # kept only when later than the last
+
     def _last_epoch(self, key: Key) -> int:
         return self._store.epoch_end(key[0], key[1], 2**31 - 1)[0]
 
@@ -373,6 +429,8 @@ class Replication:
                     continue
                 key = found
                 if p["error_code"] != 0:
+                    log.debug("replication: %s-%d: OffsetForLeaderEpoch answered %s", t["topic"], key[1],
+                              ErrorCode(p["error_code"]).name)
                     await self._membership.refresh()
                     continue
                 log_end = self._store.next_version(*key)
@@ -426,14 +484,27 @@ class Replication:
                 self._leader_hw[key] = p["high_watermark"]
                 for batch in _batches(p.get("records") or b""):
                     try:
-                        self._store.append_replica(key[0], key[1], batch)
-                    except ValueError as exc:  # not where this log ends: check with the leader
+                        if topic.kind == TSDB:
+                            self._append_raw(key, batch)
+                        else:
+                            self._store.append_replica(key[0], key[1], batch)
+                    except (ValueError, CorruptRecord) as exc:  # not where this log ends: check with the leader
                         log.warning("replication: %s-%d: %s", f.topic, key[1], exc)
                         f.truncate = True
                         break
         if stale:
             await self._membership.refresh()
             await asyncio.sleep(0.1)
+
+
+def _unwrapped(batch: bytes) -> tuple[int, int, int, bytes, int]:
+    """A wrapped entry of a SQL database's vnode (``Replication.raw_batches``): (version,
+    leader epoch, kind, stored value, versions); CorruptRecord if it is not one."""
+    [record] = decode_records(batch)
+    if record.key is None or len(record.key) != 1 or record.value is None:
+        raise CorruptRecord("not a wrapped WAL entry")
+    base, epoch, delta = _I64.unpack_from(batch, 0)[0], _I32.unpack_from(batch, 12)[0], _I32.unpack_from(batch, 23)[0]
+    return base, epoch, record.key[0], bytes(record.value), delta + 1
 
 
 def _batches(records: bytes | memoryview) -> list[bytes]:

@@ -1,15 +1,22 @@
 """SQL on a cluster (issue 16, step 5): the executor's ``SqlCluster``.
 
 Rules:
-- ``CREATE DATABASE`` on any broker places the database in etcd (``coordinator.cluster``:
-  KIND ``tsdb``) with every vnode on that broker, which leads it (REPLICA 1: a SQL database
-  is not replicated yet); every broker makes the database with the cluster's topic id
+- ``CREATE DATABASE … REPLICA r`` on any broker places the database in etcd
+  (``coordinator.cluster``: KIND ``tsdb``), each vnode's replicas that broker — which leads
+  them all — and the next r - 1 live brokers by node id (fewer live brokers than r: TDengine's
+  "Out of dnodes"); the controller elects a new leader for all the vnodes together
+  (``coordinator.cluster.elect``) and followers copy each vnode's WAL with its catalog changes
+  (broker/cluster/replication.py); every broker makes the database with the cluster's topic id
   (``ClusterTopics.apply``), so SHOW DATABASES, Metadata and SHOW VGROUPS agree everywhere
   and a Kafka client finds each vnode's leader from any broker.
 - A statement about the database's tables (``executor._databases_of``) runs on its leader:
   any other broker sends the SQL text to the leader's HTTP front (registered in etcd), with the
   caller's credentials, and answers what the leader answered. A sent statement carries
   ``FORWARDED`` and is never sent on: a broker that no longer leads the database refuses it.
+- A statement that writes a replicated database (INSERT, its DDL) is refused before anything
+  is written when the leader is cut off from etcd or has fewer in-sync replicas than
+  ``min.insync.replicas``, and answered once every in-sync replica has what it wrote (acks=all;
+  TDengine's "Sync timeout" after ``replica_lag_time_max_ms``: it may or may not be kept).
 - ``CREATE TOPIC … AS`` over a shared database is checked by its leader and placed (KIND
   ``tmq``); its partitions are the database's vnodes, so its view is evaluated on their
   leader. ``DROP DATABASE`` and ``DROP TOPIC`` remove the placement from any broker.
@@ -17,6 +24,7 @@ Rules:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from typing import TYPE_CHECKING, Any
@@ -24,28 +32,44 @@ from urllib.parse import quote
 
 import aiohttp
 
-from tmqgate.broker.tdengine import FORWARDED, Caller, Result, SqlError, TopicDef
+from tmqgate.broker.tdengine import (
+    FORWARDED,
+    OUT_OF_DNODES,
+    SYN_NOT_LEADER,
+    Caller,
+    Result,
+    SqlError,
+    TopicDef,
+)
 from tmqgate.broker.topics import TSDB, TopicError
 from tmqgate.coordinator.cluster import TMQ_KIND, TSDB_KIND, PartitionState
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.membership import Membership
+    from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.cluster.topics import ClusterTopics
     from tmqgate.broker.topics import TopicRegistry
+    from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.cluster")
 
 #: TDengine's "Database already exists" (TSDB_CODE_MND_DB_ALREADY_EXIST)
 DB_ALREADY_EXIST = 0x0382
+#: TDengine's "Sync timeout" (TSDB_CODE_SYN_TIMEOUT): the replicas did not confirm a write in time
+SYN_TIMEOUT = 0x0903
 
 
 class ClusterSql:
     """See the module docstring."""
 
     def __init__(self, node_id: int, membership: Membership, cluster_topics: ClusterTopics, registry: TopicRegistry,
-                 tls: ssl.SSLContext | None, timeout_s: float) -> None:
+                 store: Store, replication: Replication, tls: ssl.SSLContext | None, timeout_s: float,
+                 replicated_timeout_s: float) -> None:
         self.node_id = node_id
+        self._store = store
+        self._replication = replication
+        self._timeout_s = replicated_timeout_s  # acks=all: how long a write waits for the in-sync replicas
         self._membership = membership
         self._cluster_topics = cluster_topics
         self._registry = registry
@@ -65,7 +89,8 @@ class ClusterSql:
     async def forward(self, node: int, text: str, db: str | None, caller: Caller) -> Result:
         info = self._membership.view.brokers.get(node)
         if info is None or not info.http:
-            raise SqlError(f"dnode {node}, which leads the database, is not reachable (no live registration)")
+            raise SqlError(f"dnode {node}, which leads the database, is not reachable (no live registration)",
+                           code=SYN_NOT_LEADER)
         url = f"{'https' if self._tls else 'http'}://{info.http}/rest/sql" + (f"/{quote(db, safe='')}" if db else "")
         headers = {FORWARDED: "1", "Content-Type": "text/plain; charset=utf-8"}
         if caller.credentials:
@@ -75,8 +100,8 @@ class ClusterSql:
                     session.post(url, data=text.encode(), headers=headers, ssl=self._tls or False) as answer:
                 body: Any = await answer.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise SqlError(f"dnode {node}, which leads the database, did not answer: {exc or type(exc).__name__}") \
-                from None
+            raise SqlError(f"dnode {node}, which leads the database, did not answer: {exc or type(exc).__name__}",
+                           code=SYN_NOT_LEADER) from None
         if not isinstance(body, dict) or not isinstance(body.get("code"), int):
             raise SqlError(f"dnode {node} answered something that is not TDengine's REST shape")
         if body["code"] != 0:
@@ -84,9 +109,45 @@ class ClusterSql:
         return Result(columns=[(str(c[0]), str(c[1]), int(c[2])) for c in body["column_meta"]],
                       rows=list(body["data"]))
 
+    def check_writable(self, dbs: set[str]) -> None:
+        replication = self._replication
+        for db in dbs:
+            topic = self._registry.get(db)
+            if topic is None or topic.kind != TSDB or replication.led_state(topic, 0) is None:
+                continue
+            if replication.cut_off():
+                raise SqlError(f"This dnode lost the cluster's etcd; it takes no writes to {db} until it is back",
+                               code=SYN_NOT_LEADER)
+            if any(replication.not_enough_replicas(topic, v) for v in range(topic.partitions)):
+                raise SqlError(f"Database {db} has fewer in-sync replicas than min.insync.replicas "
+                               "(Kafka's NOT_ENOUGH_REPLICAS): nothing was written")
+
+    async def settle(self, dbs: set[str]) -> None:
+        replication = self._replication
+        waits = []
+        for db in dbs:
+            topic = self._registry.get(db)
+            if topic is None or topic.kind != TSDB:
+                continue
+            for v in range(topic.partitions):
+                if replication.led_state(topic, v) is not None:
+                    replication.appended(topic, v)
+                    waits.append(replication.wait_replicated(topic, v, self._store.next_version(db, v),
+                                                             self._timeout_s))
+        if not all(await asyncio.gather(*waits)):
+            raise SqlError(f"The in-sync replicas did not confirm the write within {self._timeout_s:g} s (or this "
+                           "dnode stopped leading the database): it may or may not be kept", code=SYN_TIMEOUT)
+
     async def create_database(self, name: str, vgroups: int, options: dict[str, Any]) -> None:
         me = self.node_id
-        states = tuple(PartitionState((me,), me, 0, (me,)) for _ in range(vgroups))
+        live = sorted(self._membership.view.brokers)
+        copies = int(options.get("replica", 1))
+        if len(live) < copies or me not in live:
+            raise SqlError("Out of dnodes", code=OUT_OF_DNODES)
+        # this broker first (it leads every vnode), then the next brokers by node id
+        at = live.index(me)
+        replicas = tuple(live[(at + i) % len(live)] for i in range(copies))
+        states = tuple(PartitionState(replicas, me, 0, replicas) for _ in range(vgroups))
         try:
             await self._cluster_topics.create_placed(name, TSDB_KIND, {"options": options}, states)
         except TopicError as exc:

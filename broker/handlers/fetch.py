@@ -24,6 +24,7 @@ from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.handlers.leader_hints import point_to_leaders
 from tmqgate.broker.quotas import parked
+from tmqgate.broker.topics import TSDB
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -158,7 +159,11 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                     entry["error_code"] = 0
                     limit = min(p["partition_max_bytes"], budget)
                     if offset < upper and (limit > 0 or total == 0):
-                        batches = await topic.read_async(store, index, offset, max(limit, 1), upper, committed)
+                        if replica >= 0 and topic.kind == TSDB:  # a SQL database's entries as stored
+                            assert ctx.replication is not None
+                            batches = ctx.replication.raw_batches(topic, index, offset, max(limit, 1))
+                        else:
+                            batches = await topic.read_async(store, index, offset, max(limit, 1), upper, committed)
                         if upper < end:  # stored batches are read to the log end
                             batches = _below(batches, upper)
                         if total > 0:

@@ -1,6 +1,7 @@
 """OffsetForLeaderEpoch: where a leader epoch ends in a partition's log (KIP-101/279). A
 follower asks it of its leader before fetching after a change of leader, and truncates what
-the leader does not have (broker/cluster/replication.py)."""
+the leader does not have (broker/cluster/replication.py). A SQL database's vnodes answer from
+their leader-epoch cache (their rows and meta entries carry no epoch)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import DataPlane
-from tmqgate.broker.topics import KAFKA
+from tmqgate.broker.topics import KAFKA, TSDB
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ async def offset_for_leader_epoch(ctx: DataPlane, req: Request) -> dict[str, Any
             entry = {"partition": index, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
             error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if refused
                      else ctx.topics.partition_error(topic, index))
-            if error is None and (topic is None or topic.kind != KAFKA):
+            if error is None and (topic is None or topic.kind not in (KAFKA, TSDB)):
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # views and internal logs keep no epochs
             state = None
             if error is None and topic is not None and ctx.replication is not None:

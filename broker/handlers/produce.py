@@ -113,9 +113,11 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | Deferred | N
                     entry["error_code"] = 0
                     if state is not None and replication is not None:
                         replication.appended(topic, index)
-                        if acks == -1:  # answered once the in-sync replicas have it
-                            replicated.append((entry, topic, index,
-                                               entry["base_offset"] + _offset_span(pdata["records"])))
+                        if acks == -1:  # answered once the in-sync replicas have it (a database's
+                            # rows and the meta of the child tables they made: to its log end)
+                            end = (ctx.store.next_version(topic.db, index) if topic.kind == TSDB
+                                   else entry["base_offset"] + _offset_span(pdata["records"]))
+                            replicated.append((entry, topic, index, end))
                     if ctx.metrics is not None:
                         ctx.metrics.produced(topic.name, len(pdata["records"]), _record_count(pdata["records"]))
                 except ProduceError as exc:

@@ -129,9 +129,10 @@ class PlacementQueries:
 
 class SqlCluster(Protocol):
     """What SQL asks of a cluster (broker/cluster/sql.py). A SQL database made on a cluster is
-    placed in etcd and led by one broker, which runs every statement about it (its DDL,
-    INSERT, SELECT, SHOW of its tables, CREATE TOPIC over it); any other broker sends such
-    statements there. CREATE / DROP DATABASE and DROP TOPIC go through etcd from any broker."""
+    placed in etcd and led by one broker (its REPLICA copies follow it), which runs every
+    statement about it (its DDL, INSERT, SELECT, SHOW of its tables, CREATE TOPIC over it);
+    any other broker sends such statements there. CREATE / DROP DATABASE and DROP TOPIC go
+    through etcd from any broker."""
 
     node_id: int
 
@@ -144,8 +145,17 @@ class SqlCluster(Protocol):
     async def forward(self, node: int, text: str, db: str | None, caller: Caller) -> Result:
         """Run ``text`` on broker ``node`` as ``caller`` (its answer, or its SqlError)."""
 
+    def check_writable(self, dbs: set[str]) -> None:
+        """SqlError if this broker may not write the replicated databases ``dbs`` it leads now
+        (cut off from etcd; fewer in-sync replicas than min.insync.replicas)."""
+
+    async def settle(self, dbs: set[str]) -> None:
+        """Wait until the in-sync replicas of the databases ``dbs`` this broker leads have what
+        it wrote (acks=all); SqlError when they do not in time."""
+
     async def create_database(self, name: str, vgroups: int, options: dict[str, Any]) -> None:
-        """Place a new SQL database, led by this broker (SqlError if the name is taken)."""
+        """Place a new SQL database, led by this broker, with ``options["replica"]`` copies of
+        each vnode (SqlError if the name is taken)."""
 
     async def create_topic(self, definition: TopicDef) -> None:
         """Place a TDengine topic over a shared database this broker leads."""
@@ -185,7 +195,7 @@ def led_elsewhere(cluster: SqlCluster, statements: list[ast.Statement], db: str 
         for name in _databases_of(stmt, db):
             leader = cluster.leader(name)
             if leader is not None and leader < 0:
-                raise SqlError(f"Database {name} has no live leader now (its dnode is offline)")
+                raise SqlError(f"Database {name} has no live leader now (its dnode is offline)", code=SYN_NOT_LEADER)
             if leader is None or leader == cluster.node_id:
                 here.add(name)
             else:
@@ -199,6 +209,10 @@ def led_elsewhere(cluster: SqlCluster, statements: list[ast.Statement], db: str 
     return next(iter(there))
 
 
+#: the statements that write a database's vnodes (rows, or DDL's meta entries)
+_WRITES = (ast.Insert, ast.CreateTables, ast.CreateStable, ast.CreateTable, ast.AlterStableAddColumn,
+           ast.AlterStableAddTag, ast.DropStable, ast.DropTable)
+
 #: the statements a cluster runs through etcd (`Executor._through_etcd`)
 _THROUGH_ETCD = (ast.CreateDatabase, ast.DropDatabase, ast.CreateTopic, ast.DropTopic)
 
@@ -208,6 +222,7 @@ DNODE_COLUMNS = [("id", "INT", 4), ("endpoint", "VARCHAR", 134), ("vnodes", "SMA
                  ("reboot_time", "TIMESTAMP", 8), ("note", "VARCHAR", 256)]
 _DNODE_STATUS = [name for name, _, _ in DNODE_COLUMNS].index("status")
 OUT_OF_DNODES = 0x0334  # TDengine's TSDB_CODE_MND_NO_ENOUGH_DNODES: more replicas than dnodes
+SYN_NOT_LEADER = 0x090C  # TDengine's TSDB_CODE_SYN_NOT_LEADER ("Sync leader is unreachable")
 #: SHOW VGROUPS shows the first four replicas of a vnode, as TDengine's ins_vgroups
 _VGROUP_REPLICAS = 4
 
@@ -316,8 +331,12 @@ class Executor:
             leader = led_elsewhere(self.cluster, statements, db)
             if leader is not None:
                 if caller.forwarded:  # sent here as the leader, which this broker is no longer
-                    raise SqlError(f"dnode {leader} leads the database now, not this one; send the statement again")
+                    raise SqlError(f"dnode {leader} leads the database now, not this one; send the statement again",
+                                   code=SYN_NOT_LEADER)
                 return await self.cluster.forward(leader, text, db, caller)
+        written = self._written_databases(statements, db) if self.cluster is not None else set()
+        if self.cluster is not None:
+            self.cluster.check_writable(written)
         result = Result.affected(0)
         for stmt in statements:
             if isinstance(stmt, ast.Insert) and not short:
@@ -328,7 +347,20 @@ class Executor:
                 result = await self._through_etcd(self.cluster, stmt, db)
             else:
                 result, db = self._step(stmt, db, caller)
+        if self.cluster is not None and written:
+            await self.cluster.settle(written)  # answered once the in-sync replicas have it
         return result
+
+    @staticmethod
+    def _written_databases(statements: list[ast.Statement], db: str | None) -> set[str]:
+        """The databases whose vnodes `statements` write (rows, or the meta of DDL)."""
+        names: set[str] = set()
+        for stmt in statements:
+            if isinstance(stmt, ast.UseDatabase):
+                db = stmt.name
+            elif isinstance(stmt, _WRITES):
+                names |= _databases_of(stmt, db)
+        return names
 
     @staticmethod
     def _named_databases(statements: list[ast.Statement], db: str | None) -> set[str]:
@@ -446,12 +478,10 @@ class Executor:
         if refused is not None:
             raise SqlError(refused)
         replica = stmt.options.get("replica", 1)
-        if replica > 1:  # never a silent single copy
+        if replica > 1:  # never a silent single copy: as many dnodes as copies, or refused
             ready = sum(1 for row in self._placement().dnodes() if row[_DNODE_STATUS] == "ready")
             if replica > ready:
                 raise SqlError("Out of dnodes", code=OUT_OF_DNODES)
-            raise SqlError(f"REPLICA {replica}: SQL databases are not replicated on a tmqgate cluster yet "
-                           "(a Kafka topic is: kafka-topics --replication-factor); use REPLICA 1")
         options = dict(stmt.options)
         options.update(precision=stmt.precision,
                        wal_retention_period=-1 if stmt.wal_retention_period is None else stmt.wal_retention_period,
@@ -585,8 +615,14 @@ class Executor:
                  if d.definition["db"] == info.name and d.definition.get("stable") == name]
         if users:
             raise SqlError(f"Topic must be dropped first: {', '.join(sorted(users))}")
-        self.store.drop_stable(info.name, name)
+        payload = meta_payload("drop", "super", name, stable=name)
+        with self.store.transaction() as tx:  # logged on every vnode, as TDengine's (a replica applies it)
+            tx.drop_stable(info.name, name)
+            for vnode in range(info.vgroups):
+                tx.append_meta(info.name, vnode, payload)
         self._changed(info.name, name)
+        for vnode in range(info.vgroups):
+            self.notify(info.name, vnode)
         return Result.affected(0)
 
     def _DropTable(self, stmt: ast.DropTable, db: str | None) -> Result:
@@ -596,8 +632,12 @@ class Executor:
                 return Result.affected(0)
             raise SqlError(f"Table does not exist: {stmt.name}")
         child = self.store.child_tables(info.name)[stmt.name]
-        self.store.drop_child_table(info.name, stmt.name)
+        payload = meta_payload("drop", "child", stmt.name, stable=child.stable, tableNameList=[stmt.name])
+        with self.store.transaction() as tx:  # logged on its vnode, as TDengine's
+            tx.drop_child_table(info.name, stmt.name)
+            tx.append_meta(info.name, child.vnode, payload)
         self.catalog.invalidate(info.name, child.stable)
+        self.notify(info.name, child.vnode)
         return Result.affected(0)
 
     # -- writes ---------------------------------------------------------------------------
