@@ -52,7 +52,7 @@ from tmqgate.storage.model import (
     WalEntry,
 )
 from tmqgate.storage.offsets import Offsets, StateOps
-from tmqgate.storage.producers import ActiveProducer, ProducerAppend, Producers, ProducerWindow
+from tmqgate.storage.producers import ActiveProducer, BatchMeta, ProducerAppend, Producers, ProducerWindow
 from tmqgate.storage.quotas import ClientQuotas
 from tmqgate.storage.retention import Retention
 from tmqgate.storage.txn import Transaction
@@ -335,6 +335,27 @@ class Store:
     def raw_entries(self, db: str, vnode: int, from_version: int, max_bytes: int) -> list[tuple[int, int, bytes, int]]:
         """See ``Wal.raw_entries`` (what a follower of a SQL database's vnode copies)."""
         return self.wal.raw_entries(db, vnode, from_version, max_bytes)
+
+    def replica_marks(self, db: str, vnode: int) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int, BatchMeta]]]:
+        """What a SQL database vnode's rows entries do not carry and a follower must keep:
+        (base version of a rows entry of an open or aborted transaction → (producer id, epoch)
+        — a committed one's rows are plain rows by now —, last version of an idempotent
+        producer's batch in its window → (producer id, epoch, the batch))."""
+        dbid, _ = self.catalog.vnode(db, vnode)
+        txn_rows = {base: (pid, t.epoch) for pid, t in self.wal_txns.open_transactions(dbid, vnode).items()
+                    for base, _ in t.rows}
+        for aborted in self.wal_txns.aborted_index(dbid, vnode):
+            window = self.producers.window(dbid, vnode, aborted.producer_id)
+            for base, _ in aborted.rows:
+                txn_rows.setdefault(base, (aborted.producer_id, window.epoch if window is not None else 0))
+        batch_ends: dict[int, tuple[int, int, BatchMeta]] = {}
+        for pid, *_ in self.producers.on_vnode(dbid, vnode):
+            window = self.producers.window(dbid, vnode, pid)
+            if window is None:
+                continue
+            for b in window.batches:
+                batch_ends[b.last_offset] = (pid, window.epoch, b)
+        return txn_rows, batch_ends
 
     def append_meta(self, db: str, vnode: int, payload: bytes, timestamp_ms: int | None = None) -> int:
         return self.wal.append_meta(db, vnode, payload, timestamp_ms)

@@ -55,11 +55,12 @@ from tmqgate.storage.model import (
     UnknownTopic,
     UnknownVnode,
 )
+from tmqgate.storage.producers import WINDOW_BATCHES, ProducerWindow
 
 if TYPE_CHECKING:
     from tmqgate.storage.catalog import Catalog
     from tmqgate.storage.core import Core
-    from tmqgate.storage.producers import ProducerAppend, Producers, ProducerWindow
+    from tmqgate.storage.producers import BatchMeta, ProducerAppend, Producers
     from tmqgate.storage.wal import Vnode
     from tmqgate.storage.wal_txns import OpenTxn, WalTxns
 
@@ -115,6 +116,8 @@ class Transaction:
         self._producers = producers
         # (db id, vnode) -> the idempotent producer's batch these entries are (producer_batch)
         self._producer_batches: dict[tuple[int, int], ProducerAppend] = {}
+        # (db id, vnode) -> a leader's producer batch that a replicated entry ends (append_raw)
+        self._replica_windows: dict[tuple[int, int], tuple[int, int, BatchMeta]] = {}
         self._txns = txns
         # Rows entries of transactional producers: (db id, vnode, producer id) -> the open
         # transaction as this WriteBatch leaves it (storage.wal_txns).
@@ -354,10 +357,17 @@ class Transaction:
         value = _I64.pack(ts) + bytes(payload)
         return self._stage(d, keys.KIND_META, value, 1, ts, None)
 
-    def append_raw(self, db: str, vnode: int, version: int, kind: int, value: bytes, count: int) -> None:
+    def append_raw(self, db: str, vnode: int, version: int, kind: int, value: bytes, count: int, *,
+                   txn_producer: tuple[int, int] | None = None,
+                   producer_batch: tuple[int, int, BatchMeta] | None = None) -> None:
         """A follower's copy of its leader's meta or rows entry, stored as the leader stored it
         (``Wal.raw_entries``) at the leader's version, which must be where this vnode's log
-        ends (ValueError otherwise, or for another kind or a malformed value)."""
+        ends (ValueError otherwise, or for another kind or a malformed value). What the
+        leader knows of it beside (``Store.replica_marks``): ``txn_producer``, the (producer
+        id, epoch) of the open or aborted transaction a rows entry is in (it joins that
+        transaction here, as ``append_rows``'); ``producer_batch``, the (producer id, epoch,
+        batch) of an idempotent producer's batch that ends with this entry (the producer's
+        window here takes it, so this replica deduplicates a retry as its leader would)."""
         self._check_open()
         d = self._draft(db, vnode)
         if version != d.next:
@@ -367,8 +377,15 @@ class Transaction:
         elif kind == keys.KIND_ROWS and len(value) >= keys.ROWS_HEADER.size and count >= 1:
             ts, max_timestamp, _ = keys.ROWS_HEADER.unpack_from(value)
             self._stage(d, kind, bytes(value), count, ts, max_timestamp)
+            if txn_producer is not None and self._txns is not None:
+                pid, epoch = txn_producer
+                k = (d.dbid, d.vnode, pid)
+                self._txn_rows[k] = self._txns.stage_rows(self._wb, d.dbid, d.vnode, pid, epoch, version, count,
+                                                          self._txn_rows.get(k))
         else:
             raise ValueError(f"not a meta or rows entry (kind {kind}, {len(value)} bytes, {count} versions)")
+        if producer_batch is not None:
+            self._replica_windows[(d.dbid, d.vnode)] = producer_batch
 
     def append_rows(
         self,
@@ -418,6 +435,14 @@ class Transaction:
         """Each recorded producer batch's window, put into the WriteBatch; (db id, vnode,
         producer id, window) to cache once written."""
         staged: list[tuple[int, int, int, ProducerWindow]] = []
+        for (dbid, vnode), (pid, epoch, batch) in self._replica_windows.items():
+            assert self._producers is not None
+            before = self._producers.window(dbid, vnode, pid)
+            kept = before.batches if before is not None and before.epoch == epoch else ()
+            window = ProducerWindow(epoch, (*kept, batch)[-WINDOW_BATCHES:],
+                                    -1 if before is None else before.coordinator_epoch)
+            self._producers.stage(self._wb, dbid, vnode, pid, window)
+            staged.append((dbid, vnode, pid, window))
         if not self._producer_batches:
             return staged
         assert self._producers is not None

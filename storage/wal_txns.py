@@ -174,6 +174,10 @@ class WalTxns:
     def open_transactions(self, dbid: int, vnode: int) -> dict[int, OpenTxn]:
         return dict(self._open.get((dbid, vnode), {}))
 
+    def aborted_index(self, dbid: int, vnode: int) -> list[AbortedTxn]:
+        """The vnode's aborted-transaction index, by last offset."""
+        return list(self._aborted.get((dbid, vnode), ()))
+
     def aborted(self, dbid: int, vnode: int, from_offset: int, upper: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions overlapping [from_offset,
         upper): last offset >= from_offset and first offset < upper (Kafka's

@@ -98,13 +98,16 @@ def test_a_follower_keeps_the_leaders_transactions(tmp_path: Path) -> None:
 
 
 def _copy(leader: Store, follower: Store, db: str, vnode: int) -> None:
-    """What a follower of a SQL database's vnode does: the leader's raw entries from its log end."""
+    """What a follower of a SQL database's vnode does: the leader's raw entries from its log end,
+    with what the leader knows of them beside (broker/cluster/replication.py carries it)."""
+    txn_rows, batch_ends = leader.replica_marks(db, vnode)
     for version, kind, value, count in leader.raw_entries(db, vnode, follower.next_version(db, vnode), 1 << 20):
         if kind == 0:
             follower.append_replica(db, vnode, value)
             continue
         with follower.transaction() as tx:
-            tx.append_raw(db, vnode, version, kind, value, count)
+            tx.append_raw(db, vnode, version, kind, value, count, txn_producer=txn_rows.get(version),
+                          producer_batch=batch_ends.get(version + count - 1))
 
 
 @pytest.mark.parametrize("cache", [0, 1 << 20], ids=["nocache", "cache"])
@@ -158,3 +161,29 @@ def test_a_sql_databases_leader_epochs_are_cached_and_truncated_with_their_entri
         store.drop_database("db")
         store.create_database("db", 1, kind="tsdb")
         assert store.epochs("db", 0) == []
+
+
+def test_a_sql_databases_follower_keeps_the_leaders_producer_windows_and_transactions(tmp_path: Path) -> None:
+    from tmqgate.storage import RowsEntry
+
+    with Store(tmp_path / "leader") as leader, Store(tmp_path / "follower") as follower:
+        for s in (leader, follower):
+            s.create_database("db", 1, kind="tsdb")
+        # an idempotent producer's batch that became two rows entries, then another of one
+        first = ProducerAppend(7, 0, 0, 5, None)
+        leader.append_rows_many("db", 0, [RowsEntry(b"a", 3, 10, 1), RowsEntry(b"b", 2, 20, 11)], producer=first)
+        second = ProducerAppend(7, 0, 5, 1, leader.producer_window("db", 0, 7))
+        leader.append_rows_many("db", 0, [RowsEntry(b"c", 1, 30, 30)], producer=second)
+        # a transaction that aborts, and one left open
+        leader.append_rows("db", 0, b"t1", 2, 40, 39, txn_producer=(8, 1))
+        leader.write_txn_marker("db", 0, 8, 1, False, 0)
+        leader.append_rows("db", 0, b"t2", 2, 50, 49, txn_producer=(9, 3))
+        _copy(leader, follower, "db", 0)
+        assert follower.read_entries("db", 0, 0, 1 << 20) == leader.read_entries("db", 0, 0, 1 << 20)
+        window = follower.producer_window("db", 0, 7)
+        assert window == leader.producer_window("db", 0, 7)
+        assert window is not None and [(b.first_seq, b.last_seq, b.base_offset, b.last_offset)
+                                       for b in window.batches] == [(0, 4, 0, 4), (5, 5, 5, 5)]
+        assert follower.aborted_rows("db", 0, 0, 100) == leader.aborted_rows("db", 0, 0, 100) == {6}
+        assert follower.open_transactions("db", 0) == leader.open_transactions("db", 0) == {9: (9, 3)}
+        assert follower.last_stable_offset("db", 0) == leader.last_stable_offset("db", 0) == 9

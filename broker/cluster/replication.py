@@ -38,8 +38,9 @@ A SQL database's vnodes (its rows and meta entries carry no epoch and are not re
 batches) replicate the same way, with three differences: the leader answers a follower's Fetch
 with each entry as stored, wrapped in a record batch (``raw_batches``: base offset = its
 version, last offset delta = its versions - 1, partition leader epoch = the epoch it was written
-in, one record whose key is its kind and value its stored bytes; transaction markers go as they
-are); the follower stores each as it is and makes a meta entry's catalog change with it
+in, one record whose key is its kind and value its stored bytes, and as headers what the
+leader knows of it beside — the open or aborted transaction its rows are in, the idempotent
+producer's batch it ends —; transaction markers go as they are); the follower stores each as it is and makes a meta entry's catalog change with it
 (``tdengine.append_replicated``); and epochs come from the vnode's leader-epoch cache
 (``Store.assign_epoch``: a leader assigns its epoch at its log end when it takes the vnode, a
 follower when it appends an entry of a later epoch), which answers OffsetForLeaderEpoch.
@@ -61,13 +62,14 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tmqgate.broker.cluster.peer import PeerConnection, PeerError
 from tmqgate.broker.tdengine import append_replicated
 from tmqgate.broker.topics import KAFKA, TSDB
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import CorruptRecord, build_batch, decode_records
+from tmqgate.storage import BatchMeta
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.membership import Membership
@@ -89,6 +91,11 @@ _KIND_DATA = 0  # storage.keys.KIND_DATA: a record batch as stored
 _CONTROL = 0x20  # a batch's attributes bit 5 (byte 22): a transaction marker
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+#: a wrapped entry's marks (record headers): its rows' transaction (producer id, epoch), and the
+#: idempotent producer's batch it ends (producer id, epoch, first and last sequence, first and
+#: last version)
+_TXN, _TXN_MARK = "txn", struct.Struct(">qh")
+_PRODUCER, _PRODUCER_MARK = "producer", struct.Struct(">qhiiqq")
 
 
 @dataclass
@@ -248,15 +255,26 @@ class Replication:
     def raw_batches(self, topic: Topic, partition: int, offset: int, max_bytes: int) -> list[bytes]:
         """A follower's Fetch of a SQL database's vnode: the entries from ``offset`` as stored,
         each wrapped in a record batch (see the module docstring)."""
+        entries = self._store.raw_entries(topic.db, partition, offset, max_bytes)
+        if not entries:
+            return []
         epochs = self._store.epochs(topic.db, partition)
         starts = [start for _, start in epochs]
+        txn_rows, batch_ends = self._store.replica_marks(topic.db, partition)
         out = []
-        for version, kind, value, count in self._store.raw_entries(topic.db, partition, offset, max_bytes):
+        for version, kind, value, count in entries:
             if kind == _KIND_DATA:  # a transaction marker: as it is
                 out.append(value)
                 continue
+            headers = []
+            if version in txn_rows:
+                headers.append((_TXN, _TXN_MARK.pack(*txn_rows[version])))
+            end = batch_ends.get(version + count - 1)
+            if end is not None:
+                pid, epoch, b = end
+                headers.append((_PRODUCER, _PRODUCER_MARK.pack(pid, epoch, *b)))
             i = bisect.bisect_right(starts, version) - 1
-            out.append(build_batch([(bytes([kind]), value, None, 0)], base_offset=version,
+            out.append(build_batch([(bytes([kind]), value, headers, 0)], base_offset=version,
                                    partition_leader_epoch=epochs[i][0] if i >= 0 else -1,
                                    last_offset_delta=count - 1))
         return out
@@ -392,11 +410,13 @@ class Replication:
             self._note_epoch(key, epoch, _I64.unpack_from(batch, 0)[0])
             self._store.append_replica(db, vnode, batch)
         else:
-            version, epoch, kind, value, count = _unwrapped(batch)
-            if version != self._store.next_version(db, vnode):
-                raise ValueError(f"replica append at {version}, the log ends at {self._store.next_version(db, vnode)}")
-            self._note_epoch(key, epoch, version)
-            append_replicated(self._store, self._topics.catalog, db, vnode, version, kind, value, count)
+            entry = _unwrapped(batch)
+            if entry.version != self._store.next_version(db, vnode):
+                raise ValueError(f"replica append at {entry.version}, the log ends at "
+                                 f"{self._store.next_version(db, vnode)}")
+            self._note_epoch(key, entry.epoch, entry.version)
+            append_replicated(self._store, self._topics.catalog, db, vnode, entry.version, entry.kind, entry.value,
+                              entry.versions, txn_producer=entry.txn_producer, producer_batch=entry.producer_batch)
         self._notifier.notify(db, vnode)
 
     def _note_epoch(self, key: Key, epoch: int, version: int) -> None:
@@ -497,14 +517,36 @@ class Replication:
             await asyncio.sleep(0.1)
 
 
-def _unwrapped(batch: bytes) -> tuple[int, int, int, bytes, int]:
-    """A wrapped entry of a SQL database's vnode (``Replication.raw_batches``): (version,
-    leader epoch, kind, stored value, versions); CorruptRecord if it is not one."""
-    [record] = decode_records(batch)
+class _Wrapped(NamedTuple):
+    """A wrapped entry of a SQL database's vnode (``Replication.raw_batches``)."""
+
+    version: int
+    epoch: int
+    kind: int
+    value: bytes
+    versions: int
+    txn_producer: tuple[int, int] | None  # the open or aborted transaction its rows are in
+    producer_batch: tuple[int, int, BatchMeta] | None  # the idempotent producer's batch it ends
+
+
+def _unwrapped(batch: bytes) -> _Wrapped:
+    """The entry in a wrapped batch; CorruptRecord if it is not one."""
+    records = decode_records(batch)
+    if len(records) != 1:
+        raise CorruptRecord("not a wrapped WAL entry")
+    record = records[0]
     if record.key is None or len(record.key) != 1 or record.value is None:
         raise CorruptRecord("not a wrapped WAL entry")
-    base, epoch, delta = _I64.unpack_from(batch, 0)[0], _I32.unpack_from(batch, 12)[0], _I32.unpack_from(batch, 23)[0]
-    return base, epoch, record.key[0], bytes(record.value), delta + 1
+    marks = dict(record.headers)
+    txn_mark, producer_mark = marks.get(_TXN), marks.get(_PRODUCER)
+    try:
+        txn = None if txn_mark is None else _TXN_MARK.unpack(txn_mark)
+        mark = None if producer_mark is None else _PRODUCER_MARK.unpack(producer_mark)
+    except struct.error:
+        raise CorruptRecord("a wrapped WAL entry's marks do not parse") from None
+    return _Wrapped(_I64.unpack_from(batch, 0)[0], _I32.unpack_from(batch, 12)[0], record.key[0], bytes(record.value),
+                    _I32.unpack_from(batch, 23)[0] + 1, txn,
+                    None if mark is None else (mark[0], mark[1], BatchMeta(*mark[2:])))
 
 
 def _batches(records: bytes | memoryview) -> list[bytes]:

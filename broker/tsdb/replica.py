@@ -31,14 +31,18 @@ KIND_META = 1  # storage.keys.KIND_META: the stored value is i64 append time ms 
 
 
 def append_replicated(store: Store, catalog: TsdbCatalog, db: str, vnode: int, version: int, kind: int,
-                      value: bytes, count: int) -> None:
+                      value: bytes, count: int, *, txn_producer: tuple[int, int] | None = None,
+                      producer_batch: tuple[int, int, Any] | None = None) -> None:
     """Store the leader's entry (``Store.raw_entries``' form) at ``version`` and, for a meta
-    entry, make its catalog change, in one write; ValueError if it does not follow this log."""
+    entry, make its catalog change, in one write; ValueError if it does not follow this log.
+    ``txn_producer`` and ``producer_batch``: what the leader knows of it beside
+    (``Transaction.append_raw``)."""
     changed: str | None = None
     with store.transaction() as tx:
         if kind == KIND_META:
             changed = _apply(store, tx, db, vnode, value[8:])
-        tx.append_raw(db, vnode, version, kind, value, count)
+        tx.append_raw(db, vnode, version, kind, value, count, txn_producer=txn_producer,
+                      producer_batch=producer_batch)
     if changed is not None:
         catalog.invalidate(db, changed)
 
