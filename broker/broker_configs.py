@@ -160,10 +160,14 @@ class BrokerConfigs:
         self._node = str(config.node_id)
         #: the settings as the config file gave them (the running config's dynamic fields change)
         self._static = replace(config)
-        loaded = store.load_dynamic_configs()
-        self._dynamic: dict[str, dict[str, str]] = {
-            name: values for (rtype, name), values in loaded.items()
-            if rtype == BROKER_RESOURCE and name in ("", self._node)}
+        self._dynamic: dict[str, dict[str, str]] = {}
+        self.reload()
+
+    def reload(self) -> None:
+        """Take the stored dynamic values (at start; on a cluster, after another broker's change)."""
+        loaded = self._store.load_dynamic_configs()
+        self._dynamic = {name: values for (rtype, name), values in loaded.items()
+                         if rtype == BROKER_RESOURCE and name in ("", self._node)}
         self._apply()
 
     # ---- what is in force -----------------------------------------------------------

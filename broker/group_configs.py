@@ -82,12 +82,17 @@ class GroupConfigs:
         self._store = store
         self._config = config
         self._coordinator = coordinator
-        self._own: dict[str, dict[str, str]] = {
-            name: values for (rtype, name), values in store.load_dynamic_configs().items()
-            if rtype == GROUP_RESOURCE
-        }
-        for group, values in self._own.items():
-            coordinator.machine.set_consumer_config(group, self._consumer_config(values))
+        self._own: dict[str, dict[str, str]] = {}
+        self.reload()
+
+    def reload(self) -> None:
+        """Take the stored group configs (at start; on a cluster, after another broker's change)."""
+        own = {name: values for (rtype, name), values in self._store.load_dynamic_configs().items()
+               if rtype == GROUP_RESOURCE}
+        for group in self._own.keys() | own.keys():
+            if self._own.get(group) != own.get(group):
+                self._coordinator.machine.set_consumer_config(group, self._consumer_config(own.get(group, {})))
+        self._own = own
 
     def _defaults(self) -> dict[str, int]:
         return {k.name: int(getattr(self._config, k.broker_setting)) for k in KEYS.values()}

@@ -146,6 +146,10 @@ class QuotaConfigs:
         self.entities: dict[Entity, dict[str, float]] = store.load_client_quotas()
         self.version = 0
 
+    def reload(self) -> None:
+        self.entities = self._store.load_client_quotas()
+        self.version += 1
+
     def alter(self, entries: list[dict[str, Any]], validate_only: bool,
               resolvable: Mapping[str, bool] | None = None) -> list[AlterResult]:
         """AlterClientQuotas: Kafka's controller's checks entity by entity; `resolvable` says
@@ -718,6 +722,11 @@ class ClientQuotaManagers:
         results = self.configs.alter(entries, validate_only, resolvable)
         self._update_active()
         return results
+
+    def reload(self) -> None:
+        """Take the stored quotas (on a cluster, after another broker's change)."""
+        self.configs.reload()
+        self._update_active()
 
     def describe(self, components: list[dict[str, Any]], strict: bool) -> list[dict[str, Any]]:
         return self.configs.describe(components, strict)

@@ -85,6 +85,7 @@ from tmqgate.protocol.messages import (
 from tmqgate.storage import Store
 
 if TYPE_CHECKING:
+    from tmqgate.broker.cluster.catalog import SharedCatalog
     from tmqgate.broker.cluster.coordinator_state import CoordinatorState
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
@@ -227,6 +228,7 @@ class Broker:
         self.group_state: CoordinatorState | None = None  # with `cluster`: broker/cluster/coordinator_state.py
         self.txn_state: CoordinatorState | None = None  # with `cluster`: the same for transactional ids
         self.cluster_txns: ClusterTransactions | None = None  # with `cluster`: broker/cluster/transactions.py
+        self.shared_catalog: SharedCatalog | None = None  # with `cluster`: broker/cluster/catalog.py
         # Captures every request frame when set (tests use it for byte-for-byte round trips).
         self.frame_hook: Any = None
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
@@ -274,6 +276,13 @@ class Broker:
                                            self.notifier, self.config.replica_lag_time_max_ms,
                                            self.config.replica_fetch_wait_max_ms)
             self.membership.on_change.append(self.replication.apply)
+            from tmqgate.broker.cluster.catalog import SharedCatalog
+
+            # ACLs, SCRAM users, dynamic configs, quotas: the cluster's, in etcd (broker/cluster/catalog.py)
+            reloads = [self.broker_configs.reload, self.group_configs.reload, self.quotas.reload]
+            if self.authorizer is not None:
+                reloads.append(self.authorizer.reload)
+            self.shared_catalog = SharedCatalog(self.membership, self.store, reloads)
             from tmqgate.broker.cluster.sql import ClusterSql
 
             # SQL databases placed in etcd, statements sent to their leader (broker/cluster/sql.py)

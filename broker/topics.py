@@ -219,6 +219,8 @@ class TopicCluster(Protocol):
     async def add_partitions(self, topic: Topic, count: int, assignments: list[list[int]] | None,
                              validate_only: bool) -> None: ...
 
+    def configs_changed(self, topic: Topic, configs: dict[str, str]) -> None: ...
+
     async def reassign(self, wanted: dict[str, dict[int, tuple[int, ...] | None]],
                        allow_factor_change: bool) -> dict[str, list[tuple[int, ErrorCode, str | None]]]: ...
 
@@ -485,8 +487,9 @@ class TopicRegistry:
         self._store.add_vnodes(topic.db, count)
         topic.partitions = count
 
-    def set_configs(self, topic: Topic, configs: dict[str, str]) -> None:
-        """Replace the topic's own configs (values already validated)."""
+    def set_configs(self, topic: Topic, configs: dict[str, str], *, shared: bool = True) -> None:
+        """Replace the topic's own configs (values already validated); a shared topic's go to
+        the cluster too (``shared``: not when the change comes from there)."""
         if topic.kind == INTERNAL:
             raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' is an internal topic; its configs are fixed.")
         if topic.kind != KAFKA:
@@ -494,3 +497,5 @@ class TopicRegistry:
         stored: dict[str, str | None] = dict(configs)
         self._store.set_configs(topic.db, stored)
         topic.configs = dict(configs)
+        if shared and self.cluster is not None and self.partition_state(topic, 0) is not None:
+            self.cluster.configs_changed(topic, dict(configs))

@@ -38,7 +38,12 @@ class Nodes(dict[int, Any]):
 
 #: broker settings the cluster tests set, by tmqgate's name: Kafka's name of each
 KAFKA_NAMES = {"default_replication_factor": "default.replication.factor",
-               "leader_imbalance_check_interval_seconds": "leader.imbalance.check.interval.seconds"}
+               "leader_imbalance_check_interval_seconds": "leader.imbalance.check.interval.seconds",
+               "authorizer": "authorizer.class.name",
+               "allow_everyone_if_no_acl_found": "allow.everyone.if.no.acl.found"}
+#: and Kafka's value of a setting where it is not the same text
+KAFKA_VALUES = {("authorizer", "acl"): "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                ("allow_everyone_if_no_acl_found", True): "true", ("allow_everyone_if_no_acl_found", False): "false"}
 
 
 @contextlib.contextmanager
@@ -54,7 +59,7 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
         if not jars_installed():
             pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
         extra = {} if lag_ms is None else {"replica.lag.time.max.ms": str(lag_ms)}
-        extra.update({KAFKA_NAMES[k]: str(v) for k, v in (settings or {}).items()})
+        extra.update({KAFKA_NAMES[k]: KAFKA_VALUES.get((k, v), str(v)) for k, v in (settings or {}).items()})
         cluster = start_reference_kafka_cluster(workdir / "kafka", broker_config=extra)
         nodes = Nodes(cluster.brokers)
         nodes.coordination = cluster.controller

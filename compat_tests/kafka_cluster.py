@@ -29,10 +29,12 @@ from .kafka_ref import (
 )
 
 CONTROLLER_ID = 100
-#: broker settings the controller needs too: it places the partitions of new topics and
-#: rebalances leaders
+#: broker settings the controller needs too: it places the partitions of new topics,
+#: rebalances leaders and keeps the ACLs
 CONTROLLER_KEYS = {"default.replication.factor", "num.partitions", "leader.imbalance.check.interval.seconds",
-                   "auto.leader.rebalance.enable"}
+                   "auto.leader.rebalance.enable",
+                   # the controller keeps the ACLs (CreateAcls and DeleteAcls are forwarded to it)
+                   "authorizer.class.name", "allow.everyone.if.no.acl.found"}
 
 
 def _write(path: Path, config: dict[str, str]) -> None:

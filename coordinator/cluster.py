@@ -16,7 +16,9 @@ turns them into a ``ClusterView``. Rules (the etcd key layout, all under ``/tmqg
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -122,6 +124,83 @@ def parse_cluster(url: str) -> list[tuple[str, int]]:
             raise ValueError(f"--cluster: {part!r} is not HOST:PORT")
         out.append((split.hostname, split.port))
     return out
+
+
+# ---- ACLs and SCRAM users: the cluster's, as Kafka keeps them in its metadata -------------
+#
+# ``acls/<hash>`` → JSON [resource type, resource name, pattern type, principal, host,
+# operation, permission] (Kafka's wire codes; the key a hash of the value, so a binding is one
+# key) and ``users/<user, hex>/<mechanism>`` → JSON {"salt", "iterations", "stored_key",
+# "server_key"} (bytes as base64): written by the broker that took the change, applied by
+# every broker to its own store (broker/cluster/security.py).
+
+ACLS = ROOT + "acls/"
+USERS = ROOT + "users/"
+AclTuple = tuple[int, str, int, str, str, int, int]
+
+
+def acl_entry(acl: AclTuple) -> tuple[str, str]:
+    """An ACL binding's etcd key and value."""
+    value = json.dumps(list(acl), separators=(",", ":"))
+    return ACLS + hashlib.sha256(value.encode()).hexdigest()[:32], value
+
+
+def acl_from(value: str) -> AclTuple:
+    """The binding of an ``acls/`` value (ValueError, TypeError when it does not parse)."""
+    rt, name, pt, principal, host, op, perm = json.loads(value)
+    return int(rt), str(name), int(pt), str(principal), str(host), int(op), int(perm)
+
+
+def user_key(user: str, mechanism: str) -> str:
+    return f"{USERS}{user.encode().hex()}/{mechanism}"
+
+
+def user_value(salt: bytes, iterations: int, stored_key: bytes, server_key: bytes) -> str:
+    b64 = base64.b64encode
+    return json.dumps({"salt": b64(salt).decode(), "iterations": iterations, "stored_key": b64(stored_key).decode(),
+                       "server_key": b64(server_key).decode()}, sort_keys=True)
+
+
+def user_from(key: str, value: str) -> tuple[str, str, bytes, int, bytes, bytes]:
+    """(user, mechanism, salt, iterations, stored key, server key) of a ``users/`` key-value
+    (ValueError, KeyError, TypeError when it does not parse)."""
+    user_hex, mechanism = key[len(USERS):].split("/", 1)
+    data = json.loads(value)
+    b64 = base64.b64decode
+    return (bytes.fromhex(user_hex).decode(), mechanism, b64(data["salt"]), int(data["iterations"]),
+            b64(data["stored_key"]), b64(data["server_key"]))
+
+
+# ``configs/<resource type>/<resource name, hex>`` → JSON {name: value}: the dynamic configs of
+# a BROKER (a node id, or "" the cluster default) or GROUP resource; ``quotas/<hash>`` → JSON
+# {"entity": [[type, name or null], …], "values": {key: value}}: a client quota entity's values.
+
+CONFIGS = ROOT + "configs/"
+QUOTAS = ROOT + "quotas/"
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+def config_entry(resource: tuple[int, str], values: Mapping[str, str]) -> tuple[str, str]:
+    return f"{CONFIGS}{resource[0]}/{resource[1].encode().hex()}", json.dumps(dict(values), sort_keys=True)
+
+
+def config_from(key: str, value: str) -> tuple[tuple[int, str], dict[str, str]]:
+    """The resource and values of a ``configs/`` key-value (ValueError, TypeError)."""
+    rtype, name_hex = key[len(CONFIGS):].split("/", 1)
+    return (int(rtype), bytes.fromhex(name_hex).decode()), {str(k): str(v) for k, v in json.loads(value).items()}
+
+
+def quota_entry(entity: QuotaEntity, values: Mapping[str, float]) -> tuple[str, str]:
+    named = json.dumps([list(e) for e in entity], separators=(",", ":"))
+    value = json.dumps({"entity": [list(e) for e in entity], "values": dict(values)}, sort_keys=True)
+    return QUOTAS + hashlib.sha256(named.encode()).hexdigest()[:32], value
+
+
+def quota_from(value: str) -> tuple[QuotaEntity, dict[str, float]]:
+    """The entity and values of a ``quotas/`` value (ValueError, KeyError, TypeError)."""
+    data = json.loads(value)
+    entity = tuple((str(t), None if n is None else str(n)) for t, n in data["entity"])
+    return entity, {str(k): float(v) for k, v in data["values"].items()}
 
 
 # ---- topics and their placement (issue 16, step 1b) ---------------------------------------

@@ -4,7 +4,7 @@ one twice keeps one, and a CreateAcls or DeleteAcls of many bindings is one Writ
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from tmqgate.storage import keys
@@ -22,19 +22,22 @@ class Acls:
 
     def __init__(self, core: Core) -> None:
         self._core = core
+        #: told of every change made through ``update`` (on a cluster: broker/cluster/security.py
+        #: publishes it), not of one applied from the cluster (``observed=False``)
+        self.observer: Callable[[list[AclRecord], list[AclRecord]], None] | None = None
 
-    def update(self, add: Iterable[AclRecord] = (), remove: Iterable[AclRecord] = ()) -> None:
+    def update(self, add: Iterable[AclRecord] = (), remove: Iterable[AclRecord] = (), *, observed: bool = True) -> None:
         """Add and remove bindings in one atomic write."""
+        added, removed = list(add), list(remove)
         wb = self._core.batch()
-        n = 0
-        for acl in add:
+        for acl in added:
             wb.put(keys.acl_key(*acl), b"")
-            n += 1
-        for acl in remove:
+        for acl in removed:
             wb.delete(keys.acl_key(*acl))
-            n += 1
-        if n:
+        if added or removed:
             self._core.write(wb)
+            if observed and self.observer is not None:
+                self.observer(added, removed)
 
     def load(self) -> list[AclRecord]:
         return [keys.parse_acl_key(k) for k in self._core.db.iterator(prefix=keys.ACL, include_value=False)]

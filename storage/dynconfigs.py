@@ -11,7 +11,7 @@ small and read once at start.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from tmqgate.storage import keys
@@ -28,6 +28,9 @@ class DynamicConfigs:
 
     def __init__(self, core: Core) -> None:
         self._core = core
+        #: told of every change written (on a cluster: broker/cluster/catalog.py publishes it),
+        #: not of one applied from the cluster (``observed=False``)
+        self.observer: Callable[[list[tuple[ConfigResourceKey, dict[str, str]]]], None] | None = None
 
     def load(self) -> dict[ConfigResourceKey, dict[str, str]]:
         """Every resource with at least one dynamic value."""
@@ -38,17 +41,18 @@ class DynamicConfigs:
                 out[keys.parse_dynconf_key(key)] = {str(k): str(v) for k, v in values.items()}
         return out
 
-    def write(self, resources: Iterable[tuple[ConfigResourceKey, Mapping[str, str]]]) -> None:
+    def write(self, resources: Iterable[tuple[ConfigResourceKey, Mapping[str, str]]], *, observed: bool = True) -> None:
         """Replace the values of the given resources in one synced WriteBatch (an empty
         mapping removes the resource)."""
+        changed = [(resource, dict(values)) for resource, values in resources]
         wb = self._core.batch(sync=True)
-        n = 0
-        for (rtype, name), values in resources:
+        for (rtype, name), values in changed:
             key = keys.dynconf_key(rtype, name)
             if values:
                 wb.put(key, json.dumps(dict(sorted(values.items()))).encode())
             else:
                 wb.delete(key)
-            n += 1
-        if n:
+        if changed:
             self._core.write(wb)
+            if observed and self.observer is not None:
+                self.observer(changed)

@@ -24,6 +24,9 @@ prefix       key (after the prefix byte)                            value
 0x00 CREATED 0x01                                                   when the data directory was made: ms u64 (a
                                                                     store older than the key: its first opening
                                                                     since; SHOW DNODES' create_time)
+0x00 JOINED  0x02                                                   the id (utf-8) of the cluster whose ACLs and
+                                                                    users this store holds (absent: never joined
+                                                                    one; broker/cluster/security.py)
 0x01 NAME    database name (utf-8)                                  db id u32
 0x02 DBINFO  db u32                                                 JSON {name, vgroups, topic_id (hex), created_ms,
                                                                     kind ("kafka" | "tsdb"; absent = "kafka"),
@@ -185,6 +188,7 @@ import struct
 
 LAYOUT = b"\x00"
 CREATED = b"\x00\x01"
+JOINED = b"\x00\x02"
 NAME = b"\x01"
 DBINFO = b"\x02"
 DBCONF = b"\x03"

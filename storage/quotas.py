@@ -9,7 +9,7 @@ the whole set is small and read once at start.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from tmqgate.storage import keys
@@ -24,6 +24,9 @@ class ClientQuotas:
 
     def __init__(self, core: Core) -> None:
         self._core = core
+        #: told of every change written (on a cluster: broker/cluster/catalog.py publishes it),
+        #: not of one applied from the cluster (``observed=False``)
+        self.observer: Callable[[list[tuple[QuotaEntityKey, dict[str, float]]]], None] | None = None
 
     def load(self) -> dict[QuotaEntityKey, dict[str, float]]:
         """Every entity with at least one quota value."""
@@ -34,17 +37,18 @@ class ClientQuotas:
                 out[keys.parse_quota_key(key)] = {k: float(v) for k, v in values.items()}
         return out
 
-    def write(self, entities: Iterable[tuple[QuotaEntityKey, Mapping[str, float]]]) -> None:
+    def write(self, entities: Iterable[tuple[QuotaEntityKey, Mapping[str, float]]], *, observed: bool = True) -> None:
         """Replace the values of the given entities in one synced WriteBatch (an empty mapping
         removes the entity)."""
+        changed = [(entity, dict(values)) for entity, values in entities]
         wb = self._core.batch(sync=True)
-        n = 0
-        for entity, values in entities:
+        for entity, values in changed:
             key = keys.quota_key(entity)
             if values:
                 wb.put(key, json.dumps(dict(sorted(values.items()))).encode())
             else:
                 wb.delete(key)
-            n += 1
-        if n:
+        if changed:
             self._core.write(wb)
+            if observed and self.observer is not None:
+                self.observer(changed)

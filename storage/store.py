@@ -123,6 +123,14 @@ class Store:
         """When this data directory was made (epoch ms)."""
         return self.core.created_ms
 
+    def joined_cluster(self) -> str | None:
+        """The cluster whose ACLs and users this store holds (None: it never joined one)."""
+        raw = self.core.db.get(keys.JOINED)
+        return None if raw is None else raw.decode()
+
+    def set_joined_cluster(self, cluster_id: str) -> None:
+        self.core.db.put(keys.JOINED, cluster_id.encode(), sync=True)
+
     @property
     def wal_level(self) -> int:
         return self.core.wal_level

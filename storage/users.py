@@ -9,6 +9,7 @@ gets (an authentication is one), so nothing is cached and a change is seen at on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from tmqgate.storage import keys
@@ -31,14 +32,22 @@ class Users:
 
     def __init__(self, core: Core) -> None:
         self._core = core
+        #: told of every credential set (or removed: None) through this class (on a cluster:
+        #: broker/cluster/security.py publishes it), not of one applied from the cluster
+        self.observer: Callable[[str, str, ScramCredential | None], None] | None = None
 
-    def put_scram(self, user: str, mechanism: str, credential: ScramCredential) -> None:
+    def _observe(self, user: str, mechanism: str, credential: ScramCredential | None, observed: bool) -> None:
+        if observed and self.observer is not None:
+            self.observer(user, mechanism, credential)
+
+    def put_scram(self, user: str, mechanism: str, credential: ScramCredential, *, observed: bool = True) -> None:
         """Create or replace `user`'s credential for `mechanism`."""
         if not user:
             raise ValueError("empty user name")
         value = keys.pack_scram(credential.iterations, credential.salt,
                                 credential.stored_key, credential.server_key)
         self._core.put(keys.scram_key(user, mechanism), value)
+        self._observe(user, mechanism, credential, observed)
 
     def scram(self, user: str, mechanism: str) -> ScramCredential | None:
         raw = self._core.db.get(keys.scram_key(user, mechanism))
@@ -47,24 +56,27 @@ class Users:
         iterations, salt, stored_key, server_key = keys.unpack_scram(raw)
         return ScramCredential(salt, iterations, stored_key, server_key)
 
-    def delete_scram(self, user: str, mechanism: str) -> bool:
+    def delete_scram(self, user: str, mechanism: str, *, observed: bool = True) -> bool:
         """Remove one credential; False if there was none."""
         key = keys.scram_key(user, mechanism)
         if self._core.db.get(key) is None:
             return False
         self._core.delete(key)
+        self._observe(user, mechanism, None, observed)
         return True
 
     def delete_user(self, user: str) -> int:
         """Remove every credential of `user`; how many there were."""
         wb = self._core.batch()
-        n = 0
+        gone = []
         for key in self._core.db.iterator(prefix=keys.scram_user_prefix(user), include_value=False):
             wb.delete(key)
-            n += 1
-        if n:
+            gone.append(keys.parse_scram_key(key)[1])
+        if gone:
             self._core.write(wb)
-        return n
+            for mechanism in gone:
+                self._observe(user, mechanism, None, True)
+        return len(gone)
 
     def scram_users(self) -> dict[str, dict[str, ScramCredential]]:
         """Every user with credentials: user -> mechanism -> credential (sorted by user)."""

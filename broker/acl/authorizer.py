@@ -50,6 +50,11 @@ class Authorizer:
         self.acls = AclSet(AclBinding(*r) for r in store.acls.load())
         self._cache: dict[tuple[str, str, int, int, str], bool] = {}
 
+    def reload(self) -> None:
+        """Take the stored ACLs again (a cluster's changes applied to the store)."""
+        self.acls = AclSet(AclBinding(*r) for r in self._store.acls.load())
+        self._cache.clear()
+
     # the decision ----------------------------------------------------------------------------
 
     def authorize(self, principal: str, host: str, op: Operation, resource_type: ResourceType,

@@ -51,10 +51,14 @@ from etcd3gw.client import Etcd3Client
 from etcd3gw.lease import Lease
 
 from tmqgate.coordinator.cluster import (
+    ACLS,
     BROKERS,
     CLUSTER_ID,
+    CONFIGS,
     CONTROLLER,
+    QUOTAS,
     TOPICS,
+    USERS,
     ClusterView,
     Placement,
     broker_key,
@@ -94,6 +98,12 @@ class Membership:
         self.interval = session_timeout_ms / 3000
         self.view = ClusterView()
         self.placements: dict[str, Placement] = {}
+        #: the cluster's ACLs and SCRAM users as etcd had them at the last round (key → value)
+        self.acls: dict[str, str] = {}
+        self.users: dict[str, str] = {}
+        #: and its dynamic configs and client quotas
+        self.configs: dict[str, str] = {}
+        self.quotas: dict[str, str] = {}
         self._refreshing: asyncio.Future[bool] | None = None  # the round in flight
         self._started = 0  # rounds started
         self.cluster_id: str | None = None
@@ -136,6 +146,10 @@ class Membership:
             value, meta = controller[0]
             held = (_text(value), int(meta["create_revision"]))
         view, bad = view_from(brokers, held)
+        self.acls = {_text(meta["key"]): _text(value) for value, meta in s.client.get_prefix(ACLS)}
+        self.users = {_text(meta["key"]): _text(value) for value, meta in s.client.get_prefix(USERS)}
+        self.configs = {_text(meta["key"]): _text(value) for value, meta in s.client.get_prefix(CONFIGS)}
+        self.quotas = {_text(meta["key"]): _text(value) for value, meta in s.client.get_prefix(QUOTAS)}
         pairs = [(_text(meta["key"]), _text(value)) for value, meta in s.client.get_prefix(TOPICS)]
         placements, bad_topics = placements_from(pairs)
         for key in bad + bad_topics:
@@ -204,6 +218,19 @@ class Membership:
         return False
 
     # ---- on the event loop ---------------------------------------------------------------
+
+    def _write(self, changes: list[tuple[str, str | None]]) -> None:
+        client = self._client()
+        for key, value in changes:
+            if value is None:
+                client.delete(key)
+            else:
+                client.put(key, value)
+
+    async def write(self, changes: list[tuple[str, str | None]]) -> None:
+        """Put (value) or delete (None) keys in etcd, in order; raises when etcd cannot be
+        reached (some may be written: each is idempotent, so the caller writes them again)."""
+        await asyncio.to_thread(self._write, changes)
 
     async def alter_isr(self, name: str, topic_id: bytes, partition: int, epoch: int, isr: list[int]) -> bool:
         """Set a partition's ISR, only while this broker leads it at ``epoch`` (Kafka's

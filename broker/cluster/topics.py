@@ -14,6 +14,8 @@ The cluster's catalog of topics and the placement of their partitions live in et
   the leader serves it (``TopicRegistry.partition_error``); with a replication factor above 1
   the other replicas fetch from it (``broker.cluster.replication``).
 - DeleteTopics removes the placement; every broker deletes the topic when it reads that.
+- AlterConfigs of a shared topic on any broker sets its configs there and writes them to its
+  placement (a compare-and-swap); every broker takes them when it reads that.
 - CreatePartitions of a shared topic adds the new partitions' replicas to its placement (a
   compare-and-swap); every broker makes the partitions when it reads that.
 - ElectLeaders (``kafka-leader-election``) on any broker decides each partition by Kafka's rule
@@ -29,6 +31,7 @@ The cluster's catalog of topics and the placement of their partitions live in et
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
@@ -72,6 +75,9 @@ class ClusterTopics:
         self._registry = registry
         self._seen: set[str] = set()  # names in etcd at the last apply
         self._ids: dict[str, bytes] = {}  # and their topic ids
+        #: configs altered here and not in etcd yet: name → (topic id, configs)
+        self._configs_pending: dict[str, tuple[bytes, dict[str, str]]] = {}
+        self._configs_task: asyncio.Task[None] | None = None
         registry.node_id = membership.node_id
         registry.cluster = self
         membership.on_change.append(self.apply)
@@ -98,8 +104,11 @@ class ClusterTopics:
             try:
                 if topic is None:
                     self._make(placement, kind)
-                elif kind == KAFKA and topic.kind == KAFKA and topic.partitions < len(placement.partitions):
-                    registry.add_partitions(topic, len(placement.partitions))
+                elif kind == KAFKA and topic.kind == KAFKA:
+                    if topic.partitions < len(placement.partitions):
+                        registry.add_partitions(topic, len(placement.partitions))
+                    if topic.configs != placement.configs and name not in self._configs_pending:
+                        registry.set_configs(topic, dict(placement.configs), shared=False)  # another broker's AlterConfigs
             except (TopicError, ValueError, KeyError) as exc:  # e.g. a name this node uses for its own database
                 log.warning("cluster: cannot make %s %s here: %s", kind, name, getattr(exc, "message", exc))
         gone = [t for t in map(registry.get, self._seen - set(placements)) if t is not None]
@@ -110,6 +119,30 @@ class ClusterTopics:
         self._seen = set(placements)
         self._ids = {n: p.topic_id for n, p in placements.items()}
         registry.placements = placements
+        if self._configs_pending and (self._configs_task is None or self._configs_task.done()):
+            self._configs_task = asyncio.get_running_loop().create_task(self._write_configs())
+
+    def configs_changed(self, topic: Topic, configs: dict[str, str]) -> None:
+        """A shared topic's configs altered here: written to its placement (a compare-and-swap,
+        at once, in the background); until then ``apply`` leaves this broker's as they are."""
+        self._configs_pending[topic.name] = (topic.topic_id, configs)
+        if self._configs_task is None or self._configs_task.done():
+            self._configs_task = asyncio.get_running_loop().create_task(self._write_configs())
+
+    async def _write_configs(self) -> None:
+        while self._configs_pending:
+            name, (topic_id, configs) = next(iter(self._configs_pending.items()))
+
+            def change(p: Placement, configs: dict[str, str] = configs) -> Placement:
+                return Placement(p.name, p.topic_id, dict(configs), p.partitions)
+
+            try:
+                await self._membership.change_topic(name, topic_id, change)
+            except Exception as exc:  # noqa: BLE001 - etcd unreachable: tried again at the next round
+                log.warning("cluster: the configs of topic %s not written to etcd yet (%s)", name, exc)
+                return
+            if self._configs_pending.get(name) == (topic_id, configs):
+                del self._configs_pending[name]
 
     def _make(self, placement: Placement, kind: str) -> None:
         registry = self._registry

@@ -1,0 +1,191 @@
+"""The cluster's catalog beside its topics (issue 16, step 1): ACLs, SCRAM users, dynamic
+configs (BROKER, cluster default and GROUP resources) and client quotas are the cluster's, as
+Kafka keeps them in its metadata, whichever broker took the change (``coordinator.cluster``:
+``acls/``, ``users/``, ``configs/``, ``quotas/``). A topic's configs go with its placement
+(broker/cluster/topics.py).
+
+Rules:
+- A change made on this broker (CreateAcls, DeleteAcls, AlterUserScramCredentials,
+  AlterConfigs of a broker or group, AlterClientQuotas, SQL GRANT / REVOKE / CREATE USER) is
+  written to its store as on one node, and the store tells this module (its ``observer``),
+  which writes it to etcd at once, in order (``flush``); until etcd has it, it is pending and
+  retried at every round.
+- A broker's first round in a cluster it never joined (its store names no cluster, or another
+  one) adds what it holds to the cluster's (nodes provisioned alike before they form a cluster
+  keep their users), then — once etcd has it — records the cluster's id in its store.
+- After every later round that read etcd, while nothing is pending, this broker's store
+  becomes etcd's (``apply``) and the parts that keep them in memory take them again (the
+  authorizer, the broker and group configs, the quotas): what another broker added is added
+  here, what it removed is removed — so a revoked ACL or a deleted user is gone everywhere, and
+  never comes back from a member that was down meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tmqgate.coordinator.cluster import (
+    acl_entry,
+    acl_from,
+    config_entry,
+    config_from,
+    quota_entry,
+    quota_from,
+    user_from,
+    user_key,
+    user_value,
+)
+from tmqgate.storage.users import ScramCredential
+
+if TYPE_CHECKING:
+    from tmqgate.broker.cluster.membership import Membership
+    from tmqgate.storage import Store
+    from tmqgate.storage.acls import AclRecord
+
+log = logging.getLogger("tmqgate.cluster")
+Change = tuple[str, str | None]  # an etcd key and its value (None: deleted)
+
+
+def _credential(c: ScramCredential) -> str:
+    return user_value(c.salt, c.iterations, c.stored_key, c.server_key)
+
+
+class SharedCatalog:
+    """See the module docstring. ``reloaded``: called after the store took the cluster's
+    (the broker's parts that keep ACLs, configs or quotas in memory read them again)."""
+
+    def __init__(self, membership: Membership, store: Store, reloaded: list[Callable[[], None]]) -> None:
+        self._membership = membership
+        self._store = store
+        self._reloaded = reloaded
+        self._pending: list[Change] = []
+        self._flushing: asyncio.Task[None] | None = None
+        self._applied: tuple[dict[str, str], ...] | None = None  # etcd's, as last applied
+        self._joining: str | None = None  # the cluster this broker's own catalog is being added to
+        store.acls.observer = self._acls_changed
+        store.users.observer = self._user_changed
+        store.dynamic_configs.observer = self._configs_changed
+        store.client_quotas.observer = self._quotas_changed
+        membership.on_change.append(self.apply)
+
+    # changes made here -----------------------------------------------------------------------
+
+    def _acls_changed(self, added: list[AclRecord], removed: list[AclRecord]) -> None:
+        self._publish([acl_entry(a) for a in added] + [(acl_entry(a)[0], None) for a in removed])
+
+    def _user_changed(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
+        self._publish([(user_key(user, mechanism), None if credential is None else _credential(credential))])
+
+    def _configs_changed(self, changed: list[tuple[tuple[int, str], dict[str, str]]]) -> None:
+        self._publish([(key, value if values else None) for resource, values in changed
+                       for key, value in (config_entry(resource, values),)])
+
+    def _quotas_changed(self, changed: list[tuple[Any, dict[str, float]]]) -> None:
+        self._publish([(key, value if values else None) for entity, values in changed
+                       for key, value in (quota_entry(entity, values),)])
+
+    def _publish(self, changes: list[Change]) -> None:
+        self._pending += changes
+        self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.get_running_loop().create_task(self.flush())
+
+    async def flush(self) -> None:
+        """Write the pending changes to etcd, in order (kept for the next try when it fails)."""
+        while self._pending:
+            batch = list(self._pending)
+            try:
+                await self._membership.write(batch)
+            except Exception as exc:  # noqa: BLE001 - etcd unreachable: the next round tries again
+                log.warning("cluster: catalog changes not written to etcd yet (%s); retrying", exc)
+                return
+            del self._pending[:len(batch)]
+        if self._joining is not None:  # what it held is the cluster's now
+            self._store.set_joined_cluster(self._joining)
+            self._joining = None
+        await self._membership.refresh()
+
+    def _held(self) -> list[Change]:
+        """This broker's whole catalog, as etcd keeps it."""
+        store = self._store
+        held: list[Change] = [acl_entry(a) for a in store.acls.load()]
+        held += [(user_key(u, m), _credential(c)) for u, ms in store.users.scram_users().items() for m, c in ms.items()]
+        held += [config_entry(r, v) for r, v in store.dynamic_configs.load().items()]
+        held += [quota_entry(e, v) for e, v in store.client_quotas.load().items()]
+        return held
+
+    # the cluster's, applied here -------------------------------------------------------------
+
+    def apply(self) -> None:
+        """Make this broker's catalog etcd's (see the module docstring)."""
+        m = self._membership
+        if m.cluster_id is not None and self._joining is None and self._store.joined_cluster() != m.cluster_id:
+            self._joining = m.cluster_id
+            self._publish(self._held())
+            return
+        if self._pending or self._joining is not None:
+            self._flush_soon()
+            return
+        seen = (m.acls, m.users, m.configs, m.quotas)
+        if self._applied == seen:
+            return
+        changed = self._apply_acls(m.acls) | self._apply_users(m.users)
+        changed |= self._apply_configs(m.configs) | self._apply_quotas(m.quotas)
+        self._applied = tuple(dict(d) for d in seen)
+        if changed:
+            for reload in self._reloaded:
+                reload()
+
+    def _parsed(self, entries: dict[str, str], parse: Callable[[str, str], Any]) -> list[Any]:
+        out = []
+        for key, value in entries.items():
+            try:
+                out.append(parse(key, value))
+            except (ValueError, KeyError, TypeError):
+                log.warning("cluster: ignoring the unreadable etcd key %s", key)
+        return out
+
+    def _apply_acls(self, entries: dict[str, str]) -> bool:
+        wanted = set(self._parsed(entries, lambda _k, v: acl_from(v)))
+        held = set(self._store.acls.load())
+        if wanted == held:
+            return False
+        self._store.acls.update(add=wanted - held, remove=held - wanted, observed=False)
+        return True
+
+    def _apply_users(self, entries: dict[str, str]) -> bool:
+        wanted = {(u, m): ScramCredential(salt, it, stored, server)
+                  for u, m, salt, it, stored, server in self._parsed(entries, user_from)}
+        users = self._store.users
+        held = {(u, m): c for u, ms in users.scram_users().items() for m, c in ms.items()}
+        if wanted == held:
+            return False
+        for (user, mechanism), credential in wanted.items():
+            if held.get((user, mechanism)) != credential:
+                users.put_scram(user, mechanism, credential, observed=False)
+        for user, mechanism in held.keys() - wanted.keys():
+            users.delete_scram(user, mechanism, observed=False)
+        return True
+
+    def _apply_configs(self, entries: dict[str, str]) -> bool:
+        wanted = dict(self._parsed(entries, config_from))
+        held = self._store.dynamic_configs.load()
+        if wanted == held:
+            return False
+        self._store.dynamic_configs.write([(r, wanted.get(r, {})) for r in wanted.keys() | held.keys()
+                                           if wanted.get(r, {}) != held.get(r, {})], observed=False)
+        return True
+
+    def _apply_quotas(self, entries: dict[str, str]) -> bool:
+        wanted = dict(self._parsed(entries, lambda _k, v: quota_from(v)))
+        held = self._store.client_quotas.load()
+        if wanted == held:
+            return False
+        self._store.client_quotas.write([(e, wanted.get(e, {})) for e in wanted.keys() | held.keys()
+                                         if wanted.get(e, {}) != held.get(e, {})], observed=False)
+        return True
