@@ -9,13 +9,20 @@ tmqgate only: the reference Kafka has no SQL.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import os
 import shutil
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .clusters import metadata, tmqgate_cluster, until
+from .raw import RawConn
 from .tdengine_helpers import BASE_TS, METERS_DDL, TdBroker, read_kafka_python, unique
 
 pytestmark = [pytest.mark.tmqgate_only,
@@ -207,3 +214,53 @@ def test_a_replicated_sql_database_keeps_its_catalog_and_rows_through_its_leader
         assert _records(nodes[0].bootstrap, db) == after
         tds[0].sql(f"INSERT INTO {db}.d1 VALUES ({BASE_TS + 500}, 1.0, 500, 0.5, 'last')")
         assert sorted(v.get("voltage", 0) for _, _, _, v in _records(nodes[1].bootstrap, db))[-1] == 500
+
+
+def _post(proc: Any, text: str, auth: tuple[str, str] | None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """POST /rest/sql to one node with HTTP Basic credentials (or none)."""
+    sent = dict(headers or {})
+    if auth is not None:
+        sent["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    req = urllib.request.Request(f"http://127.0.0.1:{proc.http_port}/rest/sql", data=text.encode(), method="POST",
+                                 headers=sent)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def test_sql_sent_to_the_leader_carries_the_callers_credentials(tmp_path: Path) -> None:
+    with tmqgate_cluster(tmp_path, {"http_auth": "basic"}) as nodes:
+        until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), lambda n: n == 3, "three brokers listed")
+        # a user made through node 0 (AlterUserScramCredentials) is every node's
+        salt = os.urandom(16)
+        with RawConn(nodes[0].bootstrap) as conn:
+            answer = conn.request(51, 0, {"deletions": [], "upsertions": [{
+                "name": "alice", "mechanism": 1, "iterations": 4096, "salt": salt,
+                "salted_password": hashlib.pbkdf2_hmac("sha256", b"s3cret", salt, 4096)}]})
+        assert [r["error_code"] for r in answer["results"]] == [0], answer
+        alice = ("alice", "s3cret")
+        for n in nodes:
+            until(lambda n=n: _post(nodes[n], "SHOW DATABASES", alice)[0], lambda s: s == 200, f"alice known to node {n}")
+
+        db = unique("authed")
+        assert _post(nodes[1], f"CREATE DATABASE {db} VGROUPS 2", alice)[0] == 200  # node 1 leads it
+        status, answer = _post(nodes[2], METERS_DDL.format(db=db), alice)  # sent to node 1 with alice's credentials
+        assert status == 200, answer
+        status, answer = _post(nodes[2], f"INSERT INTO {db}.d1 USING {db}.meters TAGS ('sf', 1) "
+                                         f"VALUES ({BASE_TS}, 1.5, 220, 0.5)", alice)
+        assert status == 200 and answer["data"] == [[1]], answer
+        status, answer = _post(nodes[0], f"SHOW {db}.TABLES", alice)
+        assert status == 200 and [r[0] for r in answer["data"]] == ["d1"], answer
+
+        # refused by the node that took it, never sent on: wrong or no credentials
+        assert _post(nodes[2], f"SHOW {db}.TABLES", ("alice", "wrong"))[0] == 401
+        assert _post(nodes[2], f"SHOW {db}.TABLES", None)[0] == 401
+        # a statement claiming to have been sent by another broker is never run by a non-leader
+        status, answer = _post(nodes[2], f"INSERT INTO {db}.d1 VALUES ({BASE_TS + 1}, 2.5, 230, 0.5)", alice,
+                               {"X-Tmqgate-Forwarded": "1"})
+        assert (status, answer["code"]) == (400, 0x090C), answer
+        assert "dnode 1 leads the database" in answer["desc"], answer
+        rows = read_kafka_python(nodes[0].bootstrap, db, partitions=2)
+        assert [r.json()["voltage"] for r in rows] == [220]  # nothing written by node 2

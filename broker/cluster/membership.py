@@ -99,6 +99,9 @@ class Membership:
         self.view = ClusterView()
         self.placements: dict[str, Placement] = {}
         #: the cluster's ACLs and SCRAM users as etcd had them at the last round (key → value)
+        #: the newest etcd revision among the keys it read, and when (wall clock ms) it last read
+        self.revision = 0
+        self.read_ms = -1
         self.acls: dict[str, str] = {}
         self.users: dict[str, str] = {}
         #: and its dynamic configs and client quotas
@@ -139,7 +142,9 @@ class Membership:
             [value] = s.client.get(CLUSTER_ID)
             self.cluster_id = value.decode() if isinstance(value, bytes) else str(value)
         s.client.create(CONTROLLER, controller_value(self.node_id), lease=s.lease)
-        brokers = [(_text(meta["key"]), _text(value)) for value, meta in s.client.get_prefix(BROKERS)]
+        read = s.client.get_prefix(BROKERS)
+        brokers = [(_text(meta["key"]), _text(value)) for value, meta in read]
+        revision = max((int(meta.get("mod_revision", 0)) for _, meta in read), default=0)
         controller = s.client.get(CONTROLLER, metadata=True)
         held = None
         if controller:
@@ -150,7 +155,9 @@ class Membership:
         self.users = {_text(meta["key"]): _text(value) for value, meta in s.client.get_prefix(USERS)}
         self.configs = {_text(meta["key"]): _text(value) for value, meta in s.client.get_prefix(CONFIGS)}
         self.quotas = {_text(meta["key"]): _text(value) for value, meta in s.client.get_prefix(QUOTAS)}
-        pairs = [(_text(meta["key"]), _text(value)) for value, meta in s.client.get_prefix(TOPICS)]
+        read = s.client.get_prefix(TOPICS)
+        pairs = [(_text(meta["key"]), _text(value)) for value, meta in read]
+        revision = max([revision, *(int(meta.get("mod_revision", 0)) for _, meta in read)])
         placements, bad_topics = placements_from(pairs)
         for key in bad + bad_topics:
             log.warning("cluster: ignoring the unreadable etcd key %s", key)
@@ -171,6 +178,8 @@ class Membership:
                     placements[name] = elected
         self.view = view
         self.placements = placements
+        self.revision = max(self.revision, revision)  # what kafka-metadata-quorum shows (handlers/quorum.py)
+        self.read_ms = int(time.time() * 1000)
 
     def _round_or_failover(self) -> bool:
         try:

@@ -14,6 +14,7 @@ from tmqgate.broker.handlers import (  # noqa: F401
     log_dirs,
     metadata,
     produce,
+    quorum,
     quotas,
     reassignments,
     sasl,
