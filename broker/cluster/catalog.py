@@ -173,19 +173,18 @@ class SharedCatalog:
         return True
 
     def _apply_configs(self, entries: dict[str, str]) -> bool:
-        wanted = dict(self._parsed(entries, config_from))
-        held = self._store.dynamic_configs.load()
-        if wanted == held:
-            return False
-        self._store.dynamic_configs.write([(r, wanted.get(r, {})) for r in wanted.keys() | held.keys()
-                                           if wanted.get(r, {}) != held.get(r, {})], observed=False)
-        return True
+        return _replace_values(self._store.dynamic_configs, dict(self._parsed(entries, config_from)))
 
     def _apply_quotas(self, entries: dict[str, str]) -> bool:
-        wanted = dict(self._parsed(entries, lambda _k, v: quota_from(v)))
-        held = self._store.client_quotas.load()
-        if wanted == held:
-            return False
-        self._store.client_quotas.write([(e, wanted.get(e, {})) for e in wanted.keys() | held.keys()
-                                         if wanted.get(e, {}) != held.get(e, {})], observed=False)
-        return True
+        return _replace_values(self._store.client_quotas, dict(self._parsed(entries, lambda _k, v: quota_from(v))))
+
+
+def _replace_values(part: Any, wanted: dict[Any, Any]) -> bool:
+    """Make a store part keeping values per resource (dynamic configs, client quotas) hold
+    ``wanted``; whether it changed."""
+    held = part.load()
+    if wanted == held:
+        return False
+    part.write([(r, wanted.get(r, {})) for r in wanted.keys() | held.keys() if wanted.get(r, {}) != held.get(r, {})],
+               observed=False)
+    return True

@@ -326,7 +326,7 @@ class Executor:
         caller = caller or Caller()
         if self.cluster is not None:
             if any(isinstance(stmt, _THROUGH_ETCD) for stmt in statements) or any(
-                    self.topics.get(name) is None for name in self._named_databases(statements, db)):
+                    self.topics.get(name) is None for name in self._databases_in(statements, db)):
                 await self.cluster.refresh()  # what another broker just did is seen here
             leader = led_elsewhere(self.cluster, statements, db)
             if leader is not None:
@@ -334,7 +334,7 @@ class Executor:
                     raise SqlError(f"dnode {leader} leads the database now, not this one; send the statement again",
                                    code=SYN_NOT_LEADER)
                 return await self.cluster.forward(leader, text, db, caller)
-        written = self._written_databases(statements, db) if self.cluster is not None else set()
+        written = self._databases_in(statements, db, written=True) if self.cluster is not None else set()
         if self.cluster is not None:
             self.cluster.check_writable(written)
         result = Result.affected(0)
@@ -352,24 +352,17 @@ class Executor:
         return result
 
     @staticmethod
-    def _written_databases(statements: list[ast.Statement], db: str | None) -> set[str]:
-        """The databases whose vnodes `statements` write (rows, or the meta of DDL)."""
+    def _databases_in(statements: list[ast.Statement], db: str | None, *, written: bool = False) -> set[str]:
+        """The databases `statements` use (`_databases_of`, and those USE names) — with
+        `written`, only those whose vnodes they write (rows, or the meta of DDL)."""
         names: set[str] = set()
         for stmt in statements:
             if isinstance(stmt, ast.UseDatabase):
                 db = stmt.name
-            elif isinstance(stmt, _WRITES):
+                if not written:
+                    names.add(db)
+            elif not written or isinstance(stmt, _WRITES):
                 names |= _databases_of(stmt, db)
-        return names
-
-    @staticmethod
-    def _named_databases(statements: list[ast.Statement], db: str | None) -> set[str]:
-        names: set[str] = set()
-        for stmt in statements:
-            if isinstance(stmt, ast.UseDatabase):
-                db = stmt.name
-                names.add(db)
-            names |= _databases_of(stmt, db)
         return names
 
     async def _through_etcd(self, cluster: SqlCluster, stmt: ast.Statement, db: str | None) -> Result:
