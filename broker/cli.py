@@ -103,9 +103,17 @@ def _user(args: argparse.Namespace) -> int:
             print(f"tmqgate user: cannot open the data directory {args.data_dir}: {exc}", file=sys.stderr)
         return 1
     with store:
+        joined = store.joined_cluster()
+        if joined is not None and args.verb != "list":  # on a cluster, users are the cluster's (etcd's)
+            print(f"tmqgate user: this node is a member of cluster {joined}, whose users every broker takes: "
+                  + ("this user is offered to the cluster when the broker starts" if args.verb == "add" else
+                     "a user deleted offline comes back from the cluster; delete it online (kafka-configs "
+                     "--entity-type users --delete-config) so every broker drops it"), file=sys.stderr)
         if args.verb == "add":
             store.users.put_scram(args.name, args.mechanism,
                                   scram.make_credential(args.mechanism, password, args.iterations))
+            if joined is not None:
+                store.set_joined_cluster(None)  # what it holds is offered again at its next join
             store.sync()
             print(f"user {args.name}: {args.mechanism} credential stored ({args.iterations} iterations)")
         elif args.verb == "delete":

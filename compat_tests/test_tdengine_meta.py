@@ -184,3 +184,34 @@ def test_with_meta_and_only_meta_in_wal_order(td: TdBroker) -> None:
     for rs in om.values():
         for r in rs:
             assert isinstance(json.loads(r.value), dict)
+
+
+def test_drop_table_and_drop_stable_are_logged_as_meta(td: TdBroker) -> None:
+    """As TDengine's WAL: DROP TABLE logs a drop of the child table on its vnode, DROP STABLE a
+    drop of the supertable (and its child tables) on every vnode — what a WITH META consumer
+    sees, and what a replica of the database applies to its catalog (broker/tsdb/replica.py)."""
+    db = unique("dropmeta")
+    td.sql(f"CREATE DATABASE {db} VGROUPS {VG}")
+    td.sql(f"CREATE STABLE {db}.keep (ts TIMESTAMP, v INT) TAGS (k INT)")
+    td.sql(f"CREATE STABLE {db}.gone (ts TIMESTAMP, v INT) TAGS (k INT)")
+    t1, t2 = unique("t"), unique("u")
+    td.sql(f"INSERT INTO {db}.{t1} USING {db}.keep TAGS (1) VALUES (1000, 10) "
+           f"{db}.{t2} USING {db}.gone TAGS (2) VALUES (1000, 20)")
+    topic = unique("dm")
+    td.sql(f"CREATE TOPIC {topic} WITH META AS DATABASE {db}")
+    td.sql(f"DROP TABLE {db}.{t1}")
+    td.sql(f"DROP STABLE {db}.gone")
+    assert {r["table_name"] for r in td.rows(f"SHOW {db}.TABLES")} == set()
+    assert {r["stable_name"] for r in td.rows(f"SHOW {db}.STABLES")} == {"keep"}
+
+    got = by_partition(read_confluent(td.bootstrap, topic, VG))
+    drops = {v: [r.json() for r in got.get(v, []) if r.headers["tmq.type"] == b"meta" and r.json()["type"] == "drop"]
+             for v in range(VG)}
+    for v in range(VG):
+        want = ([(t1, "child", ["keep"])] if v == home(t1) else []) + [("gone", "super", ["gone"])]
+        assert [(d["tableName"], d["tableType"], [d["stable"]]) for d in drops[v]] == want, (v, drops[v])
+    [child_drop] = [d for v in range(VG) for d in drops[v] if d["tableType"] == "child"]
+    assert child_drop["tableNameList"] == [t1]
+    # the drops come after the rows they follow, and nothing is delivered of the dropped table after
+    last = {v: got[v][-1].json() for v in range(VG)}
+    assert all(last[v]["type"] == "drop" and last[v]["tableName"] == "gone" for v in range(VG))

@@ -128,8 +128,12 @@ class Store:
         raw = self.core.db.get(keys.JOINED)
         return None if raw is None else raw.decode()
 
-    def set_joined_cluster(self, cluster_id: str) -> None:
-        self.core.db.put(keys.JOINED, cluster_id.encode(), sync=True)
+    def set_joined_cluster(self, cluster_id: str | None) -> None:
+        """Record the cluster joined (None: offer what this store holds to it again at the next join)."""
+        if cluster_id is None:
+            self.core.db.delete(keys.JOINED, sync=True)
+        else:
+            self.core.db.put(keys.JOINED, cluster_id.encode(), sync=True)
 
     @property
     def wal_level(self) -> int:
