@@ -262,6 +262,17 @@ class BrokerConfig:
     # Kafka's broker.session.timeout.ms: the TTL of this broker's etcd lease; a broker not heard
     # from for this long leaves the others' Metadata and gives up the controller role.
     cluster_session_timeout_ms: int = 9000
+    # How this broker authenticates to the others of a cluster (followers fetching, transaction
+    # markers, verification) when the listener they dial — each broker's first, the one it
+    # registers — takes SASL: Kafka's sasl.mechanism.inter.broker.protocol (PLAIN) and the
+    # credentials of the brokers' user (put it in super_users, or give it CLUSTER_ACTION and
+    # READ / WRITE on the topics, as Kafka's broker principal needs). On a TLS listener the broker
+    # checks the peer's certificate against ssl_cafile and presents ssl_certfile (mutual TLS).
+    inter_broker_sasl_mechanism: str = "PLAIN"
+    # The brokers' user, with which this broker authenticates to the others over SASL.
+    inter_broker_username: str | None = None
+    # Its password (or TMQGATE_INTER_BROKER_PASSWORD, to keep it out of the file).
+    inter_broker_password: str | None = None
     # Kafka's replica.lag.time.max.ms: a follower that has not caught up with its leader for
     # this long leaves the partition's in-sync replicas (acks=all stops waiting for it).
     replica_lag_time_max_ms: int = 30000
@@ -574,6 +585,10 @@ class BrokerConfig:
                 parse_cluster(self.cluster)
             except ValueError as exc:
                 raise ConfigError(str(exc), "cluster") from None
+            if self.inter_broker_sasl_mechanism != "PLAIN":
+                raise ConfigError(f"inter_broker_sasl_mechanism: only PLAIN (over SASL_SSL to keep the password "
+                                  f"off the wire), not {self.inter_broker_sasl_mechanism!r}",
+                                  "inter_broker_sasl_mechanism")
             from tmqgate.storage.producers import PRODUCER_ID_STRIDE
             if self.node_id >= PRODUCER_ID_STRIDE:  # a node's producer ids are ≡ node_id mod the stride
                 raise ConfigError(f"node_id must be below {PRODUCER_ID_STRIDE} on a cluster, not {self.node_id}",

@@ -25,9 +25,12 @@ import socket
 import ssl
 from asyncio import sslproto
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from tmqgate.broker.cluster.peer import PeerSecurity
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
@@ -158,6 +161,28 @@ def server_ssl_context(config: BrokerConfig, listener: Listener | None = None) -
     load_certificates(ctx, config, listener)
     ctx.verify_mode = _VERIFY_MODES[listener.ssl_client_auth if listener is not None else config.ssl_client_auth]
     return ctx
+
+
+def peer_security(config: BrokerConfig, listener: Listener) -> PeerSecurity:
+    """How this broker dials the others' ``listener`` (each broker's first, the one it
+    registers): TLS checking their certificates against its CAs and presenting its own; SASL/PLAIN
+    as ``inter_broker_username`` (ListenerError when a SASL listener has no such credentials)."""
+    from tmqgate.broker.cluster.peer import PeerSecurity
+
+    tls = None
+    if listener.tls:
+        tls = ssl.create_default_context(cafile=listener.ssl_cafile or config.ssl_cafile)
+        certfile, keyfile = listener.ssl_certfile or config.ssl_certfile, listener.ssl_keyfile or config.ssl_keyfile
+        if certfile and keyfile:  # mutual TLS: the others map its certificate to its principal
+            tls.load_cert_chain(certfile, keyfile, password=config.ssl_key_password)
+    sasl = None
+    if listener.sasl:
+        if not (config.inter_broker_username and config.inter_broker_password):
+            raise ListenerError(f"the brokers of a cluster dial each other's first listener, {listener.name} "
+                                f"({listener.security_protocol}): set inter_broker_username and "
+                                "inter_broker_password (the brokers' user)")
+        sasl = (config.inter_broker_username, config.inter_broker_password)
+    return PeerSecurity(tls, sasl)
 
 
 def load_certificates(ctx: ssl.SSLContext, config: BrokerConfig, listener: Listener | None = None) -> None:

@@ -57,6 +57,7 @@ from tmqgate.broker.listeners import (
     advertised_addresses,
     load_certificates,
     parse_listeners,
+    peer_security,
     server_ssl_context,
 )
 from tmqgate.broker.log_cleaner import LogCleaner
@@ -268,6 +269,8 @@ class Broker:
                                          if self.config.auto_leader_rebalance_enable else None,
                                          facts=self.dnodes.facts(), http=self.config.http)
             self.dnodes.membership = self.membership
+            # how it dials the others' first listener (TLS, SASL as the brokers' user)
+            self.membership.peer_security = peer_security(self.config, listeners[0])
             from tmqgate.broker.cluster.coordinator_state import CoordinatorState, kinds
             from tmqgate.broker.cluster.replication import Replication
 

@@ -455,6 +455,22 @@ class TopicRegistry:
         self._store.create_tmq_topic(name, definition, topic_id=topic_id)
         self.reload()
 
+    def set_stables(self, db: str, stables: Mapping[str, dict[str, Any]]) -> None:
+        """A shared SQL database's supertables as the cluster records them, on a broker that
+        holds no replica of it (its copy answers no statement: they go to the leader)."""
+        held = dict(self._store.stables(db))
+        if held == dict(stables):
+            return
+        with self._store.transaction() as tx:
+            for name, schema in stables.items():
+                if name not in held:
+                    tx.create_stable(db, name, dict(schema))
+                elif held[name] != schema:
+                    tx.alter_stable(db, name, dict(schema))
+            for name in held.keys() - stables.keys():
+                tx.drop_stable(db, name)
+        self.catalog.invalidate(db)
+
     def drop_placed(self, topic: Topic) -> None:
         """A SQL database or TDengine topic gone from the cluster: dropped here, with the
         offsets committed to a TDengine topic (as DROP TOPIC drops them)."""

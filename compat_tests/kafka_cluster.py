@@ -34,7 +34,7 @@ CONTROLLER_ID = 100
 CONTROLLER_KEYS = {"default.replication.factor", "num.partitions", "leader.imbalance.check.interval.seconds",
                    "auto.leader.rebalance.enable",
                    # the controller keeps the ACLs (CreateAcls and DeleteAcls are forwarded to it)
-                   "authorizer.class.name", "allow.everyone.if.no.acl.found"}
+                   "authorizer.class.name", "allow.everyone.if.no.acl.found", "super.users"}
 
 
 def _write(path: Path, config: dict[str, str]) -> None:

@@ -39,6 +39,18 @@ def _placement(bootstrap: str, topic: str) -> tuple[bytes, list[tuple[int, int, 
     return t["topic_id"], sorted((p["partition_index"], p["leader_id"], p["replica_nodes"]) for p in t["partitions"])
 
 
+def _etcd_stables(nodes: Any, db: str) -> dict[str, Any]:
+    """The supertables etcd records with the database's placement (name → columns and tags)."""
+    from etcd3gw.client import Etcd3Client
+
+    found = Etcd3Client(host="127.0.0.1", port=nodes.etcd.client_port, api_path="/v3/").get(f"/tmqgate/topics/{db}")
+    if not found:
+        return {}
+    value = found[0].decode() if isinstance(found[0], bytes) else found[0]
+    definition = json.loads(json.loads(value)["configs"]["tmqgate.definition"])
+    return {n: (s["columns"], s["tags"]) for n, s in definition.get("stables", {}).items()}
+
+
 def _tables(td: TdBroker, db: str) -> dict[str, str]:
     return {r["table_name"]: r["stable_name"] for r in td.rows(f"SHOW {db}.TABLES")}
 
@@ -72,6 +84,12 @@ def test_sql_on_any_node_runs_on_the_databases_leader(tmp_path: Path) -> None:
             assert _tables(td, db) == {"d1": "meters", "d2": "meters"}
             assert [r["field"] for r in td.rows(f"DESCRIBE {db}.d1")] == \
                 ["ts", "current", "voltage", "phase", "location", "groupid"]
+        # the cluster's catalog in etcd has the supertable, altered through node 0 too
+        tds[0].sql(f"ALTER STABLE {db}.meters ADD COLUMN note VARCHAR(8)")
+        columns = [["ts", "TIMESTAMP"], ["current", "FLOAT"], ["voltage", "INT"], ["phase", "FLOAT"]]
+        tags = [["location", "VARCHAR(64)"], ["groupid", "INT"]]
+        until(lambda: _etcd_stables(nodes, db), lambda st: st == {"meters": ([*columns, ["note", "VARCHAR(8)"]], tags)},
+              "the supertable recorded in etcd")
         assert sum(r["tables"] for r in tds[0].rows(f"SHOW {db}.VGROUPS")) == 2  # counted at the leader
         # errors are the leader's, as it answered them
         status, answer = tds[0].post(f"INSERT INTO {db}.nosuch VALUES ({BASE_TS}, 1.0, 1, 1.0)")

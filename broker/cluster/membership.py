@@ -45,7 +45,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from etcd3gw.client import Etcd3Client
 from etcd3gw.lease import Lease
@@ -74,6 +74,9 @@ from tmqgate.coordinator.cluster import (
     view_from,
 )
 
+if TYPE_CHECKING:
+    from tmqgate.broker.cluster.peer import PeerSecurity
+
 log = logging.getLogger("tmqgate.cluster")
 
 
@@ -99,6 +102,8 @@ class Membership:
         self.view = ClusterView()
         self.placements: dict[str, Placement] = {}
         #: the cluster's ACLs and SCRAM users as etcd had them at the last round (key → value)
+        #: how this broker dials the others (TLS, SASL: broker/listeners.py peer_security)
+        self.peer_security: PeerSecurity | None = None
         #: the newest etcd revision among the keys it read, and when (wall clock ms) it last read
         self.revision = 0
         self.read_ms = -1

@@ -387,7 +387,8 @@ class Replication:
                 if conn is None or (conn.host, conn.port) != (info.host, info.port):
                     if conn is not None:
                         conn.close()
-                    conn = PeerConnection(info.host, info.port, f"tmqgate-replica-{self.node_id}")
+                    conn = PeerConnection(info.host, info.port, f"tmqgate-replica-{self.node_id}",
+                                          self._membership.peer_security)
                 try:
                     if any(f.truncate for f in mine.values()):
                         await self._truncate(conn, {k: f for k, f in mine.items() if f.truncate})

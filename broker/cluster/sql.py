@@ -17,6 +17,11 @@ Rules:
   is written when the leader is cut off from etcd or has fewer in-sync replicas than
   ``min.insync.replicas``, and answered once every in-sync replica has what it wrote (acks=all;
   TDengine's "Sync timeout" after ``replica_lag_time_max_ms``: it may or may not be kept).
+- A supertable made, altered or dropped on the database's leader (by SQL, or by schemaless rows)
+  is logged on every vnode as on one node — its replicas apply it from there, in order with
+  the rows — and recorded in the database's placement in etcd (``stables``: name → schema) by a
+  compare-and-swap right after, in order; every broker's copy of the database takes them
+  (``ClusterTopics.apply``), so the cluster's catalog in etcd has every supertable.
 - ``CREATE TOPIC … AS`` over a shared database is checked by its leader and placed (KIND
   ``tmq``); its partitions are the database's vnodes, so its view is evaluated on their
   leader. ``DROP DATABASE`` and ``DROP TOPIC`` remove the placement from any broker.
@@ -70,6 +75,9 @@ class ClusterSql:
         self._store = store
         self._replication = replication
         self._timeout_s = replicated_timeout_s  # acks=all: how long a write waits for the in-sync replicas
+        #: supertable changes made here not yet in etcd: (db, topic id, name, schema or None)
+        self._stables: list[tuple[str, bytes, str, dict[str, Any] | None]] = []
+        self._recording: asyncio.Task[None] | None = None
         self._membership = membership
         self._cluster_topics = cluster_topics
         self._registry = registry
@@ -137,6 +145,34 @@ class ClusterSql:
         if not all(await asyncio.gather(*waits)):
             raise SqlError(f"The in-sync replicas did not confirm the write within {self._timeout_s:g} s (or this "
                            "dnode stopped leading the database): it may or may not be kept", code=SYN_TIMEOUT)
+
+    def stable_changed(self, db: str, name: str, schema: dict[str, Any] | None) -> None:
+        topic = self._registry.get(db)
+        if topic is None or self.leader(db) is None:
+            return  # a database of this node alone
+        self._stables.append((db, topic.topic_id, name, schema))
+        if self._recording is None or self._recording.done():
+            self._recording = asyncio.get_running_loop().create_task(self._record_stables())
+
+    async def _record_stables(self) -> None:
+        """The supertable changes made here, into their database's placement, in order (a
+        compare-and-swap each; retried at the next change when etcd cannot be reached)."""
+        while self._stables:
+            db, topic_id, name, schema = self._stables[0]
+
+            def change(definition: dict[str, Any], name: str = name, schema: dict[str, Any] | None = schema) -> None:
+                stables = definition.setdefault("stables", {})
+                if schema is None:
+                    stables.pop(name, None)
+                else:
+                    stables[name] = schema
+
+            try:
+                await self._cluster_topics.change_definition(db, topic_id, change)
+            except Exception as exc:  # noqa: BLE001 - etcd unreachable: kept for the next try
+                log.warning("cluster: supertable %s.%s not recorded in etcd yet (%s)", db, name, exc)
+                return
+            self._stables.pop(0)
 
     async def create_database(self, name: str, vgroups: int, options: dict[str, Any]) -> None:
         me = self.node_id

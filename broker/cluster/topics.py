@@ -104,6 +104,11 @@ class ClusterTopics:
             try:
                 if topic is None:
                     self._make(placement, kind)
+                elif kind == TSDB_KIND and topic.kind == TSDB:
+                    # the supertables as etcd records them (a replica has them from the vnodes' meta)
+                    stables = json.loads(placement.configs[DEFINITION]).get("stables", {})
+                    if registry.node_id not in placement.partitions[0].replicas:
+                        registry.set_stables(name, stables)
                 elif kind == KAFKA and topic.kind == KAFKA:
                     if topic.partitions < len(placement.partitions):
                         registry.add_partitions(topic, len(placement.partitions))
@@ -143,6 +148,18 @@ class ClusterTopics:
                 return
             if self._configs_pending.get(name) == (topic_id, configs):
                 del self._configs_pending[name]
+
+    async def change_definition(self, name: str, topic_id: bytes, change: Callable[[dict[str, Any]], None]) -> bool:
+        """A SQL database's or TDengine topic's definition in its placement changed by ``change``
+        (a compare-and-swap: ``change`` sees the value read at each try)."""
+
+        def on(p: Placement) -> Placement:
+            definition = json.loads(p.configs[DEFINITION])
+            change(definition)
+            return Placement(p.name, p.topic_id, {**p.configs, DEFINITION: json.dumps(definition, sort_keys=True)},
+                             p.partitions)
+
+        return await self._membership.change_topic(name, topic_id, on)
 
     def _make(self, placement: Placement, kind: str) -> None:
         registry = self._registry

@@ -103,7 +103,8 @@ class ClusterTransactions:
         if conn is None or (conn.host, conn.port) != (info.host, info.port):
             if conn is not None:
                 conn.close()
-            conn = self._peers[node_id] = PeerConnection(info.host, info.port, f"tmqgate-txn-{self.node_id}")
+            conn = self._peers[node_id] = PeerConnection(info.host, info.port, f"tmqgate-txn-{self.node_id}",
+                                                         self._membership.peer_security)
         return conn
 
     async def _ask_coordinator(self, transactional_id: str, api_key: int, version: int,

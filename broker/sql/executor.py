@@ -153,6 +153,10 @@ class SqlCluster(Protocol):
         """Wait until the in-sync replicas of the databases ``dbs`` this broker leads have what
         it wrote (acks=all); SqlError when they do not in time."""
 
+    def stable_changed(self, db: str, name: str, schema: dict[str, Any] | None) -> None:
+        """A supertable of ``db`` made, altered (its schema) or dropped (None) here, its leader:
+        recorded in etcd with the database (in the background, in order)."""
+
     async def create_database(self, name: str, vgroups: int, options: dict[str, Any]) -> None:
         """Place a new SQL database, led by this broker, with ``options["replica"]`` copies of
         each vnode (SqlError if the name is taken)."""
@@ -529,6 +533,8 @@ class Executor:
                 tx.alter_stable(info.name, schema.name, schema_to_json(schema))
             for vnode in range(info.vgroups):
                 tx.append_meta(info.name, vnode, payload)
+        if self.cluster is not None:
+            self.cluster.stable_changed(info.name, schema.name, schema_to_json(schema))
         self._changed(info.name, schema.name)
         for vnode in range(info.vgroups):
             self.notify(info.name, vnode)
@@ -613,6 +619,8 @@ class Executor:
             tx.drop_stable(info.name, name)
             for vnode in range(info.vgroups):
                 tx.append_meta(info.name, vnode, payload)
+        if self.cluster is not None:
+            self.cluster.stable_changed(info.name, name, None)
         self._changed(info.name, name)
         for vnode in range(info.vgroups):
             self.notify(info.name, vnode)
