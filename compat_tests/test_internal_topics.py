@@ -46,9 +46,9 @@ def _compacted_history(seen: list[tuple[Any, Any]], full: list[tuple[Any, Any]])
     """Whether ``seen`` ((key, value) records, in order) is the log ``full`` as a compacted topic
     may show it: ``full`` in order with only superseded records gone — every key's newest record
     kept. Kafka shows ``full`` (its active segment, 100 MB on __consumer_offsets, is never
-    compacted); tmqgate compacts a partition's older batches once 1,000 records were appended to
-    it since (storage/group_log.py), which on the shared test broker may fall between a test's
-    commits and its read."""
+    compacted); tmqgate compacts what lies before a partition's last 1,000 records once 1,000
+    were appended to it since (storage/group_log.py), which on the shared test broker may fall
+    between a test's commits and its read."""
     rest = iter(full)
     in_order = all(any(record == r for r in rest) for record in seen)  # `rest` advances: a subsequence
     newest = {key: (key, value) for key, value in full}

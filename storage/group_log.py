@@ -20,8 +20,10 @@ the plan (on the store's writing thread). Rules:
 
 - offsets never change: a batch that loses records is replaced by batches of its surviving
   runs, each at its first record's offset (gaps, as in Kafka's compacted log);
-- the partition's last batch (the head: what Kafka keeps in its active segment) is never
-  rewritten, so the next offset, read from the last key at open, never goes back;
+- the partition's last ``ACTIVE`` records (the head: what Kafka keeps in its active segment,
+  which its cleaner never touches) and at least its last batch are never rewritten, so the next
+  offset, read from the last key at open, never goes back, and a reader of the recent log sees
+  every change as Kafka's does (a group's JoinGroup, sync and leave records, not just the last);
 - only the compactor removes or rewrites keys below the head, and appends only add keys above
   it, so a plan made from one scan stays right when it is written later: a record it keeps
   may have been superseded meanwhile (the next pass drops it), never the other way round;
@@ -49,6 +51,8 @@ DEFAULT_PARTITIONS = 50
 TXN_BASE = 1 << 31
 #: A partition is not compacted before this many records were appended since the last time.
 MIN_DIRTY = 1000
+#: The newest records of a partition that compaction leaves as they are (the active segment).
+ACTIVE = 1000
 
 
 _HEAD = struct.Struct(">qI")  # timestamp ms, record count
@@ -186,24 +190,32 @@ class GroupLog:
             start = keys.group_log_prefix(partition + 1)
         return sorted(due)
 
-    def compaction(self, partition: int, now_ms: int, delete_retention_ms: int
+    def compaction(self, partition: int, now_ms: int, delete_retention_ms: int, active: int = ACTIVE
                    ) -> tuple[list[bytes], list[tuple[bytes, bytes]], int]:
         """A plan for the partition (read-only; any thread): the keys to delete, the batches to
-        put, and how many records the partition keeps."""
+        put, and how many records the partition keeps. The batches holding its last ``active``
+        records and its last batch are the head, left as they are."""
         db = self._core.db
         prefix = keys.group_log_prefix(partition)
         latest: dict[bytes, int] = {}
-        head: bytes | None = None
+        last: tuple[bytes, bytes] | None = None
         for key, value in db.iterator(prefix=prefix):
             base = keys.group_log_base(key)
             for i, (k, _v) in enumerate(unpack(value)[1]):
                 latest[k] = base + i
-            head = key
+            last = key, value
         deletes: list[bytes] = []
         puts: list[tuple[bytes, bytes]] = []
         kept = 0
-        if head is None:
+        if last is None:
             return deletes, puts, kept
+        cut = max(0, _next_of(*last) - active)
+        head = keys.group_log_key(partition, cut)
+        for key, value in db.iterator(start=prefix, stop=head, reverse=True):
+            if _next_of(key, value) > cut:  # the batch holding offset `cut` is the head's first
+                head = key
+            break
+        head = min(head, last[0])
         horizon = now_ms - delete_retention_ms
         for key, value in db.iterator(start=prefix, stop=head):
             base = keys.group_log_base(key)
@@ -221,7 +233,8 @@ class GroupLog:
                 if run:
                     puts.append((keys.group_log_key(partition, base + i - len(run)), pack(ms, run)))
                     run = []
-        kept += len(unpack(db.get(head) or pack(0, []))[1])
+        for _key, value in db.iterator(start=head, stop=keys.prefix_end(prefix)):
+            kept += len(unpack(value)[1])
         return deletes, puts, kept
 
     def apply_compaction(self, partition: int, deletes: Sequence[bytes], puts: Sequence[tuple[bytes, bytes]],

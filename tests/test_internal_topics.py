@@ -113,7 +113,8 @@ def test_the_log_is_compacted_to_the_newest_record_per_key_offsets_kept(tmp_path
     store.delete_partitions("g1", [("t", [1])])  # 7: t-1's tombstone
     store.commit_offset("g1", "t", 0, 99, commit_ms=300)  # 8: the head
     assert log.partitions_to_compact() == [p]  # not looked at since the store opened
-    deletes, puts, kept = log.compaction(p, now_ms=1000, delete_retention_ms=10_000)
+    assert log.compaction(p, now_ms=1000, delete_retention_ms=10_000) == ([], [], 9)  # all in the head
+    deletes, puts, kept = log.compaction(p, now_ms=1000, delete_retention_ms=10_000, active=0)
     log.apply_compaction(p, deletes, puts, kept)
     assert kept == 2
     assert [(o, k, v) for o, k, v, _ in _records(store, p)] == [
@@ -123,7 +124,7 @@ def test_the_log_is_compacted_to_the_newest_record_per_key_offsets_kept(tmp_path
     assert log.partitions_to_compact() == []  # nothing appended since
     # past delete.retention.ms the tombstone goes too; the head stays
     later = int(time.time() * 1000) + 20_000  # the tombstone's batch has the wall clock's time
-    log.apply_compaction(p, *log.compaction(p, now_ms=later, delete_retention_ms=10_000))
+    log.apply_compaction(p, *log.compaction(p, now_ms=later, delete_retention_ms=10_000, active=0))
     assert [o for o, *_ in _records(store, p)] == [8]
     assert log.read(p, 0, 1 << 20) == log.read(p, 8, 1 << 20)  # a read from a gap starts after it
     store.commit_offset("g1", "t", 0, 100, commit_ms=400)
@@ -144,10 +145,30 @@ def test_compaction_keeps_the_surviving_runs_of_a_batch(tmp_path) -> None:
     store.commit_offsets("g2", [("t", 0, 1, -1, None), ("t", 1, 2, -1, None), ("t", 2, 3, -1, None)], commit_ms=5)
     store.commit_offset("g2", "t", 1, 7, commit_ms=6)  # supersedes offset 1
     store.commit_offset("g2", "t", 2, 8, commit_ms=7)  # the head; offset 2 superseded too
-    log.apply_compaction(p, *log.compaction(p, now_ms=10, delete_retention_ms=1000))
+    log.apply_compaction(p, *log.compaction(p, now_ms=10, delete_retention_ms=1000, active=0))
     assert [(o, v) for o, _k, v, _ in _records(store, p)] == [
         (0, offset_commit_value(1, -1, None, 5)), (3, offset_commit_value(7, -1, None, 6)),
         (4, offset_commit_value(8, -1, None, 7))]
+    store.close()
+
+
+def test_compaction_leaves_the_newest_records_as_they_are(tmp_path) -> None:
+    """The last ``active`` records are Kafka's active segment, which its cleaner never touches:
+    only what lies before them is compacted, and a batch holding the first of them stays whole."""
+    store = Store(str(tmp_path / "data"))
+    log = store.group_log
+    p = log.partition_of("g3")
+    for i in range(4):
+        store.commit_offset("g3", "t", 0, i, commit_ms=i)  # 0..3, one key
+    store.commit_offsets("g3", [("t", 0, 4, -1, None), ("t", 1, 5, -1, None)], commit_ms=4)  # 4, 5
+    store.commit_offset("g3", "t", 1, 6, commit_ms=5)  # 6
+    log.apply_compaction(p, *log.compaction(p, now_ms=10, delete_retention_ms=1000, active=2))
+    # offset 5 is in the head, so its batch (4, 5) is too; 0..3 were superseded by 4
+    assert [(o, v) for o, _k, v, _ in _records(store, p)] == [
+        (4, offset_commit_value(4, -1, None, 4)), (5, offset_commit_value(5, -1, None, 4)),
+        (6, offset_commit_value(6, -1, None, 5))]
+    deletes, puts, kept = log.compaction(p, now_ms=10, delete_retention_ms=1000, active=1)
+    assert (len(deletes), kept) == (1, 2)  # now 5 lies before the head and was superseded by 6
     store.close()
 
 
