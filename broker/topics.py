@@ -443,15 +443,16 @@ class TopicRegistry:
         self._by_name.pop(topic.name, None)
         self._by_id.pop(topic.topic_id, None)
 
-    def make_database(self, name: str, vgroups: int, options: dict[str, Any], topic_id: bytes) -> None:
-        """A SQL database placed on a cluster (broker/cluster/topics.py), made here with the
-        cluster's topic id; its DDL and rows are its leader's."""
+    def make_database(self, name: str, vgroups: int, options: dict[str, Any], topic_id: bytes | None = None) -> None:
+        """A SQL database (CREATE DATABASE, checked by the caller); on a cluster made here with
+        the cluster's topic id (broker/cluster/topics.py), its DDL and rows its leader's."""
         self._store.create_database(name, vgroups, {}, topic_id=topic_id, kind=TSDB, options=options)
         self.reload()
 
-    def make_view(self, name: str, definition: dict[str, Any], topic_id: bytes) -> None:
-        """A TDengine topic placed on a cluster, made here with the cluster's topic id (its
-        database's leader checked it; this broker may lack the supertable it reads)."""
+    def make_view(self, name: str, definition: dict[str, Any], topic_id: bytes | None = None) -> None:
+        """A TDengine topic (CREATE TOPIC, checked by the caller); on a cluster made here with
+        the cluster's topic id (its database's leader checked it; this broker may lack the
+        supertable it reads)."""
         self._store.create_tmq_topic(name, definition, topic_id=topic_id)
         self.reload()
 
@@ -471,9 +472,9 @@ class TopicRegistry:
                 tx.drop_stable(db, name)
         self.catalog.invalidate(db)
 
-    def drop_placed(self, topic: Topic) -> None:
-        """A SQL database or TDengine topic gone from the cluster: dropped here, with the
-        offsets committed to a TDengine topic (as DROP TOPIC drops them)."""
+    def drop_sql(self, topic: Topic) -> None:
+        """A SQL database or TDengine topic dropped (DROP DATABASE / TOPIC, checked by the
+        caller, or gone from the cluster), with the offsets committed to a TDengine topic."""
         if topic.kind == TMQ:
             self._store.drop_tmq_topic(topic.name)
             for group in self._store.offset_groups():

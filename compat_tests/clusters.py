@@ -18,6 +18,7 @@ import pytest
 
 from .brokers import TmqgateProcess, stop_all
 from .etcd import EtcdProcess
+from .helpers import free_port
 from .raw import RawConn
 
 SESSION_MS = 2000
@@ -82,22 +83,37 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
 
 
 @contextlib.contextmanager
-def tmqgate_cluster(workdir: Path, config: dict[str, Any]) -> Iterator[Nodes]:
+def tmqgate_cluster(workdir: Path, config: dict[str, Any], *, listener: str = "PLAINTEXT",
+                    prepare: Callable[[TmqgateProcess], None] | None = None) -> Iterator[Nodes]:
     """A real etcd and three `tmqgate serve --cluster` nodes (ids 0, 1, 2) with a 2 s session
-    and ``config``; stopped (or killed) at the end with etcd. Also bench/cluster_bench.py's."""
+    and ``config``; stopped (or killed) at the end with etcd. Also bench/cluster_bench.py's.
+    ``listener``: the security protocol of each node's one listener; ``prepare``: run on each
+    node's data directory before it first starts (e.g. users provisioned alike)."""
     etcd = EtcdProcess(workdir / "etcd")
     etcd.start()
     config = {"cluster": etcd.url, "cluster_session_timeout_ms": SESSION_MS, **config}
-    nodes = Nodes({n: TmqgateProcess(workdir / f"node{n}", config={"node_id": n, **config}) for n in (0, 1, 2)})
+    nodes = Nodes()
     nodes.etcd = nodes.coordination = etcd
 
+    def node(node_id: int) -> TmqgateProcess:
+        port = free_port()
+        own: dict[str, Any] = {"node_id": node_id}
+        if listener != "PLAINTEXT":
+            own.update(listeners=[f"{listener}://127.0.0.1:{port}"],
+                       listener_security_protocol_map={listener: listener})
+        proc = nodes[node_id] = TmqgateProcess(workdir / f"node{node_id}", port=port, config={**own, **config})
+        if prepare is not None:
+            prepare(proc)
+        return proc
+
     def add_tmqgate(node_id: int) -> Any:
-        nodes[node_id] = TmqgateProcess(workdir / f"node{node_id}", config={"node_id": node_id, **config})
-        nodes[node_id].start()
+        node(node_id).start()
         return nodes[node_id]
 
     nodes.add = add_tmqgate
     try:
+        for n in (0, 1, 2):
+            node(n)
         for p in nodes.values():
             p.start()
         yield nodes

@@ -30,14 +30,12 @@ from confluent_kafka.admin import (
 )
 from confluent_kafka.admin import ResourceType as RT
 
-from .brokers import TmqgateProcess, _tmqgate_cmd, stop_all
-from .clusters import Nodes, until
-from .etcd import EtcdProcess
-from .helpers import free_port, unique_topic
+from .brokers import TmqgateProcess, _tmqgate_cmd
+from .clusters import Nodes, tmqgate_cluster, until
+from .helpers import unique_topic
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 ALICE, ALICE_PASSWORD = "alice", "alice-secret"
-SESSION_MS = 2000
 
 
 def _client(bootstrap: str, user: str, password: str, **extra: Any) -> dict[str, Any]:
@@ -45,36 +43,23 @@ def _client(bootstrap: str, user: str, password: str, **extra: Any) -> dict[str,
             "sasl.username": user, "sasl.password": password, **extra}
 
 
-@contextlib.contextmanager
-def _tmqgate(workdir: Path) -> Iterator[Nodes]:
+def _provision(proc: TmqgateProcess) -> None:
+    """The users every node holds alike before the cluster forms (tmqgate user add)."""
+    for user, password in ((ADMIN, ADMIN_PASSWORD), (ALICE, ALICE_PASSWORD)):
+        added = subprocess.run([*_tmqgate_cmd(), "user", "add", user, "--mechanism", "SCRAM-SHA-256",
+                                "--data-dir", str(proc.data_dir)], input=password + "\n",
+                               capture_output=True, text=True, timeout=60)
+        assert added.returncode == 0, added.stderr
+
+
+def _tmqgate(workdir: Path) -> contextlib.AbstractContextManager[Nodes]:
     if shutil.which("etcd") is None:
         pytest.skip("etcd not installed (scripts/install_etcd.sh)")
-    etcd = EtcdProcess(workdir / "etcd")
-    etcd.start()
-    nodes = Nodes()
-    nodes.etcd = nodes.coordination = etcd
-    try:
-        for n in (0, 1, 2):
-            port = free_port()
-            proc = TmqgateProcess(workdir / f"node{n}", port=port, config={
-                "cluster": etcd.url, "node_id": n, "cluster_session_timeout_ms": SESSION_MS,
-                "listeners": [f"SASL_PLAINTEXT://127.0.0.1:{port}"],
-                "listener_security_protocol_map": {"SASL_PLAINTEXT": "SASL_PLAINTEXT"},
-                "sasl_enabled_mechanisms": ["PLAIN"], "authorizer": "acl", "allow_everyone_if_no_acl_found": False,
-                "super_users": [f"User:{ADMIN}"], "inter_broker_username": ADMIN,
-                "inter_broker_password": ADMIN_PASSWORD, "replica_lag_time_max_ms": 3000})
-            for user, password in ((ADMIN, ADMIN_PASSWORD), (ALICE, ALICE_PASSWORD)):  # provisioned alike
-                added = subprocess.run([*_tmqgate_cmd(), "user", "add", user, "--mechanism", "SCRAM-SHA-256",
-                                        "--data-dir", str(proc.data_dir)], input=password + "\n",
-                                       capture_output=True, text=True, timeout=60)
-                assert added.returncode == 0, added.stderr
-            nodes[n] = proc
-        for proc in nodes.values():
-            proc.start()
-        yield nodes
-    finally:
-        stop_all(nodes.values())
-        etcd.stop()
+    return tmqgate_cluster(workdir, {
+        "sasl_enabled_mechanisms": ["PLAIN"], "authorizer": "acl", "allow_everyone_if_no_acl_found": False,
+        "super_users": [f"User:{ADMIN}"], "inter_broker_username": ADMIN,
+        "inter_broker_password": ADMIN_PASSWORD, "replica_lag_time_max_ms": 3000},
+        listener="SASL_PLAINTEXT", prepare=_provision)
 
 
 @contextlib.contextmanager

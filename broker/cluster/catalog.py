@@ -8,8 +8,8 @@ Rules:
 - A change made on this broker (CreateAcls, DeleteAcls, AlterUserScramCredentials,
   AlterConfigs of a broker or group, AlterClientQuotas, SQL GRANT / REVOKE / CREATE USER) is
   written to its store as on one node, and the store tells this module (its ``observer``),
-  which writes it to etcd at once, in order (``flush``); until etcd has it, it is pending and
-  retried at every round.
+  which writes it to etcd at once, in order (``broker/cluster/outbox.py``); until etcd has it,
+  it is pending and retried at every round.
 - A broker's first round in a cluster it never joined (its store names no cluster, or another
   one) adds what it holds to the cluster's (nodes provisioned alike before they form a cluster
   keep their users), then — once etcd has it — records the cluster's id in its store.
@@ -22,11 +22,11 @@ Rules:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.broker.cluster.outbox import Outbox
 from tmqgate.coordinator.cluster import (
     acl_entry,
     acl_from,
@@ -61,8 +61,8 @@ class SharedCatalog:
         self._membership = membership
         self._store = store
         self._reloaded = reloaded
-        self._pending: list[Change] = []
-        self._flushing: asyncio.Task[None] | None = None
+        self._outbox: Outbox[Change] = Outbox(membership.write, "catalog changes", batch=1 << 30,
+                                              drained=self._written)
         self._applied: tuple[dict[str, str], ...] | None = None  # etcd's, as last applied
         self._joining: str | None = None  # the cluster this broker's own catalog is being added to
         store.acls.observer = self._acls_changed
@@ -88,23 +88,10 @@ class SharedCatalog:
                        for key, value in (quota_entry(entity, values),)])
 
     def _publish(self, changes: list[Change]) -> None:
-        self._pending += changes
-        self._flush_soon()
+        self._outbox.add(changes)
 
-    def _flush_soon(self) -> None:
-        if self._flushing is None or self._flushing.done():
-            self._flushing = asyncio.get_running_loop().create_task(self.flush())
-
-    async def flush(self) -> None:
-        """Write the pending changes to etcd, in order (kept for the next try when it fails)."""
-        while self._pending:
-            batch = list(self._pending)
-            try:
-                await self._membership.write(batch)
-            except Exception as exc:  # noqa: BLE001 - etcd unreachable: the next round tries again
-                log.warning("cluster: catalog changes not written to etcd yet (%s); retrying", exc)
-                return
-            del self._pending[:len(batch)]
+    async def _written(self) -> None:
+        """Etcd has every change made here."""
         if self._joining is not None:  # what it held is the cluster's now
             self._store.set_joined_cluster(self._joining)
             self._joining = None
@@ -128,8 +115,8 @@ class SharedCatalog:
             self._joining = m.cluster_id
             self._publish(self._held())
             return
-        if self._pending or self._joining is not None:
-            self._flush_soon()
+        if self._outbox.pending or self._joining is not None:
+            self._outbox.kick(force=True)
             return
         seen = (m.acls, m.users, m.configs, m.quotas)
         if self._applied == seen:

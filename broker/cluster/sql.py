@@ -37,6 +37,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from tmqgate.broker.cluster.outbox import Outbox
 from tmqgate.broker.tdengine import (
     FORWARDED,
     OUT_OF_DNODES,
@@ -75,9 +76,10 @@ class ClusterSql:
         self._store = store
         self._replication = replication
         self._timeout_s = replicated_timeout_s  # acks=all: how long a write waits for the in-sync replicas
-        #: supertable changes made here not yet in etcd: (db, topic id, name, schema or None)
-        self._stables: list[tuple[str, bytes, str, dict[str, Any] | None]] = []
-        self._recording: asyncio.Task[None] | None = None
+        #: supertable changes made here, each (db, its topic id, name, schema; None: dropped)
+        self._stables: Outbox[tuple[str, bytes, str, dict[str, Any] | None]] = Outbox(
+            self._record_stables, "supertable changes")
+        membership.on_change.append(self._stables.kick)  # what etcd could not take, tried again
         self._membership = membership
         self._cluster_topics = cluster_topics
         self._registry = registry
@@ -150,15 +152,11 @@ class ClusterSql:
         topic = self._registry.get(db)
         if topic is None or self.leader(db) is None:
             return  # a database of this node alone
-        self._stables.append((db, topic.topic_id, name, schema))
-        if self._recording is None or self._recording.done():
-            self._recording = asyncio.get_running_loop().create_task(self._record_stables())
+        self._stables.add([(db, topic.topic_id, name, schema)])
 
-    async def _record_stables(self) -> None:
-        """The supertable changes made here, into their database's placement, in order (a
-        compare-and-swap each; retried at the next change when etcd cannot be reached)."""
-        while self._stables:
-            db, topic_id, name, schema = self._stables[0]
+    async def _record_stables(self, changes: list[tuple[str, bytes, str, dict[str, Any] | None]]) -> None:
+        """Supertable changes made here, into their database's placement (a compare-and-swap each)."""
+        for db, topic_id, name, schema in changes:
 
             def change(definition: dict[str, Any], name: str = name, schema: dict[str, Any] | None = schema) -> None:
                 stables = definition.setdefault("stables", {})
@@ -167,12 +165,7 @@ class ClusterSql:
                 else:
                     stables[name] = schema
 
-            try:
-                await self._cluster_topics.change_definition(db, topic_id, change)
-            except Exception as exc:  # noqa: BLE001 - etcd unreachable: kept for the next try
-                log.warning("cluster: supertable %s.%s not recorded in etcd yet (%s)", db, name, exc)
-                return
-            self._stables.pop(0)
+            await self._cluster_topics.change_definition(db, topic_id, change)
 
     async def create_database(self, name: str, vgroups: int, options: dict[str, Any]) -> None:
         me = self.node_id

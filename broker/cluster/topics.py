@@ -31,13 +31,13 @@ The cluster's catalog of topics and the placement of their partitions live in et
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.broker.cluster.outbox import Outbox
 from tmqgate.broker.topics import KAFKA, TMQ, TSDB, Topic, TopicError
 from tmqgate.coordinator.cluster import (
     DEFINITION,
@@ -75,9 +75,9 @@ class ClusterTopics:
         self._registry = registry
         self._seen: set[str] = set()  # names in etcd at the last apply
         self._ids: dict[str, bytes] = {}  # and their topic ids
-        #: configs altered here and not in etcd yet: name → (topic id, configs)
-        self._configs_pending: dict[str, tuple[bytes, dict[str, str]]] = {}
-        self._configs_task: asyncio.Task[None] | None = None
+        self._stables_from: dict[str, str] = {}  # SQL databases: the definition their supertables came from
+        #: configs altered here, each (name, topic id, configs), written to the placements
+        self._configs: Outbox[tuple[str, bytes, dict[str, str]]] = Outbox(self._write_configs, "topic configs")
         registry.node_id = membership.node_id
         registry.cluster = self
         membership.on_change.append(self.apply)
@@ -105,14 +105,17 @@ class ClusterTopics:
                 if topic is None:
                     self._make(placement, kind)
                 elif kind == TSDB_KIND and topic.kind == TSDB:
-                    # the supertables as etcd records them (a replica has them from the vnodes' meta)
-                    stables = json.loads(placement.configs[DEFINITION]).get("stables", {})
-                    if registry.node_id not in placement.partitions[0].replicas:
-                        registry.set_stables(name, stables)
+                    # the supertables as etcd records them (a replica has them from the vnodes'
+                    # meta), taken again only when the definition changed
+                    definition = placement.configs[DEFINITION]
+                    if registry.node_id not in placement.partitions[0].replicas \
+                            and self._stables_from.get(name) != definition:
+                        registry.set_stables(name, json.loads(definition).get("stables", {}))
+                        self._stables_from[name] = definition
                 elif kind == KAFKA and topic.kind == KAFKA:
                     if topic.partitions < len(placement.partitions):
                         registry.add_partitions(topic, len(placement.partitions))
-                    if topic.configs != placement.configs and name not in self._configs_pending:
+                    if topic.configs != placement.configs and all(name != n for n, *_ in self._configs.pending):
                         registry.set_configs(topic, dict(placement.configs), shared=False)  # another broker's AlterConfigs
             except (TopicError, ValueError, KeyError) as exc:  # e.g. a name this node uses for its own database
                 log.warning("cluster: cannot make %s %s here: %s", kind, name, getattr(exc, "message", exc))
@@ -122,32 +125,23 @@ class ClusterTopics:
                 log.info("cluster: %s %s was deleted", topic.kind, topic.name)
                 self._drop(topic)
         self._seen = set(placements)
+        self._stables_from = {n: d for n, d in self._stables_from.items() if n in placements}
         self._ids = {n: p.topic_id for n, p in placements.items()}
         registry.placements = placements
-        if self._configs_pending and (self._configs_task is None or self._configs_task.done()):
-            self._configs_task = asyncio.get_running_loop().create_task(self._write_configs())
+        self._configs.kick()
 
     def configs_changed(self, topic: Topic, configs: dict[str, str]) -> None:
         """A shared topic's configs altered here: written to its placement (a compare-and-swap,
         at once, in the background); until then ``apply`` leaves this broker's as they are."""
-        self._configs_pending[topic.name] = (topic.topic_id, configs)
-        if self._configs_task is None or self._configs_task.done():
-            self._configs_task = asyncio.get_running_loop().create_task(self._write_configs())
+        self._configs.add([(topic.name, topic.topic_id, configs)])
 
-    async def _write_configs(self) -> None:
-        while self._configs_pending:
-            name, (topic_id, configs) = next(iter(self._configs_pending.items()))
+    async def _write_configs(self, changes: list[tuple[str, bytes, dict[str, str]]]) -> None:
+        for name, topic_id, configs in changes:
 
             def change(p: Placement, configs: dict[str, str] = configs) -> Placement:
                 return Placement(p.name, p.topic_id, dict(configs), p.partitions)
 
-            try:
-                await self._membership.change_topic(name, topic_id, change)
-            except Exception as exc:  # noqa: BLE001 - etcd unreachable: tried again at the next round
-                log.warning("cluster: the configs of topic %s not written to etcd yet (%s)", name, exc)
-                return
-            if self._configs_pending.get(name) == (topic_id, configs):
-                del self._configs_pending[name]
+            await self._membership.change_topic(name, topic_id, change)
 
     async def change_definition(self, name: str, topic_id: bytes, change: Callable[[dict[str, Any]], None]) -> bool:
         """A SQL database's or TDengine topic's definition in its placement changed by ``change``
@@ -163,6 +157,7 @@ class ClusterTopics:
 
     def _make(self, placement: Placement, kind: str) -> None:
         registry = self._registry
+        self._stables_from.pop(placement.name, None)  # a database made again takes its supertables again
         if kind == KAFKA:
             registry.create(placement.name, len(placement.partitions), dict(placement.configs),
                             topic_id=placement.topic_id)
@@ -180,7 +175,7 @@ class ClusterTopics:
         if topic.kind == KAFKA:
             self._registry.delete(topic)
         else:
-            self._registry.drop_placed(topic)
+            self._registry.drop_sql(topic)
 
     async def create(self, name: str, partitions: int, configs: dict[str, str | None],
                      replicas: list[list[int]] | None = None, replication_factor: int = 1) -> Topic:

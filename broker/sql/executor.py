@@ -107,6 +107,12 @@ class TopicNames(Protocol):
 
     def capacity_error(self, new_partitions: int, new_databases: int = 0) -> str | None: ...
 
+    def make_database(self, name: str, vgroups: int, options: dict[str, Any]) -> None: ...
+
+    def make_view(self, name: str, definition: dict[str, Any]) -> None: ...
+
+    def drop_sql(self, topic: Any) -> None: ...
+
 
 @dataclass(frozen=True)
 class GroupQueries:
@@ -173,9 +179,7 @@ def _databases_of(stmt: ast.Statement, db: str | None) -> set[str]:
     or writes the tables of, or makes a topic over. CREATE / DROP DATABASE and DROP TOPIC
     run anywhere (through etcd), and SHOW of databases, topics and nodes is every broker's."""
     names: set[str | None]
-    if isinstance(stmt, ast.Insert):
-        names = {t.db or db for t in stmt.tables}
-    elif isinstance(stmt, ast.CreateTables):
+    if isinstance(stmt, ast.Insert | ast.CreateTables):
         names = {t.db or db for t in stmt.tables}
     elif isinstance(stmt, ast.Show):
         names = {stmt.db or db} if stmt.what in ("stables", "tables", "vgroups") else set()
@@ -390,11 +394,11 @@ class Executor:
         if isinstance(stmt, ast.CreateTopic):
             definition = self._plan_topic(stmt, db)
             if definition is not None:
-                if cluster.leader(definition.db) is None:
-                    self.store.create_tmq_topic(stmt.name, definition.to_json())
+                if cluster.leader(definition.db) is None:  # over a database of this node alone
+                    self.topics.make_view(stmt.name, definition.to_json())
                 else:
                     await cluster.create_topic(definition)
-                self.topics.reload()
+                    self.topics.reload()
             return Result.affected(0)
         assert isinstance(stmt, ast.DropTopic)
         dropped = self._droppable_topic(stmt)
@@ -458,8 +462,7 @@ class Executor:
     def _CreateDatabase(self, stmt: ast.CreateDatabase, _db: str | None) -> Result:
         planned = self._plan_database(stmt)
         if planned is not None:
-            self.store.create_database(stmt.name, planned[0], {}, kind="tsdb", options=planned[1])
-            self.topics.reload()
+            self.topics.make_database(stmt.name, *planned)
         return Result.affected(0)
 
     def _plan_database(self, stmt: ast.CreateDatabase) -> tuple[int, dict[str, Any]] | None:
@@ -504,9 +507,7 @@ class Executor:
         return info
 
     def _drop_database(self, info: Any) -> None:
-        self.store.drop_database(info.name)
-        self.catalog.invalidate(info.name)
-        self.topics.reload()
+        self.topics.drop_sql(self.topics.get(info.name))
         for vnode in range(info.vgroups):  # a Fetch waiting on it answers at once
             self.notify(info.name, vnode)
 
@@ -826,8 +827,7 @@ class Executor:
     def _CreateTopic(self, stmt: ast.CreateTopic, db: str | None) -> Result:
         definition = self._plan_topic(stmt, db)
         if definition is not None:
-            self.store.create_tmq_topic(stmt.name, definition.to_json())
-            self.topics.reload()
+            self.topics.make_view(stmt.name, definition.to_json())
         return Result.affected(0)
 
     def _plan_topic(self, stmt: ast.CreateTopic, db: str | None) -> TopicDef | None:
@@ -861,13 +861,9 @@ class Executor:
 
     def _drop_topic(self, name: str) -> None:
         dropped = self.topics.get(name)
-        self.store.drop_tmq_topic(name)
-        for group in self.store.offset_groups():
-            self.store.delete_offsets(group, name)
-        self.topics.reload()
-        if dropped is not None:  # a Fetch waiting on it answers at once
-            for vnode in range(dropped.partitions):
-                self.notify(dropped.db, vnode)
+        self.topics.drop_sql(dropped)
+        for vnode in range(dropped.partitions):  # a Fetch waiting on it answers at once
+            self.notify(dropped.db, vnode)
 
     # -- users and privileges (the broker's SASL users and Kafka ACLs) -------------------------
 
