@@ -3,10 +3,15 @@ leader of the databases its statements use, as the parser reads them (issue 16, 
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aiohttp import web
 
+from tmqgate.broker.cluster.sql import ClusterSql
+from tmqgate.broker.sql.access import Caller
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.executor import _databases_of, led_elsewhere
 from tmqgate.broker.sql.parser import parse_script
@@ -80,3 +85,41 @@ def test_a_text_that_no_one_broker_can_run_is_refused(text: str, message: str) -
     with pytest.raises(SqlError) as err:
         led_elsewhere(_Cluster(), parse_script(text), None)
     assert err.value.message == message
+
+
+@pytest.mark.parametrize(("answer", "message"), [
+    ('{"code": 0, "data": []}', "not TDengine's REST shape"),  # no column_meta
+    ('{"code": 0, "column_meta": [["ts"]], "data": []}', "not TDengine's REST shape"),
+    ('{"code": 0, "column_meta": [["ts", "TIMESTAMP", "x"]], "data": []}', "not TDengine's REST shape"),
+    ('[1, 2]', "not TDengine's REST shape"),
+    ('not json', "did not answer"),
+    ('{"code": 912, "desc": "Table does not exist"}', "Table does not exist"),
+])
+def test_a_leaders_answer_is_taken_only_in_tdengines_rest_shape(answer: str, message: str) -> None:
+    """What the leading broker's HTTP front answers a forwarded text becomes this broker's
+    answer: its error as it is, anything not in TDengine's REST shape an SqlError (never a
+    broker fault answered as HTTP 500)."""
+    async def run() -> None:
+        app = web.Application()
+
+        async def sql(_request: web.Request) -> web.Response:
+            return web.Response(text=answer)
+
+        app.router.add_post("/rest/sql/{db}", sql)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        membership = SimpleNamespace(view=SimpleNamespace(brokers={2: SimpleNamespace(http=f"127.0.0.1:{port}")}),
+                                     on_change=[])
+        cluster = ClusterSql(1, membership, None, None, None, None, None, 5.0, 5.0)  # type: ignore[arg-type]
+        try:
+            with pytest.raises(SqlError, match=message) as raised:
+                await cluster.forward(2, "SELECT * FROM t", "db", Caller())
+            if "code" in answer and "912" in answer:
+                assert raised.value.code == 912
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(run())

@@ -64,6 +64,13 @@ def test_a_followers_catalog_follows_the_meta_entries(tmp_path: Path) -> None:
         assert child is not None and (child.stable, child.tags, child.vnode) == ("st", {"loc": "sf", "grp": 3}, 1)
         apply(0, b'{"type":"rename","tableType":"child","tableName":"d1"}')  # unknown: stored, nothing changed
         apply(0, b"not json")
+        # a newer leader's type or a field missing: stored, nothing changed (refused, this copy
+        # would stop at it for ever)
+        apply(0, meta_payload("create", "super", "s2", stable="s2", columns=[{"name": "ts", "type": "TIMESTAMP"},
+                              {"name": "v", "type": "DECIMAL128(38)"}], tags=[]))
+        apply(0, meta_payload("alter", "super", "st", stable="st", alterType="add_column", colName="x"))
+        apply(0, b'["create"]')
+        assert store.stable("db", "s2") is None and [c for c, _ in _schema(store, "st")[0]] == ["ts", "v", "w", "note"]
         assert store.child_table("db", "d1") is not None
         apply(1, meta_payload("drop", "child", "d1", stable="st", tableNameList=["d1"]))
         assert store.child_table("db", "d1") is None

@@ -112,12 +112,16 @@ class ClusterSql:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise SqlError(f"dnode {node}, which leads the database, did not answer: {exc or type(exc).__name__}",
                            code=SYN_NOT_LEADER) from None
+        malformed = SqlError(f"dnode {node} answered something that is not TDengine's REST shape")
         if not isinstance(body, dict) or not isinstance(body.get("code"), int):
-            raise SqlError(f"dnode {node} answered something that is not TDengine's REST shape")
+            raise malformed
         if body["code"] != 0:
             raise SqlError(str(body.get("desc", "")), code=body["code"])
-        return Result(columns=[(str(c[0]), str(c[1]), int(c[2])) for c in body["column_meta"]],
-                      rows=list(body["data"]))
+        try:
+            return Result(columns=[(str(c[0]), str(c[1]), int(c[2])) for c in body["column_meta"]],
+                          rows=list(body["data"]))
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise malformed from None
 
     def check_writable(self, dbs: set[str]) -> None:
         replication = self._replication

@@ -11,12 +11,15 @@ The meta entries are the ones the executor logs (broker/sql/executor.py, TDengin
   ``schemaless`` (changes: name, type, tag, add | modify) applied to the schema here;
 - ``create`` of a ``child`` table: its supertable (``using``) and tag values, on this vnode;
 - ``drop`` of a ``super`` table (with its child tables) or of a ``child`` table.
-A meta entry this code does not know is stored and changes nothing (a newer leader's).
+A meta entry this code does not know or cannot read (a newer leader's: a type or field it
+does not have) is stored and changes nothing, logged: refusing it would stop this copy at that
+entry for ever.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.tsdb.catalog import schema_from_json, schema_to_json
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     from tmqgate.storage import Store
     from tmqgate.storage.txn import Transaction
 
+log = logging.getLogger("tmqgate.replication")
 KIND_META = 1  # storage.keys.KIND_META: the stored value is i64 append time ms + the meta JSON
 
 
@@ -50,10 +54,15 @@ def append_replicated(store: Store, catalog: TsdbCatalog, db: str, vnode: int, v
 def _apply(store: Store, tx: Transaction, db: str, vnode: int, payload: bytes) -> str | None:
     """Stage the catalog change of one meta entry; the supertable it touches (None: none)."""
     try:
-        meta = json.loads(payload)
-        kind, table_type, name = meta["type"], meta["tableType"], str(meta["tableName"])
-    except (ValueError, KeyError, TypeError):
+        return _change(store, tx, db, vnode, json.loads(payload))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # TypeError_ is a ValueError
+        log.warning("%s-%d: a replicated meta entry this broker cannot read changes nothing here (%s: %s)",
+                    db, vnode, type(exc).__name__, exc)
         return None
+
+
+def _change(store: Store, tx: Transaction, db: str, vnode: int, meta: dict[str, Any]) -> str | None:
+    kind, table_type, name = meta["type"], meta["tableType"], str(meta["tableName"])
     if table_type == "super":
         current = store.stable(db, name)
         if kind == "create":
