@@ -119,6 +119,8 @@ def _is_hostport(text: str) -> bool:
     return not (":" in host and not (host.startswith("[") and host.endswith("]")))
 
 ENV_PREFIX = "TMQGATE_"
+#: The mechanisms a broker authenticates to the others with (inter_broker_sasl_mechanism).
+INTER_BROKER_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def settings_from_env(known: set[str], environ: Mapping[str, str]) -> dict[str, object]:
@@ -264,8 +266,9 @@ class BrokerConfig:
     cluster_session_timeout_ms: int = 9000
     # How this broker authenticates to the others of a cluster (followers fetching, transaction
     # markers, verification) when the listener they dial — each broker's first, the one it
-    # registers — takes SASL: Kafka's sasl.mechanism.inter.broker.protocol (PLAIN) and the
-    # credentials of the brokers' user (put it in super_users, or give it CLUSTER_ACTION and
+    # registers — takes SASL: Kafka's sasl.mechanism.inter.broker.protocol (PLAIN, SCRAM-SHA-256
+    # or SCRAM-SHA-512, one of sasl_enabled_mechanisms; SCRAM keeps the password off the wire
+    # and checks that the peer holds the user's credential) and the credentials of the brokers' user (put it in super_users, or give it CLUSTER_ACTION and
     # READ / WRITE on the topics, as Kafka's broker principal needs). On a TLS listener the broker
     # checks the peer's certificate against ssl_cafile and presents ssl_certfile (mutual TLS).
     inter_broker_sasl_mechanism: str = "PLAIN"
@@ -585,10 +588,9 @@ class BrokerConfig:
                 parse_cluster(self.cluster)
             except ValueError as exc:
                 raise ConfigError(str(exc), "cluster") from None
-            if self.inter_broker_sasl_mechanism != "PLAIN":
-                raise ConfigError(f"inter_broker_sasl_mechanism: only PLAIN (over SASL_SSL to keep the password "
-                                  f"off the wire), not {self.inter_broker_sasl_mechanism!r}",
-                                  "inter_broker_sasl_mechanism")
+            if self.inter_broker_sasl_mechanism not in INTER_BROKER_MECHANISMS:
+                raise ConfigError(f"inter_broker_sasl_mechanism: one of {', '.join(INTER_BROKER_MECHANISMS)}, not "
+                                  f"{self.inter_broker_sasl_mechanism!r}", "inter_broker_sasl_mechanism")
             from tmqgate.storage.producers import PRODUCER_ID_STRIDE
             if self.node_id >= PRODUCER_ID_STRIDE:  # a node's producer ids are ≡ node_id mod the stride
                 raise ConfigError(f"node_id must be below {PRODUCER_ID_STRIDE} on a cluster, not {self.node_id}",

@@ -165,8 +165,8 @@ def server_ssl_context(config: BrokerConfig, listener: Listener | None = None) -
 
 def peer_security(config: BrokerConfig, listener: Listener) -> PeerSecurity:
     """How this broker dials the others' ``listener`` (each broker's first, the one it
-    registers): TLS checking their certificates against its CAs and presenting its own; SASL/PLAIN
-    as ``inter_broker_username`` (ListenerError when a SASL listener has no such credentials)."""
+    registers): TLS checking their certificates against its CAs and presenting its own; SASL
+    (``inter_broker_sasl_mechanism``) as ``inter_broker_username`` (ListenerError when a SASL listener has no such credentials)."""
     from tmqgate.broker.cluster.peer import PeerSecurity
 
     tls = None
@@ -181,7 +181,11 @@ def peer_security(config: BrokerConfig, listener: Listener) -> PeerSecurity:
             raise ListenerError(f"the brokers of a cluster dial each other's first listener, {listener.name} "
                                 f"({listener.security_protocol}): set inter_broker_username and "
                                 "inter_broker_password (the brokers' user)")
-        sasl = (config.inter_broker_username, config.inter_broker_password)
+        if config.inter_broker_sasl_mechanism not in config.sasl_enabled_mechanisms:
+            raise ListenerError(f"inter_broker_sasl_mechanism {config.inter_broker_sasl_mechanism} must be one of "
+                                f"sasl_enabled_mechanisms, which the brokers' {listener.name} listener takes "
+                                f"({', '.join(config.sasl_enabled_mechanisms)})")
+        sasl = (config.inter_broker_sasl_mechanism, config.inter_broker_username, config.inter_broker_password)
     return PeerSecurity(tls, sasl)
 
 

@@ -107,9 +107,10 @@ class RefKafkaCluster:
 
 def start_reference_kafka_cluster(workdir: Path, node_ids: tuple[int, ...] = (0, 1, 2),
                                   broker_config: dict[str, str] | None = None, heap_opts: str = HEAP_OPTS,
-                                  jvm_opts: str = JVM_OPTS) -> RefKafkaCluster:
+                                  jvm_opts: str = JVM_OPTS, scram: list[str] | None = None) -> RefKafkaCluster:
     """Format and start the controller and the brokers; returns once every broker answers.
     ``broker_config`` adds or overrides broker properties (e.g. replica.lag.time.max.ms);
+    ``scram``: SCRAM users in the metadata from the start (``_format_storage``);
     ``heap_opts`` / ``jvm_opts``: the brokers' JVM (the tests' C1-only JIT by default, which
     starts fast; bench/cluster_bench.py gives the full JIT)."""
     tool("kafka-server-start")  # the jars and wrappers are there (raises otherwise)
@@ -129,7 +130,7 @@ def start_reference_kafka_cluster(workdir: Path, node_ids: tuple[int, ...] = (0,
     brokers = {n: RefKafkaBroker(workdir / f"broker{n}", n, free_port()) for n in node_ids}
     for b in brokers.values():
         _configure_broker(b, cport, broker_config, heap_opts, jvm_opts)
-    _format_storage(controller.config_path, cluster_id, controller.log_path)
+    _format_storage(controller.config_path, cluster_id, controller.log_path, scram=scram)
     for b in brokers.values():
         _format_broker(b, cluster_id)
     controller.proc = _launch(controller.workdir, controller.config_path, controller.log_path,

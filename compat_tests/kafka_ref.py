@@ -258,12 +258,15 @@ def _child_env(heap_opts: str, jvm_opts: str) -> dict[str, str]:
 
 
 def _format_storage(config_path: Path, cluster_id: str, log_path: Path,
-                    features: dict[str, int] | None = None) -> None:
+                    features: dict[str, int] | None = None, scram: list[str] | None = None) -> None:
     """`kafka-storage format --standalone`: this node alone is the initial controller quorum;
-    `features` (name -> level, e.g. transaction.version=1) are passed as `--feature`."""
+    `features` (name -> level, e.g. transaction.version=1) are passed as `--feature`, `scram`
+    (e.g. `SCRAM-SHA-256=[name=admin,password=secret]`: users the brokers need before they can
+    reach the controller) as `--add-scram`."""
     cmd = [str(tool("kafka-storage")), "format", "--config", str(config_path),
            f"--cluster-id={cluster_id}", "--standalone"]  # an id may start with "-"
     cmd += [f"--feature={name}={level}" for name, level in (features or {}).items()]
+    cmd += [f"--add-scram={user}" for user in scram or []]
     # a short-lived tool: small heap, C1 only for a quicker JVM start
     env = _child_env("-Xmx256m", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)

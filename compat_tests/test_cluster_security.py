@@ -1,12 +1,15 @@
 """Brokers of a secured cluster authenticate to each other (issue 16): every listener takes
-SASL/PLAIN, the authorizer refuses what no ACL allows (`allow.everyone.if.no.acl.found` false)
-and the brokers' own user is a super user — so followers' fetches (CLUSTER_ACTION) and the
-rest of the inter-broker traffic pass only as that user. A client user with ACLs on its topic
+SASL (PLAIN and SCRAM-SHA-256), the authorizer refuses what no ACL allows
+(`allow.everyone.if.no.acl.found` false) and the brokers' own user is a super user — so
+followers' fetches (CLUSTER_ACTION) and the rest of the inter-broker traffic pass only as that
+user, authenticated with SCRAM-SHA-256 (the password never on the wire; PLAIN between brokers is
+the same client, compat_tests/test_sasl.py). A client user with ACLs on its topic
 and group writes acks=all to a topic replicated three times, its followers in sync, reads back
 every record, and goes on through the kill of a partition's leader. Both targets, configured
-alike: three tmqgate nodes with etcd (`inter_broker_username` / `inter_broker_password`), the
-reference Kafka's three brokers and KRaft controller (`sasl.mechanism.inter.broker.protocol`,
-JAAS users; the controller's own listener stays PLAINTEXT, its ANONYMOUS brokers super users
+alike: three tmqgate nodes with etcd (`inter_broker_sasl_mechanism`, `inter_broker_username` /
+`inter_broker_password`), the reference Kafka's three brokers and KRaft controller
+(`sasl.mechanism.inter.broker.protocol`, the brokers' SCRAM user added when the metadata is
+formatted, JAAS users for PLAIN; the controller's own listener stays PLAINTEXT, its ANONYMOUS brokers super users
 there, as in Kafka's docs)."""
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from .helpers import unique_topic
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 ALICE, ALICE_PASSWORD = "alice", "alice-secret"
+INTER_BROKER = "SCRAM-SHA-256"  # the brokers' mechanism among themselves; clients here use PLAIN
 
 
 def _client(bootstrap: str, user: str, password: str, **extra: Any) -> dict[str, Any]:
@@ -56,8 +60,9 @@ def _tmqgate(workdir: Path) -> contextlib.AbstractContextManager[Nodes]:
     if shutil.which("etcd") is None:
         pytest.skip("etcd not installed (scripts/install_etcd.sh)")
     return tmqgate_cluster(workdir, {
-        "sasl_enabled_mechanisms": ["PLAIN"], "authorizer": "acl", "allow_everyone_if_no_acl_found": False,
-        "super_users": [f"User:{ADMIN}"], "inter_broker_username": ADMIN,
+        "sasl_enabled_mechanisms": ["PLAIN", "SCRAM-SHA-256"], "authorizer": "acl",
+        "allow_everyone_if_no_acl_found": False, "super_users": [f"User:{ADMIN}"],
+        "inter_broker_sasl_mechanism": INTER_BROKER, "inter_broker_username": ADMIN,
         "inter_broker_password": ADMIN_PASSWORD, "replica_lag_time_max_ms": 3000},
         listener="SASL_PLAINTEXT", prepare=_provision)
 
@@ -69,12 +74,16 @@ def _kafka(pytestconfig: pytest.Config, workdir: Path) -> Iterator[Nodes]:
 
     if not jars_installed():
         pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
-    jaas = (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="{ADMIN}" '
-            f'password="{ADMIN_PASSWORD}" user_{ADMIN}="{ADMIN_PASSWORD}" user_{ALICE}="{ALICE_PASSWORD}";')
-    cluster = start_reference_kafka_cluster(workdir / "kafka", broker_config={
+    plain = (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+             f'user_{ADMIN}="{ADMIN_PASSWORD}" user_{ALICE}="{ALICE_PASSWORD}";')
+    scram = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{ADMIN}" '
+             f'password="{ADMIN_PASSWORD}";')
+    cluster = start_reference_kafka_cluster(workdir / "kafka", scram=[
+        f"SCRAM-SHA-256=[name={ADMIN},password={ADMIN_PASSWORD}]"], broker_config={
         "listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
-        "listener.name.plaintext.plain.sasl.jaas.config": jaas,
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256", "sasl.mechanism.inter.broker.protocol": INTER_BROKER,
+        "listener.name.plaintext.plain.sasl.jaas.config": plain,
+        "listener.name.plaintext.scram-sha-256.sasl.jaas.config": scram,
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "allow.everyone.if.no.acl.found": "false", "super.users": f"User:{ADMIN};User:ANONYMOUS",
         "replica.lag.time.max.ms": "3000"})

@@ -321,6 +321,31 @@ def test_raw_scram_success_then_requests_served(sasl_broker: SecureBroker) -> No
         assert [b["port"] for b in meta["brokers"]] == [sasl_broker.listener_ports["SASL_PLAINTEXT"]]
 
 
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_the_client_brokers_dial_each_other_with_authenticates(sasl_broker: SecureBroker, mechanism: str) -> None:
+    """The client a tmqgate broker dials the others of its cluster with (inter_broker_sasl_mechanism,
+    broker/cluster/peer.py), here against the one broker: authenticated with each mechanism, its
+    requests are answered; a wrong password is refused before any request is."""
+    from tmqgate.broker.cluster.peer import PeerConnection, PeerError, PeerSecurity
+
+    port = sasl_broker.listener_ports["SASL_PLAINTEXT"]
+    metadata = {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+
+    async def run() -> None:
+        conn = PeerConnection("127.0.0.1", port, "peer", PeerSecurity(sasl=(mechanism, "alice", "alice-secret")))
+        try:
+            for _ in range(2):  # the connection stays authenticated
+                meta = await conn.request(3, 12, metadata, 30)
+                assert [b["port"] for b in meta["brokers"]] == [port]
+        finally:
+            conn.close()
+        bad = PeerConnection("127.0.0.1", port, "peer", PeerSecurity(sasl=(mechanism, "alice", "wrong")))
+        with pytest.raises(PeerError, match="refused this broker's credentials"):
+            await bad.request(3, 12, metadata, 30)
+
+    asyncio.run(run())
+
+
 @pytest.mark.parametrize("user,password", [("alice", "wrong"), ("mallory", "x")])
 def test_raw_scram_failure_answer_and_close(sasl_broker: SecureBroker, user: str, password: str) -> None:
     with RawConn(sasl_broker.sasl_bootstrap) as c:

@@ -390,3 +390,48 @@ def test_session_handshake_v0_raw_tokens() -> None:
     session, client = _session()
     _on(session, _req(ApiKey.SASL_HANDSHAKE, 0, {"mechanism": "PLAIN"}))
     assert asyncio.run(session.on_token(b"\0alice\0nope")) is None and session.state is State.FAILED
+
+
+def test_scram_client_rfc7677_vector() -> None:
+    """The broker's own SCRAM client (inter-broker SASL) gives RFC 7677's messages and accepts
+    its server signature."""
+    client = scram.ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
+    assert client.first() == RFC7677_CLIENT_FIRST
+    assert client.final(RFC7677_SERVER_FIRST) == RFC7677_CLIENT_FINAL
+    client.verify(RFC7677_SERVER_FINAL)
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_client_against_the_server(mechanism: str) -> None:
+    users = Users()
+    users.add("broker,1=", "secret", mechanism)  # a saslname with escapes
+    server = scram.ScramServer(mechanism, users)
+    client = scram.ScramClient(mechanism, "broker,1=", "secret")
+    client.verify(server.respond(client.final(server.respond(client.first()))))
+    assert server.complete and server.principal == "User:broker,1="
+    # a wrong password: the server refuses the proof
+    server = scram.ScramServer(mechanism, users)
+    client = scram.ScramClient(mechanism, "broker,1=", "wrong")
+    final = client.final(server.respond(client.first()))
+    with pytest.raises(AuthenticationFailed):
+        server.respond(final)
+
+
+def test_scram_client_refuses_a_server_that_does_not_hold_the_credential() -> None:
+    client = scram.ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
+    client.final(RFC7677_SERVER_FIRST)
+    with pytest.raises(ValueError, match="signature"):  # a server signature from another password
+        client.verify(b"v=" + base64.b64encode(bytes(32)))
+    with pytest.raises(ValueError, match="refused"):
+        client.verify(b"e=invalid-proof")
+    for server_first, why in [
+        (b"r=someoneElse123,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "nonce"),
+        (b"r=rOprNGfwEbeRWgbNEkqO,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "nonce"),  # not extended
+        (b"r=rOprNGfwEbeRWgbNEkqOx,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=1024", "iterations"),
+        (b"r=rOprNGfwEbeRWgbNEkqOx,i=4096", "invalid"),
+        (b"\xff\xfe", "invalid"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            scram.ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO").final(server_first)
+    with pytest.raises(ValueError, match="signature"):  # verify before final: nothing to check against
+        scram.ScramClient("SCRAM-SHA-256", "user", "pencil").verify(RFC7677_SERVER_FINAL)

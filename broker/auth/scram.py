@@ -226,3 +226,61 @@ _STEPS: dict[State, Callable[[ScramServer, bytes], bytes]] = {
     State.RECEIVE_CLIENT_FIRST: ScramServer._client_first,
     State.RECEIVE_CLIENT_FINAL: ScramServer._client_final,
 }
+
+
+# client side (a broker authenticating to the others of its cluster) ----------------------------
+
+_SERVER_FIRST = re.compile(rf"r=(?P<nonce>{_PRINTABLE}),s=(?P<salt>{_BASE64}),i=(?P<iterations>[0-9]{{1,9}})"
+                           rf"{_EXTENSIONS}")
+
+
+class ScramClient:
+    """The client's side of one exchange, as Kafka's ScramSaslClient: ``first`` → the server's
+    first → ``final`` → the server's final → ``verify``. ValueError whenever the server's
+    message is malformed, its nonce is not this exchange's, it asks for fewer than 4096
+    iterations, or its signature is not the one the password gives (a server that does not
+    hold the credential)."""
+
+    def __init__(self, mechanism: str, user: str, password: str, nonce: str | None = None) -> None:
+        if mechanism not in HASHES:
+            raise ValueError(f"not a SCRAM mechanism: {mechanism}")
+        self.mechanism = mechanism
+        self._password = password
+        self._nonce = nonce or secrets.token_urlsafe(24)
+        saslname = user.replace("=", "=3D").replace(",", "=2C")
+        self._first_bare = f"n={saslname},r={self._nonce}"
+        self._server_signature = b""
+
+    def first(self) -> bytes:
+        return f"n,,{self._first_bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        text = server_first.decode(errors="replace")
+        m = _SERVER_FIRST.fullmatch(text)
+        if m is None:
+            raise ValueError(f"invalid SCRAM server first message: {text[:200]!r}")
+        if not m["nonce"].startswith(self._nonce) or m["nonce"] == self._nonce:
+            raise ValueError("the server's nonce does not extend this exchange's")
+        iterations = int(m["iterations"])
+        if iterations < MIN_ITERATIONS:
+            raise ValueError(f"the server asks for {iterations} iterations, fewer than {MIN_ITERATIONS}")
+        try:
+            salt = base64.b64decode(m["salt"], validate=True)
+        except binascii.Error:
+            raise ValueError("invalid salt in the SCRAM server first message") from None
+        salted = salted_password(self.mechanism, self._password, salt, iterations)
+        client_key = _hmac(self.mechanism, salted, b"Client Key")
+        without_proof = f"c={base64.b64encode(b'n,,').decode()},r={m['nonce']}"
+        auth_message = f"{self._first_bare},{text},{without_proof}".encode()
+        signature = _hmac(self.mechanism, _h(self.mechanism, client_key), auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        self._server_signature = _hmac(self.mechanism, _hmac(self.mechanism, salted, b"Server Key"), auth_message)
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        text = server_final.decode(errors="replace")
+        if text.startswith("e="):
+            raise ValueError(f"the server refused: {text[2:200]}")
+        if not self._server_signature or not hmac.compare_digest(
+                text.encode(), b"v=" + base64.b64encode(self._server_signature)):
+            raise ValueError("the server's signature is not the one this password gives")

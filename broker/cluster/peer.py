@@ -3,8 +3,10 @@ partitions' leader, transaction markers, verification), on asyncio streams and t
 codec: one request at a time, each bounded by a timeout; any failure closes it and the caller
 connects again. It speaks the security protocol of the listener it dials (each broker's first,
 the one it registers): TLS with the peer's certificate checked (``PeerSecurity.tls``, with this
-broker's own for mutual TLS), and SASL/PLAIN as the brokers' user (SaslHandshake then
-SaslAuthenticate, as Kafka's clients) — so the brokers pass the others' authorizers."""
+broker's own for mutual TLS), and SASL as the brokers' user with PLAIN, SCRAM-SHA-256 or
+SCRAM-SHA-512 (Kafka's sasl.mechanism.inter.broker.protocol; SaslHandshake then one
+SaslAuthenticate, or two for SCRAM, as Kafka's clients) — so the brokers pass the others'
+authorizers."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from tmqgate.broker.auth.scram import ScramClient
 from tmqgate.protocol.codec import DecodeError
 from tmqgate.protocol.messages import decode_response, encode_request
 
@@ -32,10 +35,10 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 @dataclass(frozen=True)
 class PeerSecurity:
     """How this broker connects to the others: TLS (a client context, None: plaintext) and
-    SASL/PLAIN credentials (None: no SASL)."""
+    SASL (mechanism, user, password; None: no SASL)."""
 
     tls: ssl.SSLContext | None = None
-    sasl_plain: tuple[str, str] | None = field(default=None, repr=False)
+    sasl: tuple[str, str, str] | None = field(default=None, repr=False)
 
 
 class PeerConnection:
@@ -60,19 +63,31 @@ class PeerConnection:
             tls = self.security.tls
             self._streams = await asyncio.open_connection(self.host, self.port, ssl=tls,
                                                           server_hostname=self.host if tls is not None else None)
-            if self.security.sasl_plain is not None:
-                await self._authenticate(*self.security.sasl_plain)
+            if self.security.sasl is not None:
+                await self._authenticate(*self.security.sasl)
         return await self._exchange(api_key, version, body)
 
-    async def _authenticate(self, user: str, password: str) -> None:
-        """SASL/PLAIN on a new connection (PeerError when the peer refuses it)."""
-        answer = await self._exchange(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+    async def _authenticate(self, mechanism: str, user: str, password: str) -> None:
+        """SASL on a new connection (PeerError when the peer refuses it or is not who it claims:
+        a SCRAM server must prove it holds this user's credential)."""
+        answer = await self._exchange(SASL_HANDSHAKE, 1, {"mechanism": mechanism})
         if answer["error_code"]:
-            raise PeerError(f"{self.host}:{self.port} refused SASL/PLAIN (error {answer['error_code']}; it takes "
-                            f"{answer.get('mechanisms')})")
-        answer = await self._exchange(SASL_AUTHENTICATE, 2, {"auth_bytes": f"\0{user}\0{password}".encode()})
+            raise PeerError(f"{self.host}:{self.port} refused SASL/{mechanism} (error {answer['error_code']}; it "
+                            f"takes {answer.get('mechanisms')})")
+        if mechanism == "PLAIN":
+            await self._sasl_token(f"\0{user}\0{password}".encode())
+            return
+        client = ScramClient(mechanism, user, password)
+        try:
+            client.verify(await self._sasl_token(client.final(await self._sasl_token(client.first()))))
+        except ValueError as exc:
+            raise PeerError(f"{self.host}:{self.port}: SASL/{mechanism}: {exc}") from None
+
+    async def _sasl_token(self, token: bytes) -> bytes:
+        answer = await self._exchange(SASL_AUTHENTICATE, 2, {"auth_bytes": token})
         if answer["error_code"]:
             raise PeerError(f"{self.host}:{self.port} refused this broker's credentials: {answer.get('error_message')}")
+        return bytes(answer["auth_bytes"])
 
     async def _exchange(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
         assert self._streams is not None
