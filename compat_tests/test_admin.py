@@ -37,6 +37,7 @@ def admin(broker: Broker) -> AdminClient:
 def topic(admin: AdminClient) -> Iterator[str]:
     name = unique_topic("admin")
     admin.create_topics([NewTopic(name, 4, 1, config={"retention.ms": "3600000"})])[name].result(TIMEOUT)
+    _settled(admin, name, retention_ms="3600000")  # Kafka: once the broker's metadata has the topic
     yield name
     admin.delete_topics([name])[name].result(TIMEOUT)
 

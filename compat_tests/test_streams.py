@@ -161,6 +161,9 @@ def app(tmp_path: Path, broker: Broker) -> Iterator[App]:
 
 #: On the reference Kafka, give up (xfail) when the app committed nothing at all for this long.
 REFERENCE_STALL_S = 120
+#: a restarted app that processed no input record this long after its store was restored is
+#: in the Streams stall (test_killed_and_restarted_app_restores_its_store_and_counts_the_same)
+STALL_S = 60
 
 
 def wait_final(app: App, want: dict[str, int], target: str = "tmqgate") -> list[tuple[str, int]]:
@@ -264,6 +267,21 @@ def test_killed_and_restarted_app_restores_its_store_and_counts_the_same(app: Ap
                 if ln.startswith("restored ") and ln.split()[1] == f"{app.app_id}-counts-changelog"]
 
     wait_until(lambda: len(restored()) == 3 or not app.alive(), 300, 0.5, "the store's 3 partitions restored")
+    # The Streams stall (above: every time on the reference Kafka; on tmqgate twice in many runs,
+    # both on a loaded machine): RUNNING, the store restored, and not one input record processed.
+    # The restarted app then gets one more restart — the subject here is that a restart restores
+    # the store and the counts come out exactly once, which the second one shows as well.
+    deadline = time.monotonic() + STALL_S
+    while processed() == 0 and app.alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if processed() == 0 and app.alive() and len(committed_updates(app.bootstrap, app.output)) == len(at_kill):
+        print(f"the restarted Streams app processed nothing in {STALL_S} s (the stall): restarted once more")
+        app.kill()
+        wait_until(lambda: open_transactions(app.bootstrap, [(app.output, 0), *changelog]) == 0, 120, 1.0,
+                   "the stalled app's transaction aborted")
+        lines_before = len(app.lines())
+        app.start()
+        wait_until(lambda: len(restored()) == 3 or not app.alive(), 300, 0.5, "the store's 3 partitions restored")
     updates = wait_final(app, want)
     assert_exactly_once(updates)
     # what was committed before the kill is a prefix of what the output holds in the end

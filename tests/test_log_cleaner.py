@@ -13,6 +13,7 @@ from tmqgate.broker.apis import ApiKey
 from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.protocol.records import build_batch, decode_records, iter_batches
+from tmqgate.storage.group_log import ACTIVE
 
 CONFIGS = {"cleanup.policy": "compact", "segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01"}
 
@@ -75,23 +76,25 @@ def test_cleaner_runs_in_steps_and_produce_goes_on(tmp_path: Path) -> None:
 
 
 def test_a_cleaner_round_compacts_the_consumer_offsets_log(tmp_path: Path) -> None:
-    """The cleaner's round also compacts __consumer_offsets' log: 30 commits of one partition
-    leave the newest one (the head), at its offset."""
+    """The cleaner's round also compacts __consumer_offsets' log: of 1,030 commits of one
+    partition's one key the first 30 go (superseded), the last 1,000 (the head, Kafka's active
+    segment) stay at their offsets."""
 
     async def go() -> None:
         broker = Broker(BrokerConfig(listen="127.0.0.1:0", data_dir=str(tmp_path / "d"), log_cleaner_enable=False))
         await broker.start()
         try:
             store = broker.store
-            for i in range(30):
+            for i in range(ACTIVE + 30):
                 store.commit_offset("grp", "t", 0, i, commit_ms=1000 + i)
             p = store.group_log.partition_of("grp")
             before = store.group_log.read(p, 0, 1 << 30)
-            assert len(before) == 30
+            assert len(before) == ACTIVE + 30
             await broker.log_cleaner.clean_once()
-            [head] = store.group_log.read(p, 0, 1 << 30)
-            [record] = [r for h in iter_batches(head) for r in decode_records(head[h.offset:h.offset + h.size])]
-            assert record.offset == 29 and store.group_log.next_offset(p) == 30
+            after = store.group_log.read(p, 0, 1 << 30)
+            offsets = [r.offset for batch in after for h in iter_batches(batch)
+                       for r in decode_records(batch[h.offset:h.offset + h.size])]
+            assert offsets == list(range(30, ACTIVE + 30)) and store.group_log.next_offset(p) == ACTIVE + 30
         finally:
             await broker.stop()
 
