@@ -36,6 +36,7 @@ sees the topic registry through its `TopicNames` protocol).
 from tmqgate.broker.sql.access import FORWARDED, Access, Caller
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.executor import (
+    DB_ALREADY_EXIST,
     OUT_OF_DNODES,
     SYN_NOT_LEADER,
     Executor,
@@ -54,6 +55,7 @@ from tmqgate.broker.tsdb.names import INVALID_IDENTIFIER
 from tmqgate.broker.tsdb.replica import append_replicated
 
 __all__ = [
+    "DB_ALREADY_EXIST",
     "FORWARDED",
     "OUT_OF_DNODES",
     "SYN_NOT_LEADER",

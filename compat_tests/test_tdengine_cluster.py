@@ -71,7 +71,7 @@ def test_sql_on_any_node_runs_on_the_databases_leader(tmp_path: Path) -> None:
         for td in tds.values():
             assert [[(r["v1_dnode"], r["v1_status"])] for r in td.rows(f"SHOW {db}.VGROUPS")] == [[(1, "leader")]] * 3
         status, answer = tds[0].post(f"CREATE DATABASE {db}")  # taken: on every node
-        assert (status, answer["desc"]) == (400, f"Database already exists: {db}"), answer
+        assert (status, answer["code"], answer["desc"]) == (400, 0x0382, f"Database already exists: {db}"), answer
 
         # DDL and INSERT on node 2, SELECT on every node: one database, at its leader
         tds[2].sql(METERS_DDL.format(db=db))

@@ -108,6 +108,8 @@ def test_unknown_names(td: TdBroker, db: str) -> None:
     _fails(td, db, "INSERT INTO d1 VALUES (2000, 1.5, 220, 0.5)", code=STATEMENT, says=["Database not specified"])
     _fails(td, db, f"DESCRIBE {db}.nope", code=STATEMENT, says=["nope"])
     _fails(td, db, "DROP TOPIC no_such_topic", code=STATEMENT, says=["Topic not exist", "no_such_topic"])
+    # TDengine's own code (TSDB_CODE_MND_DB_ALREADY_EXIST), as a cluster answers it too
+    _fails(td, db, f"CREATE DATABASE {db}", code=0x0382, says=["Database already exists", db])
 
 
 def test_insert_type_errors_write_nothing(td: TdBroker, db: str) -> None:

@@ -39,6 +39,7 @@ import aiohttp
 
 from tmqgate.broker.cluster.outbox import Outbox
 from tmqgate.broker.tdengine import (
+    DB_ALREADY_EXIST,
     FORWARDED,
     OUT_OF_DNODES,
     SYN_NOT_LEADER,
@@ -60,8 +61,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tmqgate.cluster")
 
-#: TDengine's "Database already exists" (TSDB_CODE_MND_DB_ALREADY_EXIST)
-DB_ALREADY_EXIST = 0x0382
 #: TDengine's "Sync timeout" (TSDB_CODE_SYN_TIMEOUT): the replicas did not confirm a write in time
 SYN_TIMEOUT = 0x0903
 

@@ -230,6 +230,7 @@ DNODE_COLUMNS = [("id", "INT", 4), ("endpoint", "VARCHAR", 134), ("vnodes", "SMA
                  ("reboot_time", "TIMESTAMP", 8), ("note", "VARCHAR", 256)]
 _DNODE_STATUS = [name for name, _, _ in DNODE_COLUMNS].index("status")
 OUT_OF_DNODES = 0x0334  # TDengine's TSDB_CODE_MND_NO_ENOUGH_DNODES: more replicas than dnodes
+DB_ALREADY_EXIST = 0x0382  # TDengine's TSDB_CODE_MND_DB_ALREADY_EXIST
 SYN_NOT_LEADER = 0x090C  # TDengine's TSDB_CODE_SYN_NOT_LEADER ("Sync leader is unreachable")
 #: SHOW VGROUPS shows the first four replicas of a vnode, as TDengine's ins_vgroups
 _VGROUP_REPLICAS = 4
@@ -470,7 +471,7 @@ class Executor:
         if self.store.get_database(stmt.name) is not None or self.topics.get(stmt.name) is not None:
             if stmt.if_not_exists and self.store.get_database(stmt.name) is not None:
                 return None
-            raise SqlError(f"Database already exists: {stmt.name}")
+            raise SqlError(f"Database already exists: {stmt.name}", code=DB_ALREADY_EXIST)
         vgroups = stmt.vgroups if stmt.vgroups is not None else DEFAULT_VGROUPS
         if not 1 <= vgroups <= 1024:
             raise SqlError(f"Invalid option vgroups: {vgroups} (must be in 1..1024)")
