@@ -6,11 +6,15 @@ HTML comments just before a block tell this test how to run it (a reader never s
   test waits until it answers ApiVersions and stops it (SIGTERM) at the end;
 * `<!-- readme-test: skip (why) -->` — not run (the whole suite, a streaming job that runs
   until stopped, a Spark cluster, the benchmarks);
-* `<!-- readme-test: expect TEXT -->` — the block's output (stdout and stderr) contains TEXT.
+* `<!-- readme-test: expect TEXT -->` — the block's output (stdout and stderr) contains TEXT;
+* `<!-- readme-test: env -->` — sets up the reader's shell (`. .venv/bin/activate`): it runs
+  at the start of every later block.
 Every other block must exit 0. So that it runs anywhere, the test gives the broker free ports
-(the README's 127.0.0.1:9092 and :6041 are rewritten), and leaves out the `pip install -e`
-set-up (the test environment has it); `scripts/install_java.sh` runs as written (the copy
-links the installed jars, so it finds them up to date).
+(the README's 127.0.0.1:9092 and :6041 are rewritten), and leaves out `scripts/bootstrap.py`:
+the copy's `.venv` is the test's own virtual environment, which has everything installed
+(tests/test_readme_container.py runs the first command and example as written, on a machine
+with only python3); `scripts/install_java.sh` runs as written (the copy links the installed
+jars, so it finds them up to date).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +36,7 @@ from .helpers import api_versions_ok, free_port, wait_until
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"((?:<!-- readme-test: [^\n]*-->\n)*)```sh\n(.*?)```\n", re.S)
 MARKER = re.compile(r"<!-- readme-test: (\w+) ?(.*?) ?-->")
-SETUP = ("python3 -m pip install -e . && ", "python3 -m pip install -e '.[test]' && ")
+SETUP = re.compile(r"python3 scripts/bootstrap\.py[^&\n]*&& ")
 BLOCK_TIMEOUT = 300.0
 
 
@@ -41,6 +46,7 @@ class Block:
     text: str
     skip: bool = False
     background: bool = False
+    env: bool = False
     expect: list[str] = field(default_factory=list)
 
 
@@ -53,6 +59,8 @@ def readme_blocks(text: str) -> list[Block]:
                 block.skip = True
             elif kind == "background":
                 block.background = True
+            elif kind == "env":
+                block.env = True
             elif kind == "expect":
                 block.expect.append(arg)
             else:
@@ -62,15 +70,15 @@ def readme_blocks(text: str) -> list[Block]:
 
 
 def localize(text: str, kafka: str, http: str) -> str:
-    for setup in SETUP:
-        text = text.replace(setup, "")
+    text = SETUP.sub("", text)
     text = text.replace("127.0.0.1:9092", kafka).replace("127.0.0.1:6041", http)
     text = re.sub(r"\btmqgate serve\b", f"tmqgate serve --listen {kafka} --http {http}", text)
     return re.sub(r"\btmqgate sql ", f"tmqgate sql --http {http} ", text)
 
 
 def fresh_copy(dest: Path) -> None:
-    """The repository's tracked files (README.md as it is now), and links to the installed jars."""
+    """The repository's tracked files (README.md as it is now), links to the installed jars, and
+    `.venv` the test's own virtual environment (what the README's first command makes)."""
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     for name in filter(None, files.decode().split("\0")):
         src = ROOT / name
@@ -81,12 +89,16 @@ def fresh_copy(dest: Path) -> None:
         if (ROOT / lib).is_dir():
             shutil.rmtree(dest / lib, ignore_errors=True)
             (dest / lib).symlink_to(ROOT / lib)
+    (dest / ".venv").symlink_to(sys.prefix)
 
 
 def test_readme_blocks_parse() -> None:
     blocks = readme_blocks((ROOT / "README.md").read_text())
     assert sum(b.background for b in blocks) == 1, "one block starts the broker"
     assert blocks[0].background, "the README's first command starts the broker"
+    assert blocks[0].text == "python3 scripts/bootstrap.py && .venv/bin/tmqgate serve\n"
+    assert blocks[1].skip and blocks[1].text == "scripts/test.sh\n", "the second command runs the test suite"
+    assert [b.text for b in blocks if b.env] == [". .venv/bin/activate\n"]
     assert not any(re.search(r"\btmqgate serve\b", b.text) for b in blocks[1:] if not b.skip), \
         "no later block starts a second broker"
 
@@ -95,6 +107,9 @@ def test_readme_blocks_parse() -> None:
 def test_every_readme_block_runs_in_order(tmp_path: Path) -> None:
     require_tools()
     pytest.importorskip("pyspark")
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the README's commands run in .venv: run the suite from a virtual environment "
+                    "(scripts/test.sh makes .venv)")
     work = tmp_path / "repo"
     work.mkdir()
     fresh_copy(work)
@@ -102,11 +117,15 @@ def test_every_readme_block_runs_in_order(tmp_path: Path) -> None:
     env = dict(os.environ)
     server: subprocess.Popen[bytes] | None = None
     server_log = tmp_path / "broker.log"
+    setup = ""
     try:
         for block in readme_blocks((work / "README.md").read_text()):
             if block.skip:
                 continue
-            script = localize(block.text, kafka, http)
+            if block.env:
+                setup += block.text
+                continue
+            script = setup + localize(block.text, kafka, http)
             if block.background:
                 with server_log.open("wb") as log:
                     server = subprocess.Popen(["bash", "-c", f"exec {script.strip()}"], cwd=work, env=env,
