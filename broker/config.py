@@ -118,13 +118,27 @@ def _is_hostport(text: str) -> bool:
         return False
     return not (":" in host and not (host.startswith("[") and host.endswith("]")))
 
+
 ENV_PREFIX = "TMQGATE_"
+#: TMQGATE_* environment variables that are not settings, each read by a part of the project
+#: other than `tmqgate serve` (a name ending in "_" stands for every name it begins): the
+#: password of `tmqgate sql --user` (TMQGATE_PASSWORD); deploy/compose.yaml's admin password and
+#: host name (TMQGATE_ADMIN_PASSWORD, TMQGATE_HOST); the Spark pipelines' (TMQGATE_SPARK_JARS_DIR,
+#: TMQGATE_SPARK_LOG_LEVEL: pipelines/session.py); the test runs' (TMQGATE_CI, set by .ci/run;
+#: TMQGATE_TEST_LOCK, by scripts/test.sh; the compat suite's fuzzer TMQGATE_FUZZ_INPUTS and
+#: TMQGATE_FUZZ_SEED) and scripts/install_docker.sh's (TMQGATE_DEBIAN_MIRROR, TMQGATE_DOCKERD_LOG).
+#: Brokers started by tests and tools inherit their environment, so each must be listed here;
+#: every other TMQGATE_* variable must be a setting's (BrokerConfig.load refuses the rest, as a
+#: file's unknown key). tests/test_config_env.py checks the repository against this list.
+ENV_NOT_SETTINGS = ("TMQGATE_PASSWORD", "TMQGATE_ADMIN_PASSWORD", "TMQGATE_HOST", "TMQGATE_SPARK_", "TMQGATE_CI",
+                    "TMQGATE_TEST_", "TMQGATE_FUZZ_", "TMQGATE_DEBIAN_MIRROR", "TMQGATE_DOCKERD_LOG")
 #: The mechanisms a broker authenticates to the others with (inter_broker_sasl_mechanism).
 INTER_BROKER_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def settings_from_env(known: set[str], environ: Mapping[str, str]) -> dict[str, object]:
-    """The settings given as TMQGATE_<KEY> variables (see BrokerConfig.load)."""
+    """The settings given as TMQGATE_<KEY> variables (see BrokerConfig.load); ConfigError for
+    a TMQGATE_* variable that is neither a setting's nor one of ENV_NOT_SETTINGS."""
     values: dict[str, object] = {}
     for name in known:
         raw = environ.get(ENV_PREFIX + name.upper())
@@ -134,7 +148,32 @@ def settings_from_env(known: set[str], environ: Mapping[str, str]) -> dict[str, 
             values[name] = tomllib.loads(f"value = {raw}")["value"]
         except tomllib.TOMLDecodeError:
             values[name] = raw
+    settings = {ENV_PREFIX + name.upper() for name in known}
+    unknown = sorted(v for v in environ if v.startswith(ENV_PREFIX) and v not in settings and not any(
+        v == other or (other.endswith("_") and v.startswith(other)) for other in ENV_NOT_SETTINGS))
+    if unknown:
+        candidates = sorted(settings) + [v for v in ENV_NOT_SETTINGS if not v.endswith("_")]
+        raise ConfigError("environment: " + _unknown_names(
+            unknown, candidates, len(ENV_PREFIX), "the settings are listed in docs/CONFIG.md, each as TMQGATE_ + "
+            "its key upper-cased"))
     return values
+
+
+def _unknown_names(unknown: list[str], known: list[str], skip: int = 0,
+                   listed: str = "the settings are listed in docs/CONFIG.md") -> str:
+    """"unknown setting(s) A, B (B: did you mean C? <listed>)": the names refused, each with the
+    known name closest to it (difflib's, compared without their first `skip` characters) where
+    one is close."""
+    import difflib
+
+    bare = {name[skip:]: name for name in known}
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name[skip:], list(bare), n=1, cutoff=0.75)
+        if close:
+            found = bare[close[0]]
+            hints.append(f"did you mean {found}? " if len(unknown) == 1 else f"{name}: did you mean {found}? ")
+    return f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} ({''.join(hints)}{listed})"
 
 
 def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
@@ -516,8 +555,10 @@ class BrokerConfig:
         The environment rule is one for every setting: TMQGATE_ + the TOML key upper-cased, its
         value read as a TOML value (`TMQGATE_NUM_PARTITIONS=3`,
         `TMQGATE_LISTENERS='["PLAINTEXT://0.0.0.0:9092"]'`); a value that is not TOML (a bare
-        `0.0.0.0:9092`) is taken as a string. Other TMQGATE_* variables (TMQGATE_PASSWORD, ...)
-        are not settings and are left alone. `environ` defaults to os.environ."""
+        `0.0.0.0:9092`) is taken as a string. Any other TMQGATE_* variable is refused as a file's
+        unknown key is (a misspelt TMQGATE_WAL_LEVLE would otherwise be ignored), except those of
+        ENV_NOT_SETTINGS (TMQGATE_PASSWORD, ...), which are not settings and are left alone.
+        `environ` defaults to os.environ."""
         values: dict[str, object] = {}
         if path:
             try:
@@ -534,8 +575,7 @@ class BrokerConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"{path}: unknown setting{'s' if len(unknown) > 1 else ''} "
-                              f"{', '.join(unknown)} (the settings are listed in docs/CONFIG.md)")
+            raise ConfigError(f"{path}: {_unknown_names(unknown, sorted(known))}")
         origin = {k: str(path) for k in values}
         from_env = settings_from_env(known, os.environ if environ is None else environ)
         values.update(from_env)

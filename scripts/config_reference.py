@@ -29,6 +29,11 @@ Settings are read from the TOML file given to `tmqgate serve --config FILE` (key
 `--listen`, `--http`, `--http-auth` and `--data-dir` override their keys; unknown keys, values of the
 wrong type and out-of-range values are refused at start, naming the file and the key. Where Apache Kafka has the setting,
 the name is Kafka's in snake_case and the default is Kafka's unless the description says why not.
+
+Every key can also be given as an environment variable, `TMQGATE_` + the key upper-cased, its value
+a TOML value (`TMQGATE_NUM_PARTITIONS=3`; a value that is not TOML is taken as a string): over the
+file, under the flags. Any other `TMQGATE_*` variable is refused at start as an unknown key is
+(naming the variable), except these, which are not settings and are read elsewhere: {not_settings}.
 """
 
 
@@ -73,7 +78,10 @@ def render() -> str:
     lines = source.splitlines()
     cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "BrokerConfig")
     fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
-    out = [HEADER]
+    from tmqgate.broker.config import ENV_NOT_SETTINGS
+
+    names = [f"`{v}*`" if v.endswith("_") else f"`{v}`" for v in ENV_NOT_SETTINGS]
+    out = [HEADER.format(not_settings=", ".join(names))]
     section = None
     rows: list[str] = []
     undocumented: list[str] = []

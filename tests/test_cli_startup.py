@@ -111,8 +111,10 @@ def test_listen_without_port(tmp_path: Path) -> None:
     ("max_connections = 0\n", "max_connections = 0 is out of range: must be at least 1"),
     ("retention_check_interval_ms = -1\n", "retention_check_interval_ms = -1 is out of range: must be at least 1"),
     ("disk_usage_max_percent = 150\n", "disk_usage_max_percent = 150 is out of range: must be between 1 and 100"),
-    ("colour = 1\nnum_partition = 3\n", "unknown settings colour, num_partition (the settings are listed in "
-                                        "docs/CONFIG.md)"),
+    ("colour = 1\nnum_partition = 3\n", "unknown settings colour, num_partition (num_partition: did you mean "
+                                        "num_partitions? the settings are listed in docs/CONFIG.md)"),
+    ("wal_levle = 2\n", "unknown setting wal_levle (did you mean wal_level? the settings are listed in "
+                        "docs/CONFIG.md)"),
     ('ssl_certfile = "/nonexistent/server.pem"\n', "ssl_certfile = '/nonexistent/server.pem': no such file"),
 ])
 def test_bad_settings_name_the_file_and_key(tmp_path: Path, text: str, line: str) -> None:

@@ -4,13 +4,15 @@ overriding the config file, command-line flags overriding the environment."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.config import BrokerConfig, ConfigError, settings_from_env
 
 
 def test_env_values_are_toml_values(tmp_path: Path) -> None:
@@ -41,8 +43,74 @@ def test_env_overrides_the_file_and_flags_override_the_env(tmp_path: Path) -> No
 
 
 def test_other_tmqgate_variables_are_not_settings() -> None:
-    config = BrokerConfig.load(None, environ={"TMQGATE_PASSWORD": "x", "TMQGATE_SPARK_JARS_DIR": "/x"})
+    """The TMQGATE_* variables the project reads elsewhere (ENV_NOT_SETTINGS) are left alone."""
+    config = BrokerConfig.load(None, environ={
+        "TMQGATE_PASSWORD": "x", "TMQGATE_ADMIN_PASSWORD": "x", "TMQGATE_HOST": "kafka.example.com",
+        "TMQGATE_SPARK_JARS_DIR": "/x", "TMQGATE_SPARK_LOG_LEVEL": "INFO",
+        "TMQGATE_FUZZ_INPUTS": "10", "TMQGATE_FUZZ_SEED": "3", "PATH": "/bin", "TMQGATEWAY": "not ours"})
     assert config == BrokerConfig()
+
+
+@pytest.mark.parametrize(("environ", "line"), [
+    ({"TMQGATE_WAL_LEVLE": "2"},
+     "environment: unknown setting TMQGATE_WAL_LEVLE (did you mean TMQGATE_WAL_LEVEL? the settings are listed in "
+     "docs/CONFIG.md, each as TMQGATE_ + its key upper-cased)"),
+    ({"TMQGATE_PASSWROD": "x", "TMQGATE_COLOUR": "red"},
+     "environment: unknown settings TMQGATE_COLOUR, TMQGATE_PASSWROD (TMQGATE_PASSWROD: did you mean "
+     "TMQGATE_PASSWORD? the settings are listed in docs/CONFIG.md, each as TMQGATE_ + its key upper-cased)"),
+    ({"TMQGATE_CONFIG": "/etc/tmqgate/tmqgate.toml"},  # a flag's name, not a setting: --config
+     "environment: unknown setting TMQGATE_CONFIG (the settings are listed in docs/CONFIG.md, each as TMQGATE_ + "
+     "its key upper-cased)"),
+])
+def test_unknown_tmqgate_variables_are_refused(environ: dict[str, str], line: str) -> None:
+    """A misspelt TMQGATE_WAL_LEVLE was ignored where the same key in a file is refused."""
+    with pytest.raises(ConfigError) as refused:
+        BrokerConfig.load(None, environ=environ)
+    assert str(refused.value) == line
+
+
+def _variables_set(path: Path) -> set[str]:
+    """The TMQGATE_* variables a deploy file sets for a tmqgate process: compose services'
+    `environment:` keys, Dockerfile ENV lines, systemd Environment= lines."""
+    text = path.read_text()
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        services = (yaml.safe_load(text) or {}).get("services", {})
+        return {k for s in services.values() for k in (s.get("environment") or {}) if k.startswith("TMQGATE_")}
+    return set(re.findall(r"^(?:ENV|Environment=)\s*(TMQGATE_\w+)", text, re.M))
+
+
+def test_deploy_files_and_the_suites_set_nothing_refused() -> None:
+    """What the shipped deploy files set, and every TMQGATE_* name the code and tests mention as
+    a variable (os.environ, env dicts, compose interpolation), is a setting's or allowed."""
+    root = Path(__file__).resolve().parent.parent
+    known = {f.name for f in fields(BrokerConfig)}
+    set_by_deploy = set().union(*(_variables_set(p) for p in sorted((root / "deploy").rglob("*"))
+                                  if p.is_file() and (p.suffix in (".yaml", ".yml", ".service") or
+                                                      p.name == "Dockerfile")))
+    assert "TMQGATE_DATA_DIR" in set_by_deploy and "TMQGATE_ADMIN_PASSWORD" in set_by_deploy
+    assert "TMQGATE_PASSWORD" in set_by_deploy  # compose's setup service (tmqgate sql --user admin)
+    mentioned = set()
+    refusal_tests = {Path(__file__).resolve(), root / "tests" / "test_cli_startup.py"}  # typos on purpose
+    for folder in ("compat_tests", "tests", "deploy", "scripts", "bench", "pipelines", "broker", ".ci"):
+        for path in (root / folder).rglob("*"):
+            if path.is_file() and path.suffix in ("", ".py", ".sh", ".yaml", ".service", ".toml", ".md") \
+                    and path.resolve() not in refusal_tests:
+                text = path.read_text(errors="replace")
+                # a variable: read from or put into an environment, or interpolated by compose
+                mentioned |= set(re.findall(r"(?:environ(?:\.get)?\(|environ\[|\$\{|\$|[\"']|-e |export )(TMQGATE_[A-Z0-9_]+)"
+                                            r"(?=[\"'}:=\s)\]-])", text))
+    assert {"TMQGATE_CI", "TMQGATE_PASSWORD", "TMQGATE_SPARK_JARS_DIR"} <= mentioned  # the scan finds them
+    names = set_by_deploy | {n for n in mentioned if not n.endswith("_")}
+    names -= {"TMQGATE_IMAGE_TAG"}  # compat_tests/containers.py: a Python name, never a variable
+    refused = []
+    for name in sorted(names):
+        try:
+            settings_from_env(known, {name: "1"})
+        except ConfigError:
+            refused.append(name)
+    assert refused == []
 
 
 def test_env_settings_are_checked_like_the_file() -> None:
