@@ -72,10 +72,35 @@ def _user_parsers(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--data-dir", required=True, help="the broker's data directory")
 
 
+def _user_data_dir_refused(verb: str, path: str, holds_store: bool) -> str | None:
+    """Why `tmqgate user <verb>` refuses the data directory `path` (None: it does not): list and
+    delete need a broker's store there; add needs the directory (it may be empty, the store
+    made there before the broker's first start), so a misspelt one makes nothing anywhere."""
+    import os
+
+    if holds_store:
+        return None
+    if not os.path.exists(path):
+        if verb == "add":
+            return (f"the data directory {path} does not exist: create it (mkdir -p {path}) or start the broker "
+                    f"once with --data-dir {path}, then add the user")
+        return f"the data directory {path} does not exist: give --data-dir the broker's data directory (data_dir)"
+    if not os.path.isdir(path):
+        return f"the data directory {path} is a file, not a directory: give --data-dir the broker's data directory"
+    if verb != "add":
+        return (f"{path} is not a tmqgate data directory (no store in it): give --data-dir the broker's data "
+                "directory (data_dir)")
+    return None
+
+
 def _user(args: argparse.Namespace) -> int:
     from tmqgate.broker.auth import scram
     from tmqgate.storage import StorageError, Store
 
+    refused = _user_data_dir_refused(args.verb, args.data_dir, Store.exists(args.data_dir))
+    if refused:
+        print(f"tmqgate user: {refused}", file=sys.stderr)
+        return 2
     password = ""
     if args.verb == "add":
         try:

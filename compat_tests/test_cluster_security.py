@@ -48,7 +48,9 @@ def _client(bootstrap: str, user: str, password: str, **extra: Any) -> dict[str,
 
 
 def _provision(proc: TmqgateProcess) -> None:
-    """The users every node holds alike before the cluster forms (tmqgate user add)."""
+    """The users every node holds alike before the cluster forms (tmqgate user add, in the data
+    directory made for it)."""
+    proc.data_dir.mkdir(parents=True, exist_ok=True)
     for user, password in ((ADMIN, ADMIN_PASSWORD), (ALICE, ALICE_PASSWORD)):
         added = subprocess.run([*_tmqgate_cmd(), "user", "add", user, "--mechanism", "SCRAM-SHA-256",
                                 "--data-dir", str(proc.data_dir)], input=password + "\n",

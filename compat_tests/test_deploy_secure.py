@@ -74,7 +74,8 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Conf
     config, missing = _example_config(tls_dir, ports)
     proc = TmqgateProcess(work, port=ports["PLAINTEXT"], config=config)
     if "sasl_enabled_mechanisms" not in missing:
-        # the first admin, offline, exactly as deploy/secure/README.md says
+        # the first admin, offline, exactly as deploy/secure/README.md says (the directory first)
+        proc.data_dir.mkdir(parents=True)
         added = subprocess.run([*_tmqgate_cmd(), "user", "add", "admin", "--mechanism", "SCRAM-SHA-512",
                                 "--data-dir", str(proc.data_dir)], input=ADMIN_PASSWORD + "\n",
                                capture_output=True, text=True, timeout=60)

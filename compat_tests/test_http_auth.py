@@ -46,7 +46,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TmqgateProcess
     workdir = tmp_path_factory.mktemp("http-auth")
     proc = TmqgateProcess(workdir, config={"http_auth": "basic", "sasl_enabled_mechanisms": ["SCRAM-SHA-512"]},
                           extra_listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"})
-    # the first user, offline, before the broker ever ran
+    # the first user, offline, before the broker ever ran (in the directory it will use)
+    proc.data_dir.mkdir(parents=True)
     added = _tmqgate("user", "add", "alice", "--mechanism", "SCRAM-SHA-512", "--iterations", "8192",
                      "--data-dir", str(proc.data_dir), stdin="alice-secret\n")
     assert added.returncode == 0, added.stderr

@@ -114,6 +114,12 @@ class Store:
 
     # lifecycle -----------------------------------------------------------------------------
 
+    @staticmethod
+    def exists(path: str | os.PathLike[str]) -> bool:
+        """Whether `path` holds a store (its LevelDB's CURRENT file), without opening it (so
+        without creating one: ``Store(path)`` makes a new store where there is none)."""
+        return os.path.isfile(os.path.join(path, "CURRENT"))
+
     @property
     def path(self) -> str:
         return self.core.path
