@@ -44,13 +44,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-format", default="text", choices=["text", "json"],
                        help="text lines, or one JSON object per line for log shippers (default text)")
     sql = sub.add_parser("sql", help="run SQL statements on a running broker (its HTTP endpoint)")
-    sql.add_argument("statement", help="one or more statements separated by ';'")
+    sql.add_argument("statement", help="one or more statements separated by ';', or - to read them from stdin "
+                                        "(tmqgate sql - < setup.sql)")
     sql.add_argument("--http", default="127.0.0.1:6041",
                      help="the broker's HTTP address HOST:PORT, or https://HOST:PORT (default 127.0.0.1:6041)")
     sql.add_argument("--cafile", help="CA certificates to check an https:// front's certificate with")
     sql.add_argument("--db", help="database for unqualified names (as after USE db)")
     sql.add_argument("--json", action="store_true", help="print the raw JSON answer")
-    sql.add_argument("--user", help="HTTP Basic user (password from $TMQGATE_PASSWORD, else prompted)")
+    sql.add_argument("--user", help="HTTP Basic user (password from $TMQGATE_PASSWORD, else prompted for on the "
+                                    "terminal)")
     _user_parsers(sub)
     return parser
 
@@ -159,23 +161,30 @@ def _user(args: argparse.Namespace) -> int:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    """POST the statement to /rest/sql and print the answer as a table (or the error)."""
+    """POST the statement to /rest/sql and print the answer as the taos shell does (or the error)."""
     import json
     import ssl
     import urllib.error
     import urllib.request
 
+    statement = sys.stdin.read() if args.statement == "-" else args.statement
+    if not statement.strip():
+        print("tmqgate sql: no statement" + (" on stdin" if args.statement == "-" else ""), file=sys.stderr)
+        return 2
     base = args.http if args.http.startswith(("http://", "https://")) else f"http://{args.http}"
     url = f"{base}/rest/sql" + (f"/{args.db}" if args.db else "")
-    request = urllib.request.Request(url, data=args.statement.encode(), method="POST")
+    request = urllib.request.Request(url, data=statement.encode(), method="POST")
     if args.user:
         import base64
-        import getpass
         import os
 
         password = os.environ.get("TMQGATE_PASSWORD")
         if password is None:
-            password = getpass.getpass(f"password for {args.user}: ")
+            password = _ask_password(args.user)
+        if password is None:
+            print(f"tmqgate sql: --user {args.user} needs a password: set TMQGATE_PASSWORD, or run tmqgate sql in a "
+                  "terminal to be asked for it", file=sys.stderr)
+            return 2
         token = base64.b64encode(f"{args.user}:{password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
     context = ssl.create_default_context(cafile=args.cafile) if url.startswith("https://") else None
@@ -204,15 +213,115 @@ def _sql(args: argparse.Namespace) -> int:
     if answer.get("code") != 0:
         print(f"error {answer.get('code')}: {answer.get('desc')}", file=sys.stderr)
         return 1
-    names = [c[0] for c in answer["column_meta"]]
-    rows = [["NULL" if v is None else str(v) for v in row] for row in answer["data"]]
+    _print_answer(answer, _last_keyword(statement))
+    return 0
+
+
+def _ask_password(user: str) -> str | None:
+    """The password typed on the terminal (not echoed); None when there is no terminal to ask
+    on (stdin may be the statements, never a password) or nothing was typed before end of file."""
+    import getpass
+    import os
+
+    try:  # getpass asks on /dev/tty; without one it would read stdin (or fail on its end)
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        if not sys.stdin.isatty():  # (a system without /dev/tty: its console, if stdin is one)
+            return None
+    try:
+        return getpass.getpass(f"password for {user}: ")
+    except EOFError:
+        return None
+
+
+def _last_keyword(text: str) -> str:
+    """The first word of the last statement of `text` (statements separated by ';' outside
+    quotes; comments skipped), upper-cased: the statement the answer is about."""
+    statements: list[str] = []
+    current: list[str] = []
+    quote = None
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quote is not None:
+            quote = None if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = len(text) if end < 0 else end + 2
+            current.append(" ")
+            continue
+        elif ch == ";":
+            statements.append("".join(current))
+            current = []
+            i += 1
+            continue
+        current.append(ch)
+        i += 1
+    statements.append("".join(current))
+    words = [part.split() for part in statements if part.strip()]
+    return words[-1][0].upper() if words else ""
+
+
+#: The statements whose answer is rows, printed as a table even when its one column is
+#: named affected_rows (which otherwise marks a DDL or INSERT answer, TDengine's REST shape).
+_ROW_STATEMENTS = ("SELECT", "SHOW", "DESCRIBE", "DESC")
+#: How the taos shell says what a statement without rows did ("Query OK" for the others).
+_DONE = {"CREATE": "Create", "INSERT": "Insert", "DROP": "Drop"}
+
+
+def _print_answer(answer: dict[str, typing.Any], keyword: str) -> None:
+    """As the taos shell prints it: "Create OK, 0 row(s) affected" (Insert, Drop; Query for
+    other statements) for an answer that is TDengine's affected_rows, else the rows as a table
+    (TIMESTAMP values in local time, YYYY-MM-DD HH:MM:SS.mmm) and "Query OK, N row(s) in set"."""
+    meta = [list(c) for c in answer["column_meta"]]
+    if meta == [["affected_rows", "INT", 4]] and keyword not in _ROW_STATEMENTS:
+        affected = answer["data"][0][0] if answer["data"] else 0
+        print(f"{_DONE.get(keyword, 'Query')} OK, {affected} row(s) affected")
+        return
+    names = [c[0] for c in meta]
+    rows = [[_cell(v, c[1]) for v, c in zip(row, meta, strict=True)] for row in answer["data"]]
     widths = [max([len(n)] + [len(r[i]) for r in rows]) for i, n in enumerate(names)]
     print(" | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)))
     print("-+-".join("-" * w for w in widths))
     for row in rows:
         print(" | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
     print(f"Query OK, {answer['rows']} row(s) in set")
-    return 0
+
+
+def _cell(value: object, kind: str) -> str:
+    if value is None:
+        return "NULL"
+    if kind == "TIMESTAMP":
+        return _timestamp(value)
+    return str(value)
+
+
+def _timestamp(value: object) -> str:
+    """A TIMESTAMP as the taos shell shows it, YYYY-MM-DD HH:MM:SS.mmm in local time, from epoch
+    milliseconds (tmqgate's REST answer) or an ISO 8601 / RFC 3339 text (taosAdapter's); anything
+    else as it came."""
+    import datetime
+
+    try:
+        if isinstance(value, int) and not isinstance(value, bool):
+            moment = datetime.datetime.fromtimestamp(value // 1000)
+            millis = value % 1000
+        elif isinstance(value, str):
+            moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            if moment.tzinfo is not None:
+                moment = moment.astimezone()
+            millis = moment.microsecond // 1000
+        else:
+            return str(value)
+    except (ValueError, OverflowError, OSError):
+        return str(value)
+    return f"{moment:%Y-%m-%d %H:%M:%S}.{millis:03d}"
 
 
 def _preflight(config: BrokerConfig) -> None:
