@@ -25,8 +25,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, through its metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tmqgate")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tmqgate", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"tmqgate {_version()}",
+                        help="print tmqgate's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the broker")
     serve.add_argument("--listen", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
@@ -379,9 +391,10 @@ def _missing_ancestor(path: str) -> str | None:
     return top
 
 
-async def _serve(config: BrokerConfig) -> None:
+async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
     from tmqgate.broker.http import make_app, start_http
     from tmqgate.broker.listeners import server_ssl_context
+    from tmqgate.broker.logs import event_line
     from tmqgate.broker.server import Broker
     from tmqgate.storage import StorageError
 
@@ -402,6 +415,11 @@ async def _serve(config: BrokerConfig) -> None:
     except (OSError, ValueError) as exc:
         await broker.stop()
         _remove(created)
+        if config.cluster is not None:
+            from tmqgate.broker.cluster.membership import EtcdUnreachable
+
+            if isinstance(exc, EtcdUnreachable):  # its text says which endpoints and why
+                raise StartupError(str(exc)) from None
         raise StartupError(f"cannot start the broker: {exc}") from None
     authenticate = None
     if config.http_auth == "basic":  # HTTP Basic against the SCRAM users, as SASL/PLAIN
@@ -429,8 +447,15 @@ async def _serve(config: BrokerConfig) -> None:
     loop.add_signal_handler(signal.SIGHUP, broker.reload_certificates)
     read_only = broker.store.read_only
     note = f" (READ-ONLY until there is room: {read_only})" if read_only else ""
-    kafka = ", ".join(f"{name}://{host}:{port}" for name, (host, port) in broker.advertised_by_listener.items())
-    print(f"tmqgate ready: kafka {kafka}, http {config.http}{note}", flush=True)
+    kafka = [f"{name}://{host}:{port}" for name, (host, port) in broker.advertised_by_listener.items()]
+    # stdout's one line, which tests and tools wait for; under --log-format json a JSON object
+    # (its message still begins "tmqgate ready: kafka ...")
+    extra: dict[str, object] = {"read_only": read_only} if read_only else {}
+    http = config.http
+    if config.http_address[1] == 0 and runner.addresses:  # port 0: the one it was given
+        http = f"{config.http.rpartition(':')[0]}:{runner.addresses[0][1]}"
+    print(event_line(log_format, "tmqgate", f"tmqgate ready: kafka {', '.join(kafka)}, http {http}{note}",
+                     event="ready", kafka=kafka, http=http, **extra), flush=True)
     await stop.wait()
     logging.getLogger("tmqgate").info("shutting down")
     await runner.cleanup()
@@ -457,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir,
                                    http_auth=args.http_auth, node_id=args.node_id, cluster=args.cluster)
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, args.log_format))
     except (ConfigError, StartupError) as exc:  # refused before anything starts: one line, exit 2
         print(f"tmqgate: {exc}", file=sys.stderr, flush=True)
         return 2

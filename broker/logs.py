@@ -38,6 +38,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
+def event_line(fmt: str, logger: str, message: str, **fields: object) -> str:
+    """A line the CLI prints to stdout (`tmqgate ready: ...`): `message` itself as text, or under
+    `--log-format json` one JSON object as the log's lines are (level INFO, `logger`, `message`,
+    then `fields`), so that everything the broker writes under json is JSON."""
+    if fmt != "json":
+        return message
+    record = logging.LogRecord(logger, logging.INFO, __file__, 0, message, None, None)
+    record.__dict__.update(fields)
+    return JsonFormatter().format(record)
+
+
 def setup_logging(level: str, fmt: str = "text") -> None:
     """Send log lines of `level` and above to stderr, as text or JSON."""
     handler = logging.StreamHandler(sys.stderr)

@@ -4,6 +4,7 @@ exit status 2, and nothing created on disk (issue 13, point 2). Each test spawns
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -189,3 +190,85 @@ def test_sql_on_a_non_json_error_body(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert _one_line(done.stderr) == (f"tmqgate sql: http://127.0.0.1:{port}/rest/sql answered HTTP 502 Bad Gateway: "
                                       "<html><body> <h1>502 Bad Gateway</h1> </body></html>")
+
+
+# --- issue 24, point 4: a new user's first minutes ------------------------------------------------
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    done = subprocess.run([sys.executable, "-m", "tmqgate.broker.cli", "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"tmqgate {version('tmqgate')}\n", "")
+    assert version("tmqgate") == "0.1.0"  # pyproject.toml's, as installed
+
+
+def test_an_unknown_tmqgate_variable_is_refused_like_a_files_key(tmp_path: Path) -> None:
+    """TMQGATE_WAL_LEVLE=2 (a typo) was ignored while wal_levle in the file was refused."""
+    env = {**os.environ, "TMQGATE_WAL_LEVLE": "2"}
+    argv = [sys.executable, "-m", "tmqgate.broker.cli", "serve", "--data-dir", str(tmp_path / "data"),
+            "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2
+    assert _one_line(done.stderr) == (
+        "tmqgate: environment: unknown setting TMQGATE_WAL_LEVLE (did you mean TMQGATE_WAL_LEVEL? the settings are "
+        "listed in docs/CONFIG.md, each as TMQGATE_ + its key upper-cased)")
+    assert not (tmp_path / "data").exists()
+
+
+def test_cluster_with_etcd_down_is_one_line_within_seconds(tmp_path: Path) -> None:
+    """--cluster naming an etcd that is not there: refused within seconds (it waited ~29 s, then
+    printed a Python list of tuples), every endpoint named with why, nothing left on disk."""
+    import time
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    began = time.monotonic()
+    rc, err, data = _serve(tmp_path, "--cluster", f"etcd://127.0.0.1:{port},etcd.invalid:2379", data="a/data")
+    took = time.monotonic() - began
+    assert rc == 2
+    reason = _resolve_error("etcd.invalid")
+    assert _one_line(err) == (f"tmqgate: cannot reach etcd at 127.0.0.1:{port}: connection refused; at "
+                              f"etcd.invalid:2379: the name does not resolve ({reason}): start etcd there, or give "
+                              "--cluster (cluster) the address of a running one")
+    # the start tries etcd for 3 s (membership.START_WAIT_S) after its own start-up (~1 s idle);
+    # a loaded test machine gets room, and the old 29 s wait would still fail this
+    assert took < 20, took
+    assert not (tmp_path / "a").exists()
+
+
+def _resolve_error(host: str) -> str:
+    try:
+        socket.getaddrinfo(host, 2379)
+    except socket.gaierror as exc:
+        return str(exc.strerror)
+    raise AssertionError(f"{host} resolves here")
+
+
+def test_ready_line_is_json_under_log_format_json(tmp_path: Path) -> None:
+    """stdout's ready line, which tools wait for: text as before, one JSON object under
+    --log-format json (its message the text line, so a reader looking for "tmqgate ready: kafka
+    ..." in the line still finds it)."""
+    import json
+    import signal
+
+    for fmt in ("text", "json"):
+        argv = [sys.executable, "-m", "tmqgate.broker.cli", "serve", "--data-dir", str(tmp_path / fmt),
+                "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-format", fmt]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+        if fmt == "text":
+            assert re.fullmatch(r"tmqgate ready: kafka PLAINTEXT://127\.0\.0\.1:\d+, http 127\.0\.0\.1:\d+\n", line), line
+            continue
+        ready = json.loads(line)
+        kafka = re.search(r"PLAINTEXT://127\.0\.0\.1:\d+", ready["message"]).group(0)  # type: ignore[union-attr]
+        http = re.search(r"http (127\.0\.0\.1:\d+)", ready["message"]).group(1)  # type: ignore[union-attr]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", ready.pop("time"))
+        assert ready == {"level": "INFO", "logger": "tmqgate", "message": f"tmqgate ready: kafka {kafka}, http {http}",
+                         "event": "ready", "kafka": [kafka], "http": http}

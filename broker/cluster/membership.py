@@ -78,6 +78,15 @@ if TYPE_CHECKING:
     from tmqgate.broker.cluster.peer import PeerSecurity
 
 log = logging.getLogger("tmqgate.cluster")
+#: How long ``start`` keeps trying etcd before the broker refuses to start (every endpoint
+#: tried at least once): an etcd starting beside the broker has this long to answer, and a
+#: stopped etcd or a mistyped address is said within seconds.
+START_WAIT_S = 3.0
+
+
+class EtcdUnreachable(ConnectionError):
+    """No endpoint of ``cluster`` answered at start; the text names each endpoint and why
+    (the one line a refused start prints)."""
 
 
 @dataclass
@@ -119,6 +128,8 @@ class Membership:
         self.session_s = session_timeout_ms / 1000
         self._last_ok = 0.0  # monotonic time of the last round that reached etcd
         self._endpoint = 0
+        #: why each endpoint (its index) last failed, for the start's refusal
+        self._failures: dict[int, str] = {}
         self._session: _Session | None = None
         self._task: asyncio.Task[None] | None = None
         #: called in order on the event loop after each round that read etcd (the broker
@@ -194,6 +205,7 @@ class Membership:
             if self.connected:
                 log.warning("cluster: lost etcd at %s:%d (%s); serving with the last view",
                             *self.endpoints[self._endpoint % len(self.endpoints)], exc)
+            self._failures[self._endpoint % len(self.endpoints)] = _why(exc)
             self._endpoint += 1
             self._session = None
             return False
@@ -311,12 +323,22 @@ class Membership:
                 call()
 
     async def start(self) -> None:
-        """Register (waiting up to the session timeout for etcd), then keep it up in a task."""
-        deadline = asyncio.get_running_loop().time() + 3 * self.interval * 3
-        while not await asyncio.to_thread(self._round_or_failover):
-            if asyncio.get_running_loop().time() > deadline:
-                raise ConnectionError(f"cannot reach etcd at {self.endpoints}")
-            await asyncio.sleep(self.interval / 3)
+        """Register (trying etcd for START_WAIT_S, each endpoint at least once), then keep it up
+        in a task; EtcdUnreachable when no endpoint answered."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + START_WAIT_S
+        tried: set[int] = set()
+        while True:
+            endpoint = self._endpoint % len(self.endpoints)
+            if await asyncio.to_thread(self._round_or_failover):
+                break
+            tried.add(endpoint)
+            if loop.time() > deadline and len(tried) == len(self.endpoints):
+                reasons = [f"{host}:{port}: {self._failures.get(i, 'no answer')}"
+                           for i, (host, port) in enumerate(self.endpoints)]
+                raise EtcdUnreachable(f"cannot reach etcd at {'; at '.join(reasons)}: start etcd there, or give "
+                                      "--cluster (cluster) the address of a running one")
+            await asyncio.sleep(min(self.interval / 3, 0.5))
         self.connected = True
         self._last_ok = time.monotonic()
         for call in self.on_change:
@@ -349,6 +371,29 @@ class Membership:
                 await asyncio.to_thread(session.lease.revoke)
             except Exception as exc:  # noqa: BLE001 - best effort: the lease lapses anyway
                 log.info("cluster: could not revoke the lease at shutdown: %s", exc)
+
+
+def _why(exc: BaseException) -> str:
+    """What an etcd call's failure comes down to, in a few words: "connection refused", "timed
+    out", the host's name not resolving (etcd3gw wraps requests' errors, which wrap urllib3's,
+    which wrap the socket's); else the exception itself."""
+    import socket
+
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(e, socket.gaierror):
+            return f"the name does not resolve ({e.strerror})"
+        if isinstance(e, TimeoutError) or "Timeout" in type(e).__name__:
+            return "timed out"
+        todo += [x for x in (e.__cause__, e.__context__, getattr(e, "reason", None), *e.args)
+                 if isinstance(x, BaseException)]
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _text(value: Any) -> str:
