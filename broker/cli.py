@@ -393,7 +393,7 @@ def _missing_ancestor(path: str) -> str | None:
 
 async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
     from tmqgate.broker.http import make_app, start_http
-    from tmqgate.broker.listeners import server_ssl_context
+    from tmqgate.broker.listeners import advertised_warnings, server_ssl_context
     from tmqgate.broker.logs import event_line
     from tmqgate.broker.server import Broker
     from tmqgate.storage import StorageError
@@ -440,6 +440,8 @@ async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
         _remove(created)
         raise StartupError(f"cannot listen on {config.http} (HTTP SQL front): {exc.strerror or exc}: stop what "
                            "uses it or choose another port with --http (http)") from None
+    for line in await advertised_warnings(config, broker.advertised_by_listener, broker.bound_addresses):
+        logging.getLogger("tmqgate.listeners").warning("%s", line, extra={"event": "advertised_address"})
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -195,6 +195,13 @@ def _loopback(host: str) -> bool:
         return False  # a name: it may resolve to anything
 
 
+def _is_host(text: str) -> bool:
+    """A host name or address without a port (IPv6 in brackets)."""
+    if text.startswith("[") and text.endswith("]"):
+        return len(text) > 2
+    return bool(text) and ":" not in text and "/" not in text and not any(c.isspace() for c in text)
+
+
 @dataclass
 class BrokerConfig:
     """Everything the broker reads at start-up."""
@@ -207,14 +214,18 @@ class BrokerConfig:
     # The data directory (flag --data-dir); created once the start-up checks pass (a start that
     # fails leaves nothing behind). One broker per directory (LevelDB's LOCK).
     data_dir: str = "./data"
-    # HOST:PORT clients are told for `listen` (Kafka's advertised.listeners for one listener);
-    # unset = `listen` itself.
+    # HOST:PORT clients are told for `listen` (Kafka's advertised.listeners for one listener),
+    # or a HOST alone: that host with the bound port (so a --listen port change is told as
+    # bound); unset = the bound address itself (the host's name for 0.0.0.0). The broker warns
+    # at start when the address is not one of this machine where it listens.
     advertised_listener: str | None = None
     # --- Listeners (Kafka's listeners / advertised.listeners / listener.security.protocol.map)
     # Kafka's listeners, e.g. ["PLAINTEXT://127.0.0.1:9092", "SASL_SSL://127.0.0.1:9093"];
     # empty = one PLAINTEXT listener on `listen`. See broker/listeners.py.
     listeners: list[str] = field(default_factory=list)
-    # Kafka's advertised.listeners: NAME://HOST:PORT told to clients per listener; empty = as bound.
+    # Kafka's advertised.listeners: NAME://HOST:PORT told to clients per listener, or NAME://HOST
+    # for that host with the listener's bound port; a listener not named here is told as bound
+    # (the host's name for a wildcard).
     advertised_listeners: list[str] = field(default_factory=list)
     # Kafka's listener.security.protocol.map: listener name -> PLAINTEXT, SSL, SASL_PLAINTEXT or
     # SASL_SSL (names that are protocols need no entry).
@@ -610,11 +621,15 @@ class BrokerConfig:
             if value < low or (high is not None and value > high):
                 span = f"at least {low}" if high is None else f"between {low} and {high}"
                 raise ConfigError(f"{name} = {value!r} is out of range: must be {span}", name)
-        for name in ("listen", "http", "advertised_listener"):
+        for name in ("listen", "http"):
             value = getattr(self, name)
-            if value is not None and not _is_hostport(value):
+            if not _is_hostport(value):
                 raise ConfigError(f"{name} = {value!r} is not HOST:PORT (e.g. 127.0.0.1:9092; "
                                   "a port is required, 0 to pick a free one)", name)
+        told = self.advertised_listener
+        if told is not None and not (_is_hostport(told) or _is_host(told)):
+            raise ConfigError(f"advertised_listener = {told!r} is not HOST:PORT or HOST (e.g. kafka.example.com:9092, "
+                              "or kafka.example.com for the bound port)", "advertised_listener")
         for name in ("ssl_certfile", "ssl_keyfile", "ssl_cafile"):
             value = getattr(self, name)
             if value is not None and not Path(value).is_file():

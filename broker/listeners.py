@@ -19,6 +19,7 @@ Listeners with the same settings share one `ssl.SSLContext`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
@@ -71,10 +72,14 @@ class Listener:
         return self.security_protocol in SASL_PROTOCOLS
 
 
-def _split(text: str) -> tuple[str, str, int]:
+def _split(text: str, port_optional: bool = False) -> tuple[str, str, int]:
+    """NAME://HOST:PORT -> (NAME, HOST, PORT); with `port_optional` (an advertised listener)
+    NAME://HOST too, whose port is 0: the listener's bound port."""
     name, sep, address = text.strip().partition("://")
     if not sep or not name:
         raise ListenerError(f"listener {text!r} is not NAME://HOST:PORT")
+    if port_optional and address and (":" not in address or address.endswith("]")):
+        return name.upper(), address.strip("[]"), 0
     host, colon, port = address.rpartition(":")
     if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ListenerError(f"listener {text!r} has no valid port")
@@ -134,7 +139,9 @@ def _client_auth(config: BrokerConfig, name: str, protocol: str) -> str:
 
 
 def advertised_addresses(config: BrokerConfig, bound: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
-    """Each listener's address as clients are told it, from `bound` (name -> bound host, port)."""
+    """Each listener's address as clients are told it, from `bound` (name -> bound host, port):
+    the advertised one where given (a host without a port: the bound port), else the bound one
+    (the host's name for a wildcard)."""
     out: dict[str, tuple[str, int]] = {}
     for name, (host, port) in bound.items():
         out[name] = (socket.getfqdn() if host in _WILDCARDS else host, port)
@@ -142,14 +149,101 @@ def advertised_addresses(config: BrokerConfig, bound: dict[str, tuple[str, int]]
     if config.advertised_listener and not config.listeners:
         given.append(f"PLAINTEXT://{config.advertised_listener}")
     for text in given:
-        if "://" not in text:  # the old single advertised_listener form, HOST:PORT
+        old_form = "://" not in text  # the old single advertised_listener form, HOST:PORT
+        if old_form:
             text = f"{next(iter(bound))}://{text}"
-        name, host, port = _split(text)
+        name, host, port = _split(text, port_optional=not old_form)
         if name not in bound:
             raise ListenerError(f"advertised listener {name} is not one of the listeners "
                                 f"({', '.join(bound)})")
         out[name] = (host or socket.getfqdn(), port or bound[name][1])
     return out
+
+
+RESOLVE_TIMEOUT_S = 2.0  # how long the start-up check waits for an advertised host to resolve
+
+
+async def advertised_warnings(config: BrokerConfig, advertised: dict[str, tuple[str, int]],
+                              bound: dict[str, list[tuple[str, int]]]) -> list[str]:
+    """What is wrong with the addresses clients are told (`advertised`, listener name -> host,
+    port), each said in one line: a host that does not resolve (within RESOLVE_TIMEOUT_S), one
+    that resolves to no address of this machine (loopback, or one it can bind: an interface's),
+    and one of this machine where the listener is not bound (`bound`: its sockets' addresses),
+    such as a config's localhost:9092 when --listen made it bind another port. Clients told
+    such an address connect elsewhere, or nowhere, and wait; the broker starts anyway (a
+    name may resolve only where the clients are, a port forward may lead to the listener)."""
+    setting = "advertised_listener" if config.advertised_listener and not config.listeners else "advertised_listeners"
+    loop = asyncio.get_running_loop()
+
+    async def check(name: str, host: str, port: int) -> str | None:
+        where = f"listener {name}: the advertised address {host}:{port}"
+        try:
+            infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_S)
+        except socket.gaierror as exc:
+            return (f"{where} does not resolve ({exc.strerror}): clients told it cannot connect; set {setting} to a "
+                    "name or address of this machine that the clients resolve")
+        except TimeoutError:
+            return (f"{where} did not resolve within {RESOLVE_TIMEOUT_S:g} s: clients told it may not connect; set "
+                    f"{setting} to a name or address of this machine that the clients resolve")
+        ips = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        local = [ip for ip in ips if _local_address(ip)]
+        if not local:
+            return (f"{where} resolves to {', '.join(ips)}, not an address of this machine: clients told it connect "
+                    f"there, not to this broker; set {setting} to a name or address of this machine")
+        sockets = bound.get(name, [])
+        if any(_accepts(bound_ip, bound_port, ip, port) for ip in local for bound_ip, bound_port in sockets):
+            return None
+        listening = ", ".join(_hostport(ip, p) for ip, p in sockets)
+        ports = sorted({p for _, p in sockets})
+        return (f"{where} resolves to {', '.join(ips)} (this machine), where the listener is not bound (it listens on "
+                f"{listening}): clients told it connect elsewhere, unless a port forward leads there; set {setting} "
+                f"to {_hostport(host, ports[0]) if len(ports) == 1 else 'a bound port'}, or leave it unset to "
+                "advertise the bound address")
+
+    found = await asyncio.gather(*(check(name, host, port) for name, (host, port) in advertised.items()))
+    return [line for line in found if line is not None]
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _local_address(ip: str) -> bool:
+    """Whether `ip` is an address of this machine: loopback, or one a socket can be bound to (an
+    interface's; the wildcard is not an address clients can use)."""
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(ip.partition("%")[0])
+    except ValueError:
+        return False
+    if address.is_loopback:
+        return True
+    if address.is_unspecified:
+        return False
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((ip, 0))
+    except OSError:
+        return False
+    return True
+
+
+def _accepts(bound_ip: str, bound_port: int, ip: str, port: int) -> bool:
+    """Whether a socket listening on bound_ip:bound_port takes connections to ip:port."""
+    import ipaddress
+
+    if bound_port != port:
+        return False
+    if bound_ip == ip:
+        return True
+    try:
+        listening, target = ipaddress.ip_address(bound_ip.partition("%")[0]), ipaddress.ip_address(ip.partition("%")[0])
+    except ValueError:
+        return False
+    # a wildcard socket takes its family's addresses (Linux's :: takes IPv4 too, dual-stack by default)
+    return listening.is_unspecified and (listening.version == target.version or listening.version == 6)
 
 
 def server_ssl_context(config: BrokerConfig, listener: Listener | None = None) -> ssl.SSLContext:

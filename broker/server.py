@@ -381,6 +381,11 @@ class Broker:
         """Each listener's bound port, by listener name."""
         return {li.name: server.sockets[0].getsockname()[1] for li, server in self._servers}
 
+    @property
+    def bound_addresses(self) -> dict[str, list[tuple[str, int]]]:
+        """Each listener's listening sockets, (IP, port) each, by listener name: where clients reach it."""
+        return {li.name: [tuple(sock.getsockname()[:2]) for sock in server.sockets] for li, server in self._servers}
+
     async def stop(self) -> None:
         for _, server in self._servers:
             server.close()

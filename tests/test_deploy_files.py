@@ -143,11 +143,18 @@ def test_image_starts_from_the_config_file_it_ships() -> None:
     assert "6041" not in re.search(r"^EXPOSE (.*)$", _dockerfile(), re.M).group(1)
 
 
-def test_image_config_advertises_the_configured_listener_not_the_hostname() -> None:
+def test_image_config_advertises_localhost_at_the_bound_port_not_the_hostname() -> None:
+    """The image tells clients localhost (its ENV TMQGATE_ADVERTISED_LISTENER, a host without a
+    port) with the port it is bound to, never the container's hostname; the shipped file itself
+    advertises nothing (the bound address: issue 24, a --listen port change once told clients
+    the file's localhost:9092)."""
+    assert "advertised_listener" not in tomllib.loads((DEPLOY / "tmqgate.toml").read_text())
     config = BrokerConfig.load(DEPLOY / "tmqgate.toml", environ=_image_env())
     assert config.data_dir == "/data" and config.http == "127.0.0.1:6041"
-    bound = {listener.name: ("0.0.0.0", 9092) for listener in parse_listeners(config)}
-    assert advertised_addresses(config, bound) == {"PLAINTEXT": ("localhost", 9092)}
+    for port in (9092, 19092):
+        bound = {listener.name: ("0.0.0.0", port) for listener in parse_listeners(config)}
+        assert advertised_addresses(config, bound) == {"PLAINTEXT": ("localhost", port)}
+    bound = {"PLAINTEXT": ("0.0.0.0", 9092)}
     told = BrokerConfig.load(DEPLOY / "tmqgate.toml",
                              environ={**_image_env(), "TMQGATE_ADVERTISED_LISTENER": "kafka.example.com:9092"})
     assert advertised_addresses(told, bound) == {"PLAINTEXT": ("kafka.example.com", 9092)}
@@ -155,12 +162,13 @@ def test_image_config_advertises_the_configured_listener_not_the_hostname() -> N
 
 def test_image_cmd_runs_and_tells_clients_the_configured_address(tmp_path: Path) -> None:
     """The image's CMD, run here with its ENV (data dir and ports moved into tmp_path): Metadata
-    names the advertised localhost:9092 and TMQGATE_ADVERTISED_LISTENER's address, never the
+    names localhost at the bound port, or TMQGATE_ADVERTISED_LISTENER's address, never the
     machine's hostname; the SQL front is on loopback."""
     from compat_tests.raw import RawConn
 
-    for told, expected in ((None, ("localhost", 9092)), ("broker.example.com:19092", ("broker.example.com", 19092))):
+    for told in (None, "broker.example.com:19092"):
         kafka, http = _free_port(), _free_port()
+        expected = ("localhost", kafka) if told is None else ("broker.example.com", 19092)
         env = {**_image_env(), "TMQGATE_DATA_DIR": str(tmp_path / "data"),
                "TMQGATE_LISTEN": f"127.0.0.1:{kafka}", "TMQGATE_HTTP": f"127.0.0.1:{http}"}
         if told:

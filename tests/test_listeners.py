@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.config import BrokerConfig, ConfigError
 from tmqgate.broker.listeners import Listener, ListenerError, advertised_addresses, parse_listeners
 from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules, subject_name
 
@@ -78,6 +78,55 @@ def test_advertised_listeners() -> None:
     # the single-listener form of before: HOST:PORT for `listen`
     assert advertised_addresses(BrokerConfig(advertised_listener="kafka.example:19092"),
                                 {"PLAINTEXT": ("127.0.0.1", 5)}) == {"PLAINTEXT": ("kafka.example", 19092)}
+
+
+def test_an_advertised_host_without_a_port_is_told_with_the_bound_port() -> None:
+    """NAME://HOST (advertised_listeners) and HOST (advertised_listener): the bound port, so a
+    --listen port change is told as bound. The old single form in advertised_listeners
+    (HOST:PORT, no NAME://) still needs its port."""
+    bound = {"PLAINTEXT": ("127.0.0.1", 29192), "SASL_SSL": ("0.0.0.0", 29193)}
+    cfg = BrokerConfig(listeners=["PLAINTEXT://127.0.0.1:0", "SASL_SSL://0.0.0.0:0"],
+                       advertised_listeners=["SASL_SSL://broker.example.com", "PLAINTEXT://[::1]"])
+    assert advertised_addresses(cfg, bound) == {"PLAINTEXT": ("::1", 29192), "SASL_SSL": ("broker.example.com", 29193)}
+    assert advertised_addresses(BrokerConfig.load(None, environ={}, advertised_listener="localhost"),
+                                {"PLAINTEXT": ("127.0.0.1", 29192)}) == {"PLAINTEXT": ("localhost", 29192)}
+    with pytest.raises(ListenerError, match="no valid port"):
+        advertised_addresses(BrokerConfig(advertised_listeners=["NOPE"]), {"PLAINTEXT": ("127.0.0.1", 1)})
+    with pytest.raises(ConfigError, match="advertised_listener = 'a b' is not HOST:PORT or HOST"):
+        BrokerConfig.load(None, environ={}, advertised_listener="a b")
+
+
+@pytest.mark.parametrize(("advertised", "sockets", "warning"), [
+    (("127.0.0.1", 29192), [("127.0.0.1", 29192)], None),
+    (("localhost", 29192), [("0.0.0.0", 29192)], None),  # a wildcard socket takes loopback too
+    (("192.0.2.7", 9092), [("0.0.0.0", 9092)],  # TEST-NET-1: no machine's address
+     "listener PLAINTEXT: the advertised address 192.0.2.7:9092 resolves to 192.0.2.7, not an address of this "
+     "machine: clients told it connect there, not to this broker; set advertised_listener to a name or address "
+     "of this machine"),
+    (("127.0.0.1", 9092), [("127.0.0.1", 29192)],
+     "listener PLAINTEXT: the advertised address 127.0.0.1:9092 resolves to 127.0.0.1 (this machine), where the "
+     "listener is not bound (it listens on 127.0.0.1:29192): clients told it connect elsewhere, unless a port "
+     "forward leads there; set advertised_listener to 127.0.0.1:29192, or leave it unset to advertise the "
+     "bound address"),
+    (("name.invalid", 9092), [("0.0.0.0", 9092)], "listener PLAINTEXT: the advertised address name.invalid:9092 "
+     "does not resolve ({reason}): clients told it cannot connect; set advertised_listener to a name or address "
+     "of this machine that the clients resolve"),
+])
+def test_advertised_warnings(advertised: tuple[str, int], sockets: list[tuple[str, int]],
+                             warning: str | None) -> None:
+    import asyncio
+    import socket
+
+    from tmqgate.broker.listeners import advertised_warnings
+
+    cfg = BrokerConfig(advertised_listener=f"{advertised[0]}:{advertised[1]}")
+    found = asyncio.run(advertised_warnings(cfg, {"PLAINTEXT": advertised}, {"PLAINTEXT": sockets}))
+    if warning and "{reason}" in warning:
+        try:
+            socket.getaddrinfo(advertised[0], advertised[1])
+        except socket.gaierror as exc:
+            warning = warning.format(reason=exc.strerror)
+    assert found == ([warning] if warning else [])
 
 
 def test_certificate_principal_and_mapping_rules(tmp_path: Path) -> None:
