@@ -44,6 +44,7 @@ from bench import workloads
 from bench.procstats import cpu_seconds
 from bench.run import KAFKA_HEAP_OPTS, TMQGATE_CONFIG, log
 from bench.security_bench import splice
+from compat_tests.helpers import wait_until
 
 BENCH_DIR = Path(__file__).resolve().parent
 SECTION = "## Replicated cluster"
@@ -94,20 +95,6 @@ def _partition0(bootstrap: str, topic: str) -> tuple[int, list[int]]:
     return p.leader, sorted(p.isrs)
 
 
-def _wait(fn: Callable[[], Any], ok: Callable[[Any], bool], what: str, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = fn()
-            if ok(value):
-                return value
-        except Exception as exc:  # noqa: BLE001 - a broker between lives
-            value = exc
-        if time.monotonic() > deadline:
-            raise workloads.WorkloadError(f"{what}: last seen {value}")
-        time.sleep(0.2)
-
-
 def _after(moment: float) -> Callable[[float], bool]:
     return lambda t: t > moment
 
@@ -118,7 +105,8 @@ def failover(cluster: Cluster, kills: int) -> dict[str, Any]:
 
     topic = workloads.unique("bench-failover")
     workloads.create_topic(cluster.bootstrap, topic, 1, replication_factor=RF, configs=TOPIC_CONFIG)
-    _wait(lambda: _partition0(cluster.bootstrap, topic), lambda v: len(v[1]) == RF, "full ISR")
+    wait_until(lambda: _partition0(cluster.bootstrap, topic), 120, 0.2, "full ISR",
+               ok=lambda v: len(v[1]) == RF, retry_errors=True)
     acks: list[float] = []
     failed: list[str] = []
     stop = threading.Event()
@@ -151,14 +139,16 @@ def failover(cluster: Cluster, kills: int) -> dict[str, Any]:
             leader, _ = _partition0(cluster.bootstrap, topic)
             killed_at = time.monotonic()
             cluster.nodes[leader].kill()
-            _wait(lambda: acks[-1] if acks else 0.0, _after(killed_at + 0.05), "acks after the kill", 60)
+            wait_until(lambda: acks[-1] if acks else 0.0, 60, 0.2, "acks after the kill",
+                       ok=_after(killed_at + 0.05), retry_errors=True)
             time.sleep(1.0)
             window = [t for t in acks if killed_at - 5 <= t]
             pause = max(b - a for a, b in zip(window, window[1:], strict=False))
             pauses.append(round(pause, 3))
             log(f"{cluster.name}: kill {k + 1}/{kills} of leader {leader}: produce paused {pause:.2f} s")
             cluster.nodes[leader].start()
-            _wait(lambda: _partition0(cluster.bootstrap, topic), lambda v: len(v[1]) == RF, "the ISR whole again")
+            wait_until(lambda: _partition0(cluster.bootstrap, topic), 120, 0.2, "the ISR whole again",
+                       ok=lambda v: len(v[1]) == RF, retry_errors=True)
     finally:
         stop.set()
         sender.join(10)

@@ -18,9 +18,8 @@ import shlex
 import shutil
 import signal
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -147,19 +146,6 @@ def run(name: str, *args: str, input: str | None = None, timeout: float = TOOL_T
         raise AssertionError("tool failed\n" + _describe_run(name, args, cp.returncode, cp.stdout,
                                                              cp.stderr, input))
     return result
-
-
-def poll(fn: Callable[[], T], ok: Callable[[T], bool], timeout: float, what: str,
-         show: Callable[[T], str] = repr, interval: float = 0.5) -> T:
-    """Call `fn` until `ok(result)`; fail after `timeout` seconds showing the last result."""
-    deadline = time.monotonic() + timeout
-    while True:
-        last = fn()
-        if ok(last):
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen:\n{show(last)}")
-        time.sleep(interval)
 
 
 # --------------------------------------------------------------------------- background tools

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 
 from .brokers import TmqgateProcess, stop_all
 from .etcd import EtcdProcess
-from .helpers import free_port
+from .helpers import free_port, wait_until
 from .raw import RawConn
 
 SESSION_MS = 2000
@@ -122,26 +121,6 @@ def tmqgate_cluster(workdir: Path, config: dict[str, Any], *, listener: str = "P
         etcd.stop()
 
 
-def until(fn: Callable[..., Any], ok: Callable[[Any], Any], what: str, timeout: float = 30.0, *,
-          retry_errors: bool = False) -> Any:
-    """``fn()`` every 0.2 s until ``ok`` of its value holds: that value; after ``timeout`` s an
-    AssertionError with ``what`` and the last value seen. ``retry_errors``: an exception from
-    ``fn`` (a broker between lives) is one more value seen, not the end."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = fn()
-        except Exception as exc:  # noqa: BLE001 - a broker between lives
-            if not retry_errors:
-                raise
-            value = exc
-        else:
-            if ok(value):
-                return value
-        assert time.monotonic() < deadline, f"{what}: last seen {value}"
-        time.sleep(0.2)
-
-
 def find_coordinator(bootstrap: str, group: str) -> int:
     """FindCoordinator (v4) of a group as one broker answers it: the node id (-1: none now)."""
     with RawConn(bootstrap) as conn:
@@ -191,8 +170,8 @@ def read_partition0(bootstrap: str, topic: str, count: int) -> list[bytes]:
     consumer.assign([TopicPartition(topic, 0, 0)])
     got: list[bytes] = []
     try:
-        until(lambda: got.extend(m.value() for m in consumer.consume(500, 0.5) if m.error() is None) or len(got),
-              lambda n: n >= count, f"{count} records read", 60)
+        wait_until(lambda: got.extend(m.value() for m in consumer.consume(500, 0.5) if m.error() is None) or len(got),
+                   60, 0.2, f"{count} records read", ok=lambda n: n >= count)
     finally:
         consumer.close()
     return got

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .helpers import wait_until
+
 # Client kinds that can run a group member.  "confluent-consumer" = KIP-848 protocol.
 GROUP_KINDS = ("kafka-python", "aiokafka", "confluent", "confluent-consumer")
 ADMIN_CLIENTS = ("kafka-python", "aiokafka", "confluent")
@@ -46,20 +48,6 @@ MAX_POLL_INTERVAL_MS = 30000  # = rebalance timeout of the classic JoinGroup
 
 def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.1,
-             what: str | Callable[[], str] = "") -> Any:
-    """Poll `pred` until it returns something truthy (returned); AssertionError on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            msg = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout}s waiting for {msg or pred}")
-        time.sleep(interval)
 
 
 def kp_subscribe(consumer: Any, topic: str) -> None:
@@ -97,7 +85,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
         return (md is not None and md.error is None and len(md.partitions) == partitions
                 and all(pm.error is None and pm.leader >= 0 for pm in md.partitions.values()))
 
-    wait_for(ready, timeout, 0.2, what=f"{topic} to have {partitions} partitions with leaders")
+    wait_until(ready, timeout, 0.2, f"{topic} to have {partitions} partitions with leaders")
 
 
 # --------------------------------------------------------------------------- records

@@ -16,9 +16,10 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 Headers = tuple[tuple[str, bytes | None], ...]
+T = TypeVar("T")
 
 CLIENTS = ("kafka-python", "aiokafka", "confluent")
 CODECS = ("gzip", "snappy", "lz4", "zstd")
@@ -43,14 +44,31 @@ def split_hostport(hostport: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def wait_until(pred: Callable[[], bool], timeout: float, interval: float = 0.1, what: str = "") -> None:
-    """Poll `pred` until true; fail with `what` after `timeout` seconds."""
+def wait_until(fn: Callable[[], T], timeout: float, interval: float = 0.1,
+               what: str | Callable[[], str] = "", *, ok: Callable[[T], Any] | None = None,
+               show: Callable[[T], str] = repr, retry_errors: bool = False) -> T:
+    """Call `fn` every `interval` seconds until its value is truthy — or, given `ok`, until
+    `ok(value)` is — and return that value.  After `timeout` seconds an AssertionError naming
+    `what` (a string, or a function making one at that moment) and, unless it was a plain
+    False or None, the last value seen (through `show`).  `retry_errors`: an exception raised
+    by `fn` (a broker between lives) is one more value seen, not the end.
+
+    The one polling helper of the test code (tests/, compat_tests/, bench/)."""
     deadline = time.monotonic() + timeout
     while True:
-        if pred():
-            return
+        try:
+            last: Any = fn()
+        except Exception as exc:  # noqa: BLE001 - only with retry_errors
+            if not retry_errors:
+                raise
+            last = exc
+        else:
+            if (ok(last) if ok is not None else last):
+                return last  # type: ignore[no-any-return]
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
+            name = (what() if callable(what) else what) or fn
+            seen = "" if last is None or last is False else f"; last seen:\n{show(last)}"
+            raise AssertionError(f"timed out after {timeout}s waiting for {name}{seen}")
         time.sleep(interval)
 
 

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -235,10 +235,6 @@ class PipelineProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
         except OSError:
             return ""
-
-
-def wait_for(pred: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> None:
-    wait_until(pred, timeout, interval, what)
 
 
 def rows_as_records(rows: Sequence[Any]) -> list[tuple[int, int, bytes | None, bytes | None, int, int, Headers]]:

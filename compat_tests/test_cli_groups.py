@@ -14,18 +14,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .cli_helpers import (
-    Background,
-    client_errors,
-    parse_assignment,
-    parse_table,
-    poll,
-    produce,
-    require_tools,
-    run,
-)
+from .cli_helpers import Background, client_errors, parse_assignment, parse_table, produce, require_tools, run
 from .conftest import Broker
-from .helpers import unique_topic
+from .helpers import unique_topic, wait_until
 
 TIMEOUT = 30
 GROUP_TIMEOUT = 90  # a KIP-848 group batches assignment work; three JVMs start on 2 cores
@@ -48,8 +39,9 @@ def topic_factory(admin: AdminClient) -> Iterator:
     def make(prefix: str, partitions: int) -> str:
         name = unique_topic(prefix)
         admin.create_topics([NewTopic(name, partitions, 1)])[name].result(TIMEOUT)
-        poll(lambda: admin.list_topics(name, timeout=10).topics[name],
-             lambda t: t.error is None and len(t.partitions) == partitions, TIMEOUT, f"{name} in metadata")
+        wait_until(lambda: admin.list_topics(name, timeout=10).topics[name], TIMEOUT, 0.5,
+                   f"{name} in metadata",
+                   ok=lambda t: t.error is None and len(t.partitions) == partitions)
         made.append(name)
         return name
 
@@ -126,14 +118,15 @@ def test_kafka_consumer_groups_list_describe_reset_delete(broker: Broker, topic_
     produce(b, topic, [(p, None, b"r-%d-%d" % (p, i)) for p, n in counts.items() for i in range(n)])
 
     consumer = _console_consumer(background, b, topic, group, "cli-groups-1")
-    poll(consumer.lines, lambda ls: len(ls) >= 8, GROUP_TIMEOUT, "the consumer to print 8 records",
-         show=lambda _: consumer.describe())
+    wait_until(consumer.lines, GROUP_TIMEOUT, 0.5, "the consumer to print 8 records",
+               ok=lambda ls: len(ls) >= 8, show=lambda _: consumer.describe())
 
     # a live member: its offsets committed up to the log end, lag 0, and who owns what
-    text, rows = poll(lambda: _offsets(b, group, topic),
-                      lambda tr: _triples(tr[1]) == {p: (n, n, 0) for p, n in counts.items()}
-                      and all(r["CONSUMER-ID"] != "-" for r in tr[1].values()),
-                      TIMEOUT, "committed offsets = log end with an owner", show=lambda tr: tr[0])
+    text, rows = wait_until(lambda: _offsets(b, group, topic), TIMEOUT, 0.5,
+                            "committed offsets = log end with an owner",
+                            ok=lambda tr: (_triples(tr[1]) == {p: (n, n, 0) for p, n in counts.items()}
+                                           and all(r["CONSUMER-ID"] != "-" for r in tr[1].values())),
+                            show=lambda tr: tr[0])
     assert {r["CLIENT-ID"] for r in rows.values()} == {"cli-groups-1"}, text
     assert len({r["CONSUMER-ID"] for r in rows.values()}) == 1, text
     assert all("127.0.0.1" in r["HOST"] for r in rows.values()), text
@@ -158,9 +151,9 @@ def test_kafka_consumer_groups_list_describe_reset_delete(broker: Broker, topic_
     consumer.stop()
     assert not client_errors(consumer.stderr()), consumer.describe()
     produce(b, topic, [(1, None, b"late-%d" % i) for i in range(3)])
-    text, rows = poll(lambda: _offsets(b, group, topic),
-                      lambda tr: all(r["CONSUMER-ID"] == "-" for r in tr[1].values()) and len(tr[1]) == 3,
-                      TIMEOUT, "no active member", show=lambda tr: tr[0])
+    text, rows = wait_until(lambda: _offsets(b, group, topic), TIMEOUT, 0.5, "no active member",
+                            ok=lambda tr: all(r["CONSUMER-ID"] == "-" for r in tr[1].values()) and len(tr[1]) == 3,
+                            show=lambda tr: tr[0])
     assert _triples(rows) == {0: (4, 4, 0), 1: (3, 6, 3), 2: (1, 1, 0)}, text
     assert f"Consumer group '{group}' has no active members." in text, text
 
@@ -210,8 +203,9 @@ def test_three_console_consumers_split_four_partitions(broker: Broker, topic_fac
     def show(tm: tuple[str, list[dict[str, str]]]) -> str:
         return tm[0] + "\n" + "\n".join(c.describe() for c in consumers.values() if not c.alive())
 
-    text, members = poll(lambda: _members(b, group), settled, GROUP_TIMEOUT,
-                         f"3 members splitting {PARTITIONS} partitions 2+1+1", show=show)
+    text, members = wait_until(lambda: _members(b, group), GROUP_TIMEOUT, 0.5,
+                               f"3 members splitting {PARTITIONS} partitions 2+1+1",
+                               ok=settled, show=show)
     owned = {m["CLIENT-ID"]: parse_assignment(m["CURRENT-ASSIGNMENT"])[topic] for m in members}
     for m in members:
         assert int(m["#PARTITIONS"]) == len(owned[m["CLIENT-ID"]]), text
@@ -229,13 +223,14 @@ def test_three_console_consumers_split_four_partitions(broker: Broker, topic_fac
     def all_lines() -> dict[str, list[str]]:
         return {cid: c.lines() for cid, c in consumers.items()}
 
-    poll(all_lines, lambda got: sum(map(len, got.values())) >= total, GROUP_TIMEOUT,
-         f"{total} records across the three consumers",
-         show=lambda got: f"{ {k: len(v) for k, v in got.items()} }\n" + text)
+    wait_until(all_lines, GROUP_TIMEOUT, 0.5, f"{total} records across the three consumers",
+               ok=lambda got: sum(map(len, got.values())) >= total,
+               show=lambda got: f"{ {k: len(v) for k, v in got.items()} }\n" + text)
     # every partition's owner committed up to the log end (and nothing was read twice meanwhile)
-    otext, rows = poll(lambda: _offsets(b, group, topic),
-                       lambda tr: _triples(tr[1]) == {p: (PER_PARTITION, PER_PARTITION, 0) for p in range(PARTITIONS)},
-                       TIMEOUT, "every partition committed to its log end", show=lambda tr: tr[0])
+    otext, rows = wait_until(lambda: _offsets(b, group, topic), TIMEOUT, 0.5,
+                             "every partition committed to its log end",
+                             ok=lambda tr: _triples(tr[1]) == {p: (PER_PARTITION, PER_PARTITION, 0) for p in range(PARTITIONS)},
+                             show=lambda tr: tr[0])
     got = all_lines()
 
     want = Counter(f"Partition:{p}\t{v.decode()}" for p, _, v in sent)

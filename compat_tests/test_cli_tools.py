@@ -22,14 +22,13 @@ from .cli_helpers import (
     parse_get_offsets,
     parse_table,
     parse_topic_describe,
-    poll,
     produce,
     producer_perf_sent,
     require_tools,
     run,
 )
 from .conftest import Broker
-from .helpers import unique_topic
+from .helpers import unique_topic, wait_until
 
 TIMEOUT = 30
 
@@ -48,8 +47,8 @@ def _new_topic(admin: AdminClient, prefix: str, partitions: int,
                config: dict[str, str] | None = None) -> str:
     name = unique_topic(prefix)
     admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(TIMEOUT)
-    poll(lambda: admin.list_topics(name, timeout=10).topics[name],
-         lambda t: t.error is None and len(t.partitions) == partitions, TIMEOUT, f"{name} in metadata")
+    wait_until(lambda: admin.list_topics(name, timeout=10).topics[name], TIMEOUT, 0.5, f"{name} in metadata",
+               ok=lambda t: t.error is None and len(t.partitions) == partitions)
     return name
 
 
@@ -105,8 +104,9 @@ def test_kafka_topics_create_list_describe_alter_delete(broker: Broker, admin: A
 
         r = run("kafka-topics", "--bootstrap-server", b, "--alter", "--topic", topic, "--partitions", "5")
         assert "Error" not in r.stdout + r.stderr, r.describe()
-        text, d = poll(describe, lambda td: td[1].summary["PartitionCount"] == "5", TIMEOUT,
-                       "PartitionCount: 5", show=lambda td: td[0])
+        text, d = wait_until(describe, TIMEOUT, 0.5, "PartitionCount: 5",
+                             ok=lambda td: td[1].summary["PartitionCount"] == "5",
+                             show=lambda td: td[0])
         assert [p["Partition"] for p in d.partitions] == ["0", "1", "2", "3", "4"], text
         assert all(int(p["Leader"]) in broker_ids for p in d.partitions), text
         assert d.configs.get("retention.ms") == "3600000", text
@@ -117,8 +117,9 @@ def test_kafka_topics_create_list_describe_alter_delete(broker: Broker, admin: A
         assert f"Topic '{topic}' already exists." in dup.stdout + dup.stderr, dup.describe()
 
         run("kafka-topics", "--bootstrap-server", b, "--delete", "--topic", topic)
-        poll(lambda: run("kafka-topics", "--bootstrap-server", b, "--list"),
-             lambda r: topic not in r.lines, TIMEOUT, f"{topic} gone from --list", show=lambda r: r.stdout)
+        wait_until(lambda: run("kafka-topics", "--bootstrap-server", b, "--list"), TIMEOUT, 0.5,
+                   f"{topic} gone from --list", ok=lambda r: topic not in r.lines,
+                   show=lambda r: r.stdout)
     finally:
         _drop_topic(admin, topic)
 
@@ -143,13 +144,13 @@ def test_kafka_configs_describe_add_delete(broker: Broker, topic_factory) -> Non
             "--add-config", "retention.ms=7200000,retention.bytes=1048576,max.message.bytes=2000000")
     assert f"Completed updating config for topic {topic}." in r.stdout, r.describe()
     want = {"retention.ms": "7200000", "retention.bytes": "1048576", "max.message.bytes": "2000000"}
-    poll(describe, lambda tc: tc[1] == want, TIMEOUT, f"configs {want}", show=lambda tc: tc[0])
+    wait_until(describe, TIMEOUT, 0.5, f"configs {want}", ok=lambda tc: tc[1] == want, show=lambda tc: tc[0])
 
     r = run("kafka-configs", "--bootstrap-server", b, "--alter", *entity,
             "--delete-config", "retention.bytes,max.message.bytes")
     assert f"Completed updating config for topic {topic}." in r.stdout, r.describe()
-    poll(describe, lambda tc: tc[1] == {"retention.ms": "7200000"}, TIMEOUT,
-         "only retention.ms=7200000 left", show=lambda tc: tc[0])
+    wait_until(describe, TIMEOUT, 0.5, "only retention.ms=7200000 left",
+               ok=lambda tc: tc[1] == {"retention.ms": "7200000"}, show=lambda tc: tc[0])
 
     # --all shows the defaults the deleted overrides fell back to
     out = run("kafka-configs", "--bootstrap-server", b, "--describe", "--all", *entity)

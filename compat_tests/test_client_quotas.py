@@ -20,7 +20,7 @@ import pytest
 from .brokers import BrokerProcess
 from .cli_helpers import require_tools, run
 from .conftest import Broker
-from .helpers import unique_topic
+from .helpers import unique_topic, wait_until
 from .raw import RawConn, one_record_batch
 
 DESCRIBE, ALTER = 48, 49
@@ -66,18 +66,6 @@ def quotas_of(resp: dict) -> dict[tuple[tuple[str, str | None], ...], dict[str, 
     assert resp["error_code"] == 0, resp
     return {tuple(sorted((e["entity_type"], e["entity_name"]) for e in entry["entity"])):
             {v["key"]: v["value"] for v in entry["values"]} for entry in resp["entries"]}
-
-
-def wait_for(fn: Any, ok: Any, timeout: float = 15.0, what: str = "") -> Any:
-    """Kafka applies an alteration through its metadata log: seen by the broker a moment later."""
-    deadline = time.monotonic() + timeout
-    while True:
-        last = fn()
-        if ok(last):
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-        time.sleep(0.1)
 
 
 # --------------------------------------------------------------------------- kafka-configs
@@ -136,8 +124,8 @@ def test_kafka_configs_client_and_user_quotas(broker: Broker, tools: None) -> No
         alter(b, [(_entity(client_id=client), {"producer_byte_rate": None, "consumer_byte_rate": None}),
                   (_entity(user=user), {"request_percentage": None}),
                   (_entity(user=user, client_id=client), {"producer_byte_rate": None})])
-    r = wait_for(lambda: _configs(b, "--describe", "--entity-type", "clients", "--entity-name", client),
-                 lambda r: r.stdout.strip() == "", what="the client's quotas gone")
+    r = wait_until(lambda: _configs(b, "--describe", "--entity-type", "clients", "--entity-name", client), 15,
+                   what="the client's quotas gone", ok=lambda r: r.stdout.strip() == "")
 
 
 def test_kafka_configs_default_entities(broker: Broker, tools: None) -> None:
@@ -163,8 +151,8 @@ def test_kafka_configs_default_entities(broker: Broker, tools: None) -> None:
     finally:
         alter(b, [(_entity(client_id=None), {"consumer_byte_rate": None}),
                   (_entity(user=None), {"producer_byte_rate": None})])
-    wait_for(lambda: quotas_of(describe(b, [("client-id", MATCH_DEFAULT, None)])), lambda q: q == {},
-             what="the default quotas gone")
+    wait_until(lambda: quotas_of(describe(b, [("client-id", MATCH_DEFAULT, None)])), 15,
+               what="the default quotas gone", ok=lambda q: q == {})
 
 
 def test_kafka_configs_describe_user_quotas(broker: Broker, tools: None) -> None:
@@ -200,8 +188,8 @@ def test_kafka_configs_ip_quotas(broker: Broker, tools: None) -> None:
         r = _configs(b, "--alter", "--delete-config", "connection_creation_rate",
                      "--entity-type", "ips", "--entity-name", ip)
     assert r.stdout.strip() == f"Completed updating config for ip {ip}.", r.describe()
-    wait_for(lambda: _configs(b, "--describe", "--entity-type", "ips", "--entity-name", ip),
-             lambda r: r.stdout.strip() == "", what="the ip quota gone")
+    wait_until(lambda: _configs(b, "--describe", "--entity-type", "ips", "--entity-name", ip), 15,
+               what="the ip quota gone", ok=lambda r: r.stdout.strip() == "")
 
 
 # --------------------------------------------------------------------------- raw answers
@@ -236,7 +224,8 @@ def test_alter_client_quotas_validation(broker: Broker) -> None:
         ({"client-id": ok, "group": "x"}, INVALID_REQUEST, "Unhandled client quota entity type: group"),
     ]))
     try:
-        got = wait_for(lambda: quotas_of(describe(b, [("client-id", MATCH_EXACT, ok)])), lambda q: q != {})
+        got = wait_until(lambda: quotas_of(describe(b, [("client-id", MATCH_EXACT, ok)])), 15,
+                         ok=lambda q: q != {})
         assert got == {(("client-id", ok),): {"producer_byte_rate": 1024.0, "request_percentage": 12.5}}
         assert quotas_of(describe(b, [("client-id", MATCH_EXACT, bad)])) == {}
         assert quotas_of(describe(b, [("user", MATCH_EXACT, bad)])) == {}
@@ -274,7 +263,8 @@ def test_describe_client_quotas_filters(broker: Broker) -> None:
               (_entity(user=u, client_id=None), {"request_percentage": 30.0}),
               (_entity(client_id=c), {"producer_byte_rate": 3000.0})])
     try:
-        mine = wait_for(lambda: quotas_of(describe(b, [("user", MATCH_EXACT, u)])), lambda q: len(q) == 3)
+        mine = wait_until(lambda: quotas_of(describe(b, [("user", MATCH_EXACT, u)])), 15,
+                          ok=lambda q: len(q) == 3)
         assert mine == {(("user", u),): {"producer_byte_rate": 1000.0},
                         (("client-id", c), ("user", u)): {"consumer_byte_rate": 2000.0},
                         (("client-id", None), ("user", u)): {"request_percentage": 30.0}}
@@ -323,11 +313,12 @@ def test_client_quotas_survive_restart(restartable_broker: BrokerProcess) -> Non
         sorted(map(_norm, [({"client-id": client}, 0, None), ({"user": None}, 0, None)]))
     expected = {(("client-id", client),): {"producer_byte_rate": 65536.0},
                 (("user", None),): {"request_percentage": 200.0}}
-    wait_for(lambda: quotas_of(describe(b.bootstrap, [])), lambda q: q == expected, what="both quotas")
+    wait_until(lambda: quotas_of(describe(b.bootstrap, [])), 15, what="both quotas",
+               ok=lambda q: q == expected)
     b.kill()
     b.restart()
-    assert wait_for(lambda: quotas_of(describe(b.bootstrap, [])), lambda q: q == expected,
-                    what="the quotas after a restart") == expected
+    assert wait_until(lambda: quotas_of(describe(b.bootstrap, [])), 15, what="the quotas after a restart",
+                      ok=lambda q: q == expected) == expected
 
 
 # --------------------------------------------------------------------------- throttling
@@ -350,8 +341,8 @@ def _raw_produce_throttle(bootstrap: str, client: str, topic: str, size: int = 1
 def _set_quota(bootstrap: str, client: str, key: str, value: float | None) -> None:
     assert alter(bootstrap, [(_entity(client_id=client), {key: value})]) == [({"client-id": client}, 0, None)]
     wanted = {} if value is None else {(("client-id", client),): {key: value}}
-    wait_for(lambda: quotas_of(describe(bootstrap, [("client-id", MATCH_EXACT, client)])), lambda q: q == wanted,
-             what=f"{key} of {client} = {value}")
+    wait_until(lambda: quotas_of(describe(bootstrap, [("client-id", MATCH_EXACT, client)])), 15,
+               what=f"{key} of {client} = {value}", ok=lambda q: q == wanted)
 
 
 def _create_topic(bootstrap: str, prefix: str) -> str:
@@ -360,8 +351,8 @@ def _create_topic(bootstrap: str, prefix: str) -> str:
     name = unique_topic(prefix)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
-    wait_for(lambda: admin.list_topics(name, timeout=10).topics[name],
-             lambda t: t.error is None and len(t.partitions) == 1, what=f"{name} in metadata")
+    wait_until(lambda: admin.list_topics(name, timeout=10).topics[name], 15, what=f"{name} in metadata",
+               ok=lambda t: t.error is None and len(t.partitions) == 1)
     return name
 
 
@@ -513,16 +504,17 @@ def test_connection_creation_rate_of_an_ip(broker: Broker) -> None:
     ip = "127.0.0.2"
     assert alter(b, [(_entity(ip=ip), {"connection_creation_rate": 1.0})]) == [({"ip": ip}, 0, None)]
     try:
-        wait_for(lambda: quotas_of(describe(b, [("ip", MATCH_EXACT, ip)])),
-                 lambda q: q == {(("ip", ip),): {"connection_creation_rate": 1.0}}, what="the ip quota")
+        wait_until(lambda: quotas_of(describe(b, [("ip", MATCH_EXACT, ip)])), 15, what="the ip quota",
+                   ok=lambda q: q == {(("ip", ip),): {"connection_creation_rate": 1.0}})
         time.sleep(0.5)  # Kafka's broker applies the quota as it publishes the metadata image
         served = [_served_from(b, ip) for _ in range(11)]
         assert served == [True] * 10 + [False], served
         assert _served_from(b, "127.0.0.1")
     finally:
         assert alter(b, [(_entity(ip=ip), {"connection_creation_rate": None})]) == [({"ip": ip}, 0, None)]
-    wait_for(lambda: quotas_of(describe(b, [("ip", MATCH_EXACT, ip)])), lambda q: q == {}, what="no ip quota")
-    wait_for(lambda: _served_from(b, ip), bool, what=f"{ip} served again")
+    wait_until(lambda: quotas_of(describe(b, [("ip", MATCH_EXACT, ip)])), 15, what="no ip quota",
+               ok=lambda q: q == {})
+    wait_until(lambda: _served_from(b, ip), 15, what=f"{ip} served again")
 
 
 def test_user_and_client_id_levels(restartable_broker: BrokerProcess) -> None:
@@ -537,7 +529,7 @@ def test_user_and_client_id_levels(restartable_broker: BrokerProcess) -> None:
     assert len(alter(b, [(_entity(user=anonymous, client_id=None), {"producer_byte_rate": small}),
                          (_entity(client_id="lvl7"), {"producer_byte_rate": 1e12}),
                          (_entity(user=anonymous, client_id="lvl1"), {"producer_byte_rate": 1e12})])) == 3
-    wait_for(lambda: quotas_of(describe(b, [])), lambda q: len(q) == 3, what="three quotas")
+    wait_until(lambda: quotas_of(describe(b, [])), 15, what="three quotas", ok=lambda q: len(q) == 3)
     time.sleep(0.5)  # Kafka's broker applies the quotas as it publishes the metadata image
     size = 6 * 1024
     assert _raw_produce_throttle(b, "lvl7", topic, size) == 0
@@ -549,8 +541,9 @@ def test_user_and_client_id_levels(restartable_broker: BrokerProcess) -> None:
     # a user quota: one rate for all of the user's client ids
     assert len(alter(b, [(_entity(user=anonymous, client_id=None), {"producer_byte_rate": None}),
                          (_entity(user=anonymous), {"producer_byte_rate": small})])) == 2
-    wait_for(lambda: quotas_of(describe(b, [("user", MATCH_EXACT, anonymous)], strict=True)),
-             lambda q: q == {(("user", anonymous),): {"producer_byte_rate": small}}, what="the user quota")
+    wait_until(lambda: quotas_of(describe(b, [("user", MATCH_EXACT, anonymous)], strict=True)), 15,
+               what="the user quota",
+               ok=lambda q: q == {(("user", anonymous),): {"producer_byte_rate": small}})
     time.sleep(0.5)
     assert _raw_produce_throttle(b, "c", topic, size) == 0
     assert _raw_produce_throttle(b, "d", topic, size) > 0  # shares c's rate

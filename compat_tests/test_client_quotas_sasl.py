@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from .test_client_quotas import MATCH_EXACT, _create_topic, _entity, alter, describe, quotas_of, wait_for
+from .helpers import wait_until
+from .test_client_quotas import MATCH_EXACT, _create_topic, _entity, alter, describe, quotas_of
 
 secure = pytest.importorskip("compat_tests.secure", reason="SASL brokers (compat_tests/secure.py) not merged yet")
 
@@ -61,8 +62,9 @@ def test_user_quota_throttles_that_principal_only(sasl_broker: Any) -> None:
     topic = _create_topic(sb.bootstrap, "quota-sasl")
     assert alter(sb.bootstrap, [(_entity(user="alice"), {"producer_byte_rate": 1024.0})]) == [
         ({"user": "alice"}, 0, None)]
-    wait_for(lambda: quotas_of(describe(sb.bootstrap, [("user", MATCH_EXACT, "alice")])),
-             lambda q: q == {(("user", "alice"),): {"producer_byte_rate": 1024.0}}, what="alice's quota")
+    wait_until(lambda: quotas_of(describe(sb.bootstrap, [("user", MATCH_EXACT, "alice")])), 15,
+               what="alice's quota",
+               ok=lambda q: q == {(("user", "alice"),): {"producer_byte_rate": 1024.0}})
     time.sleep(0.5)  # Kafka's broker applies the quota as it publishes the metadata image
     assert _max_throttle(sb, "bob", "same-app", topic, 30) == 0
     assert _max_throttle(sb, "alice", "same-app", topic, 30) > 0  # 30 KiB over 10 KiB per 10 windows

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .clusters import metadata, three_brokers, until
-from .helpers import unique_topic
+from .clusters import metadata, three_brokers
+from .helpers import unique_topic, wait_until
 from .raw import RawConn
 
 TOPIC, BROKER, GROUP, LITERAL, DESCRIBE, DENY = 2, 4, 32, 3, 8, 2  # Kafka's wire codes
@@ -80,7 +80,8 @@ def test_configs_acls_and_users_are_the_clusters(pytestconfig: pytest.Config, ta
         admin = AdminClient({"bootstrap.servers": b[0]})
         admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(60)
         for n in b:
-            until(lambda n=n: _topic_error(b[n], topic), lambda e: e == 0, f"{topic} on broker {n}")
+            wait_until(lambda n=n: _topic_error(b[n], topic), 30, 0.2, f"{topic} on broker {n}",
+                       ok=lambda e: e == 0)
 
         # configs altered through one broker — a topic's, the brokers' cluster default, a group's —
         # and a client quota: every broker describes them
@@ -94,28 +95,30 @@ def test_configs_acls_and_users_are_the_clusters(pytestconfig: pytest.Config, ta
             "ops": [{"key": "producer_byte_rate", "value": 1048576.0, "remove": False}]}]})
         assert [e["error_code"] for e in answer["entries"]] == [0], answer
         for n in b:
-            until(lambda n=n: _config(b[n], TOPIC, topic, "retention.ms"), lambda v: v == "123456",
-                  f"retention.ms on broker {n}")
-            until(lambda n=n: _config(b[n], BROKER, "", "log.retention.ms"), lambda v: v == "7200000",
-                  f"the brokers' default log.retention.ms on broker {n}")
-            until(lambda n=n: _config(b[n], GROUP, group, "consumer.session.timeout.ms"), lambda v: v == "50000",
-                  f"the group's session timeout on broker {n}")
-            until(lambda n=n: _quota(b[n], client), lambda q: q == {"producer_byte_rate": 1048576.0},
-                  f"the client's quota on broker {n}")
+            wait_until(lambda n=n: _config(b[n], TOPIC, topic, "retention.ms"), 30, 0.2,
+                       f"retention.ms on broker {n}", ok=lambda v: v == "123456")
+            wait_until(lambda n=n: _config(b[n], BROKER, "", "log.retention.ms"), 30, 0.2,
+                       f"the brokers' default log.retention.ms on broker {n}",
+                       ok=lambda v: v == "7200000")
+            wait_until(lambda n=n: _config(b[n], GROUP, group, "consumer.session.timeout.ms"), 30, 0.2,
+                       f"the group's session timeout on broker {n}", ok=lambda v: v == "50000")
+            wait_until(lambda n=n: _quota(b[n], client), 30, 0.2, f"the client's quota on broker {n}",
+                       ok=lambda q: q == {"producer_byte_rate": 1048576.0})
         # removed through another broker: gone from every broker
         answer = _request(b[0], 49, 1, {"validate_only": False, "entries": [{
             "entity": [{"entity_type": "client-id", "entity_name": client}],
             "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]}]})
         assert [e["error_code"] for e in answer["entries"]] == [0], answer
         for n in b:
-            until(lambda n=n: _quota(b[n], client), lambda q: q == {}, f"the client's quota gone from broker {n}")
+            wait_until(lambda n=n: _quota(b[n], client), 30, 0.2, f"the client's quota gone from broker {n}",
+                       ok=lambda q: q == {})
 
         # an ACL made through broker 2 is enforced by every broker; removed through broker 0, by none
         answer = _request(b[2], 30, 3, {"creations": [_acl(topic)]})
         assert [r["error_code"] for r in answer["results"]] == [0], answer
         for n in b:
-            until(lambda n=n: _topic_error(b[n], topic), lambda e: e == TOPIC_AUTHORIZATION_FAILED,
-                  f"DESCRIBE denied by broker {n}")
+            wait_until(lambda n=n: _topic_error(b[n], topic), 30, 0.2, f"DESCRIBE denied by broker {n}",
+                       ok=lambda e: e == TOPIC_AUTHORIZATION_FAILED)
         described = _request(b[1], 29, 3, {"resource_type_filter": TOPIC, "resource_name_filter": topic,
                                            "pattern_type_filter": LITERAL, "principal_filter": None,
                                            "host_filter": None, "operation": 1, "permission_type": 1})
@@ -128,7 +131,8 @@ def test_configs_acls_and_users_are_the_clusters(pytestconfig: pytest.Config, ta
             "permission_type": acl["permission_type"]}]})
         assert [len(r["matching_acls"]) for r in answer["filter_results"]] == [1], answer
         for n in b:
-            until(lambda n=n: _topic_error(b[n], topic), lambda e: e == 0, f"DESCRIBE allowed again by broker {n}")
+            wait_until(lambda n=n: _topic_error(b[n], topic), 30, 0.2, f"DESCRIBE allowed again by broker {n}",
+                       ok=lambda e: e == 0)
 
         # a SCRAM user made through broker 0: every broker describes it; deleted through broker 2: none
         user = unique_topic("user").replace("-", "_")
@@ -137,9 +141,10 @@ def test_configs_acls_and_users_are_the_clusters(pytestconfig: pytest.Config, ta
             "salted_password": os.urandom(32)}]})
         assert [r["error_code"] for r in answer["results"]] == [0], answer
         for n in b:
-            until(lambda n=n: _scram_iterations(b[n], user), lambda v: v == [8192], f"{user} on broker {n}")
+            wait_until(lambda n=n: _scram_iterations(b[n], user), 30, 0.2, f"{user} on broker {n}",
+                       ok=lambda v: v == [8192])
         answer = _request(b[2], 51, 0, {"upsertions": [], "deletions": [{"name": user, "mechanism": SCRAM_SHA_256}]})
         assert [r["error_code"] for r in answer["results"]] == [0], answer
         for n in b:
-            until(lambda n=n: _scram_iterations(b[n], user), lambda v: v == RESOURCE_NOT_FOUND,
-                  f"{user} gone from broker {n}")
+            wait_until(lambda n=n: _scram_iterations(b[n], user), 30, 0.2, f"{user} gone from broker {n}",
+                       ok=lambda v: v == RESOURCE_NOT_FOUND)

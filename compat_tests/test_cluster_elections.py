@@ -19,7 +19,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from . import cli_helpers as cli
-from .clusters import metadata, partition0, produce_to_partition0, read_partition0, three_brokers, until
+from .clusters import metadata, partition0, produce_to_partition0, read_partition0, three_brokers
+from .helpers import wait_until
 from .raw import RawConn
 
 ELECT_LEADERS = 43
@@ -31,8 +32,9 @@ PREFERRED, UNCLEAN = 0, 1
 @pytest.fixture
 def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterator[dict[int, Any]]:
     with three_brokers(pytestconfig, target, tmp_path, lag_ms=3000) as nodes:
-        until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()],
-              lambda seen: seen == [3, 3, 3], "every broker sees the other two", 40, retry_errors=True)
+        wait_until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()], 40,
+                   0.2, "every broker sees the other two", ok=lambda seen: seen == [3, 3, 3],
+                   retry_errors=True)
         yield nodes
 
 
@@ -60,8 +62,8 @@ def test_a_preferred_election_gives_the_partition_back_to_its_first_replica(clus
     # replicas 1, 2, 0: broker 1 is the preferred leader
     new = NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 0]], config={"min.insync.replicas": "2"})
     admin.create_topics([new])[topic].result(30)
-    until(lambda: partition0(cluster[0].bootstrap, topic), lambda s: s == (1, [1, 2, 0], [0, 1, 2]),
-          "broker 1 leads with a full ISR", 40, retry_errors=True)
+    wait_until(lambda: partition0(cluster[0].bootstrap, topic), 40, 0.2, "broker 1 leads with a full ISR",
+               ok=lambda s: s == (1, [1, 2, 0], [0, 1, 2]), retry_errors=True)
     assert produce_to_partition0(boot, topic, [b"a0", b"a1", b"a2"]) == [0, 1, 2]
 
     # nothing to do while the preferred leader leads; an unknown topic and partition answered per partition
@@ -73,24 +75,25 @@ def test_a_preferred_election_gives_the_partition_back_to_its_first_replica(clus
     # the preferred leader dies: the next in-sync replica (2) takes over; while 1 is away a
     # preferred election cannot happen and an unclean one is not needed
     cluster[1].kill()
-    until(lambda: partition0(cluster[0].bootstrap, topic)[0], lambda leader: leader == 2, "broker 2 leads", 40,
-          retry_errors=True)
+    wait_until(lambda: partition0(cluster[0].bootstrap, topic)[0], 40, 0.2, "broker 2 leads",
+               ok=lambda leader: leader == 2, retry_errors=True)
     assert produce_to_partition0(boot, topic, [b"b0", b"b1"]) == [3, 4]
     assert _elect(cluster[0].bootstrap, PREFERRED, {topic: [0]}) == (NONE, {(topic, 0): PREFERRED_LEADER_NOT_AVAILABLE})
     assert _elect(cluster[2].bootstrap, UNCLEAN, {topic: [0]}) == (NONE, {(topic, 0): ELECTION_NOT_NEEDED})
 
     # back, it catches up and rejoins the ISR, but broker 2 keeps leading
     cluster[1].start()
-    until(lambda: partition0(cluster[0].bootstrap, topic), lambda s: s[0] == 2 and s[2] == [0, 1, 2],
-          "broker 1 back in the ISR", 60, retry_errors=True)
+    wait_until(lambda: partition0(cluster[0].bootstrap, topic), 60, 0.2, "broker 1 back in the ISR",
+               ok=lambda s: s[0] == 2 and s[2] == [0, 1, 2], retry_errors=True)
 
     # kafka-leader-election --election-type PREFERRED moves the leadership back to broker 1
     cli.require_tools()
     out = cli.run("kafka-leader-election", "--bootstrap-server", cluster[0].bootstrap,
                   "--election-type", "PREFERRED", "--topic", topic, "--partition", "0")
     assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" in out.stdout, out.stdout
-    until(lambda: [partition0(p.bootstrap, topic)[0] for p in cluster.values()], lambda seen: seen == [1, 1, 1],
-          "every broker names broker 1 the leader", 30, retry_errors=True)
+    wait_until(lambda: [partition0(p.bootstrap, topic)[0] for p in cluster.values()], 30, 0.2,
+               "every broker names broker 1 the leader", ok=lambda seen: seen == [1, 1, 1],
+               retry_errors=True)
     # asked again, for every partition of every topic: this one needs nothing (an internal
     # topic's partitions may, on Kafka), and afterwards nothing is left to elect or listed
     out = cli.run("kafka-leader-election", "--bootstrap-server", cluster[2].bootstrap,
@@ -123,8 +126,9 @@ def balancing(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Itera
     leader.imbalance.check.interval.seconds; 300 by default)."""
     with three_brokers(pytestconfig, target, tmp_path, lag_ms=3000,
                        settings={"leader_imbalance_check_interval_seconds": 1}) as nodes:
-        until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()],
-              lambda seen: seen == [3, 3, 3], "every broker sees the other two", 40, retry_errors=True)
+        wait_until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()], 40,
+                   0.2, "every broker sees the other two", ok=lambda seen: seen == [3, 3, 3],
+                   retry_errors=True)
         yield nodes
 
 
@@ -137,15 +141,16 @@ def test_the_controller_gives_a_partition_back_to_its_preferred_replica(balancin
     topic = f"balance-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": boot})  # kept: a collected client fails its futures
     admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 0]])])[topic].result(30)
-    until(lambda: partition0(cluster[0].bootstrap, topic), lambda s: s == (1, [1, 2, 0], [0, 1, 2]),
-          "broker 1 leads with a full ISR", 40, retry_errors=True)
+    wait_until(lambda: partition0(cluster[0].bootstrap, topic), 40, 0.2, "broker 1 leads with a full ISR",
+               ok=lambda s: s == (1, [1, 2, 0], [0, 1, 2]), retry_errors=True)
     assert produce_to_partition0(boot, topic, [b"a0", b"a1"]) == [0, 1]
     cluster[1].kill()
-    until(lambda: partition0(cluster[0].bootstrap, topic)[0], lambda leader: leader == 2, "broker 2 leads", 40,
-          retry_errors=True)
+    wait_until(lambda: partition0(cluster[0].bootstrap, topic)[0], 40, 0.2, "broker 2 leads",
+               ok=lambda leader: leader == 2, retry_errors=True)
     assert produce_to_partition0(boot, topic, [b"b0"]) == [2]
     cluster[1].start()
-    until(lambda: [partition0(p.bootstrap, topic)[0] for p in cluster.values()], lambda seen: seen == [1, 1, 1],
-          "broker 1 leads again on every broker", 60, retry_errors=True)
+    wait_until(lambda: [partition0(p.bootstrap, topic)[0] for p in cluster.values()], 60, 0.2,
+               "broker 1 leads again on every broker", ok=lambda seen: seen == [1, 1, 1],
+               retry_errors=True)
     assert produce_to_partition0(boot, topic, [b"c0"]) == [3]
     assert read_partition0(boot, topic, 4) == [b"a0", b"a1", b"b0", b"c0"]

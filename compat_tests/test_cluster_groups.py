@@ -18,7 +18,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .clusters import find_coordinator, metadata, three_brokers, until
+from .clusters import find_coordinator, metadata, three_brokers
+from .helpers import wait_until
 from .raw import RawConn
 
 PARTITIONS = 3
@@ -40,8 +41,9 @@ def _topic(cluster: dict[int, Any]) -> tuple[str, dict[int, list[bytes]]]:
     boot = ",".join(p.bootstrap for p in cluster.values())
     admin = AdminClient({"bootstrap.servers": boot})
     admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
-    until(lambda: metadata(cluster[0].bootstrap, [topic])["topics"][0]["partitions"],
-          lambda parts: len(parts) == PARTITIONS and all(p["leader_id"] >= 0 for p in parts), "the topic led")
+    wait_until(lambda: metadata(cluster[0].bootstrap, [topic])["topics"][0]["partitions"], 30, 0.2,
+               "the topic led",
+               ok=lambda parts: len(parts) == PARTITIONS and all(p["leader_id"] >= 0 for p in parts))
     producer = Producer({"bootstrap.servers": boot, "enable.idempotence": True, "acks": "all"})
     written: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
     for i in range(300):
@@ -83,8 +85,8 @@ def test_a_broker_answers_another_brokers_groups_not_coordinator(cluster: dict[i
     NOT_COORDINATOR for every partition, and change nothing; the coordinator takes the commit."""
     topic, _ = _topic(cluster)
     group = f"elsewhere-{uuid.uuid4().hex[:6]}"
-    coordinator = until(lambda: find_coordinator(cluster[0].bootstrap, group), lambda n: n >= 0, "a coordinator", 60,
-                        retry_errors=True)
+    coordinator = wait_until(lambda: find_coordinator(cluster[0].bootstrap, group), 60, 0.2, "a coordinator",
+                             ok=lambda n: n >= 0, retry_errors=True)
     other = cluster[(coordinator + 1) % 3].bootstrap
 
     def commit(bootstrap: str, offset: int) -> list[int]:
@@ -106,8 +108,8 @@ def test_a_broker_answers_another_brokers_groups_not_coordinator(cluster: dict[i
 
     assert commit(other, 7) == [NOT_COORDINATOR]
     assert fetch(other)[0] == NOT_COORDINATOR
-    assert until(lambda: commit(cluster[coordinator].bootstrap, 5), lambda codes: codes == [0],
-                 "the coordinator takes the commit", 30) == [0]
+    assert wait_until(lambda: commit(cluster[coordinator].bootstrap, 5), 30, 0.2,
+                      "the coordinator takes the commit", ok=lambda codes: codes == [0]) == [0]
     assert fetch(cluster[coordinator].bootstrap) == (0, 5)
 
 
@@ -128,8 +130,9 @@ def test_group_coordinators_are_spread_and_offsets_outlive_the_coordinator(
         def settled(seen: Any) -> bool:
             return isinstance(seen, dict) and all(len(s) == 1 and not s & (dead | {-1}) for s in seen.values())
 
-        seen = until(lambda: {g: {find_coordinator(b, g) for b in live} for g in names}, settled,
-                     "every live broker names one live coordinator per group", 60, retry_errors=True)
+        seen = wait_until(lambda: {g: {find_coordinator(b, g) for b in live} for g in names}, 60, 0.2,
+                          "every live broker names one live coordinator per group", ok=settled,
+                          retry_errors=True)
         return {g: next(iter(s)) for g, s in seen.items()}
 
     spread = coordinators([f"spread-{i}" for i in range(12)])
@@ -169,8 +172,8 @@ def test_group_coordinators_are_spread_and_offsets_outlive_the_coordinator(
     for protocol, group in groups.items():
         consumer = _consumer(live, group, protocol)
         try:
-            assert until(lambda c=consumer: _committed(c, topic), lambda got: bool(got),
-                         "the committed offsets", 60, retry_errors=True) == committed[group]
+            assert wait_until(lambda c=consumer: _committed(c, topic), 60, 0.2, "the committed offsets",
+                              ok=lambda got: bool(got), retry_errors=True) == committed[group]
             consumer.subscribe([topic])
             rest = _read(consumer, 150)
             assert not {v for _, v in rest} & read_before[group], "nothing read twice"

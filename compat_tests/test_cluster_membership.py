@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from .brokers import TmqgateProcess, stop_all
-from .clusters import metadata, until
+from .clusters import metadata
 from .etcd import EtcdProcess
+from .helpers import wait_until
 from .raw import RawConn
 
 pytestmark = [pytest.mark.tmqgate_only,
@@ -60,7 +61,8 @@ def test_three_brokers_see_each_other_and_the_controller_moves_when_it_dies(tmp_
         p.start()
     try:
         everyone = sorted((n, int(p.bootstrap.rsplit(":", 1)[1])) for n, p in nodes.items())
-        answers = [until(lambda p=p: _listed(p.bootstrap), lambda m: m[0] == everyone, "all three listed")
+        answers = [wait_until(lambda p=p: _listed(p.bootstrap), 30, 0.2, "all three listed",
+                              ok=lambda m: m[0] == everyone)
                    for p in nodes.values()]
         controllers = {controller for _, controller, _ in answers}
         cluster_ids = {cid for _, _, cid in answers}
@@ -76,14 +78,16 @@ def test_three_brokers_see_each_other_and_the_controller_moves_when_it_dies(tmp_
         survivors = {n: p for n, p in nodes.items() if n != controller}
         left = [e for e in everyone if e[0] != controller]
         for p in survivors.values():
-            seen = until(lambda p=p: _listed(p.bootstrap), lambda m: m[0] == left and m[1] in survivors,
-                         "the dead controller gone and a new one elected")
+            seen = wait_until(lambda p=p: _listed(p.bootstrap), 30, 0.2,
+                              "the dead controller gone and a new one elected",
+                              ok=lambda m: m[0] == left and m[1] in survivors)
         new_controllers = {_listed(p.bootstrap)[1] for p in survivors.values()}
         assert len(new_controllers) == 1 and new_controllers <= set(survivors), seen
 
         nodes[controller].start()  # back on its data: registered again, listed by everyone
         for p in nodes.values():
-            until(lambda p=p: _listed(p.bootstrap), lambda m: m[0] == everyone, "the restarted broker listed again")
+            wait_until(lambda p=p: _listed(p.bootstrap), 30, 0.2, "the restarted broker listed again",
+                       ok=lambda m: m[0] == everyone)
     finally:
         stop_all(nodes.values())
 

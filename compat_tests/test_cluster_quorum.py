@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from .cli_helpers import require_tools, run
-from .clusters import three_brokers, until
+from .clusters import three_brokers
+from .helpers import wait_until
 
 
 def _status(bootstrap: str) -> dict[str, str]:
@@ -30,8 +31,9 @@ def _voters(text: str) -> list[int]:
 def test_the_metadata_quorum_status(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> None:
     require_tools()
     with three_brokers(pytestconfig, target, tmp_path) as nodes:
-        statuses = [until(lambda n=n: _status(nodes[n].bootstrap), lambda s: int(s.get("LeaderId", -1)) >= 0,
-                          f"a quorum leader named by broker {n}") for n in (0, 1, 2)]
+        statuses = [wait_until(lambda n=n: _status(nodes[n].bootstrap), 30, 0.2,
+                               f"a quorum leader named by broker {n}",
+                               ok=lambda s: int(s.get("LeaderId", -1)) >= 0) for n in (0, 1, 2)]
         leaders = {s["LeaderId"] for s in statuses}
         assert len(leaders) == 1, statuses
         status = statuses[0]

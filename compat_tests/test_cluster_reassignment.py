@@ -19,15 +19,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from . import cli_helpers as cli
-from .clusters import (
-    Nodes,
-    metadata,
-    partition0,
-    produce_to_partition0,
-    read_partition0,
-    three_brokers,
-    until,
-)
+from .clusters import Nodes, metadata, partition0, produce_to_partition0, read_partition0, three_brokers
+from .helpers import wait_until
 from .raw import RawConn
 
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
@@ -37,8 +30,9 @@ UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGR
 @pytest.fixture
 def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterator[Nodes]:
     with three_brokers(pytestconfig, target, tmp_path, lag_ms=3000) as nodes:
-        until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()],
-              lambda seen: seen == [3, 3, 3], "every broker sees the other two", 40, retry_errors=True)
+        wait_until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()], 40,
+                   0.2, "every broker sees the other two", ok=lambda seen: seen == [3, 3, 3],
+                   retry_errors=True)
         yield nodes
 
 
@@ -72,16 +66,17 @@ def test_a_partition_moved_onto_a_broker_added_to_the_running_cluster(cluster: N
     topic = f"move-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": boot})  # kept: a collected client fails its futures
     admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[0, 1]])])[topic].result(30)
-    until(lambda: partition0(cluster[2].bootstrap, topic), lambda s: s == (0, [0, 1], [0, 1]),
-          "broker 0 leads with both replicas in sync", 40, retry_errors=True)
+    wait_until(lambda: partition0(cluster[2].bootstrap, topic), 40, 0.2,
+               "broker 0 leads with both replicas in sync", ok=lambda s: s == (0, [0, 1], [0, 1]),
+               retry_errors=True)
     first = [f"a{i}".encode() for i in range(300)]
     assert produce_to_partition0(boot, topic, first) == list(range(300))
 
     # a fourth broker joins the running cluster: every broker lists it
     cluster.add(3)
-    until(lambda: [sorted(b["node_id"] for b in metadata(p.bootstrap, [], timeout=5)["brokers"])
-                   for p in cluster.values()],
-          lambda seen: seen == [[0, 1, 2, 3]] * 4, "every broker lists the new one", 40, retry_errors=True)
+    wait_until(lambda: [sorted(b["node_id"] for b in metadata(p.bootstrap, [], timeout=5)["brokers"])
+                        for p in cluster.values()], 40, 0.2, "every broker lists the new one",
+               ok=lambda seen: seen == [[0, 1, 2, 3]] * 4, retry_errors=True)
 
     # bad targets, answered per partition
     assert _alter(cluster[1].bootstrap, {topic: {0: [1, 1], 5: [0, 1]}, "no-such-topic": {0: [0, 1]}}) == {
@@ -98,12 +93,14 @@ def test_a_partition_moved_onto_a_broker_added_to_the_running_cluster(cluster: N
     out = cli.run("kafka-reassign-partitions", "--bootstrap-server", cluster[2].bootstrap,
                   "--reassignment-json-file", str(plan), "--execute")
     assert f"Successfully started partition reassignment for {topic}-0" in out.stdout, out.stdout
-    until(lambda: cli.run("kafka-reassign-partitions", "--bootstrap-server", cluster[2].bootstrap,
-                          "--reassignment-json-file", str(plan), "--verify").stdout,
-          lambda text: f"Reassignment of partition {topic}-0 is completed." in text, "the reassignment completed", 60)
+    wait_until(lambda: cli.run("kafka-reassign-partitions", "--bootstrap-server", cluster[2].bootstrap,
+                               "--reassignment-json-file", str(plan), "--verify").stdout, 60, 0.2,
+               "the reassignment completed",
+               ok=lambda text: f"Reassignment of partition {topic}-0 is completed." in text)
     # every broker: replicas [3, 1], led by broker 3 (the old leader left the replicas), both in sync
-    until(lambda: [partition0(p.bootstrap, topic) for p in cluster.values()],
-          lambda seen: seen == [(3, [3, 1], [1, 3])] * 4, "the new placement everywhere", 40, retry_errors=True)
+    wait_until(lambda: [partition0(p.bootstrap, topic) for p in cluster.values()], 40, 0.2,
+               "the new placement everywhere", ok=lambda seen: seen == [(3, [3, 1], [1, 3])] * 4,
+               retry_errors=True)
     assert _running(cluster[0].bootstrap) == []
 
     # broker 3 holds every acknowledged record and takes new ones after them

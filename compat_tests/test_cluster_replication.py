@@ -26,7 +26,8 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .clusters import find_coordinator, metadata, three_brokers, until
+from .clusters import find_coordinator, metadata, three_brokers
+from .helpers import wait_until
 from .raw import PRODUCE_V, RawConn, fetched_values, one_record_batch
 
 LAG_MS = 3000
@@ -39,14 +40,10 @@ PARTITIONS = 3
 @pytest.fixture
 def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterator[dict[int, Any]]:
     with three_brokers(pytestconfig, target, tmp_path, lag_ms=LAG_MS) as nodes:
-        _until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()],
-               lambda seen: seen == [3, 3, 3], "every broker sees the other two")
+        wait_until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()], 40,
+                   0.2, "every broker sees the other two", ok=lambda seen: seen == [3, 3, 3],
+                   retry_errors=True)
         yield nodes
-
-
-def _until(fn: Any, ok: Any, what: str, timeout: float = 40.0) -> Any:
-    """``until`` with 40 s by default, an error from ``fn`` (a broker between lives) retried."""
-    return until(fn, ok, what, timeout, retry_errors=True)
 
 
 def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
@@ -68,9 +65,10 @@ def _one_partition_topic(cluster: dict[int, Any], topic: str, min_isr: int | Non
     config = {} if min_isr is None else {"min.insync.replicas": str(min_isr)}
     admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
     admin.create_topics([NewTopic(topic, 1, 3, config=config)])[topic].result(30)
-    leader: int = _until(lambda: _partitions(cluster[0].bootstrap, topic)[0][0], lambda n: n >= 0, "a leader")
-    _until(lambda: [_partitions(p.bootstrap, topic)[0][2] for p in cluster.values()],
-           lambda seen: seen == [[0, 1, 2]] * 3, "the topic on every broker")
+    leader: int = wait_until(lambda: _partitions(cluster[0].bootstrap, topic)[0][0], 40, 0.2, "a leader",
+                             ok=lambda n: n >= 0, retry_errors=True)
+    wait_until(lambda: [_partitions(p.bootstrap, topic)[0][2] for p in cluster.values()], 40, 0.2,
+               "the topic on every broker", ok=lambda seen: seen == [[0, 1, 2]] * 3, retry_errors=True)
     return leader
 
 
@@ -140,7 +138,7 @@ def test_acknowledged_writes_survive_leaders_killed_and_restarted(cluster: dict[
     load.thread.start()
     kills = []
     try:
-        _until(load.count, lambda c: c >= 300, "the producer under way")
+        wait_until(load.count, 40, 0.2, "the producer under way", ok=lambda c: c >= 300, retry_errors=True)
         for i in range(KILLS[target]):  # kill -9 a partition's leader, each partition in turn
             kills.append(_kill_and_restart_leader(cluster, topic, load, i % PARTITIONS))
     finally:
@@ -163,7 +161,7 @@ def test_a_rolling_restart_keeps_every_acknowledged_write(cluster: dict[int, Any
     load = _Load(",".join(p.bootstrap for p in cluster.values()), topic)
     load.thread.start()
     try:
-        _until(load.count, lambda c: c >= 300, "the producer under way")
+        wait_until(load.count, 40, 0.2, "the producer under way", ok=lambda c: c >= 300, retry_errors=True)
         for n in (0, 1, 2):
             _restart_under_load(cluster, topic, load, n)
     finally:
@@ -183,12 +181,13 @@ def test_writes_go_on_after_the_coordination_service_restarts(cluster: Any, targ
     load = _Load(",".join(p.bootstrap for p in cluster.values()), topic)
     load.thread.start()
     try:
-        _until(load.count, lambda c: c >= 300, "the producer under way")
+        wait_until(load.count, 40, 0.2, "the producer under way", ok=lambda c: c >= 300, retry_errors=True)
         cluster.coordination.stop()
         time.sleep(3)
         cluster.coordination.start()
         before = load.count()
-        _until(load.count, lambda c: c >= before + 300, "acknowledged writes after the restart", timeout=60)
+        wait_until(load.count, 60, 0.2, "acknowledged writes after the restart",
+                   ok=lambda c: c >= before + 300, retry_errors=True)
     finally:
         load.stopped.set()
         load.thread.join(150)
@@ -251,20 +250,21 @@ def test_group_consumers_keep_going_through_leader_and_coordinator_kills(
 
     def reads_on(r: _GroupReader) -> None:
         before = sum(map(len, r.seen.values()))
-        _until(lambda: sum(map(len, r.seen.values())), lambda n: n >= before + 100,
-               "the group consuming after the failover", timeout=60)
+        wait_until(lambda: sum(map(len, r.seen.values())), 60, 0.2, "the group consuming after the failover",
+                   ok=lambda n: n >= before + 100, retry_errors=True)
 
     read_at_kill: dict[str, int] = {}  # how many it had read when its coordinator was killed
     committed_at_kill: dict[str, dict[int, int]] = {}
     try:
-        _until(load.count, lambda c: c >= 300, "the producer under way")
+        wait_until(load.count, 40, 0.2, "the producer under way", ok=lambda c: c >= 300, retry_errors=True)
         for partition in (0, 1):
             _kill_and_restart_leader(cluster, topic, load, partition)
             for r in readers:  # each group reads on after the failover
                 reads_on(r)
         for r in readers:
-            coordinator = until(lambda r=r: find_coordinator(cluster[0].bootstrap, r.group), lambda n: n >= 0,
-                                "the group's coordinator", 30, retry_errors=True)
+            coordinator = wait_until(lambda r=r: find_coordinator(cluster[0].bootstrap, r.group), 30, 0.2,
+                                     "the group's coordinator", ok=lambda n: n >= 0,
+                                     retry_errors=True)
             committed_at_kill[r.group] = r.committed(boot, topic)
             read_at_kill[r.group] = len(r.offsets)
             assert committed_at_kill[r.group], "the group committed before its coordinator is killed"
@@ -276,8 +276,8 @@ def test_group_consumers_keep_going_through_leader_and_coordinator_kills(
     try:
         assert not load.failed, load.failed[:5]
         for r in readers:
-            _until(lambda r=r: r.missing(load.acked), lambda n: n == 0, "every acknowledged record consumed",
-                   timeout=90)
+            wait_until(lambda r=r: r.missing(load.acked), 90, 0.2, "every acknowledged record consumed",
+                       ok=lambda n: n == 0, retry_errors=True)
     finally:
         for r in readers:
             r.stopped.set()
@@ -297,8 +297,8 @@ def _replicated_topic(cluster: dict[int, Any]) -> str:
     topic = f"repl-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
-    layout = _until(lambda: _partitions(cluster[0].bootstrap, topic),
-                    lambda lay: len(lay) == PARTITIONS, "the topic listed")
+    layout = wait_until(lambda: _partitions(cluster[0].bootstrap, topic), 40, 0.2, "the topic listed",
+                        ok=lambda lay: len(lay) == PARTITIONS, retry_errors=True)
     assert all(replicas == isr == [0, 1, 2] for _, replicas, isr in layout.values()), layout
     assert sorted(leader for leader, _, _ in layout.values()) == [0, 1, 2]  # one leader each
     return topic
@@ -327,10 +327,11 @@ def _restart_under_load(cluster: dict[int, Any], topic: str, load: _Load, node: 
         cluster[node].kill()
     else:
         cluster[node].stop()
-    _until(load.count, lambda c: c >= before + 300, f"writes going on without broker {node}")
+    wait_until(load.count, 40, 0.2, f"writes going on without broker {node}", ok=lambda c: c >= before + 300,
+               retry_errors=True)
     cluster[node].start()
-    _until(lambda: _partitions(_any_live(cluster, set()), topic),
-           lambda lay: all(isr == [0, 1, 2] for _, _, isr in lay.values()), "all three in sync again")
+    wait_until(lambda: _partitions(_any_live(cluster, set()), topic), 40, 0.2, "all three in sync again",
+               ok=lambda lay: all(isr == [0, 1, 2] for _, _, isr in lay.values()), retry_errors=True)
 
 
 def _kill_and_restart_leader(cluster: dict[int, Any], topic: str, load: _Load,
@@ -338,17 +339,20 @@ def _kill_and_restart_leader(cluster: dict[int, Any], topic: str, load: _Load,
     """Kill -9 the partition's leader under the load, wait for the failover and for 300 more
     acknowledged writes, restart it and wait until it is in sync again: (node, partition, time)."""
     before = load.count()
-    leader = _until(lambda: _partitions(_any_live(cluster, set()), topic)[partition][0], lambda n: n >= 0, "a leader")
+    leader = wait_until(lambda: _partitions(_any_live(cluster, set()), topic)[partition][0], 40, 0.2,
+                        "a leader", ok=lambda n: n >= 0, retry_errors=True)
     cluster[leader].kill()
     killed = time.monotonic()
     others = {n for n in cluster if n != leader}
-    _until(lambda: _partitions(_any_live(cluster, {leader}), topic),
-           lambda lay: all(ld in others and leader not in isr for ld, _, isr in lay.values()),
-           "every leader on a live broker, the dead one out of every ISR (replica_lag_time_max_ms)")
-    _until(load.count, lambda c: c >= before + 300, "acknowledged writes after the failover")
+    wait_until(lambda: _partitions(_any_live(cluster, {leader}), topic), 40, 0.2,
+               "every leader on a live broker, the dead one out of every ISR (replica_lag_time_max_ms)",
+               ok=lambda lay: all(ld in others and leader not in isr for ld, _, isr in lay.values()),
+               retry_errors=True)
+    wait_until(load.count, 40, 0.2, "acknowledged writes after the failover", ok=lambda c: c >= before + 300,
+               retry_errors=True)
     cluster[leader].start()  # back: truncates, catches up, rejoins the ISR
-    _until(lambda: _partitions(_any_live(cluster, set()), topic),
-           lambda lay: all(isr == [0, 1, 2] for _, _, isr in lay.values()), "all three in sync again")
+    wait_until(lambda: _partitions(_any_live(cluster, set()), topic), 40, 0.2, "all three in sync again",
+               ok=lambda lay: all(isr == [0, 1, 2] for _, _, isr in lay.values()), retry_errors=True)
     return leader, partition, killed
 
 
@@ -365,8 +369,9 @@ def test_acks_all_is_refused_below_min_insync_replicas(cluster: dict[int, Any]) 
     down = [n for n in cluster if n != leader]
     for n in down:
         cluster[n].kill()
-    _until(lambda: _partitions(cluster[leader].bootstrap, topic)[0][2], lambda isr: isr == [leader],
-           "the ISR shrunk to the leader after replica_lag_time_max_ms")
+    wait_until(lambda: _partitions(cluster[leader].bootstrap, topic)[0][2], 40, 0.2,
+               "the ISR shrunk to the leader after replica_lag_time_max_ms",
+               ok=lambda isr: isr == [leader], retry_errors=True)
     with RawConn(cluster[leader].bootstrap) as conn:
         refused = conn.produce(topic, 0, one_record_batch(b"refused"))
         assert refused["error_code"] == NOT_ENOUGH_REPLICAS, refused
@@ -376,10 +381,11 @@ def test_acks_all_is_refused_below_min_insync_replicas(cluster: dict[int, Any]) 
         assert conn.list_offsets(topic, 0, -1)["offset"] == 1
     for n in down:
         cluster[n].start()
-    _until(lambda: _partitions(cluster[leader].bootstrap, topic)[0][2], lambda isr: isr == [0, 1, 2],
-           "the restarted replicas back in sync")
+    wait_until(lambda: _partitions(cluster[leader].bootstrap, topic)[0][2], 40, 0.2,
+               "the restarted replicas back in sync", ok=lambda isr: isr == [0, 1, 2], retry_errors=True)
     with RawConn(cluster[leader].bootstrap) as conn:  # replicated now: visible
-        _until(lambda: conn.list_offsets(topic, 0, -1)["offset"], lambda end: end == 2, "the high watermark at 2")
+        wait_until(lambda: conn.list_offsets(topic, 0, -1)["offset"], 40, 0.2, "the high watermark at 2",
+                   ok=lambda end: end == 2, retry_errors=True)
         assert [v for _, v in fetched_values(conn.fetch(topic, 0, 0))] == [b"in sync", b"acks=1"]
 
 
@@ -446,9 +452,11 @@ def test_a_paused_leader_acknowledges_nothing_after_its_replacement(cluster: dic
     zombie = RawConn(cluster[old].bootstrap, timeout=60)
     os.kill(pid, signal.SIGSTOP)
     try:
-        new = _until(lambda: _partitions(cluster[others[0]].bootstrap, topic)[0][0], lambda n: n in others,
-                     "a new leader elected while the old one is paused")
-        _until(lambda: _partitions(cluster[new].bootstrap, topic)[0][0], lambda n: n == new, "the new leader knows")
+        new = wait_until(lambda: _partitions(cluster[others[0]].bootstrap, topic)[0][0], 40, 0.2,
+                         "a new leader elected while the old one is paused",
+                         ok=lambda n: n in others, retry_errors=True)
+        wait_until(lambda: _partitions(cluster[new].bootstrap, topic)[0][0], 40, 0.2, "the new leader knows",
+                   ok=lambda n: n == new, retry_errors=True)
         corr = zombie.send_request(0, PRODUCE_V, {
             "transactional_id": None, "acks": -1, "timeout_ms": 5000,
             "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": one_record_batch(b"zombie")}]}]})
@@ -460,12 +468,13 @@ def test_a_paused_leader_acknowledges_nothing_after_its_replacement(cluster: dic
     zombie.close()
     assert answer["partition_responses"][0]["error_code"] != 0, answer  # not acknowledged
 
-    _until(lambda: _partitions(cluster[new].bootstrap, topic)[0][2], lambda isr: isr == [0, 1, 2],
-           "the old leader caught up and back in sync")
+    wait_until(lambda: _partitions(cluster[new].bootstrap, topic)[0][2], 40, 0.2,
+               "the old leader caught up and back in sync", ok=lambda isr: isr == [0, 1, 2],
+               retry_errors=True)
     for n in others:  # leave the old leader alone: it must lead again, from its own log
         cluster[n].kill()
-    _until(lambda: _partitions(cluster[old].bootstrap, topic)[0][:1], lambda s: s == (old,),
-           "the old leader elected again")
+    wait_until(lambda: _partitions(cluster[old].bootstrap, topic)[0][:1], 40, 0.2,
+               "the old leader elected again", ok=lambda s: s == (old,), retry_errors=True)
     with RawConn(cluster[old].bootstrap) as conn:
         values = [v for _, v in fetched_values(conn.fetch(topic, 0, 0))]
     assert values == [b"before", b"after"]
@@ -497,7 +506,8 @@ def test_a_leader_cut_off_from_etcd_takes_no_writes_until_it_is_back(cluster: di
         with RawConn(cluster[now].bootstrap) as conn:
             return now, conn.produce(topic, 0, one_record_batch(b"after"))["error_code"]
 
-    current, _ = _until(produce_after, lambda answer: answer[1] == 0, "writes taken again once etcd is back")
+    current, _ = wait_until(produce_after, 40, 0.2, "writes taken again once etcd is back",
+                            ok=lambda answer: answer[1] == 0, retry_errors=True)
     with RawConn(cluster[current].bootstrap) as conn:
         values = [v for _, v in fetched_values(conn.fetch(topic, 0, 0))]
     assert b"cut off" not in values and values[0] == b"before" and values[-1] == b"after"
@@ -526,13 +536,14 @@ def test_a_follower_with_a_wiped_data_dir_is_re_replicated(cluster: dict[int, An
     with RawConn(cluster[leader].bootstrap) as conn:
         for value in written[100:]:
             assert conn.produce(topic, 0, one_record_batch(value))["error_code"] == 0
-    _until(lambda: _partitions(cluster[leader].bootstrap, topic)[0][2], lambda isr: isr == [0, 1, 2],
-           "the wiped follower re-replicated and back in sync", timeout=60)
+    wait_until(lambda: _partitions(cluster[leader].bootstrap, topic)[0][2], 60, 0.2,
+               "the wiped follower re-replicated and back in sync", ok=lambda isr: isr == [0, 1, 2],
+               retry_errors=True)
     for n in cluster:
         if n != wiped:
             cluster[n].kill()
-    _until(lambda: _partitions(cluster[wiped].bootstrap, topic)[0][0], lambda n: n == wiped,
-           "the re-replicated follower leading", timeout=60)
+    wait_until(lambda: _partitions(cluster[wiped].bootstrap, topic)[0][0], 60, 0.2,
+               "the re-replicated follower leading", ok=lambda n: n == wiped, retry_errors=True)
 
     def read() -> list[bytes]:
         with RawConn(cluster[wiped].bootstrap) as conn:
@@ -541,5 +552,5 @@ def test_a_follower_with_a_wiped_data_dir_is_re_replicated(cluster: dict[int, An
     # Every record, once the dead replicas are out of its ISR (a broker whose lease had not
     # lapsed yet at the election stays in it until replica.lag.time.max.ms; the high
     # watermark waits for it meanwhile).
-    assert _until(read, lambda values: values == written, "every acknowledged record on the new leader",
-                  timeout=30) == written
+    assert wait_until(read, 30, 0.2, "every acknowledged record on the new leader",
+                      ok=lambda values: values == written, retry_errors=True) == written

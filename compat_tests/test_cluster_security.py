@@ -34,8 +34,8 @@ from confluent_kafka.admin import (
 from confluent_kafka.admin import ResourceType as RT
 
 from .brokers import TmqgateProcess, _tmqgate_cmd
-from .clusters import Nodes, tmqgate_cluster, until
-from .helpers import unique_topic
+from .clusters import Nodes, tmqgate_cluster
+from .helpers import unique_topic, wait_until
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 ALICE, ALICE_PASSWORD = "alice", "alice-secret"
@@ -111,7 +111,8 @@ def test_brokers_authenticate_to_each_other_under_strict_acls(pytestconfig: pyte
         bootstrap = ",".join(nodes[n].bootstrap for n in (0, 1, 2))
         admin = AdminClient(_client(bootstrap, ADMIN, ADMIN_PASSWORD))
         topic, group = unique_topic("secured"), unique_topic("secured-group")
-        until(lambda: len(admin.list_topics(timeout=10).brokers), lambda n: n == 3, "three brokers")
+        wait_until(lambda: len(admin.list_topics(timeout=10).brokers), 30, 0.2, "three brokers",
+                   ok=lambda n: n == 3)
         admin.create_topics([NewTopic(topic, 2, 3)])[topic].result(60)
         acls = [AclBinding(RT.TOPIC, topic, ResourcePatternType.LITERAL, f"User:{ALICE}", "*", op,
                            AclPermissionType.ALLOW) for op in (AclOperation.WRITE, AclOperation.READ,
@@ -122,8 +123,8 @@ def test_brokers_authenticate_to_each_other_under_strict_acls(pytestconfig: pyte
             future.result(30)
 
         # every replica in sync: the followers' fetches pass the leaders' authorizers as the brokers' user
-        until(lambda: _isr(admin, topic), lambda parts: all(isr == [0, 1, 2] for _, _, isr in parts),
-              "three in-sync replicas of each partition", timeout=60)
+        wait_until(lambda: _isr(admin, topic), 60, 0.2, "three in-sync replicas of each partition",
+                   ok=lambda parts: all(isr == [0, 1, 2] for _, _, isr in parts))
         acked: list[bytes] = []
         refused: list[Any] = []
 
@@ -148,8 +149,9 @@ def test_brokers_authenticate_to_each_other_under_strict_acls(pytestconfig: pyte
             acked.extend(m.value() for m in results if hasattr(m, "value"))
             return results
 
-        until(probe, lambda got: len(got) == 2 and all(hasattr(m, "value") for m in got), "alice may write",
-              retry_errors=True)
+        wait_until(probe, 30, 0.2, "alice may write",
+                   ok=lambda got: len(got) == 2 and all(hasattr(m, "value") for m in got),
+                   retry_errors=True)
         # idempotent: its InitProducerId needs her WRITE, now everywhere
         producers = [Producer(_client(bootstrap, ALICE, ALICE_PASSWORD, acks="all", **{"enable.idempotence": True}))]
         first = [f"a{i}".encode() for i in range(200)]
@@ -167,7 +169,8 @@ def test_brokers_authenticate_to_each_other_under_strict_acls(pytestconfig: pyte
             # live brokers to make its internal topic, and one was killed)
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in (0, 1)])
             read: list[bytes] = []
-            until(lambda: _poll_into(consumer, read), lambda n: n >= len(acked), "every record read", timeout=90)
+            wait_until(lambda: _poll_into(consumer, read), 90, 0.2, "every record read",
+                       ok=lambda n: n >= len(acked))
             assert sorted(read) == sorted(acked)
         finally:
             consumer.close()

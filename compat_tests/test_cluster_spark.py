@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from .clusters import metadata, three_brokers, until
+from .clusters import metadata, three_brokers
+from .helpers import wait_until
 from .spark_helpers import spark_session
 from .test_cluster_replication import LAG_MS, PARTITIONS, _kill_and_restart_leader, _Load, _replicated_topic
 from .test_spark_kafka import _stream_topic
@@ -33,8 +34,9 @@ def spark() -> Iterator[Any]:
 @pytest.fixture
 def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterator[dict[int, Any]]:
     with three_brokers(pytestconfig, target, tmp_path, lag_ms=LAG_MS) as nodes:
-        until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()],
-              lambda seen: seen == [3, 3, 3], "every broker sees the other two", 40, retry_errors=True)
+        wait_until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()], 40,
+                   0.2, "every broker sees the other two", ok=lambda seen: seen == [3, 3, 3],
+                   retry_errors=True)
         yield nodes
 
 
@@ -46,7 +48,7 @@ def test_a_stream_with_fail_on_data_loss_reads_every_record_through_broker_kills
     load.thread.start()
 
     def faults() -> None:
-        until(load.count, lambda c: c >= 300, "the producer under way", 40)
+        wait_until(load.count, 40, 0.2, "the producer under way", ok=lambda c: c >= 300)
         _kill_and_restart_leader(cluster, topic, load, 0)
         controller = int(metadata(cluster[0].bootstrap, [])["controller_id"])
         _kill_and_restart_node(controller if controller in cluster else 0)
@@ -56,7 +58,8 @@ def test_a_stream_with_fail_on_data_loss_reads_every_record_through_broker_kills
     def _kill_and_restart_node(node: int) -> None:
         before = load.count()
         cluster[node].kill()
-        until(load.count, lambda c: c >= before + 300, f"writes going on without broker {node}", 60)
+        wait_until(load.count, 60, 0.2, f"writes going on without broker {node}",
+                   ok=lambda c: c >= before + 300)
         cluster[node].start()
 
     rows = _stream_topic(spark, boot, topic, faults, **{"kafka.metadata.max.age.ms": "1000"})

@@ -21,7 +21,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .clusters import metadata, three_brokers, until
+from .clusters import metadata, three_brokers
+from .helpers import wait_until
 from .raw import RawConn, one_record_batch
 
 NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS = 6, 5, 36
@@ -42,8 +43,9 @@ def cluster(pytestconfig: pytest.Config, target: str,
 
 @pytest.fixture(autouse=True)
 def _whole(cluster: dict[int, Any]) -> None:
-    until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in cluster.values()],
-          lambda seen: seen == [3, 3, 3], "every broker sees the other two", 40, retry_errors=True)
+    wait_until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in cluster.values()], 40,
+               0.2, "every broker sees the other two", ok=lambda seen: seen == [3, 3, 3],
+               retry_errors=True)
 
 
 def _layout(bootstrap: str, topic: str) -> tuple[bytes, list[tuple[int, int, int, list[int]]]]:
@@ -108,7 +110,8 @@ def test_a_topic_made_on_one_broker_is_served_by_the_leaders_of_its_partitions(
         again.result(30)
     assert exists.value.args[0].code() == TOPIC_ALREADY_EXISTS
 
-    layouts = [until(lambda b=b: _layout(b, topic), lambda lay: len(lay[1]) == 6, "the topic everywhere")
+    layouts = [wait_until(lambda b=b: _layout(b, topic), 30, 0.2, "the topic everywhere",
+                          ok=lambda lay: len(lay[1]) == 6)
                for b in (b0, b1, b2)]
     assert len({topic_id for topic_id, _ in layouts}) == 1  # one topic id on every broker
     assert all(lay == layouts[0] for lay in layouts)
@@ -131,8 +134,8 @@ def test_a_topic_made_on_one_broker_is_served_by_the_leaders_of_its_partitions(
     # DeleteTopics on another broker: gone from all three.
     admin1.delete_topics([topic])[topic].result(30)
     for b in (b0, b1, b2):
-        until(lambda b=b: metadata(b, [topic])["topics"][0]["error_code"], lambda code: code == 3,
-              "the topic gone (UNKNOWN_TOPIC_OR_PARTITION)")
+        wait_until(lambda b=b: metadata(b, [topic])["topics"][0]["error_code"], 30, 0.2,
+                   "the topic gone (UNKNOWN_TOPIC_OR_PARTITION)", ok=lambda code: code == 3)
 
 
 def test_a_dead_leaders_partitions_go_offline_and_come_back_with_their_data(
@@ -141,8 +144,8 @@ def test_a_dead_leaders_partitions_go_offline_and_come_back_with_their_data(
     topic = f"offline-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": b0})
     admin.create_topics([NewTopic(topic, 6, 1)])[topic].result(30)
-    until(lambda: [len(_layout(p.bootstrap, topic)[1]) for p in cluster.values()], lambda s: s == [6, 6, 6],
-          "the topic everywhere", retry_errors=True)
+    wait_until(lambda: [len(_layout(p.bootstrap, topic)[1]) for p in cluster.values()], 30, 0.2,
+               "the topic everywhere", ok=lambda s: s == [6, 6, 6], retry_errors=True)
     sent = _produce(b0, topic, 300, "a")
     controller = metadata(b0, [])["controller_id"]
     victim = next(n for n in (0, 1, 2) if n != controller and n != 0)  # neither the controller nor b0
@@ -151,8 +154,8 @@ def test_a_dead_leaders_partitions_go_offline_and_come_back_with_their_data(
     assert len(theirs) == 2
 
     cluster[victim].kill()
-    seen = until(lambda: _layout(b0, topic)[1],
-                 lambda lay: all(lay[p][1] == LEADER_NOT_AVAILABLE for p in theirs), "its partitions offline")
+    seen = wait_until(lambda: _layout(b0, topic)[1], 30, 0.2, "its partitions offline",
+                      ok=lambda lay: all(lay[p][1] == LEADER_NOT_AVAILABLE for p in theirs))
     for p, error, leader, offline in seen:
         if p in theirs:
             assert (leader, offline) == (-1, [victim])  # no other replica may lead it
@@ -163,8 +166,8 @@ def test_a_dead_leaders_partitions_go_offline_and_come_back_with_their_data(
             NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE)
 
     cluster[victim].start()  # back on its data dir: leads its partitions again
-    until(lambda: _layout(b0, topic)[1], lambda lay: all(e == 0 and not off for _, e, _, off in lay),
-          "every partition online again")
+    wait_until(lambda: _layout(b0, topic)[1], 30, 0.2, "every partition online again",
+               ok=lambda lay: all(e == 0 and not off for _, e, _, off in lay))
     assert [leader for _, _, leader, _ in _layout(b0, topic)[1]] == [leader for _, _, leader, _ in layout]
     more = _produce(b0, topic, 300, "b")
     got = _consume_all(cluster[2 if victim != 2 else 1].bootstrap, topic, 600, "g2")
@@ -194,8 +197,9 @@ def test_partitions_added_on_one_broker_are_replicated_and_served_everywhere(clu
     topic = f"grow-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": b0})  # kept: a collected client fails its futures
     admin.create_topics([NewTopic(topic, 2, 3)])[topic].result(30)
-    until(lambda: [len(_layout(b, topic)[1]) for b in (b0, b1, b2)], lambda s: s == [2, 2, 2], "the topic everywhere",
-          retry_errors=True)  # a broker that does not know it yet answers UNKNOWN_TOPIC_OR_PARTITION
+    # (a broker that does not know it yet answers UNKNOWN_TOPIC_OR_PARTITION)
+    wait_until(lambda: [len(_layout(b, topic)[1]) for b in (b0, b1, b2)], 30, 0.2, "the topic everywhere",
+               ok=lambda s: s == [2, 2, 2], retry_errors=True)
     cli.require_tools()
     cli.run("kafka-topics", "--bootstrap-server", b1, "--alter", "--topic", topic, "--partitions", "4")
     admin2 = AdminClient({"bootstrap.servers": b2})
@@ -208,7 +212,8 @@ def test_partitions_added_on_one_broker_are_replicated_and_served_everywhere(clu
 
     want = [(p, 0, [0, 1, 2], 3) for p in range(6)]
     for b in (b0, b1, b2):
-        until(lambda b=b: replicas(b), lambda seen: seen == want, "six partitions, three replicas each, in sync")
+        wait_until(lambda b=b: replicas(b), 30, 0.2, "six partitions, three replicas each, in sync",
+                   ok=lambda seen: seen == want)
     [t] = metadata(b0, [topic])["topics"]
     assert [p["leader_id"] for p in sorted(t["partitions"], key=lambda p: p["partition_index"])][4:] == [2, 1]
     # fewer partitions than it has: refused, nothing changes
@@ -232,8 +237,8 @@ def test_a_non_leader_names_the_leader_and_epochs_are_checked(cluster: dict[int,
     topic = f"hint-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": b0})  # kept: a collected client fails its futures
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
-    until(lambda: [len(_layout(p.bootstrap, topic)[1]) for p in cluster.values()], lambda s: s == [3, 3, 3],
-          "the topic everywhere", retry_errors=True)
+    wait_until(lambda: [len(_layout(p.bootstrap, topic)[1]) for p in cluster.values()], 30, 0.2,
+               "the topic everywhere", ok=lambda s: s == [3, 3, 3], retry_errors=True)
     [t] = metadata(b0, [topic])["topics"]
     part = next(p for p in t["partitions"] if p["partition_index"] == 0)
     leader, epoch = part["leader_id"], part["leader_epoch"]
@@ -290,7 +295,8 @@ def test_default_replication_factor_for_topics_created_without_one(cluster: dict
         return sorted((p["partition_index"], sorted(p["replica_nodes"]), sorted(p["isr_nodes"]))
                       for p in t["partitions"])
 
-    until(lambda: replicas(made), lambda seen: seen == [(0, [0, 1, 2], [0, 1, 2]), (1, [0, 1, 2], [0, 1, 2])],
-          "three replicas of each partition, in sync", retry_errors=True)
-    until(lambda: replicas(auto), lambda seen: seen == [(0, [0, 1, 2], [0, 1, 2])],
-          "the auto-created topic with three replicas", retry_errors=True)
+    wait_until(lambda: replicas(made), 30, 0.2, "three replicas of each partition, in sync",
+               ok=lambda seen: seen == [(0, [0, 1, 2], [0, 1, 2]), (1, [0, 1, 2], [0, 1, 2])],
+               retry_errors=True)
+    wait_until(lambda: replicas(auto), 30, 0.2, "the auto-created topic with three replicas",
+               ok=lambda seen: seen == [(0, [0, 1, 2], [0, 1, 2])], retry_errors=True)

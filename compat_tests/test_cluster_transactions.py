@@ -19,7 +19,8 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .clusters import find_coordinator, metadata, three_brokers, until
+from .clusters import find_coordinator, metadata, three_brokers
+from .helpers import wait_until
 from .raw import RawConn
 
 PARTITIONS = 3
@@ -74,16 +75,16 @@ def test_transactions_over_three_leaders_and_another_brokers_group(cluster: dict
                                    NewTopic(source, 1, 3)])
     for future in created.values():
         future.result(30)
-    leaders = until(lambda: _leaders(cluster[0].bootstrap, topic),
-                    lambda lay: len(lay) == PARTITIONS and all(n >= 0 for n in lay.values()), "the topic led")
+    leaders = wait_until(lambda: _leaders(cluster[0].bootstrap, topic), 30, 0.2, "the topic led",
+                         ok=lambda lay: len(lay) == PARTITIONS and all(n >= 0 for n in lay.values()))
     assert sorted(leaders.values()) == [0, 1, 2], leaders  # the transaction spans three leaders
 
     tid = f"tx-{uuid.uuid4().hex[:6]}"
-    txn_coordinator = until(lambda: _txn_coordinator(cluster[0].bootstrap, tid), lambda n: n >= 0,
-                            "a transaction coordinator", 60)
+    txn_coordinator = wait_until(lambda: _txn_coordinator(cluster[0].bootstrap, tid), 60, 0.2,
+                                 "a transaction coordinator", ok=lambda n: n >= 0)
     group = next(g for g in (f"eos-{uuid.uuid4().hex[:8]}" for _ in range(500))
-                 if until(lambda g=g: find_coordinator(cluster[0].bootstrap, g), lambda n: n >= 0,
-                          "a group coordinator", 60) not in (txn_coordinator, -1))
+                 if wait_until(lambda g=g: find_coordinator(cluster[0].bootstrap, g), 60, 0.2,
+                               "a group coordinator", ok=lambda n: n >= 0) not in (txn_coordinator, -1))
     group_coordinator = find_coordinator(cluster[0].bootstrap, group)
     [bystander] = [n for n in cluster if n not in (txn_coordinator, group_coordinator)]
 
@@ -111,16 +112,17 @@ def test_transactions_over_three_leaders_and_another_brokers_group(cluster: dict
         return tp.offset
 
     first = transaction("c", 7, commit=True)
-    assert until(committed_offset, lambda o: o == 7, "the group's offset committed by the transaction", 30) == 7
+    assert wait_until(committed_offset, 30, 0.2, "the group's offset committed by the transaction",
+                      ok=lambda o: o == 7) == 7
 
     # a partition leader that coordinates nothing dies: its partition moves, transactions go on
     cluster[bystander].kill()
-    until(lambda: _leaders(cluster[txn_coordinator].bootstrap, topic),
-          lambda lay: bystander not in lay.values() and -1 not in lay.values(), "its partition led elsewhere", 60,
-          retry_errors=True)
+    wait_until(lambda: _leaders(cluster[txn_coordinator].bootstrap, topic), 60, 0.2,
+               "its partition led elsewhere",
+               ok=lambda lay: bystander not in lay.values() and -1 not in lay.values(), retry_errors=True)
     aborted = transaction("a", 9, commit=False)
     last = transaction("d", 12, commit=True)
-    assert until(committed_offset, lambda o: o == 12, "the second commit's offset", 30) == 12
+    assert wait_until(committed_offset, 30, 0.2, "the second commit's offset", ok=lambda o: o == 12) == 12
     member.close()
     producer.flush(10)
 
@@ -143,8 +145,8 @@ def test_a_transaction_goes_on_when_its_coordinator_dies(cluster: dict[int, Any]
     for future in admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"}),
                                        NewTopic(source, 1, 3)]).values():
         future.result(30)
-    until(lambda: _leaders(cluster[0].bootstrap, topic),
-          lambda lay: len(lay) == PARTITIONS and all(n >= 0 for n in lay.values()), "the topic led")
+    wait_until(lambda: _leaders(cluster[0].bootstrap, topic), 30, 0.2, "the topic led",
+               ok=lambda lay: len(lay) == PARTITIONS and all(n >= 0 for n in lay.values()))
     tid, group = f"txk-{uuid.uuid4().hex[:6]}", f"eosk-{uuid.uuid4().hex[:6]}"
     producer = Producer({"bootstrap.servers": boot, "transactional.id": tid, "acks": "all",
                          "transaction.timeout.ms": 60000})
@@ -166,12 +168,13 @@ def test_a_transaction_goes_on_when_its_coordinator_dies(cluster: dict[int, Any]
         producer.commit_transaction(90)
     member.close()
     live = ",".join(p.bootstrap for n, p in cluster.items() if n != coordinator)
-    until(lambda: _txn_coordinator(live.split(",")[0], tid), lambda n: n not in (-1, coordinator),
-          "a new coordinator", 60, retry_errors=True)
+    wait_until(lambda: _txn_coordinator(live.split(",")[0], tid), 60, 0.2, "a new coordinator",
+               ok=lambda n: n not in (-1, coordinator), retry_errors=True)
     committed = _read(live, topic, "read_committed", 60)
     for p in range(PARTITIONS):
         assert committed[p] == [v for i, v in enumerate(written) if i % 30 % PARTITIONS == p], p
     wanted = ConsumerGroupTopicPartitions(group, [TopicPartition(source, 0)])
     live_admin = AdminClient({"bootstrap.servers": live})
-    assert until(lambda: live_admin.list_consumer_group_offsets([wanted])[group].result(30).topic_partitions[0].offset,
-                 lambda o: o == 8, "the second transaction's offset", 60, retry_errors=True) == 8
+    assert wait_until(
+        lambda: live_admin.list_consumer_group_offsets([wanted])[group].result(30).topic_partitions[0].offset,
+        60, 0.2, "the second transaction's offset", ok=lambda o: o == 8, retry_errors=True) == 8

@@ -20,9 +20,9 @@ import pytest
 from .brokers import BrokerProcess
 from .cli_helpers import require_tools, run
 from .conftest import Broker
-from .helpers import unique_topic
+from .helpers import unique_topic, wait_until
 from .raw import RawConn
-from .test_client_quotas import MATCH_EXACT, describe, quotas_of, wait_for
+from .test_client_quotas import MATCH_EXACT, describe, quotas_of
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 THROTTLING_QUOTA_EXCEEDED = 89
@@ -40,9 +40,9 @@ def _limited_client(bootstrap: str, prefix: str) -> str:
     client = f"{prefix}-{uuid.uuid4().hex[:10]}"
     run("kafka-configs", "--bootstrap-server", bootstrap, "--alter", "--entity-type", "clients",
         "--entity-name", client, "--add-config", f"controller_mutation_rate={RATE}")
-    wait_for(lambda: quotas_of(describe(bootstrap, [("client-id", MATCH_EXACT, client)])),
-             lambda q: q == {(("client-id", client),): {"controller_mutation_rate": RATE}},
-             what=f"the quota of {client}")
+    wait_until(lambda: quotas_of(describe(bootstrap, [("client-id", MATCH_EXACT, client)])), 15,
+               what=f"the quota of {client}",
+               ok=lambda q: q == {(("client-id", client),): {"controller_mutation_rate": RATE}})
     time.sleep(0.5)  # Kafka's broker applies the quota as it publishes the metadata image
     return client
 
@@ -65,8 +65,8 @@ def _partitions(bootstrap: str, names: list[str]) -> dict[str, int]:
 
 
 def _wait_created(bootstrap: str, names: list[str], partitions: int) -> None:
-    wait_for(lambda: _partitions(bootstrap, names), lambda got: got == dict.fromkeys(names, partitions),
-             what=f"{names} with {partitions} partitions")
+    wait_until(lambda: _partitions(bootstrap, names), 15, what=f"{names} with {partitions} partitions",
+               ok=lambda got: got == dict.fromkeys(names, partitions))
 
 
 def test_create_topics_over_the_quota_get_89(broker: Broker, tools: None) -> None:
@@ -162,8 +162,8 @@ def test_user_quota_is_shared_by_its_client_ids(restartable_broker: BrokerProces
     b = restartable_broker.bootstrap
     run("kafka-configs", "--bootstrap-server", b, "--alter", "--entity-type", "users", "--entity-name",
         "ANONYMOUS", "--add-config", f"controller_mutation_rate={RATE}")
-    wait_for(lambda: quotas_of(describe(b, [("user", MATCH_EXACT, "ANONYMOUS")])),
-             lambda q: q == {(("user", "ANONYMOUS"),): {"controller_mutation_rate": RATE}}, what="the user quota")
+    wait_until(lambda: quotas_of(describe(b, [("user", MATCH_EXACT, "ANONYMOUS")])), 15, what="the user quota",
+               ok=lambda q: q == {(("user", "ANONYMOUS"),): {"controller_mutation_rate": RATE}})
     time.sleep(0.5)  # Kafka's broker applies the quota as it publishes the metadata image
     first = [unique_topic("cmq-user") for _ in range(3)]
     results, throttle = _create(b, "cmq-user-a", first)

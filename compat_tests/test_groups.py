@@ -14,7 +14,8 @@ import time
 import pytest
 
 from .conftest import Broker
-from .group_helpers import GROUP_KINDS, BackgroundProducer, ConsumerGroup, create_topic, unique_name, wait_for
+from .group_helpers import GROUP_KINDS, BackgroundProducer, ConsumerGroup, create_topic, unique_name
+from .helpers import wait_until
 
 PARTITIONS = 4
 STEPS = [(1, [4]), (2, [2, 2]), (3, [2, 1, 1]), (5, [1, 1, 1, 1, 0])]
@@ -45,12 +46,12 @@ def test_group_grows_1_2_3_5(broker: Broker, kind: str) -> None:
                 assert sum(len(a) for a in got.values()) == PARTITIONS, f"a partition assigned twice: {got}"
             # the five-member group still consumes: every member holding a partition gets records
             mark = prod.n_delivered()
-            wait_for(lambda: prod.n_delivered() >= mark + 40, 20, what="40 more deliveries")
+            wait_until(lambda: prod.n_delivered() >= mark + 40, 20, what="40 more deliveries")
             produced = prod.finish()
-            wait_for(lambda: g.consumed_values() >= produced, 30, 0.2,
-                     what=lambda: f"all {len(produced)} produced values consumed; "
-                                  f"missing {len(produced - g.consumed_values())}, e.g. "
-                                  f"{sorted(produced - g.consumed_values())[:5]}")
+            wait_until(lambda: g.consumed_values() >= produced, 30, 0.2,
+                       lambda: f"all {len(produced)} produced values consumed; "
+                               f"missing {len(produced - g.consumed_values())}, e.g. "
+                               f"{sorted(produced - g.consumed_values())[:5]}")
             g.check()
             consumed = g.consumed_values()
             assert consumed == produced, f"unexpected values consumed: {sorted(consumed - produced)[:5]}"

@@ -22,8 +22,8 @@ from .group_helpers import (
     list_groups,
     produce_values,
     unique_name,
-    wait_for,
 )
+from .helpers import wait_until
 
 PARTITIONS = 4
 PER_PARTITION = 10
@@ -59,8 +59,8 @@ def test_describe_and_list_groups(broker: Broker, topic: str, client: str) -> No
         g.add(f"{group}-b")
         g.wait_balanced([2, 2], 30)
         want_offsets = {(topic, p): PER_PARTITION for p in range(PARTITIONS)}
-        wait_for(lambda: committed_offsets(client, bs, group) == want_offsets, 20,
-                 what=lambda: f"commits {want_offsets}; have {committed_offsets(client, bs, group)}")
+        wait_until(lambda: committed_offsets(client, bs, group) == want_offsets, 20,
+                   what=lambda: f"commits {want_offsets}; have {committed_offsets(client, bs, group)}")
 
         info = describe_group(client, bs, group)
         assert info.error is None, info
@@ -77,8 +77,8 @@ def test_describe_and_list_groups(broker: Broker, topic: str, client: str) -> No
         assert listed[group] == (None if client == "aiokafka" else "Stable")
 
     # every member left the group (LeaveGroup on close): Empty, no members, offsets kept
-    info = wait_for(lambda: (i := describe_group(client, bs, group)).state == "Empty" and i, 10,
-                    what=lambda: f"state Empty; have {describe_group(client, bs, group)}")
+    info = wait_until(lambda: (i := describe_group(client, bs, group)).state == "Empty" and i, 10,
+                      what=lambda: f"state Empty; have {describe_group(client, bs, group)}")
     assert info.members == [] and info.error is None, info
     listed = list_groups(client, bs)
     assert listed.get(group, "absent") == (None if client == "aiokafka" else "Empty"), listed.get(group, "absent")
@@ -93,10 +93,10 @@ def test_delete_groups(broker: Broker, topic: str, client: str) -> None:
     with ConsumerGroup(client, bs, group, topic, PARTITIONS) as g:
         g.add()
         g.wait_balanced([PARTITIONS], 30)
-        wait_for(lambda: len(committed_offsets(client, bs, group)) == PARTITIONS, 20, what="commits")
+        wait_until(lambda: len(committed_offsets(client, bs, group)) == PARTITIONS, 20, what="commits")
         assert delete_groups(client, bs, [group]) == {group: "NON_EMPTY_GROUP"}
         assert describe_group(client, bs, group).state == "Stable"
-    wait_for(lambda: describe_group(client, bs, group).state == "Empty", 10, what="state Empty")
+    wait_until(lambda: describe_group(client, bs, group).state == "Empty", 10, what="state Empty")
 
     assert delete_groups(client, bs, [group, missing]) == {group: None, missing: "GROUP_ID_NOT_FOUND"}
     assert group not in list_groups(client, bs)
@@ -126,6 +126,6 @@ def test_describe_kip848_group(broker: Broker, topic: str) -> None:
         classic = describe_group("kafka-python", bs, group)
         assert classic.error is not None and "GroupIdNotFoundError" in classic.error, classic
         assert delete_groups("confluent", bs, [group]) == {group: "NON_EMPTY_GROUP"}
-    wait_for(lambda: describe_group("confluent", bs, group).state == "Empty", 10, what="state Empty")
+    wait_until(lambda: describe_group("confluent", bs, group).state == "Empty", 10, what="state Empty")
     assert delete_groups("confluent", bs, [group]) == {group: None}
     assert group not in list_groups("confluent", bs)

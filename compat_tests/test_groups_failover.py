@@ -21,8 +21,8 @@ from .group_helpers import (
     committed_offsets,
     create_topic,
     unique_name,
-    wait_for,
 )
+from .helpers import wait_until
 
 PARTITIONS = 4
 
@@ -36,8 +36,8 @@ def test_sigkilled_member_partitions_reach_survivors(broker: Broker, kind: str) 
     prod.start()
     victim = KillableConsumer(kind, broker.bootstrap, group, topic, f"{group}-victim")
     try:
-        wait_for(lambda: victim.snapshot()[0] == list(range(PARTITIONS)) and victim.snapshot()[1] > 0, 40,
-                 what=victim.describe)
+        wait_until(lambda: victim.snapshot()[0] == list(range(PARTITIONS)) and victim.snapshot()[1] > 0, 40,
+                   what=victim.describe)
         with ConsumerGroup(kind, broker.bootstrap, group, topic, PARTITIONS) as g:
             g.add()
             g.add()
@@ -60,13 +60,14 @@ def test_sigkilled_member_partitions_reach_survivors(broker: Broker, kind: str) 
                     held.append(time.monotonic())
                 return time.monotonic() - held[0] > 1.5
 
-            wait_for(settled, 40, 0.05, what=lambda: f"victim {victim.snapshot()[0]} + survivors "
-                                                       f"{g.describe_assignments()} to split 2/1/1")
+            wait_until(settled, 40, 0.05, lambda: f"victim {victim.snapshot()[0]} + survivors "
+                                                    f"{g.describe_assignments()} to split 2/1/1")
             victim_parts = set(victim.snapshot()[0])
             # let it consume and commit on its partitions after the rebalance
             base = victim.snapshot()[1]
-            wait_for(lambda: victim.snapshot()[1] > base + 20 and
-                     all(p in victim.snapshot()[2] for p in victim_parts), 20, what=victim.describe)
+            wait_until(lambda: victim.snapshot()[1] > base + 20 and
+                       all(p in victim.snapshot()[2] for p in victim_parts), 20,
+                       what=victim.describe)
 
             victim.freeze()  # from here on it neither heartbeats nor commits
             t_dead = time.monotonic()
@@ -85,8 +86,8 @@ def test_sigkilled_member_partitions_reach_survivors(broker: Broker, kind: str) 
                 a = list(g.assignments().values())
                 return sorted(len(x) for x in a) == [2, 2] and frozenset().union(*a) == frozenset(range(PARTITIONS))
 
-            wait_for(taken_over, SESSION_TIMEOUT_MS / 1000 + 30, 0.05,
-                     what=lambda: f"survivors {g.describe_assignments()} to take over {sorted(victim_parts)}")
+            wait_until(taken_over, SESSION_TIMEOUT_MS / 1000 + 30, 0.05,
+                       lambda: f"survivors {g.describe_assignments()} to take over {sorted(victim_parts)}")
             t_moved = max(min(t for m in g.members for t, a in m.assign_history if t > t_dead and p in a)
                           for p in victim_parts)
             took = t_moved - t_dead
@@ -101,7 +102,8 @@ def test_sigkilled_member_partitions_reach_survivors(broker: Broker, kind: str) 
                         out[r.partition] = r.offset
                 return out
 
-            wait_for(lambda: set(firsts()) == victim_parts, 20, what=lambda: f"records of {victim_parts}: {firsts()}")
+            wait_until(lambda: set(firsts()) == victim_parts, 20,
+                       what=lambda: f"records of {victim_parts}: {firsts()}")
             assert firsts() == {p: at_kill[(topic, p)] for p in victim_parts}, \
                 "survivors did not resume at the last committed offsets"
 
@@ -111,8 +113,8 @@ def test_sigkilled_member_partitions_reach_survivors(broker: Broker, kind: str) 
             def missing() -> set[bytes]:
                 return produced - g.consumed_values() - victim_values
 
-            wait_for(lambda: not missing(), 30, 0.2,
-                     what=lambda: f"{len(missing())} values never consumed, e.g. {sorted(missing())[:5]}")
+            wait_until(lambda: not missing(), 30, 0.2,
+                       lambda: f"{len(missing())} values never consumed, e.g. {sorted(missing())[:5]}")
             assert g.consumed_values() | victim_values == produced
             g.check()
             print(f"{kind}: partitions {sorted(victim_parts)} moved {took:.1f}s after the kill")

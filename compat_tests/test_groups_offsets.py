@@ -27,8 +27,8 @@ from .group_helpers import (
     create_topic,
     produce_values,
     unique_name,
-    wait_for,
 )
+from .helpers import wait_until
 
 PARTITIONS = 4
 
@@ -86,11 +86,11 @@ def _consume_all(kind: str, bootstrap: str, group: str, topic: str, ends: dict[i
     with ConsumerGroup(kind, bootstrap, group, topic, PARTITIONS, **kw) as g:  # type: ignore[arg-type]
         g.add()
         g.wait_balanced([PARTITIONS], 30)
-        wait_for(lambda: all(g.next_offsets().get(p, 0) >= e for p, e in ends.items()), 30,
-                 what=lambda: f"{group} to read up to {ends}; at {g.next_offsets()}")
+        wait_until(lambda: all(g.next_offsets().get(p, 0) >= e for p, e in ends.items()), 30,
+                   what=lambda: f"{group} to read up to {ends}; at {g.next_offsets()}")
         want = {(topic, p): e for p, e in ends.items()}
-        wait_for(lambda: committed_offsets("confluent", bootstrap, group) == want, 15,
-                 what=lambda: f"{group} commits {want}; have {committed_offsets('confluent', bootstrap, group)}")
+        wait_until(lambda: committed_offsets("confluent", bootstrap, group) == want, 15,
+                   what=lambda: f"{group} commits {want}; have {committed_offsets('confluent', bootstrap, group)}")
         g.check()
         return g.first_offsets(), want
 
@@ -139,7 +139,8 @@ def test_offsets_survive_restart_and_groups_are_independent(restartable_broker: 
         g.wait_balanced([PARTITIONS], 30)
         assert g.consumed() == [], "auto.offset.reset=latest delivered old records"
         produce_values(bs, topic, dict.fromkeys(range(PARTITIONS), 2), prefix="d")
-        wait_for(lambda: len(g.first_offsets()) == PARTITIONS, 20, what=lambda: f"records, have {g.first_offsets()}")
+        wait_until(lambda: len(g.first_offsets()) == PARTITIONS, 20,
+                   what=lambda: f"records, have {g.first_offsets()}")
         assert g.first_offsets() == n3
     # and A's and B's commits are still their own
     assert committed_offsets("aiokafka", bs, group_a) == {(topic, p): n3[p] for p in range(PARTITIONS)}

@@ -27,9 +27,9 @@ from tmqgate.protocol.internal_topics import (
 )
 from tmqgate.protocol.records import decode_records, iter_batches
 
-from .cli_helpers import client_errors, poll, require_tools, run
+from .cli_helpers import client_errors, require_tools, run
 from .conftest import Broker
-from .helpers import unique_topic
+from .helpers import unique_topic, wait_until
 from .raw import RawConn, one_record_batch
 
 TIMEOUT = 30
@@ -58,8 +58,8 @@ def _compacted_history(seen: list[tuple[Any, Any]], full: list[tuple[Any, Any]])
 def _topic(admin: AdminClient, prefix: str, partitions: int) -> str:
     name = unique_topic(prefix)
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(TIMEOUT)
-    poll(lambda: admin.list_topics(name, timeout=10).topics[name],
-         lambda t: t.error is None and len(t.partitions) == partitions, TIMEOUT, f"{name} in metadata")
+    wait_until(lambda: admin.list_topics(name, timeout=10).topics[name], TIMEOUT, 0.5, f"{name} in metadata",
+               ok=lambda t: t.error is None and len(t.partitions) == partitions)
     return name
 
 
@@ -305,8 +305,9 @@ def test_offsets_stable_across_a_kill_and_restart(restartable_broker) -> None:
     b.kill()
     b.restart()
     _commit(b, group, [(topic, 0, 3)])
-    after = poll(lambda: _records_or_none(b, group), lambda r: r is not None and len(r) == 3, TIMEOUT,
-                 "the group's three commits after the restart")
+    after = wait_until(lambda: _records_or_none(b, group), TIMEOUT, 0.5,
+                       "the group's three commits after the restart",
+                       ok=lambda r: r is not None and len(r) == 3)
     assert after[:2] == before
     assert after[2][0] > before[1][0]
     assert after[2][1] == offset_commit_key(group, topic, 0)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .group_helpers import create_topic, produce_values, unique_name
+from .helpers import wait_until
 from .kafka_ref import BIN_DIR, LIB_DIR
 from .raw import RawConn
 
@@ -68,14 +69,14 @@ class JavaRegexConsumer:
                     out.setdefault(topic, set()).add(value)
         return out
 
-    def wait_for(self, topic: str, values: set[str], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not values <= self.got().get(topic, set()):
-            assert self.proc.poll() is None, f"consumer exited {self.proc.returncode}: {self.errors[-20:]}"
-            assert time.monotonic() < deadline, (
-                f"{topic}: read {len(self.got().get(topic, set()))} of {len(values)}; "
+    def has_read(self, topic: str, values: set[str]) -> bool:
+        """Every one of `values` read from `topic` (fails at once if the consumer exited)."""
+        assert self.proc.poll() is None, f"consumer exited {self.proc.returncode}: {self.errors[-20:]}"
+        return values <= self.got().get(topic, set())
+
+    def progress(self, topic: str, values: set[str]) -> str:
+        return (f"{topic}: read {len(self.got().get(topic, set()))} of {len(values)}; "
                 f"stdout {self.lines[-5:]}, stderr {self.errors[-10:]}")
-            time.sleep(0.2)
 
     def stop(self) -> int:
         assert self.proc.stdin is not None
@@ -104,11 +105,13 @@ def test_java_consumer_regex_subscription(broker: Any) -> None:
     produce_values(broker.bootstrap, other, {0: 5}, prefix=other)
     consumer = JavaRegexConsumer(broker.bootstrap, unique_name("rx-group"), f"{base}-.*")
     try:
-        consumer.wait_for(first, _values(first, 20), timeout=120)
+        wait_until(lambda: consumer.has_read(first, _values(first, 20)), 120, 0.2,
+                   lambda: consumer.progress(first, _values(first, 20)))
         # A topic created after the subscription: found by a later resolution and consumed.
         create_topic(broker.bootstrap, later, 1)
         produce_values(broker.bootstrap, later, {0: 10}, prefix=later)
-        consumer.wait_for(later, _values(later, 10), timeout=120)
+        wait_until(lambda: consumer.has_read(later, _values(later, 10)), 120, 0.2,
+                   lambda: consumer.progress(later, _values(later, 10)))
         with consumer.lock:
             assignments = [line for line in consumer.lines if line.startswith("assigned ")]
     finally:
@@ -124,15 +127,14 @@ CONSUMER_GROUP_HEARTBEAT, HEARTBEAT_V = 68, 1
 
 
 def _heartbeat(conn: RawConn, body: dict[str, Any]) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:  # a freshly started Kafka may still be loading its coordinator
-        answer = conn.request(CONSUMER_GROUP_HEARTBEAT, HEARTBEAT_V, {
+    def beat() -> dict[str, Any]:
+        return conn.request(CONSUMER_GROUP_HEARTBEAT, HEARTBEAT_V, {
             "member_id": "", "instance_id": None, "rack_id": None, "rebalance_timeout_ms": -1,
             "subscribed_topic_names": None, "subscribed_topic_regex": None, "server_assignor": None,
             "topic_partitions": None, **body})
-        if answer["error_code"] not in (14, 15, 16) or time.monotonic() > deadline:
-            return answer
-        time.sleep(0.2)
+
+    # a freshly started Kafka may still be loading its coordinator
+    return wait_until(beat, 60, 0.2, "the group coordinator", ok=lambda a: a["error_code"] not in (14, 15, 16))
 
 
 def test_new_regex_is_assigned_after_its_resolution(broker: Any) -> None:

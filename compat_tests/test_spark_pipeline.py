@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from .conftest import Broker
-from .helpers import ConfluentDriver, unique_topic
+from .helpers import ConfluentDriver, unique_topic, wait_until
 from .spark_helpers import (
     PipelineProcess,
     expected_windows,
@@ -28,7 +28,6 @@ from .spark_helpers import (
     output_results,
     produce_events,
     spark_session,
-    wait_for,
 )
 
 
@@ -73,15 +72,15 @@ def test_streaming_pipeline_matches_python(broker: Broker, spark: Any, tmp_path:
     q = start_stream(spark, broker.bootstrap, src, out, str(tmp_path / "ckpt"), trigger_seconds=1.0)
     try:
         # windows of the first half close while the query runs ...
-        wait_for(lambda: q.exception() is not None or len(output_results(broker.bootstrap, out, 2)[1]) > 0,
-                 120, "first window results")
+        wait_until(lambda: q.exception() is not None or len(output_results(broker.bootstrap, out, 2)[1]) > 0,
+                   120, 0.5, "first window results")
         assert q.exception() is None, q.exception()
         # ... then the rest arrives live, in event-time order, 10 events (2 s) per flush
         for chunk in iter_chunks(events[half:], 10):
             produce_events(broker.bootstrap, src, chunk)
         produce_events(broker.bootstrap, src, [flush])
-        wait_for(lambda: q.exception() is not None or len(output_results(broker.bootstrap, out, 2)[1]) >= len(expected),
-                 120, f"all {len(expected)} window results")
+        wait_until(lambda: q.exception() is not None or len(output_results(broker.bootstrap, out, 2)[1]) >= len(expected),
+                   120, 0.5, f"all {len(expected)} window results")
         assert q.exception() is None, q.exception()
         q.processAllAvailable()
         dropped = sum(op.get("numRowsDroppedByWatermark", 0) for p in q.recentProgress for op in p["stateOperators"])
@@ -144,8 +143,8 @@ def test_pipeline_killed_and_restarted_from_checkpoint(broker: Broker, spark: An
 
     q = start_stream(spark, broker.bootstrap, src, out, checkpoint, trigger_seconds=1.0, max_offsets_per_trigger=40)
     try:
-        wait_for(lambda: q.exception() is not None or len(output_results(broker.bootstrap, out, 2)[1]) >= len(expected),
-                 180, f"all {len(expected)} window results after the restart")
+        wait_until(lambda: q.exception() is not None or len(output_results(broker.bootstrap, out, 2)[1]) >= len(expected),
+                   180, 0.5, f"all {len(expected)} window results after the restart")
         assert q.exception() is None, q.exception()
         q.processAllAvailable()
         progress = list(q.recentProgress)

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from .clusters import metadata, tmqgate_cluster, until
+from .clusters import metadata, tmqgate_cluster
+from .helpers import wait_until
 from .raw import RawConn
 from .tdengine_helpers import BASE_TS, METERS_DDL, TdBroker, read_kafka_python, unique
 
@@ -58,13 +59,15 @@ def _tables(td: TdBroker, db: str) -> dict[str, str]:
 def test_sql_on_any_node_runs_on_the_databases_leader(tmp_path: Path) -> None:
     with tmqgate_cluster(tmp_path, {}) as nodes:
         tds = {n: TdBroker(p) for n, p in nodes.items()}
-        until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), lambda n: n == 3, "three brokers listed")
+        wait_until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), 30, 0.2, "three brokers listed",
+                   ok=lambda n: n == 3)
         db = unique("shared")
         assert tds[1].affected(f"CREATE DATABASE {db} VGROUPS 3") == 0
 
         # every node knows it: the same topic id, every vnode led by the node that made it
         for n, td in tds.items():
-            until(lambda td=td: _names(td, "DATABASES"), lambda names: db in names, f"{db} on node {n}")
+            wait_until(lambda td=td: _names(td, "DATABASES"), 30, 0.2, f"{db} on node {n}",
+                       ok=lambda names: db in names)
         placed = {n: _placement(nodes[n].bootstrap, db) for n in nodes}
         assert len({topic_id for topic_id, _ in placed.values()}) == 1
         assert all(parts == [(v, 1, [1]) for v in range(3)] for _, parts in placed.values()), placed
@@ -88,8 +91,8 @@ def test_sql_on_any_node_runs_on_the_databases_leader(tmp_path: Path) -> None:
         tds[0].sql(f"ALTER STABLE {db}.meters ADD COLUMN note VARCHAR(8)")
         columns = [["ts", "TIMESTAMP"], ["current", "FLOAT"], ["voltage", "INT"], ["phase", "FLOAT"]]
         tags = [["location", "VARCHAR(64)"], ["groupid", "INT"]]
-        until(lambda: _etcd_stables(nodes, db), lambda st: st == {"meters": ([*columns, ["note", "VARCHAR(8)"]], tags)},
-              "the supertable recorded in etcd")
+        wait_until(lambda: _etcd_stables(nodes, db), 30, 0.2, "the supertable recorded in etcd",
+                   ok=lambda st: st == {"meters": ([*columns, ["note", "VARCHAR(8)"]], tags)})
         assert sum(r["tables"] for r in tds[0].rows(f"SHOW {db}.VGROUPS")) == 2  # counted at the leader
         # errors are the leader's, as it answered them
         status, answer = tds[0].post(f"INSERT INTO {db}.nosuch VALUES ({BASE_TS}, 1.0, 1, 1.0)")
@@ -99,7 +102,8 @@ def test_sql_on_any_node_runs_on_the_databases_leader(tmp_path: Path) -> None:
         topic = unique("hot")
         tds[0].sql(f"CREATE TOPIC {topic} AS SELECT ts, voltage FROM {db}.meters WHERE voltage >= 230")
         for n, td in tds.items():
-            until(lambda td=td: _names(td, "TOPICS"), lambda names: topic in names, f"{topic} on node {n}")
+            wait_until(lambda td=td: _names(td, "TOPICS"), 30, 0.2, f"{topic} on node {n}",
+                       ok=lambda names: topic in names)
         topic_placed = {n: _placement(nodes[n].bootstrap, topic) for n in nodes}
         assert len({topic_id for topic_id, _ in topic_placed.values()}) == 1
         assert all(parts == [(v, 1, [1]) for v in range(3)] for _, parts in topic_placed.values()), topic_placed
@@ -120,32 +124,36 @@ def test_sql_on_any_node_runs_on_the_databases_leader(tmp_path: Path) -> None:
         tds[2].sql(f"DROP TOPIC {topic}")
         tds[0].sql(f"DROP DATABASE {db}")
         for n, td in tds.items():
-            until(lambda td=td: _names(td, "DATABASES") | _names(td, "TOPICS"),
-                  lambda names: db not in names and topic not in names, f"{db} and {topic} gone from node {n}")
+            wait_until(lambda td=td: _names(td, "DATABASES") | _names(td, "TOPICS"), 30, 0.2,
+                       f"{db} and {topic} gone from node {n}",
+                       ok=lambda names: db not in names and topic not in names)
         assert metadata(nodes[1].bootstrap, [db])["topics"][0]["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
 
 
 def test_a_database_whose_leader_died_is_refused_on_the_others_until_it_returns(tmp_path: Path) -> None:
     with tmqgate_cluster(tmp_path, {}) as nodes:
         tds = {n: TdBroker(p) for n, p in nodes.items()}
-        until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), lambda n: n == 3, "three brokers listed")
+        wait_until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), 30, 0.2, "three brokers listed",
+                   ok=lambda n: n == 3)
         db = unique("single")
         tds[0].sql(f"CREATE DATABASE {db} VGROUPS 2")
         tds[0].sql(METERS_DDL.format(db=db))
         tds[0].sql(f"INSERT INTO {db}.d1 USING {db}.meters TAGS ('sf', 1) VALUES ({BASE_TS}, 1.5, 220, 0.5)")
-        until(lambda: _names(tds[1], "DATABASES"), lambda names: db in names, f"{db} on node 1")
+        wait_until(lambda: _names(tds[1], "DATABASES"), 30, 0.2, f"{db} on node 1",
+                   ok=lambda names: db in names)
 
         nodes[0].kill()  # REPLICA 1: its vnodes go offline with it, never served from an empty copy
         # refused at once (its leader does not answer), then — its lease lapsed — as having no leader
         status, answer = tds[1].post(f"SHOW {db}.TABLES")
         assert status == 400 and "dnode 0" in answer["desc"], answer
-        status, answer = until(lambda: tds[1].post(f"SHOW {db}.TABLES"), lambda a: "no live leader" in a[1]["desc"],
-                               "refused while its leader is dead")
+        status, answer = wait_until(lambda: tds[1].post(f"SHOW {db}.TABLES"), 30, 0.2,
+                                    "refused while its leader is dead",
+                                    ok=lambda a: "no live leader" in a[1]["desc"])
         assert (status, answer["desc"]) == (400, f"Database {db} has no live leader now (its dnode is offline)")
         assert _names(tds[2], "DATABASES") >= {db}  # still known
 
         nodes[0].start()  # back with its data: served again from every node
-        until(lambda: tds[2].post(f"SHOW {db}.TABLES"), lambda a: a[0] == 200, "served again")
+        wait_until(lambda: tds[2].post(f"SHOW {db}.TABLES"), 30, 0.2, "served again", ok=lambda a: a[0] == 200)
         assert _tables(tds[2], db) == {"d1": "meters"}
         tds[2].sql(f"INSERT INTO {db}.d1 VALUES ({BASE_TS + 1}, 2.5, 230, 0.5)")
         assert sorted(r.json()["voltage"] for r in read_kafka_python(nodes[1].bootstrap, db, partitions=2)) == [220, 230]
@@ -175,7 +183,8 @@ def _insert(td: TdBroker, db: str, first: int, n: int, extra: bool = False) -> N
 def test_a_replicated_sql_database_keeps_its_catalog_and_rows_through_its_leaders_kill(tmp_path: Path) -> None:
     with tmqgate_cluster(tmp_path, {"replica_lag_time_max_ms": 3000}) as nodes:
         tds = {n: TdBroker(p) for n, p in nodes.items()}
-        until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), lambda n: n == 3, "three brokers listed")
+        wait_until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), 30, 0.2, "three brokers listed",
+                   ok=lambda n: n == 3)
         db = unique("copied")
         tds[1].sql(f"CREATE DATABASE {db} VGROUPS 2 REPLICA 3")
         assert _vgroups(tds[0], db) == [[(1, "leader"), (2, "follower"), (0, "follower")]] * 2
@@ -209,8 +218,9 @@ def test_a_replicated_sql_database_keeps_its_catalog_and_rows_through_its_leader
 
         # the leader killed: another replica leads every vnode, with the catalog and every row
         nodes[1].kill()
-        until(lambda: _vgroups(tds[0], db), lambda v: all(p[0] == (1, "offline") and (2, "leader") in p for p in v),
-              "node 2, first of the rest in every ISR, leads", timeout=60, retry_errors=True)
+        wait_until(lambda: _vgroups(tds[0], db), 60, 0.2, "node 2, first of the rest in every ISR, leads",
+                   ok=lambda v: all(p[0] == (1, "offline") and (2, "leader") in p for p in v),
+                   retry_errors=True)
         for td in (tds[0], tds[2]):
             assert _tables(td, db) == {"d1": "meters", "d2": "meters", "d3": "meters", "s1": "sensors", "s2": "sensors"}
             assert [r["field"] for r in td.rows(f"DESCRIBE {db}.meters")][-3:] == ["note", "location", "groupid"]
@@ -224,11 +234,12 @@ def test_a_replicated_sql_database_keeps_its_catalog_and_rows_through_its_leader
 
         # back: it truncates what it may hold beyond the new leader's log and catches up
         nodes[1].start()
-        until(lambda: _vgroups(tds[2], db), lambda v: all(s in ("leader", "follower") for p in v for _, s in p),
-              "node 1 back in sync", timeout=60)
+        wait_until(lambda: _vgroups(tds[2], db), 60, 0.2, "node 1 back in sync",
+                   ok=lambda v: all(s in ("leader", "follower") for p in v for _, s in p))
         nodes[2].kill()  # now node 1 or 0 leads, with everything, node 1's copy made after its return
-        until(lambda: _vgroups(tds[0], db), lambda v: all((2, "offline") in p and any(s == "leader" for _, s in p)
-                                                          for p in v), "a new leader", timeout=60, retry_errors=True)
+        wait_until(lambda: _vgroups(tds[0], db), 60, 0.2, "a new leader",
+                   ok=lambda v: all((2, "offline") in p and any(s == "leader" for _, s in p)
+                                    for p in v), retry_errors=True)
         assert _records(nodes[0].bootstrap, db) == after
         tds[0].sql(f"INSERT INTO {db}.d1 VALUES ({BASE_TS + 500}, 1.0, 500, 0.5, 'last')")
         assert sorted(v.get("voltage", 0) for _, _, _, v in _records(nodes[1].bootstrap, db))[-1] == 500
@@ -250,7 +261,8 @@ def _post(proc: Any, text: str, auth: tuple[str, str] | None, headers: dict[str,
 
 def test_sql_sent_to_the_leader_carries_the_callers_credentials(tmp_path: Path) -> None:
     with tmqgate_cluster(tmp_path, {"http_auth": "basic"}) as nodes:
-        until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), lambda n: n == 3, "three brokers listed")
+        wait_until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), 30, 0.2, "three brokers listed",
+                   ok=lambda n: n == 3)
         # a user made through node 0 (AlterUserScramCredentials) is every node's
         salt = os.urandom(16)
         with RawConn(nodes[0].bootstrap) as conn:
@@ -260,7 +272,8 @@ def test_sql_sent_to_the_leader_carries_the_callers_credentials(tmp_path: Path) 
         assert [r["error_code"] for r in answer["results"]] == [0], answer
         alice = ("alice", "s3cret")
         for n in nodes:
-            until(lambda n=n: _post(nodes[n], "SHOW DATABASES", alice)[0], lambda s: s == 200, f"alice known to node {n}")
+            wait_until(lambda n=n: _post(nodes[n], "SHOW DATABASES", alice)[0], 30, 0.2,
+                       f"alice known to node {n}", ok=lambda s: s == 200)
 
         db = unique("authed")
         assert _post(nodes[1], f"CREATE DATABASE {db} VGROUPS 2", alice)[0] == 200  # node 1 leads it

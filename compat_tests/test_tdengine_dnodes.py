@@ -19,7 +19,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.partitioner.default import murmur2
 
 from .brokers import TmqgateProcess
-from .clusters import metadata, tmqgate_cluster, until
+from .clusters import metadata, tmqgate_cluster
+from .helpers import wait_until
 from .tdengine_helpers import METERS_DDL, TdBroker, unique
 
 pytestmark = pytest.mark.tmqgate_only
@@ -123,13 +124,15 @@ def _dnodes(td: TdBroker) -> dict[int, dict[str, Any]]:
 def test_a_cluster_shows_every_node_and_each_vnodes_roles_through_a_leader_kill(tmp_path: Path) -> None:
     with tmqgate_cluster(tmp_path, {}) as nodes:
         tds = {n: TdBroker(p) for n, p in nodes.items()}
-        until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), lambda n: n == 3, "three brokers listed")
+        wait_until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), 30, 0.2, "three brokers listed",
+                   ok=lambda n: n == 3)
         topic = unique("placed")
         admin = AdminClient({"bootstrap.servers": nodes[1].bootstrap})
         admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
         for n in nodes:
-            until(lambda n=n: _vgroups_as_metadata(nodes[n].bootstrap, topic),
-                  lambda v: all(s in ("leader", "follower") for p in v for _, s in p), f"{topic} in sync on {n}")
+            wait_until(lambda n=n: _vgroups_as_metadata(nodes[n].bootstrap, topic), 30, 0.2,
+                       f"{topic} in sync on {n}",
+                       ok=lambda v: all(s in ("leader", "follower") for p in v for _, s in p))
 
         # every node: three ready dnodes holding what Metadata places on them; each vnode's roles as Metadata's
         held = _held(nodes[0].bootstrap)
@@ -161,10 +164,10 @@ def test_a_cluster_shows_every_node_and_each_vnodes_roles_through_a_leader_kill(
         [victim] = [r for r, s in _replicas(tds[0].rows(f"SHOW {topic}.VGROUPS")[0]) if s == "leader"]
         nodes[victim].kill()
         survivor = tds[(victim + 1) % 3]
-        until(lambda: _dnodes(survivor)[victim]["status"], lambda s: s == "offline", "the killed node offline")
-        until(lambda: _vgroups_as_metadata(survivor.bootstrap, topic),
-              lambda v: all((victim, "offline") in p and any(s == "leader" for _, s in p) for p in v),
-              "new leaders elected")
+        wait_until(lambda: _dnodes(survivor)[victim]["status"], 30, 0.2, "the killed node offline",
+                   ok=lambda s: s == "offline")
+        wait_until(lambda: _vgroups_as_metadata(survivor.bootstrap, topic), 30, 0.2, "new leaders elected",
+                   ok=lambda v: all((victim, "offline") in p and any(s == "leader" for _, s in p) for p in v))
         gone = _dnodes(survivor)[victim]
         assert (gone["endpoint"], gone["note"], gone["reboot_time"]) == \
             (nodes[victim].bootstrap, "no live registration in etcd", first[victim]["reboot_time"])
@@ -174,6 +177,7 @@ def test_a_cluster_shows_every_node_and_each_vnodes_roles_through_a_leader_kill(
 
         # restarted: ready again, a later start, the same data directory
         nodes[victim].start()
-        back = until(lambda: _dnodes(survivor)[victim], lambda r: r["status"] == "ready", "the node back")
+        back = wait_until(lambda: _dnodes(survivor)[victim], 30, 0.2, "the node back",
+                          ok=lambda r: r["status"] == "ready")
         assert back["reboot_time"] > first[victim]["reboot_time"]
         assert back["create_time"] == first[victim]["create_time"]
