@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
-from .helpers import free_port
+from .helpers import free_port, wait_until
 
 
 class EtcdProcess:
@@ -36,17 +35,19 @@ class EtcdProcess:
              "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
              "--initial-cluster", f"t={peer}", "--log-level", "warn"],
             stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
+        proc = self.proc
+
+        def healthy() -> bool:
             try:
                 with urllib.request.urlopen(f"{client}/health", timeout=1) as resp:
                     if b'"true"' in resp.read():
-                        return
+                        return True
             except OSError:
                 pass
-            assert self.proc.poll() is None, (self.workdir / "etcd.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "etcd did not become healthy in 30 s"
-            time.sleep(0.1)
+            assert proc.poll() is None, (self.workdir / "etcd.log").read_text()[-2000:]
+            return False
+
+        wait_until(healthy, 30, 0.1, "etcd to become healthy")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

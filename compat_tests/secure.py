@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from .brokers import BrokerProcess, new_broker
+from .helpers import wait_until
 from .raw import RawConn
 
 SASL_LISTENER = "SASL_PLAINTEXT"
@@ -100,16 +101,9 @@ def add_scram_user(bootstrap: str, name: str, password: str,
             body = c.request(51, 0, {"deletions": [], "upsertions": [
                 {"name": name, "mechanism": code, "iterations": iterations, "salt": salt, "salted_password": salted}]})
             assert [(r["user"], r["error_code"]) for r in body["results"]] == [(name, 0)], body
-        deadline = time.monotonic() + timeout
         want = {_SCRAM[m][0] for m in mechanisms}
-        while True:
-            body = c.request(50, 0, {"users": [{"name": name}]})
-            have = {i["mechanism"] for r in body["results"] for i in r["credential_infos"]}
-            if want <= have:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"user {name} not described after {timeout}s: {body}")
-            time.sleep(0.1)
+        wait_until(lambda: c.request(50, 0, {"users": [{"name": name}]}), timeout, 0.1, f"user {name} described",
+                   ok=lambda body: want <= {i["mechanism"] for r in body["results"] for i in r["credential_infos"]})
 
 
 def start_secure_broker(target: str, workdir: Path, *, users: Mapping[str, str] | None = None,

@@ -20,7 +20,7 @@ import pytest
 from . import kafka_ref
 from .brokers import TmqgateProcess
 from .cli_helpers import require_tools, run
-from .helpers import split_hostport, unique_topic
+from .helpers import split_hostport, unique_topic, wait_until
 from .raw import RawConn, one_record_batch
 
 KAFKA_ACL_CONFIG = {
@@ -99,15 +99,12 @@ def create_acls(bootstrap: str, *acls: tuple[int, str, int, str, str, int, int])
              "host": host, "operation": op, "permission_type": perm}
             for rt, name, pt, pr, host, op, perm in acls]})
         results = [(r["error_code"], r["error_message"]) for r in body["results"]]
-        deadline = time.monotonic() + 30
         for (rt, name, pt, pr, host, op, perm), (code, _) in zip(acls, results, strict=True):
             if code != 0:
                 continue
             flt = {"resource_type_filter": rt, "resource_name_filter": name, "pattern_type_filter": pt,
                    "principal_filter": pr, "host_filter": host, "operation": op, "permission_type": perm}
-            while not c.request(29, 3, flt)["resources"]:
-                assert time.monotonic() < deadline, f"ACL {flt} not in effect after 30 s"
-                time.sleep(0.05)
+            wait_until(lambda flt=flt: c.request(29, 3, flt)["resources"], 30, 0.05, f"ACL {flt} in effect")
     return results
 
 
@@ -128,13 +125,13 @@ def make_topic(bootstrap: str, name: str) -> None:
 
 
 def produce_code(bootstrap: str, topic: str) -> int:
-    deadline = time.monotonic() + 30
-    while True:  # the reference broker's new topic may need a moment to get a leader
+    def code() -> int:
         with RawConn(bootstrap) as c:
-            code = c.produce(topic, 0, one_record_batch(b"v"))["error_code"]
-        if code not in (3, 5, 6) or time.monotonic() > deadline:  # UNKNOWN_TOPIC, LEADER_NOT_AVAILABLE
-            return int(code)
-        time.sleep(0.2)
+            return int(c.produce(topic, 0, one_record_batch(b"v"))["error_code"])
+
+    # the reference broker's new topic may need a moment to get a leader
+    return wait_until(code, 30, 0.2, f"{topic}[0] led",
+                      ok=lambda got: got not in (3, 5, 6))  # UNKNOWN_TOPIC, LEADER_NOT_AVAILABLE
 
 
 def fetch_code(bootstrap: str, topic: str) -> tuple[int, bytes]:

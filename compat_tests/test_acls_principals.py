@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
 
 from .brokers import BrokerProcess, new_broker
 from .certs import CLIENT_SUBJECT, Certs, issue_client, make_certs, tls_config
-from .helpers import unique_topic
+from .helpers import unique_topic, wait_until
 from .raw import RawConn
 
 ADMIN_SUBJECT = "CN=admin,O=tmqgate-test"
@@ -127,10 +127,8 @@ def test_super_user_and_a_reader(broker: BrokerProcess, certs: Certs) -> None:
         f.result(30)
     flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, ALICE, None, AclOperation.ANY,
                            AclPermissionType.ANY)
-    deadline = time.monotonic() + 30
-    while len(admin.describe_acls(flt).result(30)) < 2:  # in effect on the reference broker
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until(lambda: len(admin.describe_acls(flt).result(30)) >= 2, 30, 0.1,  # in effect on the reference broker
+               "alice's two ACLs described")
 
     # alice reads the topic in her group, and commits
     values, error = _consume(alice_conf, group, readable, 5)

@@ -19,10 +19,10 @@ session timeout passed), so both joined generation 1 and A's SyncGroup succeeded
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from .group_helpers import unique_name
+from .helpers import wait_until
 from .raw import RawConn
 
 JOIN, SYNC, HEARTBEAT, FIND_COORDINATOR, DESCRIBE_GROUPS = 11, 14, 12, 10, 15
@@ -39,38 +39,24 @@ def _subscription(topic: str) -> bytes:
 
 def _find_coordinator(conn: RawConn, group: str) -> None:
     """FindCoordinator until it answers (Kafka creates __consumer_offsets on the first one)."""
-    deadline = time.monotonic() + 60
-    while True:
-        body = conn.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
-        [c] = body["coordinators"]
-        if c["error_code"] == NONE:
-            return
-        assert time.monotonic() < deadline, c
-        time.sleep(0.2)
+    wait_until(lambda: conn.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]}),
+               60, 0.2, f"the coordinator of {group}", ok=lambda body: body["coordinators"][0]["error_code"] == NONE)
 
 
 def _wait_state(conn: RawConn, group: str, state: str) -> list[str]:
     """DescribeGroups until the group is in `state` (orders B's JoinGroup before A's SyncGroup);
     returns the member ids then."""
-    deadline = time.monotonic() + 30
-    while True:
-        body = conn.request(DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False})
-        [g] = body["groups"]
-        if g["group_state"] == state:
-            return sorted(m["member_id"] for m in g["members"])
-        assert time.monotonic() < deadline, g
-        time.sleep(0.05)
+    g = wait_until(lambda: conn.request(DESCRIBE_GROUPS, 5, {"groups": [group],
+                                                             "include_authorized_operations": False})["groups"][0],
+                   30, 0.05, f"{group} {state}", ok=lambda g: g["group_state"] == state)
+    return sorted(m["member_id"] for m in g["members"])
 
 
 def _first_join(conn: RawConn, group: str) -> dict[str, Any]:
     """The first JoinGroup, retried while the coordinator is still loading (Kafka, fresh start)."""
-    deadline = time.monotonic() + 60
-    while True:
-        body = conn.request(JOIN, JOIN_V, _join_body(group, ""))
-        if body["error_code"] not in (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR):
-            return body
-        assert time.monotonic() < deadline, body
-        time.sleep(0.2)
+    return wait_until(lambda: conn.request(JOIN, JOIN_V, _join_body(group, "")), 60, 0.2, f"{group}'s coordinator",
+                      ok=lambda body: body["error_code"] not in (COORDINATOR_LOAD_IN_PROGRESS,
+                                                                 COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR))
 
 
 def _join_body(group: str, member_id: str) -> dict[str, Any]:

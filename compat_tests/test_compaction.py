@@ -51,12 +51,8 @@ def _raw_produce(conn: RawConn, topic: str, batch: bytes) -> dict[str, Any]:
     """Produce one batch, retried while a new topic's partition has no leader yet (Kafka
     answers NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION for a moment after
     CreateTopics; clients retry these)."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        p = conn.produce(topic, 0, batch)
-        if p["error_code"] not in (3, 6) or time.monotonic() > deadline:
-            return p
-        time.sleep(0.1)
+    return wait_until(lambda: conn.produce(topic, 0, batch), TIMEOUT, 0.1, f"{topic}[0] led",
+                      ok=lambda p: p["error_code"] not in (3, 6))
 
 
 #: What Kafka answers for a moment after CreateTopics or a restart, before the partition has

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ import pytest
 
 from .brokers import TmqgateProcess
 from .conftest import Broker
-from .helpers import ConfluentDriver, unique_topic
+from .helpers import ConfluentDriver, unique_topic, wait_until
 from .raw import FETCH_V, RawConn, one_record_batch
 from .tdengine_helpers import TdBroker, td_broker_fixture
 
@@ -193,8 +192,7 @@ COORDINATOR_NOT_READY = {14, 15, 16}  # load in progress, not available, not coo
 def _commit(c: RawConn, group: str, topic: str, partitions: list[int]) -> list[tuple[int, int]]:
     """A standalone (generation -1) OffsetCommit v8 of offset 1: sorted (partition, error) pairs;
     retried while Kafka's coordinator is not ready (its offsets topic is made on first use)."""
-    deadline = time.monotonic() + 30
-    while True:
+    def commit() -> list[tuple[int, int]]:
         # FindCoordinator first: Kafka makes its offsets topic (and so a coordinator) on it
         c.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})
         body = c.request(OFFSET_COMMIT, 8, {
@@ -202,10 +200,10 @@ def _commit(c: RawConn, group: str, topic: str, partitions: list[int]) -> list[t
             "topics": [{"name": topic, "partitions": [
                 {"partition_index": p, "committed_offset": 1, "committed_leader_epoch": -1,
                  "committed_metadata": ""} for p in partitions]}]})
-        got = sorted((p["partition_index"], p["error_code"]) for t in body["topics"] for p in t["partitions"])
-        if not COORDINATOR_NOT_READY & {e for _, e in got} or time.monotonic() > deadline:
-            return got
-        time.sleep(0.5)
+        return sorted((p["partition_index"], p["error_code"]) for t in body["topics"] for p in t["partitions"])
+
+    return wait_until(commit, 30, 0.5, f"the coordinator of {group}",
+                      ok=lambda got: not COORDINATOR_NOT_READY & {e for _, e in got})
 
 
 def test_offset_commit_to_a_deleted_or_unknown_topic(broker: Broker) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from .group_helpers import create_topic, unique_name
-from .helpers import unique_topic
+from .helpers import unique_topic, wait_until
 from .proxy import RecordingProxy
 from .raw import RawConn
 
@@ -138,13 +138,10 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 
 
 def _init_producer_id(conn: RawConn, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
-    deadline = time.monotonic() + 60
-    while True:  # a freshly started Kafka answers COORDINATOR_LOAD_IN_PROGRESS for a moment
-        body = conn.request(INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
-                                                  "producer_id": producer_id, "producer_epoch": epoch})
-        if body["error_code"] not in (14, 15) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    # a freshly started Kafka answers COORDINATOR_LOAD_IN_PROGRESS for a moment
+    body = wait_until(lambda: conn.request(INIT_PRODUCER_ID, 4, {
+        "transactional_id": None, "transaction_timeout_ms": 60000, "producer_id": producer_id,
+        "producer_epoch": epoch}), 60, 0.2, "the coordinator loaded", ok=lambda b: b["error_code"] not in (14, 15))
     assert body["error_code"] == 0, body
     return body["producer_id"], body["producer_epoch"]
 

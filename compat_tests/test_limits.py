@@ -21,7 +21,6 @@ import json
 import select
 import socket
 import struct
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -32,7 +31,7 @@ import pytest
 
 from .brokers import TmqgateProcess
 from .conftest import Broker
-from .helpers import unique_topic
+from .helpers import unique_topic, wait_until
 from .raw import Closed, RawConn, one_record_batch
 
 POLICY_VIOLATION = 44
@@ -76,24 +75,16 @@ def partitions_of(c: RawConn, name: str) -> int | None:
 
 def wait_partitions(c: RawConn, name: str, expected: int) -> None:
     """Metadata shows `expected` partitions (Kafka's metadata follows its controller shortly)."""
-    got = None
-    for _ in range(100):
-        got = partitions_of(c, name)
-        if got == expected:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{name} has {got} partitions, expected {expected}")
+    wait_until(lambda: partitions_of(c, name), 10, 0.1, f"{name} with {expected} partitions",
+               ok=lambda got: got == expected)
 
 
 def assert_served(c: RawConn, topic: str, partition: int = 0) -> None:
     """Produce a unique value and fetch it back at the offset Produce returned (Kafka takes a
     moment to elect the leader of a new partition: NOT_LEADER_OR_FOLLOWER until then)."""
     value = uuid.uuid4().bytes
-    for _ in range(100):
-        p = c.produce(topic, partition, one_record_batch(value))
-        if p["error_code"] not in (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION):
-            break
-        time.sleep(0.1)
+    p = wait_until(lambda: c.produce(topic, partition, one_record_batch(value)), 10, 0.1, f"{topic}[{partition}] led",
+                   ok=lambda p: p["error_code"] not in (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION))
     assert p["error_code"] == 0, p
     fetched = c.fetch(topic, partition, p["base_offset"])
     assert fetched["error_code"] == 0, fetched

@@ -21,7 +21,7 @@ import pytest
 
 from .brokers import TmqgateProcess
 from .conftest import Broker
-from .helpers import ConfluentDriver, expected_offsets, make_records, unique_topic
+from .helpers import ConfluentDriver, expected_offsets, make_records, unique_topic, wait_until
 from .proxy import RecordingProxy
 from .spark_helpers import read_topic, rows_as_records, spark_session
 
@@ -63,11 +63,11 @@ def _stream_topic(spark: Any, bootstrap: str, topic: str, while_running: Callabl
     q = (_source_columns(df).writeStream.format("memory").queryName(name)
          .trigger(processingTime="1 second").outputMode("append").start())
     try:
-        deadline = time.monotonic() + 90
-        while q.lastProgress is None:
+        def progressed() -> bool:
             assert q.exception() is None, q.exception()
-            assert time.monotonic() < deadline, "no micro-batch completed in 90 s"
-            time.sleep(0.2)
+            return q.lastProgress is not None
+
+        wait_until(progressed, 90, 0.2, "a micro-batch completed")
         if while_running is not None:
             while_running()
         q.processAllAvailable()

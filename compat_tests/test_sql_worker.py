@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from .brokers import TmqgateProcess
+from .helpers import wait_until
 from .raw import RawConn
 
 pytestmark = pytest.mark.tmqgate_only
@@ -75,13 +76,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 def wait_gone(pid: int) -> None:
-    deadline = time.monotonic() + 30
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        with open(f"/proc/{pid}/stat") as fh:
-            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":  # exited, not yet reaped
-                return
-        time.sleep(0.05)
-    assert not os.path.exists(f"/proc/{pid}"), f"process {pid} still there"
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                return fh.read().rsplit(")", 1)[1].split()[0] == "Z"  # exited, not yet reaped
+        except FileNotFoundError:
+            return True
+
+    wait_until(gone, 30, 0.05, f"process {pid} gone")
 
 
 def long_insert(table: str, rows: int) -> str:

@@ -14,7 +14,6 @@ import signal
 import socket
 import ssl
 import struct
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from .brokers import BrokerProcess, new_broker
 from .certs import Certs, make_certs, reissue_server, tls_config
-from .helpers import confluent_roundtrip, unique_topic
+from .helpers import confluent_roundtrip, unique_topic, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -192,10 +191,7 @@ def test_sighup_reloads_certificates(tls_broker: BrokerProcess, certs: Certs) ->
     reissue_server(certs, "CN=localhost-renewed,O=tmqgate-test")
     proc = tls_broker.proc  # type: ignore[attr-defined]
     os.kill(proc.pid, signal.SIGHUP)
-    deadline = time.monotonic() + 10
-    while served_subject() != "localhost-renewed" and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert served_subject() == "localhost-renewed"
+    wait_until(lambda: served_subject() == "localhost-renewed", 10, 0.1, "the renewed certificate served")
     assert proc.poll() is None
 
 

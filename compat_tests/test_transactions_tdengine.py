@@ -10,11 +10,11 @@ read_committed Fetch over views).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
+from .helpers import wait_until
 from .tdengine_helpers import (
     METERS_DDL,
     CkConsumer,
@@ -75,9 +75,7 @@ def test_query_topic_read_committed_sees_only_committed_rows(td: TdBroker) -> No
         committed = sorted((r.table, r.ts, r.voltage) for r in batches[0] + batches[2])
         td.sql(f"CREATE TOPIC {db}_q AS SELECT ts, voltage, location FROM meters", db=db)
         td.sql(f"CREATE TOPIC {db}_all AS DATABASE {db}")
-        deadline = time.monotonic() + 60
-        while stable_end_offset(td.bootstrap, f"{db}_q") == 0 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: stable_end_offset(td.bootstrap, f"{db}_q") != 0, 60, 0.2, f"{db}_q's stable offset past 0")
         for topic in (f"{db}_q", f"{db}_all"):
             got = _read_committed(td.bootstrap, topic)
             assert sorted(got) == committed, topic

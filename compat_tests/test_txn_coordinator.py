@@ -17,7 +17,7 @@ import pytest
 from .brokers import BrokerProcess
 from .conftest import Broker
 from .group_helpers import create_topic
-from .helpers import unique_topic
+from .helpers import unique_topic, wait_until
 from .raw import RawConn
 
 FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 10, 22, 24, 25, 26
@@ -34,12 +34,7 @@ RETRIABLE = {14, 15, 16, CONCURRENT_TRANSACTIONS}
 
 def _retry(call: Callable[[], dict[str, Any]], code: Callable[[dict[str, Any]], int],
            timeout: float = 60.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body = call()
-        if code(body) not in RETRIABLE or time.monotonic() > deadline:
-            return body
-        time.sleep(0.2)
+    return wait_until(call, timeout, 0.2, "an answer that is not retriable", ok=lambda b: code(b) not in RETRIABLE)
 
 
 def _coordinator_ready(c: RawConn, tid: str) -> None:
@@ -84,12 +79,8 @@ def _describe(c: RawConn, tid: str) -> dict[str, Any]:
 
 def _describe_until(c: RawConn, tid: str, state: str, timeout: float = 60.0) -> dict[str, Any]:
     """The markers are written after EndTxn is answered: wait for the state it leads to."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = _describe(c, tid)
-        if got["transaction_state"] == state or time.monotonic() > deadline:
-            return got
-        time.sleep(0.2)
+    return wait_until(lambda: _describe(c, tid), timeout, 0.2, f"{tid} in {state}",
+                      ok=lambda got: got["transaction_state"] == state)
 
 
 @pytest.fixture(scope="module")

@@ -75,20 +75,14 @@ def unverified_broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.Temp
 def _init_producer_id(c: RawConn, tid: str) -> tuple[int, int]:
     """FindCoordinator for the transactional id (on Kafka it creates __transaction_state;
     retried until the coordinator is there), then InitProducerId."""
-    deadline = time.monotonic() + 60
-    while True:
-        found = c.request(10, 3, {"key": tid, "key_type": 1})
-        if found["error_code"] == 0:
-            break
-        assert found["error_code"] in RETRIABLE and time.monotonic() < deadline, found
-        time.sleep(0.5)
-    while True:
-        body = c.request(22, 4, {"transactional_id": tid, "transaction_timeout_ms": 60000,
-                                 "producer_id": -1, "producer_epoch": -1})
-        if body["error_code"] == 0:
-            return body["producer_id"], body["producer_epoch"]
-        assert body["error_code"] in RETRIABLE and time.monotonic() < deadline, body
-        time.sleep(0.5)
+    found = wait_until(lambda: c.request(10, 3, {"key": tid, "key_type": 1}), 60, 0.5, f"the coordinator of {tid}",
+                       ok=lambda f: f["error_code"] not in RETRIABLE)
+    assert found["error_code"] == 0, found
+    body = wait_until(lambda: c.request(22, 4, {"transactional_id": tid, "transaction_timeout_ms": 60000,
+                                                "producer_id": -1, "producer_epoch": -1}),
+                      60, 0.5, f"a producer id for {tid}", ok=lambda b: b["error_code"] not in RETRIABLE)
+    assert body["error_code"] == 0, body
+    return body["producer_id"], body["producer_epoch"]
 
 
 def _tx(bootstrap: str, *args: str) -> list[dict[str, str]]:

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from .conftest import Broker
-from .helpers import unique_topic
+from .helpers import unique_topic, wait_until
 from .raw import RawConn
 from .txn_helpers import create_topic, read_partition, txn_id
 
@@ -35,12 +35,7 @@ INVALID_PRODUCER_EPOCH = 47
 def _retry(call: Any, code: Any) -> dict[str, Any]:
     """A request retried while the answer is retriable (the coordinator loading, markers of the
     previous transaction still being written)."""
-    for _ in range(300):
-        body = call()
-        if code(body) not in RETRIABLE:
-            return body
-        time.sleep(0.1)
-    return body
+    return wait_until(call, 30, 0.1, "an answer that is not retriable", ok=lambda body: code(body) not in RETRIABLE)
 
 
 def _produce(c: RawConn, topic: str, tid: str, pid: int, epoch: int, seq: int, value: bytes) -> int:
@@ -94,11 +89,8 @@ def test_produce_adds_the_partition_and_end_txn_bumps_the_epoch(txn_broker_tv2: 
         ended = _end(c, tid, pid, epoch + 1, commit=True)
         assert (ended["error_code"], ended["producer_id"], ended["producer_epoch"]) == (0, pid, epoch + 2)
         # Kafka writes the markers after answering: wait for the state they lead to
-        for _ in range(300):
-            state = _describe(c, tid)
-            if state["transaction_state"] != "PrepareCommit":
-                break
-            time.sleep(0.1)
+        state = wait_until(lambda: _describe(c, tid), 30, 0.1, "the markers written",
+                           ok=lambda s: s["transaction_state"] != "PrepareCommit")
         assert (state["transaction_state"], state["producer_epoch"]) == ("CompleteCommit", epoch + 2)
     # aborted record 0, its marker 1, committed record 2, its marker 3
     assert read_partition(bootstrap, topic, "read_committed", 4) == [(2, None, b"committed")]
