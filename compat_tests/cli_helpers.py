@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from .kafka_ref import LIB_DIR, jars_installed, tool
+from .kafka_ref import LIB_DIR, require_jars, tool
 
 # A short-lived tool needs little heap; small heaps also keep six concurrent consumers
 # affordable on a 2-core machine.
@@ -35,11 +35,10 @@ T = TypeVar("T")
 
 
 def require_tools() -> None:
-    """Skip (pytest) when the Kafka jars are not installed."""
-    import pytest
-
-    if not jars_installed():
-        pytest.skip("Kafka tools not installed; run scripts/install_java.sh")
+    """The Kafka tools (the reference Kafka's jars and a JDK): skipped without them, failed
+    under CI (helpers.missing_dependency)."""
+    __tracebackhide__ = True
+    require_jars()
 
 
 # Class-data sharing: the first run of each tool dumps the classes it loaded into a dynamic

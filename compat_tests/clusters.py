@@ -8,7 +8,6 @@ replication factor when given."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from .brokers import TmqgateProcess, stop_all
-from .etcd import EtcdProcess
+from .etcd import EtcdProcess, require_etcd
 from .helpers import free_port, wait_until
 from .raw import RawConn
 
@@ -54,10 +53,9 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
         pytest.skip("--bootstrap given: the cluster tests start their own brokers")
     if target == "kafka":
         from .kafka_cluster import start_reference_kafka_cluster
-        from .kafka_ref import jars_installed
+        from .kafka_ref import require_jars
 
-        if not jars_installed():
-            pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
+        require_jars()
         extra = {} if lag_ms is None else {"replica.lag.time.max.ms": str(lag_ms)}
         extra.update({KAFKA_NAMES[k]: KAFKA_VALUES.get((k, v), str(v)) for k, v in (settings or {}).items()})
         cluster = start_reference_kafka_cluster(workdir / "kafka", broker_config=extra)
@@ -74,8 +72,7 @@ def three_brokers(pytestconfig: pytest.Config, target: str, workdir: Path,
         finally:
             cluster.stop()
         return
-    if shutil.which("etcd") is None:
-        pytest.skip("etcd not installed (scripts/install_etcd.sh)")
+    require_etcd()
     config: dict[str, Any] = {**({} if lag_ms is None else {"replica_lag_time_max_ms": lag_ms}), **(settings or {})}
     with tmqgate_cluster(workdir, config) as nodes:
         yield nodes

@@ -8,7 +8,13 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from .helpers import free_port, wait_until
+from .helpers import free_port, require, wait_until
+
+
+def require_etcd() -> None:
+    """etcd on PATH, or the test is skipped — failed under CI (helpers.missing_dependency)."""
+    __tracebackhide__ = True
+    require(shutil.which("etcd"), "etcd not installed", "scripts/install_etcd.sh")
 
 
 class EtcdProcess:

@@ -9,6 +9,8 @@ to the broker over TCP exactly as a user's program would.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import os
 import random
 import socket
 import struct
@@ -16,7 +18,8 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import Any, NoReturn, TypeVar
 
 Headers = tuple[tuple[str, bytes | None], ...]
 T = TypeVar("T")
@@ -70,6 +73,45 @@ def wait_until(fn: Callable[[], T], timeout: float, interval: float = 0.1,
             seen = "" if last is None or last is False else f"; last seen:\n{show(last)}"
             raise AssertionError(f"timed out after {timeout}s waiting for {name}{seen}")
         time.sleep(interval)
+
+
+# --------------------------------------------------------------------------- dependencies
+
+
+def in_ci() -> bool:
+    """Running as CI: TMQGATE_CI, or the CI variable most CI services set, is 1 / true / yes."""
+    return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes") for name in ("TMQGATE_CI", "CI"))
+
+
+def missing_dependency(reason: str, install: str) -> NoReturn:
+    """Something the test needs is not installed here (`reason`, e.g. "etcd not installed";
+    `install`, the command that installs it).  Under CI (in_ci()) the test fails: a missing
+    install must never pass as a skip.  Elsewhere it is skipped, with one line naming the
+    command."""
+    import pytest  # here: bench/ imports this module without pytest installed
+
+    __tracebackhide__ = True  # the report names the test's line, not this one
+    message = f"{reason}; run {install}"
+    if in_ci():
+        pytest.fail(f"{message} (under CI a missing dependency fails the test)", pytrace=False)
+    pytest.skip(message)
+
+
+def require(present: object, reason: str, install: str) -> None:
+    """missing_dependency(reason, install) unless `present` is truthy."""
+    __tracebackhide__ = True
+    if not present:
+        missing_dependency(reason, install)
+
+
+def require_module(name: str, install: str = "pip install -e '.[test]'") -> ModuleType:
+    """`import name`, or missing_dependency: pytest.importorskip that fails under CI."""
+    __tracebackhide__ = True
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        pass  # reported outside the except block: no "during handling" chain in the report
+    missing_dependency(f"Python module {name} not installed", install)
 
 
 def api_versions_ok(bootstrap: str, timeout: float = 1.0) -> bool:

@@ -74,6 +74,16 @@ def jars_installed(lib_dir: Path = LIB_DIR) -> bool:
     return any(lib_dir.glob("kafka_2.13-*.jar")) and any(lib_dir.glob("kafka-clients-*.jar"))
 
 
+def require_jars() -> None:
+    """The reference Kafka jars and a JDK, or the test is skipped — failed under CI
+    (helpers.missing_dependency)."""
+    from .helpers import require
+
+    __tracebackhide__ = True
+    java = os.environ.get("JAVA_HOME") or shutil.which("java")
+    require(jars_installed() and java, "Kafka jars or java not installed", "scripts/install_java.sh")
+
+
 def kafka_version(lib_dir: Path = LIB_DIR) -> str | None:
     """The installed Apache Kafka version, read from the kafka-clients jar name."""
     for jar in lib_dir.glob("kafka-clients-*.jar"):

@@ -8,7 +8,6 @@ tmqgate only: the reference Kafka's 3-node KRaft fixture comes with replication 
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,16 @@ import pytest
 
 from .brokers import TmqgateProcess, stop_all
 from .clusters import metadata
-from .etcd import EtcdProcess
+from .etcd import EtcdProcess, require_etcd
 from .helpers import wait_until
 from .raw import RawConn
 
-pytestmark = [pytest.mark.tmqgate_only,
-              pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd not installed (scripts/install_etcd.sh)")]
+pytestmark = pytest.mark.tmqgate_only
+
+
+@pytest.fixture(autouse=True)
+def _etcd() -> None:
+    require_etcd()
 
 DESCRIBE_CLUSTER = 60
 SESSION_MS = 2000

@@ -15,7 +15,6 @@ there, as in Kafka's docs)."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +34,7 @@ from confluent_kafka.admin import ResourceType as RT
 
 from .brokers import TmqgateProcess, _tmqgate_cmd
 from .clusters import Nodes, tmqgate_cluster
+from .etcd import require_etcd
 from .helpers import unique_topic, wait_until
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
@@ -59,8 +59,7 @@ def _provision(proc: TmqgateProcess) -> None:
 
 
 def _tmqgate(workdir: Path) -> contextlib.AbstractContextManager[Nodes]:
-    if shutil.which("etcd") is None:
-        pytest.skip("etcd not installed (scripts/install_etcd.sh)")
+    require_etcd()
     return tmqgate_cluster(workdir, {
         "sasl_enabled_mechanisms": ["PLAIN", "SCRAM-SHA-256"], "authorizer": "acl",
         "allow_everyone_if_no_acl_found": False, "super_users": [f"User:{ADMIN}"],
@@ -72,10 +71,9 @@ def _tmqgate(workdir: Path) -> contextlib.AbstractContextManager[Nodes]:
 @contextlib.contextmanager
 def _kafka(pytestconfig: pytest.Config, workdir: Path) -> Iterator[Nodes]:
     from .kafka_cluster import start_reference_kafka_cluster
-    from .kafka_ref import jars_installed
+    from .kafka_ref import require_jars
 
-    if not jars_installed():
-        pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
+    require_jars()
     plain = (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
              f'user_{ADMIN}="{ADMIN_PASSWORD}" user_{ALICE}="{ALICE_PASSWORD}";')
     scram = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{ADMIN}" '

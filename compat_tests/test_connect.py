@@ -17,12 +17,14 @@ import pytest
 
 from .conftest import Broker
 from .connect_helpers import ConnectWorker, connect_jars_installed
-from .helpers import unique_topic, wait_until
+from .helpers import require, unique_topic, wait_until
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not connect_jars_installed(), reason="Connect jars not installed (scripts/install_java.sh)"),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _connect_jars() -> None:
+    require(connect_jars_installed(), "Kafka Connect jars not installed", "scripts/install_java.sh")
 
 SOURCE = "org.apache.kafka.connect.file.FileStreamSourceConnector"
 SINK = "org.apache.kafka.connect.file.FileStreamSinkConnector"

@@ -21,14 +21,16 @@ from subprocess import Popen
 import pytest
 
 from .conftest import Broker
-from .helpers import unique_topic, wait_until
+from .helpers import require, unique_topic, wait_until
 from .java_client import CONNECT_LIB_DIR, java_streams
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not any(CONNECT_LIB_DIR.glob("kafka-streams-*.jar")),
-                       reason="Kafka Streams jars not installed (scripts/install_java.sh)"),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _streams_jars() -> None:
+    require(any(CONNECT_LIB_DIR.glob("kafka-streams-*.jar")), "Kafka Streams jars not installed",
+            "scripts/install_java.sh")
 
 WINDOW_MS = 10_000
 REGIONS = ("north", "south", "east", "west", "centre")

@@ -13,7 +13,6 @@ import base64
 import hashlib
 import json
 import os
-import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,12 +21,17 @@ from typing import Any
 import pytest
 
 from .clusters import metadata, tmqgate_cluster
+from .etcd import require_etcd
 from .helpers import wait_until
 from .raw import RawConn
 from .tdengine_helpers import BASE_TS, METERS_DDL, TdBroker, read_kafka_python, unique
 
-pytestmark = [pytest.mark.tmqgate_only,
-              pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd not installed (scripts/install_etcd.sh)")]
+pytestmark = pytest.mark.tmqgate_only
+
+
+@pytest.fixture(autouse=True)
+def _etcd() -> None:
+    require_etcd()
 
 
 def _names(td: TdBroker, what: str) -> set[str]:

@@ -8,7 +8,6 @@ tmqgate only: the reference Kafka has no SQL (its placement is Metadata's, check
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,6 +19,7 @@ from kafka.partitioner.default import murmur2
 
 from .brokers import TmqgateProcess
 from .clusters import metadata, tmqgate_cluster
+from .etcd import require_etcd
 from .helpers import wait_until
 from .tdengine_helpers import METERS_DDL, TdBroker, unique
 
@@ -120,8 +120,8 @@ def _dnodes(td: TdBroker) -> dict[int, dict[str, Any]]:
     return {r["id"]: r for r in td.rows("SHOW DNODES")}
 
 
-@pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd not installed (scripts/install_etcd.sh)")
 def test_a_cluster_shows_every_node_and_each_vnodes_roles_through_a_leader_kill(tmp_path: Path) -> None:
+    require_etcd()
     with tmqgate_cluster(tmp_path, {}) as nodes:
         tds = {n: TdBroker(p) for n, p in nodes.items()}
         wait_until(lambda: len(metadata(nodes[0].bootstrap, [])["brokers"]), 30, 0.2, "three brokers listed",

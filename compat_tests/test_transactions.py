@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 from .conftest import Broker
-from .helpers import unique_topic, wait_until
+from .helpers import require, unique_topic, wait_until
 from .java_client import SPARK_CLIENTS_JAR, java_txn
-from .kafka_ref import jars_installed
+from .kafka_ref import require_jars
 from .raw import RawConn
 from .txn_helpers import (
     Rec,
@@ -204,11 +204,10 @@ def test_java_client_commit_and_abort(request: pytest.FixtureRequest, fixture: s
     version 1 the producer keeps epoch 0 through its three transactions; at 2 (the Java client
     adds partitions by Produce v12 and ends with EndTxn v5) every commit and abort bumps it:
     epoch 3 after them. The records are the same."""
-    if not jars_installed():
-        pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
+    require_jars()
     clients_jar = SPARK_CLIENTS_JAR if client.endswith("-spark") else None
-    if clients_jar is not None and not clients_jar.exists():
-        pytest.skip(f"{clients_jar} not installed; run scripts/install_java.sh")
+    if clients_jar is not None:
+        require(clients_jar.exists(), f"{clients_jar} not installed", "scripts/install_java.sh")
     txn_broker: Broker = request.getfixturevalue(fixture)
     if not txn_broker.external:
         assert _finalized_transaction_version(txn_broker.bootstrap) == version
@@ -275,8 +274,7 @@ def test_java_client_zombie_fenced(request: pytest.FixtureRequest, fixture: str,
     sends again to its partition gets InvalidProducerEpochException for the send (Produce answered
     INVALID_PRODUCER_EPOCH: the abort marker raised the partition's epoch) and for the commit —
     what Apache Kafka 4.3 answers, at transaction version 1 and 2 alike."""
-    if not jars_installed():
-        pytest.skip("Kafka jars not installed; run scripts/install_java.sh")
+    require_jars()
     txn_broker: Broker = request.getfixturevalue(fixture)
     topic = unique_topic("txn-jfence")
     create_topic(txn_broker.bootstrap, topic)

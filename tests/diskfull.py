@@ -1,5 +1,6 @@
 """A small filesystem for disk-full tests: a tmpfs mounted under a temporary directory and
-unmounted after (the tests skip where mounting is not permitted)."""
+unmounted after (the tests skip where mounting is not permitted, and fail so under CI:
+compat_tests/helpers.missing_dependency)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,22 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 
-import pytest
-
 
 @contextlib.contextmanager
 def small_fs(size_mb: int) -> Iterator[str]:
-    """A fresh tmpfs of ``size_mb`` MiB; skips the test if it cannot be mounted."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small filesystem needs root")
+    """A fresh tmpfs of ``size_mb`` MiB; skips the test if it cannot be mounted (fails it
+    under CI)."""
+    from compat_tests.helpers import missing_dependency, require
+
+    require(hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("mount"),
+            "mounting a small filesystem needs root and mount(8)", "the tests as root")
     where = tempfile.mkdtemp(prefix="tmqgate-full-")
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", where],
                           capture_output=True, text=True)
     if done.returncode != 0:
         os.rmdir(where)
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        missing_dependency(f"cannot mount a tmpfs here ({done.stderr.strip()})",
+                           "the tests as root where mounting is permitted (CAP_SYS_ADMIN)")
     try:
         yield where
     finally:

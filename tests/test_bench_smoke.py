@@ -9,14 +9,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from compat_tests.kafka_ref import jars_installed
+from compat_tests.helpers import require_module
+from compat_tests.kafka_ref import require_jars
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,10 +34,9 @@ SECTIONS = (
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(not jars_installed() or shutil.which("java") is None,
-                    reason="needs the Kafka perf tools: scripts/install_java.sh")
 def test_bench_smoke(tmp_path: Path) -> None:
-    pytest.importorskip("confluent_kafka")
+    require_jars()  # the Kafka perf tools
+    require_module("confluent_kafka")
     chart = importlib.util.find_spec("matplotlib") is not None
     cmd = [sys.executable, "-m", "bench.run", "--smoke", "--out", str(tmp_path),
            "--workdir", str(tmp_path / "data")] + ([] if chart else ["--no-chart"])
@@ -60,12 +59,11 @@ def test_bench_smoke(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(not jars_installed() or shutil.which("java") is None,
-                    reason="needs the Kafka perf tools: scripts/install_java.sh")
 def test_transactions_bench_smoke(tmp_path: Path) -> None:
     """`python -m bench.transactions_e2e` at tiny sizes, tmqgate only: every record produced in
     transactions of 100 is read back read_committed, and the report has its section."""
-    pytest.importorskip("confluent_kafka")
+    require_jars()  # the Kafka perf tools
+    require_module("confluent_kafka")
     cmd = [sys.executable, "-m", "bench.transactions_e2e", "--records", "1000", "--warmup", "0",
            "--brokers", "tmqgate", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280,

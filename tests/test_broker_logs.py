@@ -15,7 +15,12 @@ from typing import Any
 
 import pytest
 
-kafka = pytest.importorskip("kafka")
+from compat_tests.helpers import require_module
+
+
+@pytest.fixture(autouse=True)
+def _kafka_python() -> None:
+    require_module("kafka")
 
 
 def _start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int, Path]:

@@ -1,6 +1,7 @@
 """The reference Apache Kafka broker (compat_tests/kafka_ref.py) starts and serves clients.
 
-Skipped when the Kafka jars are not installed (run scripts/install_java.sh).
+Skipped when the Kafka jars are not installed (run scripts/install_java.sh); failed then under
+CI (compat_tests/helpers.missing_dependency).
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ if _ROOT not in sys.path:
 from compat_tests import kafka_ref  # noqa: E402
 
 pytestmark = [
-    pytest.mark.skipif(
-        not kafka_ref.jars_installed(),
-        reason=f"reference Kafka jars not installed in {kafka_ref.LIB_DIR}; run scripts/install_java.sh",
-    ),
     # kafka-python loads its JSON schemas through a deprecated importlib API: noise only
     pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _jars() -> None:
+    kafka_ref.require_jars()
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from compat_tests.helpers import require_module
 from tmqgate.protocol import compression
 from tmqgate.protocol.compression import CorruptRecord, DecompressedTooLarge, compress, decompress
 from tmqgate.protocol.records import (
@@ -186,7 +187,7 @@ def test_byte_identical_to_kafka_python(codec):
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_aiokafka_cross_check(codec):
-    ar = pytest.importorskip("aiokafka.record.default_records")
+    ar = require_module("aiokafka.record.default_records")
     recs = _compressible(300)
     b = ar.DefaultRecordBatchBuilder(2, codec, 0, -1, -1, -1, 1 << 22)
     for i, (k, v, hs, ts) in enumerate(recs):
