@@ -1,8 +1,8 @@
 """Throughput over secured listeners against PLAINTEXT, both brokers in one run:
 `python -m bench.security_bench [--records N] [--brokers tmqgate,kafka] [--profile]`.
 
-Each broker is started once with a PLAINTEXT and an SSL listener (and a SASL_SSL one where
-the tree has SASL, compat_tests/secure.py: `SECURITIES`), certificates made at start
+Each broker is started once with a PLAINTEXT, an SSL and a SASL_SSL listener
+(compat_tests/secure.py; `SECURITIES`), certificates made at start
 (compat_tests/certs.py), the SSL client presenting a certificate the broker checks (mutual
 TLS), the SASL_SSL client a SCRAM-SHA-512 user. Against each listener,
 in turn: kafka-producer-perf-test (1 KiB records, acks=1, into a 4-partition topic, bench/
@@ -44,16 +44,7 @@ USER, PASSWORD = "bench", "bench-secret"
 CLIENT_AUTH = "requested"
 
 
-def _sasl() -> Any:
-    """compat_tests.secure (the SASL brokers' settings and users), or None before SASL landed."""
-    try:
-        from compat_tests import secure
-    except ImportError:
-        return None
-    return secure
-
-
-SECURITIES = ("PLAINTEXT", "SSL", "SASL_SSL") if _sasl() else ("PLAINTEXT", "SSL")
+SECURITIES = ("PLAINTEXT", "SSL", "SASL_SSL")
 
 
 def _listeners() -> dict[str, str]:
@@ -69,32 +60,27 @@ class Secured:
 
 
 def start_tmqgate(workdir: Path, certs: Certs) -> Secured:
+    from compat_tests import secure
     from compat_tests.brokers import TmqgateProcess
 
-    config = {**TMQGATE_CONFIG, **tls_config("tmqgate", certs, CLIENT_AUTH)}
-    secure = _sasl()
-    if secure:
-        config.update(secure.tmqgate_sasl_config(("SCRAM-SHA-512",), 0))
+    config = {**TMQGATE_CONFIG, **tls_config("tmqgate", certs, CLIENT_AUTH),
+              **secure.tmqgate_sasl_config(("SCRAM-SHA-512",), 0)}
     proc = TmqgateProcess(workdir, config=config, extra_listeners=_listeners(), ready_timeout=120)
     proc.start()
     assert proc.proc is not None
-    if secure:
-        secure.add_scram_user(proc.bootstrap, USER, PASSWORD, ("SCRAM-SHA-512",))
+    secure.add_scram_user(proc.bootstrap, USER, PASSWORD, ("SCRAM-SHA-512",))
     return Secured("tmqgate", proc.proc.pid, proc.listener_ports, proc.stop)
 
 
 def start_kafka(workdir: Path, certs: Certs) -> Secured:
-    from compat_tests import kafka_ref
+    from compat_tests import kafka_ref, secure
 
-    config = tls_config("kafka", certs, CLIENT_AUTH)
-    secure = _sasl()
-    if secure:
-        config.update(secure.kafka_sasl_config({USER: PASSWORD}, ("SCRAM-SHA-512",), 0, ("SASL_SSL",)))
+    config = {**tls_config("kafka", certs, CLIENT_AUTH),
+              **secure.kafka_sasl_config({USER: PASSWORD}, ("SCRAM-SHA-512",), 0, ("SASL_SSL",))}
     ref = kafka_ref.start_reference_kafka(workdir, extra_config=config, extra_listeners=_listeners(),
                                           heap_opts=KAFKA_HEAP_OPTS, jvm_opts=kafka_ref.FULL_JIT_JVM_OPTS,
                                           ready_timeout=240)
-    if secure:
-        secure.add_scram_user(ref.bootstrap, USER, PASSWORD, ("SCRAM-SHA-512",))
+    secure.add_scram_user(ref.bootstrap, USER, PASSWORD, ("SCRAM-SHA-512",))
     return Secured("kafka", ref.pid, ref.listener_ports, ref.stop)
 
 

@@ -159,9 +159,6 @@ def test_kafka_configs_describe_user_quotas(broker: Broker, tools: None) -> None
     """`kafka-configs --describe --entity-type users --entity-name U` also asks for the user's
     SCRAM credentials (DescribeUserScramCredentials), so it needs that API too."""
     b = broker.bootstrap
-    with RawConn(b) as conn:
-        if 50 not in conn.api_versions():
-            pytest.skip("DescribeUserScramCredentials (SASL, issue 12 point 3) not served yet")
     user = _cid("bob")
     r = _configs(b, "--alter", "--add-config", "request_percentage=50.5,consumer_byte_rate=1024",
                  "--entity-type", "users", "--entity-name", user)

@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
+from . import secure
 from .helpers import wait_until
 from .test_client_quotas import MATCH_EXACT, _create_topic, _entity, alter, describe, quotas_of
-
-secure = pytest.importorskip("compat_tests.secure", reason="SASL brokers (compat_tests/secure.py) not merged yet")
 
 
 @pytest.fixture(scope="module")

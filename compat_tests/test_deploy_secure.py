@@ -6,11 +6,7 @@ deploy/secure/tmqgate.toml with only what a test must change: free ports on loop
 advertised addresses with them), the certificate paths, the data directory. Then a client
 connects over each listener: over the loopback PLAINTEXT listener as User:ANONYMOUS, which
 the ACLs give nothing; over SASL_SSL as the admin (a super user); the SQL front over HTTPS
-asks for HTTP Basic credentials.
-
-The settings of SASL, ACLs and HTTP authentication come from the branches that build them;
-on a tree without them those keys are left out and the checks that need them are skipped,
-saying so (`PENDING`).
+asks for HTTP Basic credentials. Every setting of the example must be one the broker knows.
 """
 
 from __future__ import annotations
@@ -43,22 +39,19 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "secure" / "tmqgate.toml"
 MAKE_CERTS = ROOT / "deploy" / "secure" / "make-certs.sh"
 ADMIN_PASSWORD = "admin-secret-Xy7"
-# Settings of the example that land with the SASL and ACL work (issue 12, points 3-5).
-PENDING = ("sasl_enabled_mechanisms", "authorizer", "super_users", "allow_everyone_if_no_acl_found", "http_auth")
 
 
-def _example_config(tls_dir: Path, ports: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
-    """The example with test ports and paths; (config, keys left out because unknown here)."""
+def _example_config(tls_dir: Path, ports: dict[str, int]) -> dict[str, Any]:
+    """The example with test ports and paths."""
     config = tomllib.loads(EXAMPLE.read_text())
     assert {name.partition("://")[0] for name in config["listeners"]} == {"PLAINTEXT", "SASL_SSL"}
     config["listeners"] = [f"{name}://127.0.0.1:{port}" for name, port in ports.items()]
     config["advertised_listeners"] = [f"{name}://127.0.0.1:{port}" for name, port in ports.items()]
     for key in ("ssl_certfile", "ssl_keyfile", "ssl_cafile"):
         config[key] = str(tls_dir / Path(config[key]).name)
-    known = {f.name for f in fields(BrokerConfig)}
-    missing = sorted(set(config) - known)
-    assert set(missing) <= set(PENDING), f"the example has settings nobody builds: {missing}"
-    return {k: v for k, v in config.items() if k in known}, missing
+    unknown = sorted(set(config) - {f.name for f in fields(BrokerConfig)})
+    assert not unknown, f"the example has settings the broker does not know: {unknown}"
+    return config
 
 
 @pytest.fixture(scope="module")
@@ -71,37 +64,29 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Conf
                           text=True, timeout=60)
     assert made.returncode == 0, made.stderr
     ports = {"PLAINTEXT": free_port(), "SASL_SSL": free_port()}
-    config, missing = _example_config(tls_dir, ports)
-    proc = TmqgateProcess(work, port=ports["PLAINTEXT"], config=config)
-    if "sasl_enabled_mechanisms" not in missing:
-        # the first admin, offline, exactly as deploy/secure/README.md says (the directory first)
-        proc.data_dir.mkdir(parents=True)
-        added = subprocess.run([*_tmqgate_cmd(), "user", "add", "admin", "--mechanism", "SCRAM-SHA-512",
-                                "--data-dir", str(proc.data_dir)], input=ADMIN_PASSWORD + "\n",
-                               capture_output=True, text=True, timeout=60)
-        assert added.returncode == 0, added.stderr
+    proc = TmqgateProcess(work, port=ports["PLAINTEXT"], config=_example_config(tls_dir, ports))
+    # the first admin, offline, exactly as deploy/secure/README.md says (the directory first)
+    proc.data_dir.mkdir(parents=True)
+    added = subprocess.run([*_tmqgate_cmd(), "user", "add", "admin", "--mechanism", "SCRAM-SHA-512",
+                            "--data-dir", str(proc.data_dir)], input=ADMIN_PASSWORD + "\n",
+                           capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, added.stderr
     proc.start()
     try:
-        yield proc, tls_dir, ports, missing
+        yield proc, tls_dir, ports
     finally:
         proc.stop()
 
 
-def _need(missing: list[str], *keys: str) -> None:
-    absent = [k for k in keys if k in missing]
-    if absent:
-        pytest.skip(f"not in this tree yet (SASL/ACL branches): {', '.join(absent)}")
-
-
 def test_plaintext_on_loopback_serves_anonymous(deployed: Any) -> None:
-    proc, _tls, ports, _missing = deployed
+    proc, _tls, ports = deployed
     md = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"}).list_topics(timeout=20)
     assert [(b.host, b.port) for b in md.brokers.values()] == [("127.0.0.1", ports["PLAINTEXT"])]
 
 
 def test_sasl_ssl_listener_presents_the_scripts_certificate(deployed: Any) -> None:
     """The certificate make-certs.sh wrote, trusted through its CA, for the name and the IP."""
-    _proc, tls_dir, ports, _missing = deployed
+    _proc, tls_dir, ports = deployed
     ctx = ssl.create_default_context(cafile=str(tls_dir / "ca.pem"))
     for name in ("localhost", "127.0.0.1"):
         with socket.create_connection(("127.0.0.1", ports["SASL_SSL"]), timeout=10) as raw, \
@@ -121,8 +106,7 @@ def test_admin_over_sasl_ssl_and_anonymous_denied(deployed: Any) -> None:
     """The super user does everything over SASL_SSL; User:ANONYMOUS on the loopback listener
     does not see the topic and may not write to it (TOPIC_AUTHORIZATION_FAILED); a wrong
     password fails that client alone."""
-    _proc, tls_dir, ports, missing = deployed
-    _need(missing, "sasl_enabled_mechanisms", "authorizer", "super_users")
+    _proc, tls_dir, ports = deployed
     conf = _sasl_ssl_conf(tls_dir, ports["SASL_SSL"])
     topic = unique_topic("deploy")
     admin = AdminClient(conf)
@@ -156,12 +140,11 @@ def test_admin_over_sasl_ssl_and_anonymous_denied(deployed: Any) -> None:
 
 
 def test_sql_front_over_https_asks_for_credentials(deployed: Any) -> None:
-    proc, tls_dir, _ports, missing = deployed
+    proc, tls_dir, _ports = deployed
     ctx = ssl.create_default_context(cafile=str(tls_dir / "ca.pem"))
     base = f"https://127.0.0.1:{proc.http_port}"
     with urllib.request.urlopen(f"{base}/health", context=ctx, timeout=10) as r:
         assert r.status == 200
-    _need(missing, "http_auth")
 
     def sql(auth: str | None) -> tuple[int, dict[str, Any]]:
         req = urllib.request.Request(f"{base}/rest/sql", data=b"SHOW DATABASES", method="POST")
@@ -182,9 +165,6 @@ def test_sql_front_over_https_asks_for_credentials(deployed: Any) -> None:
 def test_the_example_refuses_an_open_sql_front() -> None:
     """What the example protects against: the SQL front on every interface with no
     authentication does not start (unless allow_insecure_http = true)."""
-    known = {f.name for f in fields(BrokerConfig)}
-    if "allow_insecure_http" not in known:
-        pytest.skip("not in this tree yet (SASL branch): allow_insecure_http")
     with pytest.raises(ValueError, match="no authentication"):
         BrokerConfig(http="0.0.0.0:6041").check()
     BrokerConfig(http="0.0.0.0:6041", http_auth="basic").check()  # the example's choice

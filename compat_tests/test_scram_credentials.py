@@ -7,8 +7,6 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-import pytest
-
 from . import cli_helpers as cli
 from .conftest import Broker
 from .raw import RawConn
@@ -69,9 +67,6 @@ def test_kafka_configs_describe_scram_user(broker: Broker) -> None:
     """`--describe` of a user lists its SCRAM credentials (the tool also asks
     DescribeClientQuotas, so this needs that API too)."""
     cli.require_tools()
-    with RawConn(broker.bootstrap) as c:
-        if 48 not in c.api_versions():
-            pytest.skip("broker does not serve DescribeClientQuotas yet (kafka-configs --describe needs it)")
     bob = _user("bob")
     cli.run("kafka-configs", "--bootstrap-server", broker.bootstrap, "--entity-type", "users",
             "--entity-name", bob, "--alter", "--add-config", "SCRAM-SHA-512=[iterations=8192,password=bob-secret]")

@@ -256,9 +256,6 @@ def test_stream_reads_query_topic_with_offset_gaps(broker: Broker, spark: Any, t
                 with urllib.request.urlopen(req, timeout=30) as resp:
                     out = json.loads(resp.read())
             except urllib.error.HTTPError as e:
-                if e.code == 404:
-                    pytest.skip("TODO: tmqgate has no SQL front (POST /rest/sql) yet; "
-                                "query-topic gaps cannot be made")
                 raise AssertionError(f"{stmt}: HTTP {e.code} {e.read()[:300]!r}") from e
             assert out.get("code") == 0, (stmt, out)
             return out

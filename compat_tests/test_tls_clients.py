@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from . import secure
 from .brokers import BrokerProcess, new_broker
 from .certs import Certs, make_certs, tls_config
 from .cli_helpers import client_errors, parse_table, require_tools, run
@@ -62,7 +63,6 @@ def sasl_ssl_broker(tmp_path_factory: pytest.TempPathFactory, target: str, certs
     """A broker with a SASL_SSL listener (SCRAM users admin and alice), the same certificate."""
     if pytestconfig.getoption("--bootstrap"):
         pytest.skip("--bootstrap given: these tests start a broker with secured listeners")
-    secure = pytest.importorskip("compat_tests.secure", reason="SASL is not in this tree yet")
     sb = secure.start_secure_broker(target, tmp_path_factory.mktemp(f"{target}-sasl-ssl-clients"),
                                     users={"admin": "admin-secret", SASL_USER: SASL_PASSWORD},
                                     mechanisms=("SCRAM-SHA-512", "SCRAM-SHA-256"),

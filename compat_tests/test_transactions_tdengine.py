@@ -4,8 +4,6 @@ A transactional producer (confluent-kafka) writes line-protocol rows into a data
 in four transactions: A committed, B aborted, C committed, D left open.  Then a query topic
 (`CREATE TOPIC .. AS SELECT`) and a database topic over it, read with read_committed, must
 hold exactly the rows of A and C — never B's (aborted) nor D's (not committed) — each once.
-Expected to fail until issue 14's parts T1-T3 are merged (transactional Produce, markers,
-read_committed Fetch over views).
 """
 
 from __future__ import annotations

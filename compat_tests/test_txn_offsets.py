@@ -1,12 +1,9 @@
 """Transactional offsets on the wire (KIP-98 TxnOffsetCommit, KIP-447 OffsetFetch require_stable),
 raw protocol, the same on tmqgate and the reference Kafka broker.
 
-A TxnOffsetCommit belongs to a transaction: on Kafka it needs InitProducerId with the
-transactional id and AddOffsetsToTxn first, and the offsets become the group's committed
-offsets only when EndTxn commits. AddOffsetsToTxn (API 25) and EndTxn (API 26) are part T2 of
-issue 14: the flow below uses them whenever the broker advertises them (Kafka now, tmqgate once
-T2 is merged); a test that needs EndTxn is skipped, with that reason, while tmqgate lacks it.
-The two are encoded by hand here (their schemas are vendored with T2's APIs).
+A TxnOffsetCommit belongs to a transaction: it needs InitProducerId with the transactional
+id and AddOffsetsToTxn (API 25) first, and the offsets become the group's committed offsets
+only when EndTxn (API 26) commits. Both brokers serve the two; they are encoded by hand here.
 """
 
 from __future__ import annotations
@@ -92,14 +89,11 @@ def begin(conn: RawConn, txn: str, group: str) -> tuple[int, int]:
                                              "producer_id": -1, "producer_epoch": -1}), "InitProducerId")
     assert r["error_code"] == NONE, r
     pid, epoch = r["producer_id"], r["producer_epoch"]
-    if ADD_OFFSETS_TO_TXN in conn.api_versions():
-        assert retried(lambda: add_offsets_to_txn(conn, txn, pid, epoch, group), "AddOffsetsToTxn") == NONE
+    assert retried(lambda: add_offsets_to_txn(conn, txn, pid, epoch, group), "AddOffsetsToTxn") == NONE
     return pid, epoch
 
 
 def finish(conn: RawConn, txn: str, pid: int, epoch: int, commit: bool) -> None:
-    if END_TXN not in conn.api_versions():
-        pytest.skip("EndTxn (API 26) is part T2 of issue 14: tmqgate offers it once T2 is merged")
     assert retried(lambda: end_txn(conn, txn, pid, epoch, commit), "EndTxn") == NONE
 
 
@@ -272,8 +266,7 @@ def test_zombie_generation_and_unknown_member(broker: Broker, topic: str) -> Non
         # A group that does not exist has no generation to claim.
         other = unique_topic("g-nogroup")
         find_coordinator(c, other, 0)
-        if ADD_OFFSETS_TO_TXN in c.api_versions():
-            assert retried(lambda: add_offsets_to_txn(c, txn, pid, epoch, other), "AddOffsetsToTxn") == NONE
+        assert retried(lambda: add_offsets_to_txn(c, txn, pid, epoch, other), "AddOffsetsToTxn") == NONE
         assert txn_commit(c, txn, pid, epoch, other, {tp: 3}, "m", 4) == {tp: ILLEGAL_GENERATION}
         assert fetch(c, group, topic, [0], True) == {0: (-1, UNSTABLE_OFFSET_COMMIT)}
 

@@ -27,21 +27,7 @@ CLEANUP_INTERVAL_MS = 500
 KAFKA_TXN_CONFIG = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": str(CLEANUP_INTERVAL_MS)}
 
 
-def _tmqgate_txn_config() -> dict[str, Any]:
-    """tmqgate's setting, where its BrokerConfig has it (issue 14's coordinator adds it; before
-    that a tmqgate refuses the unknown key, and these tests should fail on the missing
-    transaction APIs instead)."""
-    try:
-        from tmqgate.broker.config import BrokerConfig
-    except ImportError:  # --target tmqgate-container: the image's settings are its own
-        fields: set[str] = {"transaction_abort_timed_out_transaction_cleanup_interval_ms"}
-    else:
-        fields = set(BrokerConfig.__dataclass_fields__)
-    key = "transaction_abort_timed_out_transaction_cleanup_interval_ms"
-    return {key: CLEANUP_INTERVAL_MS} if key in fields else {}
-
-
-TMQGATE_TXN_CONFIG: dict[str, Any] = _tmqgate_txn_config()
+TMQGATE_TXN_CONFIG: dict[str, Any] = {"transaction_abort_timed_out_transaction_cleanup_interval_ms": CLEANUP_INTERVAL_MS}
 
 Rec = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
 
@@ -78,17 +64,9 @@ def txn_broker_process(target: str, workdir: Path,
         proc.transaction_version = transaction_version
         return proc
     config: dict[str, Any] = dict(KAFKA_TXN_CONFIG if target.startswith("kafka") else TMQGATE_TXN_CONFIG)
-    if not target.startswith("kafka") and _has_setting("transaction_version"):
+    if not target.startswith("kafka"):
         config["transaction_version"] = transaction_version
     return new_broker(target, workdir, config=config)
-
-
-def _has_setting(name: str) -> bool:
-    try:
-        from tmqgate.broker.config import BrokerConfig
-    except ImportError:  # --target tmqgate-container
-        return False
-    return name in BrokerConfig.__dataclass_fields__
 
 
 def txn_broker_fixture(pytestconfig: Any, tmp_path_factory: Any, target: str, broker: Broker,
