@@ -12,7 +12,6 @@ larger than tmqgate's).
 from __future__ import annotations
 
 import base64
-import time
 import uuid
 from typing import Any
 
@@ -23,6 +22,7 @@ from tmqgate.protocol.records import build_batch
 
 from .cli_helpers import require_tools, run
 from .group_helpers import unique_name
+from .helpers import wait_until
 from .raw import RawConn
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, METADATA = 32, 33, 44, 3
@@ -64,15 +64,27 @@ def node_id(conn: RawConn) -> int:
 
 
 def heartbeat(conn: RawConn, body: dict[str, Any]) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:  # a freshly started Kafka may still be loading its coordinator
-        answer = conn.request(CONSUMER_GROUP_HEARTBEAT, 1, {
+    def beat() -> dict[str, Any]:
+        return conn.request(CONSUMER_GROUP_HEARTBEAT, 1, {
             "member_id": "", "instance_id": None, "rack_id": None, "rebalance_timeout_ms": -1,
             "subscribed_topic_names": None, "subscribed_topic_regex": None, "server_assignor": None,
             "topic_partitions": None, **body})
-        if answer["error_code"] not in (14, 15, 16) or time.monotonic() > deadline:
-            return answer
-        time.sleep(0.2)
+
+    # a freshly started Kafka may still be loading its coordinator
+    return wait_until(beat, 60, 0.2, "the group coordinator", ok=lambda a: a["error_code"] not in (14, 15, 16))
+
+
+def settled(conn: RawConn, rtype: int, name: str, config: str, source: int, value: str | None = None) -> dict[str, Any]:
+    """The config once its source is `source` and its value `value` (Kafka applies a change
+    through its metadata log, after answering it: the broker describes it a moment later, and
+    the source may show before the value)."""
+    def entry() -> dict[str, Any] | None:
+        return configs(conn, rtype, name).get(config)
+
+    got = wait_until(entry, 30, 0.2, f"{config} of {name} = {value} from source {source}",
+                     ok=lambda e: e is not None and e["config_source"] == source and value in (None, e["value"]))
+    assert got is not None
+    return got
 
 
 # ------------------------------------------------------------------------------ groups
@@ -99,6 +111,8 @@ def test_a_groups_own_heartbeat_interval_is_shown_and_given_to_its_members(broke
         assert not before[SESSION]["read_only"] and before[SESSION]["config_type"] == 3
 
         assert alter(conn, GROUP, group, (SESSION, SET, "50000"), (HEARTBEAT, SET, "6000")) == (0, None)
+        settled(conn, GROUP, group, SESSION, SOURCE_GROUP, "50000")
+        settled(conn, GROUP, group, HEARTBEAT, SOURCE_GROUP, "6000")
         after = configs(conn, GROUP, group)
         assert (after[SESSION]["value"], after[SESSION]["config_source"]) == ("50000", SOURCE_GROUP)
         assert (after[HEARTBEAT]["value"], after[HEARTBEAT]["config_source"]) == ("6000", SOURCE_GROUP)
@@ -110,6 +124,7 @@ def test_a_groups_own_heartbeat_interval_is_shown_and_given_to_its_members(broke
         assert (beat["error_code"], beat["heartbeat_interval_ms"]) == (0, 6000), beat
 
         assert alter(conn, GROUP, group, (HEARTBEAT, DELETE, None)) == (0, None)
+        settled(conn, GROUP, group, HEARTBEAT, SOURCE_DEFAULT, str(default))
         back = configs(conn, GROUP, group)
         assert (back[HEARTBEAT]["value"], back[HEARTBEAT]["config_source"]) == (str(default), SOURCE_DEFAULT)
         assert back[SESSION]["value"] == "50000"
@@ -145,14 +160,14 @@ def test_group_and_broker_configs_survive_a_restart(restartable_broker: Any) -> 
         node = str(node_id(conn))
     restartable_broker.kill()
     restartable_broker.start()
-    deadline = time.monotonic() + 60
-    while True:
+
+    def read() -> tuple[dict[str, Any], dict[str, Any]]:
         with RawConn(restartable_broker.bootstrap) as conn:
-            kept = configs(conn, GROUP, group)[SESSION]
-            retention = configs(conn, 4, node)["log.retention.ms"]
-        if (kept["config_source"] == SOURCE_GROUP and retention["value"] == "3600000") or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)  # Kafka replays its metadata log after the restart
+            return configs(conn, GROUP, group)[SESSION], configs(conn, 4, node)["log.retention.ms"]
+
+    # Kafka replays its metadata log after the restart
+    kept, retention = wait_until(read, 60, 0.5, "the configs after the restart",
+                                 ok=lambda kr: kr[0]["config_source"] == SOURCE_GROUP and kr[1]["value"] == "3600000")
     assert (kept["value"], kept["config_source"]) == ("55000", SOURCE_GROUP)
     assert (retention["value"], retention["config_source"]) == ("3600000", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
 
@@ -233,13 +248,10 @@ def test_kafka_configs_groups_and_broker_loggers(broker: Any) -> None:
     run("kafka-configs", "--bootstrap-server", b, "--entity-type", "brokers", "--entity-default",
         "--alter", "--add-config", "log.cleaner.delete.retention.ms=3600000")
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            default = run("kafka-configs", "--bootstrap-server", b, "--entity-type", "brokers", "--entity-default",
-                          "--describe").stdout
-            if "log.cleaner.delete.retention.ms=3600000" in default or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        default = wait_until(lambda: run("kafka-configs", "--bootstrap-server", b, "--entity-type", "brokers",
+                                         "--entity-default", "--describe").stdout,
+                             30, 0.5, "the brokers' default shown", show=str,
+                             ok=lambda d: "log.cleaner.delete.retention.ms=3600000" in d)
         assert "Default configs for brokers in the cluster are:" in default, default
         assert ("log.cleaner.delete.retention.ms=3600000 sensitive=false "
                 "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.delete.retention.ms=3600000}") in default, default
@@ -265,19 +277,6 @@ def _produce(conn: RawConn, topic: str, batch: bytes) -> int:
     return int(answer["responses"][0]["partition_responses"][0]["error_code"])
 
 
-def _settled(conn: RawConn, rtype: int, name: str, config: str, source: int, value: str | None = None) -> dict[str, Any]:
-    """The config once its source is `source` and its value `value` (Kafka applies a change
-    through its metadata log: the source shows before the value)."""
-    deadline = time.monotonic() + 30
-    while True:
-        entry = configs(conn, rtype, name).get(config)
-        if (entry is not None and entry["config_source"] == source and value in (None, entry["value"])) \
-                or time.monotonic() > deadline:
-            assert entry is not None, config
-            return entry
-        time.sleep(0.2)
-
-
 def test_message_max_bytes_lowered_for_the_cluster_refuses_larger_batches_at_once(broker: Any) -> None:
     topic = unique_name("dyn-mmb")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -288,12 +287,11 @@ def test_message_max_bytes_lowered_for_the_cluster_refuses_larger_batches_at_onc
         node = str(node_id(conn))
         before = configs(conn, BROKER, node)["message.max.bytes"]
         assert (before["read_only"], before["config_source"]) == (False, SOURCE_DEFAULT)
-        deadline = time.monotonic() + 30
-        while _produce(conn, topic, big) != 0 and time.monotonic() < deadline:
-            time.sleep(0.5)  # a new topic's leader may take a moment on Kafka
+        # a new topic's leader may take a moment on Kafka
+        wait_until(lambda: _produce(conn, topic, big) == 0, 30, 0.5, "the big batch written")
         try:
             assert alter(conn, BROKER, "", ("message.max.bytes", SET, "2048")) == (0, None)
-            entry = _settled(conn, BROKER, node, "message.max.bytes", SOURCE_DYNAMIC_DEFAULT, "2048")
+            entry = settled(conn, BROKER, node, "message.max.bytes", SOURCE_DYNAMIC_DEFAULT, "2048")
             assert entry["value"] == "2048"
             assert entry["synonyms"][:2] == [
                 {"name": "message.max.bytes", "value": "2048", "source": SOURCE_DYNAMIC_DEFAULT},
@@ -301,26 +299,22 @@ def test_message_max_bytes_lowered_for_the_cluster_refuses_larger_batches_at_onc
             default = describe(conn, BROKER, "")
             assert [(c["name"], c["value"], c["config_source"]) for c in default["configs"]
                     if c["name"] == "message.max.bytes"] == [("message.max.bytes", "2048", SOURCE_DYNAMIC_DEFAULT)]
-            topic_entry = _settled(conn, 2, topic, "max.message.bytes", SOURCE_DYNAMIC_DEFAULT, "2048")
+            topic_entry = settled(conn, 2, topic, "max.message.bytes", SOURCE_DYNAMIC_DEFAULT, "2048")
             assert topic_entry["value"] == "2048"
-            deadline = time.monotonic() + 30
-            while (code := _produce(conn, topic, big)) == 0 and time.monotonic() < deadline:
-                time.sleep(0.5)
+            code = wait_until(lambda: _produce(conn, topic, big), 30, 0.5, "the big batch refused", ok=lambda c: c != 0)
             assert code == MESSAGE_TOO_LARGE
             assert _produce(conn, topic, small) == 0
             # one broker's own value wins over the cluster default
             assert alter(conn, BROKER, node, ("message.max.bytes", SET, "4096")) == (0, None)
-            entry = _settled(conn, BROKER, node, "message.max.bytes", SOURCE_DYNAMIC_BROKER, "4096")
+            entry = settled(conn, BROKER, node, "message.max.bytes", SOURCE_DYNAMIC_BROKER, "4096")
             assert [s["source"] for s in entry["synonyms"]][:3] == [
                 SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT, SOURCE_DEFAULT]
         finally:
             assert alter(conn, BROKER, node, ("message.max.bytes", DELETE, None)) == (0, None)
             assert alter(conn, BROKER, "", ("message.max.bytes", DELETE, None)) == (0, None)
-        assert _settled(conn, BROKER, node, "message.max.bytes", SOURCE_DEFAULT, before["value"])["value"] == before["value"]
-        deadline = time.monotonic() + 30
-        while (code := _produce(conn, topic, big)) != 0 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert code == 0
+        assert settled(conn, BROKER, node, "message.max.bytes", SOURCE_DEFAULT, before["value"])["value"] == before["value"]
+        assert wait_until(lambda: _produce(conn, topic, big), 30, 0.5, "the big batch written again",
+                          ok=lambda c: c == 0) == 0
 
 
 def test_broker_config_changes_kafka_refuses(broker: Any) -> None:
