@@ -1,0 +1,175 @@
+"""The tmqgate image (deploy/Dockerfile) built for the container tests, on a machine that may
+reach no image registry and whose containers may not reach a package index (issue 24).
+
+- The base: tmqgate-local/python:3.11 where scripts/install_docker.sh made it (from Debian's
+  archive, nothing pulled), else the Dockerfile's default, the official python:3.11-slim.
+- The dependencies: wheels downloaded on the host (`pip download --only-binary=:all:` for
+  CPython 3.11 on manylinux x86_64, pip's own index and trust settings) into a wheelhouse cached
+  under ~/.cache/tmqgate-images, keyed by pyproject.toml's dependencies: the Dockerfile installs
+  them with --no-index (build argument WHEELS), then tmqgate itself from its source.
+- The build context: the checkout's product files only (git's tracked and untracked-but-not-
+  ignored files of the packages, pyproject.toml, setup.py, README.md, deploy/) and the wheels —
+  not the Java jars, virtual environments and data folders the checkout may hold.
+- The image is labelled with a hash of everything that goes into it: an image with the same
+  label is used as it is (no build at all); otherwise Docker's layer cache keeps the dependency
+  layer when only tmqgate's code changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL_BASE = "tmqgate-local/python:3.11"
+OFFICIAL_BASE = "python:3.11-slim"
+IMAGE = "tmqgate:compat-test"
+#: What the image is built from: the packages (pyproject's package-dir folders), the files the
+#: build reads, and deploy/ (the Dockerfile, the config it copies).
+PRODUCT = ("protocol", "storage", "coordinator", "broker", "pipelines")
+TOP_FILES = ("pyproject.toml", "setup.py", "README.md")
+DEPLOY_FILES = ("deploy/Dockerfile", "deploy/tmqgate.toml")
+#: The wheels' target: the images' Python (python:3.11-slim and Debian bookworm's are CPython 3.11
+#: on glibc 2.36), whatever the host's: every manylinux tag that glibc 2.36 runs.
+WHEEL_TARGET = ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--abi", "abi3",
+                "--abi", "none", *[arg for minor in range(36, 4, -1) for arg in ("--platform", f"manylinux_2_{minor}_x86_64")],
+                "--platform", "manylinux2014_x86_64", "--platform", "manylinux2010_x86_64",
+                "--platform", "manylinux1_x86_64"]
+LABEL = "org.tmqgate.build"
+_built: dict[tuple[str, str], str] = {}
+
+
+def cache_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = base / "tmqgate-images"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def requirements() -> list[str]:
+    """What the wheelhouse holds: tmqgate's dependencies and its build requirements (the image
+    builds tmqgate from source with --no-index)."""
+    project = _pyproject()
+    return [*project["project"]["dependencies"], *project["build-system"]["requires"]]
+
+
+def wheelhouse() -> Path:
+    """The folder of wheels for requirements(), downloaded once per set of requirements."""
+    key = hashlib.sha256("\n".join([*requirements(), *WHEEL_TARGET]).encode()).hexdigest()[:16]
+    final = cache_dir() / f"wheels-{key}"
+    if (final / ".complete").exists():
+        return final
+    partial = Path(tempfile.mkdtemp(prefix="wheels-", dir=cache_dir()))
+    try:
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                               "--only-binary=:all:", *WHEEL_TARGET, "--dest", str(partial), *requirements()],
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise RuntimeError(f"pip download of the image's wheels failed:\n{done.stdout}{done.stderr}")
+        (partial / ".complete").write_text("")
+        try:
+            partial.rename(final)
+        except OSError:  # another process made it meanwhile
+            pass
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return final
+
+
+def product_files() -> list[str]:
+    """The checkout's files the image is built from (paths relative to ROOT), sorted: git's
+    tracked and untracked-but-not-ignored files where this is a git checkout."""
+    paths = [*PRODUCT, *TOP_FILES, *DEPLOY_FILES]
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *paths],
+                                cwd=ROOT, capture_output=True, check=True, timeout=60).stdout.decode()
+        files = {f for f in listed.split("\0") if f}
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: the folders as they are
+        files = {str(p.relative_to(ROOT)) for d in PRODUCT for p in (ROOT / d).rglob("*")
+                 if p.is_file() and "__pycache__" not in p.parts}
+        files |= set(TOP_FILES) | set(DEPLOY_FILES)
+    return sorted(f for f in files if (ROOT / f).is_file())  # a deleted file git still lists is left out
+
+
+def _digest(files: list[str], *extra: str) -> str:
+    h = hashlib.sha256()
+    for part in extra:
+        h.update(part.encode() + b"\0")
+    for name in files:
+        h.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
+    return h.hexdigest()[:20]
+
+
+def base_image(client: object) -> str:
+    """tmqgate-local/python:3.11 where it exists, else the official image (pulled by the build)."""
+    import docker.errors
+
+    try:
+        client.images.get(LOCAL_BASE)  # type: ignore[attr-defined]
+    except docker.errors.ImageNotFound:
+        return OFFICIAL_BASE
+    return LOCAL_BASE
+
+
+def build_image(tag: str = IMAGE) -> str:
+    """deploy/Dockerfile built as `tag` from the checkout (once per process; not at all when an
+    image with the same content label exists). Returns the tag. RuntimeError when it fails, with
+    the build's log and what to run."""
+    import docker
+    import docker.errors
+
+    client = docker.from_env()
+    base = base_image(client)
+    if (tag, base) in _built:
+        return tag
+    wheels = wheelhouse()
+    files = product_files()
+    wheel_names = sorted(p.name for p in wheels.glob("*.whl"))
+    try:  # the base's id: a base made anew (scripts/install_docker.sh) makes the image anew
+        base_id = client.images.get(base).id
+    except docker.errors.ImageNotFound:
+        base_id = base
+    digest = _digest(files, base_id, *wheel_names)
+    try:
+        if client.images.get(tag).labels.get(LABEL) == digest:
+            _built[(tag, base)] = digest
+            return tag
+    except docker.errors.ImageNotFound:
+        pass
+    context = Path(tempfile.mkdtemp(prefix="context-", dir=cache_dir()))
+    try:
+        for name in files:
+            (context / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, context / name)
+        (context / "wheels").mkdir()
+        for name in wheel_names:
+            try:  # same file system (the cache): no copy
+                os.link(wheels / name, context / "wheels" / name)
+            except OSError:
+                shutil.copy2(wheels / name, context / "wheels" / name)
+        from testcontainers.core.image import DockerImage
+
+        try:
+            DockerImage(path=str(context), dockerfile_path="deploy/Dockerfile", tag=tag, clean_up=False,
+                        buildargs={"BASE_IMAGE": base, "WHEELS": "wheels"}, labels={LABEL: digest},
+                        rm=True, forcerm=True).build()
+        except docker.errors.BuildError as exc:
+            log = "".join(str(chunk.get("stream") or chunk.get("error") or "") for chunk in exc.build_log)
+            hint = "" if base == LOCAL_BASE else (
+                f" ({base} could not be had: scripts/install_docker.sh makes the local base {LOCAL_BASE})")
+            raise RuntimeError(f"docker build of deploy/Dockerfile on {base} failed{hint}: {exc.msg}\n"
+                               f"{log[-4000:]}") from None
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    _built[(tag, base)] = digest
+    return tag
