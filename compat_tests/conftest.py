@@ -61,9 +61,16 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     target = str(config.getoption("--target"))
     if target.endswith("-container") and not config.getoption("--bootstrap"):
-        from .containers import docker_unavailable
+        from .containers import INSTALL, docker_unavailable, kafka_image_unavailable
+        from .helpers import in_ci
 
         reason = docker_unavailable()
+        if reason and target == "tmqgate-container" and in_ci():
+            # CI installs Docker and builds the image: a missing engine is a failure there
+            pytest.exit(f"--target {target}: {reason}; run {INSTALL} (under CI a missing dependency "
+                        "fails the run)", returncode=1)
+        if not reason and target == "kafka-container":
+            reason = kafka_image_unavailable()
         if reason:
             skip_all = pytest.mark.skip(reason=f"--target {target}: {reason}")
             for item in items:

@@ -4,10 +4,20 @@ Apache Kafka's own image (apache/kafka:4.3.1, the version of the jar-based refer
 same as for `--target kafka` / `--target tmqgate`; only how the broker runs differs.
 
 Where no Docker engine is reachable (or testcontainers is not installed) every test is
-skipped with one line saying so (`docker_unavailable()`), never a traceback.
+skipped with one line saying so (`docker_unavailable()`), never a traceback — except under CI
+(TMQGATE_CI / CI set), where `--target tmqgate-container` and the tests that call
+`require_docker()` fail instead: CI installs Docker (scripts/install_docker.sh), so a missing
+engine there is a broken install, not a reason to pass. `--target kafka-container` needs the
+apache/kafka image, which a machine without a registry cannot pull: it skips with one line, in
+CI too (it is not part of CI).
+
+The tmqgate image is built by compat_tests/images.py (the local base image and wheels built on
+the host where no registry or index is reachable). testcontainers' Ryuk reaper container is not
+used (its image is pulled from a registry too): each container is removed when the session ends.
 
 Each broker listens on a fixed free port published on the host's loopback at the same number,
-so the address it advertises (localhost:PORT) is the one clients reach; SIGKILL and restart
+so the address it advertises (127.0.0.1:PORT, as the process targets' brokers do) is the one
+clients reach; SIGKILL and restart
 keep the container, so its data survives as on a real host.
 """
 
@@ -20,14 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from .brokers import TEST_DEFAULTS, BrokerProcess, _toml_value
-from .helpers import api_versions_ok, free_port
+from .helpers import api_versions_ok, free_port, missing_dependency
 from .kafka_ref import SINGLE_NODE_CONFIG
 
 KAFKA_IMAGE = "apache/kafka:4.3.1"
-TMQGATE_IMAGE_TAG = "tmqgate:compat-test"
 ROOT = Path(__file__).resolve().parent.parent
 CONTAINER_TARGETS = {"kafka-container": "kafka", "tmqgate-container": "tmqgate"}
+INSTALL = "scripts/install_docker.sh"
+#: Set on every container the tests start (docker ps -a -f label=org.tmqgate.test finds leftovers).
+TEST_LABEL = "org.tmqgate.test"
+# Ryuk's image comes from a registry: without one, the first container start would fail on it
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 _unavailable: list[str | None] = []
+_kafka_image: list[str | None] = []
 
 
 def docker_unavailable() -> str | None:
@@ -51,6 +66,34 @@ def _probe() -> str | None:
     return None
 
 
+def require_docker() -> None:
+    """A test that needs a Docker engine: skipped with one line where none is reachable, failed
+    under CI (compat_tests/helpers.missing_dependency)."""
+    __tracebackhide__ = True
+    reason = docker_unavailable()
+    if reason:
+        missing_dependency(reason, "pip install -e '.[test]'" if "testcontainers" in reason else INSTALL)
+
+
+def kafka_image_unavailable() -> str | None:
+    """Why apache/kafka's image cannot be had (one line), or None: it is here, or a pull got it."""
+    if not _kafka_image:
+        import docker
+
+        client = docker.from_env()
+        try:
+            client.images.get(KAFKA_IMAGE)
+            _kafka_image.append(None)
+        except docker.errors.ImageNotFound:
+            try:
+                client.images.pull(KAFKA_IMAGE)
+                _kafka_image.append(None)
+            except docker.errors.APIError as exc:
+                why = str(exc.explanation or exc).splitlines()[0][:200]
+                _kafka_image.append(f"the image {KAFKA_IMAGE} is not here and cannot be pulled ({why})")
+    return _kafka_image[0]
+
+
 def kafka_environment(port: int, config: dict[str, str] | None = None) -> dict[str, str]:
     """apache/kafka's environment for a single KRaft node on `port` (the image turns KAFKA_A_B
     into a.b in server.properties): the jar-based reference's settings, then `config`."""
@@ -58,7 +101,7 @@ def kafka_environment(port: int, config: dict[str, str] | None = None) -> dict[s
         "node.id": "1",
         "process.roles": "broker,controller",
         "listeners": f"PLAINTEXT://0.0.0.0:{port},CONTROLLER://localhost:9093",
-        "advertised.listeners": f"PLAINTEXT://localhost:{port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
         "controller.listener.names": "CONTROLLER",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "controller.quorum.voters": "1@localhost:9093",
@@ -70,9 +113,9 @@ def kafka_environment(port: int, config: dict[str, str] | None = None) -> dict[s
 
 def tmqgate_environment(port: int, http_port: int, config: dict[str, Any] | None = None) -> dict[str, str]:
     """The tmqgate image's TMQGATE_* settings (TOML values) for a broker on `port`, told to
-    clients as localhost:`port`, its SQL front on `http_port` (published on the host's loopback
+    clients as 127.0.0.1:`port`, its SQL front on `http_port` (published on the host's loopback
     only, so it is no more open than the process-based fixture's)."""
-    settings = {**TEST_DEFAULTS, "listen": f"0.0.0.0:{port}", "advertised_listener": f"localhost:{port}",
+    settings = {**TEST_DEFAULTS, "listen": f"0.0.0.0:{port}", "advertised_listener": f"127.0.0.1:{port}",
                 "http": f"0.0.0.0:{http_port}", "allow_insecure_http": True, "http_allowed_hosts": ["*"],
                 **(config or {})}
     return {"TMQGATE_" + k.upper(): _toml_value(v) for k, v in settings.items()}
@@ -96,11 +139,9 @@ class ContainerBroker(BrokerProcess):
     def _image(self) -> str:
         if self.kind == "kafka":
             return KAFKA_IMAGE
-        from testcontainers.core.image import DockerImage
+        from .images import build_image
 
-        DockerImage(path=str(ROOT), dockerfile_path="deploy/Dockerfile", tag=TMQGATE_IMAGE_TAG,
-                    clean_up=False).build()
-        return TMQGATE_IMAGE_TAG
+        return build_image()
 
     def start(self) -> None:
         if self.container is not None:  # restart after kill(): same container, same data
@@ -110,12 +151,15 @@ class ContainerBroker(BrokerProcess):
         from testcontainers.core.container import DockerContainer
 
         container = DockerContainer(self._image())
+        container.with_kwargs(labels={TEST_LABEL: self.kind})
         env = (kafka_environment(self.port, self.config) if self.kind == "kafka"
                else tmqgate_environment(self.port, self.http_port, self.config))
         container.with_envs(**env)
-        container.with_bind_ports(self.port, ("127.0.0.1", self.port))
+        # published on the host's loopback only (docker's (ip, port) form: testcontainers'
+        # with_bind_ports takes a port alone, which docker publishes on every address)
+        container.ports[f"{self.port}/tcp"] = ("127.0.0.1", self.port)
         if self.kind == "tmqgate":
-            container.with_bind_ports(self.http_port, ("127.0.0.1", self.http_port))
+            container.ports[f"{self.http_port}/tcp"] = ("127.0.0.1", self.http_port)
         self.container = container.start()
         atexit.register(self.remove)
         self._wait_ready()
