@@ -13,12 +13,18 @@ reach no image registry and whose containers may not reach a package index (issu
 - The image is labelled with a hash of everything that goes into it: an image with the same
   label is used as it is (no build at all); otherwise Docker's layer cache keeps the dependency
   layer when only tmqgate's code changed.
+
+build_spark_image() builds deploy/spark/Dockerfile (compose's spark-job) likewise: PySpark's
+wheel (PyPI has only its source: `pip wheel` builds it once, pip's cache keeps it), the Kafka
+connector jars scripts/install_java.sh resolved (compat_tests/java/spark-lib, build argument
+SPARK_JARS: no Maven image) and Debian's JRE, apt-installed in the image.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCAL_BASE = "tmqgate-local/python:3.11"
 OFFICIAL_BASE = "python:3.11-slim"
 IMAGE = "tmqgate:compat-test"
+SPARK_IMAGE = "tmqgate-spark:compat-test"
+SPARK_DOCKERFILE = "deploy/spark/Dockerfile"
+SPARK_JARS = ROOT / "compat_tests" / "java" / "spark-lib"
 #: What the image is built from: the packages (pyproject's package-dir folders), the files the
 #: build reads, and deploy/ (the Dockerfile, the config it copies).
 PRODUCT = ("protocol", "storage", "coordinator", "broker", "pipelines")
@@ -86,10 +95,33 @@ def wheelhouse() -> Path:
     return final
 
 
-def product_files() -> list[str]:
-    """The checkout's files the image is built from (paths relative to ROOT), sorted: git's
-    tracked and untracked-but-not-ignored files where this is a git checkout."""
-    paths = [*PRODUCT, *TOP_FILES, *DEPLOY_FILES]
+def spark_wheelhouse() -> Path:
+    """PySpark's wheel and its dependencies' (py4j), at deploy/spark/Dockerfile's pin."""
+    pin = re.search(r"^ARG PYSPARK=(\S+)$", (ROOT / SPARK_DOCKERFILE).read_text(), re.M).group(1)
+    final = cache_dir() / f"spark-wheels-{pin.replace('==', '-')}"
+    if (final / ".complete").exists():
+        return final
+    partial = Path(tempfile.mkdtemp(prefix="spark-wheels-", dir=cache_dir()))
+    try:
+        done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                               "--wheel-dir", str(partial), pin], capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            raise RuntimeError(f"pip wheel {pin} failed:\n{done.stdout}{done.stderr}")
+        (partial / ".complete").write_text("")
+        try:
+            partial.rename(final)
+        except OSError:  # another process made it meanwhile
+            pass
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return final
+
+
+def product_files(*more: str) -> list[str]:
+    """The checkout's files the image is built from (paths relative to ROOT; `more`: further
+    folders or files), sorted: git's tracked and untracked-but-not-ignored files where this is a
+    git checkout."""
+    paths = [*PRODUCT, *TOP_FILES, *DEPLOY_FILES, *more]
     try:
         listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *paths],
                                 cwd=ROOT, capture_output=True, check=True, timeout=60).stdout.decode()
@@ -98,15 +130,16 @@ def product_files() -> list[str]:
         files = {str(p.relative_to(ROOT)) for d in PRODUCT for p in (ROOT / d).rglob("*")
                  if p.is_file() and "__pycache__" not in p.parts}
         files |= set(TOP_FILES) | set(DEPLOY_FILES)
+        files |= {str(p.relative_to(ROOT)) for d in more for p in (ROOT / d).rglob("*") if p.is_file()}
     return sorted(f for f in files if (ROOT / f).is_file())  # a deleted file git still lists is left out
 
 
-def _digest(files: list[str], *extra: str) -> str:
+def _digest(files: dict[str, Path], *extra: str) -> str:
     h = hashlib.sha256()
     for part in extra:
         h.update(part.encode() + b"\0")
-    for name in files:
-        h.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
+    for name, path in sorted(files.items()):
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:20]
 
 
@@ -125,6 +158,27 @@ def build_image(tag: str = IMAGE) -> str:
     """deploy/Dockerfile built as `tag` from the checkout (once per process; not at all when an
     image with the same content label exists). Returns the tag. RuntimeError when it fails, with
     the build's log and what to run."""
+    return _build("deploy/Dockerfile", tag, {f: ROOT / f for f in product_files()}, [wheelhouse()], {})
+
+
+def build_spark_image(tag: str = SPARK_IMAGE) -> str:
+    """deploy/spark/Dockerfile (compose's spark-job) built as `tag`, as build_image() builds
+    the broker's: the connector jars from compat_tests/java/spark-lib (FileNotFoundError where
+    scripts/install_java.sh has not made it), PySpark from a wheel."""
+    jars = sorted(SPARK_JARS.glob("*.jar"))
+    if not jars:
+        raise FileNotFoundError(f"no Spark connector jars in {SPARK_JARS}: run scripts/install_java.sh")
+    files = {f: ROOT / f for f in product_files("deploy/spark", "compat_tests/java/spark")}
+    files |= {f"spark-jars/{jar.name}": jar for jar in jars}
+    return _build(SPARK_DOCKERFILE, tag, files, [wheelhouse(), spark_wheelhouse()], {"SPARK_JARS": "spark-jars"},
+                  jars_stage=True)
+
+
+def _build(dockerfile: str, tag: str, files: dict[str, Path], wheel_dirs: list[Path], args: dict[str, str],
+           jars_stage: bool = False) -> str:
+    """`dockerfile` built as `tag` from a context of `files` (context path -> file) and the wheels
+    of `wheel_dirs` in wheels/, with the build arguments `args`, BASE_IMAGE and WHEELS (and
+    JARS_IMAGE, the base too, for a Dockerfile with a jars stage)."""
     import docker
     import docker.errors
 
@@ -132,14 +186,13 @@ def build_image(tag: str = IMAGE) -> str:
     base = base_image(client)
     if (tag, base) in _built:
         return tag
-    wheels = wheelhouse()
-    files = product_files()
-    wheel_names = sorted(p.name for p in wheels.glob("*.whl"))
+    wheels = {p.name: p for d in wheel_dirs for p in d.glob("*.whl")}
     try:  # the base's id: a base made anew (scripts/install_docker.sh) makes the image anew
         base_id = client.images.get(base).id
     except docker.errors.ImageNotFound:
         base_id = base
-    digest = _digest(files, base_id, *wheel_names)
+    buildargs = {"BASE_IMAGE": base, "WHEELS": "wheels", **({"JARS_IMAGE": base} if jars_stage else {}), **args}
+    digest = _digest(files, dockerfile, base_id, *sorted(wheels), *(f"{k}={v}" for k, v in sorted(buildargs.items())))
     try:
         if client.images.get(tag).labels.get(LABEL) == digest:
             _built[(tag, base)] = digest
@@ -148,26 +201,25 @@ def build_image(tag: str = IMAGE) -> str:
         pass
     context = Path(tempfile.mkdtemp(prefix="context-", dir=cache_dir()))
     try:
-        for name in files:
+        for name, path in files.items():
             (context / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, context / name)
+            shutil.copy2(path, context / name)
         (context / "wheels").mkdir()
-        for name in wheel_names:
+        for name, path in wheels.items():
             try:  # same file system (the cache): no copy
-                os.link(wheels / name, context / "wheels" / name)
+                os.link(path, context / "wheels" / name)
             except OSError:
-                shutil.copy2(wheels / name, context / "wheels" / name)
+                shutil.copy2(path, context / "wheels" / name)
         from testcontainers.core.image import DockerImage
 
         try:
-            DockerImage(path=str(context), dockerfile_path="deploy/Dockerfile", tag=tag, clean_up=False,
-                        buildargs={"BASE_IMAGE": base, "WHEELS": "wheels"}, labels={LABEL: digest},
-                        rm=True, forcerm=True).build()
+            DockerImage(path=str(context), dockerfile_path=dockerfile, tag=tag, clean_up=False,
+                        buildargs=buildargs, labels={LABEL: digest}, rm=True, forcerm=True).build()
         except docker.errors.BuildError as exc:
             log = "".join(str(chunk.get("stream") or chunk.get("error") or "") for chunk in exc.build_log)
             hint = "" if base == LOCAL_BASE else (
                 f" ({base} could not be had: scripts/install_docker.sh makes the local base {LOCAL_BASE})")
-            raise RuntimeError(f"docker build of deploy/Dockerfile on {base} failed{hint}: {exc.msg}\n"
+            raise RuntimeError(f"docker build of {dockerfile} on {base} failed{hint}: {exc.msg}\n"
                                f"{log[-4000:]}") from None
     finally:
         shutil.rmtree(context, ignore_errors=True)

@@ -7,8 +7,9 @@ starts the engine), run as `docker run -p PORT:PORT` would run it.
 - its records and a group's committed offset survive `docker restart` (the /data volume);
 - `docker stop` stops it cleanly (SIGTERM, exit 0, "shutting down" logged) within 10 s, before
   Docker's SIGKILL;
-- deploy/compose.yaml's tmqgate-init, tmqgate and setup come up (Prometheus, Grafana and the
-  Spark job are left out: their images come from registries this machine cannot reach);
+- deploy/compose.yaml's tmqgate-init, tmqgate and setup come up, and its spark-job (its image
+  built from the local base too) reads the query topic setup made; Prometheus and Grafana are
+  left out: their images come from registries this machine cannot reach;
 - a few modules of the compatibility suite pass with `--target tmqgate-container`.
 
 Where no Docker engine is reachable they skip with one line, and fail under CI (TMQGATE_CI).
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,80 +195,136 @@ def _compose_command() -> list[str]:
     missing_dependency("neither `docker compose` nor docker-compose is installed", INSTALL)
 
 
-#: The compose services built from deploy/Dockerfile; prometheus and grafana are pulled images and
-#: spark-job's image builds on Maven's and Temurin's: none can be had without a registry.
+#: The compose services built from deploy/Dockerfile (the image built here), and spark-job's
+#: image (deploy/spark/Dockerfile, built here from the local base, the JRE from Debian's archive,
+#: PySpark's wheel and the connector jars of scripts/install_java.sh). Prometheus and Grafana are
+#: registry images that cannot be pulled here: they are not started.
 BUILT_SERVICES = ["tmqgate-init", "tmqgate", "setup"]
+SPARK_SERVICE = "spark-job"
+PASSWORD = "compose-test-password"
 
 
-def _local_compose_file(tmp_path: Path, image: str, port: int) -> Path:
-    """deploy/compose.yaml as it is, but for: its services built from deploy/Dockerfile use the
-    image built here (no build), the Kafka port is published on the host's loopback at a free
-    port (9092 may be taken), relative mounts are absolute (the copy is elsewhere)."""
-    import yaml
+class ComposeStack:
+    """deploy/compose.yaml, run as `docker compose -f deploy/compose.yaml up` runs it, but for:
+    its services use the images built here (nothing is built or pulled by compose), the Kafka
+    port is published on the host's loopback at a free port (9092 may be taken), and the project
+    has a name of its own."""
 
-    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
-    for name, service in compose["services"].items():
-        if name in BUILT_SERVICES:
-            assert service.pop("build")["dockerfile"] == "deploy/Dockerfile", name
-            service["image"] = image
-        service["volumes"] = [str(DEPLOY / v[2:]) if v.startswith("./") else v for v in service.get("volumes", [])]
-    assert compose["services"]["tmqgate"]["ports"] == ["9092:9092"]
-    compose["services"]["tmqgate"]["ports"] = [f"127.0.0.1:{port}:9092"]
-    path = tmp_path / "compose.yaml"
-    path.write_text(yaml.safe_dump(compose, sort_keys=False))
-    return path
+    def __init__(self, docker_client: Any, tmp_path: Path, images: dict[str, str]) -> None:
+        import yaml
 
+        self.docker = docker_client
+        self.port = free_port()
+        self.project = f"tmqgate-test-{uuid.uuid4().hex[:8]}"
+        compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+        for name, service in compose["services"].items():
+            if name in images:
+                assert service.pop("build")["dockerfile"] in ("deploy/Dockerfile", "deploy/spark/Dockerfile"), name
+                service["image"] = images[name]
+            # the copy is elsewhere: its relative mounts made absolute
+            service["volumes"] = [str(DEPLOY / v[2:]) if v.startswith("./") else v for v in service.get("volumes", [])]
+        assert compose["services"]["tmqgate"]["ports"] == ["9092:9092"]
+        compose["services"]["tmqgate"]["ports"] = [f"127.0.0.1:{self.port}:9092"]
+        path = tmp_path / "compose.yaml"
+        path.write_text(yaml.safe_dump(compose, sort_keys=False))
+        self.base = [*_compose_command(), "-f", str(path), "-p", self.project]
+        self.env = {**os.environ, "TMQGATE_ADMIN_PASSWORD": PASSWORD}
 
-def test_the_compose_stack_comes_up(docker_client: Any, image: str, tmp_path: Path) -> None:
-    compose = _compose_command()
-    port = free_port()
-    project = f"tmqgate-test-{uuid.uuid4().hex[:8]}"
-    password = "compose-test-password"
-    env = {**os.environ, "TMQGATE_ADMIN_PASSWORD": password}
-    base = [*compose, "-f", str(_local_compose_file(tmp_path, image, port)), "-p", project]
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.base, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
 
-    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*base, *args], env=env, capture_output=True, text=True, timeout=timeout)
-
-    def service(name: str) -> Any:
-        found = docker_client.containers.list(all=True, filters={"label": [
-            f"com.docker.compose.project={project}", f"com.docker.compose.service={name}"]})
+    def service(self, name: str) -> Any:
+        found = self.docker.containers.list(all=True, filters={"label": [
+            f"com.docker.compose.project={self.project}", f"com.docker.compose.service={name}"]})
         assert len(found) == 1, (name, found)
         return found[0]
 
-    try:
-        up = run("up", "-d", "--no-build", *BUILT_SERVICES)
+    def up(self, *services: str) -> None:
+        up = self.run("up", "-d", "--no-build", *services)
         assert up.returncode == 0, up.stdout + up.stderr
-        # init: the SQL front's admin user, stored in the data volume before the broker opened it
-        init = service("tmqgate-init")
+
+    def down(self) -> None:
+        down = self.run("down", "-v", "--remove-orphans", "-t", "10")
+        assert down.returncode == 0, down.stdout + down.stderr
+
+    def sql(self, statement: str, password: str = PASSWORD) -> subprocess.CompletedProcess[str]:
+        """`tmqgate sql` in the tmqgate container, as the compose file's comment says to run it."""
+        return self.run("exec", "-T", "-e", f"TMQGATE_PASSWORD={password}", "tmqgate", "tmqgate", "sql", "--http",
+                        "tmqgate:6041", "--user", "admin", "--json", statement, timeout=120)
+
+    def wait_set_up(self) -> None:
+        """init made the admin user and exited 0; tmqgate is healthy; setup's SQL ran (exit 0)."""
+        init = self.service("tmqgate-init")
         assert init.wait(timeout=120)["StatusCode"] == 0, _log(init)
         # setup runs once tmqgate is healthy (its /health check), and exits 0 when the SQL ran
-        setup = service("setup")
-        assert setup.wait(timeout=180)["StatusCode"] == 0, _log(setup) + _log(service("tmqgate"))
-        tmqgate = service("tmqgate")
+        setup = self.service("setup")
+        assert setup.wait(timeout=180)["StatusCode"] == 0, _log(setup) + _log(self.service("tmqgate"))
+        tmqgate = self.service("tmqgate")
         tmqgate.reload()
         assert tmqgate.attrs["State"]["Health"]["Status"] == "healthy", tmqgate.attrs["State"]
 
-        def sql(statement: str, pw: str) -> subprocess.CompletedProcess[str]:
-            return run("exec", "-T", "-e", f"TMQGATE_PASSWORD={pw}", "tmqgate", "tmqgate", "sql", "--http",
-                       "tmqgate:6041", "--user", "admin", "--json", statement, timeout=120)
 
-        shown = sql("SHOW TOPICS", password)
-        assert shown.returncode == 0, shown.stdout + shown.stderr
-        assert [row[0] for row in json.loads(shown.stdout)["data"]] == ["hot"]  # setup.sql's query topic
-        refused = sql("SHOW TOPICS", "not-the-password")  # HTTP Basic with the user init made
-        assert refused.returncode != 0 and "hot" not in refused.stdout, refused.stdout + refused.stderr
-        # Kafka clients on the host see the query topic through the published port
-        from compat_tests.raw import RawConn
+@pytest.fixture
+def compose_stack(docker_client: Any, image: str, tmp_path: Path) -> Iterator[Callable[..., ComposeStack]]:
+    """Makes the test's ComposeStack (deploy/Dockerfile's services on the image built here, and
+    `more` service images); takes it down, volumes and all, at the end."""
+    made: list[ComposeStack] = []
 
-        with RawConn(f"127.0.0.1:{port}") as conn:
-            meta = conn.request(3, 12, {"topics": [{"name": "hot", "topic_id": bytes(16)}],
-                                        "allow_auto_topic_creation": False})
-        topic = meta["topics"][0]
-        assert (topic["name"], topic["error_code"], len(topic["partitions"])) == ("hot", 0, 2)  # VGROUPS 2
-    finally:
-        down = run("down", "-v", "--remove-orphans", "-t", "10")
-        assert down.returncode == 0, down.stdout + down.stderr
+    def make(**more: str) -> ComposeStack:
+        made.append(ComposeStack(docker_client, tmp_path, {**{name: image for name in BUILT_SERVICES}, **more}))
+        return made[-1]
+
+    yield make
+    for stack in made:
+        stack.down()
+
+
+def test_the_compose_stack_comes_up(compose_stack: Callable[..., ComposeStack]) -> None:
+    stack = compose_stack()
+    stack.up(*BUILT_SERVICES)
+    stack.wait_set_up()
+    shown = stack.sql("SHOW TOPICS")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert [row[0] for row in json.loads(shown.stdout)["data"]] == ["hot"]  # setup.sql's query topic
+    refused = stack.sql("SHOW TOPICS", "not-the-password")  # HTTP Basic with the user init made
+    assert refused.returncode != 0 and "hot" not in refused.stdout, refused.stdout + refused.stderr
+    # Kafka clients on the host see the query topic through the published port
+    from compat_tests.raw import RawConn
+
+    with RawConn(f"127.0.0.1:{stack.port}") as conn:
+        meta = conn.request(3, 12, {"topics": [{"name": "hot", "topic_id": bytes(16)}],
+                                    "allow_auto_topic_creation": False})
+    topic = meta["topics"][0]
+    assert (topic["name"], topic["error_code"], len(topic["partitions"])) == ("hot", 0, 2)  # VGROUPS 2
+
+
+@pytest.fixture(scope="module")
+def spark_image(docker_client: Any) -> str:
+    from compat_tests.images import SPARK_JARS, build_spark_image
+
+    if not any(SPARK_JARS.glob("*.jar")):
+        missing_dependency(f"no Spark connector jars in {SPARK_JARS}", "scripts/install_java.sh")
+    return build_spark_image()
+
+
+def test_the_compose_spark_job_reads_the_query_topic(compose_stack: Callable[..., ComposeStack],
+                                                     spark_image: str) -> None:
+    """compose's spark-job (deploy/spark/query_topic.py) starts once setup has run and prints the
+    query topic's rows per location: the two of setup.sql's meters above 220 V."""
+    stack = compose_stack(**{SPARK_SERVICE: spark_image})
+    stack.up(*BUILT_SERVICES, SPARK_SERVICE)
+    stack.wait_set_up()
+    job = stack.service(SPARK_SERVICE)
+
+    def printed() -> bool:
+        job.reload()
+        if job.status == "exited":
+            raise AssertionError(f"the Spark job exited:\n{_log(job)}")
+        log = _log(job)
+        return "California.SanFrancisco" in log and "California.SanJose" in log
+
+    wait_until(printed, timeout=300, interval=2, what=lambda: f"the Spark job's first batch:\n{_log(job)[-3000:]}")
+    assert re.search(r"^Batch: \d+$", _log(job), re.M), _log(job)
 
 
 # --- the compatibility suite against the image ------------------------------------------------
