@@ -307,6 +307,7 @@ def spark_image(docker_client: Any) -> str:
     return build_spark_image()
 
 
+@pytest.mark.timeout(1500)  # a fresh machine builds the Spark image first (PySpark's wheel, Debian's JRE)
 def test_the_compose_spark_job_reads_the_query_topic(compose_stack: Callable[..., ComposeStack],
                                                      spark_image: str) -> None:
     """compose's spark-job (deploy/spark/query_topic.py) starts once setup has run and prints the
@@ -337,6 +338,7 @@ COMPAT_MODULES = ["compat_tests/test_api_versions.py", "compat_tests/test_data_p
                   "compat_tests/test_durability.py"]
 
 
+@pytest.mark.timeout(1500)
 def test_the_compat_suite_runs_against_the_image(image: str) -> None:
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
                            *COMPAT_MODULES, "--target", "tmqgate-container"],
