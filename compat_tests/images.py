@@ -72,16 +72,19 @@ def requirements() -> list[str]:
     return [*project["project"]["dependencies"], *project["build-system"]["requires"]]
 
 
-def wheelhouse() -> Path:
-    """The folder of wheels for requirements(), downloaded once per set of requirements."""
-    key = hashlib.sha256("\n".join([*requirements(), *WHEEL_TARGET]).encode()).hexdigest()[:16]
+def wheelhouse(extra: tuple[str, ...] = ()) -> Path:
+    """The folder of wheels for requirements() and `extra` requirements (e.g. ("pip",
+    "kafka-python==3.0.12") for a container that installs tmqgate[clients] without an index),
+    downloaded once per set of requirements."""
+    wanted = [*requirements(), *extra]
+    key = hashlib.sha256("\n".join([*wanted, *WHEEL_TARGET]).encode()).hexdigest()[:16]
     final = cache_dir() / f"wheels-{key}"
     if (final / ".complete").exists():
         return final
     partial = Path(tempfile.mkdtemp(prefix="wheels-", dir=cache_dir()))
     try:
         done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                               "--only-binary=:all:", *WHEEL_TARGET, "--dest", str(partial), *requirements()],
+                               "--only-binary=:all:", *WHEEL_TARGET, "--dest", str(partial), *wanted],
                               capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             raise RuntimeError(f"pip download of the image's wheels failed:\n{done.stdout}{done.stderr}")
