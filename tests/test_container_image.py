@@ -157,6 +157,7 @@ def test_records_and_committed_offsets_survive_docker_restart(broker: tuple[Any,
         assert consumer.committed(tp) == 3
     finally:
         consumer.close()
+    container.reload()
     started = container.attrs["State"]["StartedAt"]
     container.restart(timeout=30)
     container.reload()
