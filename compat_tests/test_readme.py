@@ -1,20 +1,11 @@
 """The README reads straight through (issue 13): every ```sh block of README.md runs, in order,
-in a fresh copy of the repository, against the one broker its first block starts.
-
-HTML comments just before a block tell this test how to run it (a reader never sees them):
-* `<!-- readme-test: background -->` — a long-running server: started in the background, the
-  test waits until it answers ApiVersions and stops it (SIGTERM) at the end;
-* `<!-- readme-test: skip (why) -->` — not run (the whole suite, a streaming job that runs
-  until stopped, a Spark cluster, the benchmarks);
-* `<!-- readme-test: expect TEXT -->` — the block's output (stdout and stderr) contains TEXT;
-* `<!-- readme-test: env -->` — sets up the reader's shell (`. .venv/bin/activate`): it runs
-  at the start of every later block.
-Every other block must exit 0. So that it runs anywhere, the test gives the broker free ports
-(the README's 127.0.0.1:9092 and :6041 are rewritten), and leaves out `scripts/bootstrap.py`:
-the copy's `.venv` is the test's own virtual environment, which has everything installed
-(tests/test_readme_container.py runs the first command and example as written, on a machine
-with only python3); `scripts/install_java.sh` runs as written (the copy links the installed
-jars, so it finds them up to date).
+in a fresh copy of the repository, against the one broker its first block starts (the markers
+that tell how to run a block: compat_tests/readme.py). So that it runs anywhere, the test gives
+the broker free ports (the README's 127.0.0.1:9092 and :6041 are rewritten), and leaves out
+`scripts/bootstrap.py`: the copy's `.venv` is the test's own virtual environment, which has
+everything installed (tests/test_readme_container.py runs the first command and example as
+written, on a machine with only python3); `scripts/install_java.sh` runs as written (the copy
+links the installed jars, so it finds them up to date).
 """
 
 from __future__ import annotations
@@ -25,48 +16,16 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from .cli_helpers import require_tools
-from .helpers import api_versions_ok, free_port, wait_until
+from .helpers import api_versions_ok, free_port, require, require_module, wait_until
+from .readme import ROOT, copy_checkout, readme_blocks
 
-ROOT = Path(__file__).resolve().parent.parent
-BLOCK = re.compile(r"((?:<!-- readme-test: [^\n]*-->\n)*)```sh\n(.*?)```\n", re.S)
-MARKER = re.compile(r"<!-- readme-test: (\w+) ?(.*?) ?-->")
 SETUP = re.compile(r"python3 scripts/bootstrap\.py[^&\n]*&& ")
 BLOCK_TIMEOUT = 300.0
-
-
-@dataclass
-class Block:
-    line: int
-    text: str
-    skip: bool = False
-    background: bool = False
-    env: bool = False
-    expect: list[str] = field(default_factory=list)
-
-
-def readme_blocks(text: str) -> list[Block]:
-    blocks = []
-    for m in BLOCK.finditer(text):
-        block = Block(text.count("\n", 0, m.start(2)) + 1, m.group(2))
-        for kind, arg in MARKER.findall(m.group(1)):
-            if kind == "skip":
-                block.skip = True
-            elif kind == "background":
-                block.background = True
-            elif kind == "env":
-                block.env = True
-            elif kind == "expect":
-                block.expect.append(arg)
-            else:
-                raise AssertionError(f"README line {block.line}: unknown readme-test marker {kind!r}")
-        blocks.append(block)
-    return blocks
 
 
 def localize(text: str, kafka: str, http: str) -> str:
@@ -79,12 +38,7 @@ def localize(text: str, kafka: str, http: str) -> str:
 def fresh_copy(dest: Path) -> None:
     """The repository's tracked files (README.md as it is now), links to the installed jars, and
     `.venv` the test's own virtual environment (what the README's first command makes)."""
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    for name in filter(None, files.decode().split("\0")):
-        src = ROOT / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
+    copy_checkout(dest)
     for lib in ("compat_tests/java/lib", "compat_tests/java/spark-lib"):
         if (ROOT / lib).is_dir():
             shutil.rmtree(dest / lib, ignore_errors=True)
@@ -106,10 +60,9 @@ def test_readme_blocks_parse() -> None:
 @pytest.mark.tmqgate_only
 def test_every_readme_block_runs_in_order(tmp_path: Path) -> None:
     require_tools()
-    pytest.importorskip("pyspark")
-    if sys.prefix == sys.base_prefix:
-        pytest.skip("the README's commands run in .venv: run the suite from a virtual environment "
-                    "(scripts/test.sh makes .venv)")
+    require_module("pyspark")
+    require(sys.prefix != sys.base_prefix, "the README's commands run in .venv: the suite must run in a "
+            "virtual environment", "scripts/test.sh (it makes .venv)")
     work = tmp_path / "repo"
     work.mkdir()
     fresh_copy(work)

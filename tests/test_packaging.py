@@ -114,11 +114,10 @@ def test_wheel_installs_every_module_and_its_broker_serves(tmp_path: Path):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     from compat_tests.helpers import api_versions_ok, free_port, wait_until
+    from compat_tests.readme import copy_checkout
 
     src = tmp_path / "src"
-    for rel in _git_files():
-        (src / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, src / rel)
+    copy_checkout(src)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_REQUIRE_VIRTUALENV")}
     wheels = tmp_path / "wheels"
     res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels),
