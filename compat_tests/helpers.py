@@ -75,6 +75,18 @@ def wait_until(fn: Callable[[], T], timeout: float, interval: float = 0.1,
         time.sleep(interval)
 
 
+# --------------------------------------------------------------------------- soak sizes
+
+#: TMQGATE_TEST_SOAK=full (scripts/soak.sh): the soaks' full cycle counts; otherwise the counts
+#: sized for CI's time budget, which still cross every path of a cycle a few times.
+SOAK_ENV = "TMQGATE_TEST_SOAK"
+
+
+def soak_cycles(ci: int, full: int) -> int:
+    """How many kill/restart cycles a soak runs: `ci` in the suite, `full` under scripts/soak.sh."""
+    return full if os.environ.get(SOAK_ENV, "").strip().lower() == "full" else ci
+
+
 # --------------------------------------------------------------------------- dependencies
 
 

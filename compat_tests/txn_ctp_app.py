@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
             for m in msgs:
                 producer.produce(dst, key=m.key(), value=m.value().upper(), partition=0)
             # a window inside the transaction for the test's kill to land in; it also paces
-            # the loop (>= 15 s for the 600 inputs), so the app-kill test's 20 kills (each at
+            # the loop (>= 15 s for the 600 inputs), so the app-kill test's kills (at most 20, each at
             # most 0.6 s after `ready`: 12 s of processing at most) always land mid-run, however
             # fast the broker commits
             time.sleep(0.1)
