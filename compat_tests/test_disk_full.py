@@ -122,7 +122,10 @@ def test_disk_full_produce_delete_restart(tmp_path: Path) -> None:
             proc.kill()
             filler = fill(fs)
             proc.start()
-            assert "READ-ONLY" in proc.log_tail(200)
+            # the ready line says so; it comes after the Kafka listener answers (start() returns then)
+            since_restart = wait_until(lambda: proc.log_tail(200).rpartition("=== start")[2], 15, 0.1,
+                                       "the restarted broker's ready line", ok=lambda log: "tmqgate ready" in log)
+            assert "READ-ONLY" in since_restart
             assert health(proc)["storage"]["read_only"]  # why writes are refused: an operator's probe sees it
             with RawConn(proc.bootstrap) as conn:
                 assert read_all(conn, "main") == acked
