@@ -37,7 +37,10 @@ bash scripts/install_java.sh
 bash scripts/install_etcd.sh
 bash scripts/install_docker.sh
 
-logs=$(mktemp -d)
+# The lanes' logs in the checkout (a test may clean the machine's temporary folders)
+logs="$PWD/.test-logs"
+rm -rf "$logs"
+mkdir -p "$logs"
 export TMQGATE_TEST_LOCK="$logs/serial.lock"
 lanes=(tmqgate kafka container)
 run_lane() {
