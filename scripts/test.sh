@@ -52,7 +52,7 @@ run_lane() {
         kafka) args=(compat_tests --target kafka -m "not container") ;;
         container) args=(-m container tests compat_tests) ;;
     esac
-    "${pytest[@]}" --durations=20 "${args[@]}" "$@" >"$logs/$lane.log" 2>&1 || rc=$?
+    PYTHONUNBUFFERED=1 "${pytest[@]}" --durations=20 "${args[@]}" "$@" >"$logs/$lane.log" 2>&1 || rc=$?
     echo "lane $lane: exit $rc after $((SECONDS - start)) s" >>"$logs/$lane.log"
     return $rc
 }
