@@ -17,6 +17,9 @@ from .clusters import metadata, three_brokers
 from .helpers import unique_topic, wait_until
 from .raw import RawConn
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 TOPIC, BROKER, GROUP, LITERAL, DESCRIBE, DENY = 2, 4, 32, 3, 8, 2  # Kafka's wire codes
 SET = 0  # IncrementalAlterConfigs' operation
 SCRAM_SHA_256 = 1

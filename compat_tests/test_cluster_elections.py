@@ -23,6 +23,9 @@ from .clusters import metadata, partition0, produce_to_partition0, read_partitio
 from .helpers import wait_until
 from .raw import RawConn
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 ELECT_LEADERS = 43
 NONE, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH = 0, 3, 74
 PREFERRED_LEADER_NOT_AVAILABLE, ELECTION_NOT_NEEDED = 80, 84

@@ -22,6 +22,9 @@ from .clusters import find_coordinator, metadata, three_brokers
 from .helpers import wait_until
 from .raw import RawConn
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 PARTITIONS = 3
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 NOT_COORDINATOR = 16

@@ -20,7 +20,7 @@ from .etcd import EtcdProcess, require_etcd
 from .helpers import wait_until
 from .raw import RawConn
 
-pytestmark = pytest.mark.tmqgate_only
+pytestmark = [pytest.mark.serial, pytest.mark.tmqgate_only]
 
 
 @pytest.fixture(autouse=True)

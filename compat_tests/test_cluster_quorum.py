@@ -16,6 +16,9 @@ from .cli_helpers import require_tools, run
 from .clusters import three_brokers
 from .helpers import wait_until
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 
 def _status(bootstrap: str) -> dict[str, str]:
     out = run("kafka-metadata-quorum", "--bootstrap-server", bootstrap, "describe", "--status").stdout

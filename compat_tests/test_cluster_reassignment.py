@@ -23,6 +23,9 @@ from .clusters import Nodes, metadata, partition0, produce_to_partition0, read_p
 from .helpers import wait_until
 from .raw import RawConn
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS = 3, 39, 85
 

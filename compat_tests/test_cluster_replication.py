@@ -30,6 +30,9 @@ from .clusters import find_coordinator, metadata, three_brokers
 from .helpers import soak_cycles, wait_until
 from .raw import PRODUCE_V, RawConn, fetched_values, one_record_batch
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 LAG_MS = 3000
 # Leader kills: the reference Kafka's each takes ~10 s of failover on CI's two cores (scripts/soak.sh:
 # 20 on tmqgate, 5 on Kafka).

@@ -37,6 +37,9 @@ from .clusters import Nodes, tmqgate_cluster
 from .etcd import require_etcd
 from .helpers import unique_topic, wait_until
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 ALICE, ALICE_PASSWORD = "alice", "alice-secret"
 INTER_BROKER = "SCRAM-SHA-256"  # the brokers' mechanism among themselves; clients here use PLAIN

@@ -21,6 +21,9 @@ from .spark_helpers import spark_session
 from .test_cluster_replication import LAG_MS, PARTITIONS, _kill_and_restart_leader, _Load, _replicated_topic
 from .test_spark_kafka import _stream_topic
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:

@@ -25,6 +25,9 @@ from .clusters import metadata, three_brokers
 from .helpers import wait_until
 from .raw import RawConn, one_record_batch
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS = 6, 5, 36
 UNKNOWN_LEADER_EPOCH = 75
 

@@ -23,6 +23,9 @@ from .clusters import find_coordinator, metadata, three_brokers
 from .helpers import wait_until
 from .raw import RawConn
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 PARTITIONS = 3
 
 

@@ -10,8 +10,13 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from .brokers import BrokerProcess
 from .helpers import ConfluentDriver, unique_topic, wait_until
+
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
 
 PARTITIONS = 4
 

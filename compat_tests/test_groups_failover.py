@@ -24,6 +24,9 @@ from .group_helpers import (
 )
 from .helpers import wait_until
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 PARTITIONS = 4
 
 

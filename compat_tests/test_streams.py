@@ -24,7 +24,7 @@ from .conftest import Broker
 from .helpers import require, unique_topic, wait_until
 from .java_client import CONNECT_LIB_DIR, java_streams
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.serial, pytest.mark.slow]
 
 
 @pytest.fixture(autouse=True)

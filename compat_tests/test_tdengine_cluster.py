@@ -26,7 +26,7 @@ from .helpers import wait_until
 from .raw import RawConn
 from .tdengine_helpers import BASE_TS, METERS_DDL, TdBroker, read_kafka_python, unique
 
-pytestmark = pytest.mark.tmqgate_only
+pytestmark = [pytest.mark.serial, pytest.mark.tmqgate_only]
 
 
 @pytest.fixture(autouse=True)

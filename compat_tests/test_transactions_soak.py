@@ -35,6 +35,9 @@ from .txn_helpers import (
     values,
 )
 
+# kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
+pytestmark = pytest.mark.serial
+
 N = 600
 #: app kills (scripts/soak.sh: 20)
 KILLS = soak_cycles(8, 20)
