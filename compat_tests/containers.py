@@ -199,9 +199,7 @@ def new_container_broker(target: str, workdir: Path, *, config: dict[str, Any] |
     """brokers.new_broker for the container targets."""
     import pytest
 
-    reason = docker_unavailable()
-    if reason:
-        pytest.skip(reason)
+    require_docker()
     if extra_listeners:
         pytest.skip("container targets publish one PLAINTEXT listener; extra listeners need the process targets")
     return ContainerBroker(CONTAINER_TARGETS[target], workdir, config=config)

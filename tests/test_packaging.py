@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from compat_tests.helpers import require
+
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 VERSION = PYPROJECT["project"]["version"]
@@ -27,8 +29,8 @@ OLD_TOP_LEVEL = {name.split(".")[1] for name in PACKAGE_DIRS}
 
 
 def _git_files(*patterns: str) -> list[str]:
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("needs a git checkout")
+    require(shutil.which("git") and (ROOT / ".git").exists(), "the packaging tests read a git checkout's files",
+            "git clone")
     out = subprocess.run(["git", "ls-files", "-z", "--", *patterns], cwd=ROOT, check=True,
                          capture_output=True).stdout
     return [p for p in out.decode().split("\0") if p and (ROOT / p).is_file()]
