@@ -11,20 +11,17 @@ report is enough to reproduce the problem by hand.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from .kafka_ref import LIB_DIR, require_jars, tool
+from .kafka_ref import cds_opts, finish_cds, require_jars, tool
 
 # A short-lived tool needs little heap; small heaps also keep six concurrent consumers
 # affordable on a 2-core machine.
@@ -39,53 +36,6 @@ def require_tools() -> None:
     under CI (helpers.missing_dependency)."""
     __tracebackhide__ = True
     require_jars()
-
-
-# Class-data sharing: the first run of each tool dumps the classes it loaded into a dynamic
-# CDS archive; later runs map it and start in about half the CPU time (each tool is a fresh
-# JVM, and these tests start dozens).  Keyed by the JDK and the jar set, since an archive is
-# only valid for the exact classpath it was made with.  Set KAFKA_CLI_NO_CDS=1 to disable.
-_CDS_ROOT = Path(os.environ.get("TMPDIR", "/tmp")) / f"tmqgate-cli-cds-{os.getuid()}"
-
-
-def _cds_dir() -> Path | None:
-    if os.environ.get("KAFKA_CLI_NO_CDS"):
-        return None
-    java = shutil.which("java") if not os.environ.get("JAVA_HOME") else os.environ["JAVA_HOME"] + "/bin/java"
-    if not java:
-        return None
-    h = hashlib.sha256(os.path.realpath(java).encode())
-    for jar in sorted(LIB_DIR.glob("*.jar")):
-        st = jar.stat()
-        h.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    d = _CDS_ROOT / h.hexdigest()[:16]
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _cds_opts(name: str) -> tuple[str, Path | None, Path | None]:
-    """(JVM flags, archive being written, where it goes when done)."""
-    d = _cds_dir()
-    if d is None:
-        return "", None, None
-    archive = d / f"{name}.jsa"
-    # -Xlog:disable: a stale or unusable archive must not print warnings into the tool's output
-    if archive.is_file():
-        return f"-XX:SharedArchiveFile={archive} -Xshare:auto -Xlog:disable", None, None
-    tmp = d / f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    return f"-XX:ArchiveClassesAtExit={tmp} -Xlog:disable", tmp, archive
-
-
-def _finish_cds(tmp: Path | None, final: Path | None) -> None:
-    if tmp is None or final is None:
-        return
-    try:
-        if tmp.is_file() and tmp.stat().st_size > 0:
-            os.replace(tmp, final)
-        else:
-            tmp.unlink(missing_ok=True)
-    except OSError:
-        pass
 
 
 def _env(heap: str, extra_opts: str = "") -> dict[str, str]:
@@ -129,17 +79,17 @@ def run(name: str, *args: str, input: str | None = None, timeout: float = TOOL_T
         check: bool = True, heap: str = TOOL_HEAP) -> ToolRun:
     """Run `compat_tests/bin/<name> args...`; with `check`, a non-zero exit fails the test
     with the whole command and its output."""
-    opts, cds_tmp, cds_final = _cds_opts(name)
+    opts, cds_tmp, cds_final = cds_opts(name)
     try:
         cp = subprocess.run([str(tool(name)), *args], input=input, capture_output=True, text=True,
                             timeout=timeout, env=_env(heap, opts))
     except subprocess.TimeoutExpired as exc:
-        _finish_cds(cds_tmp, None)
+        finish_cds(cds_tmp, None)
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         raise AssertionError("tool timed out\n" + _describe_run(name, args, f"killed after {timeout}s",
                                                                 out, err, input)) from None
-    _finish_cds(cds_tmp, cds_final if cp.returncode == 0 else None)
+    finish_cds(cds_tmp, cds_final if cp.returncode == 0 else None)
     result = ToolRun(name, tuple(args), cp.returncode, cp.stdout, cp.stderr)
     if check and cp.returncode != 0:
         raise AssertionError("tool failed\n" + _describe_run(name, args, cp.returncode, cp.stdout,
@@ -158,7 +108,7 @@ class Background:
         self.args = tuple(args)
         self.out_path = workdir / f"{tag}.out"
         self.err_path = workdir / f"{tag}.err"
-        opts, self._cds_tmp, self._cds_final = _cds_opts(name)
+        opts, self._cds_tmp, self._cds_final = cds_opts(name)
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen([str(tool(name)), *args], stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=err, env=_env(heap, opts))
@@ -191,7 +141,7 @@ class Background:
                 self.proc.kill()
                 self.proc.wait(10)
         # a JVM ended by SIGTERM still runs its exit hooks, so the archive may be complete
-        _finish_cds(self._cds_tmp, self._cds_final if self.proc.returncode in (0, 143) else None)
+        finish_cds(self._cds_tmp, self._cds_final if self.proc.returncode in (0, 143) else None)
         return self.proc.returncode
 
 

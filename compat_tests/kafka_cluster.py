@@ -24,6 +24,7 @@ from .kafka_ref import (
     _launch,
     api_versions_ok,
     free_port,
+    kafka_storage,
     random_cluster_id,
     tool,
 )
@@ -166,11 +167,7 @@ def _configure_broker(b: RefKafkaBroker, cport: int, broker_config: dict[str, st
 def _format_broker(b: RefKafkaBroker, cluster_id: str) -> None:
     """`kafka-storage format` of a broker's log dir (again, after a test wiped it)."""
     b.cluster_id = cluster_id
-    cmd = [str(tool("kafka-storage")), "format", "--config", str(b.config_path), f"--cluster-id={cluster_id}",
-           "--no-initial-controllers"]
-    env = _child_env("-Xmx256m", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
-    with open(b.log_path, "a") as log:
-        log.write(f"=== {' '.join(cmd)}\n{result.stdout}{result.stderr}")
+    result = kafka_storage(["format", "--config", str(b.config_path), f"--cluster-id={cluster_id}",
+                            "--no-initial-controllers"], b.log_path)
     if result.returncode != 0:
         raise RefKafkaError(f"kafka-storage format of broker {b.node_id} failed:\n{result.stdout}{result.stderr}")
