@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Set up everything the test suite needs on a fresh machine, then run it all: ruff, the
 # layering checks (mypy, import-linter), and pytest in lanes that run side by side —
-#   tmqgate    the unit tests and the compatibility suite against tmqgate
+#   tmqgate    the compatibility suite against tmqgate
 #   kafka      the compatibility suite again against the reference Apache Kafka broker
 #              (tests of tmqgate-only features skip there): it shows the tests are honest
-#   container  the container image and the compose stack, and part of the compatibility suite
-#              against the image (--target tmqgate-container)
+#   unit       the unit tests (tests/), among them the container image, the compose stack and
+#              part of the compatibility suite against the image (--target tmqgate-container)
 # Modules marked `serial` (broker kills, soaks, clusters) take a lock shared by the lanes, so
 # no two of them run at once (compat_tests/serial.py).
 #
@@ -42,16 +42,16 @@ logs="$PWD/.test-logs"
 rm -rf "$logs"
 mkdir -p "$logs"
 export TMQGATE_TEST_LOCK="$logs/serial.lock"
-lanes=(tmqgate kafka container)
+lanes=(tmqgate kafka unit)
 run_lane() {
     local lane=$1 rc=0 start=$SECONDS args order=
     shift
     # order: the serial modules of tmqgate's lane (brokers in Python) first, of Kafka's (JVM
     # clusters) last, so that the two seldom wait for each other
     case "$lane" in
-        tmqgate) args=(tests compat_tests -m "not container") order=first ;;
-        kafka) args=(compat_tests --target kafka -m "not container") order=last ;;
-        container) args=(-m container tests compat_tests) ;;
+        tmqgate) args=(compat_tests) order=first ;;
+        kafka) args=(compat_tests --target kafka) order=last ;;
+        unit) args=(tests) ;;
     esac
     TMQGATE_TEST_SERIAL=$order PYTHONUNBUFFERED=1 "${pytest[@]}" --durations=20 --junitxml="$logs/$lane.xml" \
         "${args[@]}" "$@" >"$logs/$lane.log" 2>&1 || rc=$?
