@@ -1,5 +1,5 @@
-"""The HTTP front (SPEC.md): `POST /rest/sql[/db]` in the shape of TDengine's REST API,
-`GET /log-history` (each vnode's WAL ranges, collected ones included), and `GET /health`.
+"""The HTTP front (README.md, docs/TDENGINE.md): `POST /rest/sql[/db]` in the shape of TDengine's
+REST API, `GET /log-history` (each vnode's WAL ranges, collected ones included), and `GET /health`.
 
 Every refusal is JSON `{"code": <non-zero>, "desc": "..."}` with a 4xx/5xx status, as
 TDengine's REST API answers: the `_guard` middleware turns aiohttp's own answers (unknown

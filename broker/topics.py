@@ -3,7 +3,7 @@
 Three kinds of database-backed topics share the Kafka topic namespace:
 
 - a plain topic made with CreateTopics is a database of its own (one vnode per partition)
-  holding opaque Kafka records, read back byte for byte (SPEC.md);
+  holding opaque Kafka records, read back byte for byte, so it behaves exactly as a Kafka topic;
 - a SQL database (`CREATE DATABASE db VGROUPS n`) is a topic named after it: producers write
   rows to it as InfluxDB line protocol or OpenTSDB JSON, and reading it is the database topic
   over it;
