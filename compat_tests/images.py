@@ -78,38 +78,29 @@ def wheelhouse(extra: tuple[str, ...] = ()) -> Path:
     downloaded once per set of requirements."""
     wanted = [*requirements(), *extra]
     key = hashlib.sha256("\n".join([*wanted, *WHEEL_TARGET]).encode()).hexdigest()[:16]
-    final = cache_dir() / f"wheels-{key}"
-    if (final / ".complete").exists():
-        return final
-    partial = Path(tempfile.mkdtemp(prefix="wheels-", dir=cache_dir()))
-    try:
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                               "--only-binary=:all:", *WHEEL_TARGET, "--dest", str(partial), *wanted],
-                              capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            raise RuntimeError(f"pip download of the image's wheels failed:\n{done.stdout}{done.stderr}")
-        (partial / ".complete").write_text("")
-        try:
-            partial.rename(final)
-        except OSError:  # another process made it meanwhile
-            pass
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    return final
+    return _cached_wheels(f"wheels-{key}", ["download", "--only-binary=:all:", *WHEEL_TARGET, *wanted], 900)
 
 
 def spark_wheelhouse() -> Path:
     """PySpark's wheel and its dependencies' (py4j), at deploy/spark/Dockerfile's pin."""
     pin = re.search(r"^ARG PYSPARK=(\S+)$", (ROOT / SPARK_DOCKERFILE).read_text(), re.M).group(1)
-    final = cache_dir() / f"spark-wheels-{pin.replace('==', '-')}"
+    return _cached_wheels(f"spark-wheels-{pin.replace('==', '-')}", ["wheel", pin], 1800)
+
+
+def _cached_wheels(name: str, pip_args: list[str], timeout: float) -> Path:
+    """cache_dir()/`name`, made once by `pip PIP_ARGS` into it (a folder marked complete, so a
+    run killed halfway leaves nothing that looks done)."""
+    final = cache_dir() / name
     if (final / ".complete").exists():
         return final
-    partial = Path(tempfile.mkdtemp(prefix="spark-wheels-", dir=cache_dir()))
+    partial = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=cache_dir()))
     try:
-        done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-                               "--wheel-dir", str(partial), pin], capture_output=True, text=True, timeout=1800)
+        verb, *rest = pip_args
+        dest = "--dest" if verb == "download" else "--wheel-dir"
+        done = subprocess.run([sys.executable, "-m", "pip", verb, "--quiet", "--disable-pip-version-check",
+                               dest, str(partial), *rest], capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
-            raise RuntimeError(f"pip wheel {pin} failed:\n{done.stdout}{done.stderr}")
+            raise RuntimeError(f"pip {' '.join(pip_args)} failed:\n{done.stdout}{done.stderr}")
         (partial / ".complete").write_text("")
         try:
             partial.rename(final)
