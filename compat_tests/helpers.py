@@ -16,7 +16,8 @@ import socket
 import struct
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, NoReturn, TypeVar
@@ -124,6 +125,34 @@ def require_module(name: str, install: str = "pip install -e '.[test]'") -> Modu
     except ImportError:
         pass  # reported outside the except block: no "during handling" chain in the report
     missing_dependency(f"Python module {name} not installed", install)
+
+
+@contextmanager
+def canned_http(status: int, body: bytes, content_type: str = "application/json") -> Iterator[int]:
+    """An HTTP server on a free loopback port (yielded) that answers every POST with `status`
+    and `body`: what another server (a proxy's error page, taosAdapter) says, for a client."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Canned(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Canned)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def api_versions_ok(bootstrap: str, timeout: float = 1.0) -> bool:

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from compat_tests.helpers import canned_http
+
 CLI = [sys.executable, "-m", "tmqgate.broker.cli"]
 
 
@@ -125,32 +127,12 @@ def test_timestamps_print_in_local_time(http: str) -> None:
 def test_timestamps_as_taosadapter_gives_them() -> None:
     """taosAdapter answers TIMESTAMP values as RFC 3339 text: printed the same way, in local
     time (a NULL as NULL), from a server that answers as taosAdapter does."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     answer = json.dumps({"code": 0, "column_meta": [["ts", "TIMESTAMP", 8], ["v", "INT", 4]],
                          "data": [["2022-06-29T05:50:55.401Z", 1], ["2022-06-29T13:50:55.040+08:00", 2],
                                   [None, 3]], "rows": 3}).encode()
 
-    class TaosAdapter(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), TaosAdapter)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        done = _sql(f"127.0.0.1:{server.server_address[1]}", "SELECT ts, v FROM power.meters", TZ="IST-5:30")
-    finally:
-        server.shutdown()
-        server.server_close()
+    with canned_http(200, answer) as port:
+        done = _sql(f"127.0.0.1:{port}", "SELECT ts, v FROM power.meters", TZ="IST-5:30")
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines() == ["ts                      | v",
                                         "------------------------+--",

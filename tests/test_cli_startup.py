@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from compat_tests.helpers import canned_http
+
 
 def _serve(tmp_path: Path, *args: str, config: str | None = None, data: str = "data",
            timeout: float = 60) -> tuple[int, str, Path]:
@@ -162,31 +164,10 @@ def test_help_lists_log_options() -> None:
 def test_sql_on_a_non_json_error_body(tmp_path: Path) -> None:
     """`tmqgate sql` against something that is not the SQL front (a proxy's error page):
     the status and the body on one line, exit 1, no traceback."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Proxy(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = b"<html><body>\n<h1>502 Bad Gateway</h1>\n</body></html>\n"
-            self.send_response(502)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        port = server.server_address[1]
+    body = b"<html><body>\n<h1>502 Bad Gateway</h1>\n</body></html>\n"
+    with canned_http(502, body, "text/html") as port:
         done = subprocess.run([sys.executable, "-m", "tmqgate.broker.cli", "sql", "SHOW DATABASES",
                                "--http", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert done.returncode == 1
     assert _one_line(done.stderr) == (f"tmqgate sql: http://127.0.0.1:{port}/rest/sql answered HTTP 502 Bad Gateway: "
                                       "<html><body> <h1>502 Bad Gateway</h1> </body></html>")
