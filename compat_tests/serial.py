@@ -1,15 +1,11 @@
 """A pytest plugin (loaded for every run by pyproject's addopts): modules marked `serial` hold
 a lock shared across pytest processes for as long as they run.
 
-scripts/test.sh runs the suite against tmqgate and against the reference Kafka side by side;
-the modules that kill brokers, run soaks or start clusters are timing-sensitive and each loads
-the machine on its own, so no two of them run at once, whichever run they belong to. The lock
-is the file named by TMQGATE_TEST_LOCK (flock); without it the marker does nothing, so one
-pytest on its own runs as it always did. Waits are reported at the end of the run.
-
-So that the lanes seldom wait, TMQGATE_TEST_SERIAL=first runs a lane's serial modules before
-everything else and =last after it (each module whole, in its order): one lane's while the
-other runs its ordinary tests.
+scripts/test.sh runs the serial modules of both targets in a lane of their own, beside lanes
+with the rest; a serial module run from elsewhere (the image's compat run in the unit lane)
+still must not overlap them. The lock is the file named by TMQGATE_TEST_LOCK (flock); without
+it the marker does nothing, so one pytest on its own runs as it always did. Waits are reported
+at the end of the run.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ from typing import Any
 import pytest
 
 LOCK_ENV = "TMQGATE_TEST_LOCK"
-ORDER_ENV = "TMQGATE_TEST_SERIAL"
 _WAITS: list[tuple[str, float]] = []
 
 
@@ -31,15 +26,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "serial: kills brokers, runs a soak or starts a cluster: never at the same time as another "
         f"serial module of a side-by-side run (the lock file ${LOCK_ENV})")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    order = os.environ.get(ORDER_ENV, "")
-    if order not in ("first", "last"):
-        return
-    serial = [item for item in items if item.get_closest_marker("serial") is not None]
-    others = [item for item in items if item.get_closest_marker("serial") is None]
-    items[:] = serial + others if order == "first" else others + serial
 
 
 @pytest.fixture(scope="module", autouse=True)

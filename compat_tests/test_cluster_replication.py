@@ -36,7 +36,7 @@ pytestmark = pytest.mark.serial
 LAG_MS = 3000
 # Leader kills: the reference Kafka's each takes ~10 s of failover on CI's two cores (scripts/soak.sh:
 # 20 on tmqgate, 5 on Kafka).
-KILLS = {"tmqgate": soak_cycles(6, 20), "kafka": soak_cycles(3, 5)}
+KILLS = {"tmqgate": soak_cycles(4, 20), "kafka": soak_cycles(3, 5)}
 NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT = 19, 6, 7
 METADATA = 3
 PARTITIONS = 3

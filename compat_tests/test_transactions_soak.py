@@ -40,7 +40,7 @@ pytestmark = pytest.mark.serial
 
 N = 600
 #: app kills (scripts/soak.sh: 20)
-KILLS = soak_cycles(8, 20)
+KILLS = soak_cycles(6, 20)
 
 
 class App:
@@ -198,7 +198,7 @@ def test_app_killed_again_and_again_outputs_each_input_once(txn_broker: Broker, 
 # offsets and transaction-state logs) takes ~10-15 s on the CI's two cores; in the suite 6 and 3,
 # which still hit the loop at random points (inside transactions, between them, during
 # init_transactions and the group's offset fetch).
-BROKER_KILLS = {"tmqgate": soak_cycles(6, 20), "kafka": soak_cycles(3, 5)}
+BROKER_KILLS = {"tmqgate": soak_cycles(4, 20), "kafka": soak_cycles(3, 5)}
 
 
 # Apache Kafka (4.3.1, one combined KRaft node) restarted after kill -9 can load its transaction

@@ -95,23 +95,3 @@ def test_kafka_topics_cli_lists_topic(ref_kafka: kafka_ref.RefKafka) -> None:
         admin.close()
     result = kafka_ref.run_tool("kafka-topics", "--bootstrap-server", ref_kafka.bootstrap, "--list")
     assert topic in result.stdout.split()
-
-
-def test_restart_keeps_address_and_data(tmp_path: Path) -> None:
-    with kafka_ref.start_reference_kafka(tmp_path) as first:
-        bootstrap = first.bootstrap
-        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        try:
-            meta = producer.send("ref-restart", value=b"survives").get(timeout=30)  # auto-created
-        finally:
-            producer.close()
-        assert meta.offset == 0
-        first.kill()
-    with kafka_ref.start_reference_kafka(tmp_path) as second:
-        assert second.bootstrap == bootstrap
-        tp = TopicPartition("ref-restart", 0)
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap)
-        try:
-            assert consumer.end_offsets([tp]) == {tp: 1}
-        finally:
-            consumer.close()

@@ -57,20 +57,3 @@ def test_without_the_lock_or_the_marker_they_overlap(tmp_path: Path) -> None:
     assert b_start < a_end
     (a_start, a_end), (b_start, b_end) = _spans(tmp_path, lock=True, mark="slow")
     assert b_start < a_end
-
-
-def test_serial_modules_run_first_or_last_as_asked(tmp_path: Path) -> None:
-    for name, mark in (("a", "slow"), ("b", "serial"), ("c", "slow")):
-        (tmp_path / f"test_{name}.py").write_text(MODULE.format(mark=mark, name=name, out=str(tmp_path / "x")))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-    def order(value: str) -> list[str]:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
-                               "-p", "compat_tests.serial", "--rootdir", str(tmp_path), str(tmp_path)],
-                              cwd=tmp_path, env={**env, "TMQGATE_TEST_SERIAL": value}, capture_output=True, text=True,
-                              timeout=120)
-        return [line.split("::")[1] for line in done.stdout.splitlines() if "::" in line]
-
-    assert order("") == ["test_a", "test_b", "test_c"]
-    assert order("first") == ["test_b", "test_a", "test_c"]
-    assert order("last") == ["test_a", "test_c", "test_b"]
