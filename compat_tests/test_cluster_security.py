@@ -36,6 +36,7 @@ from .brokers import TmqgateProcess, _tmqgate_cmd
 from .clusters import Nodes, tmqgate_cluster
 from .etcd import require_etcd
 from .helpers import unique_topic, wait_until
+from .raw import RawConn
 
 # kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
 pytestmark = pytest.mark.serial
@@ -153,6 +154,12 @@ def test_brokers_authenticate_to_each_other_under_strict_acls(pytestconfig: pyte
         wait_until(probe, 30, 0.2, "alice may write",
                    ok=lambda got: len(got) == 2 and all(hasattr(m, "value") for m in got),
                    retry_errors=True)
+        # The idempotent producer's InitProducerId goes to any broker, not only the partitions'
+        # leaders the probe reached: each must have her ACLs (a broker that has not yet answers
+        # CLUSTER_AUTHORIZATION_FAILED, fatal to the producer)
+        for n in (0, 1, 2):
+            wait_until(lambda b=nodes[n].bootstrap: _init_producer_id_as(b, ALICE, ALICE_PASSWORD), 30, 0.2,
+                       f"broker {n} to let alice initialise an idempotent producer", ok=lambda code: code == 0)
         # idempotent: its InitProducerId needs her WRITE, now everywhere
         producers = [Producer(_client(bootstrap, ALICE, ALICE_PASSWORD, acks="all", **{"enable.idempotence": True}))]
         first = [f"a{i}".encode() for i in range(200)]
@@ -175,6 +182,18 @@ def test_brokers_authenticate_to_each_other_under_strict_acls(pytestconfig: pyte
             assert sorted(read) == sorted(acked)
         finally:
             consumer.close()
+
+
+def _init_producer_id_as(bootstrap: str, user: str, password: str) -> int:
+    """InitProducerId (no transactional id: an idempotent producer's) from this one broker, as
+    ``user`` authenticated with SASL PLAIN; its error code."""
+    with RawConn(bootstrap) as c:
+        assert c.request(17, 1, {"mechanism": "PLAIN"})["error_code"] == 0
+        auth = c.request(36, 2, {"auth_bytes": f"\0{user}\0{password}".encode()})
+        assert auth["error_code"] == 0, auth
+        answer = c.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": -1,
+                                   "producer_id": -1, "producer_epoch": -1})
+        return int(answer["error_code"])
 
 
 def _poll_into(consumer: Consumer, read: list[bytes]) -> int:
