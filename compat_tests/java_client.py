@@ -1,13 +1,15 @@
 """The Java client 4.x (kafka-clients from `compat_tests/java/lib`) driven by a small program.
 
-`java_roundtrip(config, topic, count, group)` runs `compat_tests/java/ClientRoundTrip.java` as
-a single source file (no build step) with the client properties in `config` and returns what
+`java_roundtrip(config, topic, count, group)` runs `compat_tests/java/ClientRoundTrip.java`
+(compiled once by `program_cmd`) with the client properties in `config` and returns what
 it printed: the brokers Admin saw, the producer's offsets, the records the consumer read and
 the group's committed offset (see the program's header for the lines).
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -17,6 +19,37 @@ from pathlib import Path
 from .kafka_ref import BIN_DIR, LIB_DIR
 
 PROGRAM = Path(__file__).resolve().parent / "java" / "ClientRoundTrip.java"
+#: where `program_cmd` keeps the programs' classes, by a hash of the source and the class path
+CLASSES_DIR = Path(__file__).resolve().parent / "java" / "classes"
+
+
+def java_binary() -> str:
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    assert java, "no java on PATH"
+    return java
+
+
+def program_cmd(program: Path, classpath: str, *args: str) -> list[str]:
+    """The command that runs the one-file Java `program` (its class named as the file) on
+    `classpath` with `args`: compiled by javac once per source and class path, under a lock the
+    lanes share (launched as a source file, each run would compile it again: ~2 s of CPU)."""
+    key = hashlib.sha256(program.read_bytes() + classpath.encode()).hexdigest()[:16]
+    classes = CLASSES_DIR / f"{program.stem}-{key}"
+    if not (classes / f"{program.stem}.class").is_file():
+        CLASSES_DIR.mkdir(parents=True, exist_ok=True)
+        with open(CLASSES_DIR / ".lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (classes / f"{program.stem}.class").is_file():
+                javac = os.path.join(os.path.dirname(java_binary()), "javac")
+                tmp = classes.with_name(classes.name + f".tmp{os.getpid()}")
+                shutil.rmtree(tmp, ignore_errors=True)
+                done = subprocess.run([javac, "-nowarn", "-d", str(tmp), "-cp", classpath, str(program)],
+                                      capture_output=True, text=True, timeout=300)
+                assert done.returncode == 0, f"javac {program.name}:\n{done.stdout}{done.stderr}"
+                os.replace(tmp, classes)
+    return [java_binary(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            f"-Dlog4j2.configurationFile={BIN_DIR / 'log4j2-tools.properties'}",
+            "-cp", os.pathsep.join([str(classes), classpath]), program.stem, *args]
 
 
 @dataclass(frozen=True)
@@ -31,11 +64,7 @@ class RoundTrip:
 
 
 def java_roundtrip(config: Path, topic: str, count: int, group: str, timeout: float = 180.0) -> RoundTrip:
-    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
-    assert java, "no java on PATH"
-    cmd = [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-           f"-Dlog4j2.configurationFile={BIN_DIR / 'log4j2-tools.properties'}",
-           "-cp", f"{LIB_DIR}/*", str(PROGRAM), str(config), topic, str(count), group]
+    cmd = program_cmd(PROGRAM, f"{LIB_DIR}/*", str(config), topic, str(count), group)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     nodes: list[str] = []
     sent: list[tuple[int, int]] = []
@@ -76,11 +105,7 @@ def java_txn(bootstrap: str, mode: str, topic: str, txn_id: str,
     """Run `compat_tests/java/TxnClient.java` (the Java client's transactional producer and
     read_committed / read_uncommitted consumers; see the program's header for MODE and the
     lines it prints) with the 4.3.1 client, or the kafka-clients jar `clients_jar`."""
-    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
-    assert java, "no java on PATH"
-    cmd = [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-           f"-Dlog4j2.configurationFile={BIN_DIR / 'log4j2-tools.properties'}",
-           "-cp", clients_classpath(clients_jar), str(TXN_PROGRAM), bootstrap, mode, topic, txn_id]
+    cmd = program_cmd(TXN_PROGRAM, clients_classpath(clients_jar), bootstrap, mode, topic, txn_id)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -95,11 +120,7 @@ def java_streams(bootstrap: str, app_id: str, input_topic: str, output_topic: st
     on the jars of `compat_tests/java/connect-lib`, its output appended to `log`; `pace_ms`
     pauses it that long per input record.  The caller
     stops it (SIGTERM closes it cleanly, SIGKILL does not)."""
-    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
-    assert java, "no java on PATH"
-    cmd = [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-           f"-Dlog4j2.configurationFile={BIN_DIR / 'log4j2-tools.properties'}",
-           "-cp", f"{CONNECT_LIB_DIR}/*", str(STREAMS_PROGRAM), bootstrap, app_id, input_topic,
-           output_topic, str(state_dir), str(window_ms), str(pace_ms)]
+    cmd = program_cmd(STREAMS_PROGRAM, f"{CONNECT_LIB_DIR}/*", bootstrap, app_id, input_topic,
+                      output_topic, str(state_dir), str(window_ms), str(pace_ms))
     with log.open("ab") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)

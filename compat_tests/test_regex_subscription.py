@@ -19,8 +19,6 @@ coordinator's side: the subscribing heartbeat assigns nothing from an unresolved
 from __future__ import annotations
 
 import base64
-import os
-import shutil
 import subprocess
 import threading
 import time
@@ -30,23 +28,19 @@ from typing import Any
 
 from .group_helpers import create_topic, produce_values, unique_name
 from .helpers import wait_until
-from .kafka_ref import BIN_DIR, LIB_DIR
+from .java_client import program_cmd
+from .kafka_ref import LIB_DIR
 from .raw import RawConn
 
 PROGRAM = Path(__file__).resolve().parent / "java" / "RegexConsumer.java"
-LOG_CONFIG = BIN_DIR / "log4j2-tools.properties"
 
 
 class JavaRegexConsumer:
     """RegexConsumer.java as a child process; its stdout lines collected by a thread."""
 
     def __init__(self, bootstrap: str, group: str, regex: str) -> None:
-        java = (os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME")
-                else shutil.which("java"))
-        assert java, "no java on PATH"
         self.proc = subprocess.Popen(
-            [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-             f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", f"{LIB_DIR}/*", str(PROGRAM), bootstrap, group, regex],
+            program_cmd(PROGRAM, f"{LIB_DIR}/*", bootstrap, group, regex),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self.errors: list[str] = []
