@@ -2,8 +2,8 @@
 a lock shared across pytest processes for as long as they run.
 
 scripts/test.sh runs the serial modules of both targets in a lane of their own, beside lanes
-with the rest; a serial module run from elsewhere (the image's compat run in the unit lane)
-still must not overlap them. The lock is the file named by TMQGATE_TEST_LOCK (flock); without
+with the rest; a serial module run by another pytest given the same lock file still must not
+overlap them. The lock is the file named by TMQGATE_TEST_LOCK (flock); without
 it the marker does nothing, so one pytest on its own runs as it always did. Waits are reported
 at the end of the run.
 """

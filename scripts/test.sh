@@ -10,8 +10,9 @@
 #   unit       the unit tests (tests/), among them the container image, the compose stack and
 #              part of the compatibility suite against the image (--target tmqgate-container)
 # Four lanes on two cores keep both busy to the end (CPU-bound lanes of unequal length left
-# one idle for a third of the run). A serial module run elsewhere (the image's compat run in
-# the unit lane) still takes the lock the lanes share (compat_tests/serial.py).
+# one idle for a third of the run). The serial modules still take the lock of
+# compat_tests/serial.py, so that one run by another pytest given the same lock file
+# (TMQGATE_TEST_LOCK) never overlaps them.
 #
 #   scripts/test.sh                 everything (what CI runs: .ci/run)
 #   scripts/test.sh --fast          ruff, the layering checks and the unit tests that need no
