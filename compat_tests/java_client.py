@@ -16,23 +16,19 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .kafka_ref import BIN_DIR, LIB_DIR
+from .kafka_ref import BIN_DIR, LIB_DIR, java_binary
 
 PROGRAM = Path(__file__).resolve().parent / "java" / "ClientRoundTrip.java"
 #: where `program_cmd` keeps the programs' classes, by a hash of the source and the class path
 CLASSES_DIR = Path(__file__).resolve().parent / "java" / "classes"
 
 
-def java_binary() -> str:
-    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
-    assert java, "no java on PATH"
-    return java
-
-
 def program_cmd(program: Path, classpath: str, *args: str) -> list[str]:
     """The command that runs the one-file Java `program` (its class named as the file) on
     `classpath` with `args`: compiled by javac once per source and class path, under a lock the
     lanes share (launched as a source file, each run would compile it again: ~2 s of CPU)."""
+    java = java_binary()
+    assert java, "no java on PATH"
     key = hashlib.sha256(program.read_bytes() + classpath.encode()).hexdigest()[:16]
     classes = CLASSES_DIR / f"{program.stem}-{key}"
     if not (classes / f"{program.stem}.class").is_file():
@@ -40,14 +36,14 @@ def program_cmd(program: Path, classpath: str, *args: str) -> list[str]:
         with open(CLASSES_DIR / ".lock", "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (classes / f"{program.stem}.class").is_file():
-                javac = os.path.join(os.path.dirname(java_binary()), "javac")
+                javac = os.path.join(os.path.dirname(java), "javac")
                 tmp = classes.with_name(classes.name + f".tmp{os.getpid()}")
                 shutil.rmtree(tmp, ignore_errors=True)
                 done = subprocess.run([javac, "-nowarn", "-d", str(tmp), "-cp", classpath, str(program)],
                                       capture_output=True, text=True, timeout=300)
                 assert done.returncode == 0, f"javac {program.name}:\n{done.stdout}{done.stderr}"
                 os.replace(tmp, classes)
-    return [java_binary(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    return [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             f"-Dlog4j2.configurationFile={BIN_DIR / 'log4j2-tools.properties'}",
             "-cp", os.pathsep.join([str(classes), classpath]), program.stem, *args]
 

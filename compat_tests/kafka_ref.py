@@ -270,10 +270,15 @@ def _write_config(workdir: Path, port: int, controller_port: int,
 _CDS_ROOT = Path(os.environ.get("TMPDIR", "/tmp")) / f"tmqgate-cli-cds-{os.getuid()}"
 
 
+def java_binary() -> str | None:
+    """The java that runs the tools and test programs: $JAVA_HOME's, else the one on PATH."""
+    return os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+
+
 def _cds_dir() -> Path | None:
     if os.environ.get("KAFKA_CLI_NO_CDS"):
         return None
-    java = shutil.which("java") if not os.environ.get("JAVA_HOME") else os.environ["JAVA_HOME"] + "/bin/java"
+    java = java_binary()
     if not java:
         return None
     h = hashlib.sha256(os.path.realpath(java).encode())
