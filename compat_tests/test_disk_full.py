@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tmqgate.storage.space import RESERVE_FILE
+from tmqgate.storage.space import RESERVE_FILE, RESERVE_TMP_FILE
 
 from .brokers import TmqgateProcess
 from .helpers import wait_until
@@ -57,10 +57,10 @@ def create_topics(conn: RawConn, *names: str) -> None:
 
 def room(fs: str) -> int:
     """Free bytes plus the broker's reserve file (released on a full disk, taken again once
-    there is room — maybe between a DeleteTopics answer and our df; it is allocated as a
-    ``.tmp`` file first, then renamed)."""
+    there is room — maybe between a DeleteTopics answer and our df; it is allocated as
+    RESERVE_TMP_FILE first, then renamed)."""
     held = 0
-    for name in (RESERVE_FILE, RESERVE_FILE + ".tmp"):
+    for name in (RESERVE_FILE, RESERVE_TMP_FILE):
         with contextlib.suppress(FileNotFoundError):
             held += (Path(fs) / "data" / name).stat().st_size
     return free_bytes(fs) + held

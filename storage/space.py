@@ -47,6 +47,8 @@ from tmqgate.storage.model import StorageFull, StorageIOError
 log = logging.getLogger("tmqgate.storage")
 
 RESERVE_FILE = "tmqgate-reserve"
+#: The reserve while it is allocated, before it is renamed to RESERVE_FILE.
+RESERVE_TMP_FILE = RESERVE_FILE + ".tmp"
 #: Free bytes needed beside the reserve to leave the full state (when the reserve is 0, too).
 MIN_FREE = 1 << 20
 #: While full, the write path looks at the disk again at most this often (seconds).
@@ -70,6 +72,7 @@ class DiskSpace:
         self.path = path
         self.reserve_bytes = reserve_bytes
         self.reserve_path = os.path.join(path, RESERVE_FILE)
+        self._reserve_tmp = os.path.join(path, RESERVE_TMP_FILE)
         #: Why the store is read-only, or None when it takes writes.
         self.full_reason: str | None = None
         self._handles: list[GuardedDB] = []
@@ -102,7 +105,7 @@ class DiskSpace:
         """Allocate the reserve file (blocks really taken); False if the disk has no room."""
         if self.reserve_bytes == 0 or os.path.exists(self.reserve_path):
             return True
-        tmp = self.reserve_path + ".tmp"
+        tmp = self._reserve_tmp
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
