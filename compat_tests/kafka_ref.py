@@ -64,6 +64,10 @@ SINGLE_NODE_CONFIG: dict[str, str] = {
     # 9 s session); faster heartbeats make kill-and-restart tests quicker.  Not client-visible.
     "broker.heartbeat.interval.ms": "500",
     "broker.session.timeout.ms": "3000",
+    # No KIP-835 no-op record in the metadata log every 500 ms: the single node's own log has
+    # nothing to prove live to anyone, and writing and replaying them was a third of an idle
+    # broker's CPU (4.9 % of a core -> 3.3 %). Not client-visible.
+    "metadata.max.idle.interval.ms": "0",
 }
 
 

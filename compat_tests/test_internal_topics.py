@@ -270,16 +270,23 @@ def test_console_consumer_group_metadata_formatter_prints_classic_group(broker: 
         assert c.assignment() == {KafkaTopicPartition(topic, 0)}
     finally:
         c.close()  # LeaveGroup: the group becomes empty
-    time.sleep(1)
-    mine = []
-    for msg in _formatted(broker, partition_for(group, PARTITIONS), "GroupMetadataMessageFormatter"):
-        if msg["key"]["type"] != 2 or msg["key"]["data"]["group"] != group:
-            continue
-        v = msg["value"]
-        data = v["data"]
-        mine.append((v["version"], data["protocolType"], data["generation"], data["protocol"],
-                     data["leader"] is not None and data["leader"] == (data["members"] or [{}])[0].get("memberId"),
-                     [(m["clientId"], m["groupInstanceId"]) for m in data["members"]]))
+
+    def group_life() -> list[tuple[Any, ...]]:
+        mine = []
+        for msg in _formatted(broker, partition_for(group, PARTITIONS), "GroupMetadataMessageFormatter"):
+            if msg["key"]["type"] != 2 or msg["key"]["data"]["group"] != group:
+                continue
+            v = msg["value"]
+            data = v["data"]
+            mine.append((v["version"], data["protocolType"], data["generation"], data["protocol"],
+                         data["leader"] is not None and data["leader"] == (data["members"] or [{}])[0].get("memberId"),
+                         [(m["clientId"], m["groupInstanceId"]) for m in data["members"]]))
+        return mine
+
+    # The empty group after LeaveGroup is written by the coordinator after it answers; on a
+    # loaded machine it can come after a first read of the partition: read until it is there.
+    mine = wait_until(group_life, TIMEOUT, 1.0, "the group's records through to the empty group",
+                      ok=lambda life: len(life) >= 3 and life[-1][2] > 0 and life[-1][5] == [])
     # made by the first JoinGroup; then each synced generation (one, unless the lone member
     # rejoined); then, once it left, the next generation empty
     stable = mine[1:-1]

@@ -161,7 +161,7 @@ def app(tmp_path: Path, broker: Broker) -> Iterator[App]:
     a.stop()
 
 
-#: On the reference Kafka, give up (xfail) when the app committed nothing at all for this long.
+#: On the reference Kafka, give up (xfail) when the app committed no new update for this long.
 REFERENCE_STALL_S = 120
 #: a restarted app that processed no input record this long after its store was restored is
 #: in the Streams stall (test_killed_and_restarted_app_restores_its_store_and_counts_the_same)
@@ -170,18 +170,24 @@ STALL_S = 60
 
 def wait_final(app: App, want: dict[str, int], target: str = "tmqgate") -> list[tuple[str, int]]:
     seen: list[list[tuple[str, int]]] = [[]]
-    started = time.monotonic()
+    progress = [time.monotonic()]  # when the committed output last grew
 
     def done() -> bool:
         if not app.alive():
             raise AssertionError(f"the Streams app exited:\n{app.tail()}")
-        seen[0] = committed_updates(app.bootstrap, app.output)
-        if target == "kafka" and not seen[0] and time.monotonic() - started > REFERENCE_STALL_S:
+        updates = committed_updates(app.bootstrap, app.output)
+        if len(updates) != len(seen[0]):
+            progress[0] = time.monotonic()
+        seen[0] = updates
+        if target == "kafka" and time.monotonic() - progress[0] > REFERENCE_STALL_S \
+                and final_counts(updates) != want:
             # The open reference-Kafka stall of test_killed_and_restarted_app_restores_its_store
-            # (RUNNING, every task assigned, no input record processed), seen once on a fresh
-            # app too (CI of 2026-11-26, third session): not a verdict on the counts.
-            pytest.xfail("reference Kafka: the Streams app processed nothing for 120 s (the open stall)")
-        return final_counts(seen[0]) == want
+            # (RUNNING, every task assigned, no input record processed), seen on a fresh app
+            # too: from the start (CI of 2026-11-26, third session) and after 1,500 of its 3,000
+            # records (CI of 2026-11-28). Not a verdict on the counts.
+            pytest.xfail(f"reference Kafka: the Streams app committed nothing new for {REFERENCE_STALL_S} s "
+                         f"after {len(updates)} updates (the open stall)")
+        return final_counts(updates) == want
 
     try:
         wait_until(done, 300, 2.0, "the committed counts to equal the expected ones")
