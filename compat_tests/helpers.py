@@ -83,9 +83,14 @@ def wait_until(fn: Callable[[], T], timeout: float, interval: float = 0.1,
 SOAK_ENV = "TMQGATE_TEST_SOAK"
 
 
+def soak_full() -> bool:
+    """Running under scripts/soak.sh (the soaks at their full counts and loads)."""
+    return os.environ.get(SOAK_ENV, "").strip().lower() == "full"
+
+
 def soak_cycles(ci: int, full: int) -> int:
     """How many kill/restart cycles a soak runs: `ci` in the suite, `full` under scripts/soak.sh."""
-    return full if os.environ.get(SOAK_ENV, "").strip().lower() == "full" else ci
+    return full if soak_full() else ci
 
 
 # --------------------------------------------------------------------------- dependencies

@@ -125,6 +125,9 @@ def start_reference_kafka_cluster(workdir: Path, node_ids: tuple[int, ...] = (0,
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}",
         "log.dirs": str(controller.workdir / "kafka-logs"),
+        # no KIP-835 no-op record every 500 ms (kafka_ref.SINGLE_NODE_CONFIG): the metadata log
+        # moves only when the metadata does, and idle brokers replay nothing
+        "metadata.max.idle.interval.ms": "0",
         # topic defaults a KRaft controller applies itself (CreateTopics with -1)
         **{k: v for k, v in (broker_config or {}).items() if k in CONTROLLER_KEYS},
     })

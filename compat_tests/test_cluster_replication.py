@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .clusters import find_coordinator, metadata, three_brokers
-from .helpers import soak_cycles, wait_until
+from .helpers import soak_cycles, soak_full, wait_until
 from .raw import PRODUCE_V, RawConn, fetched_values, one_record_batch
 
 # kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
@@ -77,9 +77,16 @@ def _one_partition_topic(cluster: dict[int, Any], topic: str, min_isr: int | Non
     return leader
 
 
+#: Records a second the load writes in the suite; under scripts/soak.sh as fast as it can. Each
+#: kill still lands among writes in flight (linger.ms 2), and failover is still measured to a
+#: few ms; unpaced, the three reference Kafka brokers replicating ~350 acks=all writes a second
+#: took 1.2-1.5 of CI's 2 cores for these tests' whole length (CI of 2026-11-28).
+LOAD_RATE = None if soak_full() else 150
+
+
 class _Load:
     """An idempotent acks=all producer writing n, n+1, … round-robin over the partitions in a
-    thread; ``acked[p]`` holds what the broker acknowledged, in order."""
+    thread (LOAD_RATE a second); ``acked[p]`` holds what the broker acknowledged, in order."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.topic = topic
@@ -100,11 +107,12 @@ class _Load:
             self.ack_times[msg.partition()].append(time.monotonic())
 
     def _run(self) -> None:
-        n = 0
+        n, started = 0, time.monotonic()
         while not self.stopped.is_set():
             self.producer.produce(self.topic, str(n).encode(), partition=n % PARTITIONS, on_delivery=self._report)
             n += 1
-            self.producer.poll(0.002)
+            pause = 0.002 if LOAD_RATE is None else max(0.0, started + n / LOAD_RATE - time.monotonic())
+            self.producer.poll(pause)
         self.producer.flush(120)
 
     def count(self) -> int:
