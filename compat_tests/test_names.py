@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from .conftest import Broker
+from .helpers import wait_until
 from .raw import RawConn, one_record_batch
 from .tdengine_helpers import TdBroker, td_broker_fixture, unique
 
@@ -50,8 +51,10 @@ def test_create_topics_enforces_kafkas_topic_name_rule(broker: Broker) -> None:
     with RawConn(broker.bootstrap) as c:
         got = _create_topics(c, BAD_TOPIC_NAMES + good)
         assert got == {**{n: INVALID_TOPIC_EXCEPTION for n in BAD_TOPIC_NAMES}, **{n: 0 for n in good}}, got
-        names = _topic_names(c)
-        assert set(good) <= names
+        # Kafka answers CreateTopics once the controller has them; its broker's metadata cache
+        # learns them a moment later (seen missing under CI's load)
+        names = wait_until(lambda: _topic_names(c), 30, 0.2, "the created topics listed",
+                           ok=lambda listed: set(good) <= listed)
         assert not names & set(BAD_TOPIC_NAMES), names & set(BAD_TOPIC_NAMES)
         c.request(20, 6, {"topics": [{"name": n, "topic_id": b"\0" * 16} for n in good], "timeout_ms": 30000})
 
