@@ -12,6 +12,7 @@ controller with three brokers (5 kills there: a Kafka broker's restart takes sev
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -42,13 +43,63 @@ METADATA = 3
 PARTITIONS = 3
 
 
+class _SharedCluster:
+    """The module's cluster, shared by its tests (each on topics of its own): a new reference
+    Kafka cluster costs ~20 s of CPU (four JVMs and their storage formats), a restart of the
+    brokers a test left dead ~4 s each. ``fresh()`` replaces it."""
+
+    def __init__(self, pytestconfig: pytest.Config, target: str, workdir: Path) -> None:
+        self.pytestconfig, self.target, self.workdir = pytestconfig, target, workdir
+        self.stack: contextlib.ExitStack | None = None
+        self.nodes: Any = None
+        self.made = 0
+
+    def fresh(self) -> Any:
+        self.close()
+        self.made += 1
+        self.stack = contextlib.ExitStack()
+        self.nodes = self.stack.enter_context(three_brokers(self.pytestconfig, self.target,
+                                                            self.workdir / f"cluster{self.made}", lag_ms=LAG_MS))
+        return self.nodes
+
+    def close(self) -> None:
+        if self.stack is not None:
+            self.stack.close()
+        self.stack, self.nodes = None, None
+
+
+@pytest.fixture(scope="module")
+def _shared_cluster(pytestconfig: pytest.Config, target: str,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[_SharedCluster]:
+    shared = _SharedCluster(pytestconfig, target, tmp_path_factory.mktemp("replication"))
+    yield shared
+    shared.close()
+
+
+def _all_see_each_other(nodes: Any) -> None:
+    wait_until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()], 40,
+               0.2, "every broker sees the other two", ok=lambda seen: seen == [3, 3, 3], retry_errors=True)
+
+
 @pytest.fixture
-def cluster(pytestconfig: pytest.Config, target: str, tmp_path: Path) -> Iterator[dict[int, Any]]:
-    with three_brokers(pytestconfig, target, tmp_path, lag_ms=LAG_MS) as nodes:
-        wait_until(lambda: [len(metadata(p.bootstrap, [], timeout=5)["brokers"]) for p in nodes.values()], 40,
-                   0.2, "every broker sees the other two", ok=lambda seen: seen == [3, 3, 3],
-                   retry_errors=True)
-        yield nodes
+def cluster(_shared_cluster: _SharedCluster) -> Iterator[dict[int, Any]]:
+    """Three brokers up and seeing each other: the module's cluster with what the previous test
+    left dead (the coordination service, brokers killed or stopped) started again — or, when
+    that does not bring it back, a new one."""
+    nodes = _shared_cluster.nodes
+    if nodes is not None:
+        try:
+            for proc in (nodes.coordination, *nodes.values()):
+                if proc.proc is None or proc.proc.poll() is not None:
+                    proc.start()
+            _all_see_each_other(nodes)
+        except Exception as exc:  # noqa: BLE001 - beyond repair: the test gets a new cluster
+            print(f"the module's cluster did not come back ({exc!r}): a new one")
+            nodes = None
+    if nodes is None:
+        nodes = _shared_cluster.fresh()
+        _all_see_each_other(nodes)
+    yield nodes
 
 
 def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
