@@ -55,22 +55,19 @@ checks_log=$(mktemp)
 { python3 -m compileall -q -j 0 broker coordinator storage protocol pipelines compat_tests tests bench scripts \
       >/dev/null && python3 -m ruff check . && bash scripts/check_layers.sh; } >"$checks_log" 2>&1 &
 checks=$!
-installers_rc=0
-wait "$installers" || installers_rc=$?
-cat "$installers_log"
-rm -f "$installers_log"
-if (( installers_rc )); then
-    echo "installing the suite's servers and jars failed: exit $installers_rc"
-    exit "$installers_rc"
-fi
-checks_rc=0
-wait "$checks" || checks_rc=$?
-cat "$checks_log"
-rm -f "$checks_log"
-if (( checks_rc )); then
-    echo "ruff or the layering checks failed: exit $checks_rc"
-    exit "$checks_rc"
-fi
+# the output of a background step (its pid, its log), then its failure ends the run (naming it)
+finish() {
+    local pid=$1 log=$2 what=$3 rc=0
+    wait "$pid" || rc=$?
+    cat "$log"
+    rm -f "$log"
+    if (( rc )); then
+        echo "$what failed: exit $rc"
+        exit "$rc"
+    fi
+}
+finish "$installers" "$installers_log" "installing the suite's servers and jars"
+finish "$checks" "$checks_log" "ruff or the layering checks"
 
 # The lanes' logs in the checkout (a test may clean the machine's temporary folders)
 logs="$PWD/.test-logs"
