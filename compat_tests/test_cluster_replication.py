@@ -129,9 +129,10 @@ def _one_partition_topic(cluster: dict[int, Any], topic: str, min_isr: int | Non
 
 
 #: Records a second the load writes in the suite; under scripts/soak.sh as fast as it can. Each
-#: kill still lands among writes in flight (linger.ms 2), and failover is still measured to a
-#: few ms; unpaced, the three reference Kafka brokers replicating ~350 acks=all writes a second
-#: took 1.2-1.5 of CI's 2 cores for these tests' whole length (CI of 2026-11-28).
+#: kill still lands among writes in flight (linger.ms 2), and failover is still measured to
+#: ~20 ms (an acknowledgement per partition every 20 ms); unpaced (~350 acks=all writes a
+#: second), these tests took 1.2-1.5 of CI's two cores for their whole length (.ci/run of
+#: 2026-11-28, CPU of each test's processes).
 LOAD_RATE = None if soak_full() else 150
 
 
