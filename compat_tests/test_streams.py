@@ -162,7 +162,7 @@ def app(tmp_path: Path, broker: Broker) -> Iterator[App]:
 
 
 #: On the reference Kafka, give up (xfail) when the app committed no new update for this long.
-REFERENCE_STALL_S = 120
+REFERENCE_STALL_S = 60
 #: a restarted app that processed no input record this long after its store was restored is
 #: in the Streams stall (test_killed_and_restarted_app_restores_its_store_and_counts_the_same)
 STALL_S = 60
