@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -156,11 +157,21 @@ class TmqgateProcess(ChildProcess, BrokerProcess):
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"tmqgate exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if api_versions_ok(self.bootstrap):
+            # the HTTP front starts listening after the Kafka listeners (cli.py): ready is both
+            if api_versions_ok(self.bootstrap) and _listening(self.http_port):
                 return
             time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"tmqgate not ready after {self.ready_timeout}s:\n{self.log_tail()}")
+
+
+def _listening(port: int) -> bool:
+    """A TCP connection to 127.0.0.1:port is accepted."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 class RefKafkaProcess(BrokerProcess):
