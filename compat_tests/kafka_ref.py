@@ -269,8 +269,11 @@ def _write_config(workdir: Path, port: int, controller_port: int,
 # Class-data sharing: the first run of each tool (and of the broker) dumps the classes it loaded
 # into a dynamic CDS archive; later runs map it and start in about half the CPU time (each tool
 # is a fresh JVM, and these tests start dozens; a broker's start takes 5.0 s of CPU instead of
-# 7.8 s, and answers in 3.5 s instead of 6 s).  Keyed by the JDK and the jar set, since an archive is
-# only valid for the exact classpath it was made with.  Set KAFKA_CLI_NO_CDS=1 to disable.
+# 7.8 s, and answers in 3.5 s instead of 6 s).  Keyed by the JDK, the jar set and where the jars
+# are, since an archive is only valid for the exact classpath it was made with: another checkout's
+# jars, copied with the same sizes and times, made one that every JVM here failed to map, silently
+# (-Xlog:disable), and started without (2.0 s of CPU for a kafka-topics --list, against 0.85 s).
+# Set KAFKA_CLI_NO_CDS=1 to disable.
 _CDS_ROOT = Path(os.environ.get("TMPDIR", "/tmp")) / f"tmqgate-cli-cds-{os.getuid()}"
 
 
@@ -286,6 +289,7 @@ def _cds_dir() -> Path | None:
     if not java:
         return None
     h = hashlib.sha256(os.path.realpath(java).encode())
+    h.update(f"{BIN_DIR}:{LIB_DIR}".encode())  # the wrapper's classpath: $BIN_DIR/../java/lib/*
     for jar in sorted(LIB_DIR.glob("*.jar")):
         st = jar.stat()
         h.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}".encode())

@@ -95,3 +95,26 @@ def test_kafka_topics_cli_lists_topic(ref_kafka: kafka_ref.RefKafka) -> None:
         admin.close()
     result = kafka_ref.run_tool("kafka-topics", "--bootstrap-server", ref_kafka.bootstrap, "--list")
     assert topic in result.stdout.split()
+
+
+def test_the_tools_map_the_class_data_archive_made_for_this_checkout(
+        ref_kafka: kafka_ref.RefKafka, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool run makes (first time) and then maps its AppCDS archive: -Xshare:on stops the JVM
+    where it cannot. An archive keyed by the jars alone, made by another checkout whose jars had
+    the same sizes and times, was never mapped here (silently), and every tool and test broker
+    started in twice the CPU."""
+    import os
+    import subprocess
+
+    from compat_tests import cli_helpers
+
+    monkeypatch.delenv("KAFKA_CLI_NO_CDS", raising=False)
+    listed = cli_helpers.run("kafka-topics", "--bootstrap-server", ref_kafka.bootstrap, "--list")
+    opts, dumping, _ = kafka_ref.cds_opts("kafka-topics")
+    assert dumping is None and "-XX:SharedArchiveFile=" in opts, "no archive after a successful run"
+    strict = opts.replace("-Xshare:auto", "-Xshare:on").replace("-Xlog:disable", "")
+    env = dict(os.environ, KAFKA_HEAP_OPTS=cli_helpers.TOOL_HEAP, KAFKA_OPTS=strict)
+    again = subprocess.run([str(kafka_ref.tool("kafka-topics")), "--bootstrap-server", ref_kafka.bootstrap,
+                            "--list"], env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.split() == listed.stdout.split()
