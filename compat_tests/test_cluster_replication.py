@@ -530,7 +530,11 @@ def test_a_paused_leader_acknowledges_nothing_after_its_replacement(cluster: dic
             "transactional_id": None, "acks": -1, "timeout_ms": 5000,
             "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": one_record_batch(b"zombie")}]}]})
         with RawConn(cluster[new].bootstrap) as conn:
-            assert conn.produce(topic, 0, one_record_batch(b"after"))["error_code"] == 0
+            # Kafka's broker answers Metadata from the new image a moment before its partition
+            # has become the leader (NOT_LEADER_OR_FOLLOWER, nothing appended): a client retries
+            code = wait_until(lambda: conn.produce(topic, 0, one_record_batch(b"after"))["error_code"], 10, 0.2,
+                              "the new leader takes a write", ok=lambda c: c != NOT_LEADER_OR_FOLLOWER)
+            assert code == 0
     finally:
         os.kill(pid, signal.SIGCONT)
     [answer] = zombie.recv_response(0, PRODUCE_V, corr, timeout=30)["responses"]
