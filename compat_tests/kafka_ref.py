@@ -20,6 +20,7 @@ Run `python -m compat_tests.kafka_ref [WORKDIR]` to start one by hand (Ctrl-C st
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import shutil
@@ -275,6 +276,7 @@ def _write_config(workdir: Path, port: int, controller_port: int,
 # (-Xlog:disable), and started without (2.0 s of CPU for a kafka-topics --list, against 0.85 s).
 # Set KAFKA_CLI_NO_CDS=1 to disable.
 _CDS_ROOT = Path(os.environ.get("TMPDIR", "/tmp")) / f"tmqgate-cli-cds-{os.getuid()}"
+_CDS_DUMP_STALE_S = 600
 
 
 def java_binary() -> str | None:
@@ -308,20 +310,32 @@ def cds_opts(name: str) -> tuple[str, Path | None, Path | None]:
     # -Xlog:disable: a stale or unusable archive must not print warnings into the tool's output
     if archive.is_file():
         return f"-XX:SharedArchiveFile={archive} -Xshare:auto -Xlog:disable", None, None
+    # One JVM per tool dumps its archive (2 s of CPU more than a plain run); the others started
+    # meanwhile — four lanes start dozens in their first minute — run without one.
+    marker = archive.with_suffix(".dumping")
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        with contextlib.suppress(OSError):
+            if time.time() - marker.stat().st_mtime > _CDS_DUMP_STALE_S:  # its JVM never finished
+                marker.unlink()
+        return "", None, None
+    os.close(fd)
     tmp = d / f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     return f"-XX:ArchiveClassesAtExit={tmp} -Xlog:disable", tmp, archive
 
 
 def finish_cds(tmp: Path | None, final: Path | None) -> None:
-    if tmp is None or final is None:
+    """After the JVM cds_opts gave `tmp` exited: its archive goes to `final` (None: dropped)."""
+    if tmp is None:
         return
-    try:
-        if tmp.is_file() and tmp.stat().st_size > 0:
+    with contextlib.suppress(OSError):
+        if final is not None and tmp.is_file() and tmp.stat().st_size > 0:
             os.replace(tmp, final)
         else:
             tmp.unlink(missing_ok=True)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        tmp.with_name(tmp.name.split(".", 1)[0] + ".dumping").unlink()
 
 
 def _child_env(heap_opts: str, jvm_opts: str) -> dict[str, str]:
