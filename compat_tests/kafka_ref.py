@@ -312,7 +312,7 @@ def cds_opts(name: str) -> tuple[str, Path | None, Path | None]:
         return f"-XX:SharedArchiveFile={archive} -Xshare:auto -Xlog:disable", None, None
     # One JVM per tool dumps its archive (2 s of CPU more than a plain run); the others started
     # meanwhile — four lanes start dozens in their first minute — run without one.
-    marker = archive.with_suffix(".dumping")
+    marker = _dump_marker(archive)
     try:
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
@@ -335,7 +335,13 @@ def finish_cds(tmp: Path | None, final: Path | None) -> None:
         else:
             tmp.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
-        tmp.with_name(tmp.name.split(".", 1)[0] + ".dumping").unlink()
+        _dump_marker(tmp).unlink()
+
+
+def _dump_marker(path: Path) -> Path:
+    """The file that says a JVM is dumping the archive of a tool, from that archive's path
+    (`NAME.jsa`) or its dump's (`NAME.PID.RANDOM.tmp`)."""
+    return path.with_name(path.name.split(".", 1)[0] + ".dumping")
 
 
 def _child_env(heap_opts: str, jvm_opts: str) -> dict[str, str]:

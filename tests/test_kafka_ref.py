@@ -6,6 +6,8 @@ CI (compat_tests/helpers.missing_dependency).
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from compat_tests import kafka_ref  # noqa: E402
+from compat_tests import cli_helpers, kafka_ref  # noqa: E402
 
 pytestmark = [
     # kafka-python loads its JSON schemas through a deprecated importlib API: noise only
@@ -103,11 +105,6 @@ def test_the_tools_map_the_class_data_archive_made_for_this_checkout(
     where it cannot. An archive keyed by the jars alone, made by another checkout whose jars had
     the same sizes and times, was never mapped here (silently), and every tool and test broker
     started in twice the CPU."""
-    import os
-    import subprocess
-
-    from compat_tests import cli_helpers
-
     monkeypatch.delenv("KAFKA_CLI_NO_CDS", raising=False)
     listed = cli_helpers.run("kafka-topics", "--bootstrap-server", ref_kafka.bootstrap, "--list")
     opts, dumping, _ = kafka_ref.cds_opts("kafka-topics")
