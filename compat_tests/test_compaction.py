@@ -126,6 +126,14 @@ def test_cleaner_configs_refused(broker: Broker, config: dict[str, str], message
     assert err.str() == message, err
 
 
+def _described_after_alter(admin: AdminClient, topic: str, key: str, want: str) -> str:
+    """The value DescribeConfigs shows once an alter has reached the broker that answers:
+    Kafka acknowledges IncrementalAlterConfigs when its controller has committed it, and each
+    broker applies the metadata record a moment later (CI saw the value before the alter)."""
+    return wait_until(lambda: _described(admin, topic, key), TIMEOUT, 0.1,
+                      f"{topic} {key}={want!r}", ok=lambda v: v == want)
+
+
 def test_cleanup_policy_altered_both_ways(broker: Broker) -> None:
     admin = _admin(broker)
     topic = _create(admin, {})
@@ -133,11 +141,11 @@ def test_cleanup_policy_altered_both_ways(broker: Broker) -> None:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
         ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
     admin.incremental_alter_configs([resource])[resource].result(TIMEOUT)
-    assert _described(admin, topic, "cleanup.policy") == "delete,compact"
+    assert _described_after_alter(admin, topic, "cleanup.policy", "delete,compact") == "delete,compact"
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
         ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([resource])[resource].result(TIMEOUT)
-    assert _described(admin, topic, "cleanup.policy") == "compact"
+    assert _described_after_alter(admin, topic, "cleanup.policy", "compact") == "compact"
 
 
 @pytest.mark.parametrize("policy", ["compact", "delete,compact"])

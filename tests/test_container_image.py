@@ -339,14 +339,25 @@ COMPAT_MODULES = ["compat_tests/test_api_versions.py", "compat_tests/test_data_p
                   "compat_tests/test_admin.py", "compat_tests/test_groups_offsets.py"]
 
 
+def _failures(out: str) -> str:
+    """The inner run's failures, short: each one's error lines and the summary. Its whole output
+    is printed (pytest shows it under "Captured stdout"), but a CI log may keep only a long
+    message's two ends, and the cause sits in its middle (the CI run on ff59188)."""
+    lines = out.splitlines()
+    errors = [line for line in lines if line.startswith(("E ", "FAILED ", "ERROR "))]
+    return "\n".join(errors[:80] + lines[-3:])
+
+
 @pytest.mark.timeout(1500)
 def test_the_compat_suite_runs_against_the_image(image: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
-                           *COMPAT_MODULES, "--target", "tmqgate-container"],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rsfE",
+                           "--tb=short", *COMPAT_MODULES, "--target", "tmqgate-container"],
                           cwd=ROOT, capture_output=True, text=True, timeout=1200,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-6000:]
+    if done.returncode != 0:
+        print(out)
+    assert done.returncode == 0, _failures(out)
     # pytest's last summary line is on stdout; librdkafka logs to stderr, even after it.
     summary = [line for line in done.stdout.splitlines() if re.search(r" in [\d.]+s\b", line)]
     assert summary and re.search(r"\d+ passed", summary[-1]), out[-6000:]
