@@ -392,6 +392,47 @@ def test_cluster_and_admin_apis_per_host(acl_broker: AclBroker) -> None:
         assert entry["topic_authorized_operations"] == (1 << READ) | (1 << DESCRIBE)
 
 
+def _scram_upsert(name: str, iterations: int, password: bytes) -> dict:
+    """An AlterUserScramCredentials v0 upsertion of a SCRAM-SHA-512 credential."""
+    import hashlib
+
+    salt = b"attacker-salt-16"
+    return {"name": name, "mechanism": 2, "iterations": iterations, "salt": salt,
+            "salted_password": hashlib.pbkdf2_hmac("sha512", password, salt, iterations)}
+
+
+def test_scram_credential_apis_need_the_cluster(acl_broker: AclBroker) -> None:
+    """KIP-554: AlterUserScramCredentials needs ALTER on the cluster, DescribeUserScramCredentials
+    DESCRIBE on it (issue 25: any client could replace the super user's credential, then log in
+    as it). A refused request changes nothing; every user named gets the refusal."""
+    bs = acl_broker.bootstrap
+    victim = unique_topic("scram-victim")
+    assert create_acls(bs, (CLUSTER, "kafka-cluster", LITERAL, ANON, "*", ALL, ALLOW),
+                       *((CLUSTER, "kafka-cluster", LITERAL, ANON, OTHER_HOST, op, DENY)
+                         for op in (ALTER, DESCRIBE))) == [(0, "")] * 3
+    with RawConn(bs) as c:  # from 127.0.0.1 the owner sets the credential
+        made = c.request(51, 0, {"deletions": [], "upsertions": [_scram_upsert(victim, 8192, b"owner")]})
+        assert [(r["user"], r["error_code"]) for r in made["results"]] == [(victim, 0)]
+    with RawFrom(bs, OTHER_HOST) as c:
+        upserted = c.request(51, 0, {"deletions": [], "upsertions": [_scram_upsert(victim, 4096, b"attacker")]})
+        # Kafka's message names the request (its controller's toString of it): its end is what is kept
+        assert [(r["user"], r["error_code"], r["error_message"].endswith(" needs ALTER permission."))
+                for r in upserted["results"]] == [(victim, CLUSTER_AUTHORIZATION_FAILED, True)]
+        deleted = c.request(51, 0, {"deletions": [{"name": victim, "mechanism": 2}], "upsertions": []})
+        assert [(r["user"], r["error_code"], r["error_message"].endswith(" needs ALTER permission."))
+                for r in deleted["results"]] == [(victim, CLUSTER_AUTHORIZATION_FAILED, True)]
+        described = c.request(50, 0, {"users": [{"name": victim}]})
+        # Kafka's error answer has a result per user asked for, its name left empty
+        assert (described["error_code"], described["error_message"]) == (CLUSTER_AUTHORIZATION_FAILED, None)
+        assert [(r["user"], r["error_code"], r["credential_infos"]) for r in described["results"]] == \
+            [("", CLUSTER_AUTHORIZATION_FAILED, [])]
+    with RawConn(bs) as c:  # the owner's credential is as it was
+        described = c.request(50, 0, {"users": [{"name": victim}]})
+        assert described["error_code"] == 0
+        assert [(r["user"], r["error_code"], [(i["mechanism"], i["iterations"]) for i in r["credential_infos"]])
+                for r in described["results"]] == [(victim, 0, [(2, 8192)])]
+
+
 TRANSACTIONAL_ID, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 5, 53
 
 

@@ -7,13 +7,17 @@ sees: a PLAINTEXT/SSL connection, or one already authenticated. Kafka answers bo
 ILLEGAL_SASL_STATE there.
 
 The credential APIs act on storage.users as Kafka's controller (ScramControlManager) and its
-metadata image (ScramImage.describe) do: same validation, codes and messages.
+metadata image (ScramImage.describe) do: same validation, codes and messages. Under an
+authorizer Alter needs ALTER on the cluster and Describe DESCRIBE on it (KIP-554; before
+issue 25 neither was checked, and any client could replace the super user's credential).
+Refused, every user named gets CLUSTER_AUTHORIZATION_FAILED and nothing changes.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.auth import scram
 from tmqgate.broker.handlers.context import AdminApis
@@ -39,8 +43,13 @@ async def sasl_authenticate(ctx: AdminApis, req: Request) -> dict[str, Any]:
 
 @api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def describe_user_scram_credentials(ctx: AdminApis, req: Request) -> dict[str, Any]:
-    stored = ctx.store.users.scram_users()
     requested = [u["name"] for u in req.body.get("users") or []]
+    if ctx.authorizer is not None and not ctx.authorizer.allows_cluster(Operation.DESCRIBE):
+        # Kafka's error answer: a result per user asked for, with an empty name
+        denied = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        return {"throttle_time_ms": 0, "error_code": denied, "error_message": None, "results": [
+            {"user": "", "error_code": denied, "error_message": None, "credential_infos": []} for _ in requested]}
+    stored = ctx.store.users.scram_users()
     names = requested or list(stored)
     results = []
     for name in dict.fromkeys(names):  # each user once, in the request's order
@@ -72,6 +81,12 @@ def _check_name_and_mechanism(name: str, mechanism: int) -> tuple[ErrorCode, str
 async def alter_user_scram_credentials(ctx: AdminApis, req: Request) -> dict[str, Any]:
     """All valid changes of the request are applied, each user's alone failing (Kafka applies
     them atomically from the controller; a user named twice fails DUPLICATE_RESOURCE)."""
+    if ctx.authorizer is not None and not ctx.authorizer.allows_cluster(Operation.ALTER):
+        message = "Request needs ALTER permission."  # Kafka's controller puts the request's toString in it
+        return {"throttle_time_ms": 0, "results": [
+            {"user": change["name"], "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+             "error_message": message}
+            for change in [*(req.body.get("deletions") or []), *(req.body.get("upsertions") or [])]]}
     users = ctx.store.users
     deletions: dict[str, dict[str, Any]] = {}
     upsertions: dict[str, dict[str, Any]] = {}
