@@ -63,6 +63,7 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "max_databases": (1, None),
     "connections_max_idle_ms": (1, None),
     "request_read_timeout_ms": (1, None),
+    "sasl_authentication_timeout_ms": (1, None),
     "queued_max_request_bytes": (-1, None),
     "max_connections": (1, None),
     "max_connections_per_ip": (1, None),
@@ -275,6 +276,11 @@ class BrokerConfig:
     # connection.failed.authentication.delay.ms: a failed authentication is answered and its
     # connection closed only after this delay (Kafka's default 100; 0 = at once).
     connection_failed_authentication_delay_ms: int = 100
+    # A SASL connection must complete its authentication within this time after it is accepted,
+    # or it is closed (tmqgate's own, issue 25: a half-open handshake held its socket until
+    # connections_max_idle_ms). Kafka has no such bound; its frames before authentication are,
+    # as here, at most sasl.server.max.receive.size (512 KiB) and outside the request pool.
+    sasl_authentication_timeout_ms: int = 30_000
     # sasl.oauthbearer.jwks.endpoint.url (Kafka 4.x): signed JWTs are checked against this JWKS
     # (https:// or file://); unset = unsecured tokens.
     sasl_oauthbearer_jwks_endpoint_url: str | None = None

@@ -512,8 +512,8 @@ class Broker:
             # stop() cancels open connections: end quietly (a cancelled task would have
             # Python 3.11's start_server callback log a traceback per connection).
             pass
-        except TimeoutError as exc:
-            log.info("closing %s: %s", peer, exc)
+        except TimeoutError as exc:  # rate-limited: an attacker's sockets time out by the thousand
+            self.limited_log.log(logging.INFO, "timed-out", "closing %s: %s", peer, exc)
         except NoMatchingRule as exc:  # Kafka fails the authentication of such a certificate
             self.limited_log.warning("authentication", "closing %s: %s", peer, exc)
         except Exception:
@@ -565,8 +565,15 @@ class Broker:
     async def _serve_requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any,
                               memory: FrameMemory, transport: Any, fd: int, session: Any,
                               owed: list[asyncio.Future[None]]) -> None:
+        # A SASL connection authenticates within sasl_authentication_timeout_ms; until it has,
+        # its frames (at most 512 KiB) are read outside the request pool, as Kafka reads them:
+        # sockets that never authenticate cannot hold the pool that everyone's requests need.
+        deadline = (time.monotonic() + self.config.sasl_authentication_timeout_ms / 1000
+                    if session is not None else None)
         while True:
-            (size,) = _SIZE.unpack(await self._read_size(reader))
+            if deadline is not None and session.ever_authenticated:
+                deadline = None
+            (size,) = _SIZE.unpack(await self._read_size(reader, deadline))
             memory.free()  # the previous frame (alive until now in this loop) goes back
             max_size = self.config.socket_request_max_bytes if session is None else session.max_frame(
                 self.config.socket_request_max_bytes)
@@ -574,7 +581,8 @@ class Broker:
                 self.limited_log.warning("bad-frame", "closing %s: frame of %d bytes is over "
                                          "socket.request.max.bytes (%d)", peer, size, max_size)
                 return
-            frame = await self._read_frame(reader, size, memory)
+            frame = await self._read_frame(reader, size, memory if session is None or session.authenticated
+                                           else None, deadline)
             if self.frame_hook is not None:
                 self.frame_hook(frame)
             if session is not None and session.raw_tokens:  # after SaslHandshake v0: raw SASL tokens
@@ -708,26 +716,44 @@ class Broker:
         if elapsed_ms >= self._slow_request_ms or _request_log.isEnabledFor(logging.DEBUG):
             self._log_request(request, peer, elapsed_ms, body)
 
-    async def _read_size(self, reader: asyncio.StreamReader) -> bytes:
-        """The next frame's size prefix; a connection silent for connections.max.idle.ms is closed."""
+    async def _read_size(self, reader: asyncio.StreamReader, deadline: float | None) -> bytes:
+        """The next frame's size prefix; a connection silent for connections.max.idle.ms is
+        closed, and one not authenticated by `deadline` (time.monotonic()) too."""
         idle_ms = self.config.connections_max_idle_ms
         try:
-            async with asyncio.timeout(idle_ms / 1000 if idle_ms > 0 else None):
+            async with asyncio.timeout(self._timeout(idle_ms / 1000 if idle_ms > 0 else None, deadline)):
                 return await reader.readexactly(4)
         except TimeoutError:
+            self._check_deadline(deadline)
             raise TimeoutError(f"idle for connections.max.idle.ms ({idle_ms} ms)") from None
 
-    async def _read_frame(self, reader: asyncio.StreamReader, size: int, memory: FrameMemory) -> bytes:
+    async def _read_frame(self, reader: asyncio.StreamReader, size: int, memory: FrameMemory | None,
+                          deadline: float | None) -> bytes:
         """A frame's body, read once `size` bytes are reserved in the pool (waiting for them,
-        unread, as Kafka mutes the channel); it must arrive within request_read_timeout_ms."""
-        await memory.take(size)
+        unread, as Kafka mutes the channel) — with no `memory`, before authentication, outside
+        it; it must arrive within request_read_timeout_ms, and by the authentication deadline."""
+        if memory is not None:
+            await memory.take(size)
         timeout_ms = self.config.request_read_timeout_ms
         try:
-            async with asyncio.timeout(timeout_ms / 1000 if timeout_ms > 0 else None):
+            async with asyncio.timeout(self._timeout(timeout_ms / 1000 if timeout_ms > 0 else None, deadline)):
                 return await reader.readexactly(size)
         except TimeoutError:
+            self._check_deadline(deadline)
             raise TimeoutError(f"a frame of {size} bytes was not received within "
                                f"request_read_timeout_ms ({timeout_ms} ms)") from None
+
+    @staticmethod
+    def _timeout(timeout_s: float | None, deadline: float | None) -> float | None:
+        if deadline is None:
+            return timeout_s
+        left = max(0.0, deadline - time.monotonic())
+        return left if timeout_s is None else min(timeout_s, left)
+
+    def _check_deadline(self, deadline: float | None) -> None:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError("not authenticated within sasl_authentication_timeout_ms "
+                               f"({self.config.sasl_authentication_timeout_ms} ms)") from None
 
     def _log_request(self, request: Request, peer: Any, elapsed_ms: float, body: dict[str, Any]) -> None:
         """A completed request at DEBUG (Kafka's kafka.request.logger), and a slow one at WARNING:

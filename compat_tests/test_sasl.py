@@ -523,3 +523,94 @@ def test_java_tools_over_sasl_ssl(sasl_ssl_broker: tuple[SecureBroker, Certs], t
                   "--list", check=False)
     assert out.returncode == 1
     assert "SaslAuthenticationException: " + FAILED.format("SCRAM-SHA-512") in out.stderr, out.describe()
+
+
+# -- before authentication: frames outside the request pool, and a deadline (issue 25, point 2) --
+
+POOL_BYTES = 4 << 20  # the broker-wide request pool of this module's small broker
+AUTH_TIMEOUT_MS = 3000  # tmqgate's sasl_authentication_timeout_ms there
+
+
+@pytest.fixture(scope="module")
+def small_pool_broker(tmp_path_factory: pytest.TempPathFactory, target: str,
+                      pytestconfig: pytest.Config) -> Iterator[SecureBroker]:
+    """A SASL broker whose request pool (queued.max.request.bytes) holds 4 MiB, frames of 1 MiB."""
+    if pytestconfig.getoption("--bootstrap"):
+        pytest.skip("--bootstrap given: these tests start a broker with SASL listeners")
+    extra: dict[str, object] = ({"queued.max.request.bytes": str(POOL_BYTES),
+                                 "socket.request.max.bytes": str(1 << 20)} if target == "kafka" else
+                                {"queued_max_request_bytes": POOL_BYTES, "socket_request_max_bytes": 1 << 20,
+                                 "sasl_authentication_timeout_ms": AUTH_TIMEOUT_MS})
+    sb = start_secure_broker(target, tmp_path_factory.mktemp(f"{target}-sasl-pool"),
+                             mechanisms=("SCRAM-SHA-512",), extra_config=extra)
+    try:
+        yield sb
+    finally:
+        sb.proc.stop()
+
+
+def _half_frames(address: str, count: int) -> list:
+    """`count` sockets that each announce a 512 KiB frame (sasl.server.max.receive.size, the
+    largest allowed before authentication) and send 4 bytes of it."""
+    import socket
+    import struct
+
+    from .helpers import split_hostport
+
+    host, port = split_hostport(address)
+    out = []
+    for _ in range(count):
+        s = socket.create_connection((host, port))
+        s.sendall(struct.pack(">i", 512 << 10) + b"\x00\x12\x00\x03")
+        out.append(s)
+    return out
+
+
+def test_unauthenticated_frames_do_not_hold_the_request_pool(small_pool_broker: SecureBroker) -> None:
+    """24 unauthenticated sockets announce 12 MiB of frames, three times the 4 MiB pool, and
+    never send them: Kafka reads frames before authentication outside its memory pool, so an
+    authenticated client's Metadata, a new client's ApiVersions and a SCRAM login are answered
+    meanwhile (issue 25: the pool was theirs, and everyone else waited as long as they held on)."""
+    sb = small_pool_broker
+    holders = _half_frames(sb.sasl_bootstrap, 24)
+    try:
+        with RawConn(sb.sasl_bootstrap) as newcomer:
+            assert 36 in newcomer.api_versions()
+            assert _scram_auth(newcomer, "alice", "alice-secret")["error_code"] == 0
+            meta = newcomer.request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                            "include_topic_authorized_operations": False})
+            assert [b["port"] for b in meta["brokers"]] != []
+        with RawConn(sb.bootstrap) as plain:
+            meta = plain.request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                         "include_topic_authorized_operations": False})
+            assert meta["brokers"] != []
+    finally:
+        for s in holders:
+            s.close()
+
+
+@pytest.mark.tmqgate_only
+def test_connections_not_authenticated_in_time_are_closed(small_pool_broker: SecureBroker) -> None:
+    """sasl_authentication_timeout_ms (3 s here): a connection silent from the start, one that
+    stopped after its SaslHandshake and one trickling a frame are closed (issue 25: they stayed
+    until connections_max_idle_ms, 600 s); an authenticated one lives on past the deadline."""
+    sb = small_pool_broker
+    with RawConn(sb.sasl_bootstrap) as silent, RawConn(sb.sasl_bootstrap) as half, \
+            RawConn(sb.sasl_bootstrap) as trickle, RawConn(sb.sasl_bootstrap) as done:
+        assert _handshake(half, "SCRAM-SHA-512")["error_code"] == 0
+        assert _scram_auth(done, "bob", "bob-secret")["error_code"] == 0
+        trickle.send_bytes(b"\x00\x00\x01\x00")  # a 256-byte frame, a byte at a time
+        started = time.monotonic()
+        closed = False
+        while not closed and time.monotonic() - started < AUTH_TIMEOUT_MS / 1000 + 30:
+            try:
+                trickle.send_bytes(b"\x00")
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+            closed = closed or trickle.closed_within(0.5)
+        assert closed, "the trickling connection is still open"
+        assert silent.closed_within(30)
+        assert half.closed_within(30)
+        meta = done.request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                    "include_topic_authorized_operations": False})
+        assert meta["brokers"] != []

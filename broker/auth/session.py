@@ -191,6 +191,16 @@ class Session:
     def _move(self, to: State) -> None:
         self.state = check("SASL session", _VALID_PREVIOUS, self.state, to)
 
+    @property
+    def authenticated(self) -> bool:
+        """Its requests pass to the handlers (their frames are served from the request pool)."""
+        return self.state is State.COMPLETE
+
+    @property
+    def ever_authenticated(self) -> bool:
+        """Past its first authentication (the authentication deadline no longer applies)."""
+        return self.principal is not None
+
     def max_frame(self, authenticated_limit: int) -> int:
         """The largest frame the connection may send now (Kafka bounds unauthenticated ones)."""
         if self.state is State.COMPLETE:
