@@ -432,7 +432,8 @@ async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
         runner = await start_http(make_app(broker.executor, broker.store, broker.topics, config.node_id,
                                            max_body_bytes=config.max_sql_length, served_as=config.http,
                                            allowed_hosts=config.http_allowed_hosts, authenticate=authenticate,
-                                           metrics=broker.metrics, metrics_auth=config.metrics_auth),
+                                           metrics=broker.metrics, metrics_auth=config.metrics_auth,
+                                           metrics_acl_filter=config.metrics_acl_filter),
                                   config.http_address,
                                   server_ssl_context(config) if config.http_tls else None)
     except OSError as exc:

@@ -306,6 +306,11 @@ class BrokerConfig:
     # takes the same credentials (true) or is open like /health (false, the default: a
     # Prometheus scraper needs no user). The Host check applies either way.
     metrics_auth: bool = False
+    # With an authorizer on, GET /metrics shows the series labelled with a topic, database or
+    # consumer group only if its caller (the Basic user with metrics_auth, else User:ANONYMOUS)
+    # may DESCRIBE each, as Metadata and ListGroups hide names; super users see all. false:
+    # every series to whoever reaches /metrics (a scraper on a network of its own).
+    metrics_acl_filter: bool = True
     # kafka_consumergroup_lag/current_offset are computed at scrape time: at most this many
     # (group, partition) series per scrape (kafka_consumergroup_lag_truncated says when cut).
     metrics_max_lag_series: int = 10_000

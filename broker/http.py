@@ -30,6 +30,12 @@ checked like SASL/PLAIN against the SCRAM credentials); a missing, malformed or 
 answered 401 with `WWW-Authenticate: Basic` and the JSON error body. An authenticated
 request carries its principal as `request[PRINCIPAL]` ("User:alice").
 `GET /metrics` (broker/metrics.py) is open like `/health` unless `metrics_auth = true`.
+
+Authorization: each path needs what `PATH_NEEDS` says, in Kafka's ACL terms (checked with the
+broker's authorizer when one is on, for the request's principal — `User:ANONYMOUS` on a path
+served without credentials): `/rest/sql` runs each statement under broker/sql/access.py's
+table, and the listings show only what the caller may DESCRIBE (`Visibility`), as Metadata
+and ListGroups hide the rest.
 """
 
 from __future__ import annotations
@@ -46,7 +52,15 @@ from yarl import URL
 
 from tmqgate.broker.client import ANONYMOUS
 from tmqgate.broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from tmqgate.broker.tdengine import FORWARDED, Caller, ParseTimeout, ParseWorkerDied, SqlError
+from tmqgate.broker.tdengine import (
+    FORWARDED,
+    PERMISSION_DENIED,
+    Caller,
+    ParseTimeout,
+    ParseWorkerDied,
+    SqlError,
+    Visibility,
+)
 from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
@@ -78,6 +92,17 @@ NO_AUTH_INFO = 0x1105
 AUTH_FAILURE = 0x0357
 #: Paths served without credentials (a load balancer's or orchestrator's probe).
 OPEN_PATHS = frozenset({"/health"})
+#: What each route needs of the authorizer (tests/test_sql_access.py: every route has an entry).
+PATH_NEEDS = {
+    "/health": "nothing: liveness, the storage's state and a count of topics (no names)",
+    "/rest/sql": "each statement's needs (broker/sql/access.py)",
+    "/rest/sql/{db}": "each statement's needs with db as the session database (broker/sql/access.py); "
+                      "the name alone reveals nothing",
+    "/log-history": "nothing; vnodes shown only of the databases (topics) the caller may DESCRIBE, "
+                    "and ?db=X needs DESCRIBE on topic X (403 otherwise, before X is looked up)",
+    "/metrics": "nothing; with metrics_acl_filter (the default), series labelled with a topic, database "
+                "or consumer group shown only if the caller may DESCRIBE each (a group: or the cluster)",
+}
 _CHALLENGE = {"WWW-Authenticate": 'Basic realm="tmqgate", charset="UTF-8"'}
 
 Authenticate = Callable[[str, str], Awaitable[bool]]  # (user, password) -> the password is the user's
@@ -95,6 +120,12 @@ def basic_credentials(header: str | None) -> tuple[str, str] | None:
     except (binascii.Error, UnicodeDecodeError):
         return None
     return (user, password) if sep and user else None
+
+
+def _principal(request: web.Request) -> tuple[str, str]:
+    """(principal, host) of a request: what an authenticating middleware put under PRINCIPAL
+    ("User:NAME"), else User:ANONYMOUS; ACLs decide what it may do and see."""
+    return request.get(PRINCIPAL, ANONYMOUS), request.remote or ""
 
 
 def unauthorized(code: int, desc: str) -> web.Response:
@@ -224,14 +255,16 @@ async def _answer(request: web.Request, handler: Any) -> web.StreamResponse:
 def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: int,
              max_body_bytes: int = 1_048_576, served_as: str | None = None,
              allowed_hosts: Sequence[str] = (), authenticate: Authenticate | None = None,
-             metrics: Metrics | None = None, metrics_auth: bool = False) -> web.Application:
+             metrics: Metrics | None = None, metrics_auth: bool = False,
+             metrics_acl_filter: bool = True) -> web.Application:
     """The HTTP front over the broker's SQL executor, store and topic registry. A body over
     `max_body_bytes` (the broker's max_sql_length, TDengine's 1 MiB SQL limit) is answered
     413 before it is read whole, so no SQL text longer than that is ever parsed. `served_as`
     (the configured `http` host:port) and `allowed_hosts` (`http_allowed_hosts`) are the Host
     names served besides the bound address and loopback. With `authenticate`, requests need
     HTTP Basic credentials it accepts (not /health, nor /metrics unless `metrics_auth`).
-    With `metrics`, `GET /metrics` serves them in Prometheus' text format."""
+    With `metrics`, `GET /metrics` serves them in Prometheus' text format — with an authorizer
+    and `metrics_acl_filter`, only the series of topics and groups the caller may DESCRIBE."""
     guard = _guard(HostCheck(served_as, allowed_hosts))
     open_paths = OPEN_PATHS if metrics_auth else OPEN_PATHS | {"/metrics"}
     middlewares = [guard] if authenticate is None else [guard, _auth_middleware(authenticate, open_paths)]
@@ -254,12 +287,10 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             return error_response(400, SYNTAX_ERROR, f"the SQL text is not UTF-8 (byte {exc.start})")
         db = request.match_info.get("db")
         try:
-            # SQL runs as the request's principal: what an authenticating middleware put under
-            # PRINCIPAL ("User:NAME"), else User:ANONYMOUS; ACLs decide what it may do.
+            # SQL runs as the request's principal (`_principal`).
             # On a cluster a statement may be sent on to the broker leading its database, with
             # these credentials (broker/cluster/sql.py); one sent here is never sent on.
-            caller = Caller(request.get(PRINCIPAL, ANONYMOUS), request.remote or "",
-                            forwarded=request.headers.get(FORWARDED) == "1",
+            caller = Caller(*_principal(request), forwarded=request.headers.get(FORWARDED) == "1",
                             credentials=request.headers.get("Authorization"))
             result = await executor.execute_async(text, db, caller)
         except SqlError as exc:
@@ -277,17 +308,23 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
 
     async def log_history(request: web.Request) -> web.Response:
         db = request.query.get("db")
+        visible = Visibility(executor.access, Caller(*_principal(request)))
+        if db is not None and not visible("TOPIC", db):  # as Metadata of a named topic: refused, found or not
+            return error_response(403, PERMISSION_DENIED,
+                                  f"Permission denied: {visible.caller.principal} may not DESCRIBE topic {db!r}")
         if db is not None and store.get_database(db) is None:
             return error_response(404, DB_NOT_EXIST, f"Database not exist: {db}")
-        return web.json_response({"vnodes": store.log_history(db)})
+        return web.json_response({"vnodes": [v for v in store.log_history(db) if visible("TOPIC", v["db"])]})
 
     app.router.add_get("/health", health)
     app.router.add_post("/rest/sql", rest_sql)
     app.router.add_post("/rest/sql/{db}", rest_sql)
     app.router.add_get("/log-history", log_history)
     if metrics is not None:
-        async def metrics_text(_request: web.Request) -> web.Response:
-            return web.Response(body=metrics.exposition(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+        async def metrics_text(request: web.Request) -> web.Response:
+            visible = (Visibility(executor.access, Caller(*_principal(request)))
+                       if metrics_acl_filter and executor.access is not None else None)
+            return web.Response(body=metrics.exposition(visible), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
         app.router.add_get("/metrics", metrics_text)
     return app

@@ -79,6 +79,29 @@ def consumer_group_lag(committed: Iterable[tuple[str, Mapping[tuple[str, int], i
     return rows, False
 
 
+#: (Kafka resource type, name) → whether the caller may see series labelled with it
+Visible = Callable[[str, str], bool]
+#: the labels that name a Kafka resource: a series is shown only if each of its is visible
+RESOURCE_LABELS = {"topic": "TOPIC", "database": "TOPIC", "consumergroup": "GROUP"}
+
+
+class _Filtered(Collector):
+    """A registry's families with the samples `visible` refuses left out (a family itself
+    stays, with its HELP and TYPE: nothing of a hidden name is shown)."""
+
+    def __init__(self, registry: CollectorRegistry, visible: Visible) -> None:
+        self._registry = registry
+        self._visible = visible
+
+    def collect(self) -> Iterator[Any]:
+        visible = self._visible
+        for family in self._registry.collect():
+            family.samples = [s for s in family.samples
+                              if all(visible(RESOURCE_LABELS[k], v) for k, v in s.labels.items()
+                                     if k in RESOURCE_LABELS)]
+            yield family
+
+
 class _ScrapeTime(Collector):
     """Every series, built at scrape time: the hot-path counters as they stand, and the figures
     read from the store, the topic registry and the groups' offsets."""
@@ -257,11 +280,13 @@ class Metrics:
         for topic in [t for t in self._topic_counts if t not in live]:
             del self._topic_counts[topic]
 
-    def exposition(self) -> bytes:
-        """The Prometheus text of every series, stale topics dropped first."""
+    def exposition(self, visible: Visible | None = None) -> bytes:
+        """The Prometheus text of every series, stale topics dropped first; with `visible`,
+        only the series whose topic, database and group labels it accepts (the HTTP front's
+        DESCRIBE filter for its caller, `metrics_acl_filter`)."""
         if self.topics is not None:
             self.prune(t.name for t in self.topics.all())
-        return generate_latest(self.registry)
+        return generate_latest(self.registry if visible is None else _Filtered(self.registry, visible))
 
     # --- scrape ------------------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ through these names:
 - who runs SQL: `Caller(principal, host)` (the executor's `execute(text, db, caller)`), and
   `Access`, what the broker gives the executor when an authorizer is on (the decision, GRANT /
   REVOKE as ACLs, CREATE / ALTER USER's passwords) — broker/sql/access.py names what each
-  statement needs;
+  statement needs; `Visibility(access, caller)`, what a listing (SHOW, /log-history,
+  /metrics) may show a caller: what it may DESCRIBE;
 - a follower replica of a SQL database's vnode: `append_replicated(store, catalog, db, vnode,
   version, kind, value, count)` stores the leader's entry and makes its meta's catalog change;
 - `TsdbCatalog(store)` — the cached catalog (supertable schemas, child tables) shared by the
@@ -33,7 +34,7 @@ The dependency goes one way: the subsystem does not import the Kafka core (the e
 sees the topic registry through its `TopicNames` protocol).
 """
 
-from tmqgate.broker.sql.access import FORWARDED, Access, Caller
+from tmqgate.broker.sql.access import FORWARDED, PERMISSION_DENIED, Access, Caller, Visibility
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.executor import (
     DB_ALREADY_EXIST,
@@ -58,6 +59,7 @@ __all__ = [
     "DB_ALREADY_EXIST",
     "FORWARDED",
     "OUT_OF_DNODES",
+    "PERMISSION_DENIED",
     "SYN_NOT_LEADER",
     "INVALID_IDENTIFIER",
     "Access",
@@ -75,6 +77,7 @@ __all__ = [
     "TopicNames",
     "TsdbCatalog",
     "View",
+    "Visibility",
     "append_replicated",
     "ingest",
     "topic_definition",

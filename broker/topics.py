@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tmqgate.broker.errors import KafkaError
-from tmqgate.broker.tdengine import INVALID_IDENTIFIER, SqlError, TopicDef, View, topic_definition
+from tmqgate.broker.tdengine import INVALID_IDENTIFIER, Caller, SqlError, TopicDef, View, topic_definition
 from tmqgate.broker.topic_configs import BrokerDefault, effective, validate, validate_together
 from tmqgate.coordinator.cluster import GROUP_STATE_TOPIC, TXN_STATE_TOPIC
 from tmqgate.protocol.errors import ErrorCode
@@ -374,16 +374,18 @@ class TopicRegistry:
         return None
 
     def create(self, name: str, partitions: int, configs: dict[str, str | None],
-               validate_only: bool = False, topic_id: bytes | None = None) -> Topic:
+               validate_only: bool = False, topic_id: bytes | None = None,
+               owner: tuple[str, str] | None = None) -> Topic:
         """CreateTopics: a plain topic (its database of `partitions` vnodes and the topic over
-        it), or — with the tmq.as config — a TDengine topic over an existing database."""
+        it), or — with the tmq.as config — a TDengine topic over an existing database, made by
+        `owner` (principal, host: whose READ on the database a Fetch of it checks)."""
         check_topic_name(name)
         if name in self._by_name:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if is_internal(name):  # made by the broker itself when a group or a transaction needs it
             raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{name}' is an internal topic; the broker creates it.")
         if configs.get(TMQ_AS) is not None:
-            return self._create_tmq(name, partitions, configs, validate_only)
+            return self._create_tmq(name, partitions, configs, validate_only, owner)
         if partitions < 1:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         clean = validate_configs(configs)
@@ -401,7 +403,7 @@ class TopicRegistry:
         return topic
 
     def _create_tmq(self, name: str, partitions: int, configs: dict[str, str | None],
-                    validate_only: bool) -> Topic:
+                    validate_only: bool, owner: tuple[str, str] | None) -> Topic:
         unknown = set(configs) - {TMQ_AS, TMQ_META, TMQ_DB}
         if unknown:
             raise TopicError(ErrorCode.INVALID_CONFIG, f"A TDengine topic takes only the configs {TMQ_AS}, {TMQ_META}, "
@@ -412,7 +414,8 @@ class TopicRegistry:
         # backquoted: a legal Kafka name ('my-topic') is not an unquoted TDengine one
         prefix = f"CREATE TOPIC `{name}` {meta.upper() + ' META ' if meta else ''}AS "
         try:
-            definition = topic_definition(self._store, self.catalog, f"{prefix}{configs[TMQ_AS]}", configs.get(TMQ_DB))
+            definition = topic_definition(self._store, self.catalog, f"{prefix}{configs[TMQ_AS]}", configs.get(TMQ_DB),
+                                          None if owner is None else Caller(*owner))
         except SqlError as exc:
             if exc.code == INVALID_IDENTIFIER and exc.position == len("CREATE TOPIC "):  # the name itself
                 raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, exc.message) from None

@@ -53,6 +53,21 @@ def test_deleted_topic_series_are_dropped() -> None:
     assert _samples(metrics)[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "a"),))] == 1
 
 
+def test_a_filtered_scrape_leaves_out_hidden_names() -> None:
+    """The HTTP front's DESCRIBE filter (metrics_acl_filter): a series is shown only if each of
+    its topic / database / group labels is visible; the broker's own series stay."""
+    metrics = Metrics()
+    metrics.produced("a", 100, 3)
+    metrics.produced("b", 50, 1)
+    metrics.request(0, 9, 1.0)
+    text = metrics.exposition(lambda resource_type, name: (resource_type, name) == ("TOPIC", "a")).decode()
+    samples = {(s.name, tuple(sorted(s.labels.items())))
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert ("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "a"),)) in samples
+    assert not [k for k in samples if ("topic", "b") in k[1]]
+    assert ("kafka_network_requestmetrics_requests_total", (("request", "Produce"), ("version", "9"))) in samples
+
+
 def test_requests_errors_and_connections() -> None:
     metrics = Metrics()
     metrics.request(0, 9, 1.5)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.client import current_client
 from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.quotas import MutationQuota
 from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS, cleanup_policies
@@ -102,7 +103,9 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
             if cluster is not None and not validate_only and configs.get(TMQ_AS) is None:
                 topic = await cluster.create(name, partitions, configs, replicas, replication)  # through etcd
             else:
-                topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only)
+                client = current_client.get()  # a TDengine topic's owner (broker/sql/access.py)
+                topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only,
+                                          owner=(client.principal, client.host))
         except TopicError as exc:
             result.update(_error(exc.code, exc.message))
             results.append(result)

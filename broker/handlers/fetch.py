@@ -24,10 +24,11 @@ from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.handlers.leader_hints import point_to_leaders
 from tmqgate.broker.quotas import parked
-from tmqgate.broker.topics import TSDB
+from tmqgate.broker.topics import TMQ, TSDB
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.topics import Topic
     from tmqgate.protocol.messages import Request
 
@@ -99,13 +100,27 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
 
 def _denied(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], by_id: bool) -> list[bool] | None:
     """Which requested topics the client may not READ (Kafka: TOPIC_AUTHORIZATION_FAILED for
-    their partitions; an unknown topic id stays UNKNOWN_TOPIC_ID); None: no authorizer."""
+    their partitions; an unknown topic id stays UNKNOWN_TOPIC_ID); None: no authorizer.
+    A TDengine topic (a view) is refused the same way when its owner may no longer READ the
+    database it reads (broker/sql/access.py): a view never serves what its maker lost. Both
+    are cached decisions, taken once per Fetch, not per row or per pass."""
     auth = ctx.authorizer
     if auth is None:
         return None
     names = [topic.name if topic is not None else None if by_id else t["topic"] for t, topic in wanted]
     allowed = auth.allowed(Operation.READ, ResourceType.TOPIC, {n for n in names if n is not None})
-    return [n is not None and n not in allowed for n in names]
+    return [n is not None and (n not in allowed or (topic is not None and not _owner_reads(auth, topic)))
+            for n, (_, topic) in zip(names, wanted, strict=True)]
+
+
+def _owner_reads(auth: Authorizer, topic: Topic) -> bool:
+    """Whether a view's owner may still READ its database (True for any other topic, and for a
+    view made before owners were recorded)."""
+    definition = topic.view.topic if topic.kind == TMQ and topic.view is not None else None
+    if definition is None or definition.owner is None:
+        return True
+    return bool(auth.authorize(definition.owner, definition.owner_host, Operation.READ, ResourceType.TOPIC,
+                               (definition.db,)))
 
 
 async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import pyarrow as pa
 
 from tmqgate.broker.sql import ast
-from tmqgate.broker.sql.access import PERMISSION_DENIED, Access, Caller, refusal
+from tmqgate.broker.sql.access import PERMISSION_DENIED, Access, Caller, Visibility, refusal
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.parser import parse, parse_script
 from tmqgate.broker.sql.views import TopicDef
@@ -221,6 +221,10 @@ def led_elsewhere(cluster: SqlCluster, statements: list[ast.Statement], db: str 
 _WRITES = (ast.Insert, ast.CreateTables, ast.CreateStable, ast.CreateTable, ast.AlterStableAddColumn,
            ast.AlterStableAddTag, ast.DropStable, ast.DropTable)
 
+#: the statements whose handlers take the caller: SHOW filters its rows by what the caller may
+#: DESCRIBE; a TDengine topic records its owner
+_FOR_CALLER = (ast.Show, ast.CreateTopic)
+
 #: the statements a cluster runs through etcd (`Executor._through_etcd`)
 _THROUGH_ETCD = (ast.CreateDatabase, ast.DropDatabase, ast.CreateTopic, ast.DropTopic)
 
@@ -254,9 +258,11 @@ def _stable(catalog: TsdbCatalog, db: str, name: str) -> StableSchema:
     return schema
 
 
-def define_topic(store: Store, catalog: TsdbCatalog, stmt: ast.CreateTopic, db: str | None) -> TopicDef:
+def define_topic(store: Store, catalog: TsdbCatalog, stmt: ast.CreateTopic, db: str | None,
+                 owner: Caller | None = None) -> TopicDef:
     """Check a CREATE TOPIC against the catalog and compile its view once (errors now,
-    not at the first Fetch)."""
+    not at the first Fetch); `owner`: who makes it (its READ on the database is checked at
+    every Fetch of the view while an authorizer is on)."""
     from tmqgate.broker.sql.expr import compile_filter, compile_projection
 
     info = _database(store, stmt.db or db)
@@ -273,15 +279,18 @@ def define_topic(store: Store, catalog: TsdbCatalog, stmt: ast.CreateTopic, db: 
             compile_filter(stmt.where, schema, tags_only=True)
     # The statement is kept as written; the view needs only its SELECT or WHERE, and the
     # database is stored beside it.
-    return TopicDef(stmt.name, stmt.kind, info.name, stable, stmt.meta, stmt.statement)
+    return TopicDef(stmt.name, stmt.kind, info.name, stable, stmt.meta, stmt.statement,
+                    owner.principal if owner is not None else None, owner.host if owner is not None else "")
 
 
-def topic_definition(store: Store, catalog: TsdbCatalog, text: str, db: str | None) -> TopicDef:
+def topic_definition(store: Store, catalog: TsdbCatalog, text: str, db: str | None,
+                     owner: Caller | None = None) -> TopicDef:
     """The definition of the TDengine topic a `CREATE TOPIC …` statement text makes (as the
-    tmq.as topic config does), checked against the catalog; SqlError if it cannot be made."""
+    tmq.as topic config does) for `owner`, checked against the catalog; SqlError if it cannot
+    be made."""
     stmt = parse(text)
     assert isinstance(stmt, ast.CreateTopic)
-    return define_topic(store, catalog, stmt, db)
+    return define_topic(store, catalog, stmt, db, owner)
 
 
 class Executor:
@@ -353,7 +362,7 @@ class Executor:
                 result = await self._insert_async(stmt, db)
             elif self.cluster is not None and isinstance(stmt, _THROUGH_ETCD):
                 self._check(stmt, db, caller)
-                result = await self._through_etcd(self.cluster, stmt, db)
+                result = await self._through_etcd(self.cluster, stmt, db, caller)
             else:
                 result, db = self._step(stmt, db, caller)
         if self.cluster is not None and written:
@@ -374,7 +383,8 @@ class Executor:
                 names |= _databases_of(stmt, db)
         return names
 
-    async def _through_etcd(self, cluster: SqlCluster, stmt: ast.Statement, db: str | None) -> Result:
+    async def _through_etcd(self, cluster: SqlCluster, stmt: ast.Statement, db: str | None,
+                            caller: Caller) -> Result:
         """CREATE / DROP DATABASE and CREATE / DROP TOPIC on a cluster: checked here as on one
         node, then placed in (or removed from) etcd, which every broker applies."""
         if isinstance(stmt, ast.CreateDatabase):
@@ -393,7 +403,7 @@ class Executor:
                     self.topics.reload()
             return Result.affected(0)
         if isinstance(stmt, ast.CreateTopic):
-            definition = self._plan_topic(stmt, db)
+            definition = self._plan_topic(stmt, db, caller)
             if definition is not None:
                 if cluster.leader(definition.db) is None:  # over a database of this node alone
                     self.topics.make_view(stmt.name, definition.to_json())
@@ -432,7 +442,7 @@ class Executor:
         if isinstance(stmt, ast.UseDatabase):
             self._database(stmt.name)
             return Result.affected(0), stmt.name
-        return self._run(stmt, db), db
+        return self._run(stmt, db, caller or Caller()), db
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -452,10 +462,12 @@ class Executor:
         self.catalog.invalidate(db, stable)
         self.topics.invalidate_views(db)
 
-    def _run(self, stmt: ast.Statement, db: str | None) -> Result:
+    def _run(self, stmt: ast.Statement, db: str | None, caller: Caller) -> Result:
         handler = getattr(self, "_" + type(stmt).__name__, None)
         if handler is None:
             raise SqlError(f"statement not supported: {type(stmt).__name__}")
+        if isinstance(stmt, _FOR_CALLER):
+            return handler(stmt, db, caller)
         return handler(stmt, db)
 
     # -- databases ------------------------------------------------------------------------
@@ -825,23 +837,23 @@ class Executor:
 
     # -- topics ---------------------------------------------------------------------------
 
-    def _CreateTopic(self, stmt: ast.CreateTopic, db: str | None) -> Result:
-        definition = self._plan_topic(stmt, db)
+    def _CreateTopic(self, stmt: ast.CreateTopic, db: str | None, caller: Caller) -> Result:
+        definition = self._plan_topic(stmt, db, caller)
         if definition is not None:
             self.topics.make_view(stmt.name, definition.to_json())
         return Result.affected(0)
 
-    def _plan_topic(self, stmt: ast.CreateTopic, db: str | None) -> TopicDef | None:
-        """A new TDengine topic's checked definition (None: it exists, IF NOT EXISTS)."""
+    def _plan_topic(self, stmt: ast.CreateTopic, db: str | None, owner: Caller) -> TopicDef | None:
+        """A new TDengine topic's checked definition, made by `owner` (None: it exists, IF NOT EXISTS)."""
         if self.store.tmq_topic(stmt.name) is not None:
             if stmt.if_not_exists:
                 return None
             raise SqlError(f"Topic already exists: {stmt.name}")
         self._name_free(stmt.name)
-        return self.define_topic(stmt, db)
+        return self.define_topic(stmt, db, owner)
 
-    def define_topic(self, stmt: ast.CreateTopic, db: str | None) -> TopicDef:
-        return define_topic(self.store, self.catalog, stmt, db)
+    def define_topic(self, stmt: ast.CreateTopic, db: str | None, owner: Caller | None = None) -> TopicDef:
+        return define_topic(self.store, self.catalog, stmt, db, owner)
 
     def _DropTopic(self, stmt: ast.DropTopic, _db: str | None) -> Result:
         if self._droppable_topic(stmt) is not None:
@@ -896,18 +908,20 @@ class Executor:
 
     # -- SHOW and DESCRIBE ----------------------------------------------------------------
 
-    def _Show(self, stmt: ast.Show, db: str | None) -> Result:
-        return getattr(self, "_show_" + stmt.what)(stmt, db)
+    def _Show(self, stmt: ast.Show, db: str | None, caller: Caller) -> Result:
+        return getattr(self, "_show_" + stmt.what)(stmt, db, caller)
 
-    def _show_databases(self, _stmt: ast.Show, _db: str | None) -> Result:
+    def _show_databases(self, _stmt: ast.Show, _db: str | None, caller: Caller) -> Result:
+        dbs = [d for d in self.store.databases() if d.kind == "tsdb"]
+        shown = Visibility(self.access, caller).of("TOPIC", (d.name for d in dbs))
         rows = [[d.name, d.created_ms, d.vgroups, d.options.get("wal_retention_period", -1),
                  d.options.get("wal_retention_size", -1)]
-                for d in self.store.databases() if d.kind == "tsdb"]
+                for d in dbs if d.name in shown]
         return Result([("name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("vgroups", "INT", 4),
                        ("wal_retention_period", "INT", 4), ("wal_retention_size", "BIGINT", 8)],
                       sorted(rows))
 
-    def _show_stables(self, stmt: ast.Show, db: str | None) -> Result:
+    def _show_stables(self, stmt: ast.Show, db: str | None, _caller: Caller) -> Result:
         info = self._database(stmt.db or db)
         rows = []
         for name in self.catalog.stable_names(info.name):
@@ -917,45 +931,59 @@ class Executor:
         return Result([("stable_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("columns", "INT", 4),
                        ("tags", "INT", 4)], rows)
 
-    def _show_tables(self, stmt: ast.Show, db: str | None) -> Result:
+    def _show_tables(self, stmt: ast.Show, db: str | None, _caller: Caller) -> Result:
         info = self._database(stmt.db or db)
         rows = [[c.name, info.name, c.stable, c.vnode] for c in self.store.child_tables(info.name).values()]
         return Result([("table_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64),
                        ("stable_name", "VARCHAR", 192), ("vgroup_id", "INT", 4)], sorted(rows))
 
-    def _show_topics(self, _stmt: ast.Show, _db: str | None) -> Result:
+    def _show_topics(self, _stmt: ast.Show, _db: str | None, caller: Caller) -> Result:
         rows = []
-        for name, t in sorted(self.store.tmq_topics().items()):
+        topics = self.store.tmq_topics()
+        shown = Visibility(self.access, caller).of("TOPIC", topics)
+        for name, t in sorted(topics.items()):
+            if name not in shown:
+                continue
             d = t.definition
             rows.append([name, d["db"], t.created_ms, d["statement"], d["kind"], d.get("meta") or "none"])
         return Result([("topic_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64),
                        ("create_time", "TIMESTAMP", 8), ("sql", "VARCHAR", 16384), ("type", "VARCHAR", 16),
                        ("meta", "VARCHAR", 8)], rows)
 
-    def _show_consumers(self, _stmt: ast.Show, _db: str | None) -> Result:
+    def _show_consumers(self, _stmt: ast.Show, _db: str | None, caller: Caller) -> Result:
+        """A row per live member of a group the caller may describe, listing the topics of its
+        subscription the caller may describe."""
         wall, clock = _now_ms(), self.groups.now_ms()
-        rows = [[m["member_id"], m["group"], m["client_id"], m["state"], ",".join(m["topics"]),
+        members = self.groups.members()
+        visible = Visibility(self.access, caller)
+        groups = visible.of("GROUP", {m["group"] for m in members})
+        topics = visible.of("TOPIC", {t for m in members for t in m["topics"]})
+        rows = [[m["member_id"], m["group"], m["client_id"], m["state"],
+                 ",".join(t for t in m["topics"] if t in topics),
                  (clock - m["joined_ms"]) // 1000, wall - (clock - m["joined_ms"])]
-                for m in self.groups.members()]
+                for m in members if m["group"] in groups]
         return Result([("consumer_id", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192),
                        ("client_id", "VARCHAR", 192), ("status", "VARCHAR", 20), ("topics", "VARCHAR", 1024),
                        ("up_time", "BIGINT", 8), ("subscribe_time", "TIMESTAMP", 8)], rows)
 
-    def _show_subscriptions(self, _stmt: ast.Show, _db: str | None) -> Result:
+    def _show_subscriptions(self, _stmt: ast.Show, _db: str | None, caller: Caller) -> Result:
         """One row per (topic, group, vnode): the owning consumer, the committed offset, and
-        the versions consumed (committed offset minus the log start)."""
+        the versions consumed (committed offset minus the log start); only of the groups and
+        topics the caller may describe (as ListGroups and OffsetFetch)."""
         owners: dict[tuple[str, str, int], str] = {}
         for m in self.groups.members():
             for topic, partitions in m["assignment"].items():
                 for p in partitions:
                     owners[(m["group"], topic, p)] = m["member_id"]
         tmq = self.store.tmq_topics()
+        visible = Visibility(self.access, caller)
+        topics = visible.of("TOPIC", tmq)
         rows = []
-        for group in sorted(set(self.store.offset_groups()) | {k[0] for k in owners}):
+        for group in sorted(visible.of("GROUP", set(self.store.offset_groups()) | {k[0] for k in owners})):
             committed = self.store.fetch_offsets(group)
             keys = set(committed) | {(t, p) for g, t, p in owners if g == group}
             for topic, vnode in sorted(keys):
-                if topic not in tmq:
+                if topic not in topics:
                     continue
                 db = tmq[topic].definition["db"]
                 offset = committed[(topic, vnode)].offset if (topic, vnode) in committed else -1
@@ -970,10 +998,10 @@ class Executor:
             raise SqlError("This executor does not know the broker's nodes")
         return self.placement
 
-    def _show_dnodes(self, _stmt: ast.Show, _db: str | None) -> Result:
+    def _show_dnodes(self, _stmt: ast.Show, _db: str | None, _caller: Caller) -> Result:
         return Result(list(DNODE_COLUMNS), self._placement().dnodes())
 
-    def _show_vgroups(self, stmt: ast.Show, db: str | None) -> Result:
+    def _show_vgroups(self, stmt: ast.Show, db: str | None, _caller: Caller) -> Result:
         """One row per vnode of the database (a SQL database's, or a Kafka topic's): its child
         tables, and each replica's node and role — leader, follower (in sync), learner (catching
         up, out of the ISR), candidate (no leader now), offline (its node is down)."""

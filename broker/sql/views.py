@@ -44,14 +44,23 @@ class TopicDef:
     stable: str | None
     meta: str | None  # None | "with" | "only"
     statement: str
+    # Who made it (principal, host): with an authorizer on, a Fetch of the view needs the
+    # owner's READ on `db` then too (broker/sql/access.py). None: a topic made before owners
+    # were kept, or a database's own topic.
+    owner: str | None = None
+    owner_host: str = ""
 
     @classmethod
     def from_json(cls, name: str, data: dict[str, Any]) -> TopicDef:
-        return cls(name, data["kind"], data["db"], data.get("stable"), data.get("meta"), data["statement"])
+        return cls(name, data["kind"], data["db"], data.get("stable"), data.get("meta"), data["statement"],
+                   data.get("owner"), data.get("owner_host", ""))
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "db": self.db, "stable": self.stable, "meta": self.meta,
-                "statement": self.statement}
+        out = {"kind": self.kind, "db": self.db, "stable": self.stable, "meta": self.meta,
+               "statement": self.statement}
+        if self.owner is not None:
+            out.update(owner=self.owner, owner_host=self.owner_host)
+        return out
 
 
 class _Compiled:
