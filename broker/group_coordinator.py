@@ -2,8 +2,9 @@
 registry and group.* settings.
 
 ``coordinator`` knows nothing of the broker; it asks for a ``TopicSource`` (topic ids and
-partition counts) and its config dataclasses. This module is the one place that builds them
-from the broker's settings and topic registry.
+partition counts), a ``TopicAccess`` (the authorizer's DESCRIBE filter of KIP-848 regex
+topics, KAFKA-18813) and its config dataclasses. This module is the one place that builds them
+from the broker's settings, topic registry and authorizer.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.coordinator.classic import ClassicConfig
 from tmqgate.coordinator.cluster import state_partitioner
 from tmqgate.coordinator.consumer import ConsumerConfig
@@ -18,6 +20,7 @@ from tmqgate.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from tmqgate.coordinator.runtime import CoordinatorRuntime, monotonic_ms
 
 if TYPE_CHECKING:
+    from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.storage import Store
@@ -41,6 +44,18 @@ class RegistryTopics:
         return [t.name for t in self._registry.all()]
 
 
+class AuthorizerAccess:
+    """The broker's authorizer seen through the coordinator's TopicAccess protocol."""
+
+    def __init__(self, authorizer: Authorizer) -> None:
+        self._authorizer = authorizer
+
+    def describable(self, principal: str, host: str, topics: Iterable[str]) -> set[str]:
+        # the member's host as Kafka reports it ("/1.2.3.4"); the ACLs name the address
+        return self._authorizer.authorize(principal, host.removeprefix("/"), Operation.DESCRIBE,
+                                          ResourceType.TOPIC, topics)
+
+
 def coordinator_config(cfg: BrokerConfig) -> CoordinatorConfig:
     """The coordinator's settings from the broker's group.* (and offset.metadata.max.bytes) ones."""
     return CoordinatorConfig(
@@ -53,11 +68,14 @@ def coordinator_config(cfg: BrokerConfig) -> CoordinatorConfig:
     )
 
 
-def group_coordinator(store: Store, topics: TopicRegistry, cfg: BrokerConfig) -> CoordinatorRuntime:
-    """The broker's coordinator over its store and topics, with its group.* settings."""
+def group_coordinator(store: Store, topics: TopicRegistry, cfg: BrokerConfig,
+                      authorizer: Authorizer | None = None) -> CoordinatorRuntime:
+    """The broker's coordinator over its store and topics, with its group.* settings; KIP-848
+    regexes resolve to the topics each member may DESCRIBE when there is an authorizer."""
     # On a cluster it coordinates no group until it leads a group-state partition
     # (broker/cluster/coordinator_state.py loads them).
     machine = GroupCoordinator(store, RegistryTopics(topics), coordinator_config(cfg), monotonic_ms(),
                                owned=None if cfg.cluster is None else set(),
-                               partition_of=state_partitioner(cfg.cluster_state_partitions))
+                               partition_of=state_partitioner(cfg.cluster_state_partitions),
+                               access=AuthorizerAccess(authorizer) if authorizer is not None else None)
     return CoordinatorRuntime(machine)

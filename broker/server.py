@@ -193,7 +193,7 @@ class Broker:
         # authorizer = "acl": Kafka's ACLs, persisted in the store; "none": no checks at all.
         self.authorizer = (Authorizer(self.store, config.super_users, config.allow_everyone_if_no_acl_found)
                            if config.authorizer == "acl" else None)
-        self.coordinator = group_coordinator(self.store, self.topics, config)
+        self.coordinator = group_coordinator(self.store, self.topics, config, self.authorizer)
         self.group_configs = GroupConfigs(self.store, config, self.coordinator)
         self.broker_configs = BrokerConfigs(self.store, config, self.topics)
         # The transaction coordinator (broker/txn_coordinator.py): markers through the data

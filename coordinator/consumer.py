@@ -60,19 +60,28 @@ Topics created or deleted later are picked up by a re-resolution that a heartbea
 when the topic list changed and REGEX_MIN_REFRESH_MS passed since the last one (Kafka's
 REGEX_BATCH_REFRESH_MIN_INTERVAL_MS), or REGEX_REFRESH_INTERVAL_MS passed at all (Kafka's
 group.consumer.regex.refresh.interval.ms default). Resolutions are not persisted: a restored
-group resolves its regexes when it is restored.
+group resolves its regexes when it is restored. Patterns run on RE2 (``client_regex``), as
+Kafka's on RE2/J: linear in the topic name whatever the pattern.
+
+A regex resolves only to topics the member may DESCRIBE (Kafka 4.1, KAFKA-18813): with an
+authorizer (``access``, the broker's; coordinator/ asks it through ``TopicAccess``), the
+resolution table is keyed by (regex, the member's principal, its host), each key's matches
+filtered by that principal's DESCRIBE. Kafka filters a group's resolution by the principal of
+the heartbeat that triggered it and persists the result; here each member is filtered by its
+own principal (persisted with the member, so a restored group resolves for the same
+principals), so members of different principals sharing a regex each get what they may see.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any, Protocol
 
 from tmqgate.coordinator.assignor import ASSIGNOR_NAMES, DEFAULT_ASSIGNOR, TopicPartition, assign
+from tmqgate.coordinator.client_regex import InvalidRegex, compile_client_regex
 from tmqgate.coordinator.transitions import check
 from tmqgate.protocol.errors import ErrorCode
 
@@ -146,6 +155,20 @@ class TopicSource(Protocol):
     def names(self) -> Iterable[str]: ...
 
 
+class TopicAccess(Protocol):
+    """The broker's authorizer as the coordinator needs it (KAFKA-18813)."""
+
+    def describable(self, principal: str, host: str, topics: Iterable[str]) -> set[str]:
+        """The topics among `topics` that `principal` connected from `host` (the member's
+        client host as reported, "/1.2.3.4") may DESCRIBE."""
+        ...
+
+
+#: A key of a group's regex resolutions: (regex, principal, client host); the last two are ""
+#: without an authorizer (the resolution is then shared by every member of that regex).
+RegexKey = tuple[str, str, str]
+
+
 @dataclass
 class ConsumerConfig:
     session_timeout_ms: int = 12_000
@@ -172,12 +195,14 @@ class ConsumerMember:
     last_sent: frozenset[TopicPartition] | None = None
     joined_ms: int = 0  # coordinator clock time of joining (SHOW CONSUMERS up time)
     state: MemberState = MemberState.JOINING  # changed only by ConsumerGroup._set_member_state
+    principal: str = ""  # of the connection of its last heartbeat: what its regex may resolve to
 
-    def topics(self, resolved: Mapping[str, frozenset[str]]) -> set[str]:
-        """Its topic names plus what its regex resolved to (nothing while unresolved)."""
+    def topics(self, resolved: Mapping[RegexKey, frozenset[str]], key: RegexKey | None) -> set[str]:
+        """Its topic names plus what its regex (resolution key `key`) resolved to (nothing
+        while unresolved)."""
         out = set(self.subscribed_names)
-        if self.subscribed_regex:
-            out |= resolved.get(self.subscribed_regex, frozenset())
+        if key is not None:
+            out |= resolved.get(key, frozenset())
         return out
 
 
@@ -200,12 +225,13 @@ class ConsumerGroup:
     target: dict[str, set[TopicPartition]] = field(default_factory=dict)
     static: dict[str, str] = field(default_factory=dict)
     image: tuple[tuple[str, bytes, int], ...] | None = None
-    resolved: dict[str, frozenset[str]] = field(default_factory=dict)  # regex -> the topics it matched
+    resolved: dict[RegexKey, frozenset[str]] = field(default_factory=dict)  # regex key -> the topics it matched
     resolved_names: frozenset[str] | None = None  # the topic list the last resolution saw
     resolved_ms: int = 0  # when the last resolution ran
     resolve_at: int | None = None  # a resolution is scheduled (runs at the next tick)
     dirty: bool = False
     state: ConsumerGroupState = EMPTY  # changed only by _transition, at the end of each event
+    access: TopicAccess | None = None  # the authorizer's DESCRIBE filter of regex topics (None: none)
 
     kind = "consumer"
     protocol_type = "consumer"
@@ -260,10 +286,22 @@ class ConsumerGroup:
     def is_empty(self) -> bool:
         return not self.members
 
+    def regex_key(self, member: ConsumerMember) -> RegexKey | None:
+        """The key of the member's regex in ``resolved`` (None: it has no regex)."""
+        if not member.subscribed_regex:
+            return None
+        if self.access is None:
+            return (member.subscribed_regex, "", "")
+        return (member.subscribed_regex, member.principal, member.client_host)
+
+    def member_topics(self, member: ConsumerMember) -> set[str]:
+        """The member's topics: its names plus what its regex resolved to for it."""
+        return member.topics(self.resolved, self.regex_key(member))
+
     def subscribed_topics(self) -> set[str]:
         out: set[str] = set()
         for m in self.members.values():
-            out |= m.topics(self.resolved)
+            out |= self.member_topics(m)
         return out
 
     def next_deadline(self) -> int | None:
@@ -275,14 +313,17 @@ class ConsumerGroup:
 
     # ---- events ------------------------------------------------------------------------
 
-    def heartbeat(self, now: int, body: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
-        """One ConsumerGroupHeartbeat; returns the response body (errors raise HeartbeatError)."""
+    def heartbeat(self, now: int, body: dict[str, Any], client_id: str, client_host: str,
+                  principal: str = "") -> dict[str, Any]:
+        """One ConsumerGroupHeartbeat from `principal`; returns the response body (errors
+        raise HeartbeatError)."""
         try:
-            return self._heartbeat(now, body, client_id, client_host)
+            return self._heartbeat(now, body, client_id, client_host, principal)
         finally:
             self._settle()
 
-    def _heartbeat(self, now: int, body: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
+    def _heartbeat(self, now: int, body: dict[str, Any], client_id: str, client_host: str,
+                   principal: str) -> dict[str, Any]:
         member_id = body.get("member_id") or ""
         epoch = body["member_epoch"]
         instance_id = body.get("instance_id")
@@ -302,7 +343,7 @@ class ConsumerGroup:
                 raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
                                      f"The member epoch {epoch} is fenced; the current epoch is {known.member_epoch}.")
             member = known
-        self._update(member, body, client_id, client_host)
+        self._update(member, body, client_id, client_host, principal)
         self._maybe_schedule_resolution(now)
         self.refresh()
         self._reconcile(now, member, owned)
@@ -364,7 +405,7 @@ class ConsumerGroup:
         REGEX_MIN_REFRESH_MS old, or every REGEX_REFRESH_INTERVAL_MS."""
         if self.resolve_at is not None:
             return
-        used = {m.subscribed_regex for m in self.members.values() if m.subscribed_regex}
+        used = {k for m in self.members.values() if (k := self.regex_key(m)) is not None}
         if not used:
             if self.resolved:
                 self.resolved = {}
@@ -376,19 +417,32 @@ class ConsumerGroup:
             self.resolve_at = now
 
     def resolve_regexes(self, now: int, bump: bool = True) -> None:
-        """Resolve every regex a member uses against the topic list (the scheduled resolution);
-        bumps the group epoch if that changes the group's topics (not on restore)."""
+        """Resolve every regex a member uses against the topic list (the scheduled resolution),
+        each key's matches filtered by its principal's DESCRIBE; bumps the group epoch if that
+        changes the group's topics (not on restore)."""
         before = self.subscribed_topics()
         names = frozenset(self.topics.names())
-        used = {m.subscribed_regex for m in self.members.values() if m.subscribed_regex}
+        used = {k for m in self.members.values() if (k := self.regex_key(m)) is not None}
+        matched: dict[str, frozenset[str]] = {}
+        for regex in {k[0] for k in used}:
+            try:
+                pattern = compile_client_regex(regex)
+            except InvalidRegex as exc:  # stored before RE2 (Python's re took it): it matches nothing
+                log.warning("group %s: regex %r is not valid (%s); it matches no topic", self.group_id, regex, exc)
+                matched[regex] = frozenset()
+                continue
+            matched[regex] = frozenset(n for n in names if pattern.fullmatch(n))
         resolved = {}
-        for regex in used:
-            pattern = re.compile(regex)
-            resolved[regex] = frozenset(n for n in names if pattern.fullmatch(n))
+        for key in used:
+            regex, principal, host = key
+            topics = matched[regex]
+            if self.access is not None and topics:
+                topics = frozenset(self.access.describable(principal, host, topics))
+            resolved[key] = topics
         self.resolved, self.resolved_names, self.resolved_ms, self.resolve_at = resolved, names, now, None
         if bump and self.subscribed_topics() != before:
             self._bump()
-        log.debug("group %s: resolved regexes %s", self.group_id, {r: sorted(t) for r, t in resolved.items()})
+        log.debug("group %s: resolved regexes %s", self.group_id, {k: sorted(t) for k, t in resolved.items()})
 
     def refresh(self) -> None:
         """Re-read the subscribed topics' metadata; a change (topic created, deleted, grown)
@@ -457,7 +511,8 @@ class ConsumerGroup:
             self.dirty = True
         return member
 
-    def _update(self, member: ConsumerMember, body: dict[str, Any], client_id: str, client_host: str) -> None:
+    def _update(self, member: ConsumerMember, body: dict[str, Any], client_id: str, client_host: str,
+                principal: str) -> None:
         names = body.get("subscribed_topic_names")
         regex = body.get("subscribed_topic_regex")
         assignor = body.get("server_assignor")
@@ -466,9 +521,14 @@ class ConsumerGroup:
                                  f"Supported assignors: {', '.join(ASSIGNOR_NAMES)}.")
         if regex is not None:
             try:
-                re.compile(regex)
-            except re.error as exc:
+                compile_client_regex(regex)
+            except InvalidRegex as exc:
                 raise HeartbeatError(ErrorCode.INVALID_REGULAR_EXPRESSION, str(exc)) from None
+        if client_id != member.client_id or client_host != member.client_host or principal != member.principal:
+            # A new principal or host is a new regex key: resolved again for it (until then its
+            # regex adds nothing), so a member never keeps topics resolved for another principal.
+            member.client_id, member.client_host, member.principal = client_id, client_host, principal
+            self.dirty = True
         changed = False
         if names is not None and sorted(names) != sorted(member.subscribed_names):
             member.subscribed_names = list(names)
@@ -477,7 +537,7 @@ class ConsumerGroup:
             # Kafka: the subscription changed now only if the old regex gave topics or the new
             # one is resolved already; an unresolved one waits for its resolution.
             old, member.subscribed_regex = member.subscribed_regex, regex or None
-            changed = changed or old is not None or member.subscribed_regex in self.resolved
+            changed = changed or old is not None or self.regex_key(member) in self.resolved
             self.dirty = True
         if assignor is not None:
             member.server_assignor = assignor
@@ -486,9 +546,6 @@ class ConsumerGroup:
             member.rebalance_timeout_ms = timeout
         if body.get("rack_id") is not None:
             member.rack_id = body["rack_id"]
-        if client_id != member.client_id or client_host != member.client_host:
-            member.client_id, member.client_host = client_id, client_host
-            self.dirty = True
         if changed:
             self._bump()
 
@@ -535,7 +592,7 @@ class ConsumerGroup:
 
     def _compute_target(self) -> None:
         partitions = {name: n for name, _, n in (self.image or ())}
-        subs = {mid: m.topics(self.resolved) for mid, m in self.members.items()}
+        subs = {mid: self.member_topics(m) for mid, m in self.members.items()}
         self.target = assign(list(self.members), subs, partitions, self.target)
         self.assignment_epoch = self.group_epoch
         self.dirty = True
@@ -614,7 +671,7 @@ class ConsumerGroup:
             "image": [[n, tid.hex(), c] for n, tid, c in (self.image or ())],
             "members": [
                 {"member_id": mid, "instance_id": m.instance_id, "rack_id": m.rack_id, "client_id": m.client_id,
-                 "client_host": m.client_host, "subscribed_names": m.subscribed_names,
+                 "client_host": m.client_host, "principal": m.principal, "subscribed_names": m.subscribed_names,
                  "subscribed_regex": m.subscribed_regex, "server_assignor": m.server_assignor,
                  "rebalance_timeout_ms": m.rebalance_timeout_ms, "member_epoch": m.member_epoch,
                  "previous_epoch": m.previous_epoch, "assigned": sorted(m.assigned), "revoking": sorted(m.revoking),
@@ -625,8 +682,8 @@ class ConsumerGroup:
 
     @classmethod
     def restore(cls, group_id: str, data: dict[str, Any], config: ConsumerConfig, topics: TopicSource,
-                new_id: Callable[[], str], now: int) -> ConsumerGroup:
-        group = cls(group_id, config, topics, new_id, data["group_epoch"], data["assignment_epoch"])
+                new_id: Callable[[], str], now: int, access: TopicAccess | None = None) -> ConsumerGroup:
+        group = cls(group_id, config, topics, new_id, data["group_epoch"], data["assignment_epoch"], access=access)
         group.image = tuple((n, bytes.fromhex(tid), c) for n, tid, c in data.get("image") or [])
         for m in data.get("members") or []:
             assigned = {(t, p) for t, p in m["assigned"]}
@@ -639,6 +696,7 @@ class ConsumerGroup:
                 m.get("previous_epoch", -1), assigned, revoking, session_deadline=now + config.session_timeout_ms,
                 # the initial member state, not a transition: what the restored fields say
                 state=_restored_member_state(m["member_epoch"], group.assignment_epoch, assigned, revoking, target))
+            member.principal = m.get("principal", "")
             if member.revoking:
                 member.revocation_deadline = now + member.rebalance_timeout_ms
             group.members[member.member_id] = member

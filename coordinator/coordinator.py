@@ -73,7 +73,13 @@ from tmqgate.coordinator.classic import (
     parse_assignment,
     parse_subscription,
 )
-from tmqgate.coordinator.consumer import ConsumerConfig, ConsumerGroup, HeartbeatError, TopicSource
+from tmqgate.coordinator.consumer import (
+    ConsumerConfig,
+    ConsumerGroup,
+    HeartbeatError,
+    TopicAccess,
+    TopicSource,
+)
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GroupMember, group_metadata_key, group_metadata_value
 from tmqgate.storage.model import StorageIOError
@@ -203,8 +209,11 @@ class GroupCoordinator:
     def __init__(self, store: Store, topics: TopicSource, config: CoordinatorConfig | None = None,
                  now_ms: int = 0, new_id: Callable[[], str] | None = None,
                  new_consumer_id: Callable[[], str] | None = None,
-                 owned: set[int] | None = None, partition_of: Callable[[str], int] | None = None) -> None:
+                 owned: set[int] | None = None, partition_of: Callable[[str], int] | None = None,
+                 access: TopicAccess | None = None) -> None:
         self.store = store
+        #: The authorizer's DESCRIBE filter of KIP-848 regex topics (None: no authorizer).
+        self.access = access
         #: The group-state partitions this broker coordinates (None: all; see the module docstring).
         self.owned = owned
         self.partition_of = partition_of or (lambda group_id: 0)
@@ -290,7 +299,7 @@ class GroupCoordinator:
             data = json.loads(raw)
             if data.get("type") == "consumer":
                 self.groups[group_id] = ConsumerGroup.restore(group_id, data, self.consumer_config(group_id), self.topics,
-                                                              self.new_consumer_id, now)
+                                                              self.new_consumer_id, now, self.access)
             else:
                 self.groups[group_id] = ClassicGroup.restore(group_id, data, self.config.classic, self.new_id, now)
         except (ValueError, KeyError, TypeError):
@@ -515,7 +524,8 @@ class GroupCoordinator:
         if isinstance(group, ConsumerGroup):
             group.config = self.consumer_config(group_id)
 
-    def consumer_heartbeat(self, now: int, body: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
+    def consumer_heartbeat(self, now: int, body: dict[str, Any], client_id: str, client_host: str,
+                           principal: str = "") -> dict[str, Any]:
         group_id = body.get("group_id") or ""
         interval = self.consumer_config(group_id).heartbeat_interval_ms
         try:
@@ -532,10 +542,11 @@ class GroupCoordinator:
             try:
                 with self._event(group_id, now):
                     if group is None:
-                        group = ConsumerGroup(group_id, self.consumer_config(group_id), self.topics, self.new_consumer_id)
+                        group = ConsumerGroup(group_id, self.consumer_config(group_id), self.topics, self.new_consumer_id,
+                                              access=self.access)
                         self.groups[group_id] = group
                     try:
-                        answer = group.heartbeat(now, body, client_id, client_host)
+                        answer = group.heartbeat(now, body, client_id, client_host, principal)
                     except HeartbeatError as exc:  # what the group changed before refusing is kept
                         refusal = exc
             except Refused:
@@ -928,7 +939,7 @@ class GroupCoordinator:
                     settled = cm.member_epoch == group.assignment_epoch and not cm.revoking
                     out.append({"group": group_id, "member_id": cm.member_id, "client_id": cm.client_id,
                                 "host": cm.client_host, "state": "ready" if settled else "rebalancing",
-                                "topics": sorted(cm.topics(group.resolved)), "assignment": assignment,
+                                "topics": sorted(group.member_topics(cm)), "assignment": assignment,
                                 "joined_ms": cm.joined_ms})
         return out
 

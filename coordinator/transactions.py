@@ -61,12 +61,12 @@ retryOnOverflow); fences (InitProducerId, timeout) bump once, as in version 1. V
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
 
+from tmqgate.coordinator.client_regex import InvalidRegex, compile_client_regex
 from tmqgate.coordinator.transitions import check
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError
@@ -302,15 +302,15 @@ class TransactionCoordinator:
         regex = None
         if pattern:
             try:
-                regex = re.compile(pattern)
-            except re.error:
+                regex = compile_client_regex(pattern)
+            except InvalidRegex:
                 return ErrorCode.INVALID_REGULAR_EXPRESSION, [], []
         out = [m for m in self._txns.values()
                if m.state is not S.DEAD and m.producer_epoch != NO_PRODUCER_EPOCH  # never written
                and (not pids or m.producer_id in pids)
                and (not state_filter or m.state.value in state_filter)
                and not (duration_ms >= 0 and now_ms - m.start_ms <= duration_ms)
-               and (regex is None or regex.fullmatch(m.transactional_id) is not None)]
+               and (regex is None or regex.fullmatch(m.transactional_id))]
         return ErrorCode.NONE, unknown, out
 
     def check_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,

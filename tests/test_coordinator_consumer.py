@@ -447,3 +447,42 @@ def test_a_groups_own_config_applies_from_its_next_heartbeat(tmp_path: Any) -> N
     assert r["heartbeat_interval_ms"] == 4000  # a new member of the group gets it too
     c.set_consumer_config("g", None)
     assert hb(c, 31_200, r["member_id"], r["member_epoch"], owned={"t": [0, 1, 2, 3]})["heartbeat_interval_ms"] == 1000
+
+
+class Describable:
+    """The authorizer's DESCRIBE as the coordinator asks it: principal -> the topics it may describe."""
+
+    def __init__(self, **allowed: set[str]) -> None:
+        self.allowed = allowed
+        self.asked: list[tuple[str, str]] = []
+
+    def describable(self, principal: str, host: str, topics: Any) -> set[str]:
+        self.asked.append((principal, host))
+        return set(topics) & self.allowed.get(principal.removeprefix("User:"), set())
+
+
+def test_regex_resolves_to_what_each_member_may_describe(tmp_path: Any) -> None:
+    """KAFKA-18813: each member's regex topics are filtered by its own principal's DESCRIBE;
+    a restored group resolves them again for the same principals."""
+    access = Describable(alice={"logs.a"}, bob={"logs.a", "logs.b"})
+    store = Store(str(tmp_path / "data"))
+    c = GroupCoordinator(store, Topics(**{"logs.a": 1, "logs.b": 1}), now_ms=0,
+                         new_consumer_id=iter(["m1", "m2"]).__next__, access=access)
+
+    def join(now: int, principal: str) -> dict[str, Any]:
+        return c.consumer_heartbeat(now, {"group_id": "g", "member_id": "", "member_epoch": 0, "rebalance_timeout_ms": 60_000,
+                                          "subscribed_topic_regex": r"logs\..*", "topic_partitions": []},
+                                    "client", "/10.0.0.2", principal)
+
+    join(0, "User:alice")
+    join(1, "User:bob")
+    c.tick(5)
+    group = c.groups["g"]
+    assert {m: group.member_topics(group.members[m]) for m in ("m1", "m2")} == {"m1": {"logs.a"}, "m2": {"logs.a", "logs.b"}}
+    assert set(access.asked) == {("User:alice", "/10.0.0.2"), ("User:bob", "/10.0.0.2")}
+    assert all(tp[0] == "logs.a" for tp in group.target["m1"])
+    store.close()
+    store = Store(str(tmp_path / "data"))
+    restored = GroupCoordinator(store, Topics(**{"logs.a": 1, "logs.b": 1}), now_ms=100, access=access).groups["g"]
+    assert {m: restored.member_topics(restored.members[m]) for m in ("m1", "m2")} == {"m1": {"logs.a"}, "m2": {"logs.a", "logs.b"}}
+    store.close()

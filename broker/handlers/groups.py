@@ -435,7 +435,9 @@ async def consumer_group_heartbeat(ctx: GroupApis, req: Request) -> dict[str, An
         return {"throttle_time_ms": 0, "error_code": int(NOT_COORDINATOR),
                 "error_message": None, "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0}
     rt = ctx.coordinator
-    result = rt.machine.consumer_heartbeat(rt.now(), req.body, req.client_id or "", _host())
+    client = current_client.get(None)
+    result = rt.machine.consumer_heartbeat(rt.now(), req.body, req.client_id or "", _host(),
+                                           client.principal if client is not None else "")
     _kick(ctx)
     return {"throttle_time_ms": 0, **result}
 
@@ -446,9 +448,31 @@ async def consumer_group_describe(ctx: GroupApis, req: Request) -> dict[str, Any
     denied = {g for g in ids if _group_denied(ctx, Operation.DESCRIBE, g)}
     refused = {g: ErrorCode.GROUP_AUTHORIZATION_FAILED if g in denied else NOT_COORDINATOR
                for g in ids if g in denied or ctx.elsewhere(g)}
-    described = iter(ctx.coordinator.machine.consumer_describe([g for g in ids if g not in refused]))
+    described = iter(_describable_groups(ctx, ctx.coordinator.machine.consumer_describe(
+        [g for g in ids if g not in refused])))
     groups = [{"group_id": g, "error_code": int(refused[g]), "error_message": None,
                "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
                "members": [], "authorized_operations": -2147483648} if g in refused else next(described)
               for g in ids]
     return {"throttle_time_ms": 0, "groups": groups}
+
+
+def _describable_groups(ctx: GroupApis, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Kafka 4.1 (KAFKA-18813): a group whose members' assignments or target assignments hold
+    a topic the caller may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED, without members."""
+    if ctx.authorizer is None:
+        return groups
+
+    def topics(group: dict[str, Any]) -> set[str]:
+        return {tp["topic_name"] for m in group["members"] for kind in ("assignment", "target_assignment")
+                for tp in m[kind]["topic_partitions"]}
+
+    wanted = set().union(*(topics(g) for g in groups if g["error_code"] == 0))
+    denied = wanted - ctx.authorizer.allowed(Operation.DESCRIBE, ResourceType.TOPIC, wanted)
+    if not denied:
+        return groups
+    return [{"group_id": g["group_id"], "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+             "error_message": "The group has described topic(s) that the client is not authorized to describe.",
+             "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
+             "members": [], "authorized_operations": -2147483648}
+            if g["error_code"] == 0 and topics(g) & denied else g for g in groups]
