@@ -392,13 +392,18 @@ def _missing_ancestor(path: str) -> str | None:
 
 
 async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
-    from tmqgate.broker.http import make_app, start_http
+    from tmqgate.broker.http import FrontLimits, make_app, start_http
+    from tmqgate.broker.limits import RESERVED_DESCRIPTORS, accept_error_handler, raise_descriptor_limit
     from tmqgate.broker.listeners import advertised_warnings, server_ssl_context
     from tmqgate.broker.logs import event_line
     from tmqgate.broker.server import Broker
     from tmqgate.storage import StorageError
 
     _preflight(config)
+    # descriptors: the Kafka listeners' share, the HTTP front's and the broker's own (broker/limits.py)
+    _, short = raise_descriptor_limit(config.max_connections + config.http_max_connections + RESERVED_DESCRIPTORS)
+    if short is not None:
+        logging.getLogger("tmqgate").warning("%s", short)
     created = _missing_ancestor(config.data_dir)
     try:
         broker = Broker(config)
@@ -421,6 +426,8 @@ async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
             if isinstance(exc, EtcdUnreachable):  # its text says which endpoints and why
                 raise StartupError(str(exc)) from None
         raise StartupError(f"cannot start the broker: {exc}") from None
+    # accept() out of descriptors: one line per interval, not a traceback per try
+    asyncio.get_running_loop().set_exception_handler(accept_error_handler(broker.limited_log))
     authenticate = None
     if config.http_auth == "basic":  # HTTP Basic against the SCRAM users, as SASL/PLAIN
         from tmqgate.broker.auth.plain import verify_password_async
@@ -433,9 +440,12 @@ async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
                                            max_body_bytes=config.max_sql_length, served_as=config.http,
                                            allowed_hosts=config.http_allowed_hosts, authenticate=authenticate,
                                            metrics=broker.metrics, metrics_auth=config.metrics_auth,
-                                           metrics_acl_filter=config.metrics_acl_filter),
+                                           metrics_acl_filter=config.metrics_acl_filter,
+                                           failed_auth_delay_ms=config.connection_failed_authentication_delay_ms),
                                   config.http_address,
-                                  server_ssl_context(config) if config.http_tls else None)
+                                  server_ssl_context(config) if config.http_tls else None,
+                                  FrontLimits(config.http_max_connections, config.http_header_timeout_ms / 1000,
+                                              config.http_idle_timeout_ms / 1000, broker.limited_log))
     except OSError as exc:
         await broker.stop()
         _remove(created)

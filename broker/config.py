@@ -68,6 +68,9 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "max_connections": (1, None),
     "max_connections_per_ip": (1, None),
     "max_sql_length": (1, None),
+    "http_max_connections": (1, None),
+    "http_header_timeout_ms": (1, None),
+    "http_idle_timeout_ms": (1, None),
     "sql_parse_timeout_ms": (1, None),
     "max_decompressed_batch_bytes": (1, None),
     "log_rate_limit_interval_ms": (1, None),
@@ -274,7 +277,8 @@ class BrokerConfig:
     # re-authenticated is closed at its next request.
     connections_max_reauth_ms: int = 0
     # connection.failed.authentication.delay.ms: a failed authentication is answered and its
-    # connection closed only after this delay (Kafka's default 100; 0 = at once).
+    # connection closed only after this delay (Kafka's default 100; 0 = at once). The HTTP
+    # front answers wrong Basic credentials 401 after the same delay.
     connection_failed_authentication_delay_ms: int = 100
     # A SASL connection must complete its authentication within this time after it is accepted,
     # or it is closed (tmqgate's own, issue 25: a half-open handshake held its socket until
@@ -301,6 +305,18 @@ class BrokerConfig:
     http_auth: str = "none"
     # Accept an unauthenticated SQL front on a non-loopback address.
     allow_insecure_http: bool = False
+    # The front's share of the process's file descriptors: a new connection over this many
+    # open ones is closed at once (counted, logged rate-limited), so idle connects to the HTTP
+    # port cannot take the descriptors Kafka clients need (max_connections is theirs). The
+    # broker warns at start when max_connections + http_max_connections does not fit the
+    # descriptor limit (RLIMIT_NOFILE, raised to its hard limit at start as the JVM does).
+    http_max_connections: int = 1000
+    # A request line and its headers must arrive whole within this time from the connection's
+    # start (or the request's first byte on a kept-alive connection), else the connection is
+    # closed: a slow-loris connection trickling header bytes cannot be held open.
+    http_header_timeout_ms: int = 10_000
+    # A kept-alive connection with no request for this long after its last answer is closed.
+    http_idle_timeout_ms: int = 60_000
     # --- Metrics ----------------------------------------------------------------------------
     # GET /metrics (Prometheus text, broker/metrics.py): with http_auth = "basic", whether it
     # takes the same credentials (true) or is open like /health (false, the default: a

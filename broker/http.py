@@ -36,18 +36,33 @@ broker's authorizer when one is on, for the request's principal — `User:ANONYM
 served without credentials): `/rest/sql` runs each statement under broker/sql/access.py's
 table, and the listings show only what the caller may DESCRIBE (`Visibility`), as Metadata
 and ListGroups hide the rest.
+
+Wrong credentials are answered only after `connection_failed_authentication_delay_ms` (the
+delay Kafka puts on a failed SASL authentication): one connection guesses at most 1/delay a
+second (aiohttp answers a connection's requests one at a time).
+
+Connections (`FrontLimits`, issue 25): at most `http_max_connections` open at once — the
+front's share of the process's file descriptors, so idle connects to it cannot take those
+Kafka clients need; a connection over it is closed as soon as it is accepted. A request line
+and headers must arrive within `http_header_timeout_ms` of the connection's start (or of the
+request's first byte on a kept-alive connection): slow-loris connections are closed; a
+kept-alive connection idle `http_idle_timeout_ms` after its last answer is closed (aiohttp's
+keepalive_timeout). Each closing is logged through the broker's rate-limited log.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
 from tmqgate.broker.client import ANONYMOUS
@@ -65,6 +80,7 @@ from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
     from tmqgate.broker.metrics import Metrics
+    from tmqgate.broker.ratelimit import RateLimitedLog
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.storage import Store
@@ -132,7 +148,8 @@ def unauthorized(code: int, desc: str) -> web.Response:
     return web.json_response({"code": code, "desc": desc}, status=401, headers=_CHALLENGE)
 
 
-def _auth_middleware(authenticate: Authenticate, open_paths: frozenset[str] = OPEN_PATHS) -> Any:
+def _auth_middleware(authenticate: Authenticate, open_paths: frozenset[str] = OPEN_PATHS,
+                     failed_delay_ms: int = 0) -> Any:
     @web.middleware
     async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
         if request.path not in open_paths:
@@ -140,6 +157,8 @@ def _auth_middleware(authenticate: Authenticate, open_paths: frozenset[str] = OP
             if credentials is None:
                 return unauthorized(NO_AUTH_INFO, "no auth info input: HTTP Basic credentials are required")
             if not await authenticate(*credentials):
+                if failed_delay_ms > 0:  # connection.failed.authentication.delay.ms, as SASL: slows guessing
+                    await asyncio.sleep(failed_delay_ms / 1000)
                 return unauthorized(AUTH_FAILURE, "Authentication failure")
             request[PRINCIPAL] = f"User:{credentials[0]}"  # who runs the SQL (the ACLs' principal)
         response: web.StreamResponse = await handler(request)
@@ -256,7 +275,7 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
              max_body_bytes: int = 1_048_576, served_as: str | None = None,
              allowed_hosts: Sequence[str] = (), authenticate: Authenticate | None = None,
              metrics: Metrics | None = None, metrics_auth: bool = False,
-             metrics_acl_filter: bool = True) -> web.Application:
+             metrics_acl_filter: bool = True, failed_auth_delay_ms: int = 0) -> web.Application:
     """The HTTP front over the broker's SQL executor, store and topic registry. A body over
     `max_body_bytes` (the broker's max_sql_length, TDengine's 1 MiB SQL limit) is answered
     413 before it is read whole, so no SQL text longer than that is ever parsed. `served_as`
@@ -264,10 +283,12 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
     names served besides the bound address and loopback. With `authenticate`, requests need
     HTTP Basic credentials it accepts (not /health, nor /metrics unless `metrics_auth`).
     With `metrics`, `GET /metrics` serves them in Prometheus' text format — with an authorizer
-    and `metrics_acl_filter`, only the series of topics and groups the caller may DESCRIBE."""
+    and `metrics_acl_filter`, only the series of topics and groups the caller may DESCRIBE.
+    Wrong credentials are answered after `failed_auth_delay_ms`."""
     guard = _guard(HostCheck(served_as, allowed_hosts))
     open_paths = OPEN_PATHS if metrics_auth else OPEN_PATHS | {"/metrics"}
-    middlewares = [guard] if authenticate is None else [guard, _auth_middleware(authenticate, open_paths)]
+    middlewares = [guard] if authenticate is None else [
+        guard, _auth_middleware(authenticate, open_paths, failed_auth_delay_ms)]
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
 
     async def health(_request: web.Request) -> web.Response:
@@ -330,11 +351,114 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
     return app
 
 
+@dataclass
+class FrontLimits:
+    """The front's connection limits (http_max_connections, http_header_timeout_ms,
+    http_idle_timeout_ms), its open connections and how many it refused."""
+
+    max_connections: int = 1000
+    header_timeout_s: float = 10.0
+    idle_timeout_s: float = 60.0
+    limited_log: RateLimitedLog | None = None
+    open: int = 0
+    refused: int = 0
+    timed_out: int = 0
+
+    def _log(self, kind: str, msg: str, *args: object) -> None:
+        if self.limited_log is not None:
+            self.limited_log.warning(kind, msg, *args)
+        else:
+            log.warning(msg, *args)
+
+
+class _Connection(RequestHandler):
+    """aiohttp's per-connection protocol under `FrontLimits`: refused at once over the cap; a
+    header deadline armed at the connection's start and at each later request's first byte,
+    disarmed when a request's headers are whole (aiohttp's parser counts it)."""
+
+    def __init__(self, limits: FrontLimits, manager: web.Server, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._limits = limits
+        self._admitted = False
+        self._deadline: asyncio.TimerHandle | None = None
+        self._armed_at = 0  # requests whole when the deadline was armed
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        limits = self._limits
+        if limits.open >= limits.max_connections:
+            limits.refused += 1
+            limits._log("http-refused-connection", "HTTP front: closing new connection from %s: "
+                        "http_max_connections (%d) reached (%d refused so far)",
+                        transport.get_extra_info("peername"), limits.max_connections, limits.refused)
+            cast(asyncio.Transport, transport).abort()
+            return
+        self._admitted = True
+        limits.open += 1
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self._admitted:
+            return
+        self._admitted = False
+        self._limits.open -= 1
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._request_count != self._armed_at:  # a request's headers are whole
+            self._disarm()
+        if self._deadline is None and self._waiter is not None and not self._waiter.done():
+            self._arm()  # the first bytes of the next request on a kept-alive connection
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._armed_at = self._request_count
+        self._deadline = self._loop.call_later(self._limits.header_timeout_s, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _headers_late(self) -> None:
+        self._deadline = None
+        if self._request_count != self._armed_at or self.transport is None:
+            return
+        limits = self._limits
+        limits.timed_out += 1
+        limits._log("http-header-timeout", "HTTP front: closing %s: no whole request line and headers "
+                    "within http_header_timeout_ms (%d ms)", self.transport.get_extra_info("peername"),
+                    round(limits.header_timeout_s * 1000))
+        self.force_close()
+
+
+class _Runner(web.AppRunner):
+    """An AppRunner whose sites make `_Connection`s (aiohttp's TCPSite takes `server` as its
+    protocol factory)."""
+
+    def __init__(self, app: web.Application, limits: FrontLimits) -> None:
+        super().__init__(app, access_log=None)
+        self.limits = limits
+
+    @property
+    def server(self) -> Any:
+        base = super().server
+        if base is None:
+            return None
+        limits = self.limits
+        return lambda: _Connection(limits, base, loop=asyncio.get_running_loop(), access_log=None,
+                                   keepalive_timeout=limits.idle_timeout_s)
+
+
 async def start_http(app: web.Application, address: tuple[str, int],
-                     ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
+                     ssl_context: ssl.SSLContext | None = None,
+                     limits: FrontLimits | None = None) -> web.AppRunner:
     """Serve `app` on `address` (host, port) until the runner is cleaned up; HTTPS when
-    given the TLS context (the Kafka listeners' certificates, `http_tls`)."""
-    runner = web.AppRunner(app, access_log=None)
+    given the TLS context (the Kafka listeners' certificates, `http_tls`); connections under
+    `limits`."""
+    runner = _Runner(app, limits or FrontLimits())
     await runner.setup()
     host, port = address
     await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context).start()

@@ -11,13 +11,25 @@ allocation succeeds is read.
 
 `ConnectionLimits` is Kafka's `max.connections` and `max.connections.per.ip`: a connection
 over either is closed as soon as it is accepted.
+
+Descriptors (issue 25): every connection holds one. The Kafka listeners hold at most
+`max_connections`, the HTTP front at most `http_max_connections` (broker/http.py), and the
+broker needs `RESERVED_DESCRIPTORS` more for itself; `tmqgate serve` raises the soft
+RLIMIT_NOFILE to the hard limit and warns when their sum does not fit. When accept() fails
+for want of descriptors anyway (EMFILE/ENFILE), `accept_error_handler` logs it once per
+interval instead of a traceback per try.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tmqgate.broker.ratelimit import RateLimitedLog
 
 
 class MemoryPool:
@@ -130,3 +142,48 @@ class FrameMemory:
                 held = 0
 
         return release
+
+
+#: accept() errors of an exhausted process or host: asyncio reports each through the loop's
+#: exception handler (Python 3.11 once per backlog slot per try: ~4,000 tracebacks a second).
+OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+#: Descriptors the broker needs besides connections (LevelDB's files, the WAL, the parser
+#: process's pipes, listening sockets, etcd/peer connections on a cluster).
+RESERVED_DESCRIPTORS = 256
+
+
+def accept_error_handler(limited_log: RateLimitedLog) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """An event-loop exception handler that logs out-of-descriptor accept() errors through the
+    broker's rate-limited log (one line per kind and interval, no traceback), and anything else
+    as asyncio's default handler does. asyncio stops accepting on that socket for 1 s by itself."""
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_RESOURCES:
+            sock = context.get("socket")
+            where = sock.getsockname() if sock is not None else "?"
+            limited_log.error("accept-out-of-resources", "cannot accept connections on %s: %s (the process's "
+                              "descriptor limit RLIMIT_NOFILE, or the host's); retrying", where, exc)
+            return
+        loop.default_exception_handler(context)
+
+    return handle
+
+
+def raise_descriptor_limit(needed: int) -> tuple[int, str | None]:
+    """Raise the soft RLIMIT_NOFILE to its hard limit (as the JVM does for Kafka at start):
+    (the limit now, a warning when `needed` descriptors do not fit it, else None)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and needed > soft:
+        return soft, (f"the descriptor limit (RLIMIT_NOFILE {soft}) is below max_connections + "
+                      f"http_max_connections + {RESERVED_DESCRIPTORS} reserved ({needed}): at full load new "
+                      "connections fail to be accepted; raise the limit (ulimit -n, LimitNOFILE=) or lower them")
+    return soft, None

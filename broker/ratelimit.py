@@ -23,8 +23,9 @@ class RateLimitedLog:
         self.clock = clock
         self._windows: dict[str, list[float]] = {}  # kind -> [window start, logged, suppressed]
 
-    def log(self, level: int, kind: str, msg: str, *args: object) -> bool:
-        """Log `msg % args` unless `kind` has used its share of this interval; True if logged."""
+    def log(self, level: int, kind: str, msg: str, *args: object, exc_info: bool = False) -> bool:
+        """Log `msg % args` (with the exception being handled if `exc_info`) unless `kind` has
+        used its share of this interval; True if logged."""
         now = self.clock()
         window = self._windows.get(kind)
         if window is None or now - window[0] >= self.interval_s:
@@ -36,7 +37,7 @@ class RateLimitedLog:
             window[2] += 1
             return False
         window[1] += 1
-        self.logger.log(level, msg, *args)
+        self.logger.log(level, msg, *args, exc_info=exc_info)
         return True
 
     def warning(self, kind: str, msg: str, *args: object) -> bool:

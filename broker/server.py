@@ -516,8 +516,8 @@ class Broker:
             self.limited_log.log(logging.INFO, "timed-out", "closing %s: %s", peer, exc)
         except NoMatchingRule as exc:  # Kafka fails the authentication of such a certificate
             self.limited_log.warning("authentication", "closing %s: %s", peer, exc)
-        except Exception:
-            log.exception("connection %s failed", peer)
+        except Exception:  # a bug: its traceback, at most log_rate_limit_messages an interval
+            self.limited_log.log(logging.ERROR, "connection-failed", "connection %s failed", peer, exc_info=True)
         finally:
             self.metrics.connection(listener.name, -1)
             if log.isEnabledFor(logging.DEBUG):

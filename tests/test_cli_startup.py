@@ -112,6 +112,8 @@ def test_listen_without_port(tmp_path: Path) -> None:
     ("auto_create_topics_enable = 1\n", "auto_create_topics_enable must be true or false, not 1"),
     ('super_users = "User:admin"\n', "super_users must be a list of strings, not 'User:admin'"),
     ("max_connections = 0\n", "max_connections = 0 is out of range: must be at least 1"),
+    ("http_max_connections = 0\n", "http_max_connections = 0 is out of range: must be at least 1"),
+    ("http_header_timeout_ms = 0\n", "http_header_timeout_ms = 0 is out of range: must be at least 1"),
     ("retention_check_interval_ms = -1\n", "retention_check_interval_ms = -1 is out of range: must be at least 1"),
     ("disk_usage_max_percent = 150\n", "disk_usage_max_percent = 150 is out of range: must be between 1 and 100"),
     ("colour = 1\nnum_partition = 3\n", "unknown settings colour, num_partition (num_partition: did you mean "

@@ -12,6 +12,11 @@
 The principal is `User:<the principal claim>`; the token's `exp` bounds the session (KIP-368:
 the session lifetime is min(exp - now, connections_max_reauth_ms)).
 
+Numbers (issue 25): NaN and Infinity are not JSON, and Kafka's parser refuses a token that
+holds them (invalid_token); an `exp` whose milliseconds do not fit a Kafka long (1e300,
+1e400) is refused as invalid too — Kafka accepts it and then fails its session-lifetime
+arithmetic, closing the connection unanswered with a WARN traceback per attempt.
+
 Rules (Kafka's OAuthBearerSaslServer): the client's first message is
 `n,[a=authzid],^Aauth=Bearer <token>^A[key=value^A]*^A`; a malformed message or a scheme other
 than Bearer fails with the generic message; an invalid token is answered with the JSON error
@@ -27,6 +32,7 @@ import base64
 import binascii
 import enum
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -72,13 +78,26 @@ def validate_unsecured(token: str, settings: OAuthSettings, now_s: float) -> tup
     if len(parts) != 3 or parts[2]:
         raise InvalidToken("an unsecured JWS has three parts and an empty signature")
     try:
-        header = json.loads(_b64url(parts[0]))
-        claims = json.loads(_b64url(parts[1]))
+        header = _json(_b64url(parts[0]))
+        claims = _json(_b64url(parts[1]))
     except ValueError:
         raise InvalidToken("header or claims are not JSON") from None
     if not isinstance(header, dict) or header.get("alg") != "none":
         raise InvalidToken('unsecured JWS must have "alg": "none"')
     return _check_claims(claims, settings, now_s)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _json(raw: bytes) -> Any:
+    """JSON as Kafka's parser reads it: NaN, Infinity and -Infinity refused (Python's accepts them)."""
+    return json.loads(raw, parse_constant=_not_json)
+
+
+#: The largest `exp` whose milliseconds fit a Kafka long (a session lifetime in ms).
+_MAX_EXP_S = (2**63 - 1) / 1000
 
 
 def _check_claims(claims: Any, settings: OAuthSettings, now_s: float) -> tuple[str, int]:
@@ -87,6 +106,8 @@ def _check_claims(claims: Any, settings: OAuthSettings, now_s: float) -> tuple[s
     exp = claims.get("exp")
     if not isinstance(exp, int | float) or isinstance(exp, bool):
         raise InvalidToken("no numeric exp claim")
+    if not (math.isfinite(exp) and abs(exp) < _MAX_EXP_S):  # 1e400 parses as inf
+        raise InvalidToken("exp claim out of range")
     if exp + settings.clock_skew_seconds < now_s:
         raise InvalidToken("token expired")
     sub = claims.get(settings.sub_claim_name)
@@ -134,6 +155,8 @@ class JwksValidator:
                 options={"require": ["exp", "iat"], "verify_aud": bool(s.expected_audience)})
         except jwt.PyJWTError as exc:
             raise InvalidToken(str(exc)) from None
+        except (OverflowError, ValueError, TypeError) as exc:  # PyJWT's int() of an infinite exp/iat/nbf
+            raise InvalidToken(f"bad numeric claim: {exc}") from None
         return _check_claims(claims, s, now_s)
 
 
