@@ -382,12 +382,14 @@ def _steps(run: _Run) -> Iterator[_Run]:
         yield _Run(run.stable, run.compiled, pieces, run.first + done, run.last, run.db_header)
 
 
-def _table_of(run: _Run) -> pa.Table:
+def _table_of(run: _Run, stop: threading.Event | None = None) -> pa.Table:
     """A run's rows as one table under its view's schema: each entry decoded (zero-copy),
-    sliced to the rows read, and conformed."""
+    sliced to the rows read, and conformed; EncodingStopped once `stop` is set."""
     compiled = run.compiled
     tables = []
     for piece in run.pieces:
+        if stop is not None and stop.is_set():
+            raise EncodingStopped
         table = decode_rows(piece.data)
         if piece.skip or piece.rows != table.num_rows:
             table = table.slice(piece.skip, piece.rows)
@@ -405,7 +407,7 @@ def _run_batch(run: _Run, tags: pa.Table | None, stop: threading.Event | None = 
     only when the filter or the values need them, and then after the filter when only the
     values do (a selective filter on columns joins few rows)."""
     compiled = run.compiled
-    table = _table_of(run)
+    table = _table_of(run, stop)
     offsets = _versions(run.first, len(table))
     with_tags = False
     if compiled.filter is not None:
