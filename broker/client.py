@@ -8,25 +8,33 @@ KafkaPrincipal.ANONYMOUS on a PLAINTEXT listener)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
 
 ANONYMOUS = "User:ANONYMOUS"
 
 
+def _never() -> bool:
+    return False
+
+
 class ClientInfo:
     """A connection's peer address, the listener it came in on, and its principal."""
 
-    __slots__ = ("host", "port", "listener", "security_protocol", "principal", "advertised")
+    __slots__ = ("host", "port", "listener", "security_protocol", "principal", "advertised", "gone")
 
     def __init__(self, host: str, port: int, *, listener: str = "PLAINTEXT",
                  security_protocol: str = "PLAINTEXT", principal: str = ANONYMOUS,
-                 advertised: tuple[str, int] | None = None) -> None:
+                 advertised: tuple[str, int] | None = None, gone: Callable[[], bool] = _never) -> None:
         self.host = host
         self.port = port
         self.listener = listener  # the listener's name, e.g. "PLAINTEXT", "SASL_SSL", "INTERNAL"
         self.security_protocol = security_protocol  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
         self.principal = principal  # "User:NAME"
         self.advertised = advertised  # (host, port) Metadata gives this client for this node
+        # whether the client has closed the connection (end of stream or reset): long work for
+        # it (a Fetch's view evaluation) stops early, as nobody will read the answer
+        self.gone = gone
 
 
 current_client: ContextVar[ClientInfo] = ContextVar("current_client")

@@ -504,7 +504,7 @@ class Broker:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("connection from %s on listener %s", peer, listener.name)
         try:
-            current_client.set(self._client_info(listener, peer, writer))
+            current_client.set(self._client_info(listener, peer, reader, writer))
             await self._connection_loop(reader, writer, peer, memory)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -534,8 +534,16 @@ class Broker:
             except Exception:
                 writer.transport.abort()
 
-    def _client_info(self, listener: Listener, peer: Any, writer: asyncio.StreamWriter) -> ClientInfo:
-        """Who the new connection is: its listener, and on SSL its certificate's principal."""
+    def _client_info(self, listener: Listener, peer: Any, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> ClientInfo:
+        """Who the new connection is: its listener, and on SSL its certificate's principal;
+        `gone()` is true once the peer has closed (Kafka's broker closes a connection whose
+        read ends: nothing more is answered on it)."""
+        transport = writer.transport
+
+        def gone() -> bool:
+            return reader.at_eof() or transport.is_closing()
+
         principal = ANONYMOUS
         if listener.security_protocol == "SSL":
             ssl_object = writer.get_extra_info("ssl_object")
@@ -544,7 +552,7 @@ class Broker:
                 principal = certificate_principal(der, self._mapping_rules)
         return ClientInfo(host=peer[0] if peer else "", port=peer[1] if peer else 0,
                           listener=listener.name, security_protocol=listener.security_protocol,
-                          principal=principal, advertised=self.advertised_by_listener[listener.name])
+                          principal=principal, advertised=self.advertised_by_listener[listener.name], gone=gone)
 
     async def _connection_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                peer: Any, memory: FrameMemory) -> None:

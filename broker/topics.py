@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -171,16 +171,17 @@ class Topic:
         return self.view.read(vnode, offset, max_bytes)
 
     async def read_async(self, store: Store, vnode: int, offset: int, max_bytes: int, end: int,
-                         committed: bool = False) -> list[bytes]:
+                         committed: bool = False, gone: Callable[[], bool] | None = None) -> list[bytes]:
         """`read` for Fetch: a view is evaluated in steps off the event loop, up to version
         `end` (the high watermark answered; the last stable offset for read_committed);
         stored bytes are read in place (no evaluation). `committed`: a view drops the rows of
-        aborted transactions (stored batches go as they are, with the aborted list)."""
+        aborted transactions (stored batches go as they are, with the aborted list); `gone`:
+        whether the client has left (a view's evaluation then stops)."""
         if self.log is not None:
             return self.log.read(vnode, offset, max_bytes)
         if self.view is None:
             return store.read(self.db, vnode, offset, max_bytes)
-        return await self.view.read_async(vnode, offset, max_bytes, end, committed)
+        return await self.view.read_async(vnode, offset, max_bytes, end, committed, gone)
 
 
 def check_topic_name(name: str | None) -> str:

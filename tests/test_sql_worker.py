@@ -265,11 +265,11 @@ def test_view_read_async_returns_what_read_returns(tmp_path: Path) -> None:
                 for start, max_bytes in ((0, 1 << 20), (0, 1 << 12), (end - 10, 1 << 20)):
                     expect = topic.view.read(vnode, start, max_bytes)
                     assert expect, (name, start)
-                    assert await topic.view.read_async(vnode, start, max_bytes) == expect
+                    assert await topic.view.read_async(vnode, start, max_bytes, budget_s=None) == expect
                 # `end` (the Fetch's high watermark): what was appended from there is not read
                 before = topic.view.read(vnode, 0, 1 << 30)
                 ex.execute(long_insert(10, ts0=1_800_000_000_000))
-                assert await topic.view.read_async(vnode, 0, 1 << 30, end) == before
+                assert await topic.view.read_async(vnode, 0, 1 << 30, end, budget_s=None) == before
                 assert max(_last_offsets(before)) == end - 1
                 assert max(_last_offsets(await topic.view.read_async(vnode, 0, 1 << 30))) == end + 9
         finally:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
+from tmqgate.broker.client import current_client
 from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.handlers.leader_hints import point_to_leaders
 from tmqgate.broker.quotas import parked
@@ -134,6 +135,8 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
     never past the high watermark this answer gives (the last stable offset for read_committed)."""
     store = ctx.store
     partition_error = ctx.topics.partition_error
+    client = current_client.get(None)
+    gone = client.gone if client is not None else None  # a view stops evaluating once it is
     budget = max_bytes if max_bytes > 0 else 0x7FFFFFFF
     total = 0
     errors = False
@@ -178,7 +181,8 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                             assert ctx.replication is not None
                             batches = ctx.replication.raw_batches(topic, index, offset, max(limit, 1))
                         else:
-                            batches = await topic.read_async(store, index, offset, max(limit, 1), upper, committed)
+                            batches = await topic.read_async(store, index, offset, max(limit, 1), upper, committed,
+                                                             gone)
                         if upper < end:  # stored batches are read to the log end
                             batches = _below(batches, upper)
                         if total > 0:

@@ -24,6 +24,7 @@ from tmqgate.broker.sql.parser import parse, parse_script
 from tmqgate.broker.sql.views import TopicDef
 from tmqgate.broker.sql.worker import ParseWorker
 from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, home_vnode, meta_payload, schema_to_json
+from tmqgate.broker.tsdb.limits import schema_problem
 from tmqgate.broker.tsdb.rows import RowsError, build_rows_table, encode_rows
 from tmqgate.broker.tsdb.types import StableSchema, TypeError_, check_value
 from tmqgate.storage import RowsEntry
@@ -538,7 +539,12 @@ class Executor:
         return Result.affected(0)
 
     def _write_stable(self, info: Any, schema: StableSchema, *, create: bool, details: dict[str, Any]) -> None:
-        """Store the supertable's schema and log the change on every vnode, atomically."""
+        """Store the supertable's schema and log the change on every vnode, atomically; a
+        schema past TDengine's limits (tsdb/limits.py) is refused with its code, whichever
+        statement or schemaless write made it."""
+        problem = schema_problem(schema)
+        if problem is not None:
+            raise SqlError(problem.message, code=problem.code)
         payload = meta_payload("create" if create else "alter", "super", schema.name, stable=schema.name, **details)
         with self.store.transaction() as tx:
             if create:

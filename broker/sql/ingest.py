@@ -5,7 +5,9 @@ As in TDengine, a measurement becomes a supertable, the tag set its child table'
 field set its columns; a missing supertable, child table, column or tag is created first, each
 change logged as a meta entry. Rows are stored in the partition the producer chose, as Kafka
 does. Everything is parsed and checked before anything is written, so a bad record fails its
-batch alone and leaves the catalog and the WAL as they were.
+batch alone and leaves the catalog and the WAL as they were; so does a batch that would take
+a supertable past TDengine's schema limits (tsdb/limits.py: 4,096 columns and tags, 128 tags,
+row and tag lengths), refused with TDengine's text (Produce answers INVALID_RECORD).
 
 A record's key, when present, names the child table; otherwise the name is derived from the
 measurement and tags as TDengine does. Timestamps are in nanoseconds unless the record has a `tmq.precision` header (ns, us, ms, s),
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tmqgate.broker.sql.ast import SqlError
+from tmqgate.broker.tsdb.limits import schema_problem
 from tmqgate.broker.tsdb.rows import RowsError
 from tmqgate.broker.tsdb.schemaless import (
     SchemalessError,
@@ -130,6 +133,8 @@ def ingest(executor: Executor, db: str, vnode: int, batch: bytes,
             current = catalog.schema(db, stored) if stored else None
             plan = plan_schema(current, stable_rows)
             schema = current if plan.empty and current is not None else _apply_plan(current, name, plan)
+            if schema is not current and (problem := schema_problem(schema)) is not None:
+                raise SchemalessError.limit(problem, 0)  # TDengine's limits, before any write
             new_children = []
             for table, tags in stable_rows.tables.items():
                 child = children.get(table)

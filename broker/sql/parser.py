@@ -45,6 +45,7 @@ from tmqgate.broker.sql.ast import (
     UseDatabase,
     UserPassword,
 )
+from tmqgate.broker.tsdb.limits import MAX_COLUMNS, MAX_TAGS, too_many_columns, too_many_tags
 from tmqgate.broker.tsdb.names import INVALID_IDENTIFIER, MAX_LENGTH, Kind, name_problem
 from tmqgate.broker.tsdb.types import Column, TypeError_, duration_ms, type_from_name
 
@@ -61,8 +62,6 @@ MAX_NAME = {
     "topic": MAX_TOPIC_NAME,
     "user": 23,  # TDengine's TSDB_USER_LEN - 1
 }
-MAX_COLUMNS = 4096
-MAX_TAGS = 128
 # A query (a topic's SELECT or WHERE, an ad-hoc SELECT) of more sqlglot nodes than this is
 # refused (tmqgate's own bound; TDengine has none below its 1 MiB SQL length): a tree is
 # compiled, and a long text's tree is carried back from the parsing process and rebuilt, on
@@ -624,10 +623,14 @@ class _Parser:
                 f"the first column must be TIMESTAMP, got {first.type} for {first.name!r} at position {first_pos}",
                 first_pos,
             )
-        if len(cols) > MAX_COLUMNS:
-            raise SqlError(f"too many columns ({len(cols)} > {MAX_COLUMNS})", cols[MAX_COLUMNS][1])
+        # TDengine's limits (tsdb/limits.py; the byte lengths are checked where the schema is
+        # written): tags first, then columns and tags together, as its parser checks them
         if len(tags) > MAX_TAGS:
-            raise SqlError(f"too many tags ({len(tags)} > {MAX_TAGS})", tags[MAX_TAGS][1])
+            problem = too_many_tags(len(tags))
+            raise SqlError(f"{problem.message} at position {tags[MAX_TAGS][1]}", tags[MAX_TAGS][1], problem.code)
+        if len(cols) + len(tags) > MAX_COLUMNS:
+            problem, pos = too_many_columns(len(cols) + len(tags)), (*cols, *tags)[MAX_COLUMNS][1]
+            raise SqlError(f"{problem.message} at position {pos}", pos, problem.code)
         seen: set[str] = set()
         for col, pos in (*cols, *tags):
             low = col.name.lower()

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Generator
+import os
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, TsdbCatalog, join_tags
-from tmqgate.broker.tsdb.encode import arange, json_objects, records_batch
-from tmqgate.broker.tsdb.rows import TBNAME, conform, decode_rows
+from tmqgate.broker.tsdb.encode import EncodingStopped, arange, json_objects, records_batch
+from tmqgate.broker.tsdb.rows import TBNAME, arrow_schema, conform, decode_rows
 
 if TYPE_CHECKING:
     from tmqgate.broker.sql.expr import Filter, Projection
@@ -32,6 +36,34 @@ TYPE_DATA = b"data"
 TYPE_META = b"meta"
 #: A Fetch reads a view's WAL in chunks of partition_max_bytes, at most this many per partition.
 SCAN_CHUNKS = 4
+#: A run of rows entries is evaluated in steps of at most this many cells (rows x columns and
+#: tags; at least one row), so a step of the widest schema TDengine allows (4,096 columns and
+#: tags) is short, and a Fetch can stop between steps.
+CELLS_PER_STEP = 1 << 20
+#: A Fetch's evaluation of one partition stops after this long (at least one step is done),
+#: answering what it has: the consumer fetches the rest next, as with a partial Kafka fetch.
+EVALUATION_BUDGET_S = 1.0
+#: Threads of the evaluation pool (its own, so evaluation never holds the loop's default
+#: executor, where password hashing for SASL PLAIN and HTTP Basic runs; issue 25).
+EVALUATION_THREADS = min(4, os.cpu_count() or 1)
+#: While a step runs, the Fetch asks this often whether its client is gone (and then tells the
+#: step to stop: it stops at its next few columns).
+WATCH_S = 0.05
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def evaluation_pool() -> ThreadPoolExecutor:
+    """The views' own bounded thread pool (made on first use)."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=EVALUATION_THREADS, thread_name_prefix="tmqgate-view")
+    return _pool
+
+
+# What the evaluation of a run sends back to `View._scan`: each step's record batch (None: no
+# row passed) with the versions it covers, and whether the whole run was evaluated.
+_Evaluated = tuple[list[tuple[bytes | None, int, int]], bool]
 
 
 @dataclass(frozen=True)
@@ -68,6 +100,7 @@ class _Compiled:
 
     def __init__(self, topic: TopicDef, schema: StableSchema) -> None:
         self.schema = schema
+        self.arrow = arrow_schema(schema)  # what rows entries are conformed to
         self.filter: Filter | None = None
         self.projection: Projection | None = None
         if topic.kind != "database":
@@ -92,16 +125,30 @@ class _Compiled:
             self.filter = compile_filter(stmt.where, schema, tags_only=True)
 
 
+@dataclass(frozen=True)
+class _Piece:
+    """The rows a run reads of one rows entry: its stored bytes (decoded where the run is
+    evaluated, off the loop: decoding grows with the columns), rows skipped, rows read."""
+
+    data: bytes
+    skip: int
+    rows: int
+
+
 @dataclass
 class _Run:
     """Consecutive rows entries of one supertable, evaluated as one table: versions first..last."""
 
     stable: str
     compiled: _Compiled
-    tables: list[pa.Table]
+    pieces: list[_Piece]
     first: int
     last: int
     db_header: bytes = b""
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.pieces)
 
 
 class View:
@@ -145,36 +192,64 @@ class View:
         try:
             run = next(scan)
             while True:
-                run = scan.send(self._counted(run, _run_batch(run, self._tags_for(run))))
+                tags = self._tags_for(run)
+                run = scan.send(([(self._counted(step, _run_batch(step, tags)), step.first, step.last)
+                                  for step in _steps(run)], True))
         except StopIteration as done:
             result: list[bytes] = done.value
             return result
 
     async def read_async(self, vnode: int, from_version: int, max_bytes: int, end: int | None = None,
-                         committed: bool = False) -> list[bytes]:
+                         committed: bool = False, gone: Callable[[], bool] | None = None,
+                         budget_s: float | None = EVALUATION_BUDGET_S) -> list[bytes]:
         """`read` for the event loop, which it holds only for short steps (issue 11): each run
         of rows entries is evaluated (filter, projection, JSON, record batch: Arrow kernels,
-        which release the GIL) in a thread, the WAL reads and the catalog lookups stay here,
-        and versions from `end` on (the high watermark the Fetch answers with) are not read.
-        The loop serves other requests meanwhile; if the database is dropped (or dropped and
-        made again) during the read, what was read before is returned. `committed`
-        (read_committed): the rows entries of aborted transactions are skipped (`end` is then
-        the last stable offset)."""
+        which release the GIL) in steps of CELLS_PER_STEP cells in the views' own thread pool,
+        the WAL reads and the catalog lookups stay here, and versions from `end` on (the high
+        watermark the Fetch answers with) are not read. The loop serves other requests
+        meanwhile; if the database is dropped (or dropped and made again) during the read,
+        what was read before is returned. `committed` (read_committed): the rows entries of
+        aborted transactions are skipped (`end` is then the last stable offset).
+
+        Bounded (issue 25): between steps the read stops, returning what it has, once its
+        batches reach `max_bytes` or `budget_s` seconds have passed (after one step at least;
+        None: no time bound), or at once when `gone()` says the client has left: an abandoned
+        Fetch frees the pool within one step."""
         scan = self._scan(vnode, from_version, max_bytes, end, committed)
+        deadline = time.monotonic() + budget_s if budget_s is not None else float("inf")
+        produced, evaluated = 0, False
+        stop = threading.Event()  # set: a step still running in the pool stops
         try:
             run = next(scan)
             while True:
                 tags = self._tags_for(run)
-                run = scan.send(self._counted(run, await asyncio.to_thread(_run_batch, run, tags)))
+                pieces: list[tuple[bytes | None, int, int]] = []
+                complete = True
+                for step in _steps(run):
+                    if (gone is not None and gone()) or (evaluated and (
+                            produced >= max_bytes or time.monotonic() >= deadline)):
+                        complete = False
+                        break
+                    try:
+                        batch = self._counted(step, await _evaluated(step, tags, gone, stop))
+                    except EncodingStopped:  # the client left during the step
+                        complete = False
+                        break
+                    evaluated = True
+                    produced += len(batch) if batch is not None else 0
+                    pieces.append((batch, step.first, step.last))
+                run = scan.send((pieces, complete))
         except StopIteration as done:
             result: list[bytes] = done.value
             return result
+        finally:
+            stop.set()  # cancelled (the broker stops, the client's task ends): the step ends too
 
     def _counted(self, run: _Run, batch: bytes | None) -> bytes | None:
         """Count a run's rows (scanned) and its batch's records (delivered: bytes 57..61 of a
         v2 batch are its record count); `batch` is returned."""
         rows = self.rows
-        rows[0] += sum(t.num_rows for t in run.tables)
+        rows[0] += run.rows
         if batch is not None:
             rows[1] += int.from_bytes(batch[57:61], "big")
         return batch
@@ -187,9 +262,10 @@ class View:
         return None
 
     def _scan(self, vnode: int, from_version: int, max_bytes: int, end: int | None,
-              committed: bool = False) -> Generator[_Run, bytes | None, list[bytes]]:
+              committed: bool = False) -> Generator[_Run, _Evaluated, list[bytes]]:
         """`read`'s walk over the WAL: yields each run of rows entries to be evaluated, and
-        takes back its record batch (None: no row passed); returns the batches. Control
+        takes back its steps' record batches (None: no row passed) and whether the run was
+        evaluated whole (if not, the walk ends there); returns the batches. Control
         batches (transaction markers, stored as data entries) are never rows: skipped as any
         data entry; `committed`: rows entries of aborted transactions are skipped too."""
         out = _Batches()
@@ -214,17 +290,18 @@ class View:
                 rows = (self._rows_of(entry, start) if entry.kind == "rows" and entry.version not in aborted
                         else None)
                 if rows is not None:
-                    stable, compiled, table = rows
+                    stable, compiled, piece = rows
                     if run is not None and run.stable == stable and run.compiled is compiled:
-                        run.tables.append(table)
+                        run.pieces.append(piece)
                         run.last = last
                         continue
-                    if run is not None:
-                        out.emit((yield run), run.first, run.last)
-                    run = _Run(stable, compiled, [table], start, last, self._db_header)
+                    if run is not None and not out.add((yield run)):
+                        return out.finish()  # stopped inside the run: the rest is the next Fetch's
+                    run = _Run(stable, compiled, [piece], start, last, self._db_header)
                 else:
                     if run is not None:
-                        out.emit((yield run), run.first, run.last)
+                        if not out.add((yield run)):
+                            return out.finish()
                         run = None
                     meta = entry.kind == "meta" and self.topic.meta is not None
                     out.emit(self._meta(entry, last) if meta else None, start, last)
@@ -232,7 +309,8 @@ class View:
                     break
             else:
                 if run is not None:
-                    out.emit((yield run), run.first, run.last)
+                    if not out.add((yield run)):
+                        return out.finish()
                     run = None
                 version = entries[-1].version + entries[-1].count
                 if out.size < max_bytes:
@@ -241,22 +319,21 @@ class View:
         # a run still pending when the response filled up is left for the next Fetch
         return out.finish()
 
-    def _rows_of(self, entry: WalEntry, start: int) -> tuple[str, _Compiled, pa.Table] | None:
-        """(supertable, compiled view, rows from `start` conformed to the current schema) of a
-        rows entry this topic reads, or None when it delivers nothing here."""
+    def _rows_of(self, entry: WalEntry, start: int) -> tuple[str, _Compiled, _Piece] | None:
+        """(supertable, compiled view, its rows from `start`) of a rows entry this topic
+        reads, or None when it delivers nothing here. Only the entry's schema is read here
+        (for its supertable); the rows are decoded where the run is evaluated."""
         if self.topic.meta == "only":
             return None
-        table = decode_rows(entry.data)
-        stable = (table.schema.metadata or {}).get(STABLE_METADATA_KEY, b"").decode()
+        with pa.ipc.open_stream(pa.py_buffer(entry.data)) as reader:
+            stable = (reader.schema.metadata or {}).get(STABLE_METADATA_KEY, b"").decode()
         if self.topic.stable is not None and stable != self.topic.stable:
             return None
         compiled = self._compiled_for(stable)
         if compiled is None:
             return None
         skip = start - entry.version
-        if skip:
-            table = table.slice(skip)
-        return stable, compiled, conform(table, compiled.schema).replace_schema_metadata(None)
+        return stable, compiled, _Piece(entry.data, skip, entry.count - skip)
 
     def _meta(self, entry: WalEntry, last: int) -> bytes | None:
         body = json.loads(entry.data)
@@ -272,16 +349,74 @@ class View:
                      ("tmq.table", table.encode()), ("tmq.type", TYPE_META)])
 
 
-def _run_batch(run: _Run, tags: pa.Table | None) -> bytes | None:
+async def _evaluated(step: _Run, tags: pa.Table | None, gone: Callable[[], bool] | None,
+                     stop: threading.Event) -> bytes | None:
+    """`_run_batch(step, tags)` in the evaluation pool, told to stop (EncodingStopped) when
+    `gone()` becomes true meanwhile (asked every WATCH_S) or `stop` is set."""
+    future = asyncio.get_running_loop().run_in_executor(evaluation_pool(), _run_batch, step, tags, stop)
+    # a step left behind (its Fetch cancelled) ends with EncodingStopped, which nobody awaits
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    while not future.done():
+        await asyncio.wait([future], timeout=WATCH_S)
+        if gone is not None and gone():
+            stop.set()
+    return future.result()
+
+
+def _steps(run: _Run) -> Iterator[_Run]:
+    """A run as consecutive slices of at most CELLS_PER_STEP cells (at least one row each),
+    each covering its rows' versions (the last one up to the run's last version)."""
+    schema = run.compiled.schema
+    width = 1 + len(schema.columns) + len(schema.tags)
+    n = run.rows
+    per_step = max(1, CELLS_PER_STEP // width)
+    if n <= per_step:
+        yield run
+        return
+    pieces: list[_Piece] = []
+    count = done = 0
+    for piece in run.pieces:
+        skip, left = piece.skip, piece.rows
+        while left:
+            take = min(left, per_step - count)
+            pieces.append(_Piece(piece.data, skip, take))
+            skip, left, count = skip + take, left - take, count + take
+            if count == per_step:
+                first = run.first + done
+                done += count
+                yield _Run(run.stable, run.compiled, pieces, first, run.last if done == n else first + count - 1,
+                           run.db_header)
+                pieces, count = [], 0
+    if pieces:
+        yield _Run(run.stable, run.compiled, pieces, run.first + done, run.last, run.db_header)
+
+
+def _table_of(run: _Run, stop: threading.Event | None = None) -> pa.Table:
+    """A run's rows as one table under its view's schema: each entry decoded (zero-copy),
+    sliced to the rows read, and conformed; EncodingStopped once `stop` is set."""
+    compiled = run.compiled
+    tables = []
+    for piece in run.pieces:
+        if stop is not None and stop.is_set():
+            raise EncodingStopped
+        table = decode_rows(piece.data)
+        if piece.skip or piece.rows != table.num_rows:
+            table = table.slice(piece.skip, piece.rows)
+        tables.append(conform(table, compiled.schema, compiled.arrow).replace_schema_metadata(None))
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def _run_batch(run: _Run, tags: pa.Table | None, stop: threading.Event | None = None) -> bytes | None:
     """The record batch of a run of rows entries, or None when no row passes the filter;
     `tags` is the supertable's tag table when the filter or the values need tags.
 
-    Pure (Arrow kernels over the run's tables; no store, no catalog), so `View.read_async`
-    runs it in a thread. Tags are joined on only when the filter or the values need them,
-    and then after the filter when only the values do (a selective filter on columns joins
-    few rows)."""
+    Pure (Arrow kernels over the run's entries; no store, no catalog), so `View.read_async`
+    runs it in a thread (`stop`: set when its answer is no longer wanted; the JSON encoding,
+    the part that grows with the columns, then raises EncodingStopped). Tags are joined on
+    only when the filter or the values need them, and then after the filter when only the
+    values do (a selective filter on columns joins few rows)."""
     compiled = run.compiled
-    table = pa.concat_tables(run.tables) if len(run.tables) > 1 else run.tables[0]
+    table = _table_of(run, stop)
     offsets = _versions(run.first, len(table))
     with_tags = False
     if compiled.filter is not None:
@@ -305,7 +440,8 @@ def _run_batch(run: _Run, tags: pa.Table | None) -> bytes | None:
     tbnames = table.column(TBNAME)
     return records_batch(
         base_offset=run.first, last_offset=run.last, offsets=offsets,
-        timestamps=table.column(ts_name), keys=tbnames, values=json_objects(values_table),
+        timestamps=table.column(ts_name), keys=tbnames,
+        values=json_objects(values_table, stop=stop.is_set if stop is not None else None),
         headers=[("tmq.db", run.db_header), ("tmq.stable", run.stable.encode()),
                  ("tmq.table", tbnames), ("tmq.type", TYPE_DATA)])
 
@@ -319,6 +455,13 @@ class _Batches:
         self.size = 0
         self._skipped_from: int | None = None  # start of a run of versions that yield no records
         self._skipped_to = -1
+
+    def add(self, evaluated: _Evaluated) -> bool:
+        """Emit a run's evaluated steps; whether the run was evaluated whole."""
+        pieces, complete = evaluated
+        for batch, first, last in pieces:
+            self.emit(batch, first, last)
+        return complete
 
     def emit(self, batch: bytes | None, first: int, last: int) -> None:
         if batch is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,7 +28,14 @@ from crc32c import crc32c
 
 from tmqgate.protocol.records import zigzag_varint
 
-__all__ = ["arange", "json_objects", "records_batch"]
+__all__ = ["EncodingStopped", "arange", "json_objects", "records_batch"]
+
+#: json_objects asks its `stop` once per this many columns.
+STOP_EVERY_COLUMNS = 32
+
+
+class EncodingStopped(Exception):
+    """json_objects was told to stop (its caller no longer wants the answer)."""
 
 # ---------------------------------------------------------------------------- shared helpers
 
@@ -402,7 +409,8 @@ def _quoted(texts: pa.Array, quote: bool) -> pa.Array:
     return pc.binary_join_element_wise(_QUOTE, texts, _QUOTE, _EMPTY_STR) if quote else texts
 
 
-def json_objects(table: pa.Table, names: list[str] | None = None) -> pa.StringArray:
+def json_objects(table: pa.Table, names: list[str] | None = None,
+                 stop: Callable[[], bool] | None = None) -> pa.StringArray:
     """One JSON object text per row: ``{"<name>":<value>,…}`` in column order.
 
     ``names`` replaces the column names as keys (same count).  Integers (any width, signed
@@ -410,6 +418,9 @@ def json_objects(table: pa.Table, names: list[str] | None = None) -> pa.StringAr
     (float32-shortest for FLOAT) value with NaN/±inf as ``null``, strings are escaped per
     RFC 8259 (``"``, ``\\`` and U+0000–U+001F; other characters pass as UTF-8), temporal
     columns print their integer, and nulls print ``null``.
+
+    ``stop`` is asked every STOP_EVERY_COLUMNS columns (the cost grows with the columns even
+    for one row: a 4,096-column row takes seconds); when it says so, EncodingStopped is raised.
     """
     if names is None:
         names = table.column_names
@@ -421,6 +432,8 @@ def json_objects(table: pa.Table, names: list[str] | None = None) -> pa.StringAr
     parts: list[pa.Array | pa.Scalar] = []
     glue = "{"
     for i, (name, column) in enumerate(zip(names, table.columns, strict=True)):
+        if stop is not None and i % STOP_EVERY_COLUMNS == 0 and stop():
+            raise EncodingStopped
         texts, quote = _json_values(_as_array(column, name))
         glue += ("," if i else "") + json.dumps(str(name), ensure_ascii=False) + ":" + ('"' if quote else "")
         parts += (pa.scalar(glue, _STR), texts)

@@ -122,13 +122,15 @@ def build_rows_table(
     return pa.Table.from_arrays(arrays, schema=arrow_schema(schema))
 
 
-def conform(table: pa.Table, schema: StableSchema) -> pa.Table:
+def conform(table: pa.Table, schema: StableSchema, target: pa.Schema | None = None) -> pa.Table:
     """Adapt an entry written under an older schema to ``schema``.
 
     Columns added since read as null, columns no longer in the schema are left out, and a
     column whose Arrow type changed is cast. Unchanged entries come back as they are.
+    ``target``: ``arrow_schema(schema)`` when the caller keeps it (its cost grows with the
+    columns).
     """
-    target = arrow_schema(schema)
+    target = target if target is not None else arrow_schema(schema)
     if table.schema.equals(target):
         return table
     n = table.num_rows

@@ -33,6 +33,10 @@ its client, source/client/src/clientSml*.c):
   a grown one, is sized to the smallest power of two above the longest value when that value
   is under 1024, otherwise exactly the value's length; capped at the type's maximum. VARCHAR
   lengths count UTF-8 bytes, NCHAR lengths characters (as ``types.py`` defines them).
+* TDengine's schema limits (``tsdb/limits.py``): a line of more than 128 tags, or of more
+  than 4,096 fields and tags with the timestamp, is refused as the line is split (a split
+  never goes further than the limit), as is a batch whose lines add up past them; the byte
+  lengths of a row and of the tags are checked on the supertable the write would make.
 * A field whose type differs from the column's (inside a batch or against the supertable) is
   an error, as in TDengine; so are duplicate keys in a line and a name used both as a field
   and as a tag.
@@ -59,6 +63,14 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from tmqgate.broker.tsdb.limits import (
+    MAX_COLUMNS,
+    MAX_FIELDS,
+    MAX_TAGS,
+    LimitProblem,
+    too_many_columns,
+    too_many_tags,
+)
 from tmqgate.broker.tsdb.names import Kind, name_problem
 from tmqgate.broker.tsdb.rows import build_rows_table
 from tmqgate.broker.tsdb.types import (
@@ -112,12 +124,19 @@ _FLOAT_MAX = 3.4028234663852886e38
 
 
 class SchemalessError(ValueError):
-    """Input TDengine's schemaless writer would refuse; ``line_number`` is 1-based (0: none)."""
+    """Input TDengine's schemaless writer would refuse; ``line_number`` is 1-based (0: none);
+    ``code`` TDengine's error code where the refusal has a specific one (a schema limit)."""
 
-    def __init__(self, message: str, line_number: int) -> None:
+    def __init__(self, message: str, line_number: int, code: int | None = None) -> None:
         super().__init__(f"line {line_number}: {message}" if line_number else message)
         self.message = message
         self.line_number = line_number
+        self.code = code
+
+    @classmethod
+    def limit(cls, problem: LimitProblem, line_number: int) -> SchemalessError:
+        """A schema limit (`tsdb.limits`) gone past, with TDengine's code."""
+        return cls(problem.message, line_number, problem.code)
 
 
 class SchemalessRow(NamedTuple):
@@ -407,7 +426,9 @@ class _LineParser:
     def _parse_head(self, raw: str, line: int) -> tuple[str, str, dict[str, tuple[TDType, Any]]]:
         pairs: list[tuple[str, str]] = []
         if "\\" not in raw:
-            items = raw.split(",")
+            items = raw.split(",", MAX_TAGS + 1)  # split no further than the limit
+            if len(items) > MAX_TAGS + 1:
+                raise SchemalessError.limit(too_many_tags(raw.count(",")), line)
             measurement = items[0]
             for item in items[1:]:
                 k, eq, v = item.partition("=")
@@ -442,6 +463,8 @@ class _LineParser:
                 if pos < n and raw[pos] == "=":
                     raise SchemalessError(f"tag {km.group()[:40]!r}: unescaped '=' in its value", line)
                 pairs.append((_unescape_key(km.group()), _unescape_key(vm.group())))
+                if len(pairs) > MAX_TAGS:
+                    raise SchemalessError.limit(too_many_tags(len(pairs)), line)
         if not measurement:
             raise SchemalessError("missing measurement", line)
         stable = _dots(measurement)
@@ -469,7 +492,9 @@ class _LineParser:
                         line,
                     )
             cols: dict[str, tuple[TDType, Any]] = {}
-            items = parts[0].split(",")
+            items = parts[0].split(",", MAX_FIELDS)  # split no further than the limit
+            if len(items) > MAX_FIELDS:
+                raise SchemalessError.limit(too_many_columns(parts[0].count(",") + 2), line)
             for item in items:
                 k, eq, v = item.partition("=")
                 if not k or not eq or not v or "=" in v:
@@ -501,6 +526,8 @@ class _LineParser:
             if key in cols:
                 raise SchemalessError(f"duplicate field {key[:40]!r}", line)
             cols[key] = _field_value(raw, line)
+            if len(cols) > MAX_FIELDS:
+                raise SchemalessError.limit(too_many_columns(len(cols) + 1), line)
             pos = m.end()
             if pos >= n:
                 break
@@ -639,9 +666,11 @@ def parse_line_protocol(
                     got = heads.get(line[:i])
                     parts = line[i + 1 :].split(" ")
                     n = len(parts)
-                    if got is not None and (n == 2 or n == 1) and parts[0]:
+                    # (past TDengine's column limit: the general path refuses the line)
+                    items = parts[0].split(",", MAX_FIELDS) if got is not None else []
+                    if (got is not None and (n == 2 or n == 1) and parts[0]
+                            and len(items) < MAX_FIELDS and len(items) + len(got[2]) < MAX_COLUMNS):
                         cols = {}
-                        items = parts[0].split(",")
                         for item in items:
                             k, _, v = item.partition("=")
                             if not k or not v or "=" in v or len(k) > 16:
@@ -695,6 +724,8 @@ def parse_line_protocol(
             if not rest.strip(" "):
                 raise SchemalessError("missing field set", lineno)
             cols, raw_ts = p.fields(rest, lineno)
+            if len(cols) + len(tags) >= MAX_COLUMNS:
+                raise SchemalessError.limit(too_many_columns(len(cols) + len(tags) + 1), lineno)
             if tags and not tags.keys().isdisjoint(cols):
                 dup = next(k for k in cols if k in tags)
                 raise SchemalessError(f"{dup[:40]!r} is both a tag and a field", lineno)
@@ -861,6 +892,8 @@ def parse_opentsdb_json(
                 raise SchemalessError("metric must be a string", i)
             if not isinstance(tags_in, dict) or not tags_in:
                 raise SchemalessError("tags must be a non-empty object", i)
+            if len(tags_in) > MAX_TAGS:  # before any work per tag
+                raise SchemalessError.limit(too_many_tags(len(tags_in)), i)
             raw_ts = byname["timestamp"]
             if raw_ts.__class__ is int and 1_000_000_000_000 <= raw_ts < 10_000_000_000_000:
                 ts = raw_ts  # 13 digits: milliseconds already
@@ -970,6 +1003,8 @@ def group_rows(rows: Iterable[SchemalessRow]) -> dict[str, StableBatch]:
             if lst is None:
                 if k in b.tag_types:
                     raise SchemalessError(f"{k[:40]!r} is a tag on line {b.tag_lines[k]}", r.line)
+                if len(cols) + len(b.tag_types) + 1 >= MAX_COLUMNS:  # the lines' union of names
+                    raise SchemalessError.limit(too_many_columns(len(cols) + len(b.tag_types) + 2), r.line)
                 lst = cols[k] = [None] * i
             elif len(lst) < i:
                 lst.extend([None] * (i - len(lst)))
@@ -985,6 +1020,11 @@ def group_rows(rows: Iterable[SchemalessRow]) -> dict[str, StableBatch]:
             for k, (t, v) in r.tags.items():
                 if k in cols:
                     raise SchemalessError(f"{k[:40]!r} is a field on line {b.column_lines[k]}", r.line)
+                if k not in b.tag_types:
+                    if len(b.tag_types) >= MAX_TAGS:
+                        raise SchemalessError.limit(too_many_tags(len(b.tag_types) + 1), r.line)
+                    if len(cols) + len(b.tag_types) + 1 >= MAX_COLUMNS:
+                        raise SchemalessError.limit(too_many_columns(len(cols) + len(b.tag_types) + 2), r.line)
                 if b.tag_types.get(k) is not t:
                     _merge_type(b.tag_types, b.tag_lines, k, t, "tag", r.line)
                 if t.length is not None:
