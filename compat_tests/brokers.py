@@ -52,6 +52,16 @@ def _tmqgate_cmd() -> list[str]:
     return [sys.executable, "-c", "import sys; from tmqgate.broker.cli import main; sys.exit(main())"]
 
 
+def add_user_offline(proc: TmqgateProcess, name: str, password: str, iterations: int = 4096) -> None:
+    """`tmqgate user add` (SCRAM-SHA-512) into the data directory of `proc` before it first
+    starts: the first user of a broker whose HTTP front or SASL listener needs one."""
+    proc.data_dir.mkdir(parents=True, exist_ok=True)
+    added = subprocess.run([*_tmqgate_cmd(), "user", "add", name, "--mechanism", "SCRAM-SHA-512",
+                            "--iterations", str(iterations), "--data-dir", str(proc.data_dir)],
+                           input=password + "\n", capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, added.stderr
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

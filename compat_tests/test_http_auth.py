@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from .brokers import TmqgateProcess, _tmqgate_cmd
+from .brokers import TmqgateProcess, _tmqgate_cmd, add_user_offline
 from .helpers import free_port, unique_topic
 from .raw import RawConn
 
@@ -47,10 +47,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TmqgateProcess
     proc = TmqgateProcess(workdir, config={"http_auth": "basic", "sasl_enabled_mechanisms": ["SCRAM-SHA-512"]},
                           extra_listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"})
     # the first user, offline, before the broker ever ran (in the directory it will use)
-    proc.data_dir.mkdir(parents=True)
-    added = _tmqgate("user", "add", "alice", "--mechanism", "SCRAM-SHA-512", "--iterations", "8192",
-                     "--data-dir", str(proc.data_dir), stdin="alice-secret\n")
-    assert added.returncode == 0, added.stderr
+    add_user_offline(proc, "alice", "alice-secret", iterations=8192)
     proc.start()
     try:
         yield proc

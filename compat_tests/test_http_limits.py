@@ -15,14 +15,13 @@ import base64
 import os
 import resource
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .brokers import TmqgateProcess, _tmqgate_cmd
+from .brokers import TmqgateProcess, add_user_offline
 from .helpers import api_versions_ok, wait_until
 
 pytestmark = pytest.mark.tmqgate_only
@@ -152,11 +151,7 @@ def test_idle_keep_alive_is_closed(front: TmqgateProcess) -> None:
 @pytest.fixture(scope="module")
 def basic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TmqgateProcess]:
     proc = TmqgateProcess(tmp_path_factory.mktemp("http-basic-delay"), config={"http_auth": "basic"})
-    proc.data_dir.mkdir(parents=True)
-    added = subprocess.run([*_tmqgate_cmd(), "user", "add", "alice", "--mechanism", "SCRAM-SHA-512",
-                            "--iterations", "4096", "--data-dir", str(proc.data_dir)],
-                           input="alice-secret\n", capture_output=True, text=True, timeout=60)
-    assert added.returncode == 0, added.stderr
+    add_user_offline(proc, "alice", "alice-secret")
     proc.start()
     try:
         yield proc

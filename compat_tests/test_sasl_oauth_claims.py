@@ -16,6 +16,7 @@ import pytest
 
 from .raw import Closed, RawConn
 from .secure import SecureBroker, secure_broker_fixture
+from .test_sasl_oauth import _attempt
 
 sasl_broker = secure_broker_fixture(mechanisms=("OAUTHBEARER", "SCRAM-SHA-512"))
 INVALID = '{"status":"invalid_token"}'
@@ -27,17 +28,6 @@ def _token(claims_text: str) -> str:
         return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
     return f"{enc(json.dumps({'alg': 'none'}).encode())}.{enc(claims_text.encode())}."
-
-
-def _attempt(sb: SecureBroker, token: str) -> tuple[dict, dict | None, bool]:
-    """(first SaslAuthenticate answer, the answer to the client's ^A if any, closed after)."""
-    with RawConn(sb.sasl_bootstrap) as c:
-        assert c.request(17, 1, {"mechanism": "OAUTHBEARER"})["error_code"] == 0
-        first = c.request(36, 2, {"auth_bytes": f"n,,\x01auth=Bearer {token}\x01\x01".encode()})
-        if first["error_code"] or first["auth_bytes"] == b"":
-            return first, None, first["error_code"] != 0 and c.closed_within(10)
-        second = c.request(36, 2, {"auth_bytes": b"\x01"})
-        return first, second, c.closed_within(10)
 
 
 def _claims(**values: str) -> str:

@@ -16,7 +16,6 @@ import base64
 import http.client
 import json
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +25,7 @@ import pytest
 from tmqgate.protocol.messages import encode_request
 from tmqgate.protocol.records import build_batch
 
-from .brokers import TmqgateProcess, _tmqgate_cmd
+from .brokers import TmqgateProcess, add_user_offline
 from .raw import FETCH_V, RawConn, fetched_values
 from .tdengine_helpers import unique
 
@@ -45,11 +44,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TmqgateProcess]
     proc = TmqgateProcess(tmp_path_factory.mktemp("wide"),
                           config={"http_auth": "basic", "sasl_enabled_mechanisms": ["PLAIN"]},
                           extra_listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"})
-    proc.data_dir.mkdir(parents=True)
-    added = subprocess.run([*_tmqgate_cmd(), "user", "add", "alice", "--mechanism", "SCRAM-SHA-512",
-                            "--iterations", "4096", "--data-dir", str(proc.data_dir)],
-                           input=PASSWORD + "\n", capture_output=True, text=True, timeout=60)
-    assert added.returncode == 0, added.stderr
+    add_user_offline(proc, "alice", PASSWORD)
     proc.start()
     try:
         yield proc
