@@ -36,11 +36,38 @@ def unique_topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+#: The lowest port a test's server is given.
+SERVER_PORTS_FROM = 10_000
+_port_choice = random.SystemRandom()  # not `random`: a test seeding it must not make lanes pick alike
+
+
+def _ephemeral_low() -> int:
+    """The start of the kernel's ephemeral range (Linux's ip_local_port_range; its default)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port() -> int:
-    """A currently unused loopback TCP port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """An unused loopback TCP port for a test's server to listen on, below the ephemeral range.
+
+    A port from bind(0) is an ephemeral one, and every outgoing connection of every process
+    takes its local port from that range too: one could take it before the server bound it
+    (CI on 9967680: a cluster node "Address already in use", with four lanes connecting
+    hard). Below the range only another test's server can, and picked at random among
+    ~22,000 ports, the chance that two lanes pick one in the same moment is negligible."""
+    high = _ephemeral_low()
+    for _ in range(200):
+        port = _port_choice.randrange(SERVER_PORTS_FROM, high) if high > SERVER_PORTS_FROM + 1000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise AssertionError("no free port below the ephemeral range after 200 tries")
 
 
 def split_hostport(hostport: str) -> tuple[str, int]:

@@ -34,6 +34,8 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
+from .helpers import free_port
+
 ROOT = Path(__file__).resolve().parent
 BIN_DIR = ROOT / "bin"
 LIB_DIR = ROOT / "java" / "lib"
@@ -111,13 +113,6 @@ def run_tool(name: str, *args: str, timeout: float = 60.0, check: bool = True,
     """Run a Kafka tool (`compat_tests/bin/<name>`) and return its completed process."""
     return subprocess.run([str(tool(name)), *args], input=input, capture_output=True, text=True,
                           timeout=timeout, check=check)
-
-
-def free_port() -> int:
-    """A currently unused loopback TCP port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def random_cluster_id() -> str:

@@ -19,16 +19,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from compat_tests.helpers import free_port
 from compat_tests.raw import RawConn
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -71,7 +66,7 @@ def _resolved(host: str) -> str:
 def test_shipped_config_with_another_listen_port_advertises_the_bound_address(tmp_path: Path) -> None:
     """The issue's case: deploy/tmqgate.toml with --listen 127.0.0.1:PORT tells clients that
     address (it told localhost:9092, where nothing listened), and nothing is warned."""
-    port = _free_port()
+    port = free_port()
     with _serve(tmp_path, "--config", str(DEPLOY / "tmqgate.toml"), "--listen", f"127.0.0.1:{port}") as (ready, log):
         assert ready.startswith(f"tmqgate ready: kafka PLAINTEXT://127.0.0.1:{port}, http 127.0.0.1:")
         assert _told(f"127.0.0.1:{port}") == [("127.0.0.1", port)]
@@ -82,7 +77,7 @@ def test_a_host_without_a_port_is_told_with_the_bound_port(tmp_path: Path) -> No
     """advertised_listener = "localhost" (as the container image sets it): the bound port."""
     config = tmp_path / "broker.toml"
     config.write_text('advertised_listener = "localhost"\n')
-    port = _free_port()
+    port = free_port()
     with _serve(tmp_path, "--config", str(config), "--listen", f"127.0.0.1:{port}") as (_, log):
         assert _told(f"127.0.0.1:{port}") == [("localhost", port)]
     assert _warnings(log) == []
@@ -93,7 +88,7 @@ def test_an_advertised_port_the_listener_is_not_bound_to_is_warned(tmp_path: Pat
     this machine's address, but a port the listener is not bound to."""
     config = tmp_path / "broker.toml"
     config.write_text('advertised_listener = "localhost:9092"\n')
-    port = _free_port()
+    port = free_port()
     with _serve(tmp_path, "--config", str(config), "--listen", f"127.0.0.1:{port}") as (_, log):
         assert _told(f"127.0.0.1:{port}") == [("localhost", 9092)]  # told as set: a port forward may lead there
     assert _warnings(log) == [
@@ -111,7 +106,7 @@ def test_secure_config_advertising_a_host_elsewhere_is_warned(tmp_path: Path) ->
     from compat_tests.certs import make_certs
 
     certs = make_certs(tmp_path / "tls")
-    plain, sasl = _free_port(), _free_port()
+    plain, sasl = free_port(), free_port()
     env = {"TMQGATE_LISTENERS": f'["PLAINTEXT://127.0.0.1:{plain}", "SASL_SSL://127.0.0.1:{sasl}"]',
            "TMQGATE_ADVERTISED_LISTENERS": '["SASL_SSL://broker.example.com"]',
            "TMQGATE_SSL_CERTFILE": certs.cert("server"), "TMQGATE_SSL_KEYFILE": certs.key("server"),

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from compat_tests.helpers import require
+from compat_tests.helpers import free_port, require
 from tmqgate.broker.config import BrokerConfig, parse_hostport
 from tmqgate.broker.listeners import advertised_addresses, parse_listeners
 
@@ -105,12 +104,6 @@ def _compose_service(name: str) -> dict:
     return yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"][name]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(args: list[str], env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, str]:
     """`tmqgate <args>` started as the console script would be; its ready line (or the log, failed)."""
     log = workdir / "broker.log"
@@ -167,7 +160,7 @@ def test_image_cmd_runs_and_tells_clients_the_configured_address(tmp_path: Path)
     from compat_tests.raw import RawConn
 
     for told in (None, "broker.example.com:19092"):
-        kafka, http = _free_port(), _free_port()
+        kafka, http = free_port(), free_port()
         expected = ("localhost", kafka) if told is None else ("broker.example.com", 19092)
         env = {**_image_env(), "TMQGATE_DATA_DIR": str(tmp_path / "data"),
                "TMQGATE_LISTEN": f"127.0.0.1:{kafka}", "TMQGATE_HTTP": f"127.0.0.1:{http}"}
@@ -242,7 +235,7 @@ def test_compose_spark_job_reads_the_query_topic_the_setup_creates() -> None:
 
 def test_compose_setup_sql_runs_twice_on_a_real_broker(tmp_path: Path) -> None:
     """deploy/spark/setup.sql, as the compose setup service runs it on each `up` (so twice)."""
-    kafka, http = _free_port(), _free_port()
+    kafka, http = free_port(), free_port()
     env = {"TMQGATE_DATA_DIR": str(tmp_path / "data")}
     proc, _ = _start(["serve", "--listen", f"127.0.0.1:{kafka}", "--http", f"127.0.0.1:{http}"], env, tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
