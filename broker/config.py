@@ -545,9 +545,9 @@ class BrokerConfig:
     # in ~3 s: the default leaves room for a host several times busier).
     sql_parse_timeout_ms: int = 30_000
     # Produce decompresses every batch to validate its records (as Kafka's LogValidator does);
-    # the decompressed records may pass neither the topic's max.message.bytes nor this cap, so
-    # a small compressed bomb is refused (MESSAGE_TOO_LARGE) before it is inflated. tmqgate's
-    # own setting: Kafka bounds only the compressed size.
+    # the decompressed records may not pass this cap, so a small compressed bomb is refused
+    # (MESSAGE_TOO_LARGE) before it is inflated past it. tmqgate's own setting: Kafka bounds
+    # only the batch as sent, compressed (the topic's max.message.bytes, as tmqgate does too).
     max_decompressed_batch_bytes: int = 134_217_728
     # --- Logging ----------------------------------------------------------------------------
     # Log lines about bad input and failed requests: at most this many of a kind per

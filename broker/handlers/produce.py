@@ -1,8 +1,8 @@
 """Produce: validate each partition's record batch and append it to the vnode's WAL as bytes.
 
 The batch is validated as Kafka's LogValidator does (CRC, then every record parsed, the
-payload decompressed with its size bounded by the topic's max.message.bytes and the broker's
-max_decompressed_batch_bytes) but stored as received: the stored copy differs only in its
+payload decompressed with its size bounded by the broker's max_decompressed_batch_bytes; the
+topic's max.message.bytes bounds the batch as sent, compressed, as Kafka's does) but stored as received: the stored copy differs only in its
 base offset (outside the CRC).
 """
 
@@ -298,9 +298,11 @@ def _producer_append(ctx: DataPlane, topic: Topic, vnode: int,
 def _validated_batch(topic: Topic, records: bytes | None,
                      max_decompressed: int) -> tuple[bytes, BatchHeader, Validated]:
     """The partition's one record batch, checked as Kafka checks it before appending: the
-    batch as a whole, then every record (protocol.validate). The records, decompressed, may
-    not pass the topic's max.message.bytes nor ``max_decompressed`` (tmqgate's bound against
-    decompression bombs; Kafka has none)."""
+    batch as a whole, then every record (protocol.validate). The topic's max.message.bytes
+    bounds the batch as sent (after compression, as Kafka's does: producers size batches by
+    their compressed estimate, so well-compressed records may inflate past it); the records,
+    decompressed, may not pass ``max_decompressed`` (tmqgate's bound against decompression
+    bombs; Kafka has none)."""
     if not records:
         raise ProduceError(ErrorCode.INVALID_RECORD, "Produce request has no record batch")
     try:
@@ -325,15 +327,13 @@ def _validated_batch(topic: Topic, records: bytes | None,
         raise ProduceError(ErrorCode.CORRUPT_MESSAGE, "Record batch CRC mismatch")
     if header.is_control:
         raise ProduceError(ErrorCode.INVALID_RECORD, "Producers may not write control batches")
-    bound = min(topic.max_message_bytes, max_decompressed)
     try:
         valid = validate_records(batch, header.record_count, header.last_offset_delta, header.attributes,
-                                 header.base_timestamp, header.size, bound)
+                                 header.base_timestamp, header.size, max_decompressed)
     except DecompressedTooLarge:
         raise ProduceError(ErrorCode.MESSAGE_TOO_LARGE,
-                           f"The record batch decompresses to more than {bound} bytes (max.message.bytes "
-                           f"{topic.max_message_bytes}, max_decompressed_batch_bytes {max_decompressed})"
-                           ) from None
+                           f"The record batch decompresses to more than {max_decompressed} bytes "
+                           f"(max_decompressed_batch_bytes {max_decompressed})") from None
     except InvalidRecords as exc:
         errors = [] if exc.index is None else [(exc.index, str(exc))]
         raise ProduceError(ErrorCode.INVALID_RECORD, str(exc), errors) from None
