@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -129,19 +129,23 @@ class FrameMemory:
             held, self.held = self.held, 0
             self.pool.release(held)
 
-    def hand_over(self) -> Callable[[], None]:
-        """The frame's memory stays taken for a deferred answer: what gives it back (once);
-        the connection takes its next frame meanwhile."""
+    def hand_over(self, writing: Coroutine[Any, Any, None], answer: Coroutine[Any, Any, Any]) -> asyncio.Future[None]:
+        """The frame's memory stays taken for a deferred answer: the task ``writing`` it, which
+        gives the memory back and closes the handler's ``answer`` when it ends, however it ends;
+        the connection takes its next frame meanwhile. A task cancelled before its first step
+        (its connection ends at once) never runs its body, so a ``finally`` inside it would not
+        give the memory back."""
         held, self.held = self.held, 0
         pool = self.pool
+        task = asyncio.ensure_future(writing)
 
-        def release() -> None:
-            nonlocal held
+        def ended(_: asyncio.Future[None]) -> None:
             if held:
                 pool.release(held)
-                held = 0
+            answer.close()  # not started if the task was cancelled first: nothing else awaits it
 
-        return release
+        task.add_done_callback(ended)
+        return task
 
 
 #: accept() errors of an exhausted process or host: asyncio reports each through the loop's

@@ -24,7 +24,7 @@ import os
 import ssl
 import struct
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.acl.authorizer import Authorizer
@@ -652,9 +652,9 @@ class Broker:
                         for answer in [t for t in owed if t.done()]:
                             owed.remove(answer)
                             answer.result()  # a failed write (the connection is gone) ends the loop
-                        owed.append(asyncio.ensure_future(self._answer_later(
+                        owed.append(memory.hand_over(self._answer_later(
                             request, body.answer, owed[-1] if owed else None, writer, fd, peer,
-                            memory.hand_over(), request_started, started)))
+                            request_started, started), body.answer))
                         if len(owed) >= MAX_DEFERRED:
                             await asyncio.wait([owed[0]])
                         continue
@@ -697,29 +697,26 @@ class Broker:
 
     async def _answer_later(self, request: Request, answer: Coroutine[Any, Any, dict[str, Any] | None],
                             before: asyncio.Future[None] | None, writer: asyncio.StreamWriter, fd: int, peer: Any,
-                            frame: Callable[[], None], request_started: float, started: float) -> None:
+                            request_started: float, started: float) -> None:
         """A deferred answer (``apis.Deferred``): awaited, then written once the answers owed
-        before it are; its frame's memory stays taken from the pool until then."""
+        before it are (its frame's memory stays taken from the pool until then: FrameMemory.hand_over)."""
         try:
-            try:
-                body = await answer
-                self.metrics.request(request.api_key, request.api_version, (time.perf_counter() - started) * 1000)
-                assert body is not None  # an answer owed (acks=0 is never deferred)
-                if body.get("error_code"):
-                    self.metrics.error(request.api_key, body["error_code"])
-            except Exception as exc:  # every failure is an answer, as the loop's
-                self.metrics.error(request.api_key, exc.code if isinstance(exc, KafkaError)
-                                   else ErrorCode.UNKNOWN_SERVER_ERROR)
-                failed = self._failed(request, peer, exc)
-                assert failed is not None
-                body = failed
-            parts = encode_response_parts(request.api_key, request.api_version, request.correlation_id, body)
-            if before is not None and not before.done():
-                await before
-            write_parts(writer.transport, fd, parts)
-            await writer.drain()
-        finally:
-            frame()
+            body = await answer
+            self.metrics.request(request.api_key, request.api_version, (time.perf_counter() - started) * 1000)
+            assert body is not None  # an answer owed (acks=0 is never deferred)
+            if body.get("error_code"):
+                self.metrics.error(request.api_key, body["error_code"])
+        except Exception as exc:  # every failure is an answer, as the loop's
+            self.metrics.error(request.api_key, exc.code if isinstance(exc, KafkaError)
+                               else ErrorCode.UNKNOWN_SERVER_ERROR)
+            failed = self._failed(request, peer, exc)
+            assert failed is not None
+            body = failed
+        parts = encode_response_parts(request.api_key, request.api_version, request.correlation_id, body)
+        if before is not None and not before.done():
+            await before
+        write_parts(writer.transport, fd, parts)
+        await writer.drain()
         elapsed_ms = (time.monotonic() - request_started) * 1000
         if elapsed_ms >= self._slow_request_ms or _request_log.isEnabledFor(logging.DEBUG):
             self._log_request(request, peer, elapsed_ms, body)

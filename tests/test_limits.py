@@ -4,7 +4,9 @@ vnodes, and the settings' consistency check (the limits over TCP: compat_tests/t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,3 +98,36 @@ def test_pool_smaller_than_the_largest_frame_is_refused(tmp_path: Path) -> None:
         BrokerConfig.load(config)
     config.write_text("socket_request_max_bytes = 1000\nqueued_max_request_bytes = -1\n")
     assert BrokerConfig.load(config).queued_max_request_bytes == -1
+
+
+def test_a_deferred_answer_cancelled_before_it_starts_gives_its_frame_back() -> None:
+    """A connection that ends right after an acks=all Produce cancels the answer's task before
+    its first step; the frame's bytes still go back to the pool (they stayed taken for good
+    while a ``finally`` in the task's body gave them back), and the handler's coroutine is
+    closed rather than left never awaited."""
+    async def go() -> None:
+        pool = MemoryPool(100)
+        memory = FrameMemory(pool)
+        await memory.take(60)
+        wrote: list[str] = []
+
+        async def handler() -> str:
+            return "answer"
+
+        async def writing(answer: Coroutine[Any, Any, str]) -> None:
+            wrote.append(await answer)
+
+        answer = handler()
+        task = memory.hand_over(writing(answer), answer)
+        assert (memory.held, pool.used) == (0, 60)  # the connection may take its next frame
+        task.cancel()  # before the task's first step
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert (pool.used, wrote, answer.cr_frame) == (0, [], None)  # given back; closed
+
+        await memory.take(40)
+        answer = handler()
+        await memory.hand_over(writing(answer), answer)
+        assert (pool.used, wrote) == (0, ["answer"])
+
+    asyncio.run(go())
