@@ -29,7 +29,9 @@ def _find_coordinator(c: RawConn, key_type: int, key: str) -> None:
     body = _retry(lambda: c.request(FIND_COORDINATOR, 4, {"key_type": key_type, "coordinator_keys": [key]}),
                   lambda b: b["coordinators"][0]["error_code"])
     assert body["coordinators"][0]["error_code"] == 0, body
-INVALID_PRODUCER_EPOCH = 47
+
+
+INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 47, 48
 
 
 def _retry(call: Any, code: Any) -> dict[str, Any]:
@@ -48,6 +50,15 @@ def _produce(c: RawConn, topic: str, tid: str, pid: int, epoch: int, seq: int, v
         "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}),
         lambda b: b["responses"][0]["partition_responses"][0]["error_code"])
     return int(body["responses"][0]["partition_responses"][0]["error_code"])
+
+
+def _init(c: RawConn, tid: str) -> tuple[int, int]:
+    """InitProducerId v5 of a new transactional id: (producer id, epoch)."""
+    init = _retry(lambda: c.request(INIT_PRODUCER_ID, 5, {
+        "transactional_id": tid, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1}),
+        lambda b: b["error_code"])
+    assert init["error_code"] == 0, init
+    return init["producer_id"], init["producer_epoch"]
 
 
 def _end(c: RawConn, tid: str, pid: int, epoch: int, commit: bool) -> dict[str, Any]:
@@ -94,6 +105,49 @@ def test_produce_adds_the_partition_and_end_txn_bumps_the_epoch(txn_broker_tv2: 
         assert (state["transaction_state"], state["producer_epoch"]) == ("CompleteCommit", epoch + 2)
     # aborted record 0, its marker 1, committed record 2, its marker 3
     assert read_partition(bootstrap, topic, "read_committed", 4) == [(2, None, b"committed")]
+
+
+def test_abort_with_nothing_added_bumps_the_epoch(txn_broker_tv2: Broker) -> None:
+    """Issue 26: franz-go ends a transaction whose records all failed before reaching the broker
+    with EndTxn v5 abort and no partition added. Kafka takes it as an empty transaction: the
+    epoch bumped, CompleteAbort, no marker; its retry gets the same answer; from CompleteCommit
+    too. A commit with nothing added, and EndTxn v4 (transaction version 1) on a fresh id, are
+    INVALID_TXN_STATE (tmqgate answered the v5 abort so, and PRODUCER_FENCED after a commit)."""
+    bootstrap = txn_broker_tv2.bootstrap
+    topic = unique_topic("tv2-empty")
+    create_topic(bootstrap, topic)
+    tid, tid_v4 = txn_id("tv2-empty"), txn_id("tv2-empty-v4")
+    with RawConn(bootstrap) as c:
+        _find_coordinator(c, 1, tid)
+        pid, epoch = _init(c, tid)
+        ended = _end(c, tid, pid, epoch, commit=False)
+        assert (ended["error_code"], ended["producer_id"], ended["producer_epoch"]) == (0, pid, epoch + 1)
+        # Kafka completes it after answering: wait for the state it leads to
+        state = wait_until(lambda: _describe(c, tid), 30, 0.1, "the abort completed",
+                           ok=lambda s: s["transaction_state"] != "PrepareAbort")
+        assert (state["transaction_state"], state["producer_epoch"], state["topics"]) == (
+            "CompleteAbort", epoch + 1, [])
+        again = _end(c, tid, pid, epoch, commit=False)
+        assert (again["error_code"], again["producer_id"], again["producer_epoch"]) == (0, pid, epoch + 1)
+        assert _end(c, tid, pid, epoch + 1, commit=True)["error_code"] == INVALID_TXN_STATE
+        # the bumped epoch writes and commits the next transaction; then an empty abort again
+        assert _produce(c, topic, tid, pid, epoch + 1, 0, b"committed") == 0
+        assert _end(c, tid, pid, epoch + 1, commit=True)["producer_epoch"] == epoch + 2
+        wait_until(lambda: _describe(c, tid), 30, 0.1, "the markers written",
+                   ok=lambda s: s["transaction_state"] == "CompleteCommit")
+        ended = _end(c, tid, pid, epoch + 2, commit=False)
+        assert (ended["error_code"], ended["producer_id"], ended["producer_epoch"]) == (0, pid, epoch + 3)
+        state = wait_until(lambda: _describe(c, tid), 30, 0.1, "the abort completed",
+                           ok=lambda s: s["transaction_state"] != "PrepareAbort")
+        assert (state["transaction_state"], state["producer_epoch"]) == ("CompleteAbort", epoch + 3)
+        _find_coordinator(c, 1, tid_v4)
+        pid_v4, epoch_v4 = _init(c, tid_v4)
+        body = _retry(lambda: c.request(END_TXN, 4, {"transactional_id": tid_v4, "producer_id": pid_v4,
+                                                     "producer_epoch": epoch_v4, "committed": False}),
+                      lambda b: b["error_code"])
+        assert body["error_code"] == INVALID_TXN_STATE
+    # the committed record 0 and its marker 1; the empty transactions wrote nothing
+    assert read_partition(bootstrap, topic, "read_committed", 2) == [(0, None, b"committed")]
 
 
 def test_txn_offset_commit_adds_the_group(txn_broker_tv2: Broker) -> None:

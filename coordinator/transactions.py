@@ -19,7 +19,8 @@ Empty — a producer id and epoch, no transaction. ← Empty, CompleteCommit, Co
 Ongoing — partitions (AddPartitionsToTxn) or groups (AddOffsetsToTxn) added; the transaction
     timeout runs from the first addition. ← Empty, Ongoing, CompleteCommit, CompleteAbort.
 PrepareCommit / PrepareAbort — EndTxn decided; the markers are being written. ← Ongoing
-    (PrepareAbort also ← PrepareEpochFence). The client is answered once this is written; the
+    (PrepareAbort also ← PrepareEpochFence, and at transaction version 2 ← Empty, CompleteCommit,
+    CompleteAbort: an abort with nothing added, which bumps the epoch and writes no marker). The client is answered once this is written; the
     markers are written at once (one node: a local call) and, where the disk refuses some,
     retried on tick; at restart a prepared state is completed (markers again: a second
     marker for a closed transaction changes nothing).
@@ -37,7 +38,10 @@ TxnOffsetCommit's group (Kafka's AddPartitionsToTxn v5 "verify and add"); ``end_
 version 2 bumps the epoch into PrepareX (an exhausted epoch allocates ``next_producer_id``,
 which CompleteX takes on with epoch 0), the markers and groups carry the bumped epoch, and a
 retry is known by its epoch being the one before the bump (Kafka's endTxnEpochBumped and
-retryOnOverflow); fences (InitProducerId, timeout) bump once, as in version 1. Version 1:
+retryOnOverflow), and an abort with the current epoch and no transaction open is an empty
+transaction of its own (bumped, answered NONE; a commit so is INVALID_TXN_STATE); EndTxn v5 is
+answered so whatever began the transaction; fences (InitProducerId, timeout) bump once, as in
+version 1. Version 1:
 - InitProducerId: INVALID_REQUEST for an empty id; INVALID_TRANSACTION_TIMEOUT for a timeout
   <= 0 or over ``max_timeout_ms``; a new id gets a new producer id and epoch 0; a known one has
   its epoch bumped (KIP-360: a given producer id/epoch is accepted when it is the current one —
@@ -102,7 +106,8 @@ VALID_PREVIOUS: Mapping[TxnState, frozenset[TxnState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    # TV2: an abort with nothing added comes from Empty, CompleteCommit or CompleteAbort
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
@@ -478,26 +483,14 @@ class TransactionCoordinator:
         meta = self._txns.get(transactional_id)
         if meta is None:
             return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        if meta.transaction_version >= 2:  # Kafka's checks of a TV2 transaction's retries
-            bumped_retry = meta.producer_epoch == producer_epoch + 1
-            overflow_retry = (meta.previous_producer_id == producer_id and producer_epoch == INT16_MAX - 1
-                              and meta.producer_epoch == 0)
-            if meta.producer_id != producer_id and not overflow_retry:
-                return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-            if meta.state in _PREPARED:
-                valid = bumped_retry
-            elif meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
-                valid = bumped_retry or overflow_retry
-            else:
-                valid = producer_epoch == meta.producer_epoch
-            if not valid:
-                return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
-        elif meta.producer_id != producer_id:
+        if transaction_version >= 2:
+            return self._end_tv2(now_ms, meta, producer_id, producer_epoch, commit)
+        if meta.producer_id != producer_id:
             return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        elif producer_epoch != meta.producer_epoch:
+        if producer_epoch != meta.producer_epoch:
             return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
         if meta.state is S.ONGOING:
-            return self._end(now_ms, meta, commit, bump=transaction_version >= 2)
+            return self._end(now_ms, meta, commit)
         done, prepared = ((S.COMPLETE_COMMIT, S.PREPARE_COMMIT) if commit
                           else (S.COMPLETE_ABORT, S.PREPARE_ABORT))
         if meta.state is done:  # a retry of an EndTxn that completed
@@ -506,13 +499,48 @@ class TransactionCoordinator:
             return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
         return ProducerIdAndEpoch(ErrorCode.INVALID_TXN_STATE)
 
+    def _end_tv2(self, now_ms: int, meta: TxnMetadata, producer_id: int, producer_epoch: int,
+                 commit: bool) -> ProducerIdAndEpoch:
+        """EndTxn v5 (Kafka's ``endTransaction``, chosen by the request's version as Kafka does,
+        not by how the transaction was begun): a retry is known by its epoch; an abort with the
+        current epoch and nothing added (Empty, CompleteCommit, CompleteAbort) is a transaction
+        of its own — PrepareAbort with the epoch bumped, then CompleteAbort with no marker —
+        which a client sends when every produce of its transaction failed before reaching the
+        broker (franz-go: records waiting for a topic's metadata aborted client-side)."""
+        bumped_retry = meta.producer_epoch == producer_epoch + 1
+        overflow_retry = (meta.previous_producer_id == producer_id and producer_epoch == INT16_MAX - 1
+                          and meta.producer_epoch == 0)
+        retry = bumped_retry or overflow_retry
+        if meta.producer_id != producer_id and not overflow_retry:
+            return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if meta.state in _PREPARED:
+            valid = bumped_retry
+        elif meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            valid = retry or producer_epoch == meta.producer_epoch
+        else:
+            valid = producer_epoch == meta.producer_epoch
+        if not valid:
+            return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
+        if meta.state is S.ONGOING or (not commit and not retry and meta.state in _IDLE):
+            return self._end(now_ms, meta, commit, bump=True)
+        done, prepared = ((S.COMPLETE_COMMIT, S.PREPARE_COMMIT) if commit
+                          else (S.COMPLETE_ABORT, S.PREPARE_ABORT))
+        if meta.state is done and retry:  # a retry of an EndTxn that completed
+            return ProducerIdAndEpoch(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
+        if meta.state is prepared:
+            return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+        return ProducerIdAndEpoch(ErrorCode.INVALID_TXN_STATE)
+
     def _end(self, now_ms: int, meta: TxnMetadata, commit: bool,
              unfenced: TxnMetadata | None = None, bump: bool = False) -> ProducerIdAndEpoch:
-        """Ongoing (or fenced: ``unfenced`` is the state before the fence) → PrepareX, written;
+        """Ongoing (or fenced: ``unfenced`` is the state before the fence; or, for a TV2 empty
+        abort, Empty / CompleteX) → PrepareX, written;
         then the markers and groups. ``bump`` (transaction version 2): PrepareX carries the
         next epoch (Kafka's prepareAbortOrCommit), and the next producer id if the epoch is
         exhausted; the answer is the producer id and epoch the client goes on with."""
         changes: dict[str, object] = {"update_ms": now_ms}
+        if meta.state in _IDLE:  # an empty abort: its own transaction, begun now
+            changes["start_ms"] = now_ms
         if bump:
             changes.update(producer_epoch=meta.producer_epoch + 1, last_producer_epoch=meta.producer_epoch,
                            transaction_version=2)

@@ -31,11 +31,13 @@ if [[ "${1:-}" == "--fast" ]]; then
     fast=1
     shift
 fi
-# The servers and jars the suite needs are installed (mostly waiting on Maven, apt and dockerd)
+# The servers, jars and the franz-go program the suite needs are installed (mostly waiting on
+# Maven, apt, dockerd and the Go module proxy)
 # while the virtual environment is made; not for --fast, which needs none of them.
 if (( ! fast )); then
     installers_log=$(mktemp)
-    { bash scripts/install_java.sh && bash scripts/install_etcd.sh && bash scripts/install_docker.sh; } \
+    { bash scripts/install_java.sh && bash scripts/install_etcd.sh && bash scripts/install_docker.sh \
+          && bash scripts/install_go_client.sh; } \
         >"$installers_log" 2>&1 &
     installers=$!
 fi

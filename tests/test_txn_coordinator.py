@@ -71,7 +71,9 @@ def test_table_is_kafkas() -> None:
         (S.EMPTY, S.EMPTY), (S.COMPLETE_COMMIT, S.EMPTY), (S.COMPLETE_ABORT, S.EMPTY),
         (S.ONGOING, S.ONGOING), (S.EMPTY, S.ONGOING), (S.COMPLETE_COMMIT, S.ONGOING),
         (S.COMPLETE_ABORT, S.ONGOING), (S.ONGOING, S.PREPARE_COMMIT), (S.ONGOING, S.PREPARE_ABORT),
-        (S.PREPARE_EPOCH_FENCE, S.PREPARE_ABORT), (S.PREPARE_COMMIT, S.COMPLETE_COMMIT),
+        (S.PREPARE_EPOCH_FENCE, S.PREPARE_ABORT), (S.EMPTY, S.PREPARE_ABORT),
+        (S.COMPLETE_COMMIT, S.PREPARE_ABORT), (S.COMPLETE_ABORT, S.PREPARE_ABORT),
+        (S.PREPARE_COMMIT, S.COMPLETE_COMMIT),
         (S.PREPARE_ABORT, S.COMPLETE_ABORT), (S.ONGOING, S.PREPARE_EPOCH_FENCE),
         (S.EMPTY, S.DEAD), (S.COMPLETE_COMMIT, S.DEAD), (S.COMPLETE_ABORT, S.DEAD)}
 
@@ -365,11 +367,38 @@ def test_retries_are_known_by_the_epoch_before_the_bump(store: Store) -> None:
     assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, pid, epoch + 1)
     assert len(markers.calls) == 1
     assert c.end_txn(T0 + 3, TID, pid, epoch, commit=False, transaction_version=2).error is E.INVALID_TXN_STATE
-    # with the new epoch and nothing added there is no transaction to end; older epochs are fenced
-    assert c.end_txn(T0 + 4, TID, pid, epoch + 1, commit=True, transaction_version=2).error is E.PRODUCER_FENCED
+    # with the new epoch and nothing added there is no transaction to commit; older epochs are fenced
+    assert c.end_txn(T0 + 4, TID, pid, epoch + 1, commit=True, transaction_version=2).error is E.INVALID_TXN_STATE
     assert c.end_txn(T0 + 4, TID, pid, epoch - 1, commit=True, transaction_version=2).error is E.PRODUCER_FENCED
     assert c.end_txn(T0 + 4, TID, pid + 100, epoch, commit=True,
                      transaction_version=2).error is E.INVALID_PRODUCER_ID_MAPPING
+
+
+def test_empty_abort_bumps_the_epoch(store: Store) -> None:
+    """EndTxn v5 abort with nothing added (franz-go, when every produce of its transaction
+    failed client-side): answered NONE with the next epoch from Empty, CompleteCommit and
+    CompleteAbort, no marker written; its retry gets the same answer; a commit with nothing
+    added is INVALID_TXN_STATE; EndTxn v4 (transaction version 1) on Empty too."""
+    c, markers, _ = machine(store)
+    pid, epoch = init(c)
+    assert c.end_txn(T0 + 1, TID, pid, epoch, commit=False).error is E.INVALID_TXN_STATE
+    assert c.end_txn(T0 + 1, TID, pid, epoch, commit=True, transaction_version=2).error is E.INVALID_TXN_STATE
+    for n in range(1, 3):  # from Empty, then from CompleteAbort
+        r = c.end_txn(T0 + 1 + n, TID, pid, epoch + n - 1, commit=False, transaction_version=2)
+        assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, pid, epoch + n)
+        meta = c.get(TID)
+        assert (meta.state, meta.producer_epoch, meta.start_ms) == (S.COMPLETE_ABORT, epoch + n, T0 + 1 + n)
+        retry = c.end_txn(T0 + 5, TID, pid, epoch + n - 1, commit=False, transaction_version=2)
+        assert (retry.error, retry.producer_epoch) == (E.NONE, epoch + n)
+    assert c.end_txn(T0 + 5, TID, pid, epoch + 1, commit=True, transaction_version=2).error is E.INVALID_TXN_STATE
+    assert c.end_txn(T0 + 5, TID, pid, epoch + 2, commit=True, transaction_version=2).error is E.INVALID_TXN_STATE
+    # from CompleteCommit: a commit, then an abort with the epoch it answered
+    assert c.add_implicitly(T0 + 6, TID, pid, epoch + 2, partitions=[P0]) is E.NONE
+    assert c.end_txn(T0 + 7, TID, pid, epoch + 2, commit=True, transaction_version=2).producer_epoch == epoch + 3
+    r = c.end_txn(T0 + 8, TID, pid, epoch + 3, commit=False, transaction_version=2)
+    assert (r.error, r.producer_epoch, c.get(TID).state) == (E.NONE, epoch + 4, S.COMPLETE_ABORT)
+    assert markers.calls == [(pid, epoch + 3, True, [P0])]
+    assert c.add_implicitly(T0 + 9, TID, pid, epoch + 4, partitions=[P0]) is E.NONE
 
 
 def test_retry_while_markers_are_pending_is_concurrent(store: Store) -> None:
