@@ -122,9 +122,11 @@ def test_abort_with_nothing_added_bumps_the_epoch(txn_broker_tv2: Broker) -> Non
         pid, epoch = _init(c, tid)
         ended = _end(c, tid, pid, epoch, commit=False)
         assert (ended["error_code"], ended["producer_id"], ended["producer_epoch"]) == (0, pid, epoch + 1)
-        # Kafka completes it after answering: wait for the state it leads to
-        state = wait_until(lambda: _describe(c, tid), 30, 0.1, "the abort completed",
-                           ok=lambda s: s["transaction_state"] != "PrepareAbort")
+        def after_abort() -> dict:  # Kafka completes it after answering: the state it leads to
+            return wait_until(lambda: _describe(c, tid), 30, 0.1, "the abort completed",
+                              ok=lambda s: s["transaction_state"] != "PrepareAbort")
+
+        state = after_abort()
         assert (state["transaction_state"], state["producer_epoch"], state["topics"]) == (
             "CompleteAbort", epoch + 1, [])
         again = _end(c, tid, pid, epoch, commit=False)
@@ -137,8 +139,7 @@ def test_abort_with_nothing_added_bumps_the_epoch(txn_broker_tv2: Broker) -> Non
                    ok=lambda s: s["transaction_state"] == "CompleteCommit")
         ended = _end(c, tid, pid, epoch + 2, commit=False)
         assert (ended["error_code"], ended["producer_id"], ended["producer_epoch"]) == (0, pid, epoch + 3)
-        state = wait_until(lambda: _describe(c, tid), 30, 0.1, "the abort completed",
-                           ok=lambda s: s["transaction_state"] != "PrepareAbort")
+        state = after_abort()
         assert (state["transaction_state"], state["producer_epoch"]) == ("CompleteAbort", epoch + 3)
         _find_coordinator(c, 1, tid_v4)
         pid_v4, epoch_v4 = _init(c, tid_v4)
