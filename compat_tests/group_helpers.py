@@ -1076,3 +1076,15 @@ def commit_offsets(client: str, bootstrap: str, group: str, topic: str, offsets:
             c.close()
         return
     raise ValueError(client)
+
+
+def consumer_heartbeat(conn: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """A ConsumerGroupHeartbeat v1 (KIP-848) over a RawConn: ``body`` over the empty fields,
+    retried while a freshly started Kafka still loads its group coordinator."""
+    def beat() -> dict[str, Any]:
+        return conn.request(68, 1, {
+            "member_id": "", "instance_id": None, "rack_id": None, "rebalance_timeout_ms": -1,
+            "subscribed_topic_names": None, "subscribed_topic_regex": None, "server_assignor": None,
+            "topic_partitions": None, **body})
+
+    return wait_until(beat, 60, 0.2, "the group coordinator", ok=lambda a: a["error_code"] not in (14, 15, 16))

@@ -12,6 +12,10 @@ Done-when items:
 
 from __future__ import annotations
 
+import base64
+import uuid
+from typing import Any
+
 import pytest
 
 from .brokers import BrokerProcess
@@ -24,11 +28,13 @@ from .group_helpers import (
     committed_offsets,
     committed_offsets_after_restart,
     consume_reset_none,
+    consumer_heartbeat,
     create_topic,
     produce_values,
     unique_name,
 )
 from .helpers import wait_until
+from .raw import RawConn
 
 PARTITIONS = 4
 
@@ -145,3 +151,57 @@ def test_offsets_survive_restart_and_groups_are_independent(restartable_broker: 
     # and A's and B's commits are still their own
     assert committed_offsets("aiokafka", bs, group_a) == {(topic, p): n3[p] for p in range(PARTITIONS)}
     assert committed_offsets("aiokafka", bs, group_b) == {(topic, p): n3[p] for p in range(PARTITIONS)}
+
+
+def test_commit_with_the_epoch_a_heartbeat_just_replaced(broker: Any) -> None:
+    """Kafka 4.3 (KIP-1251): an OffsetCommit with the member epoch a heartbeat has just
+    replaced commits the partitions the member held since that epoch, and is refused
+    (STALE_MEMBER_EPOCH) for one it gave up and for an epoch newer than its own. tmqgate
+    refused every older epoch, and the Java consumer logs such a refused auto-commit as an
+    ERROR (test_cli_groups' KIP-848 console consumers, when one of them left)."""
+    topic = unique_name("kip1251")
+    create_topic(broker.bootstrap, topic, 2)
+    group = unique_name("kip1251-group")
+    with RawConn(broker.bootstrap) as c1, RawConn(broker.bootstrap) as c2:
+        find = c1.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})
+        assert find["coordinators"][0]["error_code"] in (0, 15), find
+        members: dict[str, dict[str, Any]] = {}
+
+        def beat(conn: RawConn, name: str) -> dict[str, Any]:
+            m = members.setdefault(name, {"id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="),
+                                          "epoch": 0, "owned": []})
+            body: dict[str, Any] = {"group_id": group, "member_id": m["id"], "member_epoch": m["epoch"],
+                                    "topic_partitions": m["owned"]}
+            if m["epoch"] == 0:
+                body.update(rebalance_timeout_ms=30_000, subscribed_topic_names=[topic])
+            answer = consumer_heartbeat(conn, body)
+            assert answer["error_code"] == 0, answer
+            m["epoch"] = answer["member_epoch"]
+            if answer["assignment"] is not None:
+                m["owned"] = answer["assignment"]["topic_partitions"]
+            return m
+
+        def held(m: dict[str, Any]) -> list[int]:
+            return sorted(p for tp in m["owned"] for p in tp["partitions"])
+
+        first = wait_until(lambda: beat(c1, "m1"), 30, 0.2, "m1 holding both partitions", ok=lambda m: held(m) == [0, 1])
+        before = first["epoch"]
+        beat(c2, "m2")  # joins: one partition moves to it once m1 gives it up
+        wait_until(lambda: beat(c1, "m1"), 30, 0.2, "m1 told to give up a partition", ok=lambda m: len(held(m)) == 1)
+        [kept] = held(members["m1"])
+        wait_until(lambda: beat(c1, "m1"), 30, 0.2, "m1 at the new epoch", ok=lambda m: m["epoch"] > before)
+
+        def commit(epoch: int, partition: int) -> int:
+            body = c1.request(8, 9, {"group_id": group, "generation_id_or_member_epoch": epoch,
+                                     "member_id": members["m1"]["id"], "group_instance_id": None, "topics": [
+                                         {"name": topic, "partitions": [{"partition_index": partition, "committed_offset": 1,
+                                                                        "committed_leader_epoch": -1,
+                                                                        "committed_metadata": ""}]}]})
+            return int(body["topics"][0]["partitions"][0]["error_code"])
+
+        assert commit(before, kept) == 0
+        assert commit(before, 1 - kept) == 113  # STALE_MEMBER_EPOCH: given up
+        assert commit(members["m1"]["epoch"] + 1, kept) == 113  # newer than its own
+        assert commit(members["m1"]["epoch"], kept) == 0
+        for conn, name in ((c1, "m1"), (c2, "m2")):
+            consumer_heartbeat(conn, {"group_id": group, "member_id": members[name]["id"], "member_epoch": -1})

@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .group_helpers import create_topic, produce_values, unique_name
+from .group_helpers import consumer_heartbeat, create_topic, produce_values, unique_name
 from .helpers import wait_until
 from .java_client import program_cmd
 from .kafka_ref import LIB_DIR
@@ -117,20 +117,6 @@ def test_java_consumer_regex_subscription(broker: Any) -> None:
     assert assignments[-1] == f"assigned {first}-0 {later}-0", assignments
 
 
-CONSUMER_GROUP_HEARTBEAT, HEARTBEAT_V = 68, 1
-
-
-def _heartbeat(conn: RawConn, body: dict[str, Any]) -> dict[str, Any]:
-    def beat() -> dict[str, Any]:
-        return conn.request(CONSUMER_GROUP_HEARTBEAT, HEARTBEAT_V, {
-            "member_id": "", "instance_id": None, "rack_id": None, "rebalance_timeout_ms": -1,
-            "subscribed_topic_names": None, "subscribed_topic_regex": None, "server_assignor": None,
-            "topic_partitions": None, **body})
-
-    # a freshly started Kafka may still be loading its coordinator
-    return wait_until(beat, 60, 0.2, "the group coordinator", ok=lambda a: a["error_code"] not in (14, 15, 16))
-
-
 def test_new_regex_is_assigned_after_its_resolution(broker: Any) -> None:
     base = unique_name("rxraw")
     topic = f"{base}-a"
@@ -141,7 +127,7 @@ def test_new_regex_is_assigned_after_its_resolution(broker: Any) -> None:
         assert find["coordinators"][0]["error_code"] in (0, 15), find
         # ConsumerGroupHeartbeat v1 (KIP-1082): the client makes its member id (a Kafka Uuid).
         member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        first = _heartbeat(conn, {"group_id": group, "member_id": member_id, "member_epoch": 0, "rebalance_timeout_ms": 30_000,
+        first = consumer_heartbeat(conn, {"group_id": group, "member_id": member_id, "member_epoch": 0, "rebalance_timeout_ms": 30_000,
                                   "subscribed_topic_names": [], "subscribed_topic_regex": f"{base}-.*",
                                   "topic_partitions": []})
         assert first["error_code"] == 0, first
@@ -150,7 +136,7 @@ def test_new_regex_is_assigned_after_its_resolution(broker: Any) -> None:
         member, epoch = first["member_id"], first["member_epoch"]
         deadline = time.monotonic() + 60
         while True:
-            beat = _heartbeat(conn, {"group_id": group, "member_id": member, "member_epoch": epoch,
+            beat = consumer_heartbeat(conn, {"group_id": group, "member_id": member, "member_epoch": epoch,
                                      "topic_partitions": []})
             assert beat["error_code"] == 0, beat
             epoch = beat["member_epoch"]
@@ -161,4 +147,5 @@ def test_new_regex_is_assigned_after_its_resolution(broker: Any) -> None:
         assert epoch > first["member_epoch"]
         [assigned] = beat["assignment"]["topic_partitions"]
         assert sorted(assigned["partitions"]) == [0, 1]
-        _heartbeat(conn, {"group_id": group, "member_id": member, "member_epoch": -1})
+        consumer_heartbeat(conn, {"group_id": group, "member_id": member, "member_epoch": -1})
+

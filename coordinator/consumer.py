@@ -190,6 +190,9 @@ class ConsumerMember:
     previous_epoch: int = -1
     assigned: set[TopicPartition] = field(default_factory=set)
     revoking: set[TopicPartition] = field(default_factory=set)
+    # the member epoch at which each partition it holds (assigned or revoking) became its own:
+    # a commit with an older epoch is accepted for partitions held since (KIP-1251)
+    assigned_at: dict[TopicPartition, int] = field(default_factory=dict)
     session_deadline: int = 0
     revocation_deadline: int | None = None
     last_sent: frozenset[TopicPartition] | None = None
@@ -360,16 +363,24 @@ class ConsumerGroup:
             response["assignment"] = {"topic_partitions": self._topic_partitions(current)}
         return response
 
-    def commit_check(self, member_id: str, epoch: int, version: int) -> ErrorCode:
-        """Kafka's ConsumerGroup.validateOffsetCommit."""
+    def commit_check(self, member_id: str, epoch: int, version: int,
+                     partitions: Iterable[TopicPartition] = ()) -> ErrorCode:
+        """Kafka's ConsumerGroup.validateOffsetCommit (4.3, KIP-1251): the member's epoch commits
+        any partition; an older one (OffsetCommit v9+) commits ``partitions`` only if the member
+        holds each of them (assigned or revoking) since that epoch or before — a commit sent
+        just before a heartbeat moved the member's epoch is not refused; a newer one is stale."""
         if epoch < 0 and not member_id and self.is_empty():
             return ErrorCode.NONE
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if epoch != member.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH if version >= 9 else ErrorCode.ILLEGAL_GENERATION
-        return ErrorCode.NONE
+        if epoch == member.member_epoch:
+            return ErrorCode.NONE
+        if version < 9:
+            return ErrorCode.ILLEGAL_GENERATION
+        if epoch < member.member_epoch and all(member.assigned_at.get(tp, epoch + 1) <= epoch for tp in partitions):
+            return ErrorCode.NONE
+        return ErrorCode.STALE_MEMBER_EPOCH
 
     def fetch_check(self, member_id: str | None, epoch: int) -> ErrorCode:
         """Kafka's ConsumerGroup.validateOffsetFetch, also accepting the member's previous epoch.
@@ -506,6 +517,7 @@ class ConsumerGroup:
         else:
             # A known member rejoining from epoch 0 starts over; its target stays its own.
             member.assigned, member.revoking, member.revocation_deadline = set(), set(), None
+            member.assigned_at = {}
             member.previous_epoch, member.member_epoch, member.last_sent = member.member_epoch, 0, None
             self._set_member_state(member, MemberState.JOINING)
             self.dirty = True
@@ -567,6 +579,9 @@ class ConsumerGroup:
             if member.member_epoch != STATIC_LEAVE_EPOCH:
                 member.previous_epoch = member.member_epoch
             member.member_epoch = STATIC_LEAVE_EPOCH
+            # Kafka's resetAssignedPartitionsEpochsToZero: the member back under its instance id
+            # commits what it keeps with any epoch it is given
+            member.assigned_at = dict.fromkeys(member.assigned_at, 0)
             member.session_deadline = now + self.config.session_timeout_ms
             self.dirty = True
         else:
@@ -601,6 +616,8 @@ class ConsumerGroup:
         if member.revoking:
             if owned is None or owned & member.revoking:
                 return  # still waiting for the member to give those up
+            for tp in member.revoking:
+                member.assigned_at.pop(tp, None)
             member.revoking = set()
             member.revocation_deadline = None
             self.dirty = True
@@ -623,6 +640,7 @@ class ConsumerGroup:
         free = (target - member.assigned) - held
         if free:
             member.assigned |= free
+            member.assigned_at.update(dict.fromkeys(free, member.member_epoch))
             self.dirty = True
         self._set_member_state(member, MemberState.STABLE if member.assigned == target
                                else MemberState.UNRELEASED_PARTITIONS)
@@ -675,6 +693,7 @@ class ConsumerGroup:
                  "subscribed_regex": m.subscribed_regex, "server_assignor": m.server_assignor,
                  "rebalance_timeout_ms": m.rebalance_timeout_ms, "member_epoch": m.member_epoch,
                  "previous_epoch": m.previous_epoch, "assigned": sorted(m.assigned), "revoking": sorted(m.revoking),
+                 "assigned_at": sorted([t, p, e] for (t, p), e in m.assigned_at.items()),
                  "target": sorted(self.target.get(mid, ()))}
                 for mid, m in self.members.items()
             ],
@@ -697,6 +716,9 @@ class ConsumerGroup:
                 # the initial member state, not a transition: what the restored fields say
                 state=_restored_member_state(m["member_epoch"], group.assignment_epoch, assigned, revoking, target))
             member.principal = m.get("principal", "")
+            # state written before KIP-1251 was kept: what it holds, held since its epoch
+            member.assigned_at = ({(t, p): e for t, p, e in m["assigned_at"]} if "assigned_at" in m
+                                  else dict.fromkeys(assigned | revoking, member.member_epoch))
             if member.revoking:
                 member.revocation_deadline = now + member.rebalance_timeout_ms
             group.members[member.member_id] = member

@@ -585,7 +585,7 @@ class GroupCoordinator:
         elif group is None:
             code = ErrorCode.NONE if generation < 0 else ErrorCode.ILLEGAL_GENERATION
         elif isinstance(group, ConsumerGroup):
-            code = group.commit_check(member_id, generation, version)
+            code = group.commit_check(member_id, generation, version, [(t, p) for t, p, *_ in offsets])
         else:
             code = group.commit_check(member_id, instance_id, generation)
         if code is not ErrorCode.NONE:
@@ -701,7 +701,7 @@ class GroupCoordinator:
             del self._pending[group_id]
 
     def _txn_commit_check(self, group: Group | None, member_id: str, instance_id: str | None,
-                          generation: int) -> ErrorCode:
+                          generation: int, partitions: list[tuple[str, int]]) -> ErrorCode:
         """Kafka's validateTransactionalOffsetCommit: the group's validateOffsetCommit with
         isTransactional, a stale member epoch answered ILLEGAL_GENERATION."""
         if group is None:
@@ -720,14 +720,8 @@ class GroupCoordinator:
             return ErrorCode.NONE
         if generation == -1 and not member_id and instance_id is None:
             return ErrorCode.NONE  # an old producer (v0-v2) without member information
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if generation != member.member_epoch:
-            # Kafka 4.3 accepts an older epoch for partitions assigned since then; tmqgate, like
-            # its OffsetCommit, accepts the current epoch only (a zombie: ILLEGAL_GENERATION).
-            return ErrorCode.ILLEGAL_GENERATION
-        return ErrorCode.NONE
+        code = group.commit_check(member_id, generation, 9, partitions)  # KIP-1251's epochs, as OffsetCommit's
+        return ErrorCode.ILLEGAL_GENERATION if code is ErrorCode.STALE_MEMBER_EPOCH else code
 
     def txn_offset_commit(self, now: int, group_id: str, transactional_id: str, producer_id: int,
                           producer_epoch: int, member_id: str, generation_id: int, group_instance_id: str | None,
@@ -759,7 +753,8 @@ class GroupCoordinator:
             code = self.txn_gate.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id,
                                                          add=add_group)
         if code is ErrorCode.NONE:
-            code = self._txn_commit_check(self.groups.get(group_id), member_id, group_instance_id, generation_id)
+            code = self._txn_commit_check(self.groups.get(group_id), member_id, group_instance_id, generation_id,
+                                          [(topics[i][0], topics[i][1]) for i in known])
         if code is not ErrorCode.NONE:
             for i in known:
                 codes[i] = code

@@ -351,7 +351,37 @@ def test_offset_fetch_accepts_the_epoch_just_replaced(tmp_path: Any) -> None:
     assert hb(c, 60, "m1", 2, owned={"t": [0]})["member_epoch"] == 3
     assert c.fetch_offsets("g", [("t", [0])], "m1", 2)[0] is E.NONE
     assert c.fetch_offsets("g", [("t", [0])], "m1", 1)[0] is E.STALE_MEMBER_EPOCH
-    assert c.commit_offsets(60, "g", "m1", None, 2, 9, [("t", 0, 5, -1, None)]) == [E.STALE_MEMBER_EPOCH]
+
+
+def test_offset_commit_with_an_older_epoch_for_partitions_held_since(tmp_path: Any) -> None:
+    """Kafka 4.3 (KIP-1251): a commit with an epoch older than the member's is accepted for
+    partitions the member holds since that epoch or before (one sent just before a heartbeat
+    moved the epoch: the Java consumer logs a refused auto-commit as an ERROR); refused for a
+    partition it gained after it or no longer holds, and for a newer epoch."""
+    c = make(tmp_path)
+    hb(c, 0)  # m1: epoch 1, t0-3
+    hb(c, 10)  # m2 joins: epoch 2
+    hb(c, 20, "m1", 1, owned={"t": [0, 1, 2, 3]})
+    assert hb(c, 30, "m1", 1, owned={"t": [0, 1]})["member_epoch"] == 2
+    hb(c, 40, "m3")  # m3 joins: epoch 3; m1 gives up partition 1, then moves to epoch 3
+    hb(c, 50, "m1", 2, owned={"t": [0, 1]})
+    assert hb(c, 60, "m1", 2, owned={"t": [0]})["member_epoch"] == 3
+
+    def commit(epoch: int, partition: int, version: int = 9) -> list[E]:
+        return c.commit_offsets(70, "g", "m1", None, epoch, version, [("t", partition, 5, -1, None)])
+
+    assert commit(2, 0) == commit(1, 0) == [E.NONE]  # t0 is m1's since epoch 1
+    assert commit(2, 1) == [E.STALE_MEMBER_EPOCH]  # given up
+    assert commit(4, 0) == [E.STALE_MEMBER_EPOCH]  # newer than the member's
+    assert commit(2, 0, version=8) == [E.ILLEGAL_GENERATION]  # before v9: the epoch itself
+    assert c.txn_offset_commit(70, "g", "x", 1, 0, "m1", 2, None, [("t", 1, 5, -1, None)]) == [E.ILLEGAL_GENERATION]
+    assert c.txn_offset_commit(70, "g", "x", 1, 0, "m1", 2, None, [("t", 0, 5, -1, None)]) == [E.NONE]
+    hb(c, 80, "m2", -1)  # m2 leaves: epoch 4; m1 gains partitions at epoch 4
+    gained = parts(hb(c, 90, "m1", 3, owned={"t": [0]}))
+    assert gained is not None and 0 in gained and len(gained) > 1, gained
+    assert commit(3, 0) == [E.NONE]
+    assert commit(3, max(gained)) == [E.STALE_MEMBER_EPOCH]
+    assert c.commit_offsets(95, "g", "m1", None, 4, 9, [("t", p, 6, -1, None) for p in gained]) == [E.NONE] * len(gained)
 
 
 def test_protocol_conflicts(tmp_path: Any) -> None:
