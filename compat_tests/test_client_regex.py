@@ -23,12 +23,11 @@ from typing import Any
 
 import pytest
 
-from .group_helpers import create_topic, unique_name
+from .group_helpers import consumer_heartbeat, create_topic, unique_name
 from .helpers import wait_until
 from .raw import RawConn
 from .secure import SecureBroker, start_secure_broker
 from .test_acls import ALLOW, DESCRIBE, GROUP, LITERAL, READ, TOPIC, create_acls
-from .test_regex_subscription import _heartbeat
 from .test_txn_coordinator import LIST_TXNS, NONE, _coordinator_ready, _init
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
@@ -101,7 +100,7 @@ def _join_until_assigned(sb: SecureBroker, c: RawConn, group: str, regex: str, n
                          timeout: float = 60.0) -> tuple[str, int, set[str]]:
     """Join with `regex` and heartbeat until an assignment names a topic: (member, epoch, topics)."""
     _group_coordinator_ready(sb, group)
-    beat = _heartbeat(c, {"group_id": group, "member_id": _member_id(), "member_epoch": 0,
+    beat = consumer_heartbeat(c, {"group_id": group, "member_id": _member_id(), "member_epoch": 0,
                           "rebalance_timeout_ms": 30_000, "subscribed_topic_names": [],
                           "subscribed_topic_regex": regex, "topic_partitions": []})
     assert beat["error_code"] == 0, beat
@@ -110,7 +109,7 @@ def _join_until_assigned(sb: SecureBroker, c: RawConn, group: str, regex: str, n
     while not _assigned(beat, names):
         assert time.monotonic() < deadline, beat
         time.sleep(0.2)
-        beat = _heartbeat(c, {"group_id": group, "member_id": member, "member_epoch": epoch, "topic_partitions": []})
+        beat = consumer_heartbeat(c, {"group_id": group, "member_id": member, "member_epoch": epoch, "topic_partitions": []})
         assert beat["error_code"] == 0, beat
         epoch = beat["member_epoch"]
     return member, epoch, _assigned(beat, names)
@@ -143,7 +142,7 @@ def test_backreference_and_lookahead_patterns_are_invalid(sb: SecureBroker) -> N
         group = unique_name("rx-bad-group")
         _group_coordinator_ready(sb, group)
         for regex in (r"(rx)\1.*", "(?!rx).*"):
-            beat = _heartbeat(c, {"group_id": group, "member_id": _member_id(), "member_epoch": 0,
+            beat = consumer_heartbeat(c, {"group_id": group, "member_id": _member_id(), "member_epoch": 0,
                                   "rebalance_timeout_ms": 30_000, "subscribed_topic_names": [],
                                   "subscribed_topic_regex": regex, "topic_partitions": []})
             assert beat["error_code"] == INVALID_REGULAR_EXPRESSION, beat
@@ -180,7 +179,7 @@ def test_regex_resolves_to_topics_the_member_may_describe(sb: SecureBroker) -> N
         assert assigned == {a}
         # a few more heartbeats: the assignment stays a (b never comes)
         for _ in range(5):
-            beat = _heartbeat(alice, {"group_id": group, "member_id": member, "member_epoch": epoch,
+            beat = consumer_heartbeat(alice, {"group_id": group, "member_id": member, "member_epoch": epoch,
                                       "topic_partitions": [{"topic_id": tid, "partitions": [0, 1]}
                                                            for tid, n in names.items() if n == a]})
             assert beat["error_code"] == 0, beat
@@ -204,4 +203,4 @@ def test_regex_resolves_to_topics_the_member_may_describe(sb: SecureBroker) -> N
         refused = bob.request(CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False})
         [g] = refused["groups"]
         assert (g["error_code"], g["members"]) == (TOPIC_AUTHORIZATION_FAILED, []), g
-        _heartbeat(alice, {"group_id": group, "member_id": member, "member_epoch": -1})
+        consumer_heartbeat(alice, {"group_id": group, "member_id": member, "member_epoch": -1})
