@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _user_parsers(sub: argparse._SubParsersAction) -> None:
+def _user_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
     """`tmqgate user add|list|delete`: SCRAM users of a data directory, with no broker running
     (the first admin; online, use kafka-configs --entity-type users)."""
     user = sub.add_parser("user", help="SCRAM users of a data directory (offline: the broker must be stopped)")

@@ -665,7 +665,7 @@ class BrokerConfig:
                 if not Path(path).is_file():
                     raise ConfigError(f"listener_{name}: {listener} = {path!r}: no such file", f"listener_{name}")
         if self.cluster is not None:
-            from tmqgate.coordinator.cluster import parse_cluster
+            from tmqgate.broker.metadata.view import parse_cluster
             try:
                 parse_cluster(self.cluster)
             except ValueError as exc:

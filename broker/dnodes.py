@@ -6,7 +6,7 @@ Rules:
 - On a cluster, as this broker's last read of etcd has it: every live broker (``ready``), and
   every broker that a placement names or that this broker saw live before but that is not live
   now (``offline``; its endpoint the last one seen, blank if never).
-- A vnode of a shared topic (``coordinator.cluster.Placement``): its replicas in the placement's
+- A vnode of a shared topic (``metadata.view.Placement``): its replicas in the placement's
   order (the preferred leader first), each ``leader``, ``follower`` (in the ISR), ``learner``
   (out of the ISR: catching up, or being added by a reassignment), ``candidate`` (the vnode has
   no leader now: unclean election is off) or ``offline`` (its broker is not live).
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.broker.metadata.view import DNODE_FACTS, KIND, TMQ_KIND, BrokerInfo, PartitionState
 from tmqgate.broker.tdengine import PlacementQueries
-from tmqgate.coordinator.cluster import DNODE_FACTS, KIND, TMQ_KIND, BrokerInfo, PartitionState
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.membership import Membership
@@ -65,7 +65,7 @@ class Dnodes:
                           self._store.created_ms, self.support_vnodes)
 
     def facts(self) -> dict[str, int]:
-        """What this broker registers beside its address (``coordinator.cluster.DNODE_FACTS``)."""
+        """What this broker registers beside its address (``metadata.view.DNODE_FACTS``)."""
         me = self._me()
         return {name: getattr(me, name) for name in DNODE_FACTS}
 

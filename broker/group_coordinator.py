@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tmqgate.broker.acl.model import Operation, ResourceType
+from tmqgate.broker.metadata.view import state_partitioner
 from tmqgate.coordinator.classic import ClassicConfig
-from tmqgate.coordinator.cluster import state_partitioner
 from tmqgate.coordinator.consumer import ConsumerConfig
 from tmqgate.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from tmqgate.coordinator.runtime import CoordinatorRuntime, monotonic_ms

@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.protocol import clock
 from tmqgate.storage import StorageIOError
 from tmqgate.storage.cleaner import DEFAULTS, Change, Cleaning, CleanStats
 
@@ -64,7 +65,7 @@ class LogCleaner:
         cfg = self.config
         budget = cfg.log_cleaner_io_buffer_size
         rate = cfg.log_cleaner_io_max_bytes_per_second
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         done: list[CleanStats] = []
         # The broker's topic_defaults (Kafka's log.* defaults) under each topic's own configs.
         defaults = self._defaults()

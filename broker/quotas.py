@@ -399,7 +399,7 @@ class MutationQuota:
     def record(self, permits: int) -> bool:
         """Take `permits` partition mutations; False (nothing taken) when a strict quota is
         exhausted: the topic is then answered THROTTLING_QUOTA_EXCEEDED."""
-        now = _now_ms()
+        now = _monotonic_ms()
         bucket = self._bucket
         if self.strict:
             tokens = bucket.measure(self._rate, self._burst, now)
@@ -423,7 +423,7 @@ class MutationQuota:
         """The throttle time for the answer: the last violation's, less the time since."""
         if not self._throttle_ms:
             return 0
-        left = max(0, self._throttle_ms - (_now_ms() - self._recorded_at))
+        left = max(0, self._throttle_ms - (_monotonic_ms() - self._recorded_at))
         if left and self._on_throttle is not None:
             self._on_throttle(left)
         return left
@@ -601,7 +601,7 @@ def parked() -> Iterator[None]:
 _SENSOR_IDLE_MS = 3_600_000  # Kafka's InactiveSensorExpirationTimeSeconds
 
 
-def _now_ms() -> int:
+def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
@@ -672,7 +672,7 @@ class ClientQuotaManagers:
         bound = rates.get(ip, rates.get(None))
         if bound is None:
             return 0
-        now = _now_ms()
+        now = _monotonic_ms()
         sensor = self._ip_sensors.get(ip)
         if sensor is None:
             if len(self._ip_sensors) >= 100_000:
@@ -697,7 +697,7 @@ class ClientQuotaManagers:
         if found is None:
             return None
         tags, rate = found
-        now = _now_ms()
+        now = _monotonic_ms()
         if now >= self._next_bucket_sweep:  # a bucket idle long enough to be full again is a new one
             self._next_bucket_sweep = now + 60_000
             refill_ms = manager.samples * manager.window_ms
@@ -767,7 +767,7 @@ class ClientQuotaManagers:
         if not quotaed:
             return 0
         user = _user_of(principal)
-        now = _now_ms()
+        now = _monotonic_ms()
         percent = clock.busy_seconds() * 100.0  # of one thread, per second of the window
         which = self.request
         if key == _PRODUCE:

@@ -71,6 +71,7 @@ from tmqgate.broker.topics import TopicRegistry
 from tmqgate.broker.txn_coordinator import txn_coordinator
 from tmqgate.broker.txn_markers import MarkerWriter
 from tmqgate.broker.waiters import DataNotifier
+from tmqgate.protocol import clock
 from tmqgate.protocol.codec import iter_precompile
 from tmqgate.protocol.error_response import error_response
 from tmqgate.protocol.errors import ErrorCode
@@ -108,7 +109,7 @@ _PEER_CLOSE_WAIT_S = 1.0
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
 
 
-def write_parts(transport: asyncio.WriteTransport, fd: int, parts: list) -> None:
+def write_parts(transport: asyncio.WriteTransport, fd: int, parts: list[bytes | bytearray | memoryview]) -> None:
     """Send one response's buffers in order without joining them.
 
     `StreamWriter.writelines` joins its buffers (a full copy of a Fetch response), and a
@@ -155,7 +156,7 @@ def _socket_fd(writer: asyncio.StreamWriter) -> int:
     sock = transport.get_extra_info("socket")
     if sock is None or transport.get_extra_info("sslcontext") is not None:
         return -1
-    return sock.fileno()
+    return int(sock.fileno())
 
 
 
@@ -205,7 +206,7 @@ class Broker:
         self.coordinator.machine.txn_gate = self.transactions
         # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
         machine = self.coordinator.machine
-        self.started_ms = int(time.time() * 1000)
+        self.started_ms = clock.now_ms()
         # SHOW DNODES / SHOW VGROUPS: this node, or the cluster's nodes and placements (broker/dnodes.py)
         self.dnodes = Dnodes(config.node_id, self.store, self.topics, config.max_partitions, self.started_ms)
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
@@ -445,7 +446,7 @@ class Broker:
         jobs: list[tuple[float, Any]] = [
             (cfg.retention_check_interval_ms / 1000,
              lambda: self.metrics.retention_removed(
-                 self.store.enforce_retention(int(time.time() * 1000), self.retention_defaults()))),
+                 self.store.enforce_retention(clock.now_ms(), self.retention_defaults()))),
             (cfg.archiver_interval_ms / 1000, self._collect),
             (cfg.disk_check_interval_ms / 1000, self._check_space),
         ]

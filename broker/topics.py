@@ -29,16 +29,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tmqgate.broker.errors import KafkaError
+from tmqgate.broker.metadata.view import GROUP_STATE_TOPIC, TXN_STATE_TOPIC
 from tmqgate.broker.tdengine import INVALID_IDENTIFIER, Caller, SqlError, TopicDef, View, topic_definition
 from tmqgate.broker.topic_configs import BrokerDefault, effective, validate, validate_together
-from tmqgate.coordinator.cluster import GROUP_STATE_TOPIC, TXN_STATE_TOPIC
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, is_internal
 from tmqgate.protocol.names import topic_name_problem
 
 if TYPE_CHECKING:
+    from tmqgate.broker.metadata.view import PartitionState, Placement
     from tmqgate.broker.tdengine import TsdbCatalog
-    from tmqgate.coordinator.cluster import PartitionState, Placement
     from tmqgate.storage import Store
 
 

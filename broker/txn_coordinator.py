@@ -14,22 +14,18 @@ deadlines must hold across a restart.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tmqgate.coordinator.cluster import state_partitioner
+from tmqgate.broker.metadata.view import state_partitioner
 from tmqgate.coordinator.runtime import MachineTimer
 from tmqgate.coordinator.transactions import MarkerWriter, TransactionCoordinator, TxnConfig, TxnGroups
+from tmqgate.protocol import clock
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.storage import Store
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class TxnCoordinatorRuntime(MachineTimer[TransactionCoordinator]):
@@ -42,7 +38,7 @@ class TxnCoordinatorRuntime(MachineTimer[TransactionCoordinator]):
     tick scans every transactional id); only markers left to retry do (``retry_soon``)."""
 
     def __init__(self, machine: TransactionCoordinator, interval_ms: int,
-                 clock: Callable[[], int] = wall_ms) -> None:
+                 clock: Callable[[], int] = clock.now_ms) -> None:
         super().__init__(machine, clock, interval_ms, "transaction coordinator")
 
     def markers_answered(self) -> None:
@@ -96,7 +92,7 @@ def txn_coordinator(store: Store, cfg: BrokerConfig, markers: MarkerWriter | Non
     transactions completed here, before the broker serves)."""
     # On a cluster it coordinates no id until it leads a transaction-state partition
     # (broker/cluster/coordinator_state.py loads them).
-    machine = TransactionCoordinator(store.txn_states, store, txn_config(cfg), wall_ms(),
+    machine = TransactionCoordinator(store.txn_states, store, txn_config(cfg), clock.now_ms(),
                                      markers=markers, groups=groups,
                                      owned=None if cfg.cluster is None else set(),
                                      partition_of=state_partitioner(cfg.cluster_state_partitions))

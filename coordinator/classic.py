@@ -65,9 +65,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from tmqgate.coordinator.transitions import check
 from tmqgate.protocol.codec import DecodeError, decode_versioned
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.transitions import check
 
 log = logging.getLogger("tmqgate.coordinator")
 

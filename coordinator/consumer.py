@@ -82,8 +82,8 @@ from typing import Any, Protocol
 
 from tmqgate.coordinator.assignor import ASSIGNOR_NAMES, DEFAULT_ASSIGNOR, TopicPartition, assign
 from tmqgate.coordinator.client_regex import InvalidRegex, compile_client_regex
-from tmqgate.coordinator.transitions import check
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.transitions import check
 
 log = logging.getLogger("tmqgate.coordinator")
 

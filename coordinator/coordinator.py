@@ -58,7 +58,6 @@ import copy
 import dataclasses
 import json
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -80,6 +79,7 @@ from tmqgate.coordinator.consumer import (
     TopicAccess,
     TopicSource,
 )
+from tmqgate.protocol import clock
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GroupMember, group_metadata_key, group_metadata_value
 from tmqgate.storage.model import StorageIOError
@@ -332,12 +332,12 @@ class GroupCoordinator:
               and group.group_id not in self._logged):
             # the first join completed: Kafka wrote the group when that JoinGroup made it, empty
             # and of no protocol type yet (persisted here, at the group's first write)
-            value = group_metadata_value("", 0, None, None, int(time.time() * 1000), [])
+            value = group_metadata_value("", 0, None, None, clock.now_ms(), [])
             return group_metadata_key(group.group_id), value
         else:
             return None
         value = group_metadata_value(group.protocol_type or "", group.generation, protocol, leader,
-                                     int(time.time() * 1000), members)
+                                     clock.now_ms(), members)
         return group_metadata_key(group.group_id), value
 
     @contextmanager

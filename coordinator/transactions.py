@@ -71,8 +71,8 @@ from enum import Enum
 from typing import Protocol
 
 from tmqgate.coordinator.client_regex import InvalidRegex, compile_client_regex
-from tmqgate.coordinator.transitions import check
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.transitions import check
 from tmqgate.storage import StorageIOError
 from tmqgate.storage.txn_coordinator import TxnRecord
 

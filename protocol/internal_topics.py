@@ -45,6 +45,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tmqgate.protocol.varint import encode_uvarint
+
 GROUP_METADATA_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 #: Kafka's ``Topic.INTERNAL_TOPICS`` that tmqgate shows (share groups are not served).
@@ -97,15 +99,6 @@ def _bytes(data: bytes) -> bytes:
     return struct.pack(">i", len(data)) + data
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
     """The key of a group's committed offset of one partition (type 1, ``OffsetCommitKey``)."""
     return _H.pack(OFFSET_COMMIT) + _string(group) + _string(topic) + struct.pack(">i", partition)
@@ -119,7 +112,7 @@ def offset_commit_value(offset: int, leader_epoch: int, metadata: str | None, co
     raw = (metadata or "").encode()
     tags = b"\x01\x00\x10" + topic_id if topic_id and any(topic_id) else b"\x00"
     return (_H.pack(OFFSET_COMMIT_VALUE_VERSION) + _OFFSET_HEAD.pack(offset, leader_epoch)
-            + _uvarint(len(raw) + 1) + raw + _Q.pack(commit_ms) + tags)
+            + encode_uvarint(len(raw) + 1) + raw + _Q.pack(commit_ms) + tags)
 
 
 def parse_offset_commit_key(key: bytes) -> tuple[str, str, int]:
@@ -180,7 +173,7 @@ def transaction_log_key(transactional_id: str) -> bytes:
 
 def _compact(text: str) -> bytes:
     raw = text.encode()
-    return _uvarint(len(raw) + 1) + raw
+    return encode_uvarint(len(raw) + 1) + raw
 
 
 def transaction_log_value(version: int, producer_id: int, producer_epoch: int, timeout_ms: int, status: int,
@@ -200,8 +193,8 @@ def transaction_log_value(version: int, producer_id: int, producer_epoch: int, t
     if partitions is None:
         parts = b"\x00"
     else:
-        parts = _uvarint(len(partitions) + 1) + b"".join(
-            _compact(t) + _uvarint(len(ids) + 1) + struct.pack(f">{len(ids)}i", *ids) + b"\x00"
+        parts = encode_uvarint(len(partitions) + 1) + b"".join(
+            _compact(t) + encode_uvarint(len(ids) + 1) + struct.pack(f">{len(ids)}i", *ids) + b"\x00"
             for t, ids in partitions)
     tags = []
     if previous_producer_id != -1:
@@ -210,4 +203,4 @@ def transaction_log_value(version: int, producer_id: int, producer_epoch: int, t
         tags.append(b"\x01\x08" + _Q.pack(next_producer_id))
     if client_transaction_version != 0:
         tags.append(b"\x02\x02" + _H.pack(client_transaction_version))
-    return head + parts + tail + _uvarint(len(tags)) + b"".join(tags)
+    return head + parts + tail + encode_uvarint(len(tags)) + b"".join(tags)

@@ -18,13 +18,13 @@ rewritten without recomputing it.
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Iterable, Iterator
 from enum import IntEnum
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
+from tmqgate.protocol import clock
 from tmqgate.protocol.compression import (
     DEFAULT_MAX_DECOMPRESSED,
     CorruptRecord,
@@ -32,6 +32,7 @@ from tmqgate.protocol.compression import (
     compress,
     decompress,
 )
+from tmqgate.protocol.varint import encode_varint, read_uvarint
 
 __all__ = [
     "BatchHeader",
@@ -253,21 +254,6 @@ def max_record_size(batch: bytes | bytearray | memoryview) -> int:
 
 # ---------------------------------------------------------------------------- decoding
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Multi-byte unsigned varint at ``pos`` (the caller handles the 1-byte case inline)."""
-    result = 0
-    shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecord("varint longer than 10 bytes")
-
-
 def decode_records(
     batch: bytes | bytearray | memoryview,
     *,
@@ -300,7 +286,7 @@ def decode_records(
     base_offset = h.base_offset
     base_ts = h.base_timestamp
     log_append_ts = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else None
-    uvarint = _uvarint
+    uvarint = read_uvarint
     new = _tuple_new
     rec_cls = Record
     records: list[Record] = []
@@ -316,7 +302,7 @@ def decode_records(
                 v = (v & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                v, pos = uvarint(buf, pos)
+                v, pos = uvarint(buf, pos, end)
             length = (v >> 1) ^ -(v & 1)
             rec_end = pos + length
             if length < 6 or rec_end > end:
@@ -330,7 +316,7 @@ def decode_records(
                 v = (v & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                v, pos = uvarint(buf, pos)
+                v, pos = uvarint(buf, pos, end)
             ts_delta = (v >> 1) ^ -(v & 1)
 
             v = buf[pos]
@@ -340,7 +326,7 @@ def decode_records(
                 v = (v & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                v, pos = uvarint(buf, pos)
+                v, pos = uvarint(buf, pos, end)
             offset_delta = (v >> 1) ^ -(v & 1)
 
             v = buf[pos]
@@ -350,7 +336,7 @@ def decode_records(
                 v = (v & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                v, pos = uvarint(buf, pos)
+                v, pos = uvarint(buf, pos, end)
             n = (v >> 1) ^ -(v & 1)
             if n >= 0:
                 key = buf[pos : pos + n]
@@ -367,7 +353,7 @@ def decode_records(
                 v = (v & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                v, pos = uvarint(buf, pos)
+                v, pos = uvarint(buf, pos, end)
             n = (v >> 1) ^ -(v & 1)
             if n >= 0:
                 value = buf[pos : pos + n]
@@ -384,7 +370,7 @@ def decode_records(
                 v = (v & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                v, pos = uvarint(buf, pos)
+                v, pos = uvarint(buf, pos, end)
             n = (v >> 1) ^ -(v & 1)
             headers: list[tuple[str, bytes | None]] = []
             if n:
@@ -398,7 +384,7 @@ def decode_records(
                         v = (v & 0x7F) | (buf[pos + 1] << 7)
                         pos += 2
                     else:
-                        v, pos = uvarint(buf, pos)
+                        v, pos = uvarint(buf, pos, end)
                     hk = (v >> 1) ^ -(v & 1)
                     if hk < 0 or pos + hk > rec_end:
                         raise CorruptRecord(f"bad header key length {hk}")
@@ -411,7 +397,7 @@ def decode_records(
                         v = (v & 0x7F) | (buf[pos + 1] << 7)
                         pos += 2
                     else:
-                        v, pos = uvarint(buf, pos)
+                        v, pos = uvarint(buf, pos, end)
                     hv = (v >> 1) ^ -(v & 1)
                     if hv >= 0:
                         hval = buf[pos : pos + hv]
@@ -447,26 +433,15 @@ def decode_records(
 
 # ---------------------------------------------------------------------------- building
 
-def zigzag_varint(v: int) -> bytes:
-    """A signed value as Kafka's zigzag varint (record lengths, deltas, key/value lengths)."""
-    u = (v << 1) if v >= 0 else (((-v) << 1) - 1)
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
 _ZZ_LIMIT = 1 << 13  # every value in [-8192, 8192) zigzags to at most 2 bytes: cache them
-_ZZ = [zigzag_varint(v) for v in range(-_ZZ_LIMIT, _ZZ_LIMIT)]
+_ZZ = [encode_varint(v) for v in range(-_ZZ_LIMIT, _ZZ_LIMIT)]
 _NULL = _ZZ[_ZZ_LIMIT - 1]  # zigzag(-1): a null key/value
 
 
 def _zz(v: int) -> bytes:
     if -_ZZ_LIMIT <= v < _ZZ_LIMIT:
         return _ZZ[v + _ZZ_LIMIT]
-    return zigzag_varint(v)
+    return encode_varint(v)
 
 
 def _as_bytes(b: Any) -> bytes | bytearray | memoryview | None:
@@ -534,7 +509,7 @@ def build_batch(
             ts = rec[3] if len(rec) > 3 else None
         if ts is None:
             if now is None:
-                now = int(time.time() * 1000)
+                now = clock.now_ms()
             ts = now
         if base_ts is None:
             base_ts = max_ts = ts
@@ -637,7 +612,7 @@ def scan_records(
     base_offset = h.base_offset
     base_ts = h.base_timestamp
     log_append_ts = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else None
-    uvarint = _uvarint
+    uvarint = read_uvarint
     new = _tuple_new
     refs: list[RecordRef] = []
     append = refs.append
@@ -652,7 +627,7 @@ def scan_records(
                 v = (v & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                v, pos = uvarint(buf, pos)
+                v, pos = uvarint(buf, pos, end)
             length = (v >> 1) ^ -(v & 1)
             rec_end = pos + length
             if length < 6 or rec_end > end:
@@ -665,7 +640,7 @@ def scan_records(
                 v = (v & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                v, pos = uvarint(buf, pos)
+                v, pos = uvarint(buf, pos, end)
             ts_delta = (v >> 1) ^ -(v & 1)
             v = buf[pos]
             if v < 0x80:
@@ -674,7 +649,7 @@ def scan_records(
                 v = (v & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                v, pos = uvarint(buf, pos)
+                v, pos = uvarint(buf, pos, end)
             offset_delta = (v >> 1) ^ -(v & 1)
             v = buf[pos]
             if v < 0x80:
@@ -683,7 +658,7 @@ def scan_records(
                 v = (v & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                v, pos = uvarint(buf, pos)
+                v, pos = uvarint(buf, pos, end)
             n = (v >> 1) ^ -(v & 1)
             if n >= 0:
                 key: bytes | None = buf[pos : pos + n]

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from tmqgate.protocol.compression import CorruptRecord, DecompressedTooLarge, decompress
+from tmqgate.protocol.varint import read_varint
 
 __all__ = ["InvalidRecords", "DecompressedTooLarge", "Validated", "validate_records"]
 
@@ -57,23 +58,6 @@ class Validated(NamedTuple):
     max_index: int
     records: bytes | None = None
     keyless: tuple[int, ...] = ()  # indexes of the records without a key (null key)
-
-
-def _varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
-    """A zigzag varint of at most 10 bytes at ``pos`` (Kafka's varlong bound); not past ``end``."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise IndexError
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
 
 
 def validate_records(batch: bytes | memoryview, record_count: int, last_offset_delta: int,
@@ -121,7 +105,7 @@ class _Bad(Exception):
 
 
 def _walk(buf: bytes | memoryview, pos: int, end: int, count: int, base_ts: int) -> Validated:
-    varint = _varint
+    varint = read_varint
     start = pos
     lo = hi = base_ts
     lo_i = hi_i = 0

@@ -12,13 +12,13 @@ one WriteBatch); this module holds what the transaction reads and, once it is wr
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tmqgate.protocol import clock
 from tmqgate.storage import keys
 from tmqgate.storage.model import (
     ChildTable,
@@ -38,9 +38,6 @@ _T = TypeVar("_T")
 # max_partitions is lower), so that an absurd count is refused before a loop over it.
 MAX_VNODES = 1 << 20
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Database:
@@ -143,7 +140,7 @@ class Catalog:
             vgroups=vgroups,
             topic_id=topic_id if topic_id is not None else uuid.uuid4().bytes,
             configs={str(k): str(v) for k, v in (configs or {}).items()},
-            created_ms=_now_ms() if created_ms is None else created_ms,
+            created_ms=clock.now_ms() if created_ms is None else created_ms,
             id=dbid,
             kind=kind,
             options=dict(options or {}),

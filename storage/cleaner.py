@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from tmqgate.protocol import clock
 from tmqgate.protocol.compression import CorruptRecord
 from tmqgate.protocol.records import (
     RecordRef,
@@ -467,7 +468,7 @@ class Cleaner:
         """A cleaning per vnode of every Kafka database whose cleanup.policy includes compact
         (``defaults``: the broker's topic defaults, under a database's own configs); each
         finds out in its first step whether it is due."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         max_keys = max(1, int(dedupe_buffer_size / MAP_ENTRY_BYTES * load_factor))
         out: list[Cleaning] = []
         for d in list(self.catalog.all_databases()):

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from tmqgate.protocol import clock
 from tmqgate.storage import keys
 from tmqgate.storage.model import LayoutMismatch, StorageFull
 from tmqgate.storage.payloads import PayloadLog
@@ -146,7 +146,7 @@ class Core:
                 )
         created = self.db.get(keys.CREATED)
         if created is None:
-            self.created_ms = int(time.time() * 1000)
+            self.created_ms = clock.now_ms()
             self.db.put(keys.CREATED, keys.u64(self.created_ms), sync=True)
         else:
             self.created_ms = keys.read_u64(created)

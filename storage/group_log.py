@@ -34,10 +34,10 @@ the plan (on the store's writing thread). Rules:
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.protocol import clock
 from tmqgate.protocol.internal_topics import partition_for
 from tmqgate.protocol.records import build_batch
 from tmqgate.storage import keys
@@ -155,7 +155,7 @@ class GroupLog:
         """``stage`` in a given partition of the log (``TXN_BASE`` + p: __transaction_state's)."""
         if not records:
             return None
-        ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        ms = clock.now_ms() if timestamp_ms is None else timestamp_ms
         base = self.next_offset(partition)
         wb.put(keys.group_log_key(partition, base), pack(ms, records))
         return partition, base + len(records)

@@ -28,10 +28,10 @@ the marker).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.protocol import clock
 from tmqgate.protocol.internal_topics import offset_commit_key, offset_commit_value
 from tmqgate.storage import keys
 from tmqgate.storage.model import CommittedOffset, PendingOffset
@@ -115,7 +115,7 @@ class Offsets:
 
         ``supersede``: (producer id, topic, partition) of pending transactional offsets this
         commit outdates (flagged in the same WriteBatch: their commit keeps this one)."""
-        ms = int(time.time() * 1000) if commit_ms is None else commit_ms
+        ms = clock.now_ms() if commit_ms is None else commit_ms
         wb = self._batch()
         db = self._core.db
         records: list[tuple[bytes, bytes | None]] = []
@@ -261,7 +261,7 @@ class Offsets:
         """Store a TxnOffsetCommit's (topic, partition, offset, leader_epoch, metadata) as pending
         for the producer's transaction, in one WriteBatch (a later one of the same partition
         replaces it, and is no longer superseded). Returns what it stored."""
-        ms = int(time.time() * 1000) if commit_ms is None else commit_ms
+        ms = clock.now_ms() if commit_ms is None else commit_ms
         wb = self._batch()
         out: dict[tuple[str, int], PendingOffset] = {}
         for topic, partition, offset, leader_epoch, metadata in offsets:

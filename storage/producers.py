@@ -18,9 +18,9 @@ append, which is why the broker hands over a ``ProducerAppend`` rather than the 
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, NamedTuple
 
+from tmqgate.protocol import clock
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import keys
 
@@ -134,9 +134,6 @@ class ProducerAppend(NamedTuple):
 # persistence ---------------------------------------------------------------------------------
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
 
 #: producer ids on a cluster: node n's are n, n + stride, n + 2·stride … (node ids below it)
 PRODUCER_ID_STRIDE = 1024
@@ -184,7 +181,7 @@ class Producers:
 
     def stage(self, wb: WriteBatch, dbid: int, vnode: int, producer_id: int, window: ProducerWindow) -> None:
         """Put ``window`` into ``wb`` (the WriteBatch of the batch it describes)."""
-        value = keys.pack_producer(window.epoch, _now_ms(), list(window.batches), window.coordinator_epoch)
+        value = keys.pack_producer(window.epoch, clock.now_ms(), list(window.batches), window.coordinator_epoch)
         wb.put(keys.producer_key(dbid, vnode, producer_id), value)
 
     def remember(self, dbid: int, vnode: int, producer_id: int, window: ProducerWindow) -> None:

@@ -33,10 +33,10 @@ import heapq
 import itertools
 import logging
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tmqgate.protocol import clock
 from tmqgate.storage import keys
 from tmqgate.storage.model import (
     REASON_CODE,
@@ -65,9 +65,6 @@ _Predicate = Callable[[bytes, tuple[int, int, int, int], int, int], bool]
 #: the shortfall lasts (the archiver runs every archiver_interval_ms), then one when it ends.
 GUARD_LOG_INTERVAL_MS = 60_000
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class _Dead(NamedTuple):
@@ -158,7 +155,7 @@ class Retention:
         wal_retention_size (KB per vnode); ``defaults`` never applies to them. A missing
         setting or -1 means no limit.
         """
-        now = _now_ms() if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         removed = 0
         for d in list(self._catalog.all_databases()):
             if d.info.kind == "tsdb":
@@ -231,7 +228,7 @@ class Retention:
             return 0
         first_kept = keys.wal_key_version(cur[0]) if cur is not None else vs.next
         self._remove_head(
-            dbid, vnode, vs, dead, first_kept, new_log_start, reason, _now_ms() if now_ms is None else now_ms
+            dbid, vnode, vs, dead, first_kept, new_log_start, reason, clock.now_ms() if now_ms is None else now_ms
         )
         if compact:
             seqs = [e.seq for e in dead]
@@ -379,7 +376,7 @@ class Retention:
         back before the next call sees the disk. Returns the log-history records written
         (dicts as in ``log_history``), one per vnode and reason.
         """
-        now = _now_ms() if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         total = self._wal.total_bytes()
         need_size = total - max_total_bytes if max_total_bytes is not None and total > max_total_bytes else 0
         need_disk = 0

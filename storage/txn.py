@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import json
 import struct
-import time
 import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from tmqgate.protocol import clock
 from tmqgate.storage import keys
 from tmqgate.storage.core import NewEntry
 from tmqgate.storage.model import (
@@ -70,9 +70,6 @@ _I64 = struct.Struct(">q")
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 _new_tuple = tuple.__new__
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def ctable_value(t: ChildTable) -> bytes:
@@ -305,7 +302,7 @@ class Transaction:
         tid = uuid.uuid4().bytes if topic_id is None else topic_id
         if len(tid) != 16:
             raise ValueError("topic_id must be 16 bytes")
-        t = TmqTopic(tid, definition, _now_ms() if created_ms is None else created_ms)
+        t = TmqTopic(tid, definition, clock.now_ms() if created_ms is None else created_ms)
         value = {"topic_id": tid.hex(), "definition": definition, "created_ms": t.created_ms}
         self._wb.put(keys.tmq_topic_key(name), json.dumps(value).encode())
         self._topics[name] = t
@@ -353,7 +350,7 @@ class Transaction:
         """A meta entry (one version) in this transaction; returns its version."""
         self._check_open()
         d = self._draft(db, vnode)
-        ts = _now_ms() if timestamp_ms is None else timestamp_ms
+        ts = clock.now_ms() if timestamp_ms is None else timestamp_ms
         value = _I64.pack(ts) + bytes(payload)
         return self._stage(d, keys.KIND_META, value, 1, ts, None)
 
@@ -405,7 +402,7 @@ class Transaction:
         if row_count < 1:
             raise ValueError("row_count must be >= 1")
         d = self._draft(db, vnode)
-        ts = _now_ms() if timestamp_ms is None else timestamp_ms
+        ts = clock.now_ms() if timestamp_ms is None else timestamp_ms
         value = b"".join((keys.ROWS_HEADER.pack(ts, max_timestamp, min_timestamp), payload))
         base = self._stage(d, keys.KIND_ROWS, value, row_count, ts, max_timestamp)
         if txn_producer is not None:

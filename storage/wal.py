@@ -21,10 +21,10 @@ from __future__ import annotations
 import bisect
 import itertools
 import struct
-import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
+from tmqgate.protocol import clock
 from tmqgate.protocol.records import build_end_txn_marker, parse_end_txn_marker
 from tmqgate.storage import keys
 from tmqgate.storage.core import NewEntry
@@ -249,7 +249,7 @@ class Wal:
         dbid, vs = self._catalog.vnode(db, vnode)
         core = self._core
         base = vs.next
-        now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        now = clock.now_ms() if timestamp_ms is None else timestamp_ms
         value = replica_batch if replica_batch is not None else build_end_txn_marker(
             producer_id, producer_epoch, commit, coordinator_epoch, base_offset=base, timestamp=now,
             partition_leader_epoch=leader_epoch)

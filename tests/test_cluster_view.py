@@ -1,10 +1,10 @@
-"""The cluster view from etcd's keys (coordinator.cluster): pure, no etcd needed."""
+"""The cluster view from etcd's keys (broker.metadata.view): pure, no etcd needed."""
 
 from __future__ import annotations
 
 import pytest
 
-from tmqgate.coordinator.cluster import (
+from tmqgate.broker.metadata.view import (
     PREFERRED,
     UNCLEAN,
     BrokerInfo,
@@ -180,14 +180,14 @@ def test_a_replicas_role_in_show_vgroups() -> None:
 
 def _db(*states: tuple[int, tuple[int, ...]], replicas: tuple[int, ...] = (0, 1, 2)) -> Placement:
     """A SQL database's placement: each vnode's (leader, ISR) at epoch 3."""
-    from tmqgate.coordinator.cluster import DEFINITION, KIND, TSDB_KIND
+    from tmqgate.broker.metadata.view import DEFINITION, KIND, TSDB_KIND
 
     return Placement("db", b"\x01" * 16, {KIND: TSDB_KIND, DEFINITION: "{}"},
                      tuple(PartitionState(replicas, leader, 3, isr) for leader, isr in states))
 
 
 def test_a_sql_databases_vnodes_are_elected_together() -> None:
-    from tmqgate.coordinator.cluster import elect, rebalance
+    from tmqgate.broker.metadata.view import elect, rebalance
 
     # a live leader of every vnode stays; dead members leave the ISRs
     p = _db((0, (0, 1, 2)), (0, (0, 2)))

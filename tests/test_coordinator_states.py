@@ -30,7 +30,7 @@ from tmqgate.coordinator.consumer import (
     MemberState,
 )
 from tmqgate.coordinator.coordinator import GroupCoordinator
-from tmqgate.coordinator.transitions import IllegalStateTransition, valid_transitions
+from tmqgate.protocol.transitions import IllegalStateTransition, valid_transitions
 
 CS = ClassicGroupState
 GS = ConsumerGroupState

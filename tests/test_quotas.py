@@ -200,7 +200,7 @@ def test_controller_mutation_token_bucket(store: Store, monkeypatch: pytest.Monk
     from tmqgate.broker.client import ClientInfo, current_client
 
     now = [1_000_000]
-    monkeypatch.setattr(quotas, "_now_ms", lambda: now[0])
+    monkeypatch.setattr(quotas, "_monotonic_ms", lambda: now[0])
     token = current_client.set(ClientInfo("127.0.0.1", 1))
     managers = ClientQuotaManagers(store, BrokerConfig())
     assert managers.mutation_active is False and managers.mutation_quota("c", 7, 6) is None

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tmqgate.broker.cluster.replication import Replication
+from tmqgate.broker.metadata.view import PartitionState, Placement
 from tmqgate.broker.topics import KAFKA
-from tmqgate.coordinator.cluster import PartitionState, Placement
 from tmqgate.protocol.errors import ErrorCode
 
 TOPIC_ID = bytes(range(16))

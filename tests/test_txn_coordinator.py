@@ -15,8 +15,8 @@ from tmqgate.coordinator.transactions import (
     TxnMetadata,
     TxnState,
 )
-from tmqgate.coordinator.transitions import IllegalStateTransition, valid_transitions
 from tmqgate.protocol.errors import ErrorCode as E
+from tmqgate.protocol.transitions import IllegalStateTransition, valid_transitions
 from tmqgate.storage import StorageFull, Store
 
 S = TxnState

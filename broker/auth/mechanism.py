@@ -17,7 +17,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol
 
-from tmqgate.coordinator.transitions import check
+from tmqgate.protocol.transitions import check
 
 
 class AuthenticationFailed(Exception):

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tmqgate.broker.auth.mechanism import AuthenticationFailed, MechanismBase
-from tmqgate.coordinator.transitions import from_moves
+from tmqgate.protocol.transitions import from_moves
 
 _KVSEP = "\x01"
 _CLIENT_FIRST = re.compile(

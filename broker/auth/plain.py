@@ -24,7 +24,7 @@ from typing import Any
 
 from tmqgate.broker.auth import scram
 from tmqgate.broker.auth.mechanism import AuthenticationFailed, MechanismBase
-from tmqgate.coordinator.transitions import from_moves
+from tmqgate.protocol.transitions import from_moves
 from tmqgate.storage import ScramCredential
 
 INVALID = "Authentication failed: Invalid username or password"

@@ -31,7 +31,7 @@ import secrets
 from collections.abc import Callable
 
 from tmqgate.broker.auth.mechanism import AuthenticationFailed, MechanismBase
-from tmqgate.coordinator.transitions import from_moves
+from tmqgate.protocol.transitions import from_moves
 from tmqgate.storage import ScramCredential
 
 #: Kafka's ScramMechanism: the hash of each mechanism, and Kafka's bounds on iterations

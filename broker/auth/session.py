@@ -49,10 +49,10 @@ from tmqgate.broker.auth.oauthbearer import OAuthBearerServer, OAuthSettings, ma
 from tmqgate.broker.auth.plain import PlainServer
 from tmqgate.broker.client import ClientInfo
 from tmqgate.broker.ratelimit import RateLimitedLog
-from tmqgate.coordinator.transitions import check, from_moves
 from tmqgate.protocol.error_response import error_response
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.messages import Request
+from tmqgate.protocol.transitions import check, from_moves
 
 if TYPE_CHECKING:
     from tmqgate.broker.config import BrokerConfig

@@ -1,6 +1,6 @@
 """The cluster's catalog beside its topics (issue 16, step 1): ACLs, SCRAM users, dynamic
 configs (BROKER, cluster default and GROUP resources) and client quotas are the cluster's, as
-Kafka keeps them in its metadata, whichever broker took the change (``coordinator.cluster``:
+Kafka keeps them in its metadata, whichever broker took the change (``metadata.view``:
 ``acls/``, ``users/``, ``configs/``, ``quotas/``). A topic's configs go with its placement
 (broker/cluster/topics.py).
 
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.cluster.outbox import Outbox
-from tmqgate.coordinator.cluster import (
+from tmqgate.broker.metadata.view import (
     acl_entry,
     acl_from,
     config_entry,

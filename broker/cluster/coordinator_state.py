@@ -15,7 +15,7 @@ the same rules for both:
   to with fewer live brokers than their replication factor); until it is there and led
   FindCoordinator answers COORDINATOR_NOT_AVAILABLE.
 - A key's partition (group id, transactional id) is Kafka's hash of it modulo that count
-  (``coordinator.cluster.state_partitioner``); its coordinator is that partition's leader:
+  (``metadata.view.state_partitioner``); its coordinator is that partition's leader:
   FindCoordinator names it, and every other broker answers its requests NOT_COORDINATOR.
 - Each change of a key's state (``storage.offsets`` for a group's state keys,
   ``storage.txn_coordinator`` for a transactional id's) is appended to its partition as one
@@ -47,7 +47,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from tmqgate.coordinator.cluster import GROUP_STATE_TOPIC, TXN_STATE_TOPIC
+from tmqgate.broker.metadata.view import GROUP_STATE_TOPIC, TXN_STATE_TOPIC
+from tmqgate.protocol import clock
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import build_batch, decode_records, parse_header
 from tmqgate.storage.model import StateNotReplicated
@@ -238,7 +239,7 @@ class CoordinatorState:
             raise StateNotReplicated(f"this broker does not coordinate {key} ({self.kind.topic}-{partition})")
         state = self._topics.partition_state(topic, partition)
         assert state is not None
-        now_ms = int(time.time() * 1000)
+        now_ms = clock.now_ms()
         batch = build_batch([(k, v, [], now_ms) for k, v in ops])
         appended = self._store.append(topic.db, partition, batch, len(ops), now_ms, leader_epoch=state.epoch)
         self._notifier.notify(topic.db, partition)

@@ -6,7 +6,7 @@ is unmaintained and breaks on current protobuf, aetcd pins old grpcio. It is blo
 every etcd call runs in a worker thread (``asyncio.to_thread``); the broker's event loop never
 waits on the network to etcd.
 
-What it does (the key layout and rules: ``coordinator.cluster``), every third of the session
+What it does (the key layout and rules: ``metadata.view``), every third of the session
 timeout (``cluster_session_timeout_ms``, Kafka's broker.session.timeout.ms):
 
 - registers the broker under a lease of that TTL and renews it; a lapsed lease (etcd lost
@@ -16,7 +16,7 @@ timeout (``cluster_session_timeout_ms``, Kafka's broker.session.timeout.ms):
 - reads the brokers and the controller into ``view`` (what Metadata and DescribeCluster show);
 - reads the topics' placements (each partition's replicas, leader, leader epoch and ISR) into
   ``placements``; the controller first re-elects the leaders of partitions whose leader is gone
-  (``coordinator.cluster.elect``: a live member of the ISR) and finishes reassignments whose
+  (``metadata.view.elect``: a live member of the ISR) and finishes reassignments whose
   target is in sync, and every ``rebalance_interval_s`` gives partitions back to their
   preferred replicas (``rebalance``, Kafka's auto.leader.rebalance.enable), each topic by a
   compare-and-swap of its value, so a stale controller's write fails instead of overwriting a
@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from etcd3gw.client import Etcd3Client
 from etcd3gw.lease import Lease
 
-from tmqgate.coordinator.cluster import (
+from tmqgate.broker.metadata.view import (
     ACLS,
     BROKERS,
     CLUSTER_ID,
@@ -73,6 +73,7 @@ from tmqgate.coordinator.cluster import (
     topic_key,
     view_from,
 )
+from tmqgate.protocol import clock
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.peer import PeerSecurity
@@ -104,7 +105,7 @@ class Membership:
         self.endpoints = parse_cluster(url)
         self.node_id = node_id
         self.advertised = advertised
-        self.facts = facts or {}  # registered beside the address (coordinator.cluster.DNODE_FACTS)
+        self.facts = facts or {}  # registered beside the address (metadata.view.DNODE_FACTS)
         self.http = http  # and its HTTP SQL front, where other brokers send SQL it leads
         self.ttl = max(1, round(session_timeout_ms / 1000))
         self.interval = session_timeout_ms / 3000
@@ -195,7 +196,7 @@ class Membership:
         self.view = view
         self.placements = placements
         self.revision = max(self.revision, revision)  # what kafka-metadata-quorum shows (handlers/quorum.py)
-        self.read_ms = int(time.time() * 1000)
+        self.read_ms = clock.now_ms()
 
     def _round_or_failover(self) -> bool:
         try:

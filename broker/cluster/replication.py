@@ -1,7 +1,7 @@
 """Replicated partitions of shared Kafka topics (issue 16, step 2), as Apache Kafka replicates.
 
 A topic created with a replication factor above 1 has, per partition, replicas on as many
-brokers (``coordinator.cluster``: replicas, leader, leader epoch, ISR in etcd). Rules:
+brokers (``metadata.view``: replicas, leader, leader epoch, ISR in etcd). Rules:
 
 Leader (this broker leads the partition):
 - Each Fetch from a follower (``replica_id`` = one of the partition's replicas) at offset o
@@ -73,9 +73,9 @@ from tmqgate.storage import BatchMeta
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.membership import Membership
+    from tmqgate.broker.metadata.view import PartitionState
     from tmqgate.broker.topics import Topic, TopicRegistry
     from tmqgate.broker.waiters import DataNotifier
-    from tmqgate.coordinator.cluster import PartitionState
     from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.replication")

@@ -2,10 +2,10 @@
 
 Rules:
 - ``CREATE DATABASE … REPLICA r`` on any broker places the database in etcd
-  (``coordinator.cluster``: KIND ``tsdb``), each vnode's replicas that broker — which leads
+  (``metadata.view``: KIND ``tsdb``), each vnode's replicas that broker — which leads
   them all — and the next r - 1 live brokers by node id (fewer live brokers than r: TDengine's
   "Out of dnodes"); the controller elects a new leader for all the vnodes together
-  (``coordinator.cluster.elect``) and followers copy each vnode's WAL with its catalog changes
+  (``metadata.view.elect``) and followers copy each vnode's WAL with its catalog changes
   (broker/cluster/replication.py); every broker makes the database with the cluster's topic id
   (``ClusterTopics.apply``), so SHOW DATABASES, Metadata and SHOW VGROUPS agree everywhere
   and a Kafka client finds each vnode's leader from any broker.
@@ -38,6 +38,7 @@ from urllib.parse import quote
 import aiohttp
 
 from tmqgate.broker.cluster.outbox import Outbox
+from tmqgate.broker.metadata.view import TMQ_KIND, TSDB_KIND, PartitionState
 from tmqgate.broker.tdengine import (
     DB_ALREADY_EXIST,
     FORWARDED,
@@ -49,7 +50,6 @@ from tmqgate.broker.tdengine import (
     TopicDef,
 )
 from tmqgate.broker.topics import TSDB, TopicError
-from tmqgate.coordinator.cluster import TMQ_KIND, TSDB_KIND, PartitionState
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:

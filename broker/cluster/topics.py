@@ -1,7 +1,7 @@
 """Plain Kafka topics shared by the brokers of a cluster (issue 16, step 1b).
 
 The cluster's catalog of topics and the placement of their partitions live in etcd
-(``coordinator.cluster``: ``/tmqgate/topics/<name>``). Rules:
+(``metadata.view``: ``/tmqgate/topics/<name>``). Rules:
 
 - CreateTopics (or a Metadata auto-creation) on any broker checks the topic as one node would
   (``TopicRegistry.create(validate_only=True)``), then puts its placement in etcd with a create
@@ -19,9 +19,9 @@ The cluster's catalog of topics and the placement of their partitions live in et
 - CreatePartitions of a shared topic adds the new partitions' replicas to its placement (a
   compare-and-swap); every broker makes the partitions when it reads that.
 - ElectLeaders (``kafka-leader-election``) on any broker decides each partition by Kafka's rule
-  (``coordinator.cluster.elect_asked``) on the placement read at that moment and writes it by
+  (``metadata.view.elect_asked``) on the placement read at that moment and writes it by
   a compare-and-swap; the old and new leaders take their roles when they read it.
-- SQL databases and TDengine topics are placed the same way (``coordinator.cluster.KIND``):
+- SQL databases and TDengine topics are placed the same way (``metadata.view.KIND``):
   every broker makes them with the cluster's topic id (databases before the topics over them)
   and drops them when they leave etcd; a TDengine topic's partitions are its database's vnodes
   (``TopicRegistry.partition_state``). broker/cluster/sql.py has SQL's rules.
@@ -38,8 +38,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.cluster.outbox import Outbox
-from tmqgate.broker.topics import KAFKA, TMQ, TSDB, Topic, TopicError
-from tmqgate.coordinator.cluster import (
+from tmqgate.broker.metadata.view import (
     DEFINITION,
     KIND,
     TMQ_KIND,
@@ -50,6 +49,7 @@ from tmqgate.coordinator.cluster import (
     elect_asked,
     reassign,
 )
+from tmqgate.broker.topics import KAFKA, TMQ, TSDB, Topic, TopicError
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -307,7 +307,7 @@ class ClusterTopics:
 
     async def reassign(self, wanted: dict[str, dict[int, tuple[int, ...] | None]], allow_factor_change: bool) -> Results:
         """AlterPartitionReassignments on a cluster: each partition's target replicas (None:
-        cancel), started or cancelled by Kafka's rules (``coordinator.cluster.reassign``); the
+        cancel), started or cancelled by Kafka's rules (``metadata.view.reassign``); the
         controller finishes each when its target replicas are in sync."""
         await self._membership.refresh()
         registered = set(self._membership.view.brokers)
@@ -378,7 +378,7 @@ class ClusterTopics:
 
 
 #: why a SQL database's vnodes (and a TDengine topic's, which are its database's) are not
-#: elected or reassigned one by one: one broker leads all of them (coordinator.cluster.elect)
+#: elected or reassigned one by one: one broker leads all of them (metadata.view.elect)
 _TOGETHER = ("a SQL database's vnodes have one leader, which the controller elects for all of them together; "
              "they are not elected or reassigned one by one")
 

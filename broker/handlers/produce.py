@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from tmqgate.broker.handlers.leader_hints import point_to_leaders
 from tmqgate.broker.tdengine import IngestError, ingest
 from tmqgate.broker.topic_configs import is_compacted
 from tmqgate.broker.topics import TMQ, TSDB
+from tmqgate.protocol import clock
 from tmqgate.protocol.compression import CorruptRecord
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import (
@@ -259,7 +259,7 @@ def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | No
             except IngestError as exc:
                 raise ProduceError(ErrorCode.INVALID_RECORD, str(exc)) from None
         return base, -1, ctx.store.log_start(topic.db, vnode)
-    now_ms = int(time.time() * 1000)
+    now_ms = clock.now_ms()
     log_append_time = topic.config("message.timestamp.type") == "LogAppendTime"
     if not log_append_time:
         _check_timestamps(topic, valid, now_ms)

@@ -15,13 +15,13 @@ Raft log (issue 16, step 3). Rules:
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import ClusterApis
 from tmqgate.broker.listeners import parse_listeners
+from tmqgate.protocol import clock
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ async def describe_quorum(ctx: ClusterApis, req: Request) -> dict[str, Any]:
     if auth is not None and not auth.allows_cluster(Operation.DESCRIBE):
         return {"error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "error_message": None, "topics": [],
                 "nodes": []}
-    now = int(time.time() * 1000)
+    now = clock.now_ms()
     m = ctx.membership
     me = ctx.node.node_id
     if m is None:

@@ -2,7 +2,7 @@
 moving a partition's replicas to other brokers, as Kafka's controller does it.
 
 On a cluster a shared topic's partition is reassigned through etcd (``broker.cluster.topics``,
-the rules in ``coordinator.cluster``): the target replicas are added and fetch from the
+the rules in ``metadata.view``): the target replicas are added and fetch from the
 leader, and once all are in sync the controller drops the others (and moves the leadership
 if the leader was one of them). A topic of one broker alone (and every topic without a
 cluster) lives on this broker only: its one replica can only be "moved" to itself; any other
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import AdminApis
-from tmqgate.coordinator.cluster import PartitionState, reassign
+from tmqgate.broker.metadata.view import PartitionState, reassign
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:

@@ -9,7 +9,6 @@ meta and data is the order a WITH META topic delivers.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, home_vnode, meta_pa
 from tmqgate.broker.tsdb.limits import schema_problem
 from tmqgate.broker.tsdb.rows import RowsError, build_rows_table, encode_rows
 from tmqgate.broker.tsdb.types import StableSchema, TypeError_, check_value
+from tmqgate.protocol import clock
 from tmqgate.storage import RowsEntry
 
 if TYPE_CHECKING:
@@ -58,9 +58,6 @@ class Result:
         return {"code": 0, "column_meta": [list(c) for c in self.columns], "data": self.rows,
                 "rows": len(self.rows)}
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # A child table an INSERT creates (USING ... TAGS): database info, name, supertable, tags.
@@ -464,7 +461,7 @@ class Executor:
         self.topics.invalidate_views(db)
 
     def _run(self, stmt: ast.Statement, db: str | None, caller: Caller) -> Result:
-        handler = getattr(self, "_" + type(stmt).__name__, None)
+        handler: Callable[..., Result] | None = getattr(self, "_" + type(stmt).__name__, None)
         if handler is None:
             raise SqlError(f"statement not supported: {type(stmt).__name__}")
         if isinstance(stmt, _FOR_CALLER):
@@ -597,7 +594,7 @@ class Executor:
                 return Result.affected(0)
             raise SqlError(f"Table already exists: {stmt.name}")
         schema = self._stable(info.name, stmt.stable)
-        self.create_child(info, stmt.name, schema, stmt.resolve_tags(schema, now_ms=_now_ms()))
+        self.create_child(info, stmt.name, schema, stmt.resolve_tags(schema, now_ms=clock.now_ms()))
         return Result.affected(0)
 
     def _CreateTables(self, stmt: ast.CreateTables, db: str | None) -> Result:
@@ -665,7 +662,7 @@ class Executor:
 
     def _Insert(self, stmt: ast.Insert, db: str | None) -> Result:
         """Check everything, then build the tables, then write: a failed INSERT writes nothing."""
-        now = _now_ms()
+        now = clock.now_ms()
         creates, checked = self._check_insert(stmt, db, now)
         tables = self._group_insert(checked)
         self._write_insert(creates, tables)
@@ -711,7 +708,7 @@ class Executor:
         checks start over (twice at most, then the INSERT is refused, nothing written). The
         writes themselves are `_write_insert`'s, on the loop like every store write."""
         for _ in range(3):
-            now = _now_ms()
+            now = clock.now_ms()
             creates, targets = self._plan_insert(stmt, db, now)
             checked: list[_CheckedRows] = []
             step = _Steps()
@@ -915,7 +912,8 @@ class Executor:
     # -- SHOW and DESCRIBE ----------------------------------------------------------------
 
     def _Show(self, stmt: ast.Show, db: str | None, caller: Caller) -> Result:
-        return getattr(self, "_show_" + stmt.what)(stmt, db, caller)
+        show: Callable[[ast.Show, str | None, Caller], Result] = getattr(self, "_show_" + stmt.what)
+        return show(stmt, db, caller)
 
     def _show_databases(self, _stmt: ast.Show, _db: str | None, caller: Caller) -> Result:
         dbs = [d for d in self.store.databases() if d.kind == "tsdb"]
@@ -959,14 +957,14 @@ class Executor:
     def _show_consumers(self, _stmt: ast.Show, _db: str | None, caller: Caller) -> Result:
         """A row per live member of a group the caller may describe, listing the topics of its
         subscription the caller may describe."""
-        wall, clock = _now_ms(), self.groups.now_ms()
+        wall, group_now = clock.now_ms(), self.groups.now_ms()
         members = self.groups.members()
         visible = Visibility(self.access, caller)
         groups = visible.of("GROUP", {m["group"] for m in members})
         topics = visible.of("TOPIC", {t for m in members for t in m["topics"]})
         rows = [[m["member_id"], m["group"], m["client_id"], m["state"],
                  ",".join(t for t in m["topics"] if t in topics),
-                 (clock - m["joined_ms"]) // 1000, wall - (clock - m["joined_ms"])]
+                 (group_now - m["joined_ms"]) // 1000, wall - (group_now - m["joined_ms"])]
                 for m in members if m["group"] in groups]
         return Result([("consumer_id", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192),
                        ("client_id", "VARCHAR", 192), ("status", "VARCHAR", 20), ("topics", "VARCHAR", 1024),

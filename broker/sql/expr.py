@@ -10,10 +10,9 @@ grouping, ordering, limits, joins or subqueries).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,6 +40,7 @@ from tmqgate.broker.tsdb.types import (
     parse_timestamp,
     varchar,
 )
+from tmqgate.protocol import clock
 
 __all__ = [
     "Filter",
@@ -905,7 +905,7 @@ def _run(fn: Callable[[], pa.Array], what: str) -> pa.Array:
 
 
 def _now(now_ms: int | None) -> int:
-    return now_ms if now_ms is not None else int(time.time() * 1000)
+    return now_ms if now_ms is not None else clock.now_ms()
 
 
 @dataclass
@@ -951,7 +951,10 @@ class Projection:
         return self.evaluate(table, now_ms=now)
 
 
-def _guard(fn: Callable[[], Any]) -> Any:
+_T = TypeVar("_T")
+
+
+def _guard(fn: Callable[[], _T]) -> _T:
     try:
         return fn()
     except SqlError:

@@ -16,7 +16,7 @@ TDengine's default for line protocol.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.tsdb.limits import schema_problem
@@ -126,7 +126,7 @@ def ingest(executor: Executor, db: str, vnode: int, batch: bytes,
     info = executor.store.get_database(db)
     children = executor.store.child_tables(db)
     # Plan every change and build every table before writing anything.
-    planned: list[tuple[StableSchema | None, StableSchema, bool, list[tuple[str, dict]], pa.Table]] = []
+    planned: list[tuple[StableSchema | None, StableSchema, bool, list[tuple[str, dict[str, Any]]], pa.Table]] = []
     try:
         for name, stable_rows in group_rows(rows).items():
             stored = catalog.find_stable(db, name)

@@ -13,7 +13,7 @@ import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import sqlglot
 from sqlglot import exp
@@ -1001,7 +1001,8 @@ def _ident_name(node: Any) -> str | None:
     if node is None:
         return None
     if isinstance(node, exp.Identifier):
-        return node.this if node.quoted else node.this.lower()
+        name = str(node.this)
+        return name if node.quoted else name.lower()
     return str(node.name).lower()
 
 
@@ -1130,7 +1131,7 @@ def _node_pos(node: Any, root: exp.Expr) -> int | None:
         k = text.lower().rfind(kw, pmap.base, p + 1)
         if k >= 0:
             p = k
-    return p
+    return int(p)
 
 
 node_position = _node_pos
@@ -1217,7 +1218,10 @@ def _run(text: str, toks: list[Tok]) -> Statement:
     return stmt
 
 
-def _guard(fn: Callable[[], Any], text: str) -> Any:
+_T = TypeVar("_T")
+
+
+def _guard(fn: Callable[[], _T], text: str) -> _T:
     try:
         return fn()
     except SqlError:

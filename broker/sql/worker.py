@@ -162,5 +162,5 @@ async def _settled(pool: ProcessPool, future: Any) -> Any:
 
 
 def _stop(pool: ProcessPool) -> None:
-    pool.stop()
+    pool.stop()  # type: ignore[no-untyped-call]  # pebble's stop has no annotations
     pool.join(timeout=5)

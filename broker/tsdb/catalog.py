@@ -9,13 +9,13 @@ them onto rows by table name. Every catalog change goes through `invalidate`.
 from __future__ import annotations
 
 import json
-import time
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from tmqgate.broker.tsdb.rows import TBNAME
 from tmqgate.broker.tsdb.types import Column, StableSchema, parse_type
+from tmqgate.protocol import clock
 from tmqgate.protocol.partitioner import murmur2
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def home_vnode(table: str, vgroups: int) -> int:
 
 def meta_payload(kind: str, table_type: str, name: str, **details: Any) -> bytes:
     """The JSON body of a meta entry, in the spirit of TDengine's tmq meta messages."""
-    body = {"type": kind, "tableType": table_type, "tableName": name, "time": int(time.time() * 1000)}
+    body = {"type": kind, "tableType": table_type, "tableName": name, "time": clock.now_ms()}
     body.update(details)
     return json.dumps(body, separators=(",", ":")).encode()
 

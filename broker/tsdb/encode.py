@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from crc32c import crc32c
 
-from tmqgate.protocol.records import zigzag_varint
+from tmqgate.protocol.varint import encode_varint
 
 __all__ = ["EncodingStopped", "arange", "json_objects", "records_batch"]
 
@@ -77,7 +77,7 @@ def _as_array(a: pa.Array | pa.ChunkedArray | Sequence[object], what: str) -> pa
 
 # ---------------------------------------------------------------------------- varints
 
-_zigzag_bytes = zigzag_varint  # one zigzag varint, for the per-batch constants
+_zigzag_bytes = encode_varint  # one zigzag varint, for the per-batch constants
 
 
 def _varint_pieces(values: pa.Array) -> list[pa.Array]:

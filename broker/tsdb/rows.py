@@ -62,7 +62,8 @@ def encode_rows(table: pa.Table | pa.RecordBatch, compression: str | None = None
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def decode_rows(data: bytes | bytearray | memoryview | pa.Buffer) -> pa.Table:

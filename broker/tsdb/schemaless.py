@@ -55,8 +55,7 @@ import json
 import math
 import re
 import struct
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -95,6 +94,7 @@ from tmqgate.broker.tsdb.types import (
     check_value,
     type_from_name,
 )
+from tmqgate.protocol import clock
 
 __all__ = [
     "JSON_VALUE_COLUMN",
@@ -388,9 +388,6 @@ def _unescape_key(s: str) -> str:
     return _KEY_ESC.sub(r"\1", s) if "\\" in s else s
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
 
 class _LineParser:
     """State for one parse call: options and the cache of parsed measurement+tag heads."""
@@ -411,7 +408,7 @@ class _LineParser:
 
     def now_ms(self) -> int:
         if self.now is None:
-            self.now = _now_ms()
+            self.now = clock.now_ms()
         return self.now
 
     # head = measurement plus tag set, as written
@@ -804,7 +801,7 @@ def _json_value(v: Any, what: str, line: int) -> tuple[TDType, Any]:
     raise SchemalessError(f"{what}: unsupported value {json.dumps(v)[:40]}", line)
 
 
-def _json_timestamp(v: Any, now: Any, line: int) -> int:
+def _json_timestamp(v: Any, now: Callable[[], int], line: int) -> int:
     """OpenTSDB timestamp → ms: 10 digits seconds, 13 digits ms, 0 now, or a typed object."""
     if isinstance(v, dict):
         if len(v) != 2 or not _json_number(v.get("value")) or not isinstance(v.get("type"), str):
@@ -860,12 +857,12 @@ def parse_opentsdb_json(
     except (ValueError, TypeError, RecursionError) as e:
         raise SchemalessError(f"invalid JSON: {str(e)[:80]}", 0) from None
     points = doc if isinstance(doc, list) else [doc]
-    clock: list[int] = [] if now_ms is None else [now_ms]
+    fixed: list[int] = [] if now_ms is None else [now_ms]
 
-    def now() -> int:
-        if not clock:
-            clock.append(_now_ms())
-        return clock[0]
+    def now() -> int:  # read once, by the first point without a timestamp
+        if not fixed:
+            fixed.append(clock.now_ms())
+        return fixed[0]
 
     heads: dict[Any, tuple[str, str, dict[str, tuple[TDType, Any]]]] = {}
     rows: list[SchemalessRow] = []

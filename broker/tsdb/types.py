@@ -10,11 +10,12 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+
+from tmqgate.protocol import clock
 
 __all__ = [
     "TDType",
@@ -241,7 +242,7 @@ class NowValue:
     day: bool = False
 
     def resolve(self, now_ms: int | None = None) -> int:
-        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        now = now_ms if now_ms is not None else clock.now_ms()
         if self.day:
             now -= now % 86_400_000
         return now + self.offset_ms

@@ -1,11 +1,12 @@
-"""The rule every coordinator state machine follows: a state changes only through a transition
-its table allows.
+"""The rule every state machine here follows: a state changes only through a transition its
+table allows.
 
-Each machine (``classic.ClassicGroupState``, ``consumer.ConsumerGroupState``,
-``consumer.MemberState``) keeps its table as data — for every state, the states it may be
-entered from, as Apache Kafka's ``ClassicGroupState.validPreviousStates`` does — and funnels
-every change through one method that calls ``check``. A refused transition is a coordinator
-bug, never a client error: it raises ``IllegalStateTransition`` instead of answering.
+Each machine (the coordinator's ``ClassicGroupState``, ``ConsumerGroupState``, ``MemberState``
+and ``TransactionState``; broker/auth's SASL session and mechanism states) keeps its table as
+data — for every state, the states it may be entered from, as Apache Kafka's
+``ClassicGroupState.validPreviousStates`` does — and funnels every change through one method
+that calls ``check``. A refused transition is a bug, never a client error: it raises
+``IllegalStateTransition`` instead of answering.
 """
 
 from __future__ import annotations
