@@ -208,6 +208,11 @@ class ConsumerMember:
             out |= resolved.get(key, frozenset())
         return out
 
+    def held_since(self, tp: TopicPartition, epoch: int) -> bool:
+        """Whether it has held `tp` since member epoch `epoch` or earlier (one it does not hold: no)."""
+        at = self.assigned_at.get(tp)
+        return at is not None and at <= epoch
+
 
 class HeartbeatError(Exception):
     def __init__(self, code: ErrorCode, message: str | None = None) -> None:
@@ -378,7 +383,7 @@ class ConsumerGroup:
             return ErrorCode.NONE
         if version < 9:
             return ErrorCode.ILLEGAL_GENERATION
-        if epoch < member.member_epoch and all(member.assigned_at.get(tp, epoch + 1) <= epoch for tp in partitions):
+        if epoch < member.member_epoch and all(member.held_since(tp, epoch) for tp in partitions):
             return ErrorCode.NONE
         return ErrorCode.STALE_MEMBER_EPOCH
 

@@ -491,13 +491,7 @@ class TransactionCoordinator:
             return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
         if meta.state is S.ONGOING:
             return self._end(now_ms, meta, commit)
-        done, prepared = ((S.COMPLETE_COMMIT, S.PREPARE_COMMIT) if commit
-                          else (S.COMPLETE_ABORT, S.PREPARE_ABORT))
-        if meta.state is done:  # a retry of an EndTxn that completed
-            return ProducerIdAndEpoch(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
-        if meta.state is prepared:
-            return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
-        return ProducerIdAndEpoch(ErrorCode.INVALID_TXN_STATE)
+        return self._not_ongoing(meta, commit, retry=True)  # version 1: a retry has the same epoch
 
     def _end_tv2(self, now_ms: int, meta: TxnMetadata, producer_id: int, producer_epoch: int,
                  commit: bool) -> ProducerIdAndEpoch:
@@ -523,9 +517,16 @@ class TransactionCoordinator:
             return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
         if meta.state is S.ONGOING or (not commit and not retry and meta.state in _IDLE):
             return self._end(now_ms, meta, commit, bump=True)
+        return self._not_ongoing(meta, commit, retry)
+
+    @staticmethod
+    def _not_ongoing(meta: TxnMetadata, commit: bool, retry: bool) -> ProducerIdAndEpoch:
+        """EndTxn for a transaction that is not ongoing: a retry of one that completed the same
+        way gets the answer again; one still completing, CONCURRENT_TRANSACTIONS; else
+        INVALID_TXN_STATE."""
         done, prepared = ((S.COMPLETE_COMMIT, S.PREPARE_COMMIT) if commit
                           else (S.COMPLETE_ABORT, S.PREPARE_ABORT))
-        if meta.state is done and retry:  # a retry of an EndTxn that completed
+        if meta.state is done and retry:
             return ProducerIdAndEpoch(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
         if meta.state is prepared:
             return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
