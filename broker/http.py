@@ -296,7 +296,7 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
         disk), `disk_guard_shortfall` the archiver's figures while it cannot bring usage under
         disk_usage_max_percent (null otherwise): an operator's probe sees both."""
         storage = {"read_only": store.read_only,
-                   "disk_guard_shortfall": store.retention.disk_guard_shortfall}
+                   "disk_guard_shortfall": store.archiver.guard.shortfall}
         return web.json_response({"status": "ok", "node_id": node_id, "topics": len(topics.all()),
                                   "storage": storage})
 

@@ -138,7 +138,7 @@ class _ScrapeTime(Collector):
         yield wal_entries
         yield GaugeMetricFamily("tmqgate_leveldb_size_bytes",
                                 "Bytes on disk of the data directory (both LevelDBs)", value=_du(store.path))
-        shortfall = store.retention.disk_guard_shortfall
+        shortfall = store.archiver.guard.shortfall
         yield GaugeMetricFamily("tmqgate_disk_guard_shortfall_bytes",
                                 "Disk usage above disk_usage_max_percent the archiver cannot remove (0: none)",
                                 value=0 if shortfall is None else max(0, shortfall["used_bytes"]

@@ -28,6 +28,13 @@ until there is room again: the reserve back in place and ``reserve_bytes`` (at l
 write path calls it at most every ``RECHECK_S`` while full), reopens the DBs a failed write
 left sticky, and allocates the reserve again. At open, a disk with less than ``reserve_bytes``
 free (the reserve not counted) starts full.
+
+The *disk guard* (``DiskGuard``) is the other side of a filling disk: the archiver
+(``storage.archiver``) removes the oldest WAL entries while usage is over
+``disk_usage_max_percent``, measured by ``usage``; when nothing more may be removed and usage is
+still over, the guard says so with the figures — once, then at most every
+``GUARD_LOG_INTERVAL_MS`` while it lasts, and once when usage is back under the limit — and
+keeps them in ``shortfall`` for the broker's status and metrics.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from typing import Any
 
 import plyvel
@@ -53,6 +61,9 @@ RESERVE_TMP_FILE = RESERVE_FILE + ".tmp"
 MIN_FREE = 1 << 20
 #: While full, the write path looks at the disk again at most this often (seconds).
 RECHECK_S = 0.5
+#: The disk guard's "cannot get under the limit" line: at most one per this many ms while
+#: the shortfall lasts (the archiver runs every archiver_interval_ms), then one when it ends.
+GUARD_LOG_INTERVAL_MS = 60_000
 
 
 def is_no_space(exc: BaseException) -> bool:
@@ -320,3 +331,62 @@ class GuardedBatch:
             raise self._db._failed(exc) from exc
         except RuntimeError as exc:  # its DB was reopened since (a failed write in between)
             raise StorageIOError(f"write batch outlived its handle: {exc}") from exc
+
+
+def usage(path: str, wal_bytes: int, volume_bytes: int | None) -> tuple[int, int, str]:
+    """(used, capacity, what they are of) for ``disk_usage_max_percent``: the filesystem
+    holding ``path``, or with ``volume_bytes`` a simulated volume holding only the WAL
+    (``wal_bytes`` of it used)."""
+    if volume_bytes is not None:
+        return wal_bytes, volume_bytes, f"the {volume_bytes}-byte WAL volume"
+    du = shutil.disk_usage(path)
+    return du.used, du.total, f"the filesystem of {path}"
+
+
+class DiskGuard:
+    """The disk guard's report (see the module docstring)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        #: The last shortfall's figures (None while usage is within the limit), for status.
+        self.shortfall: dict[str, Any] | None = None
+        # The shortfall line: when it was last logged, and checks since.
+        self._logged_ms: int | None = None
+        self._suppressed = 0
+
+    def report(self, now: int, limit_pct: float, volume_bytes: int | None, freed: int, exhausted: bool,
+               wal_left: int, vnodes: Callable[[], int]) -> None:
+        """After the archiver ran (``freed`` bytes; ``exhausted``: nothing more it may remove;
+        ``wal_left`` WAL bytes stored, the newest entries of ``vnodes()`` vnodes): if usage is
+        still over the limit and nothing more may be removed, say so with the figures — once,
+        then at most every GUARD_LOG_INTERVAL_MS while it lasts, and once when usage is back
+        under the limit."""
+        used, capacity, where = usage(self.path, wal_left, volume_bytes)
+        allowed = int(capacity * limit_pct / 100)
+        if used <= allowed or not exhausted:
+            if used <= allowed and self.shortfall is not None:
+                log.warning("disk guard: usage of %s is back under disk_usage_max_percent %s%%: "
+                            "%.1f%% (%d of %d bytes)", where, limit_pct, 100 * used / capacity, used, capacity)
+                self.shortfall = None
+                self._logged_ms = None
+                self._suppressed = 0
+            return
+        held = vnodes()
+        self.shortfall = {"used_bytes": used, "capacity_bytes": capacity, "limit_percent": limit_pct,
+                          "allowed_bytes": allowed, "wal_bytes": wal_left, "vnodes": held,
+                          "other_bytes": max(0, used - wal_left), "freed_bytes": freed}
+        last = self._logged_ms
+        if last is not None and now - last < GUARD_LOG_INTERVAL_MS:
+            self._suppressed += 1
+            return
+        since = (f" ({self._suppressed} more check(s) found the same since the last line)"
+                 if self._suppressed else "")
+        self._logged_ms = now
+        self._suppressed = 0
+        log.warning("disk guard cannot bring usage under disk_usage_max_percent: %s is %.1f%% used "
+                    "(%d of %d bytes), the limit is %s%% (%d bytes); removed and compacted %d bytes "
+                    "now; left: %d bytes of WAL entries, the newest entry of each of %d vnode(s), "
+                    "which the archiver never removes, and %d bytes of other files — drop databases "
+                    "or topics, or raise the limit%s",
+                    where, 100 * used / capacity, used, capacity, limit_pct, allowed, freed, wal_left,
+                    held, max(0, used - wal_left), since)

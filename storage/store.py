@@ -9,7 +9,8 @@ concern, so that each can be read and changed alone:
 * ``storage.catalog`` — databases and their vnodes, supertables, child tables, TDengine topics;
 * ``storage.wal`` — appending and reading entries, the in-memory vnode state, the time index;
 * ``storage.txn`` — catalog changes and WAL entries in one WriteBatch;
-* ``storage.retention`` — retention, DeleteRecords, the archiver and the log history;
+* ``storage.retention`` — retention, DeleteRecords; ``storage.archiver`` — the archiver; both
+  remove through ``storage.head_removal``, which records in ``storage.log_history``;
 * ``storage.cleaner`` — the log cleaner of compacted topics;
 * ``storage.producers`` — producer ids and idempotent producers' windows;
 * ``storage.offsets`` — committed offsets and group metadata;
@@ -36,11 +37,14 @@ from typing import Any
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 from tmqgate.storage import keys
 from tmqgate.storage.acls import Acls
+from tmqgate.storage.archiver import Archiver
 from tmqgate.storage.catalog import Catalog
 from tmqgate.storage.cleaner import Cleaner
 from tmqgate.storage.core import Core
 from tmqgate.storage.dynconfigs import ConfigResourceKey, DynamicConfigs
 from tmqgate.storage.group_log import TXN_BASE, GroupLog, TransactionLog
+from tmqgate.storage.head_removal import HeadRemoval
+from tmqgate.storage.log_history import LogHistory
 from tmqgate.storage.model import (
     ChildTable,
     CommittedOffset,
@@ -95,7 +99,10 @@ class Store:
         self.producers = Producers(self.core)
         self.wal_txns = WalTxns(self.core)  # open transactions, aborted index (storage.wal_txns)
         self.wal = Wal(self.core, self.catalog, self.producers, tail_cache_bytes, self.wal_txns)
-        self.retention = Retention(self.core, self.catalog, self.wal, history_limit, self.wal_txns)
+        self.history_log = LogHistory(self.core, self.catalog, history_limit)  # removals (storage.log_history)
+        heads = HeadRemoval(self.core, self.catalog, self.history_log, self.wal_txns)
+        self.retention = Retention(self.core, self.catalog, heads)
+        self.archiver = Archiver(self.core, self.catalog, self.wal, heads)
         self.cleaner = Cleaner(self.core, self.catalog, self.wal_txns)  # compacted topics (storage.cleaner)
         self.group_log = GroupLog(self.core)  # __consumer_offsets as Kafka's records (storage.group_log)
         self.offsets = Offsets(self.core, self.group_log)
@@ -108,7 +115,7 @@ class Store:
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}
-        self.retention.load_history(live)
+        self.history_log.load(live)
         self.wal_txns.load(live)
         self.core.delete_orphans(live)
 
@@ -205,10 +212,10 @@ class Store:
         d = self.catalog.database(name)
         wb = self.core.batch(sync=True)
         self.catalog.stage_drop(wb, d)
-        gone = self.retention.stage_forget(wb, d.info.id)
+        gone = self.history_log.stage_forget(wb, d.info.id)
         self.core.write(wb)
         self.catalog.forget(d)
-        self.retention.forget(gone)
+        self.history_log.forget(gone)
         self.producers.forget_database(d.info.id)
         self.wal_txns.forget_database(d.info.id)
         self.core.delete_database_data(d.info.id, compact=True)
@@ -490,34 +497,22 @@ class Store:
     def enforce_retention(self, now_ms: int | None = None, defaults: dict[str, str] | None = None) -> int:
         return self.retention.enforce_retention(now_ms, defaults)
 
-    def collect(
-        self,
-        now_ms: int | None = None,
-        *,
-        max_total_bytes: int | None = None,
-        disk_usage_max_percent: float | None = None,
-        volume_bytes: int | None = None,
-        max_age_ms: int | None = None,
-        compact: bool = True,
-    ) -> list[dict[str, Any]]:
-        return self.retention.collect(
-            now_ms,
-            max_total_bytes=max_total_bytes,
-            disk_usage_max_percent=disk_usage_max_percent,
-            volume_bytes=volume_bytes,
-            max_age_ms=max_age_ms,
-            compact=compact,
-        )
+    def collect(self, now_ms: int | None = None, *, max_total_bytes: int | None = None,
+                disk_usage_max_percent: float | None = None, volume_bytes: int | None = None,
+                max_age_ms: int | None = None, compact: bool = True) -> list[dict[str, Any]]:
+        return self.archiver.collect(now_ms, max_total_bytes=max_total_bytes, volume_bytes=volume_bytes,
+                                     disk_usage_max_percent=disk_usage_max_percent, max_age_ms=max_age_ms,
+                                     compact=compact)
 
     @property
     def history_limit(self) -> int:
-        return self.retention.history_limit
+        return self.history_log.limit
 
     def history(self, db: str | None = None) -> list[HistoryRecord]:
-        return self.retention.history(db)
+        return self.history_log.records(db)
 
     def log_history(self, db: str | None = None) -> list[dict[str, Any]]:
-        return self.retention.log_history(db)
+        return self.history_log.view(db)
 
     # producers -----------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ As in Apache Kafka (ProducerStateManager's ongoing transactions, the log's Trans
 * the last stable offset is the first offset of the oldest open transaction, else the high
   watermark;
 * removals (retention, DeleteRecords, the archiver) drop the aborted entries that end below
-  the new log start, in their WriteBatch (``Retention``); a dropped database drops its keys
+  the new log start, in their WriteBatch (``HeadRemoval``); a dropped database drops its keys
   with the rest of its range (``keys.PER_DB_PREFIXES``).
 
 Both are loaded at open; the keys are written in the WriteBatch of the WAL entry that changes

@@ -12,8 +12,7 @@ import pytest
 from diskfull import fill, free_bytes, small_fs
 
 from tmqgate.storage import StorageFull, Store
-from tmqgate.storage.retention import GUARD_LOG_INTERVAL_MS
-from tmqgate.storage.space import RESERVE_FILE
+from tmqgate.storage.space import GUARD_LOG_INTERVAL_MS, RESERVE_FILE
 
 RESERVE = 2 << 20
 BATCH = 20_000
@@ -152,7 +151,7 @@ def test_disk_guard_says_once_when_it_cannot_get_under_the_limit(caplog: pytest.
             line = lines[0]
             assert "cannot bring usage under disk_usage_max_percent" in line
             assert "the limit is 40.0%" in line and "newest entry of each of 2 vnode(s)" in line
-            status = s.retention.disk_guard_shortfall
+            status = s.archiver.guard.shortfall
             assert status is not None and status["vnodes"] == 2 and status["limit_percent"] == limit
             size = len(payload(0))
             assert status["wal_bytes"] == 2 * size and status["freed_bytes"] == 98 * size
@@ -175,6 +174,6 @@ def test_disk_guard_says_once_when_it_cannot_get_under_the_limit(caplog: pytest.
                 s.collect(t0 + GUARD_LOG_INTERVAL_MS + 1000, disk_usage_max_percent=limit)
             lines = [r.getMessage() for r in caplog.records if "disk guard" in r.getMessage()]
             assert len(lines) == 1 and "back under disk_usage_max_percent" in lines[0]
-            assert s.retention.disk_guard_shortfall is None
+            assert s.archiver.guard.shortfall is None
         finally:
             s.close()
