@@ -52,26 +52,26 @@ def run(calls: int) -> list[tuple[str, float]]:
         c = GroupCoordinator(store, Topics(), now_ms=0)
         wanted = [("t", list(range(PARTITIONS)))]
         entries = [("t", i, 100, -1, None) for i in range(PARTITIONS)]
-        c.commit_offsets(0, "fetch", "", None, -1, 8, entries)
+        c.offsets.commit_offsets(0, "fetch", "", None, -1, 8, entries)
         out.append((f"OffsetFetch require_stable, {PARTITIONS} partitions, 0 open transactions",
-                    per_call_us(lambda i: c.fetch_offsets("fetch", wanted, require_stable=True), calls)))
+                    per_call_us(lambda i: c.offsets.fetch_offsets("fetch", wanted, require_stable=True), calls)))
         out.append((f"OffsetFetch plain, {PARTITIONS} partitions, 0 open transactions",
-                    per_call_us(lambda i: c.fetch_offsets("fetch", wanted), calls)))
+                    per_call_us(lambda i: c.offsets.fetch_offsets("fetch", wanted), calls)))
         for pid in range(100):
-            c.txn_offset_commit(0, "fetch", "x", pid, 0, "", -1, None, [("t", pid % PARTITIONS, 5, -1, None)])
+            c.offsets.txn_offset_commit(0, "fetch", "x", pid, 0, "", -1, None, [("t", pid % PARTITIONS, 5, -1, None)])
         out.append((f"OffsetFetch require_stable, {PARTITIONS} partitions, 100 open transactions",
-                    per_call_us(lambda i: c.fetch_offsets("fetch", wanted, require_stable=True), calls)))
+                    per_call_us(lambda i: c.offsets.fetch_offsets("fetch", wanted, require_stable=True), calls)))
         out.append((f"plain OffsetCommit, {PARTITIONS} partitions, 100 open transactions on them",
-                    per_call_us(lambda i: c.commit_offsets(0, "fetch", "", None, -1, 8, entries), calls)))
+                    per_call_us(lambda i: c.offsets.commit_offsets(0, "fetch", "", None, -1, 8, entries), calls)))
         for p in (1, PARTITIONS):
             entries = [("t", i, 100, -1, None) for i in range(p)]
             out.append((f"plain OffsetCommit, {p} partition(s)",
-                        per_call_us(lambda i, e=entries: c.commit_offsets(0, "plain", "", None, -1, 8, e), calls)))
+                        per_call_us(lambda i, e=entries: c.offsets.commit_offsets(0, "plain", "", None, -1, 8, e), calls)))
             out.append((f"TxnOffsetCommit, {p} partition(s)",
-                        per_call_us(lambda i, e=entries: c.txn_offset_commit(0, "txn", "x", 10_000 + i, 0, "", -1,
-                                                                            None, e), calls)))
+                        per_call_us(lambda i, e=entries: c.offsets.txn_offset_commit(0, "txn", "x", 10_000 + i, 0, "",
+                                                                                     -1, None, e), calls)))
             out.append((f"complete_transaction (commit), {p} partition(s)",
-                        per_call_us(lambda i: c.complete_transaction("txn", 10_000 + i, 0, True), calls)))
+                        per_call_us(lambda i: c.offsets.complete_transaction("txn", 10_000 + i, 0, True), calls)))
     return out
 
 

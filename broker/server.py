@@ -203,15 +203,15 @@ class Broker:
                                             groups=self.coordinator)
         # and a TxnOffsetCommit is verified with it first (Kafka: the producer's transaction
         # must hold the group, added by AddOffsetsToTxn)
-        self.coordinator.machine.txn_gate = self.transactions
+        self.coordinator.machine.offsets.txn_gate = self.transactions
         # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
-        machine = self.coordinator.machine
+        admin = self.coordinator.machine.admin
         self.started_ms = clock.now_ms()
         # SHOW DNODES / SHOW VGROUPS: this node, or the cluster's nodes and placements (broker/dnodes.py)
         self.dnodes = Dnodes(config.node_id, self.store, self.topics, config.max_partitions, self.started_ms)
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
-                                 GroupQueries(subscribed_to=machine.groups_subscribed_to,
-                                              group_ids=machine.group_ids, members=machine.members,
+                                 GroupQueries(subscribed_to=admin.groups_subscribed_to,
+                                              group_ids=admin.group_ids, members=admin.members,
                                               now_ms=self.coordinator.now),
                                  parse_timeout_ms=config.sql_parse_timeout_ms, placement=self.dnodes.queries())
         if self.authorizer is not None:  # SQL statements checked for their caller too
@@ -319,7 +319,7 @@ class Broker:
                                                     self.markers, self.transactions, self.coordinator)
             self.transactions.machine.markers = self.cluster_txns
             self.transactions.machine.groups = self.cluster_txns
-            self.coordinator.machine.txn_gate = self.cluster_txns
+            self.coordinator.machine.offsets.txn_gate = self.cluster_txns
             self.store.producers.use_slot(self.config.node_id)  # producer ids unique in the cluster
             await self.membership.start()
         self._handlers = bind(self.apis, self._contexts())

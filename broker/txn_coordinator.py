@@ -65,7 +65,7 @@ class TxnCoordinatorRuntime(MachineTimer[TransactionCoordinator]):
                                            partitions=[(topic, partition)])
         return _PRODUCE_ADD_ERRORS.get(code, code)
 
-    # TxnOffsetsGate (coordinator/coordinator.py): the group coordinator's question for a
+    # TxnOffsetsGate (coordinator/offsets.py): the group coordinator's question for a
     # TxnOffsetCommit; ``add`` (v5+, transaction version 2): the group is added implicitly.
     def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                 group_id: str, add: bool = False) -> ErrorCode:

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from tmqgate.coordinator.classic import Reply
-from tmqgate.coordinator.coordinator import GroupCoordinator, OffsetEntry
+from tmqgate.coordinator.coordinator import GroupCoordinator
+from tmqgate.coordinator.offsets import OffsetEntry
 from tmqgate.protocol.errors import ErrorCode
 
 log = logging.getLogger("tmqgate.coordinator")
@@ -119,13 +120,13 @@ class CoordinatorRuntime(MachineTimer[GroupCoordinator]):
     def txn_offset_commit(self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int,
                           member_id: str, generation_id: int, group_instance_id: str | None,
                           topics: list[OffsetEntry], add_group: bool = False) -> list[ErrorCode]:
-        """``GroupCoordinator.txn_offset_commit`` at the runtime's clock."""
-        return self.machine.txn_offset_commit(self.now(), group_id, transactional_id, producer_id, producer_epoch,
-                                              member_id, generation_id, group_instance_id, topics,
-                                              add_group=add_group)
+        """``GroupOffsets.txn_offset_commit`` at the runtime's clock."""
+        return self.machine.offsets.txn_offset_commit(self.now(), group_id, transactional_id, producer_id,
+                                                      producer_epoch, member_id, generation_id, group_instance_id,
+                                                      topics, add_group=add_group)
 
     def complete_transaction(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """The transaction coordinator's end of a transaction that added offsets for the group
         (what part T2 calls through its ``TxnGroups`` collaborator): commit makes the pending
         offsets committed, abort drops them; ``StorageIOError``: nothing changed, retry later."""
-        self.machine.complete_transaction(group_id, producer_id, producer_epoch, commit)
+        self.machine.offsets.complete_transaction(group_id, producer_id, producer_epoch, commit)

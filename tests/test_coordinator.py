@@ -270,15 +270,15 @@ def test_generation_fencing(tmp_path: Any) -> None:
     assert c.heartbeat(100, "g", "ghost", None, gen) is E.UNKNOWN_MEMBER_ID
     assert c.heartbeat(100, "nogroup", a, None, gen) is E.UNKNOWN_MEMBER_ID
     assert sync(c, 100, a, gen - 1).code is E.ILLEGAL_GENERATION
-    assert c.commit_offsets(100, "g", a, None, gen - 1, 7, [("t", 0, 5, -1, None)]) == [E.ILLEGAL_GENERATION]
-    assert c.commit_offsets(100, "g", a, None, gen, 7, [("t", 0, 5, -1, None)]) == [E.NONE]
+    assert c.offsets.commit_offsets(100, "g", a, None, gen - 1, 7, [("t", 0, 5, -1, None)]) == [E.ILLEGAL_GENERATION]
+    assert c.offsets.commit_offsets(100, "g", a, None, gen, 7, [("t", 0, 5, -1, None)]) == [E.NONE]
     join(c, 200, member_id=a, topics=("t", "u"))
     assert sync(c, 210, b, gen).code is E.REBALANCE_IN_PROGRESS
     # During PreparingRebalance a commit of the current generation is still accepted (Kafka does).
-    assert c.commit_offsets(220, "g", b, None, gen, 7, [("t", 1, 5, -1, None)]) == [E.NONE]
+    assert c.offsets.commit_offsets(220, "g", b, None, gen, 7, [("t", 1, 5, -1, None)]) == [E.NONE]
     rb = join(c, 230, member_id=b)
     new_gen = rb.value["generation_id"]  # type: ignore[index]
-    assert c.commit_offsets(240, "g", b, None, new_gen, 7, [("t", 1, 6, -1, None)]) == [E.REBALANCE_IN_PROGRESS]
+    assert c.offsets.commit_offsets(240, "g", b, None, new_gen, 7, [("t", 1, 6, -1, None)]) == [E.REBALANCE_IN_PROGRESS]
 
 
 def test_static_member_rejoins_with_new_member_id_without_rebalance(tmp_path: Any) -> None:
@@ -336,38 +336,38 @@ def test_leave_group_batched_and_unknown(tmp_path: Any) -> None:
 
 def test_simple_group_commit_and_fetch(tmp_path: Any) -> None:
     c = make(tmp_path)
-    codes = c.commit_offsets(0, "manual", "", None, -1, 8, [("t", 0, 42, 3, "meta"), ("t", 9, 1, -1, None),
-                                                             ("nope", 0, 1, -1, None)])
+    codes = c.offsets.commit_offsets(0, "manual", "", None, -1, 8, [("t", 0, 42, 3, "meta"), ("t", 9, 1, -1, None),
+                                                                     ("nope", 0, 1, -1, None)])
     assert codes == [E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.UNKNOWN_TOPIC_OR_PARTITION]
-    code, rows = c.fetch_offsets("manual", [("t", [0, 1])])
+    code, rows = c.offsets.fetch_offsets("manual", [("t", [0, 1])])
     assert code is E.NONE
     assert rows == [("t", [(0, 42, 3, "meta", E.NONE), (1, -1, -1, "", E.NONE)])]
-    assert c.fetch_offsets("manual", None) == (E.NONE, [("t", [(0, 42, 3, "meta", E.NONE)])])
-    assert c.fetch_offsets("other", [("t", [0])]) == (E.NONE, [("t", [(0, -1, -1, "", E.NONE)])])
-    assert c.fetch_offsets("other", None) == (E.NONE, [])
-    assert c.commit_offsets(0, "x", "m", None, 3, 8, [("t", 0, 1, -1, None)]) == [E.ILLEGAL_GENERATION]
-    assert c.commit_offsets(0, "x", "", None, -1, 8, [("t", 0, 1, -1, "m" * 4097)]) == [E.OFFSET_METADATA_TOO_LARGE]
+    assert c.offsets.fetch_offsets("manual", None) == (E.NONE, [("t", [(0, 42, 3, "meta", E.NONE)])])
+    assert c.offsets.fetch_offsets("other", [("t", [0])]) == (E.NONE, [("t", [(0, -1, -1, "", E.NONE)])])
+    assert c.offsets.fetch_offsets("other", None) == (E.NONE, [])
+    assert c.offsets.commit_offsets(0, "x", "m", None, 3, 8, [("t", 0, 1, -1, None)]) == [E.ILLEGAL_GENERATION]
+    assert c.offsets.commit_offsets(0, "x", "", None, -1, 8, [("t", 0, 1, -1, "m" * 4097)]) == [E.OFFSET_METADATA_TOO_LARGE]
 
 
 def test_simple_commit_refused_while_group_has_members(tmp_path: Any) -> None:
     c = make(tmp_path)
     stable_pair(c)
-    assert c.commit_offsets(0, "g", "", None, -1, 8, [("t", 0, 1, -1, None)]) == [E.UNKNOWN_MEMBER_ID]
+    assert c.offsets.commit_offsets(0, "g", "", None, -1, 8, [("t", 0, 1, -1, None)]) == [E.UNKNOWN_MEMBER_ID]
 
 
 def test_groups_progress_is_independent(tmp_path: Any) -> None:
     c = make(tmp_path)
-    c.commit_offsets(0, "g1", "", None, -1, 8, [("t", 0, 10, -1, None)])
-    c.commit_offsets(0, "g2", "", None, -1, 8, [("t", 0, 20, -1, None)])
-    assert c.fetch_offsets("g1", [("t", [0])])[1][0][1][0][1] == 10
-    assert c.fetch_offsets("g2", [("t", [0])])[1][0][1][0][1] == 20
+    c.offsets.commit_offsets(0, "g1", "", None, -1, 8, [("t", 0, 10, -1, None)])
+    c.offsets.commit_offsets(0, "g2", "", None, -1, 8, [("t", 0, 20, -1, None)])
+    assert c.offsets.fetch_offsets("g1", [("t", [0])])[1][0][1][0][1] == 10
+    assert c.offsets.fetch_offsets("g2", [("t", [0])])[1][0][1][0][1] == 20
 
 
 def test_restart_keeps_offsets_and_stable_group(tmp_path: Any) -> None:
     store = Store(str(tmp_path / "data"))
     c = make(tmp_path, store=store)
     a, b, gen = stable_pair(c)
-    c.commit_offsets(50, "g", a, None, gen, 8, [("t", 0, 7, 1, "x")])
+    c.offsets.commit_offsets(50, "g", a, None, gen, 8, [("t", 0, 7, 1, "x")])
     store.close()
     store = Store(str(tmp_path / "data"))
     c2 = make(tmp_path, store=store)
@@ -376,7 +376,7 @@ def test_restart_keeps_offsets_and_stable_group(tmp_path: Any) -> None:
     assert c2.heartbeat(10, "g", a, None, gen) is E.NONE
     r = sync(c2, 10, b, gen)
     assert r.value["assignment"] == b"B2"  # type: ignore[index]
-    assert c2.fetch_offsets("g", [("t", [0])]) == (E.NONE, [("t", [(0, 7, 1, "x", E.NONE)])])
+    assert c2.offsets.fetch_offsets("g", [("t", [0])]) == (E.NONE, [("t", [(0, 7, 1, "x", E.NONE)])])
     # Members that never come back expire as usual.
     c2.tick(10 + 10_000)
     assert a not in c2.groups["g"].members
@@ -399,10 +399,10 @@ def test_restart_of_empty_group_keeps_generation(tmp_path: Any) -> None:
 
 def test_deleted_topic_loses_offsets(tmp_path: Any) -> None:
     c = make(tmp_path, t=4, u=2)
-    c.commit_offsets(0, "g", "", None, -1, 8, [("t", 0, 5, -1, None), ("u", 0, 6, -1, None)])
+    c.offsets.commit_offsets(0, "g", "", None, -1, 8, [("t", 0, 5, -1, None), ("u", 0, 6, -1, None)])
     del c.topics.counts["u"]  # type: ignore[attr-defined]
     c.tick(1)
-    assert c.fetch_offsets("g", None) == (E.NONE, [("t", [(0, 5, -1, "", E.NONE)])])
+    assert c.offsets.fetch_offsets("g", None) == (E.NONE, [("t", [(0, 5, -1, "", E.NONE)])])
 
 
 # ---- admin -------------------------------------------------------------------------------
@@ -411,37 +411,37 @@ def test_deleted_topic_loses_offsets(tmp_path: Any) -> None:
 def test_list_describe_delete(tmp_path: Any) -> None:
     c = make(tmp_path)
     a, b, gen = stable_pair(c)
-    c.commit_offsets(0, "simple", "", None, -1, 8, [("t", 0, 1, -1, None)])
-    groups = c.list_groups()
+    c.offsets.commit_offsets(0, "simple", "", None, -1, 8, [("t", 0, 1, -1, None)])
+    groups = c.admin.list_groups()
     assert groups == [
         {"group_id": "g", "protocol_type": "consumer", "group_state": "Stable", "group_type": "classic"},
         {"group_id": "simple", "protocol_type": "", "group_state": "Empty", "group_type": "classic"},
     ]
-    assert [g["group_id"] for g in c.list_groups(states=["empty"])] == ["simple"]
-    assert c.list_groups(types=["consumer"]) == []
-    d = c.describe_group("g", 5)
+    assert [g["group_id"] for g in c.admin.list_groups(states=["empty"])] == ["simple"]
+    assert c.admin.list_groups(types=["consumer"]) == []
+    d = c.admin.describe_group("g", 5)
     assert d["group_state"] == "Stable" and d["protocol_data"] == "range"
     assert [(m["member_id"], m["client_host"], m["member_assignment"]) for m in d["members"]] == [
         (a, "10.0.0.1", b"A2"), (b, "10.0.0.1", b"B2")]
     assert d["members"][0]["member_metadata"] == subscription("t")
-    assert c.describe_group("missing", 5)["group_state"] == "Dead"
-    assert c.describe_group("missing", 6)["error_code"] == E.GROUP_ID_NOT_FOUND
-    assert c.delete_groups(["g", "simple", "missing"]) == [
+    assert c.admin.describe_group("missing", 5)["group_state"] == "Dead"
+    assert c.admin.describe_group("missing", 6)["error_code"] == E.GROUP_ID_NOT_FOUND
+    assert c.admin.delete_groups(["g", "simple", "missing"]) == [
         ("g", E.NON_EMPTY_GROUP), ("simple", E.NONE), ("missing", E.GROUP_ID_NOT_FOUND)]
-    assert c.fetch_offsets("simple", None) == (E.NONE, [])
+    assert c.offsets.fetch_offsets("simple", None) == (E.NONE, [])
     c.leave_group(0, "g", [(a, None), (b, None)])
-    assert c.delete_groups(["g"]) == [("g", E.NONE)]
-    assert c.list_groups() == []
+    assert c.admin.delete_groups(["g"]) == [("g", E.NONE)]
+    assert c.admin.list_groups() == []
 
 
 def test_offset_delete(tmp_path: Any) -> None:
     c = make(tmp_path, t=4, u=2)
     a, b, gen = stable_pair(c)
-    c.commit_offsets(0, "g", a, None, gen, 8, [("t", 0, 5, -1, None), ("u", 1, 6, -1, None)])
-    code, rows = c.delete_offsets("g", [("t", [0]), ("u", [1])])
+    c.offsets.commit_offsets(0, "g", a, None, gen, 8, [("t", 0, 5, -1, None), ("u", 1, 6, -1, None)])
+    code, rows = c.offsets.delete_offsets("g", [("t", [0]), ("u", [1])])
     assert code is E.NONE and rows == [("t", [(0, E.GROUP_SUBSCRIBED_TO_TOPIC)]), ("u", [(1, E.NONE)])]
-    assert c.fetch_offsets("g", None)[1] == [("t", [(0, 5, -1, "", E.NONE)])]
-    assert c.delete_offsets("missing", [("t", [0])])[0] is E.GROUP_ID_NOT_FOUND
+    assert c.offsets.fetch_offsets("g", None)[1] == [("t", [(0, 5, -1, "", E.NONE)])]
+    assert c.offsets.delete_offsets("missing", [("t", [0])])[0] is E.GROUP_ID_NOT_FOUND
 
 
 def test_reply_is_called_once_per_request(tmp_path: Any) -> None:

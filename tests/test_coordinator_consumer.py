@@ -120,7 +120,7 @@ def test_first_member_gets_everything_on_its_joining_heartbeat(tmp_path: Any) ->
     assert parts(r) == [0, 1, 2, 3]
     again = hb(c, 3000, "m1", 1, owned={"t": [0, 1, 2, 3]})
     assert again["assignment"] is None and again["member_epoch"] == 1
-    assert c.consumer_describe(["g"])[0]["group_state"] == "Stable"
+    assert c.admin.consumer_describe(["g"])[0]["group_state"] == "Stable"
 
 
 def test_second_member_waits_for_revocation(tmp_path: Any) -> None:
@@ -130,7 +130,7 @@ def test_second_member_waits_for_revocation(tmp_path: Any) -> None:
     # Target computed at once (c2 → 2,3), but c1 still owns them: c2 advances with nothing yet.
     assert r2["member_id"] == "m2" and r2["member_epoch"] == 2 and parts(r2) == []
     assert r2["heartbeat_interval_ms"] == 200  # polls fast while waiting for a release
-    d = c.consumer_describe(["g"])[0]
+    d = c.admin.consumer_describe(["g"])[0]
     assert d["group_state"] == "Reconciling" and d["group_epoch"] == 2 and d["assignment_epoch"] == 2
     targets = {m["member_id"]: m["target_assignment"]["topic_partitions"][0]["partitions"] for m in d["members"]}
     assert targets == {"m1": [0, 1], "m2": [2, 3]}
@@ -145,7 +145,7 @@ def test_second_member_waits_for_revocation(tmp_path: Any) -> None:
     r2 = hb(c, 3400, "m2", 2)
     assert parts(r2) == [2, 3] and r2["member_epoch"] == 2
     hb(c, 3500, "m2", 2, owned={"t": [2, 3]})
-    assert c.consumer_describe(["g"])[0]["group_state"] == "Stable"
+    assert c.admin.consumer_describe(["g"])[0]["group_state"] == "Stable"
 
 
 def test_three_and_five_members(tmp_path: Any) -> None:
@@ -172,7 +172,7 @@ def test_three_and_five_members(tmp_path: Any) -> None:
         if len(epochs) == 3:
             assert owned == {"m1": [0], "m2": [2, 3], "m3": [1]}
     assert owned == {"m1": [0], "m2": [2], "m3": [1], "m4": [3], "m5": []}
-    assert c.consumer_describe(["g"])[0]["group_state"] == "Stable"
+    assert c.admin.consumer_describe(["g"])[0]["group_state"] == "Stable"
 
 
 def test_fenced_and_unknown(tmp_path: Any) -> None:
@@ -264,7 +264,7 @@ def test_static_member_left_temporarily_expires(tmp_path: Any) -> None:
     hb(c, 10, "m1", -2, instance="i1")
     c.tick(10 + 12_000)
     assert c.groups["g"].members == {}
-    assert c.consumer_describe(["g"])[0]["group_state"] == "Empty"
+    assert c.admin.consumer_describe(["g"])[0]["group_state"] == "Empty"
 
 
 def test_regex_subscription_and_topic_changes(tmp_path: Any) -> None:
@@ -309,7 +309,7 @@ def test_subscription_change_over_several_topics(tmp_path: Any) -> None:
 def test_describe(tmp_path: Any) -> None:
     c = make(tmp_path)
     hb(c, 0, instance="i1")
-    d = c.consumer_describe(["g", "missing"])
+    d = c.admin.consumer_describe(["g", "missing"])
     g = d[0]
     assert (g["group_state"], g["group_epoch"], g["assignment_epoch"], g["assignor_name"]) == ("Stable", 1, 1, "uniform")
     m = g["members"][0]
@@ -318,22 +318,22 @@ def test_describe(tmp_path: Any) -> None:
     assert m["subscribed_topic_names"] == ["t"]
     assert m["assignment"]["topic_partitions"] == [{"topic_id": TID("t"), "topic_name": "t", "partitions": [0, 1, 2, 3]}]
     assert d[1]["error_code"] == E.GROUP_ID_NOT_FOUND
-    listed = c.list_groups()
+    listed = c.admin.list_groups()
     assert listed == [{"group_id": "g", "protocol_type": "consumer", "group_state": "Stable", "group_type": "consumer"}]
-    assert c.delete_groups(["g"]) == [("g", E.NON_EMPTY_GROUP)]
-    assert c.describe_group("g", 5)["group_state"] == "Dead"
+    assert c.admin.delete_groups(["g"]) == [("g", E.NON_EMPTY_GROUP)]
+    assert c.admin.describe_group("g", 5)["group_state"] == "Dead"
 
 
 def test_offset_commit_with_member_epoch(tmp_path: Any) -> None:
     c = make(tmp_path)
     hb(c, 0)
-    assert c.commit_offsets(10, "g", "m1", None, 1, 9, [("t", 0, 5, -1, None)]) == [E.NONE]
-    assert c.commit_offsets(10, "g", "m1", None, 0, 9, [("t", 0, 5, -1, None)]) == [E.STALE_MEMBER_EPOCH]
-    assert c.commit_offsets(10, "g", "ghost", None, 1, 9, [("t", 0, 5, -1, None)]) == [E.UNKNOWN_MEMBER_ID]
-    assert c.commit_offsets(10, "g", "", None, -1, 9, [("t", 0, 5, -1, None)]) == [E.UNKNOWN_MEMBER_ID]
-    assert c.fetch_offsets("g", [("t", [0])], "m1", 0)[0] is E.STALE_MEMBER_EPOCH
-    assert c.fetch_offsets("g", [("t", [0])], "m1", 1)[1] == [("t", [(0, 5, -1, "", E.NONE)])]
-    code, rows = c.delete_offsets("g", [("t", [0])])
+    assert c.offsets.commit_offsets(10, "g", "m1", None, 1, 9, [("t", 0, 5, -1, None)]) == [E.NONE]
+    assert c.offsets.commit_offsets(10, "g", "m1", None, 0, 9, [("t", 0, 5, -1, None)]) == [E.STALE_MEMBER_EPOCH]
+    assert c.offsets.commit_offsets(10, "g", "ghost", None, 1, 9, [("t", 0, 5, -1, None)]) == [E.UNKNOWN_MEMBER_ID]
+    assert c.offsets.commit_offsets(10, "g", "", None, -1, 9, [("t", 0, 5, -1, None)]) == [E.UNKNOWN_MEMBER_ID]
+    assert c.offsets.fetch_offsets("g", [("t", [0])], "m1", 0)[0] is E.STALE_MEMBER_EPOCH
+    assert c.offsets.fetch_offsets("g", [("t", [0])], "m1", 1)[1] == [("t", [(0, 5, -1, "", E.NONE)])]
+    code, rows = c.offsets.delete_offsets("g", [("t", [0])])
     assert rows == [("t", [(0, E.GROUP_SUBSCRIBED_TO_TOPIC)])]
 
 
@@ -344,13 +344,13 @@ def test_offset_fetch_accepts_the_epoch_just_replaced(tmp_path: Any) -> None:
     hb(c, 10)  # m2 joins: epoch 2
     hb(c, 20, "m1", 1, owned={"t": [0, 1, 2, 3]})
     assert hb(c, 30, "m1", 1, owned={"t": [0, 1]})["member_epoch"] == 2
-    assert c.fetch_offsets("g", [("t", [0])], "m1", 1)[0] is E.NONE
-    assert c.fetch_offsets("g", [("t", [0])], "m1", 2)[0] is E.NONE
+    assert c.offsets.fetch_offsets("g", [("t", [0])], "m1", 1)[0] is E.NONE
+    assert c.offsets.fetch_offsets("g", [("t", [0])], "m1", 2)[0] is E.NONE
     hb(c, 40, "m3")  # m3 joins: epoch 3; m1 gives up partition 1, then moves to epoch 3
     assert parts(hb(c, 50, "m1", 2, owned={"t": [0, 1]})) == [0]
     assert hb(c, 60, "m1", 2, owned={"t": [0]})["member_epoch"] == 3
-    assert c.fetch_offsets("g", [("t", [0])], "m1", 2)[0] is E.NONE
-    assert c.fetch_offsets("g", [("t", [0])], "m1", 1)[0] is E.STALE_MEMBER_EPOCH
+    assert c.offsets.fetch_offsets("g", [("t", [0])], "m1", 2)[0] is E.NONE
+    assert c.offsets.fetch_offsets("g", [("t", [0])], "m1", 1)[0] is E.STALE_MEMBER_EPOCH
 
 
 def test_offset_commit_with_an_older_epoch_for_partitions_held_since(tmp_path: Any) -> None:
@@ -368,20 +368,20 @@ def test_offset_commit_with_an_older_epoch_for_partitions_held_since(tmp_path: A
     assert hb(c, 60, "m1", 2, owned={"t": [0]})["member_epoch"] == 3
 
     def commit(epoch: int, partition: int, version: int = 9) -> list[E]:
-        return c.commit_offsets(70, "g", "m1", None, epoch, version, [("t", partition, 5, -1, None)])
+        return c.offsets.commit_offsets(70, "g", "m1", None, epoch, version, [("t", partition, 5, -1, None)])
 
     assert commit(2, 0) == commit(1, 0) == [E.NONE]  # t0 is m1's since epoch 1
     assert commit(2, 1) == [E.STALE_MEMBER_EPOCH]  # given up
     assert commit(4, 0) == [E.STALE_MEMBER_EPOCH]  # newer than the member's
     assert commit(2, 0, version=8) == [E.ILLEGAL_GENERATION]  # before v9: the epoch itself
-    assert c.txn_offset_commit(70, "g", "x", 1, 0, "m1", 2, None, [("t", 1, 5, -1, None)]) == [E.ILLEGAL_GENERATION]
-    assert c.txn_offset_commit(70, "g", "x", 1, 0, "m1", 2, None, [("t", 0, 5, -1, None)]) == [E.NONE]
+    assert c.offsets.txn_offset_commit(70, "g", "x", 1, 0, "m1", 2, None, [("t", 1, 5, -1, None)]) == [E.ILLEGAL_GENERATION]
+    assert c.offsets.txn_offset_commit(70, "g", "x", 1, 0, "m1", 2, None, [("t", 0, 5, -1, None)]) == [E.NONE]
     hb(c, 80, "m2", -1)  # m2 leaves: epoch 4; m1 gains partitions at epoch 4
     gained = parts(hb(c, 90, "m1", 3, owned={"t": [0]}))
     assert gained is not None and 0 in gained and len(gained) > 1, gained
     assert commit(3, 0) == [E.NONE]
     assert commit(3, max(gained)) == [E.STALE_MEMBER_EPOCH]
-    assert c.commit_offsets(95, "g", "m1", None, 4, 9, [("t", p, 6, -1, None) for p in gained]) == [E.NONE] * len(gained)
+    assert c.offsets.commit_offsets(95, "g", "m1", None, 4, 9, [("t", p, 6, -1, None) for p in gained]) == [E.NONE] * len(gained)
 
 
 def test_protocol_conflicts(tmp_path: Any) -> None:
@@ -410,7 +410,7 @@ def test_restart_keeps_epochs_and_assignments(tmp_path: Any) -> None:
     hb(c, 20, "m1", 1, owned={"t": [0, 1, 2, 3]})
     hb(c, 30, "m1", 1, owned={"t": [0, 1]})
     hb(c, 40, "m2", 2)
-    c.commit_offsets(50, "g", "m1", None, 2, 9, [("t", 0, 9, -1, None)])
+    c.offsets.commit_offsets(50, "g", "m1", None, 2, 9, [("t", 0, 9, -1, None)])
     store.close()
     store = Store(str(tmp_path / "data"))
     c2 = make(tmp_path, store=store)
@@ -420,8 +420,8 @@ def test_restart_keeps_epochs_and_assignments(tmp_path: Any) -> None:
     assert r["error_code"] == 0 and r["member_epoch"] == 2
     r = hb(c2, 0, "m1", 2, owned={"t": [0, 1]})
     assert r["error_code"] == 0 and r["member_epoch"] == 2
-    assert c2.consumer_describe(["g"])[0]["group_state"] == "Stable"
-    assert c2.fetch_offsets("g", [("t", [0])])[1] == [("t", [(0, 9, -1, "", E.NONE)])]
+    assert c2.admin.consumer_describe(["g"])[0]["group_state"] == "Stable"
+    assert c2.offsets.fetch_offsets("g", [("t", [0])])[1] == [("t", [(0, 9, -1, "", E.NONE)])]
     store.close()
 
 
@@ -430,7 +430,7 @@ def test_joining_member_knows_its_target_immediately(tmp_path: Any, n: int) -> N
     c = make(tmp_path)
     for _ in range(n):
         hb(c, 0)
-    d = c.consumer_describe(["g"])[0]
+    d = c.admin.consumer_describe(["g"])[0]
     sizes = sorted(sum(len(tp["partitions"]) for tp in m["target_assignment"]["topic_partitions"]) for m in d["members"])
     assert sizes == {1: [4], 2: [2, 2], 3: [1, 1, 2], 5: [0, 1, 1, 1, 1]}[n]
     assert d["assignment_epoch"] == d["group_epoch"]

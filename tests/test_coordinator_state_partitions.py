@@ -105,11 +105,11 @@ def test_a_coordinator_serves_the_partitions_it_loaded(tmp_path: Any) -> None:
     store.commit_offsets(g2, [("t", 0, 6, -1, None)])
     c = _coordinator(store, set())
     assert not c.owns(g1) and not c.owns(g2)
-    assert c.list_groups() == [], "nothing loaded at start on a cluster"
+    assert c.admin.list_groups() == [], "nothing loaded at start on a cluster"
     c.load_partition(1, 0)
     assert c.owns(g1) and not c.owns(g2)
-    assert [g["group_id"] for g in c.list_groups()] == [g1]
-    code, rows = c.fetch_offsets(g1, None)
+    assert [g["group_id"] for g in c.admin.list_groups()] == [g1]
+    code, rows = c.offsets.fetch_offsets(g1, None)
     assert code is ErrorCode.NONE and [(n, [p[:2] for p in parts]) for n, parts in rows] == [("t", [(0, 4)])]
 
     # a member waiting in a rebalance of a group of partition 1 ...
@@ -124,10 +124,10 @@ def test_a_coordinator_serves_the_partitions_it_loaded(tmp_path: Any) -> None:
     # ... is answered NOT_COORDINATOR when the partition goes; the group leaves memory
     c.unload_partition(1)
     assert waiting.code is ErrorCode.NOT_COORDINATOR
-    assert not c.owns(g1) and c.list_groups() == []
+    assert not c.owns(g1) and c.admin.list_groups() == []
     # loaded again (led again), it is as its stored state says
     c.load_partition(1, 100)
-    assert [g["group_id"] for g in c.list_groups()] == [g1]
+    assert [g["group_id"] for g in c.admin.list_groups()] == [g1]
     store.close()
 
 
@@ -136,7 +136,7 @@ def test_one_node_coordinates_every_group(tmp_path: Any) -> None:
     store.commit_offsets("g", [("t", 0, 4, -1, None)])
     c = _coordinator(store, None)
     assert c.owns("g") and c.owns("anything")
-    assert [g["group_id"] for g in c.list_groups()] == ["g"]
+    assert [g["group_id"] for g in c.admin.list_groups()] == ["g"]
     store.close()
 
 

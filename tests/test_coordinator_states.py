@@ -149,7 +149,7 @@ def test_consumer_delete_only_when_empty(tmp_path: Any) -> None:
         group.delete()
     hb(c, 10, "m1", -1)
     assert group.state is GS.EMPTY
-    assert c.delete_groups(["g"])[0][1] == 0 and group.state is GS.DEAD
+    assert c.admin.delete_groups(["g"])[0][1] == 0 and group.state is GS.DEAD
 
 
 # ---- one transition function per machine --------------------------------------------------
@@ -206,7 +206,7 @@ def test_classic_random_walk_only_takes_valid_transitions(tmp_path: Any, seed: i
         elif action < 0.95:
             c.leave_group(now, "g", [(rng.choice(known), rng.choice([None, "i1"]))])
         else:
-            c.delete_groups(["g"])
+            c.admin.delete_groups(["g"])
         group = c.groups.get("g")
         if group is not None and before is not None:
             seen.add((before, group.state))
@@ -282,11 +282,11 @@ def test_reported_states_are_plain_strings_and_filter(tmp_path: Any) -> None:
     r = classic_join(c, 0, version=3, group="old")
     c.tick(3000)  # the default group.initial.rebalance.delay.ms
     classic_sync(c, 3001, r.value["member_id"], 1, group="old")  # type: ignore[index]
-    listed = {g["group_id"]: g["group_state"] for g in c.list_groups()}
+    listed = {g["group_id"]: g["group_state"] for g in c.admin.list_groups()}
     assert listed == {"kip": "Reconciling", "old": "Stable"}
     assert all(type(s) is str for s in listed.values())
-    assert [g["group_id"] for g in c.list_groups(states=["reconciling"])] == ["kip"]
-    assert [g["group_id"] for g in c.list_groups(states=["Stable", "Empty"])] == ["old"]
-    described = c.describe_group("old", 5)["group_state"]
-    kip = c.consumer_describe(["kip"])[0]["group_state"]
+    assert [g["group_id"] for g in c.admin.list_groups(states=["reconciling"])] == ["kip"]
+    assert [g["group_id"] for g in c.admin.list_groups(states=["Stable", "Empty"])] == ["old"]
+    described = c.admin.describe_group("old", 5)["group_state"]
+    kip = c.admin.consumer_describe(["kip"])[0]["group_state"]
     assert (described, kip) == ("Stable", "Reconciling") and type(described) is str and type(kip) is str

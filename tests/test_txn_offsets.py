@@ -12,7 +12,8 @@ import pytest
 from tests.test_coordinator import join, make, stable_pair, sync
 from tests.test_coordinator_consumer import hb
 from tests.test_coordinator_consumer import make as make_consumer
-from tmqgate.coordinator.coordinator import GroupCoordinator, OffsetEntry
+from tmqgate.coordinator.coordinator import GroupCoordinator
+from tmqgate.coordinator.offsets import OffsetEntry
 from tmqgate.coordinator.runtime import CoordinatorRuntime
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import Store
@@ -23,18 +24,18 @@ PID, EPOCH = 4000, 3
 
 def txn_commit(c: GroupCoordinator, entries: list[OffsetEntry], group: str = "g", pid: int = PID,
                member: str = "", generation: int = -1, instance: str | None = None) -> list[ErrorCode]:
-    return c.txn_offset_commit(100, group, "txn-1", pid, EPOCH, member, generation, instance, entries)
+    return c.offsets.txn_offset_commit(100, group, "txn-1", pid, EPOCH, member, generation, instance, entries)
 
 
 def fetch(c: GroupCoordinator, stable: bool, group: str = "g", parts: tuple[int, ...] = (0, 1)) -> list[Any]:
-    code, rows = c.fetch_offsets(group, [("t", list(parts))], require_stable=stable)
+    code, rows = c.offsets.fetch_offsets(group, [("t", list(parts))], require_stable=stable)
     assert code is E.NONE
     return [(p, off, err) for _, part_rows in rows for p, off, _, _, err in part_rows]
 
 
 def test_pending_offsets_are_invisible_and_unstable(tmp_path: Any) -> None:
     c = make(tmp_path)
-    assert c.commit_offsets(0, "g", "", None, -1, 8, [("t", 0, 5, -1, None)]) == [E.NONE]
+    assert c.offsets.commit_offsets(0, "g", "", None, -1, 8, [("t", 0, 5, -1, None)]) == [E.NONE]
     assert txn_commit(c, [("t", 0, 42, 7, "m"), ("t", 1, 9, -1, None)]) == [E.NONE, E.NONE]
     # Without require_stable: the last committed offsets (partition 1 has none).
     assert fetch(c, False) == [(0, 5, E.NONE), (1, -1, E.NONE)]
@@ -42,32 +43,32 @@ def test_pending_offsets_are_invisible_and_unstable(tmp_path: Any) -> None:
     assert fetch(c, True) == [(0, -1, E.UNSTABLE_OFFSET_COMMIT), (1, -1, E.UNSTABLE_OFFSET_COMMIT)]
     assert fetch(c, True, parts=(2,)) == [(2, -1, E.NONE)]  # per partition, as Kafka
     # All topics (null topics): the committed ones, the unstable one flagged.
-    assert c.fetch_offsets("g", None, require_stable=True) == (
+    assert c.offsets.fetch_offsets("g", None, require_stable=True) == (
         E.NONE, [("t", [(0, -1, -1, "", E.UNSTABLE_OFFSET_COMMIT)])])
-    assert c.fetch_offsets("g", None) == (E.NONE, [("t", [(0, 5, -1, "", E.NONE)])])
+    assert c.offsets.fetch_offsets("g", None) == (E.NONE, [("t", [(0, 5, -1, "", E.NONE)])])
     # A group that exists only through its transactional offsets is listed (Kafka's simple group).
     assert txn_commit(c, [("t", 0, 1, -1, None)], group="only-txn") == [E.NONE]
-    assert "only-txn" in c.group_ids()
+    assert "only-txn" in c.admin.group_ids()
 
 
 def test_commit_makes_them_visible(tmp_path: Any) -> None:
     c = make(tmp_path)
     txn_commit(c, [("t", 0, 42, 7, "m"), ("t", 1, 9, -1, None)])
-    c.complete_transaction("g", PID, EPOCH, True)
+    c.offsets.complete_transaction("g", PID, EPOCH, True)
     assert fetch(c, True) == [(0, 42, E.NONE), (1, 9, E.NONE)]
-    code, rows = c.fetch_offsets("g", [("t", [0])])
+    code, rows = c.offsets.fetch_offsets("g", [("t", [0])])
     assert rows == [("t", [(0, 42, 7, "m", E.NONE)])]
-    assert c.pending_offsets("g") == {}
+    assert c.offsets.pending_offsets("g") == {}
     # A second marker for the same producer finds nothing pending: nothing changes.
-    c.complete_transaction("g", PID, EPOCH, False)
+    c.offsets.complete_transaction("g", PID, EPOCH, False)
     assert fetch(c, True) == [(0, 42, E.NONE), (1, 9, E.NONE)]
 
 
 def test_abort_drops_them(tmp_path: Any) -> None:
     c = make(tmp_path)
-    c.commit_offsets(0, "g", "", None, -1, 8, [("t", 0, 5, -1, None)])
+    c.offsets.commit_offsets(0, "g", "", None, -1, 8, [("t", 0, 5, -1, None)])
     txn_commit(c, [("t", 0, 42, -1, None), ("t", 1, 9, -1, None)])
-    c.complete_transaction("g", PID, EPOCH, False)
+    c.offsets.complete_transaction("g", PID, EPOCH, False)
     assert fetch(c, True) == [(0, 5, E.NONE), (1, -1, E.NONE)]
 
 
@@ -76,11 +77,11 @@ def test_producers_and_groups_are_independent(tmp_path: Any) -> None:
     txn_commit(c, [("t", 0, 10, -1, None)], pid=1)
     txn_commit(c, [("t", 1, 20, -1, None)], pid=2)
     txn_commit(c, [("t", 0, 30, -1, None)], group="h", pid=1)
-    c.complete_transaction("g", 1, EPOCH, True)
+    c.offsets.complete_transaction("g", 1, EPOCH, True)
     assert fetch(c, True) == [(0, 10, E.NONE), (1, -1, E.UNSTABLE_OFFSET_COMMIT)]
     assert fetch(c, True, group="h") == [(0, -1, E.UNSTABLE_OFFSET_COMMIT), (1, -1, E.NONE)]
-    c.complete_transaction("g", 2, EPOCH, False)
-    c.complete_transaction("h", 1, EPOCH, True)
+    c.offsets.complete_transaction("g", 2, EPOCH, False)
+    c.offsets.complete_transaction("h", 1, EPOCH, True)
     assert fetch(c, True) == [(0, 10, E.NONE), (1, -1, E.NONE)]
     assert fetch(c, True, group="h") == [(0, 30, E.NONE), (1, -1, E.NONE)]
 
@@ -89,9 +90,9 @@ def test_a_later_plain_commit_wins_over_the_transaction(tmp_path: Any) -> None:
     """Kafka keeps the most recent commit when the transaction commits (record offsets)."""
     c = make(tmp_path)
     txn_commit(c, [("t", 0, 42, -1, None), ("t", 1, 9, -1, None)])
-    c.commit_offsets(0, "g", "", None, -1, 8, [("t", 0, 50, -1, None)])
+    c.offsets.commit_offsets(0, "g", "", None, -1, 8, [("t", 0, 50, -1, None)])
     assert fetch(c, True) == [(0, -1, E.UNSTABLE_OFFSET_COMMIT), (1, -1, E.UNSTABLE_OFFSET_COMMIT)]
-    c.complete_transaction("g", PID, EPOCH, True)
+    c.offsets.complete_transaction("g", PID, EPOCH, True)
     assert fetch(c, True) == [(0, 50, E.NONE), (1, 9, E.NONE)]
 
 
@@ -100,21 +101,21 @@ def test_restart_keeps_pending_offsets(tmp_path: Any) -> None:
     c = make(tmp_path, store=store)
     txn_commit(c, [("t", 0, 42, 7, "m")])
     txn_commit(c, [("t", 1, 8, -1, None)], group="h", pid=77)
-    c.commit_offsets(0, "h", "", None, -1, 8, [("t", 1, 11, -1, None)])  # supersedes pid 77's
+    c.offsets.commit_offsets(0, "h", "", None, -1, 8, [("t", 1, 11, -1, None)])  # supersedes pid 77's
     store.close()
     store = Store(str(tmp_path / "data"))
     c2 = make(tmp_path, store=store)
     assert fetch(c2, True) == [(0, -1, E.UNSTABLE_OFFSET_COMMIT), (1, -1, E.NONE)]
     assert fetch(c2, False) == [(0, -1, E.NONE), (1, -1, E.NONE)]
-    assert "g" in c2.group_ids()
-    c2.complete_transaction("g", PID, EPOCH, True)
-    c2.complete_transaction("h", 77, EPOCH, True)
+    assert "g" in c2.admin.group_ids()
+    c2.offsets.complete_transaction("g", PID, EPOCH, True)
+    c2.offsets.complete_transaction("h", 77, EPOCH, True)
     assert fetch(c2, True) == [(0, 42, E.NONE), (1, -1, E.NONE)]
     assert fetch(c2, True, group="h") == [(0, -1, E.NONE), (1, 11, E.NONE)]  # the later plain commit kept
     store.close()
     store = Store(str(tmp_path / "data"))
     c3 = make(tmp_path, store=store)
-    assert c3.pending_offsets("g") == {} and fetch(c3, True) == [(0, 42, E.NONE), (1, -1, E.NONE)]
+    assert c3.offsets.pending_offsets("g") == {} and fetch(c3, True) == [(0, 42, E.NONE), (1, -1, E.NONE)]
     store.close()
 
 
@@ -127,13 +128,13 @@ def test_zombie_generation_is_refused(tmp_path: Any) -> None:
     assert txn_commit(c, [("t", 0, 1, -1, None)], member=a, generation=gen) == [E.NONE]
     # v0-v2 carry no member: accepted whatever the group's state (Kafka).
     assert txn_commit(c, [("t", 1, 2, -1, None)]) == [E.NONE]
-    assert c.pending_offsets("g") == {PID: {("t", 0): c.pending_offsets("g")[PID][("t", 0)],
-                                            ("t", 1): c.pending_offsets("g")[PID][("t", 1)]}}
+    assert c.offsets.pending_offsets("g") == {PID: {("t", 0): c.offsets.pending_offsets("g")[PID][("t", 0)],
+                                                    ("t", 1): c.offsets.pending_offsets("g")[PID][("t", 1)]}}
     # A rebalance in progress does not hold back a transactional commit of the current generation.
     join(c, 200, member_id=a, topics=("t", "u"))
     rb = join(c, 230, member_id=b)
     new_gen = rb.value["generation_id"]  # type: ignore[index]
-    assert c.commit_offsets(240, "g", b, None, new_gen, 7, [("t", 1, 6, -1, None)]) == [E.REBALANCE_IN_PROGRESS]
+    assert c.offsets.commit_offsets(240, "g", b, None, new_gen, 7, [("t", 1, 6, -1, None)]) == [E.REBALANCE_IN_PROGRESS]
     assert txn_commit(c, [("t", 1, 6, -1, None)], member=b, generation=new_gen) == [E.NONE]
     assert txn_commit(c, [("t", 1, 6, -1, None)], member=b, generation=gen) == [E.ILLEGAL_GENERATION]
 
@@ -152,7 +153,7 @@ def test_unknown_group_unknown_topic_and_bad_input(tmp_path: Any) -> None:
     c = make(tmp_path)
     # No such group and a generation claimed: ILLEGAL_GENERATION (Kafka), and no group is made.
     assert txn_commit(c, [("t", 0, 1, -1, None)], group="new", member="m", generation=3) == [E.ILLEGAL_GENERATION]
-    assert "new" not in c.group_ids()
+    assert "new" not in c.admin.group_ids()
     # Unknown topics and partitions are answered first; the rest is validated.
     assert txn_commit(c, [("nope", 0, 1, -1, None), ("t", 9, 1, -1, None), ("t", 0, 1, -1, None)],
                       group="new", member="m", generation=3) == [
@@ -160,7 +161,7 @@ def test_unknown_group_unknown_topic_and_bad_input(tmp_path: Any) -> None:
     assert txn_commit(c, [("t", 0, 1, -1, None)], group="") == [E.INVALID_GROUP_ID]
     assert txn_commit(c, [("t", 0, 1, -1, "x" * 5000), ("t", 1, 1, -1, "ok")]) == [
         E.OFFSET_METADATA_TOO_LARGE, E.NONE]
-    assert list(c.pending_offsets("g")[PID]) == [("t", 1)]
+    assert list(c.offsets.pending_offsets("g")[PID]) == [("t", 1)]
 
 
 def test_consumer_group_members(tmp_path: Any) -> None:
@@ -169,14 +170,14 @@ def test_consumer_group_members(tmp_path: Any) -> None:
     c = make_consumer(tmp_path)
     r = hb(c, 0)
     member, epoch = r["member_id"], r["member_epoch"]
-    assert c.txn_offset_commit(1, "g", "x", PID, EPOCH, member, epoch + 1, None, [("t", 0, 3, -1, None)]) == [
+    assert c.offsets.txn_offset_commit(1, "g", "x", PID, EPOCH, member, epoch + 1, None, [("t", 0, 3, -1, None)]) == [
         E.ILLEGAL_GENERATION]
-    assert c.txn_offset_commit(1, "g", "x", PID, EPOCH, "ghost", epoch, None, [("t", 0, 3, -1, None)]) == [
+    assert c.offsets.txn_offset_commit(1, "g", "x", PID, EPOCH, "ghost", epoch, None, [("t", 0, 3, -1, None)]) == [
         E.UNKNOWN_MEMBER_ID]
-    assert c.txn_offset_commit(1, "g", "x", PID, EPOCH, member, epoch, None, [("t", 0, 3, -1, None)]) == [E.NONE]
-    assert c.txn_offset_commit(1, "g", "x", PID, EPOCH, "", -1, None, [("t", 1, 4, -1, None)]) == [E.NONE]
-    c.complete_transaction("g", PID, EPOCH, True)
-    assert c.fetch_offsets("g", [("t", [0, 1])], member, epoch, require_stable=True) == (
+    assert c.offsets.txn_offset_commit(1, "g", "x", PID, EPOCH, member, epoch, None, [("t", 0, 3, -1, None)]) == [E.NONE]
+    assert c.offsets.txn_offset_commit(1, "g", "x", PID, EPOCH, "", -1, None, [("t", 1, 4, -1, None)]) == [E.NONE]
+    c.offsets.complete_transaction("g", PID, EPOCH, True)
+    assert c.offsets.fetch_offsets("g", [("t", [0, 1])], member, epoch, require_stable=True) == (
         E.NONE, [("t", [(0, 3, -1, "", E.NONE), (1, 4, -1, "", E.NONE)])])
 
 
@@ -184,25 +185,25 @@ def test_deleting_offsets_group_or_topic_drops_pending(tmp_path: Any) -> None:
     c = make(tmp_path, t=4, u=2)
     txn_commit(c, [("t", 0, 1, -1, None), ("t", 1, 2, -1, None), ("u", 0, 3, -1, None)])
     # OffsetDelete of one partition: its pending offset goes too (Kafka's tombstone).
-    assert c.delete_offsets("g", [("t", [0])]) == (E.NONE, [("t", [(0, E.NONE)])])
+    assert c.offsets.delete_offsets("g", [("t", [0])]) == (E.NONE, [("t", [(0, E.NONE)])])
     assert fetch(c, True) == [(0, -1, E.NONE), (1, -1, E.UNSTABLE_OFFSET_COMMIT)]
     # A deleted topic loses its pending offsets.
     del c.topics.counts["u"]  # type: ignore[attr-defined]
     c.tick(1)
-    assert set(c.pending_offsets("g")[PID]) == {("t", 1)}
+    assert set(c.offsets.pending_offsets("g")[PID]) == {("t", 1)}
     # Commit after those deletions: only what is left is committed.
     txn_commit(c, [("t", 2, 5, -1, None)], group="h")
-    assert c.delete_groups(["h"]) == [("h", E.NONE)]
-    assert c.pending_offsets("h") == {} and "h" not in c.group_ids()
-    c.complete_transaction("g", PID, EPOCH, True)
-    c.complete_transaction("h", PID, EPOCH, True)
+    assert c.admin.delete_groups(["h"]) == [("h", E.NONE)]
+    assert c.offsets.pending_offsets("h") == {} and "h" not in c.admin.group_ids()
+    c.offsets.complete_transaction("g", PID, EPOCH, True)
+    c.offsets.complete_transaction("h", PID, EPOCH, True)
     assert fetch(c, False, parts=(0, 1, 2)) == [(0, -1, E.NONE), (1, 2, E.NONE), (2, -1, E.NONE)]
-    assert c.fetch_offsets("h", [("t", [2])]) == (E.NONE, [("t", [(2, -1, -1, "", E.NONE)])])
-    assert c.fetch_offsets("g", None)[1] == [("t", [(1, 2, -1, "", E.NONE)])]
+    assert c.offsets.fetch_offsets("h", [("t", [2])]) == (E.NONE, [("t", [(2, -1, -1, "", E.NONE)])])
+    assert c.offsets.fetch_offsets("g", None)[1] == [("t", [(1, 2, -1, "", E.NONE)])]
     # The store agrees after a restart.
     c.store.close()
     c2 = make(tmp_path, t=4)
-    assert c2.pending_offsets("g") == {} and c2.fetch_offsets("g", None)[1] == [("t", [(1, 2, -1, "", E.NONE)])]
+    assert c2.offsets.pending_offsets("g") == {} and c2.offsets.fetch_offsets("g", None)[1] == [("t", [(1, 2, -1, "", E.NONE)])]
     c2.store.close()
 
 
@@ -233,13 +234,13 @@ def test_the_transaction_coordinator_is_asked_in_kafkas_order(tmp_path: Any) -> 
     INVALID_TXN_STATE without AddOffsetsToTxn), then the group."""
     c = make(tmp_path)
     gate = Gate()
-    c.txn_gate = gate
+    c.offsets.txn_gate = gate
     assert txn_commit(c, [("nope", 0, 1, -1, None)]) == [E.UNKNOWN_TOPIC_OR_PARTITION]
     assert txn_commit(c, [("t", 0, 1, -1, None)], group="") == [E.INVALID_GROUP_ID]
     assert gate.asked == []
     assert txn_commit(c, [("t", 0, 1, -1, None), ("nope", 0, 1, -1, None)]) == [
         E.INVALID_TXN_STATE, E.UNKNOWN_TOPIC_OR_PARTITION]
-    assert gate.asked == [("txn-1", PID, EPOCH, "g")] and c.pending_offsets("g") == {}
+    assert gate.asked == [("txn-1", PID, EPOCH, "g")] and c.offsets.pending_offsets("g") == {}
     gate.answers[("txn-1", PID, EPOCH, "g")] = E.NONE
     assert txn_commit(c, [("t", 0, 1, -1, None)], member="m", generation=2) == [E.ILLEGAL_GENERATION]
     assert txn_commit(c, [("t", 0, 1, -1, None)]) == [E.NONE]
@@ -269,11 +270,11 @@ def test_a_refused_write_changes_nothing() -> None:
                 break
         assert txn_commit(c, [("t", 1, 9, -1, None), ("nope", 0, 1, -1, None)], pid=5) == [
             E.NOT_COORDINATOR, E.UNKNOWN_TOPIC_OR_PARTITION]
-        assert 5 not in c.pending_offsets("g")
+        assert 5 not in c.offsets.pending_offsets("g")
         with pytest.raises(StorageIOError):
-            c.complete_transaction("g", PID, EPOCH, True)
+            c.offsets.complete_transaction("g", PID, EPOCH, True)
         assert fetch(c, True) == [(0, -1, E.UNSTABLE_OFFSET_COMMIT), (1, -1, E.NONE)]
         os.unlink(filler)
-        c.complete_transaction("g", PID, EPOCH, True)
+        c.offsets.complete_transaction("g", PID, EPOCH, True)
         assert fetch(c, True) == [(0, 42, E.NONE), (1, -1, E.NONE)]
         store.close()

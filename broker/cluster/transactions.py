@@ -260,7 +260,7 @@ class ClusterTransactions:
         machine = self._groups.machine
         if machine.owned is not None and partition not in machine.owned:
             return ErrorCode.NOT_COORDINATOR
-        ended = machine.pending_groups(producer_id, partition)
+        ended = machine.offsets.pending_groups(producer_id, partition)
         try:
             for group_id in ended:
                 self._groups.complete_transaction(group_id, producer_id, producer_epoch, commit)

@@ -21,7 +21,7 @@ from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
-    from tmqgate.coordinator.coordinator import OffsetEntry
+    from tmqgate.coordinator.offsets import OffsetEntry
     from tmqgate.protocol.messages import Request
 
 api = apis_with(GroupApis)
@@ -206,11 +206,11 @@ async def offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
             entries.append((name, p["partition_index"], p["committed_offset"],
                             p.get("committed_leader_epoch", -1), p.get("committed_metadata")))
         topics_out.append({"name": t.get("name"), "topic_id": t.get("topic_id", ZERO_UUID), "partitions": parts_out})
-    # A write the disk refuses answers NOT_COORDINATOR on every entry (coordinator.coordinator).
+    # A write the disk refuses answers NOT_COORDINATOR on every entry (coordinator.offsets).
     if ctx.elsewhere(body["group_id"]):
         codes = [NOT_COORDINATOR] * len(entries)
     else:
-        codes = await _replicated(ctx, body["group_id"], rt.machine.commit_offsets(
+        codes = await _replicated(ctx, body["group_id"], rt.machine.offsets.commit_offsets(
             rt.now(), body["group_id"], body.get("member_id") or "", body.get("group_instance_id"),
             body.get("generation_id_or_member_epoch", -1), req.api_version, entries))
     for ti, pi, ei in slots:
@@ -303,7 +303,7 @@ def _fetch_group(ctx: GroupApis, group_id: str, topics: list[dict[str, Any]] | N
                  "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)} for p in parts]}
                 for n, parts in wanted if n in denied]
             wanted = [(n, parts) for n, parts in wanted if n not in denied]
-    code, rows = rt.machine.fetch_offsets(group_id, wanted, member_id, member_epoch, require_stable)
+    code, rows = rt.machine.offsets.fetch_offsets(group_id, wanted, member_id, member_epoch, require_stable)
     if ctx.authorizer is not None and topics is None:  # all topics: only those one may DESCRIBE
         hidden = _topics_denied(ctx, Operation.DESCRIBE, [n for n, _ in rows])
         rows = [(n, parts) for n, parts in rows if n not in hidden]
@@ -364,7 +364,7 @@ async def offset_fetch(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 @api(ApiKey.LIST_GROUPS, 0, 5)
 async def list_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    groups = ctx.coordinator.machine.list_groups(req.body.get("states_filter"), req.body.get("types_filter"))
+    groups = ctx.coordinator.machine.admin.list_groups(req.body.get("states_filter"), req.body.get("types_filter"))
     auth = ctx.authorizer
     if auth is not None and not auth.allows_cluster(Operation.DESCRIBE):
         # Kafka: DESCRIBE on the cluster lists every group, else those one may DESCRIBE.
@@ -375,11 +375,11 @@ async def list_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 @api(ApiKey.DESCRIBE_GROUPS, 0, 6)
 async def describe_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    machine = ctx.coordinator.machine
+    admin = ctx.coordinator.machine.admin
     return {"throttle_time_ms": 0, "groups": [
         _group_error(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) if _group_denied(ctx, Operation.DESCRIBE, g)
         else _group_error(g, NOT_COORDINATOR) if ctx.elsewhere(g)
-        else machine.describe_group(g, req.api_version) for g in req.body.get("groups") or []]}
+        else admin.describe_group(g, req.api_version) for g in req.body.get("groups") or []]}
 
 
 def _group_error(group_id: str, code: ErrorCode) -> dict[str, Any]:
@@ -393,7 +393,7 @@ async def delete_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
     names = req.body.get("groups_names") or []
     denied = {g for g in names if _group_denied(ctx, Operation.DELETE, g)}
     elsewhere = {g for g in names if g not in denied and ctx.elsewhere(g)}
-    results = dict(ctx.coordinator.machine.delete_groups([g for g in names if g not in denied | elsewhere]))
+    results = dict(ctx.coordinator.machine.admin.delete_groups([g for g in names if g not in denied | elsewhere]))
     results.update(dict.fromkeys(elsewhere, NOT_COORDINATOR))
     for g in {g for g, code in results.items() if code is ErrorCode.NONE}:
         results[g] = await ctx.replicated(g) or ErrorCode.NONE
@@ -410,7 +410,7 @@ async def offset_delete(ctx: GroupApis, req: Request) -> dict[str, Any]:
     denied = _topics_denied(ctx, Operation.READ, [n for n, _ in wanted])
     if ctx.elsewhere(body["group_id"]):
         return {"throttle_time_ms": 0, "error_code": int(NOT_COORDINATOR), "topics": []}
-    code, rows = ctx.coordinator.machine.delete_offsets(body["group_id"], [w for w in wanted if w[0] not in denied])
+    code, rows = ctx.coordinator.machine.offsets.delete_offsets(body["group_id"], [w for w in wanted if w[0] not in denied])
     if code is ErrorCode.NONE and any(err is ErrorCode.NONE for _, parts in rows for _, err in parts):
         code = await ctx.replicated(body["group_id"]) or ErrorCode.NONE
     rows = [*rows, *((n, [(p, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in parts])
@@ -448,7 +448,7 @@ async def consumer_group_describe(ctx: GroupApis, req: Request) -> dict[str, Any
     denied = {g for g in ids if _group_denied(ctx, Operation.DESCRIBE, g)}
     refused = {g: ErrorCode.GROUP_AUTHORIZATION_FAILED if g in denied else NOT_COORDINATOR
                for g in ids if g in denied or ctx.elsewhere(g)}
-    described = iter(_describable_groups(ctx, ctx.coordinator.machine.consumer_describe(
+    described = iter(_describable_groups(ctx, ctx.coordinator.machine.admin.consumer_describe(
         [g for g in ids if g not in refused])))
     groups = [{"group_id": g, "error_code": int(refused[g]), "error_message": None,
                "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
