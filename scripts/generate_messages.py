@@ -66,7 +66,7 @@ class _Struct:
 
 def _class_name(msg: MessageSpec, api: str, struct: str) -> str:
     for prefix in (msg.name, api):
-        if struct.startswith(prefix) and struct != prefix:
+        if struct.startswith(prefix) and struct[len(prefix):][:1].isupper():  # Fetch, not Fetchable
             return msg.name + struct[len(prefix):]
     return msg.name + struct
 

@@ -16,11 +16,11 @@ __all__ = [
     "FetchResponse",
     "FetchResponseAbortedTransaction",
     "FetchResponseEpochEndOffset",
+    "FetchResponseFetchableTopicResponse",
     "FetchResponseLeaderIdAndEpoch",
     "FetchResponseNodeEndpoint",
     "FetchResponsePartitionData",
     "FetchResponseSnapshotId",
-    "FetchResponseableTopicResponse",
 ]
 
 
@@ -76,12 +76,12 @@ class FetchResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
     session_id: int
-    responses: list[FetchResponseableTopicResponse]
+    responses: list[FetchResponseFetchableTopicResponse]
     node_endpoints: list[FetchResponseNodeEndpoint]
     _unknown_tags: dict[int, bytes]
 
 
-class FetchResponseableTopicResponse(TypedDict, total=False):
+class FetchResponseFetchableTopicResponse(TypedDict, total=False):
     topic: str
     topic_id: bytes
     partitions: list[FetchResponsePartitionData]
