@@ -1,7 +1,8 @@
 """The API table: which Kafka APIs and versions we serve, and their handlers.
 
 A handler is `async def handler(ctx, request) -> dict | None`; it returns the response body
-(None when no response is owed, as for Produce with acks=0). The advertised version range is
+(None when no response is owed, as for Produce with acks=0), typed as its API's `TypedDict` of
+`tmqgate.protocol.bodies` (a plain dict at run time, which the server may complete and encodes). The advertised version range is
 the handler's declared range, clipped to what the message schemas define.
 
 Handlers never see the `Broker`. `ctx` is the small frozen context of the handler's family,
@@ -12,7 +13,7 @@ module names its family once, and every handler it registers takes that context:
     api = apis_with(DataPlane)
 
     @api(ApiKey.FETCH, 4, 18)
-    async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]: ...
+    async def fetch(ctx: DataPlane, req: Request) -> FetchResponse: ...
 
 The server (the composition root) builds one instance of each context at start, binds each
 entry's handler to the instance of its `context` type (`bind`), and dispatches a request to
@@ -25,7 +26,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.schemas import SCHEMAS
@@ -44,16 +45,17 @@ class Deferred:
 
     __slots__ = ("answer",)
 
-    def __init__(self, answer: Coroutine[Any, Any, dict[str, Any] | None]) -> None:
-        self.answer = answer
+    def __init__(self, answer: Coroutine[Any, Any, Mapping[str, Any] | None]) -> None:
+        self.answer = cast("Coroutine[Any, Any, dict[str, Any] | None]", answer)  # a TypedDict: a dict
 
 
 #: answers a connection may owe at once (librdkafka's and the Java client's max.in.flight is 5)
 MAX_DEFERRED = 5
 
-Response = Awaitable[dict[str, Any] | None | Deferred]
+Response = Awaitable[Mapping[str, Any] | None | Deferred]  # a body of tmqgate.protocol.bodies
 Handler = Callable[[Any, "Request"], Response]  # (the family's context, request)
-BoundHandler = Callable[["Request"], Response]
+#: the server's view: an answer is the plain dict it completes (throttle_time_ms) and encodes
+BoundHandler = Callable[["Request"], Awaitable[dict[str, Any] | None | Deferred]]
 
 
 class ApiKey(IntEnum):
@@ -151,7 +153,7 @@ def apis_with(context: type) -> Callable[..., Callable[[Handler], Handler]]:
 
 def bind(table: Mapping[int, ApiEntry], contexts: Mapping[type, Any]) -> dict[int, BoundHandler]:
     """Each API's handler with its context instance bound: `handlers[key](request)`."""
-    return {key: partial(entry.handler, contexts[entry.context]) for key, entry in table.items()}
+    return {key: cast(BoundHandler, partial(entry.handler, contexts[entry.context])) for key, entry in table.items()}
 
 
 #: Features this broker supports (name -> (min, max) level), as ApiVersions lists them.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -31,6 +31,13 @@ from tmqgate.protocol.errors import ErrorCode
 if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.topics import Topic
+    from tmqgate.protocol.bodies.fetch import (
+        FetchRequest,
+        FetchRequestTopic,
+        FetchResponse,
+        FetchResponseFetchableTopicResponse,
+        FetchResponsePartitionData,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(DataPlane)
@@ -39,8 +46,8 @@ READ_COMMITTED = 1  # isolation_level
 
 
 @api(ApiKey.FETCH, 4, 18)
-async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
-    body = req.body
+async def fetch(ctx: DataPlane, req: Request) -> FetchResponse:
+    body = cast("FetchRequest", req.body)
     by_id = req.api_version >= 13
     deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000
     min_bytes = body["min_bytes"]
@@ -61,7 +68,7 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
         # Looked up on every pass: a topic deleted while the Fetch waited (its deletion wakes
         # the wait) is answered at once with UNKNOWN_TOPIC_OR_PARTITION — by id too, as Kafka
         # does for an id it knew when the Fetch came (an id never known is UNKNOWN_TOPIC_ID).
-        wanted: list[tuple[dict[str, Any], Topic | None]] = [
+        wanted: list[tuple[FetchRequestTopic, Topic | None]] = [
             (t, ctx.topics.by_id(t["topic_id"]) if by_id else ctx.topics.get(t["topic"]))
             for t in body["topics"]]
         if known is None:
@@ -90,7 +97,7 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
                 continue
             await ctx.notifier.wait(watched, remaining)
     # session_id 0: we keep no fetch sessions (KIP-227), so clients send full fetches.
-    answer: dict[str, Any] = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+    answer: FetchResponse = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
     if errors and req.api_version >= 12 and ctx.replication is not None:  # only an error names a leader
         endpoints = point_to_leaders(ctx, [(topic, e) for (_, topic), r in zip(wanted, responses, strict=True)
                                            for e in r["partitions"]], "partition_index")
@@ -99,7 +106,7 @@ async def fetch(ctx: DataPlane, req: Request) -> dict[str, Any]:
     return answer
 
 
-def _denied(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], by_id: bool) -> list[bool] | None:
+def _denied(ctx: DataPlane, wanted: list[tuple[FetchRequestTopic, Topic | None]], by_id: bool) -> list[bool] | None:
     """Which requested topics the client may not READ (Kafka: TOPIC_AUTHORIZATION_FAILED for
     their partitions; an unknown topic id stays UNKNOWN_TOPIC_ID); None: no authorizer.
     A TDengine topic (a view) is refused the same way when its owner may no longer READ the
@@ -124,9 +131,10 @@ def _owner_reads(auth: Authorizer, topic: Topic) -> bool:
                                (definition.db,)))
 
 
-async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | None]], max_bytes: int,
+async def _read_all(ctx: DataPlane, wanted: list[tuple[FetchRequestTopic, Topic | None]], max_bytes: int,
                     by_id: list[bool], denied: list[bool] | None = None,
-                    committed: bool = False, replica: int = -1) -> tuple[list[dict[str, Any]], int, bool]:
+                    committed: bool = False, replica: int = -1,
+                    ) -> tuple[list[FetchResponseFetchableTopicResponse], int, bool]:
     """One pass over the requested partitions: (topic responses, bytes of records, any error);
     `by_id[i]`: a missing topic i is UNKNOWN_TOPIC_ID (else UNKNOWN_TOPIC_OR_PARTITION);
     `denied[i]`: topic i may not be read (TOPIC_AUTHORIZATION_FAILED); `committed`: read_committed;
@@ -140,13 +148,13 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
     budget = max_bytes if max_bytes > 0 else 0x7FFFFFFF
     total = 0
     errors = False
-    responses = []
+    responses: list[FetchResponseFetchableTopicResponse] = []
     for i, ((t, topic), missing_by_id) in enumerate(zip(wanted, by_id, strict=True)):
-        parts = []
+        parts: list[FetchResponsePartitionData] = []
         refused = denied is not None and denied[i]
         for p in t["partitions"]:
             index = p["partition"]
-            entry: dict[str, Any] = {"partition_index": index, "high_watermark": -1,
+            entry: FetchResponsePartitionData = {"partition_index": index, "high_watermark": -1,
                                      "last_stable_offset": -1, "log_start_offset": -1,
                                      "aborted_transactions": None, "preferred_read_replica": -1,
                                      "records": b""}
@@ -166,7 +174,7 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                 start = topic.log_start(store, index)
                 lso = topic.last_stable_offset(store, index)
                 upper = end if replica >= 0 else lso if committed else hw
-                entry.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=start)
+                entry.update({"high_watermark": hw, "last_stable_offset": lso, "log_start_offset": start})
                 if committed:
                     entry["aborted_transactions"] = []
                 offset = p["fetch_offset"]
@@ -202,7 +210,7 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[dict[str, Any], Topic | N
                             if ctx.metrics is not None:
                                 ctx.metrics.fetched(topic.name, size)
             parts.append(entry)
-        responses.append({"topic": t.get("topic"), "topic_id": t.get("topic_id"), "partitions": parts})
+        responses.append({"topic": t.get("topic", ""), "topic_id": t.get("topic_id", bytes(16)), "partitions": parts})
     return responses, total, errors
 
 

@@ -6,27 +6,32 @@ endpoints)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tmqgate.broker.handlers.context import DataPlane
     from tmqgate.broker.topics import Topic
+    from tmqgate.protocol.bodies.fetch import FetchResponseNodeEndpoint, FetchResponsePartitionData
+    from tmqgate.protocol.bodies.produce import ProduceResponsePartitionProduceResponse
 
 #: the errors whose answer names the partition's current leader (Kafka's KIP-951)
 _MOVED = {int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH)}
 
 
-def point_to_leaders(ctx: DataPlane, entries: list[tuple[Topic | None, dict[str, Any]]],
-                     index_key: str) -> list[dict[str, Any]]:
+def point_to_leaders(ctx: DataPlane, entries: Sequence[tuple[Topic | None, ProduceResponsePartitionProduceResponse
+                                                                | FetchResponsePartitionData]],
+                     index_key: str) -> list[FetchResponseNodeEndpoint]:
     """KIP-951: each partition entry answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
     gets ``current_leader`` (the leader and epoch this broker knows), and the answer lists the
     endpoints of those leaders, so the client sends there without a Metadata round first."""
-    endpoints: dict[int, dict[str, Any]] = {}
+    endpoints: dict[int, FetchResponseNodeEndpoint] = {}
     if ctx.replication is None:
         return []
-    for topic, entry in entries:
+    for topic, typed in entries:
+        entry = cast("dict[str, Any]", typed)  # a Produce or a Fetch partition: its index is `index_key`
         if topic is None or entry.get("error_code") not in _MOVED:
             continue
         hint = ctx.replication.leader_hint(topic, entry[index_key])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -12,6 +12,12 @@ from tmqgate.protocol.records import decode_records, parse_header
 
 if TYPE_CHECKING:
     from tmqgate.broker.topics import Topic
+    from tmqgate.protocol.bodies.list_offsets import (
+        ListOffsetsRequest,
+        ListOffsetsResponse,
+        ListOffsetsResponsePartitionResponse,
+        ListOffsetsResponseTopicResponse,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(DataPlane)
@@ -62,18 +68,19 @@ def _max_timestamp(topic: Topic, store: Any, vnode: int) -> tuple[int, int]:
 
 
 @api(ApiKey.LIST_OFFSETS, 1, 10)
-async def list_offsets(ctx: DataPlane, req: Request) -> dict[str, Any]:
+async def list_offsets(ctx: DataPlane, req: Request) -> ListOffsetsResponse:
+    body = cast("ListOffsetsRequest", req.body)
     store = ctx.store
-    topics = []
+    topics: list[ListOffsetsResponseTopicResponse] = []
     auth = ctx.authorizer
     allowed = None if auth is None else auth.allowed(  # DESCRIBE on the topic, as Kafka
-        Operation.DESCRIBE, ResourceType.TOPIC, {t["name"] for t in req.body["topics"]})
-    for t in req.body["topics"]:
+        Operation.DESCRIBE, ResourceType.TOPIC, {t["name"] for t in body["topics"]})
+    for t in body["topics"]:
         topic = ctx.topics.get(t["name"])
-        parts = []
+        parts: list[ListOffsetsResponsePartitionResponse] = []
         for p in t["partitions"]:
             index = p["partition_index"]
-            entry: dict[str, Any] = {"partition_index": index, "error_code": 0, "timestamp": -1,
+            entry: ListOffsetsResponsePartitionResponse = {"partition_index": index, "error_code": 0, "timestamp": -1,
                                      "offset": -1, "leader_epoch": -1}
             error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if allowed is not None and t["name"] not in allowed
                      else ctx.topics.partition_error(topic, index, leader_epoch=p.get("current_leader_epoch", -1)))
@@ -85,7 +92,7 @@ async def list_offsets(ctx: DataPlane, req: Request) -> dict[str, Any]:
             ts = p["timestamp"]
             if ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
                 entry["offset"] = topic.log_start(store, index)
-            elif ts == LATEST and req.body.get("isolation_level", 0) == 1:  # read_committed: the LSO
+            elif ts == LATEST and body.get("isolation_level", 0) == 1:  # read_committed: the LSO
                 entry["offset"] = topic.last_stable_offset(store, index)
             elif ts == LATEST:
                 entry["offset"] = topic.high_watermark(store, index)

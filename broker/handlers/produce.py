@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, Deferred, apis_with
@@ -41,6 +41,12 @@ if TYPE_CHECKING:
     from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.cluster.transactions import ClusterTransactions
     from tmqgate.broker.topics import Topic
+    from tmqgate.protocol.bodies.produce import (
+        ProduceRequest,
+        ProduceResponse,
+        ProduceResponsePartitionProduceResponse,
+        ProduceResponseTopicProduceResponse,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(DataPlane)
@@ -57,8 +63,8 @@ class ProduceError(KafkaError):
 
 
 @api(ApiKey.PRODUCE, 3, 13, advertise_from=0)
-async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | Deferred | None:
-    body = req.body
+async def produce(ctx: DataPlane, req: Request) -> ProduceResponse | Deferred | None:
+    body = cast("ProduceRequest", req.body)
     acks = body["acks"]
     by_id = req.api_version >= 13
     auth = ctx.authorizer
@@ -68,9 +74,9 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | Deferred | N
         txn = body["transactional_id"]
         if txn is None or (auth is not None and not auth.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn)):
             raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    responses = []
-    replicated: list[tuple[dict[str, Any], Topic, int, int]] = []  # acks=all waits: (entry, topic, partition, end)
-    refused: list[tuple[Topic | None, dict[str, Any]]] = []  # (topic, entry) of each partition answered an error
+    responses: list[ProduceResponseTopicProduceResponse] = []
+    replicated: list[tuple[ProduceResponsePartitionProduceResponse, Topic, int, int]] = []  # acks=all waits: (entry, topic, partition, end)
+    refused: list[tuple[Topic | None, ProduceResponsePartitionProduceResponse]] = []  # (topic, entry) of each partition answered an error
     replication = ctx.replication
     for topic_data in body["topic_data"]:
         topic = (ctx.topics.by_id(topic_data["topic_id"]) if by_id
@@ -79,10 +85,10 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | Deferred | N
         # not write to is TOPIC_AUTHORIZATION_FAILED; an unknown id stays UNKNOWN_TOPIC_ID).
         denied = auth is not None and not (by_id and topic is None) and not auth.allows(
             Operation.WRITE, ResourceType.TOPIC, topic.name if by_id and topic is not None else topic_data["name"])
-        partitions = []
+        partitions: list[ProduceResponsePartitionProduceResponse] = []
         for pdata in topic_data["partition_data"]:
             index = pdata["index"]
-            entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1,
+            entry: ProduceResponsePartitionProduceResponse = {"index": index, "base_offset": -1, "log_append_time_ms": -1,
                                      "log_start_offset": -1, "record_errors": [], "error_message": None}
             if acks not in (0, 1, -1):
                 entry["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
@@ -110,6 +116,7 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | Deferred | N
                         append_records(ctx, topic, index, pdata["records"], body.get("transactional_id"),
                                        add_partition=req.api_version >= 12,
                                        leader_epoch=None if state is None else state.epoch))
+                    assert pdata["records"] is not None  # append_records refuses a partition without a batch
                     entry["error_code"] = 0
                     if state is not None and replication is not None:
                         replication.appended(topic, index)
@@ -136,12 +143,12 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | Deferred | N
                     _log_rejected(ctx, req, topic_data.get("name") or (topic.name if topic else "?"), index, entry)
                 refused.append((topic, entry))
             partitions.append(entry)
-        responses.append({"name": topic_data.get("name"), "topic_id": topic_data.get("topic_id"),
+        responses.append({"name": topic_data.get("name", ""), "topic_id": topic_data.get("topic_id", bytes(16)),
                           "partition_responses": partitions})
     version = req.api_version
 
-    def answer() -> dict[str, Any]:
-        out: dict[str, Any] = {"responses": responses, "throttle_time_ms": 0}
+    def answer() -> ProduceResponse:
+        out: ProduceResponse = {"responses": responses, "throttle_time_ms": 0}
         if version >= 10 and refused and replication is not None:
             out["node_endpoints"] = point_to_leaders(ctx, refused, "index")
         return out
@@ -149,13 +156,13 @@ async def produce(ctx: DataPlane, req: Request) -> dict[str, Any] | Deferred | N
     if replicated and replication is not None:  # acks=all: answered when the ISR has it, the
         timeout = max(0, body["timeout_ms"]) / 1000  # connection serving its next requests meanwhile
 
-        async def settled(waits: list[tuple[dict[str, Any], Topic, int, int]],
-                          replication: Replication) -> dict[str, Any]:
+        async def settled(waits: list[tuple[ProduceResponsePartitionProduceResponse, Topic, int, int]],
+                          replication: Replication) -> ProduceResponse:
             done = await asyncio.gather(*(replication.wait_replicated(topic, index, end, timeout)
                                           for _, topic, index, end in waits))
             for (entry, _, _, _), ok in zip(waits, done, strict=True):
                 if not ok:  # Kafka's DelayedProduce at its timeout
-                    entry.update(error_code=int(ErrorCode.REQUEST_TIMED_OUT), base_offset=-1)
+                    entry.update({"error_code": int(ErrorCode.REQUEST_TIMED_OUT), "base_offset": -1})
             return answer()
 
         return Deferred(settled(replicated, replication))
@@ -172,7 +179,8 @@ def _record_count(records: bytes) -> int:
     return int.from_bytes(records[57:61], "big", signed=True)
 
 
-def _log_rejected(ctx: DataPlane, req: Request, topic: str, index: int, entry: dict[str, Any]) -> None:
+def _log_rejected(ctx: DataPlane, req: Request, topic: str, index: int,
+                  entry: ProduceResponsePartitionProduceResponse) -> None:
     """One INFO line per refused batch (rate-limited: a misbehaving producer cannot flood the log)."""
     assert ctx.limited_log is not None
     client = current_client.get(None)
@@ -184,7 +192,7 @@ def _log_rejected(ctx: DataPlane, req: Request, topic: str, index: int, entry: d
                         f": {reason}" if reason else "")
 
 
-def _has_transactional_records(body: dict[str, Any]) -> bool:
+def _has_transactional_records(body: ProduceRequest) -> bool:
     """Kafka's RequestUtils.hasTransactionalRecords: a batch with the transactional bit
     (attributes bit 4; the attributes' low byte is byte 22 of a v2 batch)."""
     for topic_data in body["topic_data"]:
