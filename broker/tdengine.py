@@ -36,19 +36,11 @@ sees the topic registry through its `TopicNames` protocol).
 
 from tmqgate.broker.sql.access import FORWARDED, PERMISSION_DENIED, Access, Caller, Visibility
 from tmqgate.broker.sql.ast import SqlError
-from tmqgate.broker.sql.executor import (
-    DB_ALREADY_EXIST,
-    OUT_OF_DNODES,
-    SYN_NOT_LEADER,
-    Executor,
-    GroupQueries,
-    PlacementQueries,
-    Result,
-    SqlCluster,
-    TopicNames,
-    topic_definition,
-)
+from tmqgate.broker.sql.executor import Executor
 from tmqgate.broker.sql.ingest import IngestError, ingest
+from tmqgate.broker.sql.ports import GroupQueries, PlacementQueries, SqlCluster, TopicNames
+from tmqgate.broker.sql.result import DB_ALREADY_EXIST, OUT_OF_DNODES, SYN_NOT_LEADER, Result
+from tmqgate.broker.sql.tmq_topics import topic_definition
 from tmqgate.broker.sql.views import TopicDef, View
 from tmqgate.broker.sql.worker import ParseTimeout, ParseWorkerDied
 from tmqgate.broker.tsdb.catalog import TsdbCatalog

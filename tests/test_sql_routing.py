@@ -1,4 +1,4 @@
-"""Which broker of a cluster runs a SQL text (broker/sql/executor.py ``led_elsewhere``): the
+"""Which broker of a cluster runs a SQL text (broker/sql/routing.py ``led_elsewhere``): the
 leader of the databases its statements use, as the parser reads them (issue 16, step 5)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from aiohttp import web
 from tmqgate.broker.cluster.sql import ClusterSql
 from tmqgate.broker.sql.access import Caller
 from tmqgate.broker.sql.ast import SqlError
-from tmqgate.broker.sql.executor import _databases_of, led_elsewhere
 from tmqgate.broker.sql.parser import parse_script
+from tmqgate.broker.sql.routing import databases_of, led_elsewhere
 
 
 class _Cluster:
@@ -61,7 +61,7 @@ class _Cluster:
 ])
 def test_the_databases_a_statement_needs_the_leader_of(text: str, db: str | None, expected: set[str]) -> None:
     [stmt] = parse_script(text)
-    assert _databases_of(stmt, db) == expected
+    assert databases_of(stmt, db) == expected
 
 
 @pytest.mark.parametrize(("text", "db", "expected"), [

@@ -21,6 +21,7 @@ import pytest
 from tmqgate.broker.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.broker.sql import ast
+from tmqgate.broker.sql.insert import insert_async
 from tmqgate.broker.sql.parser import MAX_QUERY_NODES, parse_script
 from tmqgate.broker.sql.worker import ParseTimeout, ParseWorker, ParseWorkerDied
 from tmqgate.broker.tdengine import SqlError
@@ -299,7 +300,7 @@ def test_long_insert_checks_again_when_the_table_changes_meanwhile(tmp_path: Pat
             ex.execute("CREATE STABLE w.st (ts TIMESTAMP, v DOUBLE, s NCHAR(8)) TAGS (g INT, loc BINARY(16))")
             [stmt] = parse_script(long_insert(10_000).replace(" VALUES ", " (ts, v, s) VALUES "))
             assert isinstance(stmt, ast.Insert)
-            inserting = asyncio.ensure_future(ex._insert_async(stmt, None))
+            inserting = asyncio.ensure_future(insert_async(ex, stmt, None))
             await asyncio.sleep(0)  # the INSERT has checked its first rows and yielded
             assert not inserting.done()
             ex.execute("ALTER STABLE w.st ADD COLUMN extra INT")
@@ -310,7 +311,7 @@ def test_long_insert_checks_again_when_the_table_changes_meanwhile(tmp_path: Pat
             assert table.column("extra").null_count == 10_000
             # a supertable dropped meanwhile: the INSERT is refused, nothing written
             [other] = parse_script(long_insert(10_000, "w.c2").replace(" VALUES ", " (ts, v, s) VALUES "))
-            inserting = asyncio.ensure_future(ex._insert_async(other, None))
+            inserting = asyncio.ensure_future(insert_async(ex, other, None))
             await asyncio.sleep(0)
             ex.execute("DROP STABLE w.st")
             with pytest.raises(SqlError, match="STable not exist: w.st"):

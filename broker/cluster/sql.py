@@ -1,4 +1,4 @@
-"""SQL on a cluster (issue 16, step 5): the executor's ``SqlCluster``.
+"""SQL on a cluster (issue 16, step 5): the executor's ``SqlCluster`` (one node's is broker/sql/local.py).
 
 Rules:
 - ``CREATE DATABASE … REPLICA r`` on any broker places the database in etcd
@@ -9,7 +9,7 @@ Rules:
   (broker/cluster/replication.py); every broker makes the database with the cluster's topic id
   (``ClusterTopics.apply``), so SHOW DATABASES, Metadata and SHOW VGROUPS agree everywhere
   and a Kafka client finds each vnode's leader from any broker.
-- A statement about the database's tables (``executor._databases_of``) runs on its leader:
+- A statement about the database's tables (``broker/sql/routing.py`` ``databases_of``) runs on its leader:
   any other broker sends the SQL text to the leader's HTTP front (registered in etcd), with the
   caller's credentials, and answers what the leader answered. A sent statement carries
   ``FORWARDED`` and is never sent on: a broker that no longer leads the database refuses it.
@@ -186,6 +186,7 @@ class ClusterSql:
             if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise SqlError(f"Database already exists: {name}", code=DB_ALREADY_EXIST) from None
             raise SqlError(exc.message or str(exc)) from None
+        self._registry.reload()
 
     async def create_topic(self, definition: TopicDef) -> None:
         placement = self._membership.placements.get(definition.db)
@@ -198,12 +199,13 @@ class ClusterSql:
             if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise SqlError(f"Topic already exists: {definition.name}") from None
             raise SqlError(exc.message or str(exc)) from None
+        self._registry.reload()
 
     async def drop(self, name: str) -> None:
         topic = self._registry.get(name)
-        if topic is None:
-            return
-        try:
-            await self._cluster_topics.delete_placed(topic)
-        except TopicError as exc:
-            raise SqlError(exc.message or str(exc)) from None
+        if topic is not None:
+            try:
+                await self._cluster_topics.delete_placed(topic)
+            except TopicError as exc:
+                raise SqlError(exc.message or str(exc)) from None
+        self._registry.reload()

@@ -68,7 +68,7 @@ _Evaluated = tuple[list[tuple[bytes | None, int, int]], bool]
 
 @dataclass(frozen=True)
 class TopicDef:
-    """A TDengine topic as stored in the catalog (see broker/sql/executor.py)."""
+    """A TDengine topic as stored in the catalog (see broker/sql/tmq_topics.py)."""
 
     name: str
     kind: str  # "database" | "stable" | "select"

@@ -3,7 +3,7 @@ and rows entries stored as they are, at the leader's versions, and each meta ent
 change made here in the same write — as a TDengine vnode replays its WAL — so a follower that
 becomes the leader has the supertables, child tables and tags its rows need.
 
-The meta entries are the ones the executor logs (broker/sql/executor.py, TDengine's tmq meta):
+The meta entries are the ones the executor logs (broker/sql/ddl.py, TDengine's tmq meta):
 - ``create`` of a ``super`` table: its columns and tags (name, type); made, or its schema
   replaced if it exists (a supertable's meta is logged on every vnode, so it arrives once per
   vnode: applying it again changes nothing);
