@@ -38,7 +38,7 @@ from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
 from tmqgate.broker.listeners import Listener
 from tmqgate.broker.metrics import Metrics
 from tmqgate.broker.principal import MappingRule, NoMatchingRule, certificate_principal
-from tmqgate.broker.quotas import MUTATION_APIS, ClientQuotaManagers
+from tmqgate.broker.quotas.client_quotas import MUTATION_APIS, ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.protocol.error_response import error_response
 from tmqgate.protocol.errors import ErrorCode

@@ -49,7 +49,7 @@ from tmqgate.broker.listeners import (
 from tmqgate.broker.log_cleaner import LogCleaner
 from tmqgate.broker.metrics import Metrics
 from tmqgate.broker.principal import parse_rules
-from tmqgate.broker.quotas import ClientQuotaManagers
+from tmqgate.broker.quotas.client_quotas import ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
 from tmqgate.broker.topic_configs import effective
