@@ -1,4 +1,4 @@
-"""What controller_mutation_rate (broker/quotas.py, KIP-599) costs a CreateTopics request.
+"""What controller_mutation_rate (broker/quotas/, KIP-599) costs a CreateTopics request.
 
 Run: ``python bench/mutation_quota_bench.py [requests]`` — in process, no broker: the quota code
 a CreateTopics / CreatePartitions / DeleteTopics handler runs per request (``mutation_quota`` +
@@ -16,7 +16,7 @@ import time
 
 from tmqgate.broker.client import ClientInfo, current_client
 from tmqgate.broker.config import BrokerConfig
-from tmqgate.broker.quotas import ClientQuotaManagers
+from tmqgate.broker.quotas.client_quotas import ClientQuotaManagers
 from tmqgate.storage import Store
 
 

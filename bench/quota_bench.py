@@ -1,4 +1,4 @@
-"""What client quotas (broker/quotas.py) cost a request.
+"""What client quotas (broker/quotas/) cost a request.
 
 Run: ``python bench/quota_bench.py [requests]`` — an in-process broker on loopback, one raw
 connection sending acks=1 Produce requests of one 1 KiB record one at a time, in three

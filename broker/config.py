@@ -560,7 +560,7 @@ class BrokerConfig:
     # WARNING with its API, client id, principal and peer; 0 = never. tmqgate's own setting
     # (Kafka logs every request at DEBUG in kafka.request.logger, as tmqgate does in tmqgate.request).
     slow_request_ms: int = 1000
-    # --- Client quotas (broker/quotas.py) -----------------------------------------------------
+    # --- Client quotas (broker/quotas/) -------------------------------------------------------
     # Kafka's quota.window.num: the samples a client's rate is measured over (10 whole windows
     # + the current).
     quota_window_num: int = 11

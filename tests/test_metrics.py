@@ -132,7 +132,7 @@ def test_grafana_dashboard_uses_only_served_names(tmp_path: Path) -> None:
     import re
 
     from tmqgate.broker.config import BrokerConfig
-    from tmqgate.broker.quotas import ClientQuotaManagers
+    from tmqgate.broker.quotas.client_quotas import ClientQuotaManagers
     from tmqgate.coordinator.coordinator import RebalanceStats
 
     dashboard = json.loads((Path(__file__).parent.parent / "deploy/grafana/tmqgate-dashboard.json").read_text())

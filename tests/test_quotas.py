@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from tmqgate.broker.config import BrokerConfig
-from tmqgate.broker.quotas import ClientQuotaManagers, QuotaConfigs, QuotaManager, Rate
+from tmqgate.broker.quotas.client_quotas import ClientQuotaManagers
+from tmqgate.broker.quotas.configs import QuotaConfigs
+from tmqgate.broker.quotas.quota_manager import QuotaManager
+from tmqgate.broker.quotas.rates import Rate
 from tmqgate.storage import Store
 
 
@@ -196,11 +199,11 @@ def test_controller_mutation_token_bucket(store: Store, monkeypatch: pytest.Monk
     """controller_mutation_rate (KIP-599) on a fake clock: a full bucket of rate x 11 windows,
     strict quotas refuse once it is below zero, permissive ones take everything and throttle;
     the throttle time is the time to refill to zero, less the time since; other clients are free."""
-    import tmqgate.broker.quotas as quotas
     from tmqgate.broker.client import ClientInfo, current_client
+    from tmqgate.broker.quotas import rates
 
     now = [1_000_000]
-    monkeypatch.setattr(quotas, "_monotonic_ms", lambda: now[0])
+    monkeypatch.setattr(rates, "monotonic_ms", lambda: now[0])
     token = current_client.set(ClientInfo("127.0.0.1", 1))
     managers = ClientQuotaManagers(store, BrokerConfig())
     assert managers.mutation_active is False and managers.mutation_quota("c", 7, 6) is None

@@ -34,8 +34,8 @@ async def scenario(data_dir: str) -> None:
     await broker.start()
     try:
         broker.topics.create("t", 2, {})
-        broker._handlers[ApiKey.LIST_OFFSETS] = _broken
-        broker._handlers[ApiKey.PRODUCE] = _broken
+        broker.serving.handlers[ApiKey.LIST_OFFSETS] = _broken
+        broker.serving.handlers[ApiKey.PRODUCE] = _broken
         conn = await Conn.open(broker.port, client_id="failing")
         for _ in range(20):
             resp = await conn.call(ApiKey.LIST_OFFSETS, 7, _list_offsets("t", [0, 1]))

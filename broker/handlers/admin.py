@@ -9,7 +9,7 @@ from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.client import current_client
 from tmqgate.broker.handlers.context import AdminApis
-from tmqgate.broker.quotas import MutationQuota
+from tmqgate.broker.quotas.rates import MutationQuota
 from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS, cleanup_policies
 from tmqgate.broker.topics import KAFKA, TMQ_AS, TSDB, TopicError
 from tmqgate.protocol.errors import ErrorCode

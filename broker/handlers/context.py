@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.config import BrokerConfig
     from tmqgate.broker.group_configs import GroupConfigs
     from tmqgate.broker.metrics import Metrics
-    from tmqgate.broker.quotas import ClientQuotaManagers
+    from tmqgate.broker.quotas.client_quotas import ClientQuotaManagers
     from tmqgate.broker.ratelimit import RateLimitedLog
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry

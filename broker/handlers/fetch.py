@@ -24,7 +24,7 @@ from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.client import current_client
 from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.handlers.leader_hints import point_to_leaders
-from tmqgate.broker.quotas import parked
+from tmqgate.broker.quotas.client_quotas import parked
 from tmqgate.broker.topics import TMQ, TSDB
 from tmqgate.protocol.errors import ErrorCode
 
