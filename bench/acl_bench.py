@@ -27,7 +27,7 @@ from compat_tests.brokers import TmqgateProcess  # noqa: E402
 from compat_tests.raw import RawConn  # noqa: E402
 from tmqgate.broker.acl.authorizer import Authorizer  # noqa: E402
 from tmqgate.broker.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType  # noqa: E402
-from tmqgate.broker.client import ClientInfo, current_client  # noqa: E402
+from tmqgate.broker.identity.client import ClientInfo, current_client  # noqa: E402
 from tmqgate.storage import Store  # noqa: E402
 
 T = ResourceType.TOPIC

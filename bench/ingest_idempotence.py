@@ -26,7 +26,7 @@ import argparse
 import tempfile
 import time
 
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.broker.tdengine import ingest
 from tmqgate.protocol.records import build_batch, iter_batches

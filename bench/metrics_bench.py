@@ -78,7 +78,7 @@ def _scrape_ms(proc: TmqgateProcess, groups: int) -> tuple[float, int]:
 
 
 def in_process(n: int = 200_000) -> tuple[float, float]:
-    from tmqgate.broker.metrics import Metrics
+    from tmqgate.broker.ops.metrics import Metrics
 
     m = Metrics()
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""What controller_mutation_rate (broker/quotas/, KIP-599) costs a CreateTopics request.
+"""What controller_mutation_rate (broker/ops/quotas/, KIP-599) costs a CreateTopics request.
 
 Run: ``python bench/mutation_quota_bench.py [requests]`` — in process, no broker: the quota code
 a CreateTopics / CreatePartitions / DeleteTopics handler runs per request (``mutation_quota`` +
@@ -14,9 +14,9 @@ import sys
 import tempfile
 import time
 
-from tmqgate.broker.client import ClientInfo, current_client
-from tmqgate.broker.config import BrokerConfig
-from tmqgate.broker.quotas.client_quotas import ClientQuotaManagers
+from tmqgate.broker.configs.config import BrokerConfig
+from tmqgate.broker.identity.client import ClientInfo, current_client
+from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
 from tmqgate.storage import Store
 
 

@@ -1,4 +1,4 @@
-"""What client quotas (broker/quotas/) cost a request.
+"""What client quotas (broker/ops/quotas/) cost a request.
 
 Run: ``python bench/quota_bench.py [requests]`` — an in-process broker on loopback, one raw
 connection sending acks=1 Produce requests of one 1 KiB record one at a time, in three
@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.protocol.records import build_batch
 

@@ -6,7 +6,7 @@ makes) sends Fetch-shaped responses — per partition a small header part then s
 of ~64 KiB, 4 partitions, ~4 MiB a response, as kafka-consumer-perf-test gets them — to a
 client that reads and discards in a thread. Measured: the server thread's CPU seconds per GiB
 sent (time.thread_time around the writes and drains), for each strategy of
-`broker/connection.py: write_parts` with no plain socket (fd -1):
+`broker/network/connection.py: write_parts` with no plain socket (fd -1):
 
 - `per-part`: each part its own transport.write (what write_parts did before)
 - `joined`: the whole response joined into one write
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from compat_tests.certs import make_certs
-from tmqgate.broker.connection import write_parts
+from tmqgate.broker.network.connection import write_parts
 
 PARTITIONS = 4
 BATCHES_PER_PARTITION = 16

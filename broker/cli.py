@@ -9,7 +9,7 @@ import signal
 import sys
 import typing
 
-from tmqgate.broker.config import BrokerConfig, ConfigError
+from tmqgate.broker.configs.config import BrokerConfig, ConfigError
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
@@ -344,7 +344,7 @@ def _preflight(config: BrokerConfig) -> None:
     import os
     import socket
 
-    from tmqgate.broker.listeners import ListenerError, parse_listeners
+    from tmqgate.broker.network.listeners import ListenerError, parse_listeners
 
     path = config.data_dir
     if os.path.exists(path) and not os.path.isdir(path):
@@ -392,15 +392,19 @@ def _missing_ancestor(path: str) -> str | None:
 
 
 async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
-    from tmqgate.broker.http import FrontLimits, make_app, start_http
-    from tmqgate.broker.limits import RESERVED_DESCRIPTORS, accept_error_handler, raise_descriptor_limit
-    from tmqgate.broker.listeners import advertised_warnings, server_ssl_context
-    from tmqgate.broker.logs import event_line
+    from tmqgate.broker.network.http import FrontLimits, make_app, start_http
+    from tmqgate.broker.network.limits import (
+        RESERVED_DESCRIPTORS,
+        accept_error_handler,
+        raise_descriptor_limit,
+    )
+    from tmqgate.broker.network.listeners import advertised_warnings, server_ssl_context
+    from tmqgate.broker.ops.logs import event_line
     from tmqgate.broker.server import Broker
     from tmqgate.storage import StorageError
 
     _preflight(config)
-    # descriptors: the Kafka listeners' share, the HTTP front's and the broker's own (broker/limits.py)
+    # descriptors: the Kafka listeners' share, the HTTP front's and the broker's own (broker/network/limits.py)
     _, short = raise_descriptor_limit(config.max_connections + config.http_max_connections + RESERVED_DESCRIPTORS)
     if short is not None:
         logging.getLogger("tmqgate").warning("%s", short)
@@ -485,7 +489,7 @@ def _remove(created: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from tmqgate.broker.logs import setup_logging
+    from tmqgate.broker.ops.logs import setup_logging
 
     setup_logging(getattr(args, "log_level", "WARNING"), getattr(args, "log_format", "text"))
     if args.command == "sql":

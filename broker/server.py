@@ -1,6 +1,6 @@
 """The broker node's composition root: it builds storage, the registries, the coordinators and
 every collaborator, opens the listeners and runs the periodic jobs; each accepted connection is
-served by broker/connection.py, which gets its collaborators from here (never the Broker).
+served by broker/network/connection.py, which gets its collaborators from here (never the Broker).
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from tmqgate.broker.acl.sql_access import SqlAccess
 from tmqgate.broker.apis import ApiKey, bind
 from tmqgate.broker.auth.credentials import set_password
 from tmqgate.broker.auth.session import SASL_PROTOCOLS, Authenticator, authenticator
-from tmqgate.broker.broker_configs import BrokerConfigs
-from tmqgate.broker.config import BrokerConfig
-from tmqgate.broker.connection import READ_LIMIT, ConnectionServices, serve_connection
-from tmqgate.broker.dnodes import Dnodes
-from tmqgate.broker.group_configs import GroupConfigs
-from tmqgate.broker.group_coordinator import group_coordinator
+from tmqgate.broker.cluster.dnodes import Dnodes
+from tmqgate.broker.configs.config import BrokerConfig
+from tmqgate.broker.configs.topic_configs import effective
+from tmqgate.broker.dynamic_configs.broker_configs import BrokerConfigs
+from tmqgate.broker.dynamic_configs.group_configs import GroupConfigs
 from tmqgate.broker.handlers import API_TABLE
 from tmqgate.broker.handlers.context import (
     AclApis,
@@ -37,8 +36,10 @@ from tmqgate.broker.handlers.context import (
     TxnDataApis,
     TxnGate,
 )
-from tmqgate.broker.limits import ConnectionLimits, MemoryPool
-from tmqgate.broker.listeners import (
+from tmqgate.broker.identity.principal import parse_rules
+from tmqgate.broker.network.connection import READ_LIMIT, ConnectionServices, serve_connection
+from tmqgate.broker.network.limits import ConnectionLimits, MemoryPool
+from tmqgate.broker.network.listeners import (
     Listener,
     advertised_addresses,
     load_certificates,
@@ -46,17 +47,16 @@ from tmqgate.broker.listeners import (
     peer_security,
     server_ssl_context,
 )
-from tmqgate.broker.log_cleaner import LogCleaner
-from tmqgate.broker.metrics import Metrics
-from tmqgate.broker.principal import parse_rules
-from tmqgate.broker.quotas.client_quotas import ClientQuotaManagers
+from tmqgate.broker.ops.metrics import Metrics
+from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
+from tmqgate.broker.runtime.group_coordinator import group_coordinator
+from tmqgate.broker.runtime.log_cleaner import LogCleaner
+from tmqgate.broker.runtime.txn_coordinator import txn_coordinator
+from tmqgate.broker.runtime.txn_markers import MarkerWriter
+from tmqgate.broker.runtime.waiters import DataNotifier
 from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
-from tmqgate.broker.topic_configs import effective
 from tmqgate.broker.topics import TopicRegistry
-from tmqgate.broker.txn_coordinator import txn_coordinator
-from tmqgate.broker.txn_markers import MarkerWriter
-from tmqgate.broker.waiters import DataNotifier
 from tmqgate.protocol import clock
 from tmqgate.protocol.codec import iter_precompile
 from tmqgate.storage import Store
@@ -110,7 +110,7 @@ class Broker:
         self.coordinator = group_coordinator(self.store, self.topics, config, self.authorizer)
         self.group_configs = GroupConfigs(self.store, config, self.coordinator)
         self.broker_configs = BrokerConfigs(self.store, config, self.topics)
-        # The transaction coordinator (broker/txn_coordinator.py): markers through the data
+        # The transaction coordinator (broker/runtime/txn_coordinator.py): markers through the data
         # plane's MarkerWriter, group offsets through the group coordinator's complete_transaction.
         self.transactions = txn_coordinator(self.store, config, markers=self.markers,
                                             groups=self.coordinator)
@@ -120,7 +120,7 @@ class Broker:
         # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
         admin = self.coordinator.machine.admin
         self.started_ms = clock.now_ms()
-        # SHOW DNODES / SHOW VGROUPS: this node, or the cluster's nodes and placements (broker/dnodes.py)
+        # SHOW DNODES / SHOW VGROUPS: this node, or the cluster's nodes and placements (broker/cluster/dnodes.py)
         self.dnodes = Dnodes(config.node_id, self.store, self.topics, config.max_partitions, self.started_ms)
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
                                  GroupQueries(subscribed_to=admin.groups_subscribed_to,
@@ -135,7 +135,7 @@ class Broker:
         self.advertised_by_listener: dict[str, tuple[str, int]] = {}
         self.authenticator: Authenticator | None = None  # built at start if a listener speaks SASL
         self._tasks: list[asyncio.Task[None]] = []
-        # queued.max.request.bytes and max.connections[.per.ip] (broker/limits.py).
+        # queued.max.request.bytes and max.connections[.per.ip] (broker/network/limits.py).
         self.pool = MemoryPool(config.queued_max_request_bytes)
         self.connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip)
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
@@ -148,12 +148,12 @@ class Broker:
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
                                           config.log_rate_limit_interval_ms / 1000)
         self.quotas = ClientQuotaManagers(self.store, config, self.limited_log)
-        # GET /metrics (broker/metrics.py): handlers reach it through their contexts.
+        # GET /metrics (broker/ops/metrics.py): handlers reach it through their contexts.
         self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas)
         self.metrics.rebalances = self.coordinator.machine.rebalances
         self.log_cleaner = LogCleaner(self.store, config, self.topics.broker_defaults)
         self.metrics.log_cleaner = self.log_cleaner
-        # What each connection is served with (broker/connection.py); its handlers are bound at start.
+        # What each connection is served with (broker/network/connection.py); its handlers are bound at start.
         self.serving = ConnectionServices(config, self.apis, self.quotas, self.metrics, self.limited_log, self.pool,
                                           self.connection_limits, parse_rules(config.ssl_principal_mapping_rules))
 
@@ -231,7 +231,7 @@ class Broker:
         self.serving.handlers = bind(self.apis, self._contexts())
         self.serving.ready.set()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
-        if self.config.log_cleaner_enable:  # compacted topics (broker/log_cleaner.py)
+        if self.config.log_cleaner_enable:  # compacted topics (broker/runtime/log_cleaner.py)
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
         self._tasks.append(asyncio.create_task(self._precompile()))  # last: tests wait for it
         await self.coordinator.start()

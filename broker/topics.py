@@ -28,10 +28,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tmqgate.broker.configs.topic_configs import BrokerDefault, effective, validate, validate_together
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.metadata.view import GROUP_STATE_TOPIC, TXN_STATE_TOPIC
 from tmqgate.broker.tdengine import INVALID_IDENTIFIER, Caller, SqlError, TopicDef, View, topic_definition
-from tmqgate.broker.topic_configs import BrokerDefault, effective, validate, validate_together
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, is_internal
 from tmqgate.protocol.names import topic_name_problem
@@ -240,7 +240,7 @@ class TopicRegistry:
                  transaction_partitions: int = 50, transaction_version: int = 2) -> None:
         self._store = store
         self.catalog = catalog
-        # The broker's caps (max_partitions, max_databases in broker/config.py).
+        # The broker's caps (max_partitions, max_databases in broker/configs/config.py).
         self.max_partitions = max_partitions
         self.max_databases = max_databases
         # Internal topics: partitions (offsets_topic_num_partitions,

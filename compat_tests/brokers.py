@@ -129,7 +129,7 @@ class TmqgateProcess(ChildProcess, BrokerProcess):
     def __init__(self, workdir: Path, port: int | None = None, http_port: int | None = None,
                  ready_timeout: float = 60.0, config: dict[str, Any] | None = None,
                  extra_listeners: dict[str, str] | None = None) -> None:
-        """`config`: broker settings (fields of broker/config.py) written to a TOML file
+        """`config`: broker settings (fields of broker/configs/config.py) written to a TOML file
         in `workdir` and passed as `serve --config`; `extra_listeners` (name -> security
         protocol) are listeners on free ports beside the PLAINTEXT one (`listener_ports`)."""
         self.workdir = workdir

@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 
 from .brokers import TmqgateProcess, _tmqgate_cmd
 from .helpers import free_port, unique_topic

@@ -24,7 +24,7 @@ from .tdengine_helpers import (
 
 pytestmark = pytest.mark.tmqgate_only
 
-SYNTAX, STATEMENT = 0x2600, 0x2601  # TDengine's parser / statement error families (broker/http.py)
+SYNTAX, STATEMENT = 0x2600, 0x2601  # TDengine's parser / statement error families (broker/network/http.py)
 
 
 @pytest.fixture(scope="module")

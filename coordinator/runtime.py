@@ -4,7 +4,7 @@ second, so topic changes reach KIP-848 groups and deleted topics lose their offs
 
 The state machine itself (``coordinator.coordinator``) knows nothing of asyncio; this module
 is the only place the two meet. Nothing in ``coordinator`` imports the broker: the broker
-builds the runtime (``tmqgate.broker.group_coordinator``) from its settings and a
+builds the runtime (``tmqgate.broker.runtime.group_coordinator``) from its settings and a
 ``TopicSource`` over its topic registry.
 """
 

@@ -1,4 +1,4 @@
-"""Write docs/CONFIG.md, the reference of every broker setting, from broker/config.py.
+"""Write docs/CONFIG.md, the reference of every broker setting, from broker/configs/config.py.
 
 Each `BrokerConfig` field is a TOML key; its default comes from the dataclass and its
 description from the comment block above it (and its trailing comment), so the reference
@@ -23,7 +23,7 @@ OUTPUT = ROOT / "docs" / "CONFIG.md"
 
 HEADER = """# Broker settings
 
-Generated from `broker/config.py` by `scripts/config_reference.py`; do not edit by hand.
+Generated from `broker/configs/config.py` by `scripts/config_reference.py`; do not edit by hand.
 
 Settings are read from the TOML file given to `tmqgate serve --config FILE` (keys as below);
 `--listen`, `--http`, `--http-auth` and `--data-dir` override their keys; unknown keys, values of the
@@ -71,14 +71,14 @@ def _toml(value: object) -> str:
 
 
 def render() -> str:
-    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.configs.config import BrokerConfig
 
     source = SOURCE.read_text()
     comments = _comments(source)
     lines = source.splitlines()
     cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "BrokerConfig")
     fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
-    from tmqgate.broker.config import ENV_NOT_SETTINGS
+    from tmqgate.broker.configs.config import ENV_NOT_SETTINGS
 
     names = [f"`{v}*`" if v.endswith("_") else f"`{v}`" for v in ENV_NOT_SETTINGS]
     out = [HEADER.format(not_settings=", ".join(names))]

@@ -16,7 +16,7 @@ from tmqgate.broker.acl.model import (
     authorized_operations,
     invalid_new_acl,
 )
-from tmqgate.broker.client import ClientInfo, current_client
+from tmqgate.broker.identity.client import ClientInfo, current_client
 from tmqgate.storage import Store
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER

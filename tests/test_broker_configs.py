@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.broker.topics import TopicError
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from tests.broker_conn import Conn
 from tmqgate.broker.apis import ApiKey
-from tmqgate.broker.config import BrokerConfig
-from tmqgate.broker.connection import write_parts
+from tmqgate.broker.configs.config import BrokerConfig
+from tmqgate.broker.network.connection import write_parts
 from tmqgate.broker.server import PRECOMPILED_APIS, Broker
 from tmqgate.protocol.codec import codec_for
 from tmqgate.protocol.errors import ErrorCode

@@ -168,7 +168,7 @@ def test_rebalance_gives_partitions_back_to_live_in_sync_preferred_replicas() ->
 
 
 def test_a_replicas_role_in_show_vgroups() -> None:
-    from tmqgate.broker.dnodes import role
+    from tmqgate.broker.cluster.dnodes import role
 
     led = PartitionState((0, 1, 2, 3), leader=1, epoch=4, isr=(1, 2), adding=(3,))
     live = {0, 1, 2, 3}

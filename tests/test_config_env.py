@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tmqgate.broker.config import BrokerConfig, ConfigError, settings_from_env
+from tmqgate.broker.configs.config import BrokerConfig, ConfigError, settings_from_env
 
 
 def test_env_values_are_toml_values(tmp_path: Path) -> None:

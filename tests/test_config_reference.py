@@ -1,4 +1,4 @@
-"""docs/CONFIG.md is generated from broker/config.py; CI fails when it drifts."""
+"""docs/CONFIG.md is generated from broker/configs/config.py; CI fails when it drifts."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def test_config_reference_is_current() -> None:
 def test_every_setting_has_its_own_row() -> None:
     from dataclasses import fields
 
-    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.configs.config import BrokerConfig
 
     text = (ROOT / "docs" / "CONFIG.md").read_text()
     rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}

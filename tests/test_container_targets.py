@@ -16,7 +16,7 @@ import pytest
 
 from compat_tests.containers import KAFKA_IMAGE, kafka_environment, tmqgate_environment
 from compat_tests.kafka_ref import SINGLE_NODE_CONFIG
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.broker_conn import Conn
 from tests.test_coordinator import subscription
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.protocol.errors import ErrorCode
 

@@ -1,5 +1,5 @@
 """The coordinator's seams: it imports nothing from the broker, and the broker's adapter
-(broker/group_coordinator.py) hands it the broker's settings and topics."""
+(broker/runtime/group_coordinator.py) hands it the broker's settings and topics."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import tmqgate.coordinator
-from tmqgate.broker.config import BrokerConfig
-from tmqgate.broker.group_coordinator import RegistryTopics, coordinator_config
+from tmqgate.broker.configs.config import BrokerConfig
+from tmqgate.broker.runtime.group_coordinator import RegistryTopics, coordinator_config
 from tmqgate.coordinator.consumer import TopicSource
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import yaml
 
 from compat_tests.helpers import free_port, require
-from tmqgate.broker.config import BrokerConfig, parse_hostport
-from tmqgate.broker.listeners import advertised_addresses, parse_listeners
+from tmqgate.broker.configs.config import BrokerConfig, parse_hostport
+from tmqgate.broker.network.listeners import advertised_addresses, parse_listeners
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")

@@ -5,7 +5,7 @@ import asyncio
 
 from tests.broker_conn import Conn
 from tmqgate.broker.apis import ApiKey
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import build_batch

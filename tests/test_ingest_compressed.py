@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.broker_conn import Conn
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.protocol import records as records_module
 from tmqgate.protocol import validate as validate_module

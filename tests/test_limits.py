@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tmqgate.broker.config import BrokerConfig
-from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
+from tmqgate.broker.configs.config import BrokerConfig
+from tmqgate.broker.network.limits import ConnectionLimits, FrameMemory, MemoryPool
 from tmqgate.storage import Store
 from tmqgate.storage.catalog import MAX_VNODES
 

@@ -1,4 +1,4 @@
-"""Listener settings and certificate principals (broker/listeners.py, broker/principal.py)."""
+"""Listener settings and certificate principals (broker/network/listeners.py, broker/identity/principal.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tmqgate.broker.config import BrokerConfig, ConfigError
-from tmqgate.broker.listeners import Listener, ListenerError, advertised_addresses, parse_listeners
-from tmqgate.broker.principal import NoMatchingRule, certificate_principal, parse_rules, subject_name
+from tmqgate.broker.configs.config import BrokerConfig, ConfigError
+from tmqgate.broker.identity.principal import NoMatchingRule, certificate_principal, parse_rules, subject_name
+from tmqgate.broker.network.listeners import Listener, ListenerError, advertised_addresses, parse_listeners
 
 
 def test_default_is_one_plaintext_listener_on_listen() -> None:
@@ -117,7 +117,7 @@ def test_advertised_warnings(advertised: tuple[str, int], sockets: list[tuple[st
     import asyncio
     import socket
 
-    from tmqgate.broker.listeners import advertised_warnings
+    from tmqgate.broker.network.listeners import advertised_warnings
 
     cfg = BrokerConfig(advertised_listener=f"{advertised[0]}:{advertised[1]}")
     found = asyncio.run(advertised_warnings(cfg, {"PLAINTEXT": advertised}, {"PLAINTEXT": sockets}))

@@ -1,4 +1,4 @@
-"""The broker's log cleaner task (broker/log_cleaner.py) in a real Broker over TCP: cleaning in
+"""The broker's log cleaner task (broker/runtime/log_cleaner.py) in a real Broker over TCP: cleaning in
 steps off the event loop, Produce answered between the steps, the result fetched, the
 cleaner's figures in /metrics."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.broker_conn import Conn
 from tmqgate.broker.apis import ApiKey
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.protocol.records import build_batch, decode_records, iter_batches
 from tmqgate.storage.group_log import ACTIVE

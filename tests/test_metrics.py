@@ -1,4 +1,4 @@
-"""broker/metrics.py: kafka_exporter's lag computed from committed offsets and high watermarks,
+"""broker/ops/metrics.py: kafka_exporter's lag computed from committed offsets and high watermarks,
 its bound, a deleted topic's series dropped, and the scrape-time storage figures read from a
 real store."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tmqgate.broker.metrics import LagRow, Metrics, consumer_group_lag
+from tmqgate.broker.ops.metrics import LagRow, Metrics, consumer_group_lag
 from tmqgate.broker.tdengine import TsdbCatalog
 from tmqgate.broker.topics import TopicRegistry
 from tmqgate.protocol.records import build_batch
@@ -131,8 +131,8 @@ def test_grafana_dashboard_uses_only_served_names(tmp_path: Path) -> None:
     import json
     import re
 
-    from tmqgate.broker.config import BrokerConfig
-    from tmqgate.broker.quotas.client_quotas import ClientQuotaManagers
+    from tmqgate.broker.configs.config import BrokerConfig
+    from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
     from tmqgate.coordinator.coordinator import RebalanceStats
 
     dashboard = json.loads((Path(__file__).parent.parent / "deploy/grafana/tmqgate-dashboard.json").read_text())

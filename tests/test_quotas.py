@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tmqgate.broker.config import BrokerConfig
-from tmqgate.broker.quotas.client_quotas import ClientQuotaManagers
-from tmqgate.broker.quotas.configs import QuotaConfigs
-from tmqgate.broker.quotas.quota_manager import QuotaManager
-from tmqgate.broker.quotas.rates import Rate
+from tmqgate.broker.configs.config import BrokerConfig
+from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
+from tmqgate.broker.ops.quotas.configs import QuotaConfigs
+from tmqgate.broker.ops.quotas.quota_manager import QuotaManager
+from tmqgate.broker.ops.quotas.rates import Rate
 from tmqgate.storage import Store
 
 
@@ -199,8 +199,8 @@ def test_controller_mutation_token_bucket(store: Store, monkeypatch: pytest.Monk
     """controller_mutation_rate (KIP-599) on a fake clock: a full bucket of rate x 11 windows,
     strict quotas refuse once it is below zero, permissive ones take everything and throttle;
     the throttle time is the time to refill to zero, less the time since; other clients are free."""
-    from tmqgate.broker.client import ClientInfo, current_client
-    from tmqgate.broker.quotas import rates
+    from tmqgate.broker.identity.client import ClientInfo, current_client
+    from tmqgate.broker.ops.quotas import rates
 
     now = [1_000_000]
     monkeypatch.setattr(rates, "monotonic_ms", lambda: now[0])

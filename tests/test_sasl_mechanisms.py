@@ -17,7 +17,7 @@ from tmqgate.broker.auth.mechanism import AuthenticationFailed
 from tmqgate.broker.auth.oauthbearer import OAuthBearerServer, OAuthSettings, make_validator
 from tmqgate.broker.auth.plain import PlainServer
 from tmqgate.broker.auth.session import Action, Authenticator, State
-from tmqgate.broker.client import ClientInfo
+from tmqgate.broker.identity.client import ClientInfo
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.messages import Request
 from tmqgate.storage import ScramCredential

@@ -1,6 +1,6 @@
 """broker/sql/access.py's table covers the SQL front whole (issue 25, point 4): every statement
 class of broker/sql/ast.py and every SHOW kind has an entry naming the ACL it needs, every
-route of the HTTP front has one in broker/http.py's PATH_NEEDS — so a new statement or path
+route of the HTTP front has one in broker/network/http.py's PATH_NEEDS — so a new statement or path
 cannot ship without one — and a statement without one is refused, not let through."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import inspect
 import typing
 from dataclasses import dataclass
 
-from tmqgate.broker.http import PATH_NEEDS, make_app
+from tmqgate.broker.network.http import PATH_NEEDS, make_app
 from tmqgate.broker.sql import access, ast
 from tmqgate.broker.sql.parser import parse
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.broker.sql import ast, show
 from tmqgate.broker.sql.executor import HANDLERS, THROUGH_CLUSTER

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.server import Broker
 from tmqgate.broker.sql import ast
 from tmqgate.broker.sql.insert import insert_async

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tmqgate.broker.topic_configs import InvalidConfig, effective, validate
+from tmqgate.broker.configs.topic_configs import InvalidConfig, effective, validate
 
 
 def test_known_values_normalised():

@@ -1,4 +1,4 @@
-"""The transaction coordinator's runtime (broker/txn_coordinator.py): its timer aborts a
+"""The transaction coordinator's runtime (broker/runtime/txn_coordinator.py): its timer aborts a
 timed-out transaction and retries markers on a fake clock; the Broker wires it as the data
 plane's TxnGate and the transaction APIs' coordinator."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 
 from tests.test_txn_coordinator import P0, T0, TID, Markers
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.handlers.context import DataPlane, TxnApis
+from tmqgate.broker.runtime.txn_coordinator import TxnCoordinatorRuntime
 from tmqgate.broker.server import Broker
-from tmqgate.broker.txn_coordinator import TxnCoordinatorRuntime
 from tmqgate.coordinator.transactions import TransactionCoordinator, TxnConfig, TxnState
 from tmqgate.protocol.errors import ErrorCode as E
 from tmqgate.storage import Store

@@ -21,8 +21,8 @@ from tmqgate.broker.acl.model import (
     authorized_operations,
     invalid_new_acl,
 )
-from tmqgate.broker.client import current_client
 from tmqgate.broker.errors import KafkaError
+from tmqgate.broker.identity.client import current_client
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import Store
 

@@ -47,7 +47,7 @@ from tmqgate.broker.auth import scram
 from tmqgate.broker.auth.mechanism import AuthenticationFailed, MechanismServer
 from tmqgate.broker.auth.oauthbearer import OAuthBearerServer, OAuthSettings, make_validator
 from tmqgate.broker.auth.plain import PlainServer
-from tmqgate.broker.client import ClientInfo
+from tmqgate.broker.identity.client import ClientInfo
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.protocol.error_response import error_response
 from tmqgate.protocol.errors import ErrorCode
@@ -55,7 +55,7 @@ from tmqgate.protocol.messages import Request
 from tmqgate.protocol.transitions import check, from_moves
 
 if TYPE_CHECKING:
-    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.configs.config import BrokerConfig
     from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.auth")

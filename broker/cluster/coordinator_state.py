@@ -57,9 +57,9 @@ if TYPE_CHECKING:
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.cluster.topics import ClusterTopics
-    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.configs.config import BrokerConfig
+    from tmqgate.broker.runtime.waiters import DataNotifier
     from tmqgate.broker.topics import Topic, TopicRegistry
-    from tmqgate.broker.waiters import DataNotifier
     from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.coordinator_state")

@@ -112,7 +112,7 @@ class Membership:
         self.view = ClusterView()
         self.placements: dict[str, Placement] = {}
         #: the cluster's ACLs and SCRAM users as etcd had them at the last round (key → value)
-        #: how this broker dials the others (TLS, SASL: broker/listeners.py peer_security)
+        #: how this broker dials the others (TLS, SASL: broker/network/listeners.py peer_security)
         self.peer_security: PeerSecurity | None = None
         #: the newest etcd revision among the keys it read, and when (wall clock ms) it last read
         self.revision = 0

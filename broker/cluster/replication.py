@@ -74,8 +74,8 @@ from tmqgate.storage import BatchMeta
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.metadata.view import PartitionState
+    from tmqgate.broker.runtime.waiters import DataNotifier
     from tmqgate.broker.topics import Topic, TopicRegistry
-    from tmqgate.broker.waiters import DataNotifier
     from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.replication")

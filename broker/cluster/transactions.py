@@ -48,9 +48,9 @@ if TYPE_CHECKING:
     from tmqgate.broker.cluster.coordinator_state import CoordinatorState
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
+    from tmqgate.broker.runtime.txn_coordinator import TxnCoordinatorRuntime
+    from tmqgate.broker.runtime.txn_markers import MarkerWriter
     from tmqgate.broker.topics import Topic, TopicRegistry
-    from tmqgate.broker.txn_coordinator import TxnCoordinatorRuntime
-    from tmqgate.broker.txn_markers import MarkerWriter
     from tmqgate.coordinator.runtime import CoordinatorRuntime
 
 log = logging.getLogger("tmqgate.cluster_txns")

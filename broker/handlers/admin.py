@@ -7,10 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
-from tmqgate.broker.client import current_client
+from tmqgate.broker.configs.topic_configs import (
+    SOURCE_DEFAULT,
+    SOURCE_DYNAMIC_TOPIC,
+    TOPIC_CONFIGS,
+    cleanup_policies,
+)
 from tmqgate.broker.handlers.context import AdminApis
-from tmqgate.broker.quotas.rates import MutationQuota
-from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS, cleanup_policies
+from tmqgate.broker.identity.client import current_client
+from tmqgate.broker.ops.quotas.rates import MutationQuota
 from tmqgate.broker.topics import KAFKA, TMQ_AS, TSDB, TopicError
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError

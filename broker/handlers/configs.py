@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker import logger_configs
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
-from tmqgate.broker.handlers.context import AdminApis
-from tmqgate.broker.topic_configs import (
+from tmqgate.broker.configs.topic_configs import (
     SOURCE_DEFAULT,
     SOURCE_DYNAMIC_TOPIC,
     TOPIC_CONFIGS,
 )
+from tmqgate.broker.dynamic_configs import logger_configs
+from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.topics import TopicError, validate_configs
 from tmqgate.protocol.errors import ErrorCode
 

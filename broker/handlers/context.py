@@ -4,7 +4,7 @@ names its family and how the server binds it).
 
 - `DataPlane` — Produce, Fetch, ListOffsets: the store, the topic registry, the notifier that
   wakes long-polling fetches, and the SQL executor schemaless ingestion writes through; the
-  broker's metrics (per-topic bytes and records, broker/metrics.py), None in unit tests; the
+  broker's metrics (per-topic bytes and records, broker/ops/metrics.py), None in unit tests; the
   transaction coordinator's `TxnGate` Produce asks about transactional batches (None: none);
 - `AdminApis` — topic administration, configs and client quotas: the store, the topic
   registry, the config, the quotas;
@@ -12,9 +12,9 @@ names its family and how the server binds it).
   as clients see it, the topic registry, the config, and the API table;
 - `GroupApis` — the group APIs: the coordinator runtime, the topic registry, this node;
 - `TxnApis` — InitProducerId and the transaction APIs: the transaction coordinator runtime
-  (broker/txn_coordinator.py), the topic registry;
+  (broker/runtime/txn_coordinator.py), the topic registry;
 - `TxnDataApis` — WriteTxnMarkers and DescribeProducers: the marker writer
-  (broker/txn_markers.py), the store, the topic registry.
+  (broker/runtime/txn_markers.py), the store, the topic registry.
 
 Every family has `authorizer`: the ACL authorizer (broker/acl/authorizer.py), None when
 `authorizer = "none"` — handlers check `if ctx.authorizer is not None`, so no authorizer costs
@@ -29,26 +29,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from tmqgate.broker.client import current_client
+from tmqgate.broker.identity.client import current_client
 
 if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
-    from tmqgate.broker.broker_configs import BrokerConfigs
     from tmqgate.broker.cluster.coordinator_state import CoordinatorState
     from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.cluster.transactions import ClusterTransactions
-    from tmqgate.broker.config import BrokerConfig
-    from tmqgate.broker.group_configs import GroupConfigs
-    from tmqgate.broker.metrics import Metrics
-    from tmqgate.broker.quotas.client_quotas import ClientQuotaManagers
+    from tmqgate.broker.configs.config import BrokerConfig
+    from tmqgate.broker.dynamic_configs.broker_configs import BrokerConfigs
+    from tmqgate.broker.dynamic_configs.group_configs import GroupConfigs
+    from tmqgate.broker.ops.metrics import Metrics
+    from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
     from tmqgate.broker.ratelimit import RateLimitedLog
+    from tmqgate.broker.runtime.txn_coordinator import TxnCoordinatorRuntime
+    from tmqgate.broker.runtime.txn_markers import MarkerWriter
+    from tmqgate.broker.runtime.waiters import DataNotifier
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry
-    from tmqgate.broker.txn_coordinator import TxnCoordinatorRuntime
-    from tmqgate.broker.txn_markers import MarkerWriter
-    from tmqgate.broker.waiters import DataNotifier
     from tmqgate.coordinator.runtime import CoordinatorRuntime
     from tmqgate.protocol.errors import ErrorCode
     from tmqgate.storage import Store
@@ -91,7 +91,7 @@ class DataPlane:
     max_decompressed_batch_bytes: int = 134_217_728  # BrokerConfig's: Produce's bomb bound
     quotas: ClientQuotaManagers | None = None  # Fetch caps its size under a consumer_byte_rate
     authorizer: Authorizer | None = None
-    metrics: Metrics | None = None  # bytes in/out and messages in per topic (broker/metrics.py)
+    metrics: Metrics | None = None  # bytes in/out and messages in per topic (broker/ops/metrics.py)
     # Rejected batches are logged (INFO) with their reason, at most so many per interval.
     limited_log: RateLimitedLog | None = None
     # The transaction coordinator, asked before a transactional batch is appended (None: accepted).

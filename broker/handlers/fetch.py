@@ -6,7 +6,7 @@ Isolation (KIP-98): read_committed (isolation_level 1) returns only batches belo
 stable offset (the first offset of the oldest open transaction) with the aborted transactions
 overlapping what it returns, for the client to drop; read_uncommitted reads to the high
 watermark and gets null. A read_committed Fetch waiting at the LSO is woken by the marker
-that moves it (broker/txn_markers.py notifies as an append does).
+that moves it (broker/runtime/txn_markers.py notifies as an append does).
 
 Size limits follow KIP-74: partition_max_bytes per partition and max_bytes per response, except
 that the first batch of the first partition with data is always returned whole, so a batch
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
-from tmqgate.broker.client import current_client
 from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.handlers.leader_hints import point_to_leaders
-from tmqgate.broker.quotas.client_quotas import parked
+from tmqgate.broker.identity.client import current_client
+from tmqgate.broker.ops.quotas.client_quotas import parked
 from tmqgate.broker.topics import TMQ, TSDB
 from tmqgate.protocol.errors import ErrorCode
 

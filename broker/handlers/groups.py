@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
-from tmqgate.broker.client import current_client
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import GroupApis
-from tmqgate.broker.quotas.client_quotas import parked
+from tmqgate.broker.identity.client import current_client
+from tmqgate.broker.ops.quotas.client_quotas import parked
 from tmqgate.coordinator.coordinator import REFUSED_ANSWER
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC

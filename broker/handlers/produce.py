@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, Deferred, apis_with
-from tmqgate.broker.client import current_client
+from tmqgate.broker.configs.topic_configs import is_compacted
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import DataPlane
 from tmqgate.broker.handlers.leader_hints import point_to_leaders
+from tmqgate.broker.identity.client import current_client
 from tmqgate.broker.tdengine import IngestError, ingest
-from tmqgate.broker.topic_configs import is_compacted
 from tmqgate.broker.topics import TMQ, TSDB
 from tmqgate.protocol import clock
 from tmqgate.protocol.compression import CorruptRecord

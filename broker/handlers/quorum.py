@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import ClusterApis
-from tmqgate.broker.listeners import parse_listeners
+from tmqgate.broker.network.listeners import parse_listeners
 from tmqgate.protocol import clock
 from tmqgate.protocol.errors import ErrorCode
 

@@ -1,5 +1,5 @@
 """DescribeClientQuotas and AlterClientQuotas (KIP-546), as Kafka 4.3 answers them; the rules
-are in broker/quotas/."""
+are in broker/ops/quotas/."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import AdminApis
-from tmqgate.broker.quotas.configs import IP, QuotaError, valid_ip
+from tmqgate.broker.ops.quotas.configs import IP, QuotaError, valid_ip
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:

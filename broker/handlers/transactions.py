@@ -1,6 +1,6 @@
 """InitProducerId and the transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 DescribeTransactions, ListTransactions — answered by the transaction coordinator
-(coordinator/transactions.py through broker/txn_coordinator.py) with KafkaApis' checks.
+(coordinator/transactions.py through broker/runtime/txn_coordinator.py) with KafkaApis' checks.
 
 Transaction version 1: the client adds partitions with AddPartitionsToTxn v0-3; v4-5 are the
 brokers' batched form (CLUSTER_ACTION, with ``verify_only``), served for the tools.

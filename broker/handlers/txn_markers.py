@@ -4,7 +4,7 @@
 - WriteTxnMarkers — what a transaction coordinator sends partition leaders, and what
   `kafka-transactions abort` sends for a hanging transaction: ALTER or CLUSTER_ACTION on the
   cluster (else the request is refused, CLUSTER_AUTHORIZATION_FAILED), then one marker per partition
-  through the MarkerWriter (broker/txn_markers.py); a marker whose epoch is older than the
+  through the MarkerWriter (broker/runtime/txn_markers.py); a marker whose epoch is older than the
   producer's on the partition is INVALID_PRODUCER_EPOCH (Kafka's ProducerAppendInfo).
 - DescribeProducers — READ on the topic (else TOPIC_AUTHORIZATION_FAILED for its partitions):
   the producers with state on each partition, with their open transaction's first offset

@@ -45,7 +45,7 @@ fails when one is missing, and a statement with no entry is refused, never let t
 
 `Visibility(access, caller)` is the row filter of the SHOWs above (and of /log-history and
 /metrics). The
-HTTP paths' needs are in broker/http.py's `PATH_NEEDS`, next to the routes.
+HTTP paths' needs are in broker/network/http.py's `PATH_NEEDS`, next to the routes.
 
 A TDengine topic (a view) records its owner, the principal who made it (`TopicDef.owner`):
 a Fetch of the view needs, besides READ on the view's topic, the owner's READ on the database

@@ -55,7 +55,7 @@ class SqlContext:
         self.topics = topics
         self.notify = notify
         self.groups = groups
-        # SHOW DNODES / SHOW VGROUPS ask the broker (broker/dnodes.py); None: not answered
+        # SHOW DNODES / SHOW VGROUPS ask the broker (broker/cluster/dnodes.py); None: not answered
         self.placement = placement
         # The broker's authorizer when one is on (broker/sql/access.py): every statement is
         # checked for its caller; None: nothing is checked.

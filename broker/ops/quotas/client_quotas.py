@@ -5,7 +5,7 @@ quotas for CreateTopics, CreatePartitions and DeleteTopics, and the request's ha
 Rules (Kafka's ClientQuotaManager, ControllerMutationQuotaManager, SocketServer):
 
 - A request that takes the rate over the quota is answered at once with its throttle time
-  (broker/quotas/quota_manager.py), and its connection is not read again until that time has
+  (broker/ops/quotas/quota_manager.py), and its connection is not read again until that time has
   passed (Kafka mutes the channel, KIP-219). Produce counts the request's size, Fetch the
   records it returns (a throttled Fetch returns no data and its bytes are taken back, and a
   Fetch never asks for more than the quota allows in a window), request_percentage the
@@ -15,7 +15,7 @@ Rules (Kafka's ClientQuotaManager, ControllerMutationQuotaManager, SocketServer)
   ip's rate over the quota is closed unserved after the throttle time.
 - `controller_mutation_rate` (KIP-599): the partitions CreateTopics, CreatePartitions and
   DeleteTopics create or delete, per user / client id (the same levels), against a token
-  bucket (broker/quotas/rates.py). A request asks `mutation_quota(...)` for a `MutationQuota`
+  bucket (broker/ops/quotas/rates.py). A request asks `mutation_quota(...)` for a `MutationQuota`
   and records each topic's partitions, after the topic's other checks, as Kafka's controller
   does (validate_only too): strict from CreateTopics v6, CreatePartitions v3, DeleteTopics
   v5, permissive before; the connection is muted for the throttle time.
@@ -33,9 +33,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.client import current_client
-from tmqgate.broker.quotas import rates as measures  # its clock, looked up per call (tests replace it)
-from tmqgate.broker.quotas.configs import (
+from tmqgate.broker.identity.client import current_client
+from tmqgate.broker.ops.quotas import rates as measures  # its clock, looked up per call (tests replace it)
+from tmqgate.broker.ops.quotas.configs import (
     CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
     CONTROLLER_MUTATION_RATE,
@@ -45,11 +45,11 @@ from tmqgate.broker.quotas.configs import (
     AlterResult,
     QuotaConfigs,
 )
-from tmqgate.broker.quotas.quota_manager import QuotaManager
-from tmqgate.broker.quotas.rates import MutationQuota, Rate, TokenBucket
+from tmqgate.broker.ops.quotas.quota_manager import QuotaManager
+from tmqgate.broker.ops.quotas.rates import MutationQuota, Rate, TokenBucket
 
 if TYPE_CHECKING:
-    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.configs.config import BrokerConfig
     from tmqgate.broker.ratelimit import RateLimitedLog
     from tmqgate.protocol.messages import Request
     from tmqgate.storage import Store

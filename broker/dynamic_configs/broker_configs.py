@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.config import BrokerConfig, ConfigError
-from tmqgate.broker.topic_configs import (
+from tmqgate.broker.configs.config import BrokerConfig, ConfigError
+from tmqgate.broker.configs.topic_configs import (
     BOOLEAN,
     DOUBLE,
     INT,

@@ -23,8 +23,8 @@ from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError, UnknownDatabase, UnknownVnode
 
 if TYPE_CHECKING:
+    from tmqgate.broker.runtime.waiters import DataNotifier
     from tmqgate.broker.topics import Topic, TopicRegistry
-    from tmqgate.broker.waiters import DataNotifier
     from tmqgate.storage import Store
 
 

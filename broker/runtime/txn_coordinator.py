@@ -24,7 +24,7 @@ from tmqgate.protocol import clock
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.configs.config import BrokerConfig
     from tmqgate.storage import Store
 
 

@@ -225,7 +225,7 @@ class BrokerConfig:
     advertised_listener: str | None = None
     # --- Listeners (Kafka's listeners / advertised.listeners / listener.security.protocol.map)
     # Kafka's listeners, e.g. ["PLAINTEXT://127.0.0.1:9092", "SASL_SSL://127.0.0.1:9093"];
-    # empty = one PLAINTEXT listener on `listen`. See broker/listeners.py.
+    # empty = one PLAINTEXT listener on `listen`. See broker/network/listeners.py.
     listeners: list[str] = field(default_factory=list)
     # Kafka's advertised.listeners: NAME://HOST:PORT told to clients per listener, or NAME://HOST
     # for that host with the listener's bound port; a listener not named here is told as bound
@@ -318,7 +318,7 @@ class BrokerConfig:
     # A kept-alive connection with no request for this long after its last answer is closed.
     http_idle_timeout_ms: int = 60_000
     # --- Metrics ----------------------------------------------------------------------------
-    # GET /metrics (Prometheus text, broker/metrics.py): with http_auth = "basic", whether it
+    # GET /metrics (Prometheus text, broker/ops/metrics.py): with http_auth = "basic", whether it
     # takes the same credentials (true) or is open like /health (false, the default: a
     # Prometheus scraper needs no user). The Host check applies either way.
     metrics_auth: bool = False
@@ -560,7 +560,7 @@ class BrokerConfig:
     # WARNING with its API, client id, principal and peer; 0 = never. tmqgate's own setting
     # (Kafka logs every request at DEBUG in kafka.request.logger, as tmqgate does in tmqgate.request).
     slow_request_ms: int = 1000
-    # --- Client quotas (broker/quotas/) -------------------------------------------------------
+    # --- Client quotas (broker/ops/quotas/) -------------------------------------------------------
     # Kafka's quota.window.num: the samples a client's rate is measured over (10 whole windows
     # + the current).
     quota_window_num: int = 11
@@ -682,7 +682,7 @@ class BrokerConfig:
         bad = [p for p in self.super_users if ":" not in p]
         if bad:
             raise ConfigError(f"super_users must be principals such as User:admin: {bad}", "super_users")
-        from tmqgate.broker.principal import parse_rules
+        from tmqgate.broker.identity.principal import parse_rules
         try:
             parse_rules(self.ssl_principal_mapping_rules)  # a bad rule refuses the start, as in Kafka
         except ValueError as exc:

@@ -27,8 +27,8 @@ from tmqgate.storage import StorageIOError
 from tmqgate.storage.cleaner import DEFAULTS, Change, Cleaning, CleanStats
 
 if TYPE_CHECKING:
-    from tmqgate.broker.config import BrokerConfig
-    from tmqgate.broker.topic_configs import BrokerDefault
+    from tmqgate.broker.configs.config import BrokerConfig
+    from tmqgate.broker.configs.topic_configs import BrokerDefault
     from tmqgate.storage import Store
 
 log = logging.getLogger("tmqgate.cleaner")

@@ -31,14 +31,14 @@ from typing import Any
 
 from tmqgate.broker.apis import MAX_DEFERRED, ApiEntry, ApiKey, BoundHandler, Deferred, api_versions_body
 from tmqgate.broker.auth.session import Action, Authenticator
-from tmqgate.broker.client import ANONYMOUS, ClientInfo, current_client
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.errors import KafkaError
-from tmqgate.broker.limits import ConnectionLimits, FrameMemory, MemoryPool
-from tmqgate.broker.listeners import Listener
-from tmqgate.broker.metrics import Metrics
-from tmqgate.broker.principal import MappingRule, NoMatchingRule, certificate_principal
-from tmqgate.broker.quotas.client_quotas import MUTATION_APIS, ClientQuotaManagers
+from tmqgate.broker.identity.client import ANONYMOUS, ClientInfo, current_client
+from tmqgate.broker.identity.principal import MappingRule, NoMatchingRule, certificate_principal
+from tmqgate.broker.network.limits import ConnectionLimits, FrameMemory, MemoryPool
+from tmqgate.broker.network.listeners import Listener
+from tmqgate.broker.ops.metrics import Metrics
+from tmqgate.broker.ops.quotas.client_quotas import MUTATION_APIS, ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.protocol.error_response import error_response
 from tmqgate.protocol.errors import ErrorCode
@@ -129,7 +129,7 @@ class ConnectionServices:
     quotas: ClientQuotaManagers
     metrics: Metrics
     limited_log: RateLimitedLog
-    pool: MemoryPool  # queued.max.request.bytes (broker/limits.py)
+    pool: MemoryPool  # queued.max.request.bytes (broker/network/limits.py)
     limits: ConnectionLimits  # max.connections[.per.ip]
     mapping_rules: list[MappingRule]  # ssl.principal.mapping.rules
     handlers: dict[int, BoundHandler] = field(default_factory=dict)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tmqgate.broker.quotas.configs import CLIENT_ID, USER, Entity, QuotaConfigs
-from tmqgate.broker.quotas.rates import Rate
+from tmqgate.broker.ops.quotas.configs import CLIENT_ID, USER, Entity, QuotaConfigs
+from tmqgate.broker.ops.quotas.rates import Rate
 
 # Kafka's QuotaTypes: which levels have a quota of one key.
 _NO, _CLIENT, _USER, _USER_CLIENT = 0, 1, 2, 4

@@ -29,7 +29,7 @@ of the broker's users, as TDengine's taosAdapter does (`Authorization: Basic bas
 checked like SASL/PLAIN against the SCRAM credentials); a missing, malformed or wrong one is
 answered 401 with `WWW-Authenticate: Basic` and the JSON error body. An authenticated
 request carries its principal as `request[PRINCIPAL]` ("User:alice").
-`GET /metrics` (broker/metrics.py) is open like `/health` unless `metrics_auth = true`.
+`GET /metrics` (broker/ops/metrics.py) is open like `/health` unless `metrics_auth = true`.
 
 Authorization: each path needs what `PATH_NEEDS` says, in Kafka's ACL terms (checked with the
 broker's authorizer when one is on, for the request's principal — `User:ANONYMOUS` on a path
@@ -65,8 +65,8 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
-from tmqgate.broker.client import ANONYMOUS
-from tmqgate.broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from tmqgate.broker.identity.client import ANONYMOUS
+from tmqgate.broker.ops.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tmqgate.broker.tdengine import (
     FORWARDED,
     PERMISSION_DENIED,
@@ -79,7 +79,7 @@ from tmqgate.broker.tdengine import (
 from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
-    from tmqgate.broker.metrics import Metrics
+    from tmqgate.broker.ops.metrics import Metrics
     from tmqgate.broker.ratelimit import RateLimitedLog
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry

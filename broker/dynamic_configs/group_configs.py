@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.topics import TopicError
 from tmqgate.coordinator.consumer import ConsumerConfig
 from tmqgate.protocol.errors import ErrorCode

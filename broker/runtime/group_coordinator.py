@@ -21,7 +21,7 @@ from tmqgate.coordinator.runtime import CoordinatorRuntime, monotonic_ms
 
 if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
-    from tmqgate.broker.config import BrokerConfig
+    from tmqgate.broker.configs.config import BrokerConfig
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.storage import Store
 

@@ -6,7 +6,7 @@ Rules (Kafka's ClientQuotaControlManager, ClientQuotasImage):
   `ip` (alone); a name of None is the type's default entity (`<default>`). User and client-id
   entities take `producer_byte_rate`, `consumer_byte_rate` (integral, bytes/s),
   `request_percentage` and `controller_mutation_rate`; ip entities `connection_creation_rate`.
-  Every value must be > 0 (their enforcement: broker/quotas/client_quotas.py).
+  Every value must be > 0 (their enforcement: broker/ops/quotas/client_quotas.py).
 - AlterClientQuotas is checked entity by entity (an entity's changes all apply or none do),
   in one WriteBatch (`storage.quotas`); `validate_only` checks and writes nothing.
 """

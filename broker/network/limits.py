@@ -13,7 +13,7 @@ allocation succeeds is read.
 over either is closed as soon as it is accepted.
 
 Descriptors (issue 25): every connection holds one. The Kafka listeners hold at most
-`max_connections`, the HTTP front at most `http_max_connections` (broker/http.py), and the
+`max_connections`, the HTTP front at most `http_max_connections` (broker/network/http.py), and the
 broker needs `RESERVED_DESCRIPTORS` more for itself; `tmqgate serve` raises the soft
 RLIMIT_NOFILE to the hard limit and warns when their sum does not fit. When accept() fails
 for want of descriptors anyway (EMFILE/ENFILE), `accept_error_handler` logs it once per

@@ -41,8 +41,8 @@ from tmqgate.protocol.schemas import SCHEMAS
 
 if TYPE_CHECKING:
     from tmqgate.broker.auth.session import Authenticator
-    from tmqgate.broker.log_cleaner import LogCleaner
-    from tmqgate.broker.quotas.client_quotas import ClientQuotaManagers
+    from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
+    from tmqgate.broker.runtime.log_cleaner import LogCleaner
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.coordinator.coordinator import RebalanceStats
     from tmqgate.storage import Store
@@ -217,10 +217,10 @@ class Metrics:
         self.store = store
         self.topics = topics
         self.max_lag_series = max_lag_series
-        self.quotas = quotas  # throttles counted by broker/quotas/, read at scrape
+        self.quotas = quotas  # throttles counted by broker/ops/quotas/, read at scrape
         self.authenticator: Authenticator | None = None  # SASL failures, set once a SASL listener starts
         self.rebalances: RebalanceStats | None = None  # the group coordinator's, read at scrape
-        self.log_cleaner: LogCleaner | None = None  # broker/log_cleaner.py's figures, read at scrape
+        self.log_cleaner: LogCleaner | None = None  # broker/runtime/log_cleaner.py's figures, read at scrape
         self.registry = CollectorRegistry(auto_describe=False)
         # topic -> [bytes in, bytes out, messages in]
         self._topic_counts: dict[str, list[int]] = {}

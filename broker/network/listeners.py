@@ -28,7 +28,7 @@ from asyncio import sslproto
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.config import BrokerConfig
+from tmqgate.broker.configs.config import BrokerConfig
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.peer import PeerSecurity
