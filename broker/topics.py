@@ -122,7 +122,7 @@ class Topic:
     kind: str = KAFKA
     view: View | None = None
     log: InternalLog | None = None  # an internal topic's records
-    #: the broker's defaults of topic configs (the registry's, shared; broker.broker_configs)
+    #: the broker's defaults of topic configs (the registry's, shared; broker.dynamic_configs.broker_configs)
     broker_defaults: Mapping[str, BrokerDefault] = field(default_factory=dict)
     #: (database, partition) → high watermark of the replicated partitions this broker leads
     #: (the registry's, shared; broker/cluster/replication.py): consumers read below it
@@ -253,7 +253,7 @@ class TopicRegistry:
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[bytes, Topic] = {}
         #: topic config name -> the broker's default of it (log.* settings, static or dynamic:
-        #: broker.broker_configs keeps it up to date); every topic reads it
+        #: broker.dynamic_configs.broker_configs keeps it up to date); every topic reads it
         self.broker_defaults: dict[str, BrokerDefault] = {}
         # database and TDengine topics: [rows scanned, rows delivered] by their views (metrics)
         self.view_rows: dict[str, list[int]] = {}

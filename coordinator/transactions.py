@@ -135,7 +135,7 @@ class ProducerIds(Protocol):
 
 
 class MarkerWriter(Protocol):
-    """Writes a commit/abort marker to each partition (``broker.txn_markers``); per-partition
+    """Writes a commit/abort marker to each partition (``broker.runtime.txn_markers``); per-partition
     errors: UNKNOWN_TOPIC_OR_PARTITION counts as done (a deleted topic), others are retried."""
 
     def write(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,

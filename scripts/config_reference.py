@@ -18,7 +18,7 @@ import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "broker" / "config.py"
+SOURCE = ROOT / "broker" / "configs" / "config.py"
 OUTPUT = ROOT / "docs" / "CONFIG.md"
 
 HEADER = """# Broker settings

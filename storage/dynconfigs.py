@@ -4,7 +4,7 @@ or a GROUP resource (Kafka's ConfigRecord state for those resource types).
 Why here: Kafka keeps them in its metadata log so that they survive a restart and apply
 before the broker serves; an AlterConfigs request is applied all at once, so one request is
 one synced WriteBatch. The values are opaque strings here (validation and what they change
-are the broker's: ``broker.dynamic_configs``, ``broker.group_configs``); the whole set is
+are the broker's: ``broker.dynamic_configs``, broker_configs and group_configs); the whole set is
 small and read once at start.
 """
 

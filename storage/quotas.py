@@ -2,7 +2,7 @@
 
 Why here: they must survive a restart, and an AlterClientQuotas request is applied all at
 once (Kafka's controller writes its records atomically), so one request is one WriteBatch.
-The values are opaque here (validation and enforcement are the broker's, ``broker.quotas``);
+The values are opaque here (validation and enforcement are the broker's, ``broker.ops.quotas``);
 the whole set is small and read once at start.
 """
 

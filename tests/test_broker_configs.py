@@ -1,4 +1,4 @@
-"""Dynamic BROKER configs (broker.broker_configs): precedence, what they change in the running
+"""Dynamic BROKER configs (broker.dynamic_configs.broker_configs): precedence, what they change in the running
 broker, persistence — on a real store, through the broker's own objects."""
 
 from __future__ import annotations

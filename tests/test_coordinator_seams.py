@@ -42,7 +42,7 @@ def test_coordinator_config_takes_every_group_setting() -> None:
         "classic": {"min_session_timeout_ms": 1, "max_session_timeout_ms": 2, "initial_rebalance_delay_ms": 3},
         "consumer": {"session_timeout_ms": 4, "heartbeat_interval_ms": 5},
         "offset_metadata_max_bytes": 6,
-        "consumer_overrides": {},  # a group's own configs come later (broker.group_configs)
+        "consumer_overrides": {},  # a group's own configs come later (broker.dynamic_configs.group_configs)
     }
 
 

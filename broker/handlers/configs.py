@@ -1,5 +1,5 @@
-"""DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics, groups (broker.group_configs),
-broker loggers (broker.logger_configs) and a read-only broker view."""
+"""DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics, groups (broker.dynamic_configs.group_configs),
+broker loggers (broker.dynamic_configs.logger_configs) and a read-only broker view."""
 
 from __future__ import annotations
 
