@@ -12,6 +12,7 @@ from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.quotas import MutationQuota
 from tmqgate.broker.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, TOPIC_CONFIGS, cleanup_policies
 from tmqgate.broker.topics import KAFKA, TMQ_AS, TSDB, TopicError
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError
 
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 
 api = apis_with(AdminApis)
 
-ZERO_UUID = bytes(16)
 INT16_MAX = 2**15 - 1
 # Kafka's controller takes at most 10,000 partitions in one request (max_partitions_per_request
 # here). CreateTopics over it: POLICY_VIOLATION with this message, for every topic. Kafka 4.3 has

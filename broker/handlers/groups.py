@@ -17,6 +17,7 @@ from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import GroupApis
 from tmqgate.broker.quotas import parked
 from tmqgate.coordinator.coordinator import REFUSED_ANSWER
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 api = apis_with(GroupApis)
 
-ZERO_UUID = bytes(16)
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 

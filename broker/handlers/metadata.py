@@ -9,6 +9,7 @@ from tmqgate.broker.apis import ApiKey, api_versions_body, apis_with
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import ClusterApis
 from tmqgate.broker.topics import Topic, TopicError, check_topic_name
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.names import topic_name_problem
 
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 
 api = apis_with(ClusterApis)
 
-ZERO_UUID = bytes(16)
 NOT_REQUESTED = -2147483648  # *_authorized_operations when the client did not ask for them
 # Leader epoch -1 for a partition of this broker alone: clients skip epoch validation. A
 # partition placed on a cluster shows its leader epoch, which clients then send back

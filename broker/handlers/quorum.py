@@ -22,6 +22,7 @@ from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import ClusterApis
 from tmqgate.broker.listeners import parse_listeners
 from tmqgate.protocol import clock
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 api = apis_with(ClusterApis)
 
 METADATA_TOPIC = "__cluster_metadata"
-_NO_DIRECTORY = bytes(16)
+_NO_DIRECTORY = ZERO_UUID  # Kafka's ReplicaKey.NO_DIRECTORY_ID
 
 
 @api(ApiKey.DESCRIBE_QUORUM, 0, 2)
