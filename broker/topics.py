@@ -32,6 +32,7 @@ from tmqgate.broker.configs.topic_configs import BrokerDefault, effective, valid
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.metadata.view import GROUP_STATE_TOPIC, TXN_STATE_TOPIC
 from tmqgate.broker.tdengine import INVALID_IDENTIFIER, Caller, SqlError, TopicDef, View, topic_definition
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, is_internal
 from tmqgate.protocol.names import topic_name_problem
@@ -394,7 +395,7 @@ class TopicRegistry:
         if refused is not None:
             raise TopicError(ErrorCode.POLICY_VIOLATION, refused)
         if validate_only:
-            return Topic(name, bytes(16), name, partitions, clean)
+            return Topic(name, ZERO_UUID, name, partitions, clean)
         info = self._store.create_database(name, partitions, clean, topic_id=topic_id)
         topic = Topic(name, info.topic_id, name, info.vgroups, dict(info.configs))
         topic.broker_defaults = self.broker_defaults
@@ -429,7 +430,7 @@ class TopicRegistry:
             raise TopicError(ErrorCode.INVALID_PARTITIONS,
                              f"A topic over database {definition.db} has its {vgroups} vnodes as partitions")
         if validate_only:  # its view holds the checked definition (a cluster places it)
-            return Topic(name, bytes(16), definition.db, vgroups, {}, TMQ, View(definition, self._store, self.catalog))
+            return Topic(name, ZERO_UUID, definition.db, vgroups, {}, TMQ, View(definition, self._store, self.catalog))
         self._store.create_tmq_topic(name, definition.to_json())
         self.reload()
         topic = self._by_name[name]

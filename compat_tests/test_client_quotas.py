@@ -589,3 +589,40 @@ def test_quota_apis_need_cluster_describe_and_alter_configs(tmp_path_factory: py
             ({"client-id": client}, 0, None)]
     finally:
         broker.stop()
+
+
+def test_refused_alter_names_each_entity_without_the_request_tags(tmp_path_factory: pytest.TempPathFactory,
+                                                                  target: str, pytestconfig: pytest.Config) -> None:
+    """A refused AlterClientQuotas (no ALTER_CONFIGS on the cluster) names each entry's entity by
+    its type and name alone, as Kafka's error response builds it: tagged fields the client put in
+    the request's entity (unknown to the schema) are not echoed back in the answer."""
+    from .test_acls import (
+        ALL,
+        ALLOW,
+        ANON,
+        CLUSTER,
+        DENY,
+        LITERAL,
+        OTHER_HOST,
+        AclBroker,
+        RawFrom,
+        create_acls,
+    )
+
+    if pytestconfig.getoption("--bootstrap"):
+        pytest.skip("needs a broker of its own with an authorizer")
+    broker = AclBroker(target, tmp_path_factory.mktemp(f"quota-tags-{target}"))
+    broker.start()
+    try:
+        bs = broker.bootstrap
+        alter_configs, cluster_denied = 11, 31
+        assert create_acls(bs, (CLUSTER, "kafka-cluster", LITERAL, ANON, "*", ALL, ALLOW),
+                           (CLUSTER, "kafka-cluster", LITERAL, ANON, OTHER_HOST, alter_configs, DENY)) == [(0, "")] * 2
+        client = _cid("tags")
+        tagged = [{**e, "_unknown_tags": {90: b"\x01\x02"}} for e in _entity(client_id=client)]
+        with RawFrom(bs, OTHER_HOST) as c:
+            a = c.request(ALTER, V, {"validate_only": False, "entries": [
+                {"entity": tagged, "ops": [{"key": "producer_byte_rate", "value": 10.0, "remove": False}]}]})
+        assert [(e["error_code"], e["entity"]) for e in a["entries"]] == [(cluster_denied, _entity(client_id=client))]
+    finally:
+        broker.stop()

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tmqgate.protocol.bodies import ZERO_UUID
+
 from .brokers import TmqgateProcess
 from .conftest import Broker
 from .helpers import ConfluentDriver, unique_topic, wait_until
@@ -31,7 +33,6 @@ from .tdengine_helpers import TdBroker, td_broker_fixture
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_REQUEST = 42
 UNKNOWN_TOPIC_ID = 100
-ZERO_UUID = bytes(16)
 METADATA = 3
 FETCH = 1
 DELETE_TOPICS = 20

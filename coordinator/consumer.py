@@ -82,6 +82,7 @@ from typing import Any, Protocol
 
 from tmqgate.coordinator.assignor import ASSIGNOR_NAMES, DEFAULT_ASSIGNOR, TopicPartition, assign
 from tmqgate.coordinator.client_regex import InvalidRegex, compile_client_regex
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.transitions import check
 
@@ -663,7 +664,7 @@ class ConsumerGroup:
         out = []
         for topic in sorted(by_topic):
             found = self.topics.lookup(topic)
-            entry: dict[str, Any] = {"topic_id": found[0] if found else bytes(16), "partitions": sorted(by_topic[topic])}
+            entry: dict[str, Any] = {"topic_id": found[0] if found else ZERO_UUID, "partitions": sorted(by_topic[topic])}
             if names:
                 entry["topic_name"] = topic
             out.append(entry)

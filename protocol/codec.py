@@ -24,6 +24,7 @@ from typing import Any
 from construct import Construct, SizeofError
 from construct.core import CodeGen
 
+from .bodies import ZERO_UUID
 from .schemas import SCHEMAS, FieldSpec, MessageSpec, in_versions, load_messages
 
 __all__ = [
@@ -805,7 +806,7 @@ def default_value(f: FieldSpec, v: int) -> Any:
     if t in ("bytes", "records"):
         return b""
     if t == "uuid":
-        return bytes(16)
+        return ZERO_UUID
     raise ValueError(f"no default for type {t}")
 
 

@@ -150,10 +150,12 @@ def render_init() -> str:
         _HEADER.format(version=KAFKA_VERSION).rstrip("\n"),
         f'"""{_RULES}\nRegenerate with ``python scripts/generate_messages.py`` after a schema refresh.\n"""',
         "", "from __future__ import annotations", "",
-        '__all__ = ["Records"]', "",
+        '__all__ = ["ZERO_UUID", "Records"]', "",
         "#: A response's ``records``: bytes, a ``memoryview`` (decoded with ``records_view``) or a list",
         "#: of buffers (stored batches, encoded as their concatenation without being joined).",
-        "Records = bytes | memoryview | list[bytes]", ""]) + "\n"
+        "Records = bytes | memoryview | list[bytes]", "",
+        "#: Kafka's Uuid.ZERO_UUID: a uuid field's default, \"no topic id\" in requests and answers.",
+        "ZERO_UUID = bytes(16)", ""]) + "\n"
 
 
 def render_all() -> dict[str, str]:

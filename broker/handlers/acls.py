@@ -5,7 +5,7 @@ no authorizer (`authorizer = "none"`) each answers SECURITY_DISABLED as Kafka do
 from __future__ import annotations
 
 from itertools import groupby
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -14,6 +14,18 @@ from tmqgate.broker.handlers.context import AclApis
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from tmqgate.protocol.bodies.create_acls import CreateAclsRequest, CreateAclsResponse
+    from tmqgate.protocol.bodies.delete_acls import (
+        DeleteAclsRequest,
+        DeleteAclsRequestFilter,
+        DeleteAclsResponse,
+        DeleteAclsResponseFilterResult,
+    )
+    from tmqgate.protocol.bodies.describe_acls import (
+        DescribeAclsRequest,
+        DescribeAclsResponse,
+        DescribeAclsResponseResource,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(AclApis)
@@ -21,20 +33,20 @@ api = apis_with(AclApis)
 NO_AUTHORIZER = "No Authorizer is configured."
 
 
-def _filter(f: dict[str, Any]) -> AclFilter:
+def _filter(f: DescribeAclsRequest | DeleteAclsRequestFilter) -> AclFilter:
     return AclFilter(f["resource_type_filter"], f["resource_name_filter"], f["pattern_type_filter"],
                      f["principal_filter"], f["host_filter"], f["operation"], f["permission_type"])
 
 
 @api(ApiKey.DESCRIBE_ACLS, 1, 3)
-async def describe_acls(ctx: AclApis, req: Request) -> dict[str, Any]:
+async def describe_acls(ctx: AclApis, req: Request) -> DescribeAclsResponse:
     auth = ctx.authorizer
     if auth is None:
         return {"throttle_time_ms": 0, "error_code": int(ErrorCode.SECURITY_DISABLED),
                 "error_message": "No Authorizer is configured on the broker", "resources": []}
     auth.require_cluster(Operation.DESCRIBE)
-    acls = auth.describe(_filter(req.body))
-    resources = []
+    acls = auth.describe(_filter(cast("DescribeAclsRequest", req.body)))
+    resources: list[DescribeAclsResponseResource] = []
     for (rt, name, pt), group in groupby(acls, key=lambda a: (a.resource_type, a.resource_name, a.pattern_type)):
         resources.append({"resource_type": rt, "resource_name": name, "pattern_type": pt, "acls": [
             {"principal": a.principal, "host": a.host, "operation": a.operation,
@@ -44,8 +56,8 @@ async def describe_acls(ctx: AclApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.CREATE_ACLS, 1, 3)
-async def create_acls(ctx: AclApis, req: Request) -> dict[str, Any]:
-    creations = req.body["creations"]
+async def create_acls(ctx: AclApis, req: Request) -> CreateAclsResponse:
+    creations = cast("CreateAclsRequest", req.body)["creations"]
     auth = ctx.authorizer
     if auth is None:
         return {"throttle_time_ms": 0, "results": [
@@ -66,15 +78,15 @@ async def create_acls(ctx: AclApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.DELETE_ACLS, 1, 3)
-async def delete_acls(ctx: AclApis, req: Request) -> dict[str, Any]:
-    filters = req.body["filters"]
+async def delete_acls(ctx: AclApis, req: Request) -> DeleteAclsResponse:
+    filters = cast("DeleteAclsRequest", req.body)["filters"]
     auth = ctx.authorizer
     if auth is None:
         return {"throttle_time_ms": 0, "filter_results": [
             {"error_code": int(ErrorCode.SECURITY_DISABLED), "error_message": NO_AUTHORIZER,
              "matching_acls": []} for _ in filters]}
     auth.require_cluster(Operation.ALTER)
-    results = []
+    results: list[DeleteAclsResponseFilterResult] = []
     for outcome in auth.delete([_filter(f) for f in filters]):
         if isinstance(outcome, str):
             results.append({"error_code": int(ErrorCode.INVALID_REQUEST), "error_message": outcome,

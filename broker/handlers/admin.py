@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -17,15 +17,41 @@ from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.broker.identity.client import current_client
 from tmqgate.broker.ops.quotas.rates import MutationQuota
 from tmqgate.broker.topics import KAFKA, TMQ_AS, TSDB, TopicError
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
+    from tmqgate.protocol.bodies.create_partitions import (
+        CreatePartitionsRequest,
+        CreatePartitionsResponse,
+        CreatePartitionsResponseTopicResult,
+    )
+    from tmqgate.protocol.bodies.create_topics import (
+        CreateTopicsRequest,
+        CreateTopicsRequestCreatableTopic,
+        CreateTopicsResponse,
+        CreateTopicsResponseCreatableTopicResult,
+    )
+    from tmqgate.protocol.bodies.delete_records import (
+        DeleteRecordsRequest,
+        DeleteRecordsResponse,
+        DeleteRecordsResponsePartitionResult,
+        DeleteRecordsResponseTopicResult,
+    )
+    from tmqgate.protocol.bodies.delete_topics import (
+        DeleteTopicsRequest,
+        DeleteTopicsResponse,
+        DeleteTopicsResponseDeletableTopicResult,
+    )
     from tmqgate.protocol.messages import Request
+
+    #: an entry of CreateTopics', DeleteTopics' or CreatePartitions' answer (each has an error)
+    _Result = (CreateTopicsResponseCreatableTopicResult | DeleteTopicsResponseDeletableTopicResult
+               | CreatePartitionsResponseTopicResult)
 
 api = apis_with(AdminApis)
 
-ZERO_UUID = bytes(16)
 INT16_MAX = 2**15 - 1
 # Kafka's controller takes at most 10,000 partitions in one request (max_partitions_per_request
 # here). CreateTopics over it: POLICY_VIOLATION with this message, for every topic. Kafka 4.3 has
@@ -34,8 +60,10 @@ INT16_MAX = 2**15 - 1
 TOO_LARGE = "Excessively large number of partitions per request."
 
 
-def _error(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
-    return {"error_code": int(code), "error_message": message}
+def _fail(entry: _Result, code: ErrorCode, message: str | None = None) -> None:
+    """Answer a result entry with `code` and `message`."""
+    entry["error_code"] = int(code)
+    entry["error_message"] = message
 
 
 def _mutation_quota(ctx: AdminApis, req: Request, strict_since: int) -> MutationQuota | None:
@@ -64,30 +92,32 @@ def _denied_topics(ctx: AdminApis, op: Operation, names: list[str]) -> set[str]:
 
 
 @api(ApiKey.CREATE_TOPICS, 2, 7)
-async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def create_topics(ctx: AdminApis, req: Request) -> CreateTopicsResponse:
+    body = cast("CreateTopicsRequest", req.body)
     validate_only = body.get("validate_only", False)
     names = [t["name"] for t in body["topics"]]
     # CREATE on the cluster, else on each topic (Kafka's ControllerApis): "Authorization failed."
     auth = ctx.authorizer
     denied = (set() if auth is None or auth.allows_cluster(Operation.CREATE)
               else _denied_topics(ctx, Operation.CREATE, names))
-    results = []
+    results: list[CreateTopicsResponseCreatableTopicResult] = []
     if _requested_partitions(ctx, body["topics"]) > ctx.config.max_partitions_per_request:
         return {"throttle_time_ms": 0, "topics": [
             {"name": t["name"], "topic_id": ZERO_UUID, "num_partitions": -1, "replication_factor": -1,
-             "configs": None, **_error(ErrorCode.POLICY_VIOLATION, TOO_LARGE)} for t in body["topics"]]}
+             "configs": None, "error_code": int(ErrorCode.POLICY_VIOLATION), "error_message": TOO_LARGE}
+            for t in body["topics"]]}
     mutation = _mutation_quota(ctx, req, 6)
     for t in body["topics"]:
         name = t["name"]
-        result: dict[str, Any] = {"name": name, "topic_id": ZERO_UUID, "num_partitions": -1,
-                                  "replication_factor": -1, "configs": None, **_error(ErrorCode.NONE)}
+        result: CreateTopicsResponseCreatableTopicResult = {
+            "name": name, "topic_id": ZERO_UUID, "num_partitions": -1, "replication_factor": -1, "configs": None,
+            "error_code": 0, "error_message": None}
         if names.count(name) > 1:
-            result.update(_error(ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+            _fail(result, ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
             results.append(result)
             continue
         if name in denied:
-            result.update(_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
+            _fail(result, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             results.append(result)
             continue
         try:
@@ -112,30 +142,30 @@ async def create_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only,
                                           owner=(client.principal, client.host))
         except TopicError as exc:
-            result.update(_error(exc.code, exc.message))
+            _fail(result, exc.code, exc.message)
             results.append(result)
             continue
         except StorageIOError as exc:  # Errors.forException(KafkaStorageException), as Kafka
-            result.update(_error(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
+            _fail(result, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
             results.append(result)
             continue
-        result.update(topic_id=topic.topic_id if not validate_only else ZERO_UUID,
-                      num_partitions=topic.partitions, replication_factor=replication,
-                      configs=[
-                          {"name": key.name, "value": topic.configs.get(key.name, key.default),
-                           "read_only": False, "is_sensitive": False,
-                           "config_source": SOURCE_DYNAMIC_TOPIC if key.name in topic.configs else SOURCE_DEFAULT}
-                          for key in TOPIC_CONFIGS.values()])
+        result.update({"topic_id": topic.topic_id if not validate_only else ZERO_UUID,
+                       "num_partitions": topic.partitions, "replication_factor": replication,
+                       "configs": [
+                           {"name": key.name, "value": topic.configs.get(key.name, key.default),
+                            "read_only": False, "is_sensitive": False,
+                            "config_source": SOURCE_DYNAMIC_TOPIC if key.name in topic.configs else SOURCE_DEFAULT}
+                           for key in TOPIC_CONFIGS.values()]})
         if auth is not None and not auth.allows(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
             # Kafka's controller: created, but its configs (and layout) are not shown to a
             # client that may not DESCRIBE_CONFIGS it.
-            result.update(num_partitions=-1, replication_factor=-1, configs=[],
-                          topic_config_error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            result.update({"num_partitions": -1, "replication_factor": -1, "configs": [],
+                           "topic_config_error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)})
         results.append(result)
     return {"throttle_time_ms": _throttle(mutation), "topics": results}
 
 
-def _requested_partitions(ctx: AdminApis, topics: list[dict[str, Any]]) -> int:
+def _requested_partitions(ctx: AdminApis, topics: list[CreateTopicsRequestCreatableTopic]) -> int:
     """The partitions a CreateTopics request asks for, over all its topics (as Kafka's
     controller counts the records of one operation), before anything is allocated."""
     total = 0
@@ -149,7 +179,7 @@ def _requested_partitions(ctx: AdminApis, topics: list[dict[str, Any]]) -> int:
     return total
 
 
-def _layout(ctx: AdminApis, t: dict[str, Any]) -> tuple[int, int, list[list[int]] | None]:
+def _layout(ctx: AdminApis, t: CreateTopicsRequestCreatableTopic) -> tuple[int, int, list[list[int]] | None]:
     """Partition count, replication factor and the replicas asked for (None: the broker
     places them) of a CreateTopics entry, checked as Kafka does."""
     node = ctx.config.node_id
@@ -192,29 +222,29 @@ def _layout(ctx: AdminApis, t: dict[str, Any]) -> tuple[int, int, list[list[int]
 
 
 @api(ApiKey.DELETE_TOPICS, 1, 6)
-async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def delete_topics(ctx: AdminApis, req: Request) -> DeleteTopicsResponse:
+    body = cast("DeleteTopicsRequest", req.body)
     if req.api_version >= 6:
         wanted = [(t.get("name"), t.get("topic_id") or ZERO_UUID) for t in body["topics"]]
     else:
         wanted = [(name, ZERO_UUID) for name in body["topic_names"]]
-    responses = []
+    responses: list[DeleteTopicsResponseDeletableTopicResult] = []
     auth = ctx.authorizer
     if auth is not None and auth.allows_cluster(Operation.DELETE):
         auth = None  # Kafka's controller: DELETE on the cluster deletes any topic
     mutation = _mutation_quota(ctx, req, 5)
     for name, topic_id in wanted:
         topic = ctx.topics.get(name) if name is not None else ctx.topics.by_id(topic_id)
-        entry: dict[str, Any] = {"name": name, "topic_id": topic_id, **_error(ErrorCode.NONE)}
+        entry: DeleteTopicsResponseDeletableTopicResult = {"name": name, "topic_id": topic_id, "error_code": 0,
+                                                             "error_message": None}
         target = name if name is not None else topic.name if topic is not None else None
         if auth is not None and target is not None and not auth.allows(Operation.DELETE, ResourceType.TOPIC, target):
-            entry.update(_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED))  # else DELETE on the topic
+            _fail(entry, ErrorCode.TOPIC_AUTHORIZATION_FAILED)  # else DELETE on the topic
         elif topic is None:
-            entry.update(_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None
-                                else ErrorCode.UNKNOWN_TOPIC_ID,
-                                "This server does not host this topic-partition."))
+            _fail(entry, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID,
+                  "This server does not host this topic-partition.")
         else:
-            entry.update(name=topic.name, topic_id=topic.topic_id)
+            entry.update({"name": topic.name, "topic_id": topic.topic_id})
             try:
                 if topic.kind != TSDB:  # (a database topic is refused below, taking nothing)
                     _take(mutation, topic.partitions)
@@ -223,9 +253,9 @@ async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 else:
                     ctx.topics.delete(topic)
             except StorageIOError as exc:
-                entry.update(_error(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
+                _fail(entry, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
             except TopicError as exc:  # a database topic: DROP DATABASE deletes it
-                entry.update(_error(exc.code, exc.message))
+                _fail(entry, exc.code, exc.message)
             else:
                 if ctx.notifier is not None:  # Fetches waiting on it answer at once
                     for vnode in range(topic.partitions):
@@ -235,9 +265,9 @@ async def delete_topics(ctx: AdminApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.CREATE_PARTITIONS, 0, 3)
-async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
-    body = req.body
-    results = []
+async def create_partitions(ctx: AdminApis, req: Request) -> CreatePartitionsResponse:
+    body = cast("CreatePartitionsRequest", req.body)
+    results: list[CreatePartitionsResponseTopicResult] = []
     added = 0
     for t in body["topics"]:
         topic = ctx.topics.get(t["name"])
@@ -245,11 +275,12 @@ async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
             added += t["count"] - topic.partitions
     if added > ctx.config.max_partitions_per_request:
         return {"throttle_time_ms": 0, "results": [
-            {"name": t["name"], **_error(ErrorCode.POLICY_VIOLATION, TOO_LARGE)} for t in body["topics"]]}
+            {"name": t["name"], "error_code": int(ErrorCode.POLICY_VIOLATION), "error_message": TOO_LARGE}
+            for t in body["topics"]]}
     denied = _denied_topics(ctx, Operation.ALTER, [t["name"] for t in body["topics"]])
     mutation = _mutation_quota(ctx, req, 3)
     for t in body["topics"]:
-        entry: dict[str, Any] = {"name": t["name"], **_error(ErrorCode.NONE)}
+        entry: CreatePartitionsResponseTopicResult = {"name": t["name"], "error_code": 0, "error_message": None}
         topic = ctx.topics.get(t["name"])
         try:
             if t["name"] in denied:  # ALTER on the topic
@@ -260,12 +291,12 @@ async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 if mutation is not None:
                     ctx.topics.add_partitions(topic, t["count"], validate_only=True)
                     _take(mutation, t["count"] - topic.partitions)
-                assignments = [list(a["broker_ids"]) for a in t["assignments"]] if t.get("assignments") else None
+                assignments = [list(a["broker_ids"]) for a in t["assignments"]] if t["assignments"] else None
                 await ctx.topics.cluster.add_partitions(topic, t["count"], assignments,
                                                         body.get("validate_only", False))
                 results.append(entry)
                 continue
-            if t.get("assignments"):
+            if t["assignments"]:
                 node = ctx.config.node_id
                 if any(a["broker_ids"] != [node] for a in t["assignments"]):
                     raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Only broker {node} exists.")
@@ -274,24 +305,25 @@ async def create_partitions(ctx: AdminApis, req: Request) -> dict[str, Any]:
                 _take(mutation, t["count"] - topic.partitions)
             ctx.topics.add_partitions(topic, t["count"], validate_only=body.get("validate_only", False))
         except TopicError as exc:
-            entry.update(_error(exc.code, exc.message))
+            _fail(entry, exc.code, exc.message)
         except StorageIOError as exc:
-            entry.update(_error(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
+            _fail(entry, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
         results.append(entry)
     return {"throttle_time_ms": _throttle(mutation), "results": results}
 
 
 @api(ApiKey.DELETE_RECORDS, 0, 2)
-async def delete_records(ctx: AdminApis, req: Request) -> dict[str, Any]:
+async def delete_records(ctx: AdminApis, req: Request) -> DeleteRecordsResponse:
+    body = cast("DeleteRecordsRequest", req.body)
     store = ctx.store
-    topics = []
-    denied = _denied_topics(ctx, Operation.DELETE, [t["name"] for t in req.body["topics"]])
-    for t in req.body["topics"]:
+    topics: list[DeleteRecordsResponseTopicResult] = []
+    denied = _denied_topics(ctx, Operation.DELETE, [t["name"] for t in body["topics"]])
+    for t in body["topics"]:
         topic = ctx.topics.get(t["name"])
-        parts = []
+        parts: list[DeleteRecordsResponsePartitionResult] = []
         for p in t["partitions"]:
             index = p["partition_index"]
-            entry = {"partition_index": index, "low_watermark": -1, "error_code": 0}
+            entry: DeleteRecordsResponsePartitionResult = {"partition_index": index, "low_watermark": -1, "error_code": 0}
             error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t["name"] in denied  # DELETE on the topic
                      else ctx.topics.partition_error(topic, index))
             if error is None and topic is not None and topic.is_internal:

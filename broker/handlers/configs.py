@@ -3,7 +3,8 @@ broker loggers (broker.dynamic_configs.logger_configs) and a read-only broker vi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -19,6 +20,25 @@ from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tmqgate.broker.topics import Topic
+    from tmqgate.protocol.bodies.alter_configs import (
+        AlterConfigsRequest,
+        AlterConfigsRequestResource,
+        AlterConfigsResponse,
+        AlterConfigsResponseResourceResponse,
+    )
+    from tmqgate.protocol.bodies.describe_configs import (
+        DescribeConfigsRequest,
+        DescribeConfigsResponse,
+        DescribeConfigsResponseResourceResult,
+        DescribeConfigsResponseResult,
+        DescribeConfigsResponseSynonym,
+    )
+    from tmqgate.protocol.bodies.incremental_alter_configs import (
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsRequestAlterableConfig,
+        IncrementalAlterConfigsRequestAlterConfigsResource,
+        IncrementalAlterConfigsResponse,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(AdminApis)
@@ -29,6 +49,9 @@ BROKER_LOGGER = 8
 GROUP = 32
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+#: an alteration: a resource's current dynamic configs -> its new ones (None: back to the default)
+Compute = Callable[[dict[str, str]], dict[str, str | None]]
 
 
 def _refused(ctx: AdminApis, op: Operation, rtype: int, name: str) -> ErrorCode | None:
@@ -48,22 +71,22 @@ def _refused(ctx: AdminApis, op: Operation, rtype: int, name: str) -> ErrorCode 
 
 
 @api(ApiKey.DESCRIBE_CONFIGS, 1, 4)
-async def describe_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def describe_configs(ctx: AdminApis, req: Request) -> DescribeConfigsResponse:
+    body = cast("DescribeConfigsRequest", req.body)
     synonyms = body.get("include_synonyms", False)
     docs = body.get("include_documentation", False)
-    results = []
+    results: list[DescribeConfigsResponseResult] = []
     for r in body["resources"]:
         rtype, name, keys = r["resource_type"], r["resource_name"], r.get("configuration_keys")
-        result: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": rtype,
-                                  "resource_name": name, "configs": []}
+        result: DescribeConfigsResponseResult = {"error_code": 0, "error_message": None, "resource_type": rtype,
+                                                 "resource_name": name, "configs": []}
         if (refused := _refused(ctx, Operation.DESCRIBE_CONFIGS, rtype, name)) is not None:
             result["error_code"] = int(refused)
         elif rtype == TOPIC:
             topic = ctx.topics.get(name)
             if topic is None:
-                result.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                              error_message=f"Topic '{name}' does not exist.")
+                result.update({"error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                               "error_message": f"Topic '{name}' does not exist."})
             else:
                 for key in TOPIC_CONFIGS.values():
                     if keys is not None and key.name not in keys:
@@ -72,16 +95,18 @@ async def describe_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
                     broker = topic.broker_defaults.get(key.name)  # log.* from the file or dynamic
                     value = topic.config(key.name)
                     source = SOURCE_DYNAMIC_TOPIC if own else broker.source if broker else SOURCE_DEFAULT
-                    entry = {"name": key.name, "value": value, "read_only": False,
-                             "config_source": source, "is_sensitive": False, "config_type": key.type,
-                             "documentation": key.doc if docs else None, "synonyms": []}
+                    entry: DescribeConfigsResponseResourceResult = {
+                        "name": key.name, "value": value, "read_only": False, "config_source": source,
+                        "is_sensitive": False, "config_type": key.type, "documentation": key.doc if docs else None,
+                        "synonyms": []}
                     if synonyms and broker is None:
                         entry["synonyms"] = [{"name": key.name, "value": value, "source": source}]
                     elif synonyms and broker is not None:  # as Kafka: the topic's, the broker's, the default
-                        entry["synonyms"] = (
-                            ([{"name": key.name, "value": value, "source": source}] if own else [])
-                            + [{"name": broker.broker_name, "value": broker.value, "source": broker.source},
-                               {"name": broker.broker_name, "value": key.default, "source": SOURCE_DEFAULT}])
+                        topic_own: list[DescribeConfigsResponseSynonym] = (
+                            [{"name": key.name, "value": value, "source": source}] if own else [])
+                        entry["synonyms"] = topic_own + [
+                            {"name": broker.broker_name, "value": broker.value, "source": broker.source},
+                            {"name": broker.broker_name, "value": key.default, "source": SOURCE_DEFAULT}]
                     result["configs"].append(entry)
                 # A TDengine topic's definition (tmq.as) shows as a read-only dynamic config.
                 for name, value in topic.configs.items():
@@ -93,30 +118,35 @@ async def describe_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
                             "synonyms": [{"name": name, "value": value, "source": SOURCE_DYNAMIC_TOPIC}]
                             if synonyms else []})
         elif rtype == BROKER and ctx.broker_configs is not None:
-            try:
-                result["configs"] = ctx.broker_configs.describe(name, keys, synonyms, docs)
+            try:  # (the config sources build their entries as plain dicts)
+                result["configs"] = cast("list[DescribeConfigsResponseResourceResult]",
+                                         ctx.broker_configs.describe(name, keys, synonyms, docs))
             except TopicError as exc:
-                result.update(error_code=int(exc.code), error_message=exc.message)
+                result.update({"error_code": int(exc.code), "error_message": exc.message})
         elif rtype == BROKER_LOGGER:
             try:
-                result["configs"] = logger_configs.describe(name, ctx.config.node_id, keys)
+                result["configs"] = cast("list[DescribeConfigsResponseResourceResult]",
+                                         logger_configs.describe(name, ctx.config.node_id, keys))
             except TopicError as exc:
-                result.update(error_code=int(exc.code), error_message=exc.message)
+                result.update({"error_code": int(exc.code), "error_message": exc.message})
         elif rtype == GROUP and ctx.group_configs is not None:
             try:
-                result["configs"] = ctx.group_configs.describe(name, keys, synonyms, docs)
+                result["configs"] = cast("list[DescribeConfigsResponseResourceResult]",
+                                         ctx.group_configs.describe(name, keys, synonyms, docs))
             except TopicError as exc:
-                result.update(error_code=int(exc.code), error_message=exc.message)
+                result.update({"error_code": int(exc.code), "error_message": exc.message})
         else:
-            result.update(error_code=int(ErrorCode.INVALID_REQUEST),
-                          error_message=f"Unsupported resource type {rtype}")
+            result.update({"error_code": int(ErrorCode.INVALID_REQUEST),
+                           "error_message": f"Unsupported resource type {rtype}"})
         results.append(result)
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _alter(ctx: AdminApis, rtype: int, name: str, compute: Any, validate_only: bool) -> dict[str, Any]:
-    """Apply `compute(current configs) -> new configs` to a topic resource; report as Kafka does."""
-    out: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": rtype, "resource_name": name}
+def _alter(ctx: AdminApis, rtype: int, name: str, compute: Compute,
+           validate_only: bool) -> AlterConfigsResponseResourceResponse:
+    """Apply `compute(current configs) -> new configs` to a topic resource; report as Kafka does.
+    (IncrementalAlterConfigs' resource response has the same fields as AlterConfigs'.)"""
+    out: AlterConfigsResponseResourceResponse = {"error_code": 0, "error_message": None, "resource_type": rtype, "resource_name": name}
     if (refused := _refused(ctx, Operation.ALTER_CONFIGS, rtype, name)) is not None:
         out["error_code"] = int(refused)
         return out
@@ -124,17 +154,17 @@ def _alter(ctx: AdminApis, rtype: int, name: str, compute: Any, validate_only: b
         try:
             ctx.broker_configs.alter(name, compute, validate_only)
         except TopicError as exc:
-            out.update(error_code=int(exc.code), error_message=exc.message)
+            out.update({"error_code": int(exc.code), "error_message": exc.message})
         return out
     if rtype == GROUP and ctx.group_configs is not None:
         try:
             ctx.group_configs.alter(name, compute, validate_only)
         except TopicError as exc:
-            out.update(error_code=int(exc.code), error_message=exc.message)
+            out.update({"error_code": int(exc.code), "error_message": exc.message})
         return out
     if rtype != TOPIC:
         # Kafka's answer to a type the API does not know (legacy AlterConfigs and BROKER_LOGGER).
-        out.update(error_code=int(ErrorCode.INVALID_REQUEST), error_message=f"Unknown resource type {rtype}")
+        out.update({"error_code": int(ErrorCode.INVALID_REQUEST), "error_message": f"Unknown resource type {rtype}"})
         return out
     topic: Topic | None = ctx.topics.get(name)
     if topic is None:
@@ -143,37 +173,40 @@ def _alter(ctx: AdminApis, rtype: int, name: str, compute: Any, validate_only: b
         try:
             validate_configs(compute({}))
         except TopicError as exc:
-            out.update(error_code=int(exc.code), error_message=exc.message)
+            out.update({"error_code": int(exc.code), "error_message": exc.message})
             return out
-        out.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), error_message=f"Topic '{name}' does not exist.")
+        out.update({"error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                    "error_message": f"Topic '{name}' does not exist."})
         return out
     try:
         new = validate_configs(compute(dict(topic.configs)))
         if not validate_only:
             ctx.topics.set_configs(topic, new)
     except TopicError as exc:
-        out.update(error_code=int(exc.code), error_message=exc.message)
+        out.update({"error_code": int(exc.code), "error_message": exc.message})
     return out
 
 
 @api(ApiKey.ALTER_CONFIGS, 0, 2)
-async def alter_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
+async def alter_configs(ctx: AdminApis, req: Request) -> AlterConfigsResponse:
     """AlterConfigs replaces the resource's whole set of dynamic configs."""
-    body = req.body
+    body = cast("AlterConfigsRequest", req.body)
+
+    def replace(r: AlterConfigsRequestResource) -> Compute:  # (mypy cannot type a lambda's r=r)
+        return lambda _old: {c["name"]: c["value"] for c in r["configs"]}
+
     responses = [
-        _alter(ctx, r["resource_type"], r["resource_name"],
-               lambda _old, r=r: {c["name"]: c["value"] for c in r["configs"]},
-               body.get("validate_only", False))
+        _alter(ctx, r["resource_type"], r["resource_name"], replace(r), body.get("validate_only", False))
         for r in body["resources"]
     ]
     return {"throttle_time_ms": 0, "responses": responses}
 
 
 @api(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
-async def incremental_alter_configs(ctx: AdminApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def incremental_alter_configs(ctx: AdminApis, req: Request) -> IncrementalAlterConfigsResponse:
+    body = cast("IncrementalAlterConfigsRequest", req.body)
 
-    def apply(changes: list[dict[str, Any]]) -> Any:
+    def apply(changes: list[IncrementalAlterConfigsRequestAlterableConfig]) -> Compute:
         def compute(old: dict[str, str]) -> dict[str, str | None]:
             new: dict[str, str | None] = dict(old)
             for c in changes:
@@ -207,16 +240,17 @@ async def incremental_alter_configs(ctx: AdminApis, req: Request) -> dict[str, A
     return {"throttle_time_ms": 0, "responses": responses}
 
 
-def _alter_loggers(ctx: AdminApis, r: dict[str, Any], validate_only: bool) -> dict[str, Any]:
+def _alter_loggers(ctx: AdminApis, r: IncrementalAlterConfigsRequestAlterConfigsResource,
+                   validate_only: bool) -> AlterConfigsResponseResourceResponse:
     """IncrementalAlterConfigs on BROKER_LOGGER: log levels changed at run time."""
     name = r["resource_name"]
-    out: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": BROKER_LOGGER,
+    out: AlterConfigsResponseResourceResponse = {"error_code": 0, "error_message": None, "resource_type": BROKER_LOGGER,
                            "resource_name": name}
     if (refused := _refused(ctx, Operation.ALTER_CONFIGS, BROKER_LOGGER, name)) is not None:
         out["error_code"] = int(refused)
         return out
     try:
-        logger_configs.alter(name, ctx.config.node_id, r["configs"], validate_only)
+        logger_configs.alter(name, ctx.config.node_id, cast("list[dict[str, Any]]", r["configs"]), validate_only)
     except TopicError as exc:
-        out.update(error_code=int(exc.code), error_message=exc.message)
+        out.update({"error_code": int(exc.code), "error_message": exc.message})
     return out

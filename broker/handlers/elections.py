@@ -10,7 +10,7 @@ answer, as Kafka leaves them out.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -19,14 +19,15 @@ from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.topics import Results
+    from tmqgate.protocol.bodies.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
     from tmqgate.protocol.messages import Request
 
 api = apis_with(AdminApis)
 
 
 @api(ApiKey.ELECT_LEADERS, 0, 2)
-async def elect_leaders(ctx: AdminApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def elect_leaders(ctx: AdminApis, req: Request) -> ElectLeadersResponse:
+    body = cast("ElectLeadersRequest", req.body)
     election_type = body.get("election_type", 0) if req.api_version >= 1 else 0
     asked = body.get("topic_partitions")
     wanted = None if asked is None else {t["topic"]: list(t["partitions"]) for t in asked}
@@ -57,7 +58,7 @@ async def elect_leaders(ctx: AdminApis, req: Request) -> dict[str, Any]:
     return _answer(ErrorCode.NONE, results)
 
 
-def _answer(error: ErrorCode, results: Results) -> dict[str, Any]:
+def _answer(error: ErrorCode, results: Results) -> ElectLeadersResponse:
     return {"throttle_time_ms": 0, "error_code": int(error), "replica_election_results": [
         {"topic": name, "partition_result": [
             {"partition_id": p, "error_code": int(code), "error_message": message} for p, code, message in rs]}

@@ -26,6 +26,7 @@ from tmqgate.broker.handlers.leader_hints import point_to_leaders
 from tmqgate.broker.identity.client import current_client
 from tmqgate.broker.ops.quotas.client_quotas import parked
 from tmqgate.broker.topics import TMQ, TSDB
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -210,7 +211,7 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[FetchRequestTopic, Topic 
                             if ctx.metrics is not None:
                                 ctx.metrics.fetched(topic.name, size)
             parts.append(entry)
-        responses.append({"topic": t.get("topic", ""), "topic_id": t.get("topic_id", bytes(16)), "partitions": parts})
+        responses.append({"topic": t.get("topic", ""), "topic_id": t.get("topic_id", ZERO_UUID), "partitions": parts})
     return responses, total, errors
 
 

@@ -8,7 +8,7 @@ SyncGroup wait on futures the state machine resolves, as Kafka's coordinator del
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -17,16 +17,65 @@ from tmqgate.broker.handlers.context import GroupApis
 from tmqgate.broker.identity.client import current_client
 from tmqgate.broker.ops.quotas.client_quotas import parked
 from tmqgate.coordinator.coordinator import REFUSED_ANSWER
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from tmqgate.coordinator.offsets import OffsetEntry
+    from tmqgate.protocol.bodies.consumer_group_describe import (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupDescribeResponse,
+        ConsumerGroupDescribeResponseDescribedGroup,
+    )
+    from tmqgate.protocol.bodies.consumer_group_heartbeat import (
+        ConsumerGroupHeartbeatRequest,
+        ConsumerGroupHeartbeatResponse,
+    )
+    from tmqgate.protocol.bodies.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+    from tmqgate.protocol.bodies.describe_groups import (
+        DescribeGroupsRequest,
+        DescribeGroupsResponse,
+        DescribeGroupsResponseDescribedGroup,
+    )
+    from tmqgate.protocol.bodies.find_coordinator import (
+        FindCoordinatorRequest,
+        FindCoordinatorResponse,
+        FindCoordinatorResponseCoordinator,
+    )
+    from tmqgate.protocol.bodies.heartbeat import HeartbeatRequest, HeartbeatResponse
+    from tmqgate.protocol.bodies.join_group import JoinGroupRequest, JoinGroupResponse
+    from tmqgate.protocol.bodies.leave_group import LeaveGroupRequest, LeaveGroupResponse
+    from tmqgate.protocol.bodies.list_groups import (
+        ListGroupsRequest,
+        ListGroupsResponse,
+        ListGroupsResponseListedGroup,
+    )
+    from tmqgate.protocol.bodies.offset_commit import (
+        OffsetCommitRequest,
+        OffsetCommitResponse,
+        OffsetCommitResponsePartition,
+        OffsetCommitResponseTopic,
+    )
+    from tmqgate.protocol.bodies.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
+    from tmqgate.protocol.bodies.offset_fetch import (
+        OffsetFetchRequest,
+        OffsetFetchRequestTopics,
+        OffsetFetchResponse,
+        OffsetFetchResponseGroup,
+        OffsetFetchResponseTopics,
+    )
+    from tmqgate.protocol.bodies.sync_group import SyncGroupRequest, SyncGroupResponse
+    from tmqgate.protocol.bodies.txn_offset_commit import (
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitResponse,
+        TxnOffsetCommitResponsePartition,
+        TxnOffsetCommitResponseTopic,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(GroupApis)
 
-ZERO_UUID = bytes(16)
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
@@ -74,15 +123,15 @@ def _kick(ctx: GroupApis) -> None:
 
 
 @api(ApiKey.FIND_COORDINATOR, 0, 6)
-async def find_coordinator(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def find_coordinator(ctx: GroupApis, req: Request) -> FindCoordinatorResponse:
+    body = cast("FindCoordinatorRequest", req.body)
     key_type = body.get("key_type", KEY_TYPE_GROUP)
     ok = key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION)
     code = ErrorCode.NONE if ok else ErrorCode.INVALID_REQUEST
     if ok:  # Kafka creates the coordinator's internal topic on the first request for one
         ctx.topics.ensure_internal(GROUP_METADATA_TOPIC if key_type == KEY_TYPE_GROUP else TRANSACTION_STATE_TOPIC)
 
-    def found(key: str) -> dict[str, Any]:
+    def found(key: str) -> FindCoordinatorResponseCoordinator:
         where = ctx.coordinator_node(key_type, key) if ok else None
         if where is None:  # an unknown key type, or a cluster between coordinators
             return {"node_id": -1, "host": "", "port": -1, "error_code": int(
@@ -93,13 +142,15 @@ async def find_coordinator(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
     if req.api_version < 4:
         _require_key(ctx, key_type, body.get("key", ""))
-        return {"throttle_time_ms": 0, **found(body.get("key", ""))}
+        where = found(body.get("key", ""))  # v0-3 answer one key's coordinator at the top level
+        return {"throttle_time_ms": 0, "error_code": where["error_code"], "error_message": where["error_message"],
+                "node_id": where["node_id"], "host": where["host"], "port": where["port"]}
     return {"throttle_time_ms": 0,
             "coordinators": [{"key": key, **(_key_denied(ctx, key_type, key) or found(key))}
                              for key in body.get("coordinator_keys") or []]}
 
 
-def _key_denied(ctx: GroupApis, key_type: int, key: str) -> dict[str, Any] | None:
+def _key_denied(ctx: GroupApis, key_type: int, key: str) -> FindCoordinatorResponseCoordinator | None:
     """FindCoordinator's check (DESCRIBE on the group, or on the transactional id): the
     refusal's entry, or None."""
     auth = ctx.authorizer
@@ -120,13 +171,16 @@ def _require_key(ctx: GroupApis, key_type: int, key: str) -> None:
 
 
 @api(ApiKey.JOIN_GROUP, 0, 9)
-async def join_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    _require_group(ctx, Operation.READ, req.body["group_id"])
-    if ctx.elsewhere(req.body["group_id"]):
-        result = dict(REFUSED_ANSWER["join"])
+async def join_group(ctx: GroupApis, req: Request) -> JoinGroupResponse:
+    # (the coordinator takes the request and answers the response body as plain dicts)
+    group_id = cast("JoinGroupRequest", req.body)["group_id"]
+    _require_group(ctx, Operation.READ, group_id)
+    if ctx.elsewhere(group_id):
+        result = cast("JoinGroupResponse", dict(REFUSED_ANSWER["join"]))
     else:
         with parked():  # waiting for the other members is not handler time (request_percentage)
-                result = await ctx.coordinator.join_group(req.body, req.api_version, req.client_id or "", _host())
+                result = cast("JoinGroupResponse", await ctx.coordinator.join_group(
+                    req.body, req.api_version, req.client_id or "", _host()))
     if req.api_version < 7 and result.get("protocol_name") is None:
         result["protocol_name"] = ""
     result.setdefault("leader", "")
@@ -135,18 +189,19 @@ async def join_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.SYNC_GROUP, 0, 5)
-async def sync_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    _require_group(ctx, Operation.READ, req.body["group_id"])
-    if ctx.elsewhere(req.body["group_id"]):
-        return {"throttle_time_ms": 0, **REFUSED_ANSWER["sync"]}
-    with parked():
-        result = await ctx.coordinator.sync_group(req.body)
+async def sync_group(ctx: GroupApis, req: Request) -> SyncGroupResponse:
+    group_id = cast("SyncGroupRequest", req.body)["group_id"]
+    _require_group(ctx, Operation.READ, group_id)
+    if ctx.elsewhere(group_id):
+        return {"throttle_time_ms": 0, **cast("SyncGroupResponse", REFUSED_ANSWER["sync"])}
+    with parked():  # (the coordinator takes the request and answers the response body as plain dicts)
+        result = cast("SyncGroupResponse", await ctx.coordinator.sync_group(req.body))
     return {"throttle_time_ms": 0, "assignment": b"", **result}
 
 
 @api(ApiKey.HEARTBEAT, 0, 4)
-async def heartbeat(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def heartbeat(ctx: GroupApis, req: Request) -> HeartbeatResponse:
+    body = cast("HeartbeatRequest", req.body)
     _require_group(ctx, Operation.READ, body["group_id"])
     if ctx.elsewhere(body["group_id"]):
         return {"throttle_time_ms": 0, "error_code": int(NOT_COORDINATOR)}
@@ -158,8 +213,8 @@ async def heartbeat(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.LEAVE_GROUP, 0, 5)
-async def leave_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def leave_group(ctx: GroupApis, req: Request) -> LeaveGroupResponse:
+    body = cast("LeaveGroupRequest", req.body)
     _require_group(ctx, Operation.READ, body["group_id"])
     rt = ctx.coordinator
     members: list[tuple[str, str | None]]
@@ -181,14 +236,14 @@ async def leave_group(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.OFFSET_COMMIT, 2, 10)
-async def offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def offset_commit(ctx: GroupApis, req: Request) -> OffsetCommitResponse:
+    body = cast("OffsetCommitRequest", req.body)
     _require_group(ctx, Operation.READ, body["group_id"])  # then READ on each topic
     rt = ctx.coordinator
     by_id = req.api_version >= 10
     entries: list[OffsetEntry] = []
     slots: list[tuple[int, int, int]] = []  # (topic slot, partition slot, entry index)
-    topics_out = []
+    topics_out: list[OffsetCommitResponseTopic] = []
     for ti, t in enumerate(body.get("topics") or []):
         if by_id:
             topic = ctx.topics.by_id(bytes(t["topic_id"]))
@@ -196,7 +251,7 @@ async def offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
         else:
             name = t["name"]
         refused = name is not None and bool(_topics_denied(ctx, Operation.READ, [name]))
-        parts_out = []
+        parts_out: list[OffsetCommitResponsePartition] = []
         for pi, p in enumerate(t.get("partitions") or []):
             parts_out.append({"partition_index": p["partition_index"], "error_code": int(
                 ErrorCode.TOPIC_AUTHORIZATION_FAILED if refused else ErrorCode.UNKNOWN_TOPIC_ID)})
@@ -205,7 +260,7 @@ async def offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
             slots.append((ti, pi, len(entries)))
             entries.append((name, p["partition_index"], p["committed_offset"],
                             p.get("committed_leader_epoch", -1), p.get("committed_metadata")))
-        topics_out.append({"name": t.get("name"), "topic_id": t.get("topic_id", ZERO_UUID), "partitions": parts_out})
+        topics_out.append({"name": t.get("name", ""), "topic_id": t.get("topic_id", ZERO_UUID), "partitions": parts_out})
     # A write the disk refuses answers NOT_COORDINATOR on every entry (coordinator.offsets).
     if ctx.elsewhere(body["group_id"]):
         codes = [NOT_COORDINATOR] * len(entries)
@@ -219,7 +274,7 @@ async def offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
-async def txn_offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
+async def txn_offset_commit(ctx: GroupApis, req: Request) -> TxnOffsetCommitResponse:
     """TxnOffsetCommit (KIP-98; v3+ carries the consumer's member and generation, KIP-447):
     offsets stored pending for the producer's transaction, the group's committed offsets only
     when it commits. Kafka's checks in its order (KafkaApis.handleTxnOffsetCommitRequest):
@@ -227,11 +282,11 @@ async def txn_offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
     READ on each topic, then unknown topics/partitions, then the group (the coordinator).
     v5 is sent by clients that negotiated transaction version 2 (KIP-890 part 2): the group joins
     the transaction implicitly (no AddOffsetsToTxn), as Kafka's ADD_PARTITION operation."""
-    body = req.body
+    body = cast("TxnOffsetCommitRequest", req.body)
     requested = [(t["name"], [p["partition_index"] for p in t.get("partitions") or []])
                  for t in body.get("topics") or []]
 
-    def every(code: ErrorCode) -> dict[str, Any]:
+    def every(code: ErrorCode) -> TxnOffsetCommitResponse:
         return {"throttle_time_ms": 0, "topics": [
             {"name": name, "partitions": [{"partition_index": p, "error_code": int(code)} for p in parts]}
             for name, parts in requested]}
@@ -244,10 +299,10 @@ async def txn_offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
     denied = _topics_denied(ctx, Operation.READ, [name for name, _ in requested])
     entries: list[OffsetEntry] = []
     slots: list[tuple[int, int, int]] = []  # (topic slot, partition slot, entry index)
-    topics_out = []
+    topics_out: list[TxnOffsetCommitResponseTopic] = []
     for ti, t in enumerate(body.get("topics") or []):
         name = t["name"]
-        parts_out = []
+        parts_out: list[TxnOffsetCommitResponsePartition] = []
         for pi, p in enumerate(t.get("partitions") or []):
             parts_out.append({"partition_index": p["partition_index"],
                               "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)})
@@ -272,14 +327,14 @@ async def txn_offset_commit(ctx: GroupApis, req: Request) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "topics": topics_out}
 
 
-def _fetch_group(ctx: GroupApis, group_id: str, topics: list[dict[str, Any]] | None, by_id: bool,
+def _fetch_group(ctx: GroupApis, group_id: str, topics: list[OffsetFetchRequestTopics] | None, by_id: bool,
                  member_id: str | None = None, member_epoch: int = -1,
-                 require_stable: bool = False) -> tuple[ErrorCode, list[dict[str, Any]]]:
+                 require_stable: bool = False) -> tuple[ErrorCode, list[OffsetFetchResponseTopics]]:
     rt = ctx.coordinator
     if ctx.elsewhere(group_id):
         return NOT_COORDINATOR, []
     wanted: list[tuple[str, list[int]]] | None = None
-    unknown_ids: list[dict[str, Any]] = []
+    unknown_ids: list[OffsetFetchResponseTopics] = []
     if topics is not None:
         wanted = []
         for t in topics:
@@ -294,7 +349,7 @@ def _fetch_group(ctx: GroupApis, group_id: str, topics: list[dict[str, Any]] | N
                 wanted.append((topic.name, list(t["partition_indexes"])))
             else:
                 wanted.append((t["name"], list(t["partition_indexes"])))
-    refused: list[dict[str, Any]] = []
+    refused: list[OffsetFetchResponseTopics] = []
     if ctx.authorizer is not None:
         if wanted is not None:  # named topics one may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED
             denied = _topics_denied(ctx, Operation.DESCRIBE, [n for n, _ in wanted])
@@ -309,7 +364,7 @@ def _fetch_group(ctx: GroupApis, group_id: str, topics: list[dict[str, Any]] | N
         rows = [(n, parts) for n, parts in rows if n not in hidden]
     out = []
     for name, parts in rows:
-        entry: dict[str, Any] = {"name": name, "partitions": [
+        entry: OffsetFetchResponseTopics = {"name": name, "partitions": [
             {"partition_index": p, "committed_offset": off, "committed_leader_epoch": epoch, "metadata": meta,
              "error_code": int(err)} for p, off, epoch, meta, err in parts]}
         if by_id:
@@ -325,7 +380,7 @@ def _fetch_group(ctx: GroupApis, group_id: str, topics: list[dict[str, Any]] | N
     return code, out + refused + unknown_ids
 
 
-async def _settled(ctx: GroupApis, group_id: str) -> tuple[ErrorCode, list[dict[str, Any]]] | None:
+async def _settled(ctx: GroupApis, group_id: str) -> tuple[ErrorCode, list[OffsetFetchResponseTopics]] | None:
     """On a cluster, OffsetFetch answers only what the in-sync replicas have (Kafka's coordinator
     reads its last committed state): it waits for the group's pending changes first; the
     answer instead when they do not get there (None: go on)."""
@@ -336,20 +391,21 @@ async def _settled(ctx: GroupApis, group_id: str) -> tuple[ErrorCode, list[dict[
 
 
 @api(ApiKey.OFFSET_FETCH, 1, 10)
-async def offset_fetch(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def offset_fetch(ctx: GroupApis, req: Request) -> OffsetFetchResponse:
+    body = cast("OffsetFetchRequest", req.body)
     v = req.api_version
     if v < 8:
         _require_group(ctx, Operation.DESCRIBE, body["group_id"])
         # require_stable (v7+, KIP-447): UNSTABLE_OFFSET_COMMIT where a transaction is pending.
-        code, topics = await _settled(ctx, body["group_id"]) or _fetch_group(
-            ctx, body["group_id"], body.get("topics"), False, require_stable=bool(body.get("require_stable")))
+        code, topics = await _settled(ctx, body["group_id"]) or _fetch_group(  # (v0-7's topics: by name)
+            ctx, body["group_id"], cast("list[OffsetFetchRequestTopics] | None", body.get("topics")), False,
+            require_stable=bool(body.get("require_stable")))
         if v < 2 and code is not ErrorCode.NONE:
             for t in topics:
                 for p in t["partitions"]:
                     p["error_code"] = int(code)
-        return {"throttle_time_ms": 0, "error_code": int(code), "topics": topics}
-    groups = []
+        return {"throttle_time_ms": 0, "error_code": int(code), "topics": list(topics)}  # (v0-7's type: no ids)
+    groups: list[OffsetFetchResponseGroup] = []
     for g in body.get("groups") or []:
         if _group_denied(ctx, Operation.DESCRIBE, g["group_id"]):
             groups.append({"group_id": g["group_id"], "topics": [],
@@ -363,8 +419,10 @@ async def offset_fetch(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.LIST_GROUPS, 0, 5)
-async def list_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    groups = ctx.coordinator.machine.admin.list_groups(req.body.get("states_filter"), req.body.get("types_filter"))
+async def list_groups(ctx: GroupApis, req: Request) -> ListGroupsResponse:
+    body = cast("ListGroupsRequest", req.body)
+    groups = cast("list[ListGroupsResponseListedGroup]", ctx.coordinator.machine.admin.list_groups(
+        body.get("states_filter"), body.get("types_filter")))  # (the coordinator's plain dicts)
     auth = ctx.authorizer
     if auth is not None and not auth.allows_cluster(Operation.DESCRIBE):
         # Kafka: DESCRIBE on the cluster lists every group, else those one may DESCRIBE.
@@ -374,23 +432,24 @@ async def list_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.DESCRIBE_GROUPS, 0, 6)
-async def describe_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
+async def describe_groups(ctx: GroupApis, req: Request) -> DescribeGroupsResponse:
     admin = ctx.coordinator.machine.admin
     return {"throttle_time_ms": 0, "groups": [
         _group_error(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) if _group_denied(ctx, Operation.DESCRIBE, g)
         else _group_error(g, NOT_COORDINATOR) if ctx.elsewhere(g)
-        else admin.describe_group(g, req.api_version) for g in req.body.get("groups") or []]}
+        else cast("DescribeGroupsResponseDescribedGroup", admin.describe_group(g, req.api_version))
+        for g in cast("DescribeGroupsRequest", req.body).get("groups") or []]}
 
 
-def _group_error(group_id: str, code: ErrorCode) -> dict[str, Any]:
+def _group_error(group_id: str, code: ErrorCode) -> DescribeGroupsResponseDescribedGroup:
     """Kafka's DescribeGroupsResponse.groupError: unknown state, protocol and operations."""
     return {"group_id": group_id, "error_code": int(code), "error_message": None, "group_state": "",
             "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": -2147483648}
 
 
 @api(ApiKey.DELETE_GROUPS, 0, 2)
-async def delete_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    names = req.body.get("groups_names") or []
+async def delete_groups(ctx: GroupApis, req: Request) -> DeleteGroupsResponse:
+    names = cast("DeleteGroupsRequest", req.body).get("groups_names") or []
     denied = {g for g in names if _group_denied(ctx, Operation.DELETE, g)}
     elsewhere = {g for g in names if g not in denied and ctx.elsewhere(g)}
     results = dict(ctx.coordinator.machine.admin.delete_groups([g for g in names if g not in denied | elsewhere]))
@@ -403,8 +462,8 @@ async def delete_groups(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.OFFSET_DELETE, 0, 0)
-async def offset_delete(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def offset_delete(ctx: GroupApis, req: Request) -> OffsetDeleteResponse:
+    body = cast("OffsetDeleteRequest", req.body)
     _require_group(ctx, Operation.DELETE, body["group_id"])  # then READ on each topic
     wanted = [(t["name"], [p["partition_index"] for p in t.get("partitions") or []]) for t in body.get("topics") or []]
     denied = _topics_denied(ctx, Operation.READ, [n for n, _ in wanted])
@@ -421,8 +480,8 @@ async def offset_delete(ctx: GroupApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
-async def consumer_group_heartbeat(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def consumer_group_heartbeat(ctx: GroupApis, req: Request) -> ConsumerGroupHeartbeatResponse:
+    body = cast("ConsumerGroupHeartbeatRequest", req.body)
     if _group_denied(ctx, Operation.READ, body["group_id"]):
         return {"throttle_time_ms": 0, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
                 "error_message": None, "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0}
@@ -436,36 +495,38 @@ async def consumer_group_heartbeat(ctx: GroupApis, req: Request) -> dict[str, An
                 "error_message": None, "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0}
     rt = ctx.coordinator
     client = current_client.get(None)
-    result = rt.machine.consumer_heartbeat(rt.now(), req.body, req.client_id or "", _host(),
-                                           client.principal if client is not None else "")
+    result = cast("ConsumerGroupHeartbeatResponse", rt.machine.consumer_heartbeat(  # (plain dicts in and out)
+        rt.now(), req.body, req.client_id or "", _host(), client.principal if client is not None else ""))
     _kick(ctx)
     return {"throttle_time_ms": 0, **result}
 
 
 @api(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
-async def consumer_group_describe(ctx: GroupApis, req: Request) -> dict[str, Any]:
-    ids = req.body.get("group_ids") or []
+async def consumer_group_describe(ctx: GroupApis, req: Request) -> ConsumerGroupDescribeResponse:
+    ids = cast("ConsumerGroupDescribeRequest", req.body).get("group_ids") or []
     denied = {g for g in ids if _group_denied(ctx, Operation.DESCRIBE, g)}
     refused = {g: ErrorCode.GROUP_AUTHORIZATION_FAILED if g in denied else NOT_COORDINATOR
                for g in ids if g in denied or ctx.elsewhere(g)}
-    described = iter(_describable_groups(ctx, ctx.coordinator.machine.admin.consumer_describe(
-        [g for g in ids if g not in refused])))
-    groups = [{"group_id": g, "error_code": int(refused[g]), "error_message": None,
+    described = iter(_describable_groups(ctx, cast(  # (the coordinator's plain dicts)
+        "list[ConsumerGroupDescribeResponseDescribedGroup]",
+        ctx.coordinator.machine.admin.consumer_describe([g for g in ids if g not in refused]))))
+    groups: list[ConsumerGroupDescribeResponseDescribedGroup] = [{"group_id": g, "error_code": int(refused[g]), "error_message": None,
                "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
                "members": [], "authorized_operations": -2147483648} if g in refused else next(described)
               for g in ids]
     return {"throttle_time_ms": 0, "groups": groups}
 
 
-def _describable_groups(ctx: GroupApis, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _describable_groups(ctx: GroupApis, groups: list[ConsumerGroupDescribeResponseDescribedGroup]
+                        ) -> list[ConsumerGroupDescribeResponseDescribedGroup]:
     """Kafka 4.1 (KAFKA-18813): a group whose members' assignments or target assignments hold
     a topic the caller may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED, without members."""
     if ctx.authorizer is None:
         return groups
 
-    def topics(group: dict[str, Any]) -> set[str]:
-        return {tp["topic_name"] for m in group["members"] for kind in ("assignment", "target_assignment")
-                for tp in m[kind]["topic_partitions"]}
+    def topics(group: ConsumerGroupDescribeResponseDescribedGroup) -> set[str]:
+        return {tp["topic_name"] for m in group["members"] for assigned in (m["assignment"], m["target_assignment"])
+                for tp in assigned["topic_partitions"]}
 
     wanted = set().union(*(topics(g) for g in groups if g["error_code"] == 0))
     denied = wanted - ctx.authorizer.allowed(Operation.DESCRIBE, ResourceType.TOPIC, wanted)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -23,22 +23,28 @@ from tmqgate.broker.topics import KAFKA, TSDB
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from tmqgate.protocol.bodies.describe_log_dirs import (
+        DescribeLogDirsRequest,
+        DescribeLogDirsResponse,
+        DescribeLogDirsResponsePartition,
+        DescribeLogDirsResponseTopic,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(AdminApis)
 
 
 @api(ApiKey.DESCRIBE_LOG_DIRS, 1, 5)
-async def describe_log_dirs(ctx: AdminApis, req: Request) -> dict[str, Any]:
+async def describe_log_dirs(ctx: AdminApis, req: Request) -> DescribeLogDirsResponse:
     if ctx.authorizer is not None and not ctx.authorizer.allows_cluster(Operation.DESCRIBE):
         return {"throttle_time_ms": 0, "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "results": []}
-    asked = req.body.get("topics")
+    asked = cast("DescribeLogDirsRequest", req.body).get("topics")
     wanted = None if asked is None else {t["topic"]: set(t["partitions"]) for t in asked}
-    topics = []
+    topics: list[DescribeLogDirsResponseTopic] = []
     for topic in ctx.topics.all():
         if topic.kind not in (KAFKA, TSDB) or (wanted is not None and topic.name not in wanted):
             continue
-        parts = []
+        parts: list[DescribeLogDirsResponsePartition] = []
         for p in range(topic.partitions):
             if wanted is not None and p not in wanted[topic.name]:
                 continue

@@ -1,23 +1,40 @@
-"""ApiVersions, Metadata, DescribeCluster: how clients find us and our topics."""
+"""ApiVersions, Metadata, DescribeCluster, DescribeTopicPartitions: how clients find us and our
+topics. A topic's entry is built once, as Metadata's (``topic_metadata``); DescribeTopicPartitions
+answers it with its own partition type (KIP-966's ELR fields added)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, api_versions_body, apis_with
 from tmqgate.broker.errors import KafkaError
 from tmqgate.broker.handlers.context import ClusterApis
 from tmqgate.broker.topics import Topic, TopicError, check_topic_name
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.names import topic_name_problem
 
 if TYPE_CHECKING:
+    from tmqgate.protocol.bodies.api_versions import ApiVersionsResponse
+    from tmqgate.protocol.bodies.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
+    from tmqgate.protocol.bodies.describe_topic_partitions import (
+        DescribeTopicPartitionsRequest,
+        DescribeTopicPartitionsResponse,
+        DescribeTopicPartitionsResponseCursor,
+        DescribeTopicPartitionsResponseTopic,
+    )
+    from tmqgate.protocol.bodies.metadata import (
+        MetadataRequest,
+        MetadataResponse,
+        MetadataResponseBroker,
+        MetadataResponsePartition,
+        MetadataResponseTopic,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(ClusterApis)
 
-ZERO_UUID = bytes(16)
 NOT_REQUESTED = -2147483648  # *_authorized_operations when the client did not ask for them
 # Leader epoch -1 for a partition of this broker alone: clients skip epoch validation. A
 # partition placed on a cluster shows its leader epoch, which clients then send back
@@ -26,18 +43,19 @@ LEADER_EPOCH = -1
 
 
 @api(ApiKey.API_VERSIONS, 0, 4)
-async def api_versions(ctx: ClusterApis, req: Request) -> dict[str, Any]:
-    return api_versions_body(ctx.apis, finalized={"transaction.version": ctx.config.transaction_version},
-                             version=req.api_version)
+async def api_versions(ctx: ClusterApis, req: Request) -> ApiVersionsResponse:
+    # (api_versions_body: a plain dict, as the server's UNSUPPORTED_VERSION answer edits it)
+    return cast("ApiVersionsResponse", api_versions_body(
+        ctx.apis, finalized={"transaction.version": ctx.config.transaction_version}, version=req.api_version))
 
 
-def topic_metadata(ctx: ClusterApis, topic: Topic) -> dict[str, Any]:
+def topic_metadata(ctx: ClusterApis, topic: Topic) -> MetadataResponseTopic:
     """One topic's metadata entry: each partition's leader, replicas and in-sync replicas —
     on a cluster as etcd places them (an offline partition: LEADER_NOT_AVAILABLE, leader -1,
     its dead replicas offline), else this node, the only replica of all."""
     node = ctx.node.node_id
     live = ctx.live_ids()
-    partitions = []
+    partitions: list[MetadataResponsePartition] = []
     for p in range(topic.partitions):
         state = ctx.topics.partition_state(topic, p)
         if state is None:
@@ -58,18 +76,18 @@ def topic_metadata(ctx: ClusterApis, topic: Topic) -> dict[str, Any]:
     }
 
 
-def brokers(ctx: ClusterApis) -> list[dict[str, Any]]:
+def brokers(ctx: ClusterApis) -> list[MetadataResponseBroker]:
     return [{"node_id": n, "host": host, "port": port, "rack": None} for n, host, port in ctx.brokers()]
 
 
-def _missing(name: str | None, topic_id: bytes, code: ErrorCode) -> dict[str, Any]:
+def _missing(name: str | None, topic_id: bytes, code: ErrorCode) -> MetadataResponseTopic:
     return {"error_code": int(code), "name": name, "topic_id": topic_id, "is_internal": False,
             "partitions": []}
 
 
 @api(ApiKey.METADATA, 0, 13)
-async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def metadata(ctx: ClusterApis, req: Request) -> MetadataResponse:
+    body = cast("MetadataRequest", req.body)
     wanted = body.get("topics")
     allow_auto = body.get("allow_auto_topic_creation", True) and ctx.config.auto_create_topics_enable
     if wanted and req.api_version < 12:
@@ -128,8 +146,8 @@ async def metadata(ctx: ClusterApis, req: Request) -> dict[str, Any]:
     if auth is not None:
         if body.get("include_topic_authorized_operations"):
             for t in topics:
-                if t["error_code"] == 0:
-                    t["topic_authorized_operations"] = auth.operations(ResourceType.TOPIC, t["name"])
+                if t["error_code"] == 0 and (name := t["name"]) is not None:  # (a found topic's: named)
+                    t["topic_authorized_operations"] = auth.operations(ResourceType.TOPIC, name)
         if body.get("include_cluster_authorized_operations"):
             cluster_ops = auth.operations(ResourceType.CLUSTER, "kafka-cluster")
     return {
@@ -163,10 +181,11 @@ async def _auto_create(ctx: ClusterApis, name: str) -> Topic | ErrorCode:
 
 
 @api(ApiKey.DESCRIBE_CLUSTER, 0, 2)
-async def describe_cluster(ctx: ClusterApis, req: Request) -> dict[str, Any]:
+async def describe_cluster(ctx: ClusterApis, req: Request) -> DescribeClusterResponse:
+    body = cast("DescribeClusterRequest", req.body)
     ops = NOT_REQUESTED
     auth = ctx.authorizer
-    if auth is not None and req.body.get("include_cluster_authorized_operations"):
+    if auth is not None and body.get("include_cluster_authorized_operations"):
         # Kafka: the cluster's operations to a client that may DESCRIBE it, else none (0).
         ops = (auth.operations(ResourceType.CLUSTER, "kafka-cluster")
                if auth.allows_cluster(Operation.DESCRIBE) else 0)
@@ -174,7 +193,7 @@ async def describe_cluster(ctx: ClusterApis, req: Request) -> dict[str, Any]:
         "throttle_time_ms": 0,
         "error_code": 0,
         "error_message": None,
-        "endpoint_type": req.body.get("endpoint_type", 1),
+        "endpoint_type": body.get("endpoint_type", 1),
         "cluster_id": ctx.cluster_id(),
         "controller_id": ctx.controller_id(),
         "brokers": [{"broker_id": n, "host": h, "port": p, "rack": None, "is_fenced": False}
@@ -184,10 +203,10 @@ async def describe_cluster(ctx: ClusterApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0)
-async def describe_topic_partitions(ctx: ClusterApis, req: Request) -> dict[str, Any]:
+async def describe_topic_partitions(ctx: ClusterApis, req: Request) -> DescribeTopicPartitionsResponse:
     """KIP-966's paged topic description (kafka-topics --describe in 4.x): topics in name order
     from the cursor, at most response_partition_limit partitions, then a cursor to go on."""
-    body = req.body
+    body = cast("DescribeTopicPartitionsRequest", req.body)
     limit = max(1, body.get("response_partition_limit") or 2000)
     cursor = body.get("cursor")
     names = sorted(t["name"] for t in body["topics"]) if body["topics"] else [t.name for t in ctx.topics.all()]
@@ -197,16 +216,16 @@ async def describe_topic_partitions(ctx: ClusterApis, req: Request) -> dict[str,
         names = [n for n in names if n in allowed]
     if cursor is not None:
         names = [n for n in names if n >= cursor["topic_name"]]
-    out: list[dict[str, Any]] = []
-    next_cursor = None
+    out: list[DescribeTopicPartitionsResponseTopic] = []
+    next_cursor: DescribeTopicPartitionsResponseCursor | None = None
     left = limit
     for name in names:
         if allowed is not None and name not in allowed:
-            out.append(_missing(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            out.append(_described(_missing(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED), []))
             continue
         topic = ctx.topics.get(name)
         if topic is None:
-            out.append(_missing(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            out.append(_described(_missing(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), []))
             continue
         entry = topic_metadata(ctx, topic)
         first = cursor["partition_index"] if cursor is not None and name == cursor["topic_name"] else 0
@@ -214,14 +233,17 @@ async def describe_topic_partitions(ctx: ClusterApis, req: Request) -> dict[str,
         if len(parts) > left:
             next_cursor = {"topic_name": name, "partition_index": parts[left]["partition_index"]}
             parts = parts[:left]
-        for p in parts:
-            p["eligible_leader_replicas"] = []
-            p["last_known_elr"] = []
-        entry["partitions"] = parts
-        out.append(entry)
+        out.append(_described(entry, parts))
         left -= len(parts)
         if next_cursor is not None or left == 0:
             if next_cursor is None and name != names[-1]:
                 next_cursor = {"topic_name": names[names.index(name) + 1], "partition_index": 0}
             break
     return {"throttle_time_ms": 0, "topics": out, "next_cursor": next_cursor}
+
+
+def _described(entry: MetadataResponseTopic,
+               parts: list[MetadataResponsePartition]) -> DescribeTopicPartitionsResponseTopic:
+    """A topic's Metadata entry as DescribeTopicPartitions answers it: with ``parts`` (its page
+    of partitions), each with KIP-966's eligible leader replicas, none here."""
+    return {**entry, "partitions": [{**p, "eligible_leader_replicas": [], "last_known_elr": []} for p in parts]}

@@ -23,6 +23,7 @@ from tmqgate.broker.identity.client import current_client
 from tmqgate.broker.tdengine import IngestError, ingest
 from tmqgate.broker.topics import TMQ, TSDB
 from tmqgate.protocol import clock
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.compression import CorruptRecord
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import (
@@ -143,7 +144,7 @@ async def produce(ctx: DataPlane, req: Request) -> ProduceResponse | Deferred | 
                     _log_rejected(ctx, req, topic_data.get("name") or (topic.name if topic else "?"), index, entry)
                 refused.append((topic, entry))
             partitions.append(entry)
-        responses.append({"name": topic_data.get("name", ""), "topic_id": topic_data.get("topic_id", bytes(16)),
+        responses.append({"name": topic_data.get("name", ""), "topic_id": topic_data.get("topic_id", ZERO_UUID),
                           "partition_responses": partitions})
     version = req.api_version
 

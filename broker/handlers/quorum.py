@@ -15,26 +15,34 @@ Raft log (issue 16, step 3). Rules:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import ClusterApis
 from tmqgate.broker.network.listeners import parse_listeners
 from tmqgate.protocol import clock
+from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from tmqgate.protocol.bodies.describe_quorum import (
+        DescribeQuorumRequest,
+        DescribeQuorumResponse,
+        DescribeQuorumResponsePartitionData,
+        DescribeQuorumResponseReplicaState,
+        DescribeQuorumResponseTopicData,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(ClusterApis)
 
 METADATA_TOPIC = "__cluster_metadata"
-_NO_DIRECTORY = bytes(16)
+_NO_DIRECTORY = ZERO_UUID  # Kafka's ReplicaKey.NO_DIRECTORY_ID
 
 
 @api(ApiKey.DESCRIBE_QUORUM, 0, 2)
-async def describe_quorum(ctx: ClusterApis, req: Request) -> dict[str, Any]:
+async def describe_quorum(ctx: ClusterApis, req: Request) -> DescribeQuorumResponse:
     auth = ctx.authorizer
     if auth is not None and not auth.allows_cluster(Operation.DESCRIBE):
         return {"error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "error_message": None, "topics": [],
@@ -48,7 +56,7 @@ async def describe_quorum(ctx: ClusterApis, req: Request) -> dict[str, Any]:
         leader, epoch, hw, read_ms = m.view.controller_id, max(m.view.controller_epoch, 0), m.revision, m.read_ms
     brokers = ctx.brokers()
 
-    def state(node: int) -> dict[str, Any]:
+    def state(node: int) -> DescribeQuorumResponseReplicaState:
         if node == leader:  # Kafka: the leader's last fetch -1, its caught-up time now
             return {"replica_id": node, "replica_directory_id": _NO_DIRECTORY, "log_end_offset": hw,
                     "last_fetch_timestamp": -1, "last_caught_up_timestamp": now}
@@ -58,18 +66,18 @@ async def describe_quorum(ctx: ClusterApis, req: Request) -> dict[str, Any]:
         return {"replica_id": node, "replica_directory_id": _NO_DIRECTORY, "log_end_offset": -1,
                 "last_fetch_timestamp": -1, "last_caught_up_timestamp": -1}
 
-    topics = []
-    for t in req.body["topics"]:
-        parts = []
+    topics: list[DescribeQuorumResponseTopicData] = []
+    for t in cast("DescribeQuorumRequest", req.body)["topics"]:
+        parts: list[DescribeQuorumResponsePartitionData] = []
         for p in t["partitions"]:
-            entry: dict[str, Any] = {"partition_index": p["partition_index"], "error_code": 0, "error_message": None,
+            entry: DescribeQuorumResponsePartitionData = {"partition_index": p["partition_index"], "error_code": 0, "error_message": None,
                                      "leader_id": -1, "leader_epoch": -1, "high_watermark": -1,
                                      "current_voters": [], "observers": []}
             if t["topic_name"] != METADATA_TOPIC or p["partition_index"] != 0:
                 entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             else:
-                entry.update(leader_id=leader, leader_epoch=epoch, high_watermark=hw,
-                             current_voters=[state(n) for n, _, _ in brokers])
+                entry.update({"leader_id": leader, "leader_epoch": epoch, "high_watermark": hw,
+                              "current_voters": [state(n) for n, _, _ in brokers]})
             parts.append(entry)
         topics.append({"topic_name": t["topic_name"], "partitions": parts})
     listener = parse_listeners(ctx.config)[0].name  # the one brokers register and advertise first

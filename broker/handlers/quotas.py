@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -15,6 +15,15 @@ from tmqgate.broker.ops.quotas.configs import IP, QuotaError, valid_ip
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from tmqgate.protocol.bodies.alter_client_quotas import (
+        AlterClientQuotasRequest,
+        AlterClientQuotasResponse,
+    )
+    from tmqgate.protocol.bodies.describe_client_quotas import (
+        DescribeClientQuotasRequest,
+        DescribeClientQuotasResponse,
+        DescribeClientQuotasResponseEntryData,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(AdminApis)
@@ -29,14 +38,16 @@ def _cluster_denied(ctx: AdminApis, op: Operation) -> bool:
 
 
 @api(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1)
-async def describe_client_quotas(ctx: AdminApis, req: Request) -> dict[str, Any]:
+async def describe_client_quotas(ctx: AdminApis, req: Request) -> DescribeClientQuotasResponse:
     assert ctx.quotas is not None
-    body = req.body
+    body = cast("DescribeClientQuotasRequest", req.body)
     if _cluster_denied(ctx, Operation.DESCRIBE_CONFIGS):
         return {"throttle_time_ms": 0, "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
                 "error_message": None, "entries": None}
     try:
-        entries = ctx.quotas.describe(body["components"], body["strict"])
+        # (broker/quotas takes the request's and builds the answer's entries as plain dicts)
+        entries = cast("list[DescribeClientQuotasResponseEntryData]",
+                       ctx.quotas.describe(req.body["components"], body["strict"]))
     except QuotaError as exc:  # Kafka's getErrorResponse: the code, the message, no entries
         return {"throttle_time_ms": 0, "error_code": int(exc.code), "error_message": exc.message,
                 "entries": None}
@@ -44,18 +55,19 @@ async def describe_client_quotas(ctx: AdminApis, req: Request) -> dict[str, Any]
 
 
 @api(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1)
-async def alter_client_quotas(ctx: AdminApis, req: Request) -> dict[str, Any]:
+async def alter_client_quotas(ctx: AdminApis, req: Request) -> AlterClientQuotasResponse:
     assert ctx.quotas is not None
-    body = req.body
+    body = cast("AlterClientQuotasRequest", req.body)
     if _cluster_denied(ctx, Operation.ALTER_CONFIGS):  # every entry refused, nothing changed
         return {"throttle_time_ms": 0, "entries": [
             {"error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "error_message": _CLUSTER_DENIED,
-             "entity": entry["entity"]} for entry in body["entries"]]}
+             "entity": [{"entity_type": e["entity_type"], "entity_name": e["entity_name"]} for e in entry["entity"]]}
+            for entry in body["entries"]]}
     # An ip entity may name a host (Kafka: InetAddress.getByName); resolved off the event loop.
     hosts = {e["entity_name"] for entry in body["entries"] for e in entry["entity"]
              if e["entity_type"] == IP and not valid_ip(e["entity_name"])}
     resolvable = {h: await _resolves(h) for h in hosts if h}
-    results = ctx.quotas.alter(body["entries"], body["validate_only"], resolvable)
+    results = ctx.quotas.alter(req.body["entries"], body["validate_only"], resolvable)  # (plain dicts)
     return {"throttle_time_ms": 0, "entries": [
         {"error_code": int(r.code), "error_message": r.message,
          "entity": [{"entity_type": t, "entity_name": n} for t, n in r.entity]}

@@ -11,7 +11,7 @@ target names a broker that is not registered (INVALID_REPLICA_ASSIGNMENT, Kafka'
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -21,23 +21,31 @@ from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.topics import Results
+    from tmqgate.protocol.bodies.alter_partition_reassignments import (
+        AlterPartitionReassignmentsRequest,
+        AlterPartitionReassignmentsResponse,
+    )
+    from tmqgate.protocol.bodies.list_partition_reassignments import (
+        ListPartitionReassignmentsRequest,
+        ListPartitionReassignmentsResponse,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(AdminApis)
 
 
 @api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
-async def alter_partition_reassignments(ctx: AdminApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def alter_partition_reassignments(ctx: AdminApis, req: Request) -> AlterPartitionReassignmentsResponse:
+    body = cast("AlterPartitionReassignmentsRequest", req.body)
     allow = body.get("allow_replication_factor_change", True) if req.api_version >= 1 else True
     if ctx.authorizer is not None and not ctx.authorizer.allows_cluster(Operation.ALTER):
         return {"throttle_time_ms": 0, "allow_replication_factor_change": allow,
                 "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "error_message": None, "responses": []}
     wanted: dict[str, dict[int, tuple[int, ...] | None]] = {}
     for t in body["topics"]:
-        for p in t["partitions"]:
-            replicas = p.get("replicas")
-            wanted.setdefault(t["name"], {})[p["partition_index"]] = None if replicas is None else tuple(replicas)
+        for asked in t["partitions"]:
+            replicas = asked.get("replicas")
+            wanted.setdefault(t["name"], {})[asked["partition_index"]] = None if replicas is None else tuple(replicas)
     shared = ctx.topics.placements
     results: Results = {}
     if ctx.topics.cluster is not None:
@@ -68,11 +76,11 @@ async def alter_partition_reassignments(ctx: AdminApis, req: Request) -> dict[st
 
 
 @api(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
-async def list_partition_reassignments(ctx: AdminApis, req: Request) -> dict[str, Any]:
+async def list_partition_reassignments(ctx: AdminApis, req: Request) -> ListPartitionReassignmentsResponse:
     if ctx.authorizer is not None and not ctx.authorizer.allows_cluster(Operation.DESCRIBE):
         return {"throttle_time_ms": 0, "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
                 "error_message": None, "topics": []}
-    asked = req.body.get("topics")
+    asked = cast("ListPartitionReassignmentsRequest", req.body).get("topics")
     wanted = None if asked is None else {t["name"]: list(t["partition_indexes"]) for t in asked}
     running = {} if ctx.topics.cluster is None else await ctx.topics.cluster.reassignments(wanted)
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": [

@@ -15,7 +15,7 @@ Refused, every user named gets CLUSTER_AUTHORIZATION_FAILED and nothing changes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -24,26 +24,40 @@ from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from tmqgate.protocol.bodies.alter_user_scram_credentials import (
+        AlterUserScramCredentialsRequest,
+        AlterUserScramCredentialsRequestScramCredentialDeletion,
+        AlterUserScramCredentialsRequestScramCredentialUpsertion,
+        AlterUserScramCredentialsResponse,
+        AlterUserScramCredentialsResponseResult,
+    )
+    from tmqgate.protocol.bodies.describe_user_scram_credentials import (
+        DescribeUserScramCredentialsRequest,
+        DescribeUserScramCredentialsResponse,
+        DescribeUserScramCredentialsResponseResult,
+    )
+    from tmqgate.protocol.bodies.sasl_authenticate import SaslAuthenticateResponse
+    from tmqgate.protocol.bodies.sasl_handshake import SaslHandshakeResponse
     from tmqgate.protocol.messages import Request
 
 api = apis_with(AdminApis)
 
 
 @api(ApiKey.SASL_HANDSHAKE, 0, 1)
-async def sasl_handshake(ctx: AdminApis, req: Request) -> dict[str, Any]:
+async def sasl_handshake(ctx: AdminApis, req: Request) -> SaslHandshakeResponse:
     return {"error_code": int(ErrorCode.ILLEGAL_SASL_STATE), "mechanisms": []}
 
 
 @api(ApiKey.SASL_AUTHENTICATE, 0, 2)
-async def sasl_authenticate(ctx: AdminApis, req: Request) -> dict[str, Any]:
+async def sasl_authenticate(ctx: AdminApis, req: Request) -> SaslAuthenticateResponse:
     return {"error_code": int(ErrorCode.ILLEGAL_SASL_STATE),
             "error_message": "SaslAuthenticate request received after successful authentication",
             "auth_bytes": b"", "session_lifetime_ms": 0}
 
 
 @api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
-async def describe_user_scram_credentials(ctx: AdminApis, req: Request) -> dict[str, Any]:
-    requested = [u["name"] for u in req.body.get("users") or []]
+async def describe_user_scram_credentials(ctx: AdminApis, req: Request) -> DescribeUserScramCredentialsResponse:
+    requested = [u["name"] for u in cast("DescribeUserScramCredentialsRequest", req.body).get("users") or []]
     if ctx.authorizer is not None and not ctx.authorizer.allows_cluster(Operation.DESCRIBE):
         # Kafka's error answer: a result per user asked for, with an empty name
         denied = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
@@ -51,15 +65,15 @@ async def describe_user_scram_credentials(ctx: AdminApis, req: Request) -> dict[
             {"user": "", "error_code": denied, "error_message": None, "credential_infos": []} for _ in requested]}
     stored = ctx.store.users.scram_users()
     names = requested or list(stored)
-    results = []
+    results: list[DescribeUserScramCredentialsResponseResult] = []
     for name in dict.fromkeys(names):  # each user once, in the request's order
-        result: dict[str, Any] = {"user": name, "error_code": 0, "error_message": None, "credential_infos": []}
+        result: DescribeUserScramCredentialsResponseResult = {"user": name, "error_code": 0, "error_message": None, "credential_infos": []}
         if requested.count(name) > 1:
-            result.update(error_code=int(ErrorCode.DUPLICATE_RESOURCE), error_message=(
-                f"Cannot describe SCRAM credentials for the same user twice in a single request: {name}"))
+            result.update({"error_code": int(ErrorCode.DUPLICATE_RESOURCE), "error_message": (
+                f"Cannot describe SCRAM credentials for the same user twice in a single request: {name}")})
         elif name not in stored:
-            result.update(error_code=int(ErrorCode.RESOURCE_NOT_FOUND),
-                          error_message=f"Attempt to describe a user credential that does not exist: {name}")
+            result.update({"error_code": int(ErrorCode.RESOURCE_NOT_FOUND),
+                           "error_message": f"Attempt to describe a user credential that does not exist: {name}"})
         else:
             result["credential_infos"] = [
                 {"mechanism": scram.MECHANISM_CODES[m], "iterations": c.iterations}
@@ -78,21 +92,22 @@ def _check_name_and_mechanism(name: str, mechanism: int) -> tuple[ErrorCode, str
 
 
 @api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
-async def alter_user_scram_credentials(ctx: AdminApis, req: Request) -> dict[str, Any]:
+async def alter_user_scram_credentials(ctx: AdminApis, req: Request) -> AlterUserScramCredentialsResponse:
     """All valid changes of the request are applied, each user's alone failing (Kafka applies
     them atomically from the controller; a user named twice fails DUPLICATE_RESOURCE)."""
+    body = cast("AlterUserScramCredentialsRequest", req.body)
     if ctx.authorizer is not None and not ctx.authorizer.allows_cluster(Operation.ALTER):
         message = "Request needs ALTER permission."  # Kafka's controller puts the request's toString in it
         return {"throttle_time_ms": 0, "results": [
             {"user": change["name"], "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
              "error_message": message}
-            for change in [*(req.body.get("deletions") or []), *(req.body.get("upsertions") or [])]]}
+            for change in [*(body.get("deletions") or []), *(body.get("upsertions") or [])]]}
     users = ctx.store.users
-    deletions: dict[str, dict[str, Any]] = {}
-    upsertions: dict[str, dict[str, Any]] = {}
+    deletions: dict[str, AlterUserScramCredentialsRequestScramCredentialDeletion] = {}
+    upsertions: dict[str, AlterUserScramCredentialsRequestScramCredentialUpsertion] = {}
     errors: dict[str, tuple[ErrorCode, str]] = {}
     twice = (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
-    for d in req.body.get("deletions") or []:
+    for d in body.get("deletions") or []:
         name = d["name"]
         if name in errors:
             continue
@@ -106,7 +121,7 @@ async def alter_user_scram_credentials(ctx: AdminApis, req: Request) -> dict[str
             errors[name] = problem
         else:
             deletions[name] = d
-    for u in req.body.get("upsertions") or []:
+    for u in body.get("upsertions") or []:
         name = u["name"]
         if name in errors:
             continue
@@ -122,7 +137,7 @@ async def alter_user_scram_credentials(ctx: AdminApis, req: Request) -> dict[str
             errors[name] = problem
         else:
             upsertions[name] = u
-    results = []
+    results: list[AlterUserScramCredentialsResponseResult] = []
     for name, d in deletions.items():
         users.delete_scram(name, scram.MECHANISM_NAMES[d["mechanism"]])
         results.append({"user": name, "error_code": 0, "error_message": None})

@@ -14,7 +14,7 @@ KafkaApis does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -23,6 +23,23 @@ from tmqgate.broker.handlers.context import TxnApis
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from tmqgate.protocol.bodies.add_offsets_to_txn import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
+    from tmqgate.protocol.bodies.add_partitions_to_txn import (
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnRequestTransaction,
+        AddPartitionsToTxnResponse,
+        AddPartitionsToTxnResponsePartitionResult,
+        AddPartitionsToTxnResponseResult,
+        AddPartitionsToTxnResponseTopicResult,
+    )
+    from tmqgate.protocol.bodies.describe_transactions import (
+        DescribeTransactionsRequest,
+        DescribeTransactionsResponse,
+        DescribeTransactionsResponseTransactionState,
+    )
+    from tmqgate.protocol.bodies.end_txn import EndTxnRequest, EndTxnResponse
+    from tmqgate.protocol.bodies.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+    from tmqgate.protocol.bodies.list_transactions import ListTransactionsRequest, ListTransactionsResponse
     from tmqgate.protocol.messages import Request
 
 api = apis_with(TxnApis)
@@ -37,12 +54,12 @@ def _fenced_as(code: ErrorCode, version: int, first_fenced_version: int) -> Erro
 
 
 @api(ApiKey.INIT_PRODUCER_ID, 0, 5)
-async def init_producer_id(ctx: TxnApis, req: Request) -> dict[str, Any]:
+async def init_producer_id(ctx: TxnApis, req: Request) -> InitProducerIdResponse:
     """A transactional id's producer id and next epoch from the coordinator; without one, a new
     producer id with epoch 0 — also for an idempotent producer that gives its id and epoch:
     Kafka's TransactionCoordinator.handleInitProducerId "blindly" hands out a new id then
     (idempotent clients bump their epoch locally, KIP-360)."""
-    body = req.body
+    body = cast("InitProducerIdRequest", req.body)
     txn = body.get("transactional_id")
     auth = ctx.authorizer
     if auth is not None:
@@ -74,14 +91,14 @@ async def init_producer_id(ctx: TxnApis, req: Request) -> dict[str, Any]:
             "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
 
 
-def _partition_results(errors: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+def _partition_results(errors: dict[tuple[str, int], ErrorCode]) -> list[AddPartitionsToTxnResponseTopicResult]:
+    by_topic: dict[str, list[AddPartitionsToTxnResponsePartitionResult]] = {}
     for (topic, partition), code in errors.items():
         by_topic.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": int(code)})
     return [{"name": t, "results_by_partition": parts} for t, parts in by_topic.items()]
 
 
-def _add_partitions(ctx: TxnApis, version: int, txn: dict[str, Any], check_topics: bool
+def _add_partitions(ctx: TxnApis, version: int, txn: AddPartitionsToTxnRequestTransaction, check_topics: bool
                     ) -> dict[tuple[str, int], ErrorCode]:
     """One transaction of an AddPartitionsToTxn request: each partition's answer."""
     tid = txn["transactional_id"]
@@ -110,7 +127,7 @@ def _add_partitions(ctx: TxnApis, version: int, txn: dict[str, Any], check_topic
     return dict.fromkeys(wanted, _fenced_as(code, version, 2))
 
 
-async def _replicated(ctx: TxnApis, txn: dict[str, Any], errors: dict[tuple[str, int], ErrorCode]
+async def _replicated(ctx: TxnApis, txn: AddPartitionsToTxnRequestTransaction, errors: dict[tuple[str, int], ErrorCode]
                       ) -> dict[tuple[str, int], ErrorCode]:
     """Partitions added (not only verified) are answered once the id's new state is on the
     in-sync replicas (a cluster); else the replication's error."""
@@ -121,10 +138,10 @@ async def _replicated(ctx: TxnApis, txn: dict[str, Any], errors: dict[tuple[str,
 
 
 @api(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
-async def add_partitions_to_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def add_partitions_to_txn(ctx: TxnApis, req: Request) -> AddPartitionsToTxnResponse:
+    body = cast("AddPartitionsToTxnRequest", req.body)
     if req.api_version < 4:  # one transaction, from a client
-        txn = {"transactional_id": body["v3_and_below_transactional_id"],
+        txn: AddPartitionsToTxnRequestTransaction = {"transactional_id": body["v3_and_below_transactional_id"],
                "producer_id": body["v3_and_below_producer_id"],
                "producer_epoch": body["v3_and_below_producer_epoch"],
                "topics": body["v3_and_below_topics"], "verify_only": False}
@@ -133,7 +150,7 @@ async def add_partitions_to_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
     # v4+: batches of transactions, sent by brokers (KIP-890)
     if ctx.authorizer is not None:
         ctx.authorizer.require_cluster(Operation.CLUSTER_ACTION)
-    results = []
+    results: list[AddPartitionsToTxnResponseResult] = []
     for txn in body["transactions"]:
         if txn["transactional_id"] is None:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Transactional ID can not be null in request.")
@@ -143,8 +160,8 @@ async def add_partitions_to_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
-async def add_offsets_to_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def add_offsets_to_txn(ctx: TxnApis, req: Request) -> AddOffsetsToTxnResponse:
+    body = cast("AddOffsetsToTxnRequest", req.body)
     auth = ctx.authorizer
     if auth is not None:
         if not auth.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"]):
@@ -162,8 +179,8 @@ async def add_offsets_to_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.END_TXN, 0, 5)
-async def end_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def end_txn(ctx: TxnApis, req: Request) -> EndTxnResponse:
+    body = cast("EndTxnRequest", req.body)
     if ctx.authorizer is not None:
         ctx.authorizer.require(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"])
     if ctx.elsewhere(body["transactional_id"]):
@@ -182,11 +199,11 @@ async def end_txn(ctx: TxnApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
-async def describe_transactions(ctx: TxnApis, req: Request) -> dict[str, Any]:
+async def describe_transactions(ctx: TxnApis, req: Request) -> DescribeTransactionsResponse:
     auth = ctx.authorizer
-    states = []
-    for tid in req.body["transactional_ids"]:
-        entry: dict[str, Any] = {"transactional_id": tid, "error_code": 0, "transaction_state": "",
+    states: list[DescribeTransactionsResponseTransactionState] = []
+    for tid in cast("DescribeTransactionsRequest", req.body)["transactional_ids"]:
+        entry: DescribeTransactionsResponseTransactionState = {"transactional_id": tid, "error_code": 0, "transaction_state": "",
                                  "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
                                  "producer_id": -1, "producer_epoch": -1, "topics": []}
         meta = ctx.coordinator.machine.get(tid) if tid else None
@@ -204,17 +221,17 @@ async def describe_transactions(ctx: TxnApis, req: Request) -> dict[str, Any]:
                 by_topic.setdefault(topic, []).append(partition)
             visible = (auth.allowed(Operation.DESCRIBE, ResourceType.TOPIC, set(by_topic))
                        if auth is not None else set(by_topic))
-            entry.update(transaction_state=meta.state.value, transaction_timeout_ms=meta.timeout_ms,
-                         transaction_start_time_ms=meta.start_ms, producer_id=meta.producer_id,
-                         producer_epoch=meta.producer_epoch,
-                         topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items() if t in visible])
+            entry.update({"transaction_state": meta.state.value, "transaction_timeout_ms": meta.timeout_ms,
+                          "transaction_start_time_ms": meta.start_ms, "producer_id": meta.producer_id,
+                          "producer_epoch": meta.producer_epoch,
+                          "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items() if t in visible]})
         states.append(entry)
     return {"throttle_time_ms": 0, "transaction_states": states}
 
 
 @api(ApiKey.LIST_TRANSACTIONS, 0, 2)
-async def list_transactions(ctx: TxnApis, req: Request) -> dict[str, Any]:
-    body = req.body
+async def list_transactions(ctx: TxnApis, req: Request) -> ListTransactionsResponse:
+    body = cast("ListTransactionsRequest", req.body)
     coordinator = ctx.coordinator
     code, unknown, found = coordinator.machine.list_transactions(
         coordinator.now(), body.get("state_filters") or [], body.get("producer_id_filters") or [],

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
@@ -23,18 +23,29 @@ from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC
 
 if TYPE_CHECKING:
+    from tmqgate.protocol.bodies.describe_producers import (
+        DescribeProducersRequest,
+        DescribeProducersResponse,
+        DescribeProducersResponsePartitionResponse,
+        DescribeProducersResponseTopicResponse,
+    )
+    from tmqgate.protocol.bodies.write_txn_markers import (
+        WriteTxnMarkersRequest,
+        WriteTxnMarkersResponse,
+        WriteTxnMarkersResponseWritableTxnMarkerResult,
+    )
     from tmqgate.protocol.messages import Request
 
 api = apis_with(TxnDataApis)
 
 
 @api(ApiKey.WRITE_TXN_MARKERS, 1, 2)
-async def write_txn_markers(ctx: TxnDataApis, req: Request) -> dict[str, Any]:
+async def write_txn_markers(ctx: TxnDataApis, req: Request) -> WriteTxnMarkersResponse:
     auth = ctx.authorizer
     if auth is not None and not auth.allows_cluster(Operation.ALTER):  # Kafka: ALTER, else CLUSTER_ACTION
         auth.require_cluster(Operation.CLUSTER_ACTION)
-    results = []
-    for marker in req.body["markers"]:
+    results: list[WriteTxnMarkersResponseWritableTxnMarkerResult] = []
+    for marker in cast("WriteTxnMarkersRequest", req.body)["markers"]:
         pid, epoch = marker["producer_id"], marker["producer_epoch"]
         wanted = [(t["name"], p) for t in marker["topics"] for p in t["partition_indexes"]]
         errors: dict[tuple[str, int], ErrorCode] = {}
@@ -66,16 +77,17 @@ async def write_txn_markers(ctx: TxnDataApis, req: Request) -> dict[str, Any]:
 
 
 @api(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
-async def describe_producers(ctx: TxnDataApis, req: Request) -> dict[str, Any]:
+async def describe_producers(ctx: TxnDataApis, req: Request) -> DescribeProducersResponse:
+    body = cast("DescribeProducersRequest", req.body)
     auth = ctx.authorizer
-    names = {t["name"] for t in req.body["topics"]}
+    names = {t["name"] for t in body["topics"]}
     allowed = names if auth is None else auth.allowed(Operation.READ, ResourceType.TOPIC, names)
-    topics = []
-    for t in req.body["topics"]:
+    topics: list[DescribeProducersResponseTopicResponse] = []
+    for t in body["topics"]:
         topic = ctx.topics.get(t["name"])
-        parts = []
+        parts: list[DescribeProducersResponsePartitionResponse] = []
         for index in t["partition_indexes"]:
-            entry: dict[str, Any] = {"partition_index": index, "error_code": 0, "error_message": None,
+            entry: DescribeProducersResponsePartitionResponse = {"partition_index": index, "error_code": 0, "error_message": None,
                                      "active_producers": []}
             error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t["name"] not in allowed
                      else ctx.topics.partition_error(topic, index))

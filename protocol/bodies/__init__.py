@@ -25,9 +25,12 @@ Regenerate with ``python scripts/generate_messages.py`` after a schema refresh.
 
 from __future__ import annotations
 
-__all__ = ["Records"]
+__all__ = ["ZERO_UUID", "Records"]
 
 #: A response's ``records``: bytes, a ``memoryview`` (decoded with ``records_view``) or a list
 #: of buffers (stored batches, encoded as their concatenation without being joined).
 Records = bytes | memoryview | list[bytes]
+
+#: Kafka's Uuid.ZERO_UUID: a uuid field's default, "no topic id" in requests and answers.
+ZERO_UUID = bytes(16)
 
