@@ -12,8 +12,9 @@ from __future__ import annotations
 import sys
 import time
 
+from tmqgate.broker.tsdb.line_protocol import parse_line_protocol
 from tmqgate.broker.tsdb.names import name_problem
-from tmqgate.broker.tsdb.schemaless import group_rows, parse_line_protocol, plan_schema
+from tmqgate.broker.tsdb.schema_plan import group_rows, plan_schema
 
 
 def _text(lines: int) -> str:

@@ -10,20 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tmqgate.broker.tsdb.child_tables import child_table_name
+from tmqgate.broker.tsdb.ingest_rules import TAG_NULL, SchemalessError, SchemalessRow, string_length
+from tmqgate.broker.tsdb.line_protocol import parse_line_protocol
+from tmqgate.broker.tsdb.opentsdb import parse_opentsdb_json
 from tmqgate.broker.tsdb.rows import decode_rows, encode_rows
-from tmqgate.broker.tsdb.schemaless import (
-    TAG_NULL,
-    SchemalessError,
-    SchemalessRow,
-    child_table_name,
-    child_table_tags,
-    group_rows,
-    parse_line_protocol,
-    parse_opentsdb_json,
-    plan_schema,
-    schema_delta,
-    string_length,
-)
+from tmqgate.broker.tsdb.schema_plan import child_table_tags, group_rows, plan_schema, schema_delta
 from tmqgate.broker.tsdb.types import Column, StableSchema, parse_type
 
 NOW = 1_700_000_000_123

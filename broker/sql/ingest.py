@@ -19,18 +19,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.sql.ast import SqlError
+from tmqgate.broker.tsdb.ingest_rules import SchemalessError, SchemalessRow
 from tmqgate.broker.tsdb.limits import schema_problem
+from tmqgate.broker.tsdb.line_protocol import parse_line_protocol
+from tmqgate.broker.tsdb.opentsdb import parse_opentsdb_json
 from tmqgate.broker.tsdb.rows import RowsError
-from tmqgate.broker.tsdb.schemaless import (
-    SchemalessError,
-    SchemalessRow,
-    SchemaPlan,
-    child_table_tags,
-    group_rows,
-    parse_line_protocol,
-    parse_opentsdb_json,
-    plan_schema,
-)
+from tmqgate.broker.tsdb.schema_plan import SchemaPlan, child_table_tags, group_rows, plan_schema
 from tmqgate.broker.tsdb.types import Column, StableSchema
 from tmqgate.protocol.records import CorruptRecord, DecompressedTooLarge, decode_records
 

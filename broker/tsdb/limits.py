@@ -1,7 +1,8 @@
 """TDengine 3.x's schema limits (its `tdef.h`) and the error codes it refuses them with
 (`taoserror.h`), in one place for every path that makes or widens a supertable: SQL CREATE
 STABLE / ALTER STABLE … ADD COLUMN / ADD TAG (broker/sql), and schemaless writes (line
-protocol, OpenTSDB JSON) through Produce (broker/tsdb/schemaless.py, broker/sql/ingest.py).
+protocol, OpenTSDB JSON) through Produce (broker/tsdb/line_protocol.py, opentsdb.py,
+schema_plan.py; broker/sql/ingest.py).
 
 * columns (the timestamp included) plus tags: at most 4,096 (TSDB_MAX_COLUMNS; TDengine's
   parser counts both, `ncols + ntags > TSDB_MAX_COLUMNS`);
