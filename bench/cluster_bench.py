@@ -190,7 +190,8 @@ def section(results: dict[str, Any], args: argparse.Namespace, started: str, sec
             rows.append(f"| {name} | failed: {r['error']} | | | | | | | | |")
             continue
         p, e, f = r["produce"], r["e2e"], r["failover"]
-        rows.append(f"| {name} | {p['records_per_s']:,.0f} | {_f(p['mb_per_s'])} | {p['p50_ms']:.0f} / {p['p99_ms']:.0f} "
+        rows.append(f"| {name} | {p['records_per_s']:,.0f} | {_f(p['mb_per_s'])} "
+                    f"| {p['p50_ms']:.0f} / {p['p99_ms']:.0f} "
                     f"| {_f(p['brokers_cpu_s'] * 1e6 / args.records, 1)} | {_f(e['p50_ms'])} / {_f(e['p99_ms'])} / "
                     f"{_f(e['p999_ms'])} | {e['received']:,}/{e['messages']:,} "
                     f"| {_f(f['min_s'])} / {_f(f['median_s'])} / {_f(f['max_s'])} | {f['kills']} "
@@ -201,7 +202,8 @@ def section(results: dict[str, Any], args: argparse.Namespace, started: str, sec
         ratios = (
             "\ntmqgate / Kafka: produce records/s "
             f"{t['produce']['records_per_s'] / k['produce']['records_per_s']:.2f} (> 1 favours tmqgate); "
-            f"end-to-end p50 {t['e2e']['p50_ms'] / k['e2e']['p50_ms']:.3g}, p99 {t['e2e']['p99_ms'] / k['e2e']['p99_ms']:.3g} "
+            f"end-to-end p50 {t['e2e']['p50_ms'] / k['e2e']['p50_ms']:.3g}, "
+            f"p99 {t['e2e']['p99_ms'] / k['e2e']['p99_ms']:.3g} "
             "(< 1 favours tmqgate); "
             f"failover median {t['failover']['median_s'] / k['failover']['median_s']:.2f} (< 1 favours tmqgate).\n")
     return "\n".join([
@@ -212,7 +214,8 @@ def section(results: dict[str, Any], args: argparse.Namespace, started: str, sec
         "machine, 2 cores shared with the clients; replication factor 3, `min.insync.replicas=2`, a 2 s broker "
         f"session on both. `uptime` at start: {uptime[0]}; at the end: {uptime[1]}.", "",
         "| broker | produce records/s (acks=all, 4 partitions) | MB/s | p50 / p99 ms | brokers' CPU µs/record "
-        "| end-to-end p50 / p99 / p99.9 ms | received | failover min / median / max s | kills | acknowledged during the kills |",
+        "| end-to-end p50 / p99 / p99.9 ms | received | failover min / median / max s | kills "
+        "| acknowledged during the kills |",
         "|---|---|---|---|---|---|---|---|---|---|",
         *rows, ratios,
         "Read with care: single runs; six processes (three brokers, their coordination, the perf tool and "

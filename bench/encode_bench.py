@@ -19,7 +19,8 @@ def sample_table(n: int) -> pa.Table:
     """A meters-like supertable slice: ts, three measures, a location tag, tbname."""
     i = pa.array(range(n), pa.int64())
     ts = pc.add(pc.multiply(i, 1000), 1_700_000_000_000)
-    current = pc.divide(pc.cast(pc.bit_wise_and(pc.multiply(i, 7919), 65535), pa.float32()), pa.scalar(97.0, pa.float32()))
+    current = pc.divide(pc.cast(pc.bit_wise_and(pc.multiply(i, 7919), 65535), pa.float32()),
+                        pa.scalar(97.0, pa.float32()))
     voltage = pc.cast(pc.add(pc.bit_wise_and(i, 31), 200), pa.int32())
     phase = pc.divide(pc.cast(pc.bit_wise_and(pc.multiply(i, 104729), 65535), pa.float64()), 1000.0)
     tb = pc.binary_join_element_wise("d", pc.cast(pc.bit_wise_and(i, 1023), pa.string()), "")

@@ -314,7 +314,8 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
            "is LevelDB's compaction thread and other helpers), the JVM's main thread for Kafka (which does "
            "little; its work runs in network, I/O, GC and JIT threads). *disk writes* = /proc/PID/io "
            "`write_bytes` over the run (counted when the broker dirties page-cache pages, so data the OS "
-           "flushes later counts too), and its multiple of the records' payload (records × 1 KiB). *busy* = broker CPU / wall time, in % of one core. The perf tool (a JVM) is a "
+           "flushes later counts too), and its multiple of the records' payload (records × 1 KiB). "
+           "*busy* = broker CPU / wall time, in % of one core. The perf tool (a JVM) is a "
            "separate process: its CPU seconds are the *client CPU s* column; where the broker is far from "
            "busy, the throughput of workloads 1–2 is set by the client and the shared CPUs, not by the broker.",
            ""]

@@ -187,7 +187,8 @@ def markdown(res: dict[str, Any]) -> str:
           "begin, 100 × produce, `commit_transaction()` (waits for the commit), repeated; *baseline*: the same "
           "producer without a transactional.id, one flush at the end. Consumer: kafka-consumer-perf-test over "
           "the same records, `isolation.level=read_committed` for the transactional topic, read_uncommitted "
-          "for the baseline (records/s and MB/s include the group join, *fetch* excludes it). The reference Kafka is formatted at "
+          "for the baseline (records/s and MB/s include the group join, *fetch* excludes it). "
+          "The reference Kafka is formatted at "
           "transaction.version=1, the protocol tmqgate speaks. Broker CPU: its user + system seconds during "
           "the step, per record. Single machine, 2 cores shared with the clients and other work; "
           f"`uptime` at start: {res['uptime_start']}; at the end: {res['uptime_end']}.", ""]
@@ -204,7 +205,8 @@ def markdown(res: dict[str, Any]) -> str:
                          f"{c['records_per_s']:,.0f}", f"{c['mb_per_s']:.1f}", f"{c['fetch_records_per_s']:,.0f}",
                          f"{p['broker_cpu_us_per_record']:.1f} / {c['broker_cpu_us_per_record']:.1f}"])
     md += report._table(["broker", "workload", "produce records/s", "produce MB/s", "commit p50 / p99 ms",
-                         "consume records/s", "consume MB/s", "consume fetch records/s", "broker CPU µs/record produced / consumed"], rows)
+                         "consume records/s", "consume MB/s", "consume fetch records/s",
+                         "broker CPU µs/record produced / consumed"], rows)
     ok = {n: b for n, b in brokers.items() if "errors" not in b}
     if "tmqgate" in ok and "kafka" in ok:
         t, k = ok["tmqgate"], ok["kafka"]

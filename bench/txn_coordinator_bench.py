@@ -2,8 +2,8 @@
 
 1. In process, over a real LevelDB store: one transaction's coordinator work (AddPartitionsToTxn
    of 3 partitions + EndTxn commit: three state writes — Ongoing, PrepareCommit,
-   CompleteCommit — under the store's sync policy, wal_level 1 and 2; markers not written), and Produce's question ``check_produce`` (the hot
-   path: asked for every transactional batch).
+   CompleteCommit — under the store's sync policy, wal_level 1 and 2; markers not written), and Produce's question
+   ``check_produce`` (the hot path: asked for every transactional batch).
 2. End to end over one raw connection: AddPartitionsToTxn + EndTxn round trips against
    `tmqgate serve` (and, with --kafka, against the reference Kafka broker), medians of rounds.
 

@@ -66,7 +66,8 @@ def run(calls: int) -> list[tuple[str, float]]:
         for p in (1, PARTITIONS):
             entries = [("t", i, 100, -1, None) for i in range(p)]
             out.append((f"plain OffsetCommit, {p} partition(s)",
-                        per_call_us(lambda i, e=entries: c.offsets.commit_offsets(0, "plain", "", None, -1, 8, e), calls)))
+                        per_call_us(lambda i, e=entries: c.offsets.commit_offsets(0, "plain", "", None, -1, 8, e),
+                                    calls)))
             out.append((f"TxnOffsetCommit, {p} partition(s)",
                         per_call_us(lambda i, e=entries: c.offsets.txn_offset_commit(0, "txn", "x", 10_000 + i, 0, "",
                                                                                      -1, None, e), calls)))

@@ -175,7 +175,8 @@ def abandoned(workdir: Path, tags: int, rows: int, fields: int = 0, fetches: int
                     return
                 first = p["base_offset"] if first is None else first
         one = _fetch_time(proc, "ab", 0)
-        print(f"abandoned: one Fetch from offset 0 of {rows} rows x {tags} tags, {fields + 1} fields: {one[0]:.2f} s ({one[1]} bytes)")
+        print(f"abandoned: one Fetch from offset 0 of {rows} rows x {tags} tags, {fields + 1} fields: "
+              f"{one[0]:.2f} s ({one[1]} bytes)")
         for _ in range(fetches):
             _abandon_fetch(proc.bootstrap, "ab", 0)
         time.sleep(0.5)

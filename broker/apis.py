@@ -2,8 +2,8 @@
 
 A handler is `async def handler(ctx, request) -> dict | None`; it returns the response body
 (None when no response is owed, as for Produce with acks=0), typed as its API's `TypedDict` of
-`tmqgate.protocol.bodies` (a plain dict at run time, which the server may complete and encodes). The advertised version range is
-the handler's declared range, clipped to what the message schemas define.
+`tmqgate.protocol.bodies` (a plain dict at run time, which the server may complete and encodes). The advertised version
+range is the handler's declared range, clipped to what the message schemas define.
 
 Handlers never see the `Broker`. `ctx` is the small frozen context of the handler's family,
 one of the dataclasses in `broker/handlers/context.py` (`DataPlane`, `AdminApis`,

@@ -9,8 +9,8 @@ through these names:
   `Executor` (one per broker; built from the store, the catalog, the topic registry, the
   data notifier's `notify` and `GroupQueries`), its `Result`, `GroupQueries` (what SQL asks
   of the consumer groups), `PlacementQueries` (what SHOW DNODES / SHOW VGROUPS ask of the
-  broker: its nodes, the vnodes' replicas and their roles), `SqlError` (a refused statement, with its position if a parse error,
-  and TDengine's code when it has a specific one: `INVALID_IDENTIFIER` for a name `tsdb.names`
+  broker: its nodes, the vnodes' replicas and their roles), `SqlError` (a refused statement, with its position if a
+  parse error, and TDengine's code when it has a specific one: `INVALID_IDENTIFIER` for a name `tsdb.names`
   refuses); `ParseTimeout` / `ParseWorkerDied`, how the process that parses long texts
   (broker/sql/worker.py) fails a parse;
 - `topic_definition(store, catalog, text, db)` — the checked `TopicDef` of a

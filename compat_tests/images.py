@@ -47,7 +47,8 @@ DEPLOY_FILES = ("deploy/Dockerfile", "deploy/tmqgate.toml")
 #: The wheels' target: the images' Python (python:3.11-slim and Debian bookworm's are CPython 3.11
 #: on glibc 2.36), whatever the host's: every manylinux tag that glibc 2.36 runs.
 WHEEL_TARGET = ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--abi", "abi3",
-                "--abi", "none", *[arg for minor in range(36, 4, -1) for arg in ("--platform", f"manylinux_2_{minor}_x86_64")],
+                "--abi", "none",
+                *[arg for minor in range(36, 4, -1) for arg in ("--platform", f"manylinux_2_{minor}_x86_64")],
                 "--platform", "manylinux2014_x86_64", "--platform", "manylinux2010_x86_64",
                 "--platform", "manylinux1_x86_64"]
 LABEL = "org.tmqgate.build"

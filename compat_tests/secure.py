@@ -218,9 +218,11 @@ def java_client_properties(user: str, password: str, mechanism: str, protocol: s
                            extra: Mapping[str, str] | None = None) -> str:
     """A --command-config / --producer.config file's text for the Java client and tools."""
     if mechanism.startswith("SCRAM"):
-        jaas = f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
+        jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                f'username="{user}" password="{password}";')
     elif mechanism == "PLAIN":
-        jaas = f'org.apache.kafka.common.security.plain.PlainLoginModule required username="{user}" password="{password}";'
+        jaas = (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                f'username="{user}" password="{password}";')
     else:
         jaas = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
                 f'unsecuredLoginStringClaim_sub="{user}";')

@@ -212,8 +212,9 @@ def test_reassignments_on_one_broker(broker: Broker, topic: str) -> None:
     from .raw import RawConn
 
     with RawConn(broker.bootstrap) as conn:
-        [node] = [b["node_id"] for b in conn.request(3, 12, {"topics": [], "allow_auto_topic_creation": False,
-                                                               "include_topic_authorized_operations": False})["brokers"]]
+        [node] = [b["node_id"] for b in conn.request(
+            3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False})["brokers"]]
         body = conn.request(45, 0, {"timeout_ms": 30000, "topics": [{"name": topic, "partitions": [
             {"partition_index": 0, "replicas": [node]}, {"partition_index": 1, "replicas": [node + 7]},
             {"partition_index": 2, "replicas": None}, {"partition_index": 9, "replicas": [node]}]}]})

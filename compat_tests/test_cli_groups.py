@@ -229,7 +229,8 @@ def test_three_console_consumers_split_four_partitions(broker: Broker, topic_fac
     # every partition's owner committed up to the log end (and nothing was read twice meanwhile)
     otext, rows = wait_until(lambda: _offsets(b, group, topic), TIMEOUT, 0.5,
                              "every partition committed to its log end",
-                             ok=lambda tr: _triples(tr[1]) == {p: (PER_PARTITION, PER_PARTITION, 0) for p in range(PARTITIONS)},
+                             ok=lambda tr: _triples(tr[1]) == {p: (PER_PARTITION, PER_PARTITION, 0)
+                                                               for p in range(PARTITIONS)},
                              show=lambda tr: tr[0])
     got = all_lines()
 

@@ -109,7 +109,8 @@ def _join_until_assigned(sb: SecureBroker, c: RawConn, group: str, regex: str, n
     while not _assigned(beat, names):
         assert time.monotonic() < deadline, beat
         time.sleep(0.2)
-        beat = consumer_heartbeat(c, {"group_id": group, "member_id": member, "member_epoch": epoch, "topic_partitions": []})
+        beat = consumer_heartbeat(c, {"group_id": group, "member_id": member, "member_epoch": epoch,
+                                      "topic_partitions": []})
         assert beat["error_code"] == 0, beat
         epoch = beat["member_epoch"]
     return member, epoch, _assigned(beat, names)
@@ -200,7 +201,8 @@ def test_regex_resolves_to_topics_the_member_may_describe(sb: SecureBroker) -> N
             assert m["subscribed_topic_regex"] == f"{base}-.*"
             for kind in ("assignment", "target_assignment"):
                 assert [tp["topic_name"] for tp in m[kind]["topic_partitions"]] == [a], m
-        refused = bob.request(CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False})
+        refused = bob.request(CONSUMER_GROUP_DESCRIBE, 1,
+                              {"group_ids": [group], "include_authorized_operations": False})
         [g] = refused["groups"]
         assert (g["error_code"], g["members"]) == (TOPIC_AUTHORIZATION_FAILED, []), g
         consumer_heartbeat(alice, {"group_id": group, "member_id": member, "member_epoch": -1})

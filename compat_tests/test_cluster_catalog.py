@@ -1,6 +1,6 @@
 """The cluster's catalog beside its topics (issue 16, step 1): topic, broker-default and group
-configs, client quotas, ACLs and SCRAM users are the cluster's — changed through any broker, answered and enforced by every
-broker, and a removal is removed everywhere. Both targets: three tmqgate nodes with etcd, the
+configs, client quotas, ACLs and SCRAM users are the cluster's — changed through any broker, answered and enforced by
+every broker, and a removal is removed everywhere. Both targets: three tmqgate nodes with etcd, the
 reference Kafka's three brokers and KRaft controller, each with an authorizer and
 `allow.everyone.if.no.acl.found` (every connection here is User:ANONYMOUS on PLAINTEXT)."""
 

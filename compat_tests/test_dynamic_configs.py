@@ -312,7 +312,8 @@ def test_message_max_bytes_lowered_for_the_cluster_refuses_larger_batches_at_onc
         finally:
             assert alter(conn, BROKER, node, ("message.max.bytes", DELETE, None)) == (0, None)
             assert alter(conn, BROKER, "", ("message.max.bytes", DELETE, None)) == (0, None)
-        assert settled(conn, BROKER, node, "message.max.bytes", SOURCE_DEFAULT, before["value"])["value"] == before["value"]
+        assert settled(conn, BROKER, node, "message.max.bytes", SOURCE_DEFAULT,
+                       before["value"])["value"] == before["value"]
         assert wait_until(lambda: _produce(conn, topic, big), 30, 0.5, "the big batch written again",
                           ok=lambda c: c == 0) == 0
 

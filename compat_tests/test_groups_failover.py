@@ -95,7 +95,8 @@ def test_sigkilled_member_partitions_reach_survivors(broker: Broker, kind: str) 
                           for p in victim_parts)
             took = t_moved - t_dead
             limit = SESSION_TIMEOUT_MS / 1000 + 2
-            assert took <= limit, f"partitions {sorted(victim_parts)} reached the survivors after {took:.1f}s > {limit}s"
+            assert took <= limit, \
+                f"partitions {sorted(victim_parts)} reached the survivors after {took:.1f}s > {limit}s"
 
             # the survivors resume each of the victim's partitions at its last committed offset
             def firsts() -> dict[int, int]:

@@ -184,7 +184,8 @@ def test_commit_with_the_epoch_a_heartbeat_just_replaced(broker: Any) -> None:
         def held(m: dict[str, Any]) -> list[int]:
             return sorted(p for tp in m["owned"] for p in tp["partitions"])
 
-        first = wait_until(lambda: beat(c1, "m1"), 30, 0.2, "m1 holding both partitions", ok=lambda m: held(m) == [0, 1])
+        first = wait_until(lambda: beat(c1, "m1"), 30, 0.2, "m1 holding both partitions",
+                           ok=lambda m: held(m) == [0, 1])
         before = first["epoch"]
         beat(c2, "m2")  # joins: one partition moves to it once m1 gives it up
         wait_until(lambda: beat(c1, "m1"), 30, 0.2, "m1 told to give up a partition", ok=lambda m: len(held(m)) == 1)
@@ -194,7 +195,8 @@ def test_commit_with_the_epoch_a_heartbeat_just_replaced(broker: Any) -> None:
         def commit(epoch: int, partition: int) -> int:
             body = c1.request(8, 9, {"group_id": group, "generation_id_or_member_epoch": epoch,
                                      "member_id": members["m1"]["id"], "group_instance_id": None, "topics": [
-                                         {"name": topic, "partitions": [{"partition_index": partition, "committed_offset": 1,
+                                         {"name": topic,
+                                          "partitions": [{"partition_index": partition, "committed_offset": 1,
                                                                         "committed_leader_epoch": -1,
                                                                         "committed_metadata": ""}]}]})
             return int(body["topics"][0]["partitions"][0]["error_code"])

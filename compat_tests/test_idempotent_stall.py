@@ -2,11 +2,11 @@
 
 librdkafka (confluent-kafka) with ``enable.idempotence=true`` keeps producing while the proxy
 between it and the broker forwards nothing for a while (the TCP connections stay open:
-a stalled path), in every other run only the broker's answers are held. Messages older than ``message.timeout.ms`` fail locally with _MSG_TIMED_OUT;
-librdkafka then drains its in-flight requests and bumps the producer's epoch itself (KIP-360;
-its debug=eos log: "All partitions drained, bumped epoch to PID{...}") before sending anything
-else, restarting each partition's sequence at 0. When the path comes back the broker answers the held requests and the new ones; the
-producer must go on and ``flush()`` must return with every record answered.
+a stalled path), in every other run only the broker's answers are held. Messages older than ``message.timeout.ms`` fail
+locally with _MSG_TIMED_OUT; librdkafka then drains its in-flight requests and bumps the producer's epoch itself
+(KIP-360; its debug=eos log: "All partitions drained, bumped epoch to PID{...}") before sending anything
+else, restarting each partition's sequence at 0. When the path comes back the broker answers the held requests and the
+new ones; the producer must go on and ``flush()`` must return with every record answered.
 
 The broker's answers that librdkafka's recovery depends on are Kafka's (raw tests below):
 an InitProducerId without a transactional id always hands out a new producer id with epoch
@@ -119,7 +119,8 @@ def _one_run(broker_bootstrap: str, run: int, responses_only: bool) -> None:
         for offset, value, producer in records:
             seen.setdefault(value, []).append((part, offset, producer))
     for value, where in delivered.items():
-        assert where in [(part, offset) for part, offset, _ in seen.get(value, [])], (run, value, where, seen.get(value))
+        assert where in [(part, offset) for part, offset, _ in seen.get(value, [])], (run, value, where,
+                                                                                      seen.get(value))
     # A timed-out record may or may not have been written (it may have reached the broker
     # before the hold); no record twice within one producer epoch (see the module docstring).
     twice = {v: w for v, w in seen.items() if len({producer for _, _, producer in w}) < len(w)}

@@ -232,7 +232,8 @@ def test_console_consumer_offsets_formatter_prints_commits(broker: Broker, admin
             continue
         mine.append((key["topic"], key["partition"], None if value is None else (
             value["version"], value["data"]["offset"], value["data"]["leaderEpoch"], value["data"]["metadata"])))
-    full = [((topic, 0), (4, 3, -1, "")), ((topic, 1), (4, 5, -1, "")), ((topic, 0), (4, 4, -1, "")), ((topic, 1), None)]
+    full = [((topic, 0), (4, 3, -1, "")), ((topic, 1), (4, 5, -1, "")), ((topic, 0), (4, 4, -1, "")),
+            ((topic, 1), None)]
     assert _compacted_history([((t, p), v) for t, p, v in mine], full), out.describe()
 
 
@@ -255,8 +256,8 @@ def _formatted(broker: Broker, partition: int, formatter: str, topic: str = OFFS
 
 def test_console_consumer_group_metadata_formatter_prints_classic_group(broker: Broker, admin: AdminClient) -> None:
     """A classic group's life as Kafka's GroupMetadataMessageFormatter prints it: the group
-    its first JoinGroup made, the synced generation (protocol, leader, the member with its client id), then the empty group after
-    the member left."""
+    its first JoinGroup made, the synced generation (protocol, leader, the member with its client id), then the empty
+    group after the member left."""
     require_tools()
     topic = _topic(admin, "internal-gm", 1)
     group = f"internal-gm-{uuid.uuid4().hex[:10]}"

@@ -127,9 +127,9 @@ def test_new_regex_is_assigned_after_its_resolution(broker: Any) -> None:
         assert find["coordinators"][0]["error_code"] in (0, 15), find
         # ConsumerGroupHeartbeat v1 (KIP-1082): the client makes its member id (a Kafka Uuid).
         member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        first = consumer_heartbeat(conn, {"group_id": group, "member_id": member_id, "member_epoch": 0, "rebalance_timeout_ms": 30_000,
-                                  "subscribed_topic_names": [], "subscribed_topic_regex": f"{base}-.*",
-                                  "topic_partitions": []})
+        first = consumer_heartbeat(conn, {"group_id": group, "member_id": member_id, "member_epoch": 0,
+                                          "rebalance_timeout_ms": 30_000, "subscribed_topic_names": [],
+                                          "subscribed_topic_regex": f"{base}-.*", "topic_partitions": []})
         assert first["error_code"] == 0, first
         # Kafka resolves the regex asynchronously: the subscribing heartbeat assigns nothing.
         assert first["assignment"] == {"topic_partitions": []}, first

@@ -161,7 +161,8 @@ def test_bad_credentials_fail_that_client_only(sasl_broker: SecureBroker, mechan
     bad.purge()
     bad.flush(1)
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
-    expected = "Authentication failed: Invalid username or password" if mechanism == "PLAIN" else FAILED.format(mechanism)
+    expected = ("Authentication failed: Invalid username or password" if mechanism == "PLAIN"
+                else FAILED.format(mechanism))
     assert expected in errors[0].str(), errors[0].str()
     good.produce(topic, value=b"after", on_delivery=lambda err, msg: delivered.append(msg.offset()))
     assert good.flush(30) == 0
@@ -370,7 +371,8 @@ def test_raw_plain_failure_message(sasl_broker: SecureBroker) -> None:
     with RawConn(sasl_broker.sasl_bootstrap) as c:
         assert _handshake(c, "PLAIN")["error_code"] == 0
         body = c.request(36, 2, {"auth_bytes": b"\0alice\0wrong"})
-        assert (body["error_code"], body["error_message"]) == (58, "Authentication failed: Invalid username or password")
+        assert (body["error_code"], body["error_message"]) == \
+            (58, "Authentication failed: Invalid username or password")
         assert c.closed_within(10)
 
 

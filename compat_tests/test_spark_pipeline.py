@@ -79,7 +79,8 @@ def test_streaming_pipeline_matches_python(broker: Broker, spark: Any, tmp_path:
         for chunk in iter_chunks(events[half:], 10):
             produce_events(broker.bootstrap, src, chunk)
         produce_events(broker.bootstrap, src, [flush])
-        wait_until(lambda: q.exception() is not None or len(output_results(broker.bootstrap, out, 2)[1]) >= len(expected),
+        wait_until(lambda: q.exception() is not None
+                   or len(output_results(broker.bootstrap, out, 2)[1]) >= len(expected),
                    120, 0.5, f"all {len(expected)} window results")
         assert q.exception() is None, q.exception()
         q.processAllAvailable()
@@ -143,7 +144,8 @@ def test_pipeline_killed_and_restarted_from_checkpoint(broker: Broker, spark: An
 
     q = start_stream(spark, broker.bootstrap, src, out, checkpoint, trigger_seconds=1.0, max_offsets_per_trigger=40)
     try:
-        wait_until(lambda: q.exception() is not None or len(output_results(broker.bootstrap, out, 2)[1]) >= len(expected),
+        wait_until(lambda: q.exception() is not None
+                   or len(output_results(broker.bootstrap, out, 2)[1]) >= len(expected),
                    180, 0.5, f"all {len(expected)} window results after the restart")
         assert q.exception() is None, q.exception()
         q.processAllAvailable()

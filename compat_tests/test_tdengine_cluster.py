@@ -120,7 +120,8 @@ def test_sql_on_any_node_runs_on_the_databases_leader(tmp_path: Path) -> None:
         rows = read_kafka_python(nodes[0].bootstrap, db, partitions=3)
         assert sorted((r.key, r.json()["ts"], r.json()["voltage"]) for r in rows) == \
             [("d1", BASE_TS, 220), ("d1", BASE_TS + 1, 230), ("d2", BASE_TS + 2, 240), ("d2", BASE_TS + 3, 250)]
-        assert len({r.partition for r in rows if r.key == "d1"}) == len({r.partition for r in rows if r.key == "d2"}) == 1
+        assert len({r.partition for r in rows if r.key == "d1"}) == len({r.partition for r in rows
+                                                                         if r.key == "d2"}) == 1
 
         # DROP on another node than the leader: gone everywhere (the topic first, as TDengine asks)
         status, answer = tds[2].post(f"DROP DATABASE {db}")
@@ -160,7 +161,8 @@ def test_a_database_whose_leader_died_is_refused_on_the_others_until_it_returns(
         wait_until(lambda: tds[2].post(f"SHOW {db}.TABLES"), 30, 0.2, "served again", ok=lambda a: a[0] == 200)
         assert _tables(tds[2], db) == {"d1": "meters"}
         tds[2].sql(f"INSERT INTO {db}.d1 VALUES ({BASE_TS + 1}, 2.5, 230, 0.5)")
-        assert sorted(r.json()["voltage"] for r in read_kafka_python(nodes[1].bootstrap, db, partitions=2)) == [220, 230]
+        assert sorted(r.json()["voltage"]
+                      for r in read_kafka_python(nodes[1].bootstrap, db, partitions=2)) == [220, 230]
 
 
 def _vgroups(td: TdBroker, db: str) -> list[list[tuple[int, str]]]:

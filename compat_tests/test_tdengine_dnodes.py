@@ -62,7 +62,8 @@ def test_one_node_shows_itself_and_leads_every_vnode(tmp_path: Path) -> None:
         td.sql(f"CREATE DATABASE {db} VGROUPS 3")
         td.sql(METERS_DDL.format(db=db))
         tables = [f"d{i}" for i in range(11)]
-        td.sql("CREATE TABLE " + " ".join(f"{db}.{t} USING {db}.meters TAGS ('here', {i})" for i, t in enumerate(tables)))
+        td.sql("CREATE TABLE " + " ".join(f"{db}.{t} USING {db}.meters TAGS ('here', {i})"
+                                          for i, t in enumerate(tables)))
         homes = Counter((murmur2(t.encode()) & 0x7FFFFFFF) % 3 for t in tables)  # the Java partitioner's vnode
 
         assert _columns(td, f"SHOW {db}.VGROUPS") == VGROUP_COLUMNS

@@ -27,7 +27,8 @@ CLEANUP_INTERVAL_MS = 500
 KAFKA_TXN_CONFIG = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": str(CLEANUP_INTERVAL_MS)}
 
 
-TMQGATE_TXN_CONFIG: dict[str, Any] = {"transaction_abort_timed_out_transaction_cleanup_interval_ms": CLEANUP_INTERVAL_MS}
+TMQGATE_TXN_CONFIG: dict[str, Any] = {
+    "transaction_abort_timed_out_transaction_cleanup_interval_ms": CLEANUP_INTERVAL_MS}
 
 Rec = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
 

@@ -219,7 +219,8 @@ class ClassicGroup:
             rebalance = session
         protocol_type = body.get("protocol_type") or ""
         protocols = [(p["name"], bytes(p["metadata"] or b"")) for p in body.get("protocols") or []]
-        base: dict[str, Any] = {"member_id": member_id, "generation_id": -1, "protocol_name": None, "protocol_type": None,
+        base: dict[str, Any] = {"member_id": member_id, "generation_id": -1, "protocol_name": None,
+                                "protocol_type": None,
                 "leader": "", "members": []}
         if self.state == DEAD:
             reply(_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, **base))

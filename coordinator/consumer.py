@@ -344,7 +344,8 @@ class ConsumerGroup:
         else:
             known = self.members.get(member_id)
             if known is None:
-                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {self.group_id}.")
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                     f"Member {member_id} is not a member of group {self.group_id}.")
             if instance_id is not None and self.static.get(instance_id, member_id) != member_id:
                 raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID)
             if epoch != known.member_epoch and not (
@@ -579,7 +580,8 @@ class ConsumerGroup:
                 raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID)
         member = self.members.get(member_id)
         if member is None:
-            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {self.group_id}.")
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {member_id} is not a member of group {self.group_id}.")
         if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             # A static member leaving for a while keeps its partitions until its session expires.
             if member.member_epoch != STATIC_LEAVE_EPOCH:
@@ -664,7 +666,8 @@ class ConsumerGroup:
         out = []
         for topic in sorted(by_topic):
             found = self.topics.lookup(topic)
-            entry: dict[str, Any] = {"topic_id": found[0] if found else ZERO_UUID, "partitions": sorted(by_topic[topic])}
+            entry: dict[str, Any] = {"topic_id": found[0] if found else ZERO_UUID,
+                                     "partitions": sorted(by_topic[topic])}
             if names:
                 entry["topic_name"] = topic
             out.append(entry)
@@ -683,7 +686,8 @@ class ConsumerGroup:
                  "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
                  "subscribed_topic_names": sorted(m.subscribed_names), "subscribed_topic_regex": m.subscribed_regex,
                  "assignment": {"topic_partitions": self._topic_partitions(m.assigned, names=True)},
-                 "target_assignment": {"topic_partitions": self._topic_partitions(self.target.get(mid, ()), names=True)},
+                 "target_assignment": {
+                     "topic_partitions": self._topic_partitions(self.target.get(mid, ()), names=True)},
                  "member_type": 1}
                 for mid, m in self.members.items()
             ],

@@ -258,7 +258,8 @@ class GroupCoordinator:
         try:
             data = json.loads(raw)
             if data.get("type") == "consumer":
-                self.groups[group_id] = ConsumerGroup.restore(group_id, data, self.consumer_config(group_id), self.topics,
+                self.groups[group_id] = ConsumerGroup.restore(group_id, data,
+                                                              self.consumer_config(group_id), self.topics,
                                                               self.new_consumer_id, now, self.access)
             else:
                 self.groups[group_id] = ClassicGroup.restore(group_id, data, self.config.classic, self.new_id, now)
@@ -277,8 +278,8 @@ class GroupCoordinator:
     def _group_record(self, group: Group, data: str) -> tuple[bytes, bytes] | None:
         """Kafka's GroupMetadata record of a classic group's change, for ``__consumer_offsets``:
         written when the first JoinGroup makes the group, when a generation's assignment is
-        synced (Stable) and when a group that had members becomes empty; not again for the same snapshot (nor for KIP-848 groups, whose
-        ConsumerGroup* records are not written)."""
+        synced (Stable) and when a group that had members becomes empty; not again for the same snapshot (nor for
+        KIP-848 groups, whose ConsumerGroup* records are not written)."""
         if not isinstance(group, ClassicGroup) or self._logged.get(group.group_id) == data:
             return None
         if group.state is ClassicGroupState.STABLE and group.members:
@@ -394,7 +395,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             if not group.is_empty():
-                reply({"error_code": int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL), "member_id": body.get("member_id") or "",
+                reply({"error_code": int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+                       "member_id": body.get("member_id") or "",
                        "generation_id": -1, "leader": "", "members": [], "protocol_name": None})
                 return
             group = None
@@ -479,7 +481,8 @@ class GroupCoordinator:
             try:
                 with self._event(group_id, now):
                     if group is None:
-                        group = ConsumerGroup(group_id, self.consumer_config(group_id), self.topics, self.new_consumer_id,
+                        group = ConsumerGroup(group_id, self.consumer_config(group_id), self.topics,
+                                              self.new_consumer_id,
                                               access=self.access)
                         self.groups[group_id] = group
                     try:

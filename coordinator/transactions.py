@@ -20,8 +20,8 @@ Ongoing — partitions (AddPartitionsToTxn) or groups (AddOffsetsToTxn) added; t
     timeout runs from the first addition. ← Empty, Ongoing, CompleteCommit, CompleteAbort.
 PrepareCommit / PrepareAbort — EndTxn decided; the markers are being written. ← Ongoing
     (PrepareAbort also ← PrepareEpochFence, and at transaction version 2 ← Empty, CompleteCommit,
-    CompleteAbort: an abort with nothing added, which bumps the epoch and writes no marker). The client is answered once this is written; the
-    markers are written at once (one node: a local call) and, where the disk refuses some,
+    CompleteAbort: an abort with nothing added, which bumps the epoch and writes no marker). The client is answered once
+    this is written; the markers are written at once (one node: a local call) and, where the disk refuses some,
     retried on tick; at restart a prepared state is completed (markers again: a second
     marker for a closed transaction changes nothing).
 CompleteCommit / CompleteAbort — every marker written and the groups settled; partitions and

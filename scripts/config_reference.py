@@ -27,8 +27,8 @@ Generated from `broker/configs/config.py` by `scripts/config_reference.py`; do n
 
 Settings are read from the TOML file given to `tmqgate serve --config FILE` (keys as below);
 `--listen`, `--http`, `--http-auth` and `--data-dir` override their keys; unknown keys, values of the
-wrong type and out-of-range values are refused at start, naming the file and the key. Where Apache Kafka has the setting,
-the name is Kafka's in snake_case and the default is Kafka's unless the description says why not.
+wrong type and out-of-range values are refused at start, naming the file and the key. Where Apache Kafka has the
+setting, the name is Kafka's in snake_case and the default is Kafka's unless the description says why not.
 
 Every key can also be given as an environment variable, `TMQGATE_` + the key upper-cased, its value
 a TOML value (`TMQGATE_NUM_PARTITIONS=3`; a value that is not TOML is taken as a string): over the

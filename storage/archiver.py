@@ -153,7 +153,8 @@ class Archiver:
                 )
                 rec = self._heads.remove(dbid, vnode, vs, dead, kept, None, reason, now)
                 out.append(rec.as_dict(database.info.name))
-            cut.append((keys.vnode_prefix(keys.WAL, dbid, vnode), keys.wal_seek_key(dbid, vnode, first_kept[(dbid, vnode)])))
+            cut.append((keys.vnode_prefix(keys.WAL, dbid, vnode),
+                        keys.wal_seek_key(dbid, vnode, first_kept[(dbid, vnode)])))
         freed = sum(r["bytes"] for r in out)
         if compact and removed:
             try:

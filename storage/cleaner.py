@@ -341,7 +341,8 @@ class Cleaning:
         horizon = self.now_ms + self.settings.delete_retention_ms
         offsets = {r.offset for r in kept}
         new = build_batch(
-            [r for r in decode_records(value) if r.offset in offsets], base_offset=h.base_offset, compression=h.compression, producer_id=h.producer_id,
+            [r for r in decode_records(value) if r.offset in offsets], base_offset=h.base_offset,
+            compression=h.compression, producer_id=h.producer_id,
             producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, timestamp_type=h.timestamp_type,
             is_transactional=h.is_transactional, partition_leader_epoch=h.partition_leader_epoch,
             last_offset_delta=h.last_offset_delta, delete_horizon_ms=horizon)

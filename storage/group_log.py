@@ -8,9 +8,9 @@ Why a log of its own and not the WAL: a group's state changes are written in one
 across a kill. What is stored is the batch's content — its timestamp and its records' keys and
 values, packed — and the record batch is built when it is read: building a v2 batch (varints,
 CRC-32C) in Python costs more than the rest of an offset commit, and commits are many where
-readers of ``__consumer_offsets`` are few (``bench/group_log_bench.py``). A partition's offsets are increasing and never reused (dense until compacted): the next offset
-of a partition is read once from its last batch, then kept in memory and advanced only after
-the WriteBatch is written (``stage`` / ``advance``: a failed write takes nothing).
+readers of ``__consumer_offsets`` are few (``bench/group_log_bench.py``). A partition's offsets are increasing and never
+reused (dense until compacted): the next offset of a partition is read once from its last batch, then kept in memory and
+advanced only after the WriteBatch is written (``stage`` / ``advance``: a failed write takes nothing).
 
 Compaction (Kafka's ``__consumer_offsets`` is ``cleanup.policy=compact``): every commit adds a
 batch, so a group committing every few seconds would grow the log for ever. ``compaction``

@@ -160,8 +160,8 @@ batches go and the vnode's next version moves back (``storage.payloads``).
 ``Store.sync()`` fsyncs the payload log before the main DB, so a synced state never needs it.
 
 A vnode's versions are dense: a data entry of N records takes N consecutive versions, a rows
-entry of N rows takes N, a meta entry takes one, so an entry's last version is the next entry's base - 1 (or next version - 1).
-Because the kind byte follows the base version, kind does not disturb version order, and a
+entry of N rows takes N, a meta entry takes one, so an entry's last version is the next entry's base - 1 (or next
+version - 1). Because the kind byte follows the base version, kind does not disturb version order, and a
 reader knows an entry's kind from its key alone.
 
 The time index is Kafka's: an index entry is added only when a batch's max timestamp exceeds

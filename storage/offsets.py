@@ -227,8 +227,8 @@ class Offsets:
         return n
 
     def delete_group(self, group: str, records: Iterable[tuple[bytes, bytes | None]] = ()) -> None:
-        """A group's offsets (pending transactional ones too) and metadata, in one WriteBatch (DeleteGroups: all or nothing).
-        ``records``: what the log gets after the offsets' tombstones (the group's own tombstone)."""
+        """A group's offsets (pending transactional ones too) and metadata, in one WriteBatch (DeleteGroups: all or
+        nothing). ``records``: what the log gets after the offsets' tombstones (the group's own tombstone)."""
         wb = self._batch()
         tombstones: list[tuple[bytes, bytes | None]] = []
         for k in self._core.db.iterator(prefix=keys.offset_group_prefix(group), include_value=False):
@@ -300,8 +300,8 @@ class Offsets:
                 wb.put(keys.offset_key(group, topic, partition), raw)
                 written.append((topic, partition))
                 offset, leader_epoch, ms, metadata = keys.unpack_offset(raw)
-                records.append((offset_commit_key(group, topic, partition),
-                                offset_commit_value(offset, leader_epoch, metadata, ms)))  # no topic id: Kafka's TxnOffsetCommit
+                records.append((offset_commit_key(group, topic, partition),  # no topic id: Kafka's TxnOffsetCommit
+                                offset_commit_value(offset, leader_epoch, metadata, ms)))
         self._write(wb, group, records)
         return written
 

@@ -195,7 +195,8 @@ class Producers:
         for key, value in self._core.db.iterator(prefix=keys.vnode_prefix(keys.PRODUCER, dbid, vnode)):
             epoch, update_ms, batches = keys.unpack_producer(value)
             pid = keys.read_u64(key[9:17])
-            out.append((pid, epoch, batches[-1][1] if batches else -1, update_ms, keys.producer_coordinator_epoch(value)))
+            out.append((pid, epoch, batches[-1][1] if batches else -1, update_ms,
+                        keys.producer_coordinator_epoch(value)))
         return out
 
     def forget_vnode(self, dbid: int, vnode: int) -> None:

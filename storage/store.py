@@ -111,7 +111,8 @@ class Store:
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
         self.acls = Acls(self.core)
         self.transaction_log = TransactionLog(self.group_log)  # __transaction_state's records
-        self.txn_states = TxnStates(self.core, self.transaction_log)  # the transaction coordinator's (storage.txn_coordinator)
+        # the transaction coordinator's (storage.txn_coordinator)
+        self.txn_states = TxnStates(self.core, self.transaction_log)
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}
@@ -361,7 +362,8 @@ class Store:
         """See ``Wal.raw_entries`` (what a follower of a SQL database's vnode copies)."""
         return self.wal.raw_entries(db, vnode, from_version, max_bytes)
 
-    def replica_marks(self, db: str, vnode: int) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int, BatchMeta]]]:
+    def replica_marks(self, db: str, vnode: int) -> tuple[dict[int, tuple[int, int]],
+                                                          dict[int, tuple[int, int, BatchMeta]]]:
         """What a SQL database vnode's rows entries do not carry and a follower must keep:
         (base version of a rows entry of an open or aborted transaction → (producer id, epoch)
         — a committed one's rows are plain rows by now —, last version of an idempotent
@@ -622,7 +624,8 @@ class Store:
         if (some(start=keys.GROUPLOG, stop=keys.group_log_prefix(TXN_BASE))  # the group log's own partitions
                 or some(prefix=keys.OFFSET) or some(prefix=keys.GROUP)):
             used.append(GROUP_METADATA_TOPIC)
-        if some(prefix=keys.TXNSTATE) or some(start=keys.group_log_prefix(TXN_BASE), stop=keys.prefix_end(keys.GROUPLOG)):
+        if some(prefix=keys.TXNSTATE) or some(start=keys.group_log_prefix(TXN_BASE),
+                                              stop=keys.prefix_end(keys.GROUPLOG)):
             used.append(TRANSACTION_STATE_TOPIC)
         return used
 

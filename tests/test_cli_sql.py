@@ -95,7 +95,8 @@ def test_what_ddl_insert_and_queries_say(http: str) -> None:
         done = _sql(http, text)
         assert (done.returncode, done.stdout, done.stderr) == (0, line + "\n", ""), text
     # the REST answer itself: TDengine's affected_rows, the rows inserted
-    raw = json.loads(_sql(http, "--json", "INSERT INTO okdb.d1 VALUES (now+6s, 1.0, 1, 0.1) (now+7s, 1.0, 1, 0.1)").stdout)
+    raw = json.loads(_sql(http, "--json",
+                          "INSERT INTO okdb.d1 VALUES (now+6s, 1.0, 1, 0.1) (now+7s, 1.0, 1, 0.1)").stdout)
     assert (raw["column_meta"], raw["data"], raw["rows"]) == ([["affected_rows", "INT", 4]], [[2]], 1)
     shown = _sql(http, "SHOW okdb.STABLES")
     assert shown.stdout.splitlines() == ["stable_name | db_name | columns | tags",

@@ -85,7 +85,8 @@ def test_second_broker_on_the_same_data_dir(tmp_path: Path) -> None:
 def test_bad_toml_names_the_file_and_line(tmp_path: Path) -> None:
     rc, err, data = _serve(tmp_path, config="wal_level = 1\nnum_partitions = \n")
     assert rc == 2
-    assert _one_line(err) == f"tmqgate: {tmp_path / 'broker.toml'}: not valid TOML: Invalid value (at line 2, column 18)"
+    assert _one_line(err) == \
+        f"tmqgate: {tmp_path / 'broker.toml'}: not valid TOML: Invalid value (at line 2, column 18)"
     assert not data.exists()
 
 
@@ -259,7 +260,8 @@ def test_ready_line_is_json_under_log_format_json(tmp_path: Path) -> None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
         if fmt == "text":
-            assert re.fullmatch(r"tmqgate ready: kafka PLAINTEXT://127\.0\.0\.1:\d+, http 127\.0\.0\.1:\d+\n", line), line
+            assert re.fullmatch(r"tmqgate ready: kafka PLAINTEXT://127\.0\.0\.1:\d+, http 127\.0\.0\.1:\d+\n",
+                                line), line
             continue
         ready = json.loads(line)
         kafka = re.search(r"PLAINTEXT://127\.0\.0\.1:\d+", ready["message"]).group(0)  # type: ignore[union-attr]

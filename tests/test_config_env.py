@@ -99,8 +99,8 @@ def test_deploy_files_and_the_suites_set_nothing_refused() -> None:
                     and path.resolve() not in refusal_tests:
                 text = path.read_text(errors="replace")
                 # a variable: read from or put into an environment, or interpolated by compose
-                mentioned |= set(re.findall(r"(?:environ(?:\.get)?\(|environ\[|\$\{|\$|[\"']|-e |export )(TMQGATE_[A-Z0-9_]+)"
-                                            r"(?=[\"'}:=\s)\]-])", text))
+                mentioned |= set(re.findall(r"(?:environ(?:\.get)?\(|environ\[|\$\{|\$|[\"']|-e |export )"
+                                            r"(TMQGATE_[A-Z0-9_]+)(?=[\"'}:=\s)\]-])", text))
     assert {"TMQGATE_CI", "TMQGATE_PASSWORD", "TMQGATE_SPARK_JARS_DIR"} <= mentioned  # the scan finds them
     names = set_by_deploy | {n for n in mentioned if not n.endswith("_")}
     names -= {"TMQGATE_IMAGE_TAG"}  # compat_tests/containers.py: a Python name, never a variable

@@ -346,7 +346,8 @@ def test_simple_group_commit_and_fetch(tmp_path: Any) -> None:
     assert c.offsets.fetch_offsets("other", [("t", [0])]) == (E.NONE, [("t", [(0, -1, -1, "", E.NONE)])])
     assert c.offsets.fetch_offsets("other", None) == (E.NONE, [])
     assert c.offsets.commit_offsets(0, "x", "m", None, 3, 8, [("t", 0, 1, -1, None)]) == [E.ILLEGAL_GENERATION]
-    assert c.offsets.commit_offsets(0, "x", "", None, -1, 8, [("t", 0, 1, -1, "m" * 4097)]) == [E.OFFSET_METADATA_TOO_LARGE]
+    assert c.offsets.commit_offsets(0, "x", "", None, -1, 8,
+                                    [("t", 0, 1, -1, "m" * 4097)]) == [E.OFFSET_METADATA_TOO_LARGE]
 
 
 def test_simple_commit_refused_while_group_has_members(tmp_path: Any) -> None:

@@ -42,7 +42,8 @@ async def classic_and_kip848(data_dir: str) -> None:
         a = await Conn.open(port, "client-a")
         b = await Conn.open(port, "client-b")
         versions = {k["api_key"]: (k["min_version"], k["max_version"])
-                    for k in (await a.call(18, 3, {"client_software_name": "t", "client_software_version": "1"}))["api_keys"]}
+                    for k in (await a.call(18, 3,
+                                           {"client_software_name": "t", "client_software_version": "1"}))["api_keys"]}
         assert versions[68] == (0, 1) and versions[69] == (0, 1) and versions[11] == (0, 9)
 
         fc = await a.call(10, 3, {"key": "g", "key_type": 0})
@@ -87,7 +88,8 @@ async def classic_and_kip848(data_dir: str) -> None:
                                          {"partition_index": 9, "committed_offset": 1, "committed_metadata": None}]}]})
         assert [p["error_code"] for p in commit["topics"][0]["partitions"]] == [0, E.UNKNOWN_TOPIC_OR_PARTITION]
         stale = await a.call(8, 8, {"group_id": "g", "generation_id_or_member_epoch": 1, "member_id": ma,
-                                    "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1}]}]})
+                                    "topics": [{"name": "t",
+                                                "partitions": [{"partition_index": 0, "committed_offset": 1}]}]})
         assert stale["topics"][0]["partitions"][0]["error_code"] == E.ILLEGAL_GENERATION
 
         desc = await a.call(15, 5, {"groups": ["g"]})
@@ -121,7 +123,8 @@ async def classic_and_kip848(data_dir: str) -> None:
         assert r2["assignment"]["topic_partitions"][0]["partitions"] == [2, 3]
         assert (await c2.call(68, 1, cgh("member-2", 9, None)))["error_code"] == E.FENCED_MEMBER_EPOCH
         commit = await c1.call(8, 9, {"group_id": "k", "generation_id_or_member_epoch": 2, "member_id": "member-1",
-                                      "topics": [{"name": "t", "partitions": [{"partition_index": 1, "committed_offset": 5}]}]})
+                                      "topics": [{"name": "t",
+                                                  "partitions": [{"partition_index": 1, "committed_offset": 5}]}]})
         assert commit["topics"][0]["partitions"][0]["error_code"] == 0
         d = (await c1.call(69, 0, {"group_ids": ["k"]}))["groups"][0]
         assert (d["group_state"], d["group_epoch"], d["assignment_epoch"]) == ("Stable", 2, 2)
@@ -145,7 +148,8 @@ async def after_restart(data_dir: str) -> None:
             {"group_id": "nobody", "topics": [{"name": "t", "partition_indexes": [0]}]}]})
         by_group = {g["group_id"]: g for g in fetched["groups"]}
         parts = by_group["g"]["topics"][0]["partitions"]
-        assert [(p["partition_index"], p["committed_offset"], p["committed_leader_epoch"], p["metadata"]) for p in parts] == [
+        assert [(p["partition_index"], p["committed_offset"], p["committed_leader_epoch"], p["metadata"])
+                for p in parts] == [
             (0, 17, 4, "meta"), (1, -1, -1, "")]
         assert by_group["k"]["topics"][0]["partitions"][0]["committed_offset"] == 5
         assert by_group["nobody"]["topics"][0]["partitions"][0]["committed_offset"] == -1

@@ -96,7 +96,8 @@ def hb(c: GroupCoordinator, now: int, member_id: str = "", epoch: int = 0, topic
        group: str = "g", rebalance_timeout: int = 60_000, assignor: str | None = None) -> dict[str, Any]:
     body = {"group_id": group, "member_id": member_id, "member_epoch": epoch, "instance_id": instance,
             "rebalance_timeout_ms": rebalance_timeout if epoch == 0 else -1,
-            "subscribed_topic_names": topics if topics is not None else (["t"] if epoch == 0 and regex is None else None),
+            "subscribed_topic_names":
+                topics if topics is not None else (["t"] if epoch == 0 and regex is None else None),
             "subscribed_topic_regex": regex, "server_assignor": assignor,
             "topic_partitions": None if owned is None else [{"topic_id": TID(t), "partitions": ps}
                                                            for t, ps in owned.items()]}
@@ -311,12 +312,14 @@ def test_describe(tmp_path: Any) -> None:
     hb(c, 0, instance="i1")
     d = c.admin.consumer_describe(["g", "missing"])
     g = d[0]
-    assert (g["group_state"], g["group_epoch"], g["assignment_epoch"], g["assignor_name"]) == ("Stable", 1, 1, "uniform")
+    assert (g["group_state"], g["group_epoch"], g["assignment_epoch"], g["assignor_name"]) == \
+        ("Stable", 1, 1, "uniform")
     m = g["members"][0]
     assert (m["member_id"], m["instance_id"], m["client_id"], m["client_host"], m["member_epoch"]) == (
         "m1", "i1", "client", "10.0.0.2", 1)
     assert m["subscribed_topic_names"] == ["t"]
-    assert m["assignment"]["topic_partitions"] == [{"topic_id": TID("t"), "topic_name": "t", "partitions": [0, 1, 2, 3]}]
+    assert m["assignment"]["topic_partitions"] == [{"topic_id": TID("t"), "topic_name": "t",
+                                                    "partitions": [0, 1, 2, 3]}]
     assert d[1]["error_code"] == E.GROUP_ID_NOT_FOUND
     listed = c.admin.list_groups()
     assert listed == [{"group_id": "g", "protocol_type": "consumer", "group_state": "Stable", "group_type": "consumer"}]
@@ -374,14 +377,16 @@ def test_offset_commit_with_an_older_epoch_for_partitions_held_since(tmp_path: A
     assert commit(2, 1) == [E.STALE_MEMBER_EPOCH]  # given up
     assert commit(4, 0) == [E.STALE_MEMBER_EPOCH]  # newer than the member's
     assert commit(2, 0, version=8) == [E.ILLEGAL_GENERATION]  # before v9: the epoch itself
-    assert c.offsets.txn_offset_commit(70, "g", "x", 1, 0, "m1", 2, None, [("t", 1, 5, -1, None)]) == [E.ILLEGAL_GENERATION]
+    assert c.offsets.txn_offset_commit(70, "g", "x", 1, 0, "m1", 2, None,
+                                       [("t", 1, 5, -1, None)]) == [E.ILLEGAL_GENERATION]
     assert c.offsets.txn_offset_commit(70, "g", "x", 1, 0, "m1", 2, None, [("t", 0, 5, -1, None)]) == [E.NONE]
     hb(c, 80, "m2", -1)  # m2 leaves: epoch 4; m1 gains partitions at epoch 4
     gained = parts(hb(c, 90, "m1", 3, owned={"t": [0]}))
     assert gained is not None and 0 in gained and len(gained) > 1, gained
     assert commit(3, 0) == [E.NONE]
     assert commit(3, max(gained)) == [E.STALE_MEMBER_EPOCH]
-    assert c.offsets.commit_offsets(95, "g", "m1", None, 4, 9, [("t", p, 6, -1, None) for p in gained]) == [E.NONE] * len(gained)
+    assert c.offsets.commit_offsets(95, "g", "m1", None, 4, 9,
+                                    [("t", p, 6, -1, None) for p in gained]) == [E.NONE] * len(gained)
 
 
 def test_protocol_conflicts(tmp_path: Any) -> None:
@@ -431,7 +436,8 @@ def test_joining_member_knows_its_target_immediately(tmp_path: Any, n: int) -> N
     for _ in range(n):
         hb(c, 0)
     d = c.admin.consumer_describe(["g"])[0]
-    sizes = sorted(sum(len(tp["partitions"]) for tp in m["target_assignment"]["topic_partitions"]) for m in d["members"])
+    sizes = sorted(sum(len(tp["partitions"]) for tp in m["target_assignment"]["topic_partitions"])
+                   for m in d["members"])
     assert sizes == {1: [4], 2: [2, 2], 3: [1, 1, 2], 5: [0, 1, 1, 1, 1]}[n]
     assert d["assignment_epoch"] == d["group_epoch"]
 
@@ -500,7 +506,8 @@ def test_regex_resolves_to_what_each_member_may_describe(tmp_path: Any) -> None:
                          new_consumer_id=iter(["m1", "m2"]).__next__, access=access)
 
     def join(now: int, principal: str) -> dict[str, Any]:
-        return c.consumer_heartbeat(now, {"group_id": "g", "member_id": "", "member_epoch": 0, "rebalance_timeout_ms": 60_000,
+        return c.consumer_heartbeat(now, {"group_id": "g", "member_id": "", "member_epoch": 0,
+                                          "rebalance_timeout_ms": 60_000,
                                           "subscribed_topic_regex": r"logs\..*", "topic_partitions": []},
                                     "client", "/10.0.0.2", principal)
 
@@ -508,11 +515,13 @@ def test_regex_resolves_to_what_each_member_may_describe(tmp_path: Any) -> None:
     join(1, "User:bob")
     c.tick(5)
     group = c.groups["g"]
-    assert {m: group.member_topics(group.members[m]) for m in ("m1", "m2")} == {"m1": {"logs.a"}, "m2": {"logs.a", "logs.b"}}
+    assert {m: group.member_topics(group.members[m]) for m in ("m1", "m2")} == {"m1": {"logs.a"},
+                                                                                "m2": {"logs.a", "logs.b"}}
     assert set(access.asked) == {("User:alice", "/10.0.0.2"), ("User:bob", "/10.0.0.2")}
     assert all(tp[0] == "logs.a" for tp in group.target["m1"])
     store.close()
     store = Store(str(tmp_path / "data"))
     restored = GroupCoordinator(store, Topics(**{"logs.a": 1, "logs.b": 1}), now_ms=100, access=access).groups["g"]
-    assert {m: restored.member_topics(restored.members[m]) for m in ("m1", "m2")} == {"m1": {"logs.a"}, "m2": {"logs.a", "logs.b"}}
+    assert {m: restored.member_topics(restored.members[m]) for m in ("m1", "m2")} == {"m1": {"logs.a"},
+                                                                                      "m2": {"logs.a", "logs.b"}}
     store.close()

@@ -21,7 +21,8 @@ E = ErrorCode
 def coordinator(path: str, delay: int = 0) -> GroupCoordinator:
     counter = iter(range(1, 1_000_000))
     store = Store(path, write_buffer_size=256 << 10, lru_cache_size=1 << 20, reserve_bytes=0)
-    return GroupCoordinator(store, Topics(t=4), CoordinatorConfig(classic=ClassicConfig(initial_rebalance_delay_ms=delay)),
+    return GroupCoordinator(store, Topics(t=4),
+                            CoordinatorConfig(classic=ClassicConfig(initial_rebalance_delay_ms=delay)),
                             now_ms=0, new_id=lambda: f"id{next(counter)}")
 
 

@@ -233,7 +233,8 @@ def test_consumer_random_walk_states_follow_the_epochs(tmp_path: Any, seed: int)
             rejoin = rng.choice(list(epochs)) if epochs and rng.random() < 0.3 else ""
             r = hb(c, now, rejoin, 0, topics=rng.choice([["t"], ["t", "u"], ["u"]]),
                    instance=None if rejoin else rng.choice([None, None, "i1", "i2"]),
-                   assignor=rng.choice([None, None, None, "uniform", "bogus"]), rebalance_timeout=rng.choice([3000, 60_000]))
+                   assignor=rng.choice([None, None, None, "uniform", "bogus"]),
+                   rebalance_timeout=rng.choice([3000, 60_000]))
         elif action < 0.75:
             mid = rng.choice(list(epochs))
             r = hb(c, now, mid, epochs[mid] if rng.random() < 0.9 else epochs[mid] + 1,

@@ -352,7 +352,8 @@ _SEEDS = {c: build_batch(_compressible(8), compression=c, base_offset=77) for c 
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(CODECS), st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=4))
+@given(st.sampled_from(CODECS),
+       st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=4))
 def test_fuzz_mutated_valid_batches(codec, flips):
     data = bytearray(_SEEDS[codec])
     for pos, mask in flips:

@@ -40,7 +40,8 @@ GOOD = [(b"k%d" % i, b"v" * (i * 37), [("h", b"x"), ("n", None)] if i % 2 else [
 def test_valid_batches_of_every_codec_pass(codec: int) -> None:
     batch = build_batch(GOOD + [(None, None, [], TS), (b"", b"\xff" * 300, [("", b"")], TS - 3)], compression=codec)
     v = validate(batch)
-    assert v.records_size == len(build_batch(GOOD + [(None, None, [], TS), (b"", b"\xff" * 300, [("", b"")], TS - 3)])) - 61
+    assert v.records_size == len(build_batch(GOOD + [(None, None, [], TS),
+                                                     (b"", b"\xff" * 300, [("", b"")], TS - 3)])) - 61
     assert (v.min_timestamp, v.min_index, v.max_timestamp, v.max_index) == (TS - 3, 51, TS + 4, 2)
 
 

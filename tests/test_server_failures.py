@@ -46,7 +46,8 @@ async def scenario(data_dir: str) -> None:
             {"name": "t", "partition_data": [{"index": 1, "records": build_batch([(None, b"v")])}]}]}
         resp = await conn.call(ApiKey.PRODUCE, 9, produce)
         [p] = resp["responses"][0]["partition_responses"]
-        assert (p["index"], p["error_code"], p["base_offset"], p["error_message"]) == (1, E.UNKNOWN_SERVER_ERROR, -1, None)
+        assert (p["index"], p["error_code"], p["base_offset"], p["error_message"]) == \
+            (1, E.UNKNOWN_SERVER_ERROR, -1, None)
         # the connection lives on and is served
         md = await conn.call(ApiKey.METADATA, 12, {"topics": [{"name": "t", "topic_id": bytes(16)}]})
         assert [(t["name"], t["error_code"]) for t in md["topics"]] == [("t", 0)]
@@ -67,7 +68,8 @@ def _frame(produce: dict[str, Any]) -> bytes:
 def test_handler_failure_is_answered(tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="tmqgate.server"):
         asyncio.run(scenario(str(tmp_path / "data")))
-    lines = [r.getMessage() for r in caplog.records if r.name == "tmqgate.server" and "error handling" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if r.name == "tmqgate.server"
+             and "error handling" in r.getMessage()]
     assert len(lines) == 3, lines  # 22 failures, 3 logged (log_rate_limit_messages)
     assert "LIST_OFFSETS v7 (client id 'failing'" in lines[0] and "UNKNOWN_SERVER_ERROR" in lines[0]
     assert "RuntimeError('disk on fire')" in lines[0]

@@ -149,7 +149,8 @@ def test_stable_topic_filter_tags_only():
     with pytest.raises(SqlError, match="only tags and tbname, not column 'voltage'") as ei:
         compile_filter(t.where, SCHEMA, tags_only=True)
     assert ei.value.position == t.statement.index("voltage")
-    assert compile_filter(parse("CREATE TOPIC t AS STABLE meters WHERE 2 > 1").where, SCHEMA).mask(table()).to_pylist() == [True] * 3
+    assert compile_filter(parse("CREATE TOPIC t AS STABLE meters WHERE 2 > 1").where,
+                          SCHEMA).mask(table()).to_pylist() == [True] * 3
 
 
 def test_missing_column_reads_as_null():
@@ -222,7 +223,8 @@ def test_check_topic_query_refuses(sql, what, at):
 
 
 def test_check_topic_query_accepts_projection_and_filter():
-    check_topic_query(parse("SELECT ts, abs(voltage), tbname FROM meters WHERE location LIKE 'C%' AND voltage > 1").select)
+    check_topic_query(
+        parse("SELECT ts, abs(voltage), tbname FROM meters WHERE location LIKE 'C%' AND voltage > 1").select)
     check_topic_query(parse("CREATE TOPIC t AS SELECT * FROM power.meters").select)
 
 
@@ -297,7 +299,8 @@ def _num_extend(children):
     unary = st.tuples(st.sampled_from(["ABS", "CEIL", "FLOOR", "-"]), children).map(
         lambda t: (
             f"(-{t[1][0]})" if t[0] == "-" else f"{t[0]}({t[1][0]})",
-            lambda r, t=t: _nn({"ABS": abs, "CEIL": math.ceil, "FLOOR": math.floor, "-": lambda x: -x}[t[0]])(t[1][1](r)),
+            lambda r, t=t: _nn({"ABS": abs, "CEIL": math.ceil, "FLOOR": math.floor,
+                                "-": lambda x: -x}[t[0]])(t[1][1](r)),
         )
     )
     return st.one_of(binop, unary)
@@ -323,13 +326,15 @@ def _substr(x, pos, n):
 def _str_extend(children):
     return st.one_of(
         st.tuples(st.sampled_from(["LOWER", "UPPER"]), children).map(
-            lambda t: (f"{t[0]}({t[1][0]})", lambda r, t=t: _nn(str.lower if t[0] == "LOWER" else str.upper)(t[1][1](r)))
+            lambda t: (f"{t[0]}({t[1][0]})",
+                       lambda r, t=t: _nn(str.lower if t[0] == "LOWER" else str.upper)(t[1][1](r)))
         ),
         st.tuples(children, children).map(
             lambda t: (f"CONCAT({t[0][0]}, {t[1][0]})", lambda r, t=t: _nn(lambda a, b: a + b)(t[0][1](r), t[1][1](r)))
         ),
         st.tuples(children, st.sampled_from([1, 2, -1, -3]), st.integers(min_value=0, max_value=3)).map(
-            lambda t: (f"SUBSTR({t[0][0]}, {t[1]}, {t[2]})", lambda r, t=t: _nn(lambda a: _substr(a, t[1], t[2]))(t[0][1](r)))
+            lambda t: (f"SUBSTR({t[0][0]}, {t[1]}, {t[2]})",
+                       lambda r, t=t: _nn(lambda a: _substr(a, t[1], t[2]))(t[0][1](r)))
         ),
     )
 
@@ -367,7 +372,8 @@ _BOOL_LEAF = st.one_of(
         )
     ),
     st.tuples(STR, st.sampled_from(["^a", "b$", "a.c", "[bc]+", "^$"])).map(
-        lambda t: (f"{t[0][0]} MATCH '{t[1]}'", lambda r, t=t: _nn(lambda s: re.search(t[1], s) is not None)(t[0][1](r)))
+        lambda t: (f"{t[0][0]} MATCH '{t[1]}'",
+                   lambda r, t=t: _nn(lambda s: re.search(t[1], s) is not None)(t[0][1](r)))
     ),
     st.tuples(NUM, st.lists(st.integers(min_value=-3, max_value=3), min_size=1, max_size=3), st.booleans()).map(
         lambda t: (
@@ -463,7 +469,8 @@ def test_fuzz_compile_only_sqlerror(text):
 def test_unsigned_bool_nchar_chunked_and_empty_tables():
     schema = parse("CREATE STABLE s2 (ts TIMESTAMP, u BIGINT UNSIGNED, b BOOL, n NCHAR(4)) TAGS (t1 TINYINT)").schema()
     p = compile_projection(
-        parse("SELECT u + 1 AS x, cast(u AS INT) AS y FROM s2 WHERE u > 5 AND b AND t1 IN (1, 2) AND n LIKE '%'").select,
+        parse("SELECT u + 1 AS x, cast(u AS INT) AS y FROM s2 "
+              "WHERE u > 5 AND b AND t1 IN (1, 2) AND n LIKE '%'").select,
         schema,
     )
     rows = [

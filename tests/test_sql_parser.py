@@ -54,7 +54,8 @@ METERS = (
         (
             "CREATE DATABASE db KEEP 3650 DURATION 10d BUFFER 256 CACHEMODEL 'both' KEEP_TIME_OFFSET 2",
             CreateDatabase(
-                "db", options={"keep": 3650, "duration": "10d", "buffer": 256, "cachemodel": "both", "keep_time_offset": 2}
+                "db",
+                options={"keep": 3650, "duration": "10d", "buffer": 256, "cachemodel": "both", "keep_time_offset": 2}
             ),
         ),
         ("CREATE DATABASE db KEEP 100h,100d,3650d", CreateDatabase("db", options={"keep": ["100h", "100d", "3650d"]})),
@@ -72,7 +73,8 @@ METERS = (
             ),
         ),
         (
-            "create stable if not exists `St` (`Ts` timestamp, v binary(8), n nchar(2), u bigint unsigned) tags (t bool)",
+            "create stable if not exists `St` (`Ts` timestamp, v binary(8), n nchar(2), u bigint unsigned) "
+            "tags (t bool)",
             CreateStable(
                 None,
                 "St",
@@ -85,7 +87,8 @@ METERS = (
             "CREATE TABLE st (ts TIMESTAMP, a INT) TAGS (t INT)",
             CreateStable(None, "st", [C("ts", "TIMESTAMP"), C("a", "INT")], [C("t", "INT")]),
         ),
-        ("CREATE TABLE d1001 USING meters TAGS ('California.SF', 2)", CreateTable(None, "d1001", "meters", ["California.SF", 2])),
+        ("CREATE TABLE d1001 USING meters TAGS ('California.SF', 2)",
+         CreateTable(None, "d1001", "meters", ["California.SF", 2])),
         (
             "CREATE TABLE IF NOT EXISTS power.d1 USING power.meters (location) TAGS ('x')",
             CreateTable("power", "d1", "meters", ["x"], True, ["location"]),
@@ -106,14 +109,17 @@ METERS = (
         ("DROP TABLE d1001", DropTable(None, "d1001")),
         (
             "INSERT INTO d1001 VALUES (1538548685000, 10.3, 219, 0.31) (1538548695000, 12.6, 218, 0.33)",
-            Insert([InsertRows(None, "d1001", values=[[1538548685000, 10.3, 219, 0.31], [1538548695000, 12.6, 218, 0.33]])]),
+            Insert([InsertRows(None, "d1001",
+                               values=[[1538548685000, 10.3, 219, 0.31], [1538548695000, 12.6, 218, 0.33]])]),
         ),
         (
             "INSERT INTO d1001 (ts, current) VALUES ('2018-10-03 14:38:05.000', -1e3), (NOW, NULL)",
-            Insert([InsertRows(None, "d1001", columns=["ts", "current"], values=[["2018-10-03 14:38:05.000", -1000.0], [NowValue(), None]])]),
+            Insert([InsertRows(None, "d1001", columns=["ts", "current"],
+                               values=[["2018-10-03 14:38:05.000", -1000.0], [NowValue(), None]])]),
         ),
         (
-            "insert into power.d1 values (now - 1h + 10s, true, false, \"dq\", 'it''s', 0x10) d2 values (now(), 1, 2, 3, 4, 5)",
+            "insert into power.d1 values (now - 1h + 10s, true, false, \"dq\", 'it''s', 0x10) "
+            "d2 values (now(), 1, 2, 3, 4, 5)",
             Insert(
                 [
                     InsertRows("power", "d1", values=[[NowValue(-3_590_000), True, False, "dq", "it's", 16]]),
@@ -127,18 +133,22 @@ METERS = (
             Insert(
                 [
                     InsertRows(None, "d21001", "meters", ["California.SF", 2], None, [[NowValue(), 10.3, 219, 0.31]]),
-                    InsertRows("power", "d21002", "meters", [3], ["ts", "current"], [[NowValue(day=True), 1]], ["groupid"]),
+                    InsertRows("power", "d21002", "meters", [3], ["ts", "current"],
+                               [[NowValue(day=True), 1]], ["groupid"]),
                 ]
             ),
         ),
-        ("CREATE TOPIC t1 AS DATABASE power", CreateTopic("t1", kind="database", db="power", statement="CREATE TOPIC t1 AS DATABASE power")),
+        ("CREATE TOPIC t1 AS DATABASE power",
+         CreateTopic("t1", kind="database", db="power", statement="CREATE TOPIC t1 AS DATABASE power")),
         (
             "create topic if not exists t2 with meta as database power;",
-            CreateTopic("t2", True, "with", "database", db="power", statement="create topic if not exists t2 with meta as database power"),
+            CreateTopic("t2", True, "with", "database", db="power",
+                        statement="create topic if not exists t2 with meta as database power"),
         ),
         (
             "CREATE TOPIC t3 ONLY META AS STABLE power.meters",
-            CreateTopic("t3", False, "only", "stable", db="power", stable="meters", statement="CREATE TOPIC t3 ONLY META AS STABLE power.meters"),
+            CreateTopic("t3", False, "only", "stable", db="power", stable="meters",
+                        statement="CREATE TOPIC t3 ONLY META AS STABLE power.meters"),
         ),
         (
             "CREATE TOPIC t4 AS STABLE meters WHERE groupId = 2 AND location LIKE 'Cal%'",
@@ -180,7 +190,8 @@ METERS = (
         ("SHOW power.VGROUPS", Show("vgroups", "power")),
         ("DESCRIBE power.d1001", Describe("power", "d1001")),
         ("desc meters", Describe(None, "meters")),
-        ("SELECT * FROM meters WHERE voltage > 1 LIMIT 5", Select(None, "meters", None, "SELECT * FROM meters WHERE voltage > 1 LIMIT 5")),
+        ("SELECT * FROM meters WHERE voltage > 1 LIMIT 5",
+         Select(None, "meters", None, "SELECT * FROM meters WHERE voltage > 1 LIMIT 5")),
     ],
 )
 def test_statement_forms(sql, expected):

@@ -100,7 +100,8 @@ def batches(draw):
         st.lists(
             st.tuples(
                 st.text(max_size=12),
-                st.one_of(st.binary(max_size=80), st.lists(st.one_of(st.none(), st.binary(max_size=70)), min_size=n, max_size=n)),
+                st.one_of(st.binary(max_size=80),
+                          st.lists(st.one_of(st.none(), st.binary(max_size=70)), min_size=n, max_size=n)),
             ),
             max_size=4,
         )
@@ -393,4 +394,5 @@ def test_json_into_batch_roundtrip():
         row = json.loads(r.value)
         assert r.offset == 1000 + 3 * i and r.timestamp == row["ts"] == table["ts"][i].as_py()
         assert _f32(row["current"]) == table["current"][i].as_py() and row["voltage"] == 200 + i % 20
-        assert r.headers == [("tmq.db", b"power"), ("tmq.table", f"d{i % 13}".encode())] and r.key == f"d{i % 13}".encode()
+        assert r.headers == [("tmq.db", b"power"),
+                             ("tmq.table", f"d{i % 13}".encode())] and r.key == f"d{i % 13}".encode()

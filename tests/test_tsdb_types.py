@@ -53,7 +53,9 @@ def test_type_str_and_predicates():
     assert parse_type("nchar(2)").is_string and parse_type("timestamp").is_timestamp
 
 
-@pytest.mark.parametrize("text", ["VARCHAR", "NCHAR", "INT(4)", "VARCHAR(0)", "VARCHAR(65518)", "NCHAR(16380)", "JSON", "x y z", ""])
+@pytest.mark.parametrize("text",
+                         ["VARCHAR", "NCHAR", "INT(4)", "VARCHAR(0)", "VARCHAR(65518)", "NCHAR(16380)",
+                          "JSON", "x y z", ""])
 def test_parse_type_refused(text):
     with pytest.raises(TypeError_):
         parse_type(text)

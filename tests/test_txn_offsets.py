@@ -174,7 +174,8 @@ def test_consumer_group_members(tmp_path: Any) -> None:
         E.ILLEGAL_GENERATION]
     assert c.offsets.txn_offset_commit(1, "g", "x", PID, EPOCH, "ghost", epoch, None, [("t", 0, 3, -1, None)]) == [
         E.UNKNOWN_MEMBER_ID]
-    assert c.offsets.txn_offset_commit(1, "g", "x", PID, EPOCH, member, epoch, None, [("t", 0, 3, -1, None)]) == [E.NONE]
+    assert c.offsets.txn_offset_commit(1, "g", "x", PID, EPOCH, member, epoch, None,
+                                       [("t", 0, 3, -1, None)]) == [E.NONE]
     assert c.offsets.txn_offset_commit(1, "g", "x", PID, EPOCH, "", -1, None, [("t", 1, 4, -1, None)]) == [E.NONE]
     c.offsets.complete_transaction("g", PID, EPOCH, True)
     assert c.offsets.fetch_offsets("g", [("t", [0, 1])], member, epoch, require_stable=True) == (
@@ -203,7 +204,8 @@ def test_deleting_offsets_group_or_topic_drops_pending(tmp_path: Any) -> None:
     # The store agrees after a restart.
     c.store.close()
     c2 = make(tmp_path, t=4)
-    assert c2.offsets.pending_offsets("g") == {} and c2.offsets.fetch_offsets("g", None)[1] == [("t", [(1, 2, -1, "", E.NONE)])]
+    assert c2.offsets.pending_offsets("g") == {}
+    assert c2.offsets.fetch_offsets("g", None)[1] == [("t", [(1, 2, -1, "", E.NONE)])]
     c2.store.close()
 
 

@@ -144,7 +144,8 @@ class JwksValidator:
                 key = self._client.get_signing_key_from_jwt(token)
             else:
                 kid = header.get("kid")
-                key = self._keys.get(kid) if kid is not None or len(self._keys) != 1 else next(iter(self._keys.values()))
+                key = (self._keys.get(kid) if kid is not None or len(self._keys) != 1
+                       else next(iter(self._keys.values())))
                 if key is None:
                     raise InvalidToken(f"no key {kid!r} in the JWKS")
             s = self.settings

@@ -345,9 +345,9 @@ class BrokerConfig:
     # markers, verification) when the listener they dial — each broker's first, the one it
     # registers — takes SASL: Kafka's sasl.mechanism.inter.broker.protocol (PLAIN, SCRAM-SHA-256
     # or SCRAM-SHA-512, one of sasl_enabled_mechanisms; SCRAM keeps the password off the wire
-    # and checks that the peer holds the user's credential) and the credentials of the brokers' user (put it in super_users, or give it CLUSTER_ACTION and
-    # READ / WRITE on the topics, as Kafka's broker principal needs). On a TLS listener the broker
-    # checks the peer's certificate against ssl_cafile and presents ssl_certfile (mutual TLS).
+    # and checks that the peer holds the user's credential) and the credentials of the brokers' user (put it in
+    # super_users, or give it CLUSTER_ACTION and READ / WRITE on the topics, as Kafka's broker principal needs). On a
+    # TLS listener the broker checks the peer's certificate against ssl_cafile and presents ssl_certfile (mutual TLS).
     inter_broker_sasl_mechanism: str = "PLAIN"
     # The brokers' user, with which this broker authenticates to the others over SASL.
     inter_broker_username: str | None = None

@@ -96,9 +96,11 @@ def validate(name: str, value: str | None) -> str:
         try:
             real = float(value)
         except ValueError:
-            raise InvalidConfig(f"Invalid value {value} for configuration {name}: Not a number of type DOUBLE") from None
+            raise InvalidConfig(
+                f"Invalid value {value} for configuration {name}: Not a number of type DOUBLE") from None
         if key.minimum is not None and real < key.minimum:
-            raise InvalidConfig(f"Invalid value {real!r} for configuration {name}: Value must be at least {key.minimum}")
+            raise InvalidConfig(
+                f"Invalid value {real!r} for configuration {name}: Value must be at least {key.minimum}")
         if key.maximum is not None and real > key.maximum:
             raise InvalidConfig(f"Invalid value {real!r} for configuration {name}: Value must be no more than "
                                 f"{key.maximum}")

@@ -308,4 +308,5 @@ def _check_type(name: str, value: str, type_: int) -> None:
         float(value) if type_ == DOUBLE else int(value.strip())
     except ValueError:
         raise TopicError(ErrorCode.INVALID_REQUEST,
-                         f"Invalid value {value} for configuration {name}: Not a number of type {kinds[type_]}") from None
+                         f"Invalid value {value} for configuration {name}: "
+                         f"Not a number of type {kinds[type_]}") from None

@@ -93,7 +93,8 @@ def alter(resource_name: str, node_id: int, changes: list[dict[str, Any]], valid
             if _logger(name) is None:
                 raise TopicError(ErrorCode.INVALID_CONFIG, f"Logger {name} does not exist!")
             if name == ROOT:
-                raise TopicError(ErrorCode.INVALID_REQUEST, f"Removing the log level of the {ROOT} logger is not allowed")
+                raise TopicError(ErrorCode.INVALID_REQUEST,
+                                 f"Removing the log level of the {ROOT} logger is not allowed")
         elif op in (APPEND, SUBTRACT):
             raise TopicError(ErrorCode.INVALID_REQUEST,
                              f"{'APPEND' if op == APPEND else 'SUBTRACT'} operation is not allowed for the "

@@ -146,7 +146,8 @@ def _alter(ctx: AdminApis, rtype: int, name: str, compute: Compute,
            validate_only: bool) -> AlterConfigsResponseResourceResponse:
     """Apply `compute(current configs) -> new configs` to a topic resource; report as Kafka does.
     (IncrementalAlterConfigs' resource response has the same fields as AlterConfigs'.)"""
-    out: AlterConfigsResponseResourceResponse = {"error_code": 0, "error_message": None, "resource_type": rtype, "resource_name": name}
+    out: AlterConfigsResponseResourceResponse = {"error_code": 0, "error_message": None, "resource_type": rtype,
+                                                 "resource_name": name}
     if (refused := _refused(ctx, Operation.ALTER_CONFIGS, rtype, name)) is not None:
         out["error_code"] = int(refused)
         return out

@@ -70,7 +70,8 @@ async def describe_quorum(ctx: ClusterApis, req: Request) -> DescribeQuorumRespo
     for t in cast("DescribeQuorumRequest", req.body)["topics"]:
         parts: list[DescribeQuorumResponsePartitionData] = []
         for p in t["partitions"]:
-            entry: DescribeQuorumResponsePartitionData = {"partition_index": p["partition_index"], "error_code": 0, "error_message": None,
+            entry: DescribeQuorumResponsePartitionData = {"partition_index": p["partition_index"], "error_code": 0,
+                                                          "error_message": None,
                                      "leader_id": -1, "leader_epoch": -1, "high_watermark": -1,
                                      "current_voters": [], "observers": []}
             if t["topic_name"] != METADATA_TOPIC or p["partition_index"] != 0:

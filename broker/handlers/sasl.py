@@ -67,7 +67,8 @@ async def describe_user_scram_credentials(ctx: AdminApis, req: Request) -> Descr
     names = requested or list(stored)
     results: list[DescribeUserScramCredentialsResponseResult] = []
     for name in dict.fromkeys(names):  # each user once, in the request's order
-        result: DescribeUserScramCredentialsResponseResult = {"user": name, "error_code": 0, "error_message": None, "credential_infos": []}
+        result: DescribeUserScramCredentialsResponseResult = {"user": name, "error_code": 0, "error_message": None,
+                                                              "credential_infos": []}
         if requested.count(name) > 1:
             result.update({"error_code": int(ErrorCode.DUPLICATE_RESOURCE), "error_message": (
                 f"Cannot describe SCRAM credentials for the same user twice in a single request: {name}")})

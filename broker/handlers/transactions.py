@@ -203,7 +203,8 @@ async def describe_transactions(ctx: TxnApis, req: Request) -> DescribeTransacti
     auth = ctx.authorizer
     states: list[DescribeTransactionsResponseTransactionState] = []
     for tid in cast("DescribeTransactionsRequest", req.body)["transactional_ids"]:
-        entry: DescribeTransactionsResponseTransactionState = {"transactional_id": tid, "error_code": 0, "transaction_state": "",
+        entry: DescribeTransactionsResponseTransactionState = {"transactional_id": tid, "error_code": 0,
+                                                               "transaction_state": "",
                                  "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
                                  "producer_id": -1, "producer_epoch": -1, "topics": []}
         meta = ctx.coordinator.machine.get(tid) if tid else None

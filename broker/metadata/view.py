@@ -382,7 +382,8 @@ def reassign(s: PartitionState, target: tuple[int, ...] | None, registered: set[
             return PartitionState(original, s.leader, s.epoch + 1, isr), ErrorCode.NONE, None
         return PartitionState(original, isr[0], s.epoch + 1, isr), ErrorCode.NONE, None
     if not target:
-        return s, ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
+        return (s, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "The manual partition assignment includes an empty replica list.")
     for r in target:
         if target.count(r) > 1:
             return s, ErrorCode.INVALID_REPLICA_ASSIGNMENT, \

@@ -260,7 +260,8 @@ def server_ssl_context(config: BrokerConfig, listener: Listener | None = None) -
 def peer_security(config: BrokerConfig, listener: Listener) -> PeerSecurity:
     """How this broker dials the others' ``listener`` (each broker's first, the one it
     registers): TLS checking their certificates against its CAs and presenting its own; SASL
-    (``inter_broker_sasl_mechanism``) as ``inter_broker_username`` (ListenerError when a SASL listener has no such credentials)."""
+    (``inter_broker_sasl_mechanism``) as ``inter_broker_username`` (ListenerError when a SASL listener has no such
+    credentials)."""
     from tmqgate.broker.cluster.peer import PeerSecurity
 
     tls = None

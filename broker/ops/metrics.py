@@ -19,8 +19,8 @@
 
 Hot paths stay cheap: the counters are plain numbers kept per topic / API version in dicts
 (one lookup and a few additions per request and partition, no lock, nothing per record) and
-become Prometheus families only at scrape time. Series of a deleted topic are dropped at the next scrape (`prune`). Storage knows
-nothing of Prometheus: its figures are read at scrape time. One `Metrics` per broker (its own
+become Prometheus families only at scrape time. Series of a deleted topic are dropped at the next scrape (`prune`).
+Storage knows nothing of Prometheus: its figures are read at scrape time. One `Metrics` per broker (its own
 registry), reached by the server and the handlers through their contexts.
 """
 

@@ -10,8 +10,8 @@ a supertable past TDengine's schema limits (tsdb/limits.py: 4,096 columns and ta
 row and tag lengths), refused with TDengine's text (Produce answers INVALID_RECORD).
 
 A record's key, when present, names the child table; otherwise the name is derived from the
-measurement and tags as TDengine does. Timestamps are in nanoseconds unless the record has a `tmq.precision` header (ns, us, ms, s),
-TDengine's default for line protocol.
+measurement and tags as TDengine does. Timestamps are in nanoseconds unless the record has a `tmq.precision` header (ns,
+us, ms, s), TDengine's default for line protocol.
 """
 
 from __future__ import annotations
