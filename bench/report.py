@@ -321,10 +321,10 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
            ""]
     rows = []
     for n in names:
-        res = _get(brokers[n], "resources") or {}
+        used = _get(brokers[n], "resources") or {}
         for key, label, wl in (("produce_acks_1", "1 acks=1", "produce_acks_1"),
                                ("produce_acks_all", "1 acks=all", "produce_acks_all"), ("consume", "2", "consume")):
-            r = res.get(key)
+            r = used.get(key)
             if r:
                 per = r["cpu_s"] / (mode["records"] / 1e6) if mode["records"] else None
                 busy = 100 * r["cpu_s"] / r["wall_s"] if r["wall_s"] else None
