@@ -8,7 +8,7 @@ import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,12 +129,23 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 # --------------------------------------------------------------------------- RESULTS.md
 
 
+class _Run(NamedTuple):
+    """What the sections of RESULTS.md read: the results, the brokers run and their figures."""
+
+    res: dict[str, Any]
+    mode: dict[str, Any]
+    brokers: dict[str, Any]
+    names: list[str]
+    both: bool
+    t: dict[str, Any]
+    k: dict[str, Any]
+
+
 def markdown(res: dict[str, Any], chart: Path | None) -> str:
     mode = res["mode"]
     brokers = res["brokers"]
     names = [n for n in ("tmqgate", "kafka") if n in brokers]
     both = "tmqgate" in brokers and "kafka" in brokers
-    m, v = res["machine"], res["versions"]
     t, k = brokers.get("tmqgate", {}), brokers.get("kafka", {})
     md: list[str] = [
         "# Benchmarks: tmqgate and Apache Kafka",
@@ -147,6 +158,18 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
     if chart is not None:
         md += [f"![results]({chart.name})", ""]
 
+    run = _Run(res, mode, brokers, names, both, t, k)
+    for section in (_setup_section, _producer_section, _consumer_section, _latency_section, _query_section,
+                    _rebalance_section, _resources_section, _failures_section):
+        md += section(run)
+    return "\n".join(md)
+
+
+def _setup_section(run: _Run) -> list[str]:
+    """Machine and load, versions and settings of both brokers."""
+    res, mode, brokers, names, t, k = run.res, run.mode, run.brokers, run.names, run.t, run.k
+    m, v = res["machine"], res["versions"]
+    md: list[str] = []
     md += ["## Machine and load", ""]
     loads = [f"{n}: {_loads(brokers[n])}" for n in names]
     md += [f"- {m['nproc']} CPUs ({m['cpu_model']}), {_mb(m['ram_bytes'])} RAM, {m['kernel']}",
@@ -189,8 +212,13 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
            + f". Query topics over {mode['query_rows']:,} rows. Rebalance: {mode['rebalance_trials']} trial(s) "
            "per protocol.",
            ""]
+    return md
 
-    # 1. producer
+
+def _producer_section(run: _Run) -> list[str]:
+    """1. Producer throughput, and tmqgate / Kafka where both ran."""
+    brokers, names, both, t, k = run.brokers, run.names, run.both, run.t, run.k
+    md: list[str] = []
     md += ["## 1. Producer throughput (kafka-producer-perf-test)", ""]
     rows = []
     for n in names:
@@ -209,8 +237,13 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
                                   ("records_per_s", "mb_per_s", "p50_ms", "p99_ms", "p999_ms")])
         md += _table(["acks", "records/s", "MB/s", "p50", "p99", "p99.9"], rows)
     md += [""]
+    return md
 
-    # 2. consumer
+
+def _consumer_section(run: _Run) -> list[str]:
+    """2. Consumer throughput, and tmqgate / Kafka where both ran."""
+    brokers, names, both, t, k = run.brokers, run.names, run.both, run.t, run.k
+    md: list[str] = []
     md += ["## 2. Consumer throughput (kafka-consumer-perf-test, over the acks=1 data)", "",
            "`MB/s` and `records/s` span the whole run including the group join; `fetch` figures exclude it.", ""]
     rows = []
@@ -226,8 +259,13 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
                ", fetch MB/s " + _ratio(a.get("fetch_mb_per_s"), b.get("fetch_mb_per_s")) +
                ", fetch records/s " + _ratio(a.get("fetch_records_per_s"), b.get("fetch_records_per_s"))]
     md += [""]
+    return md
 
-    # 3. latency
+
+def _latency_section(run: _Run) -> list[str]:
+    """3. End-to-end latency, and tmqgate / Kafka where both ran."""
+    brokers, names, both, t, k = run.brokers, run.names, run.both, run.t, run.k
+    md: list[str] = []
     md += ["## 3. End-to-end latency", "",
            "Produce call to consumer receipt, in ms. *fixed rate*: confluent-kafka pair at a fixed rate; "
            "*EndToEndLatency*: Kafka's tool, one message at a time (send, wait until consumed, repeat).", ""]
@@ -249,8 +287,13 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
         md += ["", "tmqgate / Kafka (< 1 favours tmqgate):", ""]
         md += _table(["method", "mean", "p50", "p99", "p99.9"], rows)
     md += [""]
+    return md
 
-    # 4. query topics
+
+def _query_section(run: _Run) -> list[str]:
+    """4. Query topics (tmqgate only)."""
+    t = run.t
+    md: list[str] = []
     md += ["## 4. Query topics (tmqgate only)", ""]
     q = _get(t, "query")
     if q:
@@ -279,8 +322,13 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
     else:
         md += ["not run" + (f": {_get(t, 'errors', 'query')}" if _get(t, "errors", "query") else "")]
     md += [""]
+    return md
 
-    # 5. rebalance
+
+def _rebalance_section(run: _Run) -> list[str]:
+    """5. Rebalance, and tmqgate / Kafka where both ran."""
+    brokers, names, both, t, k = run.brokers, run.names, run.both, run.t, run.k
+    md: list[str] = []
     md += ["## 5. Rebalance", "",
            "Seconds from a second consumer's `subscribe()` until the two members own disjoint halves of a "
            "4-partition topic (fed at 1,000 msg/s) and each has received a message since then. "
@@ -303,8 +351,13 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
                ", KIP-848 " +
                _ratio(_get(t, "rebalance_consumer", "median_s"), _get(k, "rebalance_consumer", "median_s"))]
     md += [""]
+    return md
 
-    # 6. resources
+
+def _resources_section(run: _Run) -> list[str]:
+    """6. Broker CPU and memory, and tmqgate / Kafka where both ran."""
+    mode, brokers, names, both, t, k = run.mode, run.brokers, run.names, run.both, run.t, run.k
+    md: list[str] = []
     md += ["## 6. Broker CPU and memory during workloads 1 and 2", "",
            "CPU = utime + stime of the broker process (all threads) over the run, from /proc/PID/stat; "
            "peak RSS sampled every 100 ms (VmRSS), and of its anonymous part (RssAnon: heap, stacks — VmRSS "
@@ -349,8 +402,13 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
         md += ["", "tmqgate / Kafka (< 1 favours tmqgate):", ""]
         md += _table(["workload", "CPU s", "peak RSS", "peak RssAnon"], rows)
     md += [""]
+    return md
 
-    # startup, errors
+
+def _failures_section(run: _Run) -> list[str]:
+    """Start-up times, failed workloads and the PROFILE.md link."""
+    res, brokers, names = run.res, run.brokers, run.names
+    md: list[str] = []
     md += ["## Start-up and failures", ""]
     for n in names:
         b = brokers[n]
@@ -364,7 +422,7 @@ def markdown(res: dict[str, Any], chart: Path | None) -> str:
         md += ["", "A py-spy profile of tmqgate during workloads 1 and 2 (separate pass) is in "
                "[PROFILE.md](PROFILE.md)."]
     md += [""]
-    return "\n".join(md)
+    return md
 
 
 def _loads(b: dict[str, Any]) -> str:
