@@ -634,6 +634,19 @@ class BrokerConfig:
         """Refuse settings of the wrong type, out of range, or contradicting each other (Kafka
         checks its configs' types and ranges at start too, ConfigDef): the one place the
         settings are validated. Raises ConfigError naming the key."""
+        self._check_types_and_ranges()
+        self._check_addresses()
+        self._check_files()
+        if self.cluster is not None:
+            self._check_cluster(self.cluster)
+        self._check_security()
+        self._check_http()
+        pool = self.queued_max_request_bytes
+        if 0 < pool < self.socket_request_max_bytes:
+            raise ConfigError(f"queued_max_request_bytes ({pool}) must be -1 or at least "
+                              f"socket_request_max_bytes ({self.socket_request_max_bytes})", "queued_max_request_bytes")
+
+    def _check_types_and_ranges(self) -> None:
         hints = get_type_hints(type(self))
         for f in fields(self):
             value = getattr(self, f.name)
@@ -648,6 +661,8 @@ class BrokerConfig:
             if value < low or (high is not None and value > high):
                 span = f"at least {low}" if high is None else f"between {low} and {high}"
                 raise ConfigError(f"{name} = {value!r} is out of range: must be {span}", name)
+
+    def _check_addresses(self) -> None:
         for name in ("listen", "http"):
             value = getattr(self, name)
             if not _is_hostport(value):
@@ -657,6 +672,8 @@ class BrokerConfig:
         if told is not None and not (_is_hostport(told) or _is_host(told)):
             raise ConfigError(f"advertised_listener = {told!r} is not HOST:PORT or HOST (e.g. kafka.example.com:9092, "
                               "or kafka.example.com for the bound port)", "advertised_listener")
+
+    def _check_files(self) -> None:
         for name in ("ssl_certfile", "ssl_keyfile", "ssl_cafile"):
             value = getattr(self, name)
             if value is not None and not Path(value).is_file():
@@ -664,19 +681,23 @@ class BrokerConfig:
             for listener, path in getattr(self, f"listener_{name}").items():
                 if not Path(path).is_file():
                     raise ConfigError(f"listener_{name}: {listener} = {path!r}: no such file", f"listener_{name}")
-        if self.cluster is not None:
-            from tmqgate.broker.metadata.view import parse_cluster
-            try:
-                parse_cluster(self.cluster)
-            except ValueError as exc:
-                raise ConfigError(str(exc), "cluster") from None
-            if self.inter_broker_sasl_mechanism not in INTER_BROKER_MECHANISMS:
-                raise ConfigError(f"inter_broker_sasl_mechanism: one of {', '.join(INTER_BROKER_MECHANISMS)}, not "
-                                  f"{self.inter_broker_sasl_mechanism!r}", "inter_broker_sasl_mechanism")
-            from tmqgate.storage.producers import PRODUCER_ID_STRIDE
-            if self.node_id >= PRODUCER_ID_STRIDE:  # a node's producer ids are ≡ node_id mod the stride
-                raise ConfigError(f"node_id must be below {PRODUCER_ID_STRIDE} on a cluster, not {self.node_id}",
-                                  "node_id")
+
+    def _check_cluster(self, cluster: str) -> None:
+        """The settings a node of a cluster (``cluster`` set) needs besides a single broker's."""
+        from tmqgate.broker.metadata.view import parse_cluster
+        try:
+            parse_cluster(cluster)
+        except ValueError as exc:
+            raise ConfigError(str(exc), "cluster") from None
+        if self.inter_broker_sasl_mechanism not in INTER_BROKER_MECHANISMS:
+            raise ConfigError(f"inter_broker_sasl_mechanism: one of {', '.join(INTER_BROKER_MECHANISMS)}, not "
+                              f"{self.inter_broker_sasl_mechanism!r}", "inter_broker_sasl_mechanism")
+        from tmqgate.storage.producers import PRODUCER_ID_STRIDE
+        if self.node_id >= PRODUCER_ID_STRIDE:  # a node's producer ids are ≡ node_id mod the stride
+            raise ConfigError(f"node_id must be below {PRODUCER_ID_STRIDE} on a cluster, not {self.node_id}",
+                              "node_id")
+
+    def _check_security(self) -> None:
         if self.authorizer not in ("acl", "none"):
             raise ConfigError(f'authorizer must be "acl" or "none", not {self.authorizer!r}', "authorizer")
         bad = [p for p in self.super_users if ":" not in p]
@@ -699,15 +720,13 @@ class BrokerConfig:
         if self.ssl_min_version not in ("TLSv1.2", "TLSv1.3"):
             raise ConfigError(f"ssl_min_version must be TLSv1.2 or TLSv1.3, not {self.ssl_min_version!r}",
                               "ssl_min_version")
+
+    def _check_http(self) -> None:
         if self.http_auth not in ("none", "basic"):
             raise ConfigError(f"http_auth must be none or basic, not {self.http_auth!r}", "http_auth")
         if self.http_auth == "none" and not self.allow_insecure_http and not _loopback(self.http_address[0]):
             raise ConfigError(f"the SQL front would listen on {self.http} with no authentication: set "
                               'http_auth = "basic", or allow_insecure_http = true to accept that', "http")
-        pool = self.queued_max_request_bytes
-        if 0 < pool < self.socket_request_max_bytes:
-            raise ConfigError(f"queued_max_request_bytes ({pool}) must be -1 or at least "
-                              f"socket_request_max_bytes ({self.socket_request_max_bytes})", "queued_max_request_bytes")
 
     @property
     def listen_address(self) -> tuple[str, int]:
