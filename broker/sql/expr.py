@@ -242,22 +242,16 @@ class _Compiler:
             return _V(NULLTYPE, lambda t, c: _null(pa.null()), "NULL", None)
         if isinstance(node, exp.Column):
             return self.column(node)
-        if isinstance(node, exp.Star):
-            raise self.error("* is only allowed alone in the select list", node)
+        if isinstance(node, exp.Star | exp.Subquery | exp.Query | exp.Exists | exp.Window):
+            raise self.refused(node)
         if isinstance(node, exp.Neg):
             return self.negate(node)
         if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Div | exp.Mod):
             return self.arith(node)
         if isinstance(node, exp.EQ | exp.NEQ | exp.GT | exp.GTE | exp.LT | exp.LTE):
             return self.compare(node, self.compile(node.this), self.compile(node.expression))
-        if isinstance(node, exp.And | exp.Or):
-            a = self.as_bool(node.this)
-            b = self.as_bool(node.expression)
-            fn = pc.and_kleene if isinstance(node, exp.And) else pc.or_kleene
-            return _V(BOOL, lambda t, c: fn(a.ev(t, c), b.ev(t, c)), self.text(node))
-        if isinstance(node, exp.Not):
-            a = self.as_bool(node.this)
-            return _V(BOOL, lambda t, c: pc.invert(a.ev(t, c)), self.text(node))
+        if isinstance(node, exp.And | exp.Or | exp.Not):
+            return self.logic(node)
         if isinstance(node, exp.In):
             return self.in_list(node)
         if isinstance(node, exp.Between):
@@ -272,13 +266,26 @@ class _Compiler:
             return self.case(node)
         if isinstance(node, exp.Cast | exp.TryCast):
             return self.cast(node)
-        if isinstance(node, exp.Subquery | exp.Query | exp.Exists):
-            raise self.error("not allowed in a topic: subquery", node)
-        if isinstance(node, exp.Window):
-            raise self.error("not allowed in a topic: window function", node)
         if isinstance(node, exp.Func):
             return self.function(node)
         raise self.error(f"unsupported expression {self.text(node)}", node)
+
+    def refused(self, node: exp.Expr) -> SqlError:
+        """What a topic's expression may not hold: * (but alone in the select list), a subquery, a window."""
+        if isinstance(node, exp.Star):
+            return self.error("* is only allowed alone in the select list", node)
+        if isinstance(node, exp.Window):
+            return self.error("not allowed in a topic: window function", node)
+        return self.error("not allowed in a topic: subquery", node)
+
+    def logic(self, node: exp.And | exp.Or | exp.Not) -> _V:
+        """AND / OR (Kleene: NULL where the answer is unknown) and NOT, of booleans only."""
+        a = self.as_bool(node.this)
+        if isinstance(node, exp.Not):
+            return _V(BOOL, lambda t, c: pc.invert(a.ev(t, c)), self.text(node))
+        b = self.as_bool(node.expression)
+        fn = pc.and_kleene if isinstance(node, exp.And) else pc.or_kleene
+        return _V(BOOL, lambda t, c: fn(a.ev(t, c), b.ev(t, c)), self.text(node))
 
     # -- leaves --
 
