@@ -334,22 +334,7 @@ def check_value(tdtype: TDType, value: Any, *, now_ms: int | None = None) -> Any
         else:
             raise TypeError_(f"NOW is not a valid {tdtype} value")
     if tdtype.is_timestamp:
-        if isinstance(value, str):
-            s = value.strip()
-            if re.fullmatch(r"[+-]?\d+", s):
-                ms = int(s)
-            elif s.lower() == "now":
-                return NowValue().resolve(now_ms)
-            else:
-                ms = parse_timestamp(s)
-        elif isinstance(value, bool):
-            raise TypeError_(f"value {value!r} is not a valid TIMESTAMP")
-        else:
-            ms = _as_int(value, tdtype)
-        lo, hi = INTEGER_RANGES["BIGINT"]
-        if not lo <= ms <= hi:
-            raise TypeError_(f"timestamp {value!r} out of range")
-        return ms
+        return _timestamp_value(tdtype, value, now_ms)
     if tdtype.is_integer:
         iv = _as_int(value, tdtype)
         lo, hi = INTEGER_RANGES[tdtype.name]
@@ -357,46 +342,81 @@ def check_value(tdtype: TDType, value: Any, *, now_ms: int | None = None) -> Any
             raise TypeError_(f"value {value!r} out of range for {tdtype} [{lo}, {hi}]")
         return iv
     if tdtype.is_float:
-        if isinstance(value, bool):
-            fv = float(value)
-        elif isinstance(value, int | float):
-            fv = float(value)
-        elif isinstance(value, str):
-            try:
-                fv = float(value.strip())
-            except ValueError:
-                raise TypeError_(f"value {value!r} is not a number for {tdtype}") from None
-        else:
-            raise TypeError_(f"value {value!r} does not fit {tdtype}")
-        if not math.isfinite(fv):
-            raise TypeError_(f"value {value!r} out of range for {tdtype}")
-        if tdtype.name == "FLOAT" and abs(fv) > FLOAT_MAX:
-            raise TypeError_(f"value {value!r} out of range for FLOAT")
-        return fv
+        return _float_value(tdtype, value)
     if tdtype.is_bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int | float):
-            return value != 0
-        if isinstance(value, str):
-            s = value.strip().lower()
-            if s in ("true", "false"):
-                return s == "true"
-            try:
-                return float(s) != 0
-            except ValueError:
-                pass
-        raise TypeError_(f"value {value!r} is not a valid BOOL")
+        return _bool_value(value)
     if tdtype.is_string:
-        if isinstance(value, bool):
-            s = "true" if value else "false"
-        elif isinstance(value, int | float | str):
-            s = value if isinstance(value, str) else repr(value)
-        else:
-            raise TypeError_(f"value {value!r} does not fit {tdtype}")
-        n = len(s.encode("utf-8")) if tdtype.name == "VARCHAR" else len(s)
-        if tdtype.length is not None and n > tdtype.length:
-            unit = "bytes" if tdtype.name == "VARCHAR" else "characters"
-            raise TypeError_(f"value too long for {tdtype}: {n} {unit}")
-        return s
+        return _string_value(tdtype, value)
     raise TypeError_(f"unsupported type {tdtype}")
+
+
+def _timestamp_value(tdtype: TDType, value: Any, now_ms: int | None) -> int:
+    """Integer ms, a timestamp string, 'now' (NOW itself is resolved by the caller)."""
+    if isinstance(value, str):
+        s = value.strip()
+        if re.fullmatch(r"[+-]?\d+", s):
+            ms = int(s)
+        elif s.lower() == "now":
+            return NowValue().resolve(now_ms)
+        else:
+            ms = parse_timestamp(s)
+    elif isinstance(value, bool):
+        raise TypeError_(f"value {value!r} is not a valid TIMESTAMP")
+    else:
+        ms = _as_int(value, tdtype)
+    lo, hi = INTEGER_RANGES["BIGINT"]
+    if not lo <= ms <= hi:
+        raise TypeError_(f"timestamp {value!r} out of range")
+    return ms
+
+
+def _float_value(tdtype: TDType, value: Any) -> float:
+    """FLOAT / DOUBLE: finite, and FLOAT within float32."""
+    if isinstance(value, bool):
+        fv = float(value)
+    elif isinstance(value, int | float):
+        fv = float(value)
+    elif isinstance(value, str):
+        try:
+            fv = float(value.strip())
+        except ValueError:
+            raise TypeError_(f"value {value!r} is not a number for {tdtype}") from None
+    else:
+        raise TypeError_(f"value {value!r} does not fit {tdtype}")
+    if not math.isfinite(fv):
+        raise TypeError_(f"value {value!r} out of range for {tdtype}")
+    if tdtype.name == "FLOAT" and abs(fv) > FLOAT_MAX:
+        raise TypeError_(f"value {value!r} out of range for FLOAT")
+    return fv
+
+
+def _bool_value(value: Any) -> bool:
+    """TRUE / FALSE, 'true' / 'false', or a number (non-zero is true)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value != 0
+    if isinstance(value, str):
+        s = value.strip().lower()
+        if s in ("true", "false"):
+            return s == "true"
+        try:
+            return float(s) != 0
+        except ValueError:
+            pass
+    raise TypeError_(f"value {value!r} is not a valid BOOL")
+
+
+def _string_value(tdtype: TDType, value: Any) -> str:
+    """VARCHAR(n) counts UTF-8 bytes, NCHAR(n) characters."""
+    if isinstance(value, bool):
+        s = "true" if value else "false"
+    elif isinstance(value, int | float | str):
+        s = value if isinstance(value, str) else repr(value)
+    else:
+        raise TypeError_(f"value {value!r} does not fit {tdtype}")
+    n = len(s.encode("utf-8")) if tdtype.name == "VARCHAR" else len(s)
+    if tdtype.length is not None and n > tdtype.length:
+        unit = "bytes" if tdtype.name == "VARCHAR" else "characters"
+        raise TypeError_(f"value too long for {tdtype}: {n} {unit}")
+    return s
