@@ -136,27 +136,34 @@ def group_rows(rows: Iterable[SchemalessRow]) -> dict[str, StableBatch]:
                 if n > max_len.get(k, -1):
                     max_len[k] = n
         if r.tbname not in b.tables:
-            b.tables[r.tbname] = r.tags
-            for k, (t, v) in r.tags.items():
-                if k in cols:
-                    raise SchemalessError(f"{k[:40]!r} is a field on line {b.column_lines[k]}", r.line)
-                if k not in b.tag_types:
-                    if len(b.tag_types) >= MAX_TAGS:
-                        raise SchemalessError.limit(too_many_tags(len(b.tag_types) + 1), r.line)
-                    if len(cols) + len(b.tag_types) + 1 >= MAX_COLUMNS:
-                        raise SchemalessError.limit(too_many_columns(len(cols) + len(b.tag_types) + 2), r.line)
-                if b.tag_types.get(k) is not t:
-                    _merge_type(b.tag_types, b.tag_lines, k, t, "tag", r.line)
-                if t.length is not None:
-                    n = len_in(t.name, v)
-                    if n > b.tag_max_len.get(k, -1):
-                        b.tag_max_len[k] = n
+            _add_table(b, r)
     for b in out.values():
         n = len(b.tbnames)
         for lst in b.columns.values():
             if len(lst) < n:
                 lst.extend([None] * (n - len(lst)))
     return out
+
+
+def _add_table(b: StableBatch, r: SchemalessRow) -> None:
+    """The first row of a child table in the batch: its tags join the supertable's (once per
+    table, where the fields are merged once per row)."""
+    cols = b.columns
+    b.tables[r.tbname] = r.tags
+    for k, (t, v) in r.tags.items():
+        if k in cols:
+            raise SchemalessError(f"{k[:40]!r} is a field on line {b.column_lines[k]}", r.line)
+        if k not in b.tag_types:
+            if len(b.tag_types) >= MAX_TAGS:
+                raise SchemalessError.limit(too_many_tags(len(b.tag_types) + 1), r.line)
+            if len(cols) + len(b.tag_types) + 1 >= MAX_COLUMNS:
+                raise SchemalessError.limit(too_many_columns(len(cols) + len(b.tag_types) + 2), r.line)
+        if b.tag_types.get(k) is not t:
+            _merge_type(b.tag_types, b.tag_lines, k, t, "tag", r.line)
+        if t.length is not None:
+            n = len_in(t.name, v)
+            if n > b.tag_max_len.get(k, -1):
+                b.tag_max_len[k] = n
 
 
 class SchemaPlan(NamedTuple):
@@ -211,22 +218,11 @@ def plan_schema(current: StableSchema | None, rows: StableBatch | Iterable[Schem
     b = _as_batch(current, rows)
     _check_new_names(current, b)
     if current is None:
-        for k in b.column_types:
-            if k == TS_COLUMN:
-                raise SchemalessError(f"field {k!r} is the timestamp column", b.column_lines[k])
-        for k in b.tag_types:
-            if k == TS_COLUMN:
-                raise SchemalessError(f"tag {k!r} is the timestamp column", b.tag_lines[k])
-        new_cols: list[Column] = [Column(TS_COLUMN, TIMESTAMP)]
-        new_cols += [Column(k, _sized(t, b.column_max_len.get(k, 0))) for k, t in b.column_types.items()]
-        new_tags: list[Column] = [Column(k, _sized(t, b.tag_max_len.get(k, 0))) for k, t in b.tag_types.items()]
-        if not new_tags:
-            new_tags = [Column(TAG_NULL, type_from_name("NCHAR", 1))]
-        return SchemaPlan(new_cols, new_tags, [], [])
+        return _plan_new_stable(b)
     col_of = {c.name: c for c in current.columns}
     tag_of = {c.name: c for c in current.tags}
     ts_name = current.columns[0].name
-    new_cols = []
+    new_cols: list[Column] = []
     widen_cols: list[Column] = []
     for k, t in b.column_types.items():
         line = b.column_lines[k]
@@ -243,7 +239,7 @@ def plan_schema(current: StableSchema | None, rows: StableBatch | Iterable[Schem
             )
         elif c.type.length is not None and b.column_max_len.get(k, 0) > c.type.length:
             widen_cols.append(Column(k, _sized(c.type, b.column_max_len[k])))
-    new_tags = []
+    new_tags: list[Column] = []
     widen_tags: list[Column] = []
     for k, t in b.tag_types.items():
         line = b.tag_lines[k]
@@ -264,6 +260,22 @@ def plan_schema(current: StableSchema | None, rows: StableBatch | Iterable[Schem
                         f"tag {k[:40]!r} value {str(tags[k][1])[:40]!r} does not fit tag {k} {c.type}", line
                     )
     return SchemaPlan(new_cols, new_tags, widen_cols, widen_tags)
+
+
+def _plan_new_stable(b: StableBatch) -> SchemaPlan:
+    """The whole supertable: ``_ts``, the rows' fields, and their tags (or ``_tag_null``)."""
+    for k in b.column_types:
+        if k == TS_COLUMN:
+            raise SchemalessError(f"field {k!r} is the timestamp column", b.column_lines[k])
+    for k in b.tag_types:
+        if k == TS_COLUMN:
+            raise SchemalessError(f"tag {k!r} is the timestamp column", b.tag_lines[k])
+    new_cols: list[Column] = [Column(TS_COLUMN, TIMESTAMP)]
+    new_cols += [Column(k, _sized(t, b.column_max_len.get(k, 0))) for k, t in b.column_types.items()]
+    new_tags: list[Column] = [Column(k, _sized(t, b.tag_max_len.get(k, 0))) for k, t in b.tag_types.items()]
+    if not new_tags:
+        new_tags = [Column(TAG_NULL, type_from_name("NCHAR", 1))]
+    return SchemaPlan(new_cols, new_tags, [], [])
 
 
 def _check_new_names(current: StableSchema | None, b: StableBatch) -> None:
