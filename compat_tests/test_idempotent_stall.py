@@ -119,8 +119,8 @@ def _one_run(broker_bootstrap: str, run: int, responses_only: bool) -> None:
         for offset, value, producer in records:
             seen.setdefault(value, []).append((part, offset, producer))
     for value, where in delivered.items():
-        assert where in [(part, offset) for part, offset, _ in seen.get(value, [])], (run, value, where,
-                                                                                      seen.get(value))
+        assert where in [(part, offset) for part, offset, _ in seen.get(value, [])], \
+            (run, value, where, seen.get(value))
     # A timed-out record may or may not have been written (it may have reached the broker
     # before the hold); no record twice within one producer epoch (see the module docstring).
     twice = {v: w for v, w in seen.items() if len({producer for _, _, producer in w}) < len(w)}

@@ -120,8 +120,8 @@ def test_sql_on_any_node_runs_on_the_databases_leader(tmp_path: Path) -> None:
         rows = read_kafka_python(nodes[0].bootstrap, db, partitions=3)
         assert sorted((r.key, r.json()["ts"], r.json()["voltage"]) for r in rows) == \
             [("d1", BASE_TS, 220), ("d1", BASE_TS + 1, 230), ("d2", BASE_TS + 2, 240), ("d2", BASE_TS + 3, 250)]
-        assert len({r.partition for r in rows if r.key == "d1"}) == len({r.partition for r in rows
-                                                                         if r.key == "d2"}) == 1
+        assert len({r.partition for r in rows if r.key == "d1"}) == \
+            len({r.partition for r in rows if r.key == "d2"}) == 1
 
         # DROP on another node than the leader: gone everywhere (the topic first, as TDengine asks)
         status, answer = tds[2].post(f"DROP DATABASE {db}")

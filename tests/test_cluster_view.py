@@ -129,12 +129,12 @@ def test_a_reassignment_adds_the_target_then_drops_the_rest_once_they_are_in_syn
     # over to the first in-sync target replica, at the next epoch, the ISR within the target
     assert elect(Placement("t", b"i" * 16, {}, (started,)), {0, 1, 2}).partitions == (started,)
     synced = PartitionState((2, 1, 0), 0, 3, (0, 1, 2), adding=(2,), removing=(0,))
-    assert elect(Placement("t", b"i" * 16, {}, (synced,)),
-                 {0, 1, 2}).partitions == (PartitionState((2, 1), 2, 4, (1, 2)),)
+    assert elect(Placement("t", b"i" * 16, {}, (synced,)), {0, 1, 2}).partitions == \
+        (PartitionState((2, 1), 2, 4, (1, 2)),)
     # a leader that stays keeps leading
     kept = PartitionState((1, 2, 0), 1, 3, (0, 1, 2), adding=(2,), removing=(0,))
-    assert elect(Placement("t", b"i" * 16, {}, (kept,)),
-                 {0, 1, 2}).partitions == (PartitionState((1, 2), 1, 4, (1, 2)),)
+    assert elect(Placement("t", b"i" * 16, {}, (kept,)), {0, 1, 2}).partitions == \
+        (PartitionState((1, 2), 1, 4, (1, 2)),)
 
 
 def test_reassignment_is_cancelled_back_to_the_original_replicas_and_validated() -> None:

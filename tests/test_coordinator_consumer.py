@@ -515,13 +515,13 @@ def test_regex_resolves_to_what_each_member_may_describe(tmp_path: Any) -> None:
     join(1, "User:bob")
     c.tick(5)
     group = c.groups["g"]
-    assert {m: group.member_topics(group.members[m]) for m in ("m1", "m2")} == {"m1": {"logs.a"},
-                                                                                "m2": {"logs.a", "logs.b"}}
+    assert {m: group.member_topics(group.members[m]) for m in ("m1", "m2")} == \
+        {"m1": {"logs.a"}, "m2": {"logs.a", "logs.b"}}
     assert set(access.asked) == {("User:alice", "/10.0.0.2"), ("User:bob", "/10.0.0.2")}
     assert all(tp[0] == "logs.a" for tp in group.target["m1"])
     store.close()
     store = Store(str(tmp_path / "data"))
     restored = GroupCoordinator(store, Topics(**{"logs.a": 1, "logs.b": 1}), now_ms=100, access=access).groups["g"]
-    assert {m: restored.member_topics(restored.members[m]) for m in ("m1", "m2")} == {"m1": {"logs.a"},
-                                                                                      "m2": {"logs.a", "logs.b"}}
+    assert {m: restored.member_topics(restored.members[m]) for m in ("m1", "m2")} == \
+        {"m1": {"logs.a"}, "m2": {"logs.a", "logs.b"}}
     store.close()

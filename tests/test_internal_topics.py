@@ -95,8 +95,8 @@ def test_commits_and_deletes_in_the_log_across_a_restart(tmp_path) -> None:
     ]
     assert [ts for *_, ts in got][:3] == [111, 111, 222]
     # a read from the middle of a batch starts at that batch; past the end, nothing
-    assert [len(b) for b in store.group_log.read(p, 1, 1 << 20)] == [len(b)
-                                                                     for b in store.group_log.read(p, 0, 1 << 20)]
+    assert [len(b) for b in store.group_log.read(p, 1, 1 << 20)] == \
+        [len(b) for b in store.group_log.read(p, 0, 1 << 20)]
     assert store.group_log.read(p, 6, 1 << 20) == []
     store.close()
 
