@@ -111,8 +111,7 @@ class Store:
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
         self.acls = Acls(self.core)
         self.transaction_log = TransactionLog(self.group_log)  # __transaction_state's records
-        # the transaction coordinator's (storage.txn_coordinator)
-        self.txn_states = TxnStates(self.core, self.transaction_log)
+        self.txn_states = TxnStates(self.core, self.transaction_log)  # the txn coordinator's (storage.txn_coordinator)
         self.catalog.load()
         self.wal.load_vnodes()
         live = {d.info.id for d in self.catalog.all_databases()}
