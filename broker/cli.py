@@ -9,7 +9,8 @@ import signal
 import sys
 import typing
 
-from tmqgate.broker.configs.config import BrokerConfig, ConfigError
+from tmqgate.broker.configs.config import BrokerConfig
+from tmqgate.broker.configs.values import ConfigError
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 

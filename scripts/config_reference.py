@@ -78,7 +78,7 @@ def render() -> str:
     lines = source.splitlines()
     cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "BrokerConfig")
     fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
-    from tmqgate.broker.configs.config import ENV_NOT_SETTINGS
+    from tmqgate.broker.configs.environment import ENV_NOT_SETTINGS
 
     names = [f"`{v}*`" if v.endswith("_") else f"`{v}`" for v in ENV_NOT_SETTINGS]
     out = [HEADER.format(not_settings=", ".join(names))]

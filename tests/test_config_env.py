@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tmqgate.broker.configs.config import BrokerConfig, ConfigError, settings_from_env
+from tmqgate.broker.configs.config import BrokerConfig
+from tmqgate.broker.configs.environment import settings_from_env
+from tmqgate.broker.configs.values import ConfigError
 
 
 def test_env_values_are_toml_values(tmp_path: Path) -> None:

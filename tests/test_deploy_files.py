@@ -24,7 +24,8 @@ from pathlib import Path
 import yaml
 
 from compat_tests.helpers import free_port, require
-from tmqgate.broker.configs.config import BrokerConfig, parse_hostport
+from tmqgate.broker.configs.config import BrokerConfig
+from tmqgate.broker.configs.values import parse_hostport
 from tmqgate.broker.network.listeners import advertised_addresses, parse_listeners
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"

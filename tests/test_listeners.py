@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tmqgate.broker.configs.config import BrokerConfig, ConfigError
+from tmqgate.broker.configs.config import BrokerConfig
+from tmqgate.broker.configs.values import ConfigError
 from tmqgate.broker.identity.principal import NoMatchingRule, certificate_principal, parse_rules, subject_name
 from tmqgate.broker.network.listeners import Listener, ListenerError, advertised_addresses, parse_listeners
 

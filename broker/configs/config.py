@@ -8,202 +8,23 @@ from __future__ import annotations
 
 import os
 import tomllib
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import get_type_hints
 
-
-class ConfigError(ValueError):
-    """A setting refused at start; `key` is the setting's name (None when the file itself is bad)."""
-
-    def __init__(self, message: str, key: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
-
-
-# Ranges of the numeric settings (low, high or None = unbounded), checked by BrokerConfig.check;
-# an integer setting not listed here must be >= 0. Kafka's ConfigDef ranges where Kafka has one.
-_RANGES: dict[str, tuple[float, float | None]] = {
-    "node_id": (0, None),
-    "cluster_session_timeout_ms": (1000, None),
-    "replica_lag_time_max_ms": (100, None),
-    "replica_fetch_wait_max_ms": (1, None),
-    "leader_imbalance_check_interval_seconds": (1, None),
-    "socket_request_max_bytes": (1, None),
-    "wal_level": (1, 2),
-    "num_partitions": (1, None),  # num.partitions: atLeast(1)
-    "default_replication_factor": (1, None),  # default.replication.factor: atLeast(1)
-    "offsets_topic_num_partitions": (1, None),  # offsets.topic.num.partitions: atLeast(1)
-    "offsets_topic_replication_factor": (1, None),  # offsets.topic.replication.factor: atLeast(1)
-    "cluster_state_partitions": (1, None),
-    "offsets_commit_timeout_ms": (1, None),  # offsets.commit.timeout.ms: atLeast(1)
-    "transaction_state_log_num_partitions": (1, None),  # transaction.state.log.num.partitions: atLeast(1)
-    "transaction_state_log_replication_factor": (1, None),  # transaction.state.log.replication.factor: atLeast(1)
-    "transaction_state_log_min_isr": (1, None),  # transaction.state.log.min.isr: atLeast(1)
-    "retention_check_interval_ms": (1, None),
-    "disk_usage_max_percent": (1, 100),
-    "disk_volume_bytes": (1, None),
-    "data_max_bytes": (1, None),
-    "archiver_interval_ms": (1, None),
-    "disk_check_interval_ms": (1, None),
-    "leveldb_write_buffer_bytes": (1 << 16, None),
-    "group_min_session_timeout_ms": (1, None),
-    "group_max_session_timeout_ms": (1, None),
-    "group_consumer_session_timeout_ms": (1, None),
-    "group_consumer_heartbeat_interval_ms": (1, None),
-    "group_consumer_min_session_timeout_ms": (1, None),
-    "group_consumer_max_session_timeout_ms": (1, None),
-    "group_consumer_min_heartbeat_interval_ms": (1, None),
-    "group_consumer_max_heartbeat_interval_ms": (1, None),
-    "max_partitions_per_request": (1, None),
-    "max_partitions": (1, None),
-    "max_databases": (1, None),
-    "connections_max_idle_ms": (1, None),
-    "request_read_timeout_ms": (1, None),
-    "sasl_authentication_timeout_ms": (1, None),
-    "queued_max_request_bytes": (-1, None),
-    "max_connections": (1, None),
-    "max_connections_per_ip": (1, None),
-    "max_sql_length": (1, None),
-    "http_max_connections": (1, None),
-    "http_header_timeout_ms": (1, None),
-    "http_idle_timeout_ms": (1, None),
-    "sql_parse_timeout_ms": (1, None),
-    "max_decompressed_batch_bytes": (1, None),
-    "log_rate_limit_interval_ms": (1, None),
-    "quota_window_num": (1, None),  # quota.window.num: atLeast(1)
-    "quota_window_size_seconds": (1, None),  # quota.window.size.seconds: atLeast(1)
-    "controller_quota_window_num": (1, None),  # controller.quota.window.num: atLeast(1)
-    "controller_quota_window_size_seconds": (1, None),  # controller.quota.window.size.seconds: atLeast(1)
-    "transaction_max_timeout_ms": (1, None),  # transaction.max.timeout.ms: atLeast(1)
-    "transactional_id_expiration_ms": (1, None),  # transactional.id.expiration.ms: atLeast(1)
-    "transaction_abort_timed_out_transaction_cleanup_interval_ms": (1, None),  # atLeast(1)
-    "transaction_version": (0, 2),  # the transaction.version feature's levels (0..2)
-    "log_cleaner_io_buffer_size": (1, None),
-    "log_cleaner_dedupe_buffer_size": (1, None),
-    "log_cleaner_io_buffer_load_factor": (0.01, 1),
-    "log_cleaner_io_max_bytes_per_second": (1, None),
-}
-
-
-def _type_name(hint: object, value: object) -> str | None:
-    """None when `value` fits the field's type `hint`, else what it must be (in TOML's words)."""
-    args = typing.get_args(hint)
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        if value is None:
-            return None
-        inner = next(a for a in args if a is not type(None))
-        return _type_name(inner, value)
-    origin = typing.get_origin(hint) or hint
-    if origin is bool:
-        return None if isinstance(value, bool) else "true or false"
-    if origin is int:
-        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
-    if origin is float:
-        return None if isinstance(value, int | float) and not isinstance(value, bool) else "a number"
-    if origin is str:
-        return None if isinstance(value, str) else "a string"
-    if origin is list:
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-        return None if ok else "a list of strings"
-    if origin is dict:
-        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
-        return None if ok else 'a table of strings (e.g. {"retention.ms" = "86400000"})'
-    return None
-
-
-def _is_hostport(text: str) -> bool:
-    """HOST:PORT with a port 0..65535 (the host may be empty = all addresses, IPv6 in brackets)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        return False
-    return not (":" in host and not (host.startswith("[") and host.endswith("]")))
-
-
-ENV_PREFIX = "TMQGATE_"
-#: TMQGATE_* environment variables that are not settings, each read by a part of the project
-#: other than `tmqgate serve` (a name ending in "_" stands for every name it begins): the
-#: password of `tmqgate sql --user` (TMQGATE_PASSWORD); deploy/compose.yaml's admin password and
-#: host name (TMQGATE_ADMIN_PASSWORD, TMQGATE_HOST); the Spark pipelines' (TMQGATE_SPARK_JARS_DIR,
-#: TMQGATE_SPARK_LOG_LEVEL: pipelines/session.py); the test runs' (TMQGATE_CI, set by .ci/run;
-#: TMQGATE_TEST_LOCK, by scripts/test.sh; the compat suite's fuzzer TMQGATE_FUZZ_INPUTS and
-#: TMQGATE_FUZZ_SEED) and scripts/install_docker.sh's (TMQGATE_DEBIAN_MIRROR, TMQGATE_DOCKERD_LOG).
-#: Brokers started by tests and tools inherit their environment, so each must be listed here;
-#: every other TMQGATE_* variable must be a setting's (BrokerConfig.load refuses the rest, as a
-#: file's unknown key). tests/test_config_env.py checks the repository against this list.
-ENV_NOT_SETTINGS = ("TMQGATE_PASSWORD", "TMQGATE_ADMIN_PASSWORD", "TMQGATE_HOST", "TMQGATE_SPARK_", "TMQGATE_CI",
-                    "TMQGATE_TEST_", "TMQGATE_FUZZ_", "TMQGATE_DEBIAN_MIRROR", "TMQGATE_DOCKERD_LOG")
-#: The mechanisms a broker authenticates to the others with (inter_broker_sasl_mechanism).
-INTER_BROKER_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-def settings_from_env(known: set[str], environ: Mapping[str, str]) -> dict[str, object]:
-    """The settings given as TMQGATE_<KEY> variables (see BrokerConfig.load); ConfigError for
-    a TMQGATE_* variable that is neither a setting's nor one of ENV_NOT_SETTINGS."""
-    values: dict[str, object] = {}
-    for name in known:
-        raw = environ.get(ENV_PREFIX + name.upper())
-        if raw is None:
-            continue
-        try:
-            values[name] = tomllib.loads(f"value = {raw}")["value"]
-        except tomllib.TOMLDecodeError:
-            values[name] = raw
-    settings = {ENV_PREFIX + name.upper() for name in known}
-    unknown = sorted(v for v in environ if v.startswith(ENV_PREFIX) and v not in settings and not any(
-        v == other or (other.endswith("_") and v.startswith(other)) for other in ENV_NOT_SETTINGS))
-    if unknown:
-        candidates = sorted(settings) + [v for v in ENV_NOT_SETTINGS if not v.endswith("_")]
-        raise ConfigError("environment: " + _unknown_names(
-            unknown, candidates, len(ENV_PREFIX), "the settings are listed in docs/CONFIG.md, each as TMQGATE_ + "
-            "its key upper-cased"))
-    return values
-
-
-def _unknown_names(unknown: list[str], known: list[str], skip: int = 0,
-                   listed: str = "the settings are listed in docs/CONFIG.md") -> str:
-    """"unknown setting(s) A, B (B: did you mean C? <listed>)": the names refused, each with the
-    known name closest to it (difflib's, compared without their first `skip` characters) where
-    one is close."""
-    import difflib
-
-    bare = {name[skip:]: name for name in known}
-    hints = []
-    for name in unknown:
-        close = difflib.get_close_matches(name[skip:], list(bare), n=1, cutoff=0.75)
-        if close:
-            found = bare[close[0]]
-            hints.append(f"did you mean {found}? " if len(unknown) == 1 else f"{name}: did you mean {found}? ")
-    return f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} ({''.join(hints)}{listed})"
-
-
-def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
-    """Split "host:port" (the host may be omitted, IPv6 in brackets) into its parts."""
-    host, _, port = text.rpartition(":")
-    host = host.strip("[]") or default_host
-    return host, int(port)
-
-
-def _loopback(host: str) -> bool:
-    """Whether `host` is a loopback address (or localhost): reachable from this host only."""
-    import ipaddress
-
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve to anything
-
-
-def _is_host(text: str) -> bool:
-    """A host name or address without a port (IPv6 in brackets)."""
-    if text.startswith("[") and text.endswith("]"):
-        return len(text) > 2
-    return bool(text) and ":" not in text and "/" not in text and not any(c.isspace() for c in text)
+from tmqgate.broker.configs.environment import ENV_PREFIX, settings_from_env
+from tmqgate.broker.configs.values import (
+    INTER_BROKER_MECHANISMS,
+    RANGES,
+    ConfigError,
+    is_host,
+    is_hostport,
+    loopback,
+    parse_hostport,
+    type_name,
+    unknown_names,
+)
 
 
 @dataclass
@@ -613,7 +434,7 @@ class BrokerConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"{path}: {_unknown_names(unknown, sorted(known))}")
+            raise ConfigError(f"{path}: {unknown_names(unknown, sorted(known))}")
         origin = {k: str(path) for k in values}
         from_env = settings_from_env(known, os.environ if environ is None else environ)
         values.update(from_env)
@@ -650,11 +471,11 @@ class BrokerConfig:
         hints = get_type_hints(type(self))
         for f in fields(self):
             value = getattr(self, f.name)
-            expected = _type_name(hints[f.name], value)
+            expected = type_name(hints[f.name], value)
             if expected:
                 raise ConfigError(f"{f.name} must be {expected}, not {value!r}", f.name)
         ints = {f.name: (0, None) for f in fields(self) if hints[f.name] is int}
-        for name, (low, high) in {**ints, **_RANGES}.items():
+        for name, (low, high) in {**ints, **RANGES}.items():
             value = getattr(self, name)
             if value is None:
                 continue
@@ -665,11 +486,11 @@ class BrokerConfig:
     def _check_addresses(self) -> None:
         for name in ("listen", "http"):
             value = getattr(self, name)
-            if not _is_hostport(value):
+            if not is_hostport(value):
                 raise ConfigError(f"{name} = {value!r} is not HOST:PORT (e.g. 127.0.0.1:9092; "
                                   "a port is required, 0 to pick a free one)", name)
         told = self.advertised_listener
-        if told is not None and not (_is_hostport(told) or _is_host(told)):
+        if told is not None and not (is_hostport(told) or is_host(told)):
             raise ConfigError(f"advertised_listener = {told!r} is not HOST:PORT or HOST (e.g. kafka.example.com:9092, "
                               "or kafka.example.com for the bound port)", "advertised_listener")
 
@@ -724,7 +545,7 @@ class BrokerConfig:
     def _check_http(self) -> None:
         if self.http_auth not in ("none", "basic"):
             raise ConfigError(f"http_auth must be none or basic, not {self.http_auth!r}", "http_auth")
-        if self.http_auth == "none" and not self.allow_insecure_http and not _loopback(self.http_address[0]):
+        if self.http_auth == "none" and not self.allow_insecure_http and not loopback(self.http_address[0]):
             raise ConfigError(f"the SQL front would listen on {self.http} with no authentication: set "
                               'http_auth = "basic", or allow_insecure_http = true to accept that', "http")
 

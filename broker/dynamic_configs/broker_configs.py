@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.configs.config import BrokerConfig, ConfigError
+from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.configs.topic_configs import (
     BOOLEAN,
     DOUBLE,
@@ -42,6 +42,7 @@ from tmqgate.broker.configs.topic_configs import (
     TOPIC_CONFIGS,
     BrokerDefault,
 )
+from tmqgate.broker.configs.values import ConfigError
 from tmqgate.broker.topics import TopicError, validate_configs
 from tmqgate.protocol.errors import ErrorCode
 
