@@ -35,12 +35,12 @@ if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.cluster.coordinator_state import CoordinatorState
-    from tmqgate.broker.cluster.membership import Membership
     from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.cluster.transactions import ClusterTransactions
     from tmqgate.broker.configs.config import BrokerConfig
     from tmqgate.broker.dynamic_configs.broker_configs import BrokerConfigs
     from tmqgate.broker.dynamic_configs.group_configs import GroupConfigs
+    from tmqgate.broker.metadata.membership import Members
     from tmqgate.broker.ops.metrics import Metrics
     from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
     from tmqgate.broker.ratelimit import RateLimitedLog
@@ -120,34 +120,26 @@ class ClusterApis:
     topics: TopicRegistry
     config: BrokerConfig
     apis: Mapping[int, ApiEntry]
+    membership: Members  # the live brokers and the controller (this one alone on one node)
     authorizer: Authorizer | None = None
-    membership: Membership | None = None  # on a cluster: the live brokers and the controller
 
     def brokers(self) -> list[tuple[int, str, int]]:
-        """(node id, host, port) of every live broker: this one alone without a cluster (or
-        before its first view), else the cluster's as etcd has them."""
-        host, port = self.node.address()
-        if self.membership is None or not self.membership.view.brokers:
-            return [(self.node.node_id, host, port)]
+        """(node id, host, port) of every live broker as the membership has them (this one
+        alone before a cluster's first view), this one at its listener's own address."""
         out = {b.node_id: (b.node_id, b.host, b.port) for b in self.membership.view.live()}
-        out[self.node.node_id] = (self.node.node_id, host, port)  # this listener's own address
+        out[self.node.node_id] = (self.node.node_id, *self.node.address())
         return [out[n] for n in sorted(out)]
 
     def live_ids(self) -> set[int]:
-        """The node ids of the live brokers (this one alone without a cluster)."""
-        if self.membership is None:
-            return {self.node.node_id}
+        """The node ids of the live brokers (this one among them)."""
         return set(self.membership.view.brokers) | {self.node.node_id}
 
     def controller_id(self) -> int:
-        if self.membership is None:
-            return self.node.node_id
         return self.membership.view.controller_id
 
     def cluster_id(self) -> str:
-        if self.membership is None or self.membership.cluster_id is None:
-            return self.node.cluster_id
-        return self.membership.cluster_id
+        """The cluster's id (the configured one until a cluster's first read of etcd)."""
+        return self.membership.cluster_id or self.node.cluster_id
 
 
 @dataclass(frozen=True)
@@ -155,8 +147,8 @@ class GroupApis:
     coordinator: CoordinatorRuntime
     topics: TopicRegistry
     node: Node
+    membership: Members  # where the coordinators are (this one alone on one node)
     authorizer: Authorizer | None = None
-    membership: Membership | None = None  # on a cluster: where the coordinators are
     group_state: CoordinatorState | None = None  # on a cluster: the groups' replicated state
     txn_state: CoordinatorState | None = None  # on a cluster: the transactional ids' (FindCoordinator)
     txn_cluster: ClusterTransactions | None = None  # on a cluster: TxnOffsetCommit v5 adds the group there
@@ -166,8 +158,6 @@ class GroupApis:
         the transactional id (1) ``key``: this one alone; on a cluster, for a group, the leader
         of its partition of the group-state or the transaction-state topic
         (broker/cluster/coordinator_state.py; None while there is none)."""
-        if self.membership is None:
-            return (self.node.node_id, *self.node.address())
         view = self.membership.view
         state = self.group_state if key_type == 0 else self.txn_state
         node_id = view.controller_id if state is None else state.coordinator_of(key)

@@ -126,7 +126,7 @@ async def metadata(ctx: ClusterApis, req: Request) -> MetadataResponse:
                 topics.append(_missing(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             topic = ctx.topics.get(name)
-            if topic is None and ctx.membership is not None and topic_name_problem(name) is None:
+            if topic is None and topic_name_problem(name) is None:
                 await ctx.membership.refresh()  # created on another broker since our last read
                 topic = ctx.topics.get(name)
             if topic is None and allow_auto and auth is not None and not (
