@@ -53,6 +53,7 @@ from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.runtime.group_coordinator import group_coordinator
 from tmqgate.broker.runtime.log_cleaner import LogCleaner
+from tmqgate.broker.runtime.replicas import LocalReplication, Replicas
 from tmqgate.broker.runtime.txn_coordinator import txn_coordinator
 from tmqgate.broker.runtime.txn_markers import MarkerWriter
 from tmqgate.broker.runtime.waiters import DataNotifier
@@ -65,7 +66,6 @@ from tmqgate.storage import Store
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.catalog import SharedCatalog
     from tmqgate.broker.cluster.coordinator_state import CoordinatorState
-    from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.cluster.transactions import ClusterTransactions
 
 log = logging.getLogger("tmqgate.server")
@@ -142,7 +142,8 @@ class Broker:
         self.pool = MemoryPool(config.queued_max_request_bytes)
         self.connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip)
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
-        self.replication: Replication | None = None  # with `cluster`: broker/cluster/replication.py
+        # none on one node (broker/runtime/replicas.py); with `cluster`: broker/cluster/replication.py
+        self.replication: Replicas = LocalReplication()
         self.group_state: CoordinatorState | None = None  # with `cluster`: broker/cluster/coordinator_state.py
         self.txn_state: CoordinatorState | None = None  # with `cluster`: the same for transactional ids
         self.cluster_txns: ClusterTransactions | None = None  # with `cluster`: broker/cluster/transactions.py
@@ -191,10 +192,11 @@ class Broker:
             from tmqgate.broker.cluster.replication import Replication
 
             cluster_topics = ClusterTopics(membership, self.topics)  # the registry's `cluster` from now on
-            self.replication = Replication(self.config.node_id, self.store, self.topics, membership,
-                                           self.notifier, self.config.replica_lag_time_max_ms,
-                                           self.config.replica_fetch_wait_max_ms)
-            membership.on_change.append(self.replication.apply)
+            replication = Replication(self.config.node_id, self.store, self.topics, membership,
+                                      self.notifier, self.config.replica_lag_time_max_ms,
+                                      self.config.replica_fetch_wait_max_ms)
+            self.replication = replication
+            membership.on_change.append(replication.apply)
             from tmqgate.broker.cluster.catalog import SharedCatalog
 
             # ACLs, SCRAM users, dynamic configs, quotas: the cluster's, in etcd (broker/cluster/catalog.py)
@@ -207,13 +209,13 @@ class Broker:
             # SQL databases placed in etcd, statements sent to their leader (broker/cluster/sql.py)
             http_tls = ssl.create_default_context(cafile=self.config.ssl_cafile) if self.config.http_tls else None
             self.executor.cluster = ClusterSql(self.config.node_id, membership, cluster_topics, self.topics,
-                                               self.store, self.replication, http_tls, SQL_FORWARD_TIMEOUT_S,
+                                               self.store, replication, http_tls, SQL_FORWARD_TIMEOUT_S,
                                                self.config.replica_lag_time_max_ms / 1000)
             groups, txns = kinds(self.store, self.config, self.coordinator.machine.partition_of,
                                  self.transactions.machine.partition_of)
             self.group_state, self.txn_state = (
                 CoordinatorState(kind, self.config.node_id, self.store, self.topics, cluster_topics, membership,
-                                 self.replication, self.notifier, runtime, self.config.offsets_commit_timeout_ms)
+                                 replication, self.notifier, runtime, self.config.offsets_commit_timeout_ms)
                 for kind, runtime in ((groups, self.coordinator), (txns, self.transactions)))
             # after replication (its leadership); groups first: a transaction's markers end them
             membership.on_change.append(self.group_state.apply)
@@ -223,7 +225,7 @@ class Broker:
             # transactions over the brokers: markers and group offsets sent to their leaders,
             # transactional batches verified with their coordinator (broker/cluster/transactions.py)
             self.cluster_txns = ClusterTransactions(self.config.node_id, membership, self.topics,
-                                                    self.replication, self.group_state, self.txn_state,
+                                                    replication, self.group_state, self.txn_state,
                                                     self.markers, self.transactions, self.coordinator)
             self.transactions.machine.markers = self.cluster_txns
             self.transactions.machine.groups = self.cluster_txns
@@ -305,8 +307,7 @@ class Broker:
     async def stop(self) -> None:
         for _, server in self._servers:
             server.close()
-        if self.replication is not None:
-            self.replication.stop()
+        self.replication.stop()
         if self.cluster_txns is not None:
             self.cluster_txns.stop()
         for task in [*self._tasks, *self.serving.tasks]:

@@ -26,16 +26,16 @@ The server builds one of each at start (the advertised address is known only the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from tmqgate.broker.identity.client import current_client
+from tmqgate.broker.runtime.replicas import LocalReplication, Replicas
 
 if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
     from tmqgate.broker.cluster.coordinator_state import CoordinatorState
-    from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.cluster.transactions import ClusterTransactions
     from tmqgate.broker.configs.config import BrokerConfig
     from tmqgate.broker.dynamic_configs.broker_configs import BrokerConfigs
@@ -98,8 +98,9 @@ class DataPlane:
     transactions: TxnGate | None = None
     # on a cluster: a transactional batch is verified with the coordinator elsewhere first
     txn_cluster: ClusterTransactions | None = None
-    # On a cluster: the replicated partitions' leader and follower sides (acks=all, replica Fetch).
-    replication: Replication | None = None
+    # The replicated partitions' leader and follower sides (acks=all, replica Fetch): none on one
+    # node (broker/runtime/replicas.py), the cluster's (broker/cluster/replication.py) on a cluster.
+    replication: Replicas = field(default_factory=LocalReplication)
 
 
 @dataclass(frozen=True)
