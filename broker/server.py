@@ -99,7 +99,7 @@ class Broker:
                                     max_databases=config.max_databases,
                                     offsets_partitions=config.offsets_topic_num_partitions,
                                     transaction_partitions=config.transaction_state_log_num_partitions,
-                                    transaction_version=config.transaction_version)
+                                    transaction_version=config.transaction_version, node_id=config.node_id)
         self.notifier = DataNotifier()
         # Commit/abort markers to partitions (the transaction coordinator and WriteTxnMarkers).
         self.markers = MarkerWriter(self.store, self.topics, self.notifier)

@@ -167,11 +167,7 @@ async def _auto_create(ctx: ClusterApis, name: str) -> Topic | ErrorCode:
     try:
         check_topic_name(name)
         factor = ctx.config.default_replication_factor
-        if ctx.topics.cluster is not None:
-            return await ctx.topics.cluster.create(name, ctx.config.num_partitions, {}, replication_factor=factor)
-        if factor > 1:  # one broker cannot hold more than one replica
-            return ErrorCode.INVALID_REPLICATION_FACTOR
-        return ctx.topics.create(name, ctx.config.num_partitions, {})
+        return await ctx.topics.cluster.create(name, ctx.config.num_partitions, {}, replication_factor=factor)
     except TopicError as exc:
         if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
             topic = ctx.topics.get(name)
