@@ -51,6 +51,12 @@ from tmqgate.broker.network.listeners import (
 from tmqgate.broker.ops.metrics import Metrics
 from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
+from tmqgate.broker.runtime.coordination import (
+    CoordinatorPlacement,
+    LocalCoordinatorPlacement,
+    LocalTxnRouting,
+    TxnRouting,
+)
 from tmqgate.broker.runtime.group_coordinator import group_coordinator
 from tmqgate.broker.runtime.log_cleaner import LogCleaner
 from tmqgate.broker.runtime.replicas import LocalReplication, Replicas
@@ -65,8 +71,6 @@ from tmqgate.storage import Store
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.catalog import SharedCatalog
-    from tmqgate.broker.cluster.coordinator_state import CoordinatorState
-    from tmqgate.broker.cluster.transactions import ClusterTransactions
 
 log = logging.getLogger("tmqgate.server")
 #: how long a statement sent to the broker leading its database may take there (a 1 MiB INSERT: seconds)
@@ -144,9 +148,13 @@ class Broker:
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
         # none on one node (broker/runtime/replicas.py); with `cluster`: broker/cluster/replication.py
         self.replication: Replicas = LocalReplication()
-        self.group_state: CoordinatorState | None = None  # with `cluster`: broker/cluster/coordinator_state.py
-        self.txn_state: CoordinatorState | None = None  # with `cluster`: the same for transactional ids
-        self.cluster_txns: ClusterTransactions | None = None  # with `cluster`: broker/cluster/transactions.py
+        # who coordinates groups and transactional ids, and where a transaction's partitions and
+        # groups are: this node alone (broker/runtime/coordination.py); with `cluster`:
+        # broker/cluster/coordinator_state.py and broker/cluster/transactions.py
+        self.group_state: CoordinatorPlacement = LocalCoordinatorPlacement(config.node_id)
+        self.txn_state: CoordinatorPlacement = self.group_state
+        self.txn_routing: TxnRouting = LocalTxnRouting()
+        self.txn_gate: TxnGate = self.transactions  # Produce asks it about transactional batches
         self.shared_catalog: SharedCatalog | None = None  # with `cluster`: broker/cluster/catalog.py
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
                                           config.log_rate_limit_interval_ms / 1000)
@@ -213,23 +221,25 @@ class Broker:
                                                self.config.replica_lag_time_max_ms / 1000)
             groups, txns = kinds(self.store, self.config, self.coordinator.machine.partition_of,
                                  self.transactions.machine.partition_of)
-            self.group_state, self.txn_state = (
+            group_state, txn_state = (
                 CoordinatorState(kind, self.config.node_id, self.store, self.topics, cluster_topics, membership,
                                  replication, self.notifier, runtime, self.config.offsets_commit_timeout_ms)
                 for kind, runtime in ((groups, self.coordinator), (txns, self.transactions)))
             # after replication (its leadership); groups first: a transaction's markers end them
-            membership.on_change.append(self.group_state.apply)
-            membership.on_change.append(self.txn_state.apply)
+            self.group_state, self.txn_state = group_state, txn_state
+            membership.on_change.append(group_state.apply)
+            membership.on_change.append(txn_state.apply)
             from tmqgate.broker.cluster.transactions import ClusterTransactions
 
             # transactions over the brokers: markers and group offsets sent to their leaders,
             # transactional batches verified with their coordinator (broker/cluster/transactions.py)
-            self.cluster_txns = ClusterTransactions(self.config.node_id, membership, self.topics,
-                                                    replication, self.group_state, self.txn_state,
-                                                    self.markers, self.transactions, self.coordinator)
-            self.transactions.machine.markers = self.cluster_txns
-            self.transactions.machine.groups = self.cluster_txns
-            self.coordinator.machine.offsets.txn_gate = self.cluster_txns
+            cluster_txns = ClusterTransactions(self.config.node_id, membership, self.topics,
+                                               replication, group_state, txn_state,
+                                               self.markers, self.transactions, self.coordinator)
+            self.txn_routing = self.txn_gate = cluster_txns
+            self.transactions.machine.markers = cluster_txns
+            self.transactions.machine.groups = cluster_txns
+            self.coordinator.machine.offsets.txn_gate = cluster_txns
             self.store.producers.use_slot(self.config.node_id)  # producer ids unique in the cluster
             await membership.start()
         self.serving.handlers = bind(self.apis, self._contexts())
@@ -268,25 +278,22 @@ class Broker:
         cfg = self.config
         node = Node(cfg.node_id, cfg.cluster_id, self.advertised)
         auth = self.authorizer
-        txn_gate: TxnGate = self.transactions if self.cluster_txns is None else self.cluster_txns
+        verify = cfg.transaction_partition_verification_enable
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
                                  cfg.max_decompressed_batch_bytes, quotas=self.quotas, authorizer=auth,
                                  metrics=self.metrics, limited_log=self.limited_log,
-                                 transactions=(txn_gate if cfg.transaction_partition_verification_enable else None),
-                                 replication=self.replication,
-                                 txn_cluster=(self.cluster_txns if cfg.transaction_partition_verification_enable
-                                              else None)),
+                                 transactions=self.txn_gate if verify else None, replication=self.replication,
+                                 txn_cluster=self.txn_routing if verify else LocalTxnRouting()),
             AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
                                  authorizer=auth, group_configs=self.group_configs,
                                  broker_configs=self.broker_configs),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, self.membership, authorizer=auth),
-            GroupApis: GroupApis(self.coordinator, self.topics, node, self.membership, authorizer=auth,
-                                 group_state=self.group_state, txn_state=self.txn_state,
-                                 txn_cluster=self.cluster_txns),
+            GroupApis: GroupApis(self.coordinator, self.topics, node, self.membership, self.group_state,
+                                 self.txn_state, authorizer=auth, txn_cluster=self.txn_routing),
             AclApis: AclApis(auth),
-            TxnApis: TxnApis(self.transactions, self.topics, authorizer=auth, state=self.txn_state),
-            TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth, cluster=self.cluster_txns),
+            TxnApis: TxnApis(self.transactions, self.topics, self.txn_state, authorizer=auth),
+            TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth, cluster=self.txn_routing),
         }
 
     @property
@@ -308,8 +315,7 @@ class Broker:
         for _, server in self._servers:
             server.close()
         self.replication.stop()
-        if self.cluster_txns is not None:
-            self.cluster_txns.stop()
+        self.txn_routing.stop()
         for task in [*self._tasks, *self.serving.tasks]:
             task.cancel()
         for task in [*self._tasks, *self.serving.tasks]:

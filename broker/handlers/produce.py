@@ -30,7 +30,6 @@ from tmqgate.protocol.records import (
     MAGIC,
     BatchHeader,
     iter_batches,
-    parse_header,
     verify_crc,
     with_log_append_time,
 )
@@ -39,7 +38,6 @@ from tmqgate.storage import StorageIOError
 from tmqgate.storage.producers import ProducerAppend, check_sequence
 
 if TYPE_CHECKING:
-    from tmqgate.broker.cluster.transactions import ClusterTransactions
     from tmqgate.broker.runtime.replicas import Replicas
     from tmqgate.broker.topics import Topic
     from tmqgate.protocol.bodies.produce import (
@@ -109,9 +107,8 @@ async def produce(ctx: DataPlane, req: Request) -> ProduceResponse | Deferred | 
                                            f"The size of the current ISR {sorted(state.isr)} is insufficient to "
                                            f"satisfy the min.isr requirement of {topic.config('min.insync.replicas')} "
                                            f"for partition {topic.name}-{index}")
-                    if ctx.txn_cluster is not None:
-                        await _verify_transactional(ctx.txn_cluster, body.get("transactional_id"), topic, index,
-                                                    pdata["records"], req.api_version >= 12)
+                    await ctx.txn_cluster.verify_batch(body.get("transactional_id"), topic, index, pdata["records"],
+                                                       req.api_version >= 12)
                     entry["base_offset"], entry["log_append_time_ms"], entry["log_start_offset"] = (
                         append_records(ctx, topic, index, pdata["records"], body.get("transactional_id"),
                                        add_partition=req.api_version >= 12,
@@ -201,21 +198,6 @@ def _has_transactional_records(body: ProduceRequest) -> bool:
             if records is not None and len(records) > 22 and records[22] & 0x10:
                 return True
     return False
-
-
-async def _verify_transactional(txns: ClusterTransactions, transactional_id: str | None, topic: Topic, index: int,
-                                records: bytes | None, add: bool) -> None:
-    """On a cluster: a transactional batch is verified with its coordinator on another broker
-    before ``append_records`` asks (broker/cluster/transactions.py); an unreadable batch is
-    left to the validation."""
-    if not records or len(records) < 61:
-        return
-    try:
-        header = parse_header(records)
-    except Exception:  # noqa: BLE001 - refused by the validation, with Kafka's answer
-        return
-    if header.is_transactional and header.producer_id >= 0 and not header.is_control:
-        await txns.verify(transactional_id, header.producer_id, header.producer_epoch, topic.name, index, add)
 
 
 def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | None,
