@@ -37,6 +37,7 @@ from tmqgate.broker.handlers.context import (
     TxnGate,
 )
 from tmqgate.broker.identity.principal import parse_rules
+from tmqgate.broker.metadata.membership import LocalMembership, Members
 from tmqgate.broker.network.connection import READ_LIMIT, ConnectionServices, serve_connection
 from tmqgate.broker.network.limits import ConnectionLimits, MemoryPool
 from tmqgate.broker.network.listeners import (
@@ -50,8 +51,15 @@ from tmqgate.broker.network.listeners import (
 from tmqgate.broker.ops.metrics import Metrics
 from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
+from tmqgate.broker.runtime.coordination import (
+    CoordinatorPlacement,
+    LocalCoordinatorPlacement,
+    LocalTxnRouting,
+    TxnRouting,
+)
 from tmqgate.broker.runtime.group_coordinator import group_coordinator
 from tmqgate.broker.runtime.log_cleaner import LogCleaner
+from tmqgate.broker.runtime.replicas import LocalReplication, Replicas
 from tmqgate.broker.runtime.txn_coordinator import txn_coordinator
 from tmqgate.broker.runtime.txn_markers import MarkerWriter
 from tmqgate.broker.runtime.waiters import DataNotifier
@@ -63,10 +71,6 @@ from tmqgate.storage import Store
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.catalog import SharedCatalog
-    from tmqgate.broker.cluster.coordinator_state import CoordinatorState
-    from tmqgate.broker.cluster.membership import Membership
-    from tmqgate.broker.cluster.replication import Replication
-    from tmqgate.broker.cluster.transactions import ClusterTransactions
 
 log = logging.getLogger("tmqgate.server")
 #: how long a statement sent to the broker leading its database may take there (a 1 MiB INSERT: seconds)
@@ -99,7 +103,7 @@ class Broker:
                                     max_databases=config.max_databases,
                                     offsets_partitions=config.offsets_topic_num_partitions,
                                     transaction_partitions=config.transaction_state_log_num_partitions,
-                                    transaction_version=config.transaction_version)
+                                    transaction_version=config.transaction_version, node_id=config.node_id)
         self.notifier = DataNotifier()
         # Commit/abort markers to partitions (the transaction coordinator and WriteTxnMarkers).
         self.markers = MarkerWriter(self.store, self.topics, self.notifier)
@@ -121,7 +125,10 @@ class Broker:
         admin = self.coordinator.machine.admin
         self.started_ms = clock.now_ms()
         # SHOW DNODES / SHOW VGROUPS: this node, or the cluster's nodes and placements (broker/cluster/dnodes.py)
-        self.dnodes = Dnodes(config.node_id, self.store, self.topics, config.max_partitions, self.started_ms)
+        # this broker alone: a cluster of one (broker/metadata/membership.py) until `start` joins a cluster
+        self.membership: Members = LocalMembership(config.node_id, config.cluster_id)
+        self.dnodes = Dnodes(config.node_id, self.store, self.topics, config.max_partitions, self.started_ms,
+                             self.membership)
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
                                  GroupQueries(subscribed_to=admin.groups_subscribed_to,
                                               group_ids=admin.group_ids, members=admin.members,
@@ -139,11 +146,15 @@ class Broker:
         self.pool = MemoryPool(config.queued_max_request_bytes)
         self.connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip)
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
-        self.membership: Membership | None = None  # with `cluster`: broker/cluster/membership.py
-        self.replication: Replication | None = None  # with `cluster`: broker/cluster/replication.py
-        self.group_state: CoordinatorState | None = None  # with `cluster`: broker/cluster/coordinator_state.py
-        self.txn_state: CoordinatorState | None = None  # with `cluster`: the same for transactional ids
-        self.cluster_txns: ClusterTransactions | None = None  # with `cluster`: broker/cluster/transactions.py
+        # none on one node (broker/runtime/replicas.py); with `cluster`: broker/cluster/replication.py
+        self.replication: Replicas = LocalReplication()
+        # who coordinates groups and transactional ids, and where a transaction's partitions and
+        # groups are: this node alone (broker/runtime/coordination.py); with `cluster`:
+        # broker/cluster/coordinator_state.py and broker/cluster/transactions.py
+        self.group_state: CoordinatorPlacement = LocalCoordinatorPlacement(config.node_id)
+        self.txn_state: CoordinatorPlacement = self.group_state
+        self.txn_routing: TxnRouting = LocalTxnRouting()
+        self.txn_gate: TxnGate = self.transactions  # Produce asks it about transactional batches
         self.shared_catalog: SharedCatalog | None = None  # with `cluster`: broker/cluster/catalog.py
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
                                           config.log_rate_limit_interval_ms / 1000)
@@ -177,57 +188,60 @@ class Broker:
             from tmqgate.broker.cluster.membership import Membership
             from tmqgate.broker.cluster.topics import ClusterTopics
 
-            self.membership = Membership(self.config.cluster, self.config.node_id, self.advertised,
-                                         self.config.cluster_session_timeout_ms,
-                                         self.config.leader_imbalance_check_interval_seconds
-                                         if self.config.auto_leader_rebalance_enable else None,
-                                         facts=self.dnodes.facts(), http=self.config.http)
-            self.dnodes.membership = self.membership
+            membership = Membership(self.config.cluster, self.config.node_id, self.advertised,
+                                    self.config.cluster_session_timeout_ms,
+                                    self.config.leader_imbalance_check_interval_seconds
+                                    if self.config.auto_leader_rebalance_enable else None,
+                                    facts=self.dnodes.facts(), http=self.config.http)
+            self.membership = self.dnodes.membership = membership
             # how it dials the others' first listener (TLS, SASL as the brokers' user)
-            self.membership.peer_security = peer_security(self.config, listeners[0])
+            membership.peer_security = peer_security(self.config, listeners[0])
             from tmqgate.broker.cluster.coordinator_state import CoordinatorState, kinds
             from tmqgate.broker.cluster.replication import Replication
 
-            cluster_topics = ClusterTopics(self.membership, self.topics)  # the registry's `cluster` from now on
-            self.replication = Replication(self.config.node_id, self.store, self.topics, self.membership,
-                                           self.notifier, self.config.replica_lag_time_max_ms,
-                                           self.config.replica_fetch_wait_max_ms)
-            self.membership.on_change.append(self.replication.apply)
+            cluster_topics = ClusterTopics(membership, self.topics)  # the registry's `cluster` from now on
+            replication = Replication(self.config.node_id, self.store, self.topics, membership,
+                                      self.notifier, self.config.replica_lag_time_max_ms,
+                                      self.config.replica_fetch_wait_max_ms)
+            self.replication = replication
+            membership.on_change.append(replication.apply)
             from tmqgate.broker.cluster.catalog import SharedCatalog
 
             # ACLs, SCRAM users, dynamic configs, quotas: the cluster's, in etcd (broker/cluster/catalog.py)
             reloads = [self.broker_configs.reload, self.group_configs.reload, self.quotas.reload]
             if self.authorizer is not None:
                 reloads.append(self.authorizer.reload)
-            self.shared_catalog = SharedCatalog(self.membership, self.store, reloads)
+            self.shared_catalog = SharedCatalog(membership, self.store, reloads)
             from tmqgate.broker.cluster.sql import ClusterSql
 
             # SQL databases placed in etcd, statements sent to their leader (broker/cluster/sql.py)
             http_tls = ssl.create_default_context(cafile=self.config.ssl_cafile) if self.config.http_tls else None
-            self.executor.cluster = ClusterSql(self.config.node_id, self.membership, cluster_topics, self.topics,
-                                               self.store, self.replication, http_tls, SQL_FORWARD_TIMEOUT_S,
+            self.executor.cluster = ClusterSql(self.config.node_id, membership, cluster_topics, self.topics,
+                                               self.store, replication, http_tls, SQL_FORWARD_TIMEOUT_S,
                                                self.config.replica_lag_time_max_ms / 1000)
             groups, txns = kinds(self.store, self.config, self.coordinator.machine.partition_of,
                                  self.transactions.machine.partition_of)
-            self.group_state, self.txn_state = (
-                CoordinatorState(kind, self.config.node_id, self.store, self.topics, cluster_topics, self.membership,
-                                 self.replication, self.notifier, runtime, self.config.offsets_commit_timeout_ms)
+            group_state, txn_state = (
+                CoordinatorState(kind, self.config.node_id, self.store, self.topics, cluster_topics, membership,
+                                 replication, self.notifier, runtime, self.config.offsets_commit_timeout_ms)
                 for kind, runtime in ((groups, self.coordinator), (txns, self.transactions)))
             # after replication (its leadership); groups first: a transaction's markers end them
-            self.membership.on_change.append(self.group_state.apply)
-            self.membership.on_change.append(self.txn_state.apply)
+            self.group_state, self.txn_state = group_state, txn_state
+            membership.on_change.append(group_state.apply)
+            membership.on_change.append(txn_state.apply)
             from tmqgate.broker.cluster.transactions import ClusterTransactions
 
             # transactions over the brokers: markers and group offsets sent to their leaders,
             # transactional batches verified with their coordinator (broker/cluster/transactions.py)
-            self.cluster_txns = ClusterTransactions(self.config.node_id, self.membership, self.topics,
-                                                    self.replication, self.group_state, self.txn_state,
-                                                    self.markers, self.transactions, self.coordinator)
-            self.transactions.machine.markers = self.cluster_txns
-            self.transactions.machine.groups = self.cluster_txns
-            self.coordinator.machine.offsets.txn_gate = self.cluster_txns
+            cluster_txns = ClusterTransactions(self.config.node_id, membership, self.topics,
+                                               replication, group_state, txn_state,
+                                               self.markers, self.transactions, self.coordinator)
+            self.txn_routing = self.txn_gate = cluster_txns
+            self.transactions.machine.markers = cluster_txns
+            self.transactions.machine.groups = cluster_txns
+            self.coordinator.machine.offsets.txn_gate = cluster_txns
             self.store.producers.use_slot(self.config.node_id)  # producer ids unique in the cluster
-            await self.membership.start()
+            await membership.start()
         self.serving.handlers = bind(self.apis, self._contexts())
         self.serving.ready.set()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
@@ -264,25 +278,22 @@ class Broker:
         cfg = self.config
         node = Node(cfg.node_id, cfg.cluster_id, self.advertised)
         auth = self.authorizer
-        txn_gate: TxnGate = self.transactions if self.cluster_txns is None else self.cluster_txns
+        verify = cfg.transaction_partition_verification_enable
         return {
             DataPlane: DataPlane(self.store, self.topics, self.notifier, self.executor,
                                  cfg.max_decompressed_batch_bytes, quotas=self.quotas, authorizer=auth,
                                  metrics=self.metrics, limited_log=self.limited_log,
-                                 transactions=(txn_gate if cfg.transaction_partition_verification_enable else None),
-                                 replication=self.replication,
-                                 txn_cluster=(self.cluster_txns if cfg.transaction_partition_verification_enable
-                                              else None)),
+                                 transactions=self.txn_gate if verify else None, replication=self.replication,
+                                 txn_cluster=self.txn_routing if verify else LocalTxnRouting()),
             AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
                                  authorizer=auth, group_configs=self.group_configs,
                                  broker_configs=self.broker_configs),
-            ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, authorizer=auth, membership=self.membership),
-            GroupApis: GroupApis(self.coordinator, self.topics, node, authorizer=auth, membership=self.membership,
-                                 group_state=self.group_state, txn_state=self.txn_state,
-                                 txn_cluster=self.cluster_txns),
+            ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, self.membership, authorizer=auth),
+            GroupApis: GroupApis(self.coordinator, self.topics, node, self.membership, self.group_state,
+                                 self.txn_state, authorizer=auth, txn_cluster=self.txn_routing),
             AclApis: AclApis(auth),
-            TxnApis: TxnApis(self.transactions, self.topics, authorizer=auth, state=self.txn_state),
-            TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth, cluster=self.cluster_txns),
+            TxnApis: TxnApis(self.transactions, self.topics, self.txn_state, authorizer=auth),
+            TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth, cluster=self.txn_routing),
         }
 
     @property
@@ -303,10 +314,8 @@ class Broker:
     async def stop(self) -> None:
         for _, server in self._servers:
             server.close()
-        if self.replication is not None:
-            self.replication.stop()
-        if self.cluster_txns is not None:
-            self.cluster_txns.stop()
+        self.replication.stop()
+        self.txn_routing.stop()
         for task in [*self._tasks, *self.serving.tasks]:
             task.cancel()
         for task in [*self._tasks, *self.serving.tasks]:
@@ -317,8 +326,7 @@ class Broker:
                 await server.wait_closed()
         await self.coordinator.stop()
         await self.transactions.stop()
-        if self.membership is not None:
-            await self.membership.stop()
+        await self.membership.stop()
         self.executor.close()
         self.log_cleaner.close()  # waits for a cleaner step still reading in its thread
         self.store.close()

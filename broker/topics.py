@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tmqgate.broker.configs.topic_configs import BrokerDefault, effective, validate, validate_together
 from tmqgate.broker.errors import KafkaError
-from tmqgate.broker.metadata.view import GROUP_STATE_TOPIC, TXN_STATE_TOPIC
+from tmqgate.broker.metadata.view import GROUP_STATE_TOPIC, TXN_STATE_TOPIC, PartitionState, reassign
 from tmqgate.broker.tdengine import INVALID_IDENTIFIER, Caller, SqlError, TopicDef, View, topic_definition
 from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
@@ -38,7 +38,7 @@ from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC, TRANSACTION_S
 from tmqgate.protocol.names import topic_name_problem
 
 if TYPE_CHECKING:
-    from tmqgate.broker.metadata.view import PartitionState, Placement
+    from tmqgate.broker.metadata.view import Placement
     from tmqgate.broker.tdengine import TsdbCatalog
     from tmqgate.storage import Store
 
@@ -209,9 +209,18 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
     return out
 
 
+#: ElectLeaders' and AlterPartitionReassignments' answers: by topic, (partition, error,
+#: message) of each partition asked for
+Results = dict[str, list[tuple[int, ErrorCode, str | None]]]
+
+
 class TopicCluster(Protocol):
-    """Topic creation and deletion on a cluster (broker/cluster/topics.py): through etcd, so
-    that every broker has the topic and one placement of its partitions."""
+    """Topic creation, deletion and placement over the brokers: `LocalTopics` (below) on one
+    node, through etcd on a cluster (broker/cluster/topics.py), so that every broker has the
+    topic and one placement of its partitions."""
+
+    #: True: this broker holds every replica (a cluster of one)
+    alone: bool
 
     async def create(self, name: str, partitions: int, configs: dict[str, str | None],
                      replicas: list[list[int]] | None = None, replication_factor: int = 1) -> Topic: ...
@@ -232,13 +241,86 @@ class TopicCluster(Protocol):
                             wanted: dict[str, list[int]] | None) -> dict[str, list[tuple[int, ErrorCode, str | None]]]: ...
 
 
+class LocalTopics:
+    """The `TopicCluster` of a cluster of one (issue 27): of a broker in no cluster, and of the
+    topics a cluster's broker holds alone (those etcd does not place). Rules: this node holds
+    every replica, so a replication factor above 1 or an assignment naming another broker is
+    refused as Kafka refuses it with one broker registered; configs stay here; every leader is
+    the preferred one (ELECTION_NOT_NEEDED); no reassignment is ever running (one to this
+    broker alone is done at once)."""
+
+    alone = True
+
+    def __init__(self, registry: TopicRegistry) -> None:
+        self._registry = registry
+
+    async def create(self, name: str, partitions: int, configs: dict[str, str | None],
+                     replicas: list[list[int]] | None = None, replication_factor: int = 1) -> Topic:
+        node = self._registry.node_id
+        if replication_factor > 1:
+            raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"Unable to replicate the partition {replication_factor} time(s): The target replication "
+                             f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
+        if replicas is not None and any(ids != [node] for ids in replicas):
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Only broker {node} exists.")
+        return self._registry.create(name, partitions, configs)
+
+    async def delete(self, topic: Topic) -> None:
+        self._registry.delete(topic)
+
+    async def add_partitions(self, topic: Topic, count: int, assignments: list[list[int]] | None,
+                             validate_only: bool) -> None:
+        node = self._registry.node_id
+        if assignments is not None and any(ids != [node] for ids in assignments):
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Only broker {node} exists.")
+        self._registry.add_partitions(topic, count, validate_only=validate_only)
+
+    def configs_changed(self, topic: Topic, configs: dict[str, str]) -> None:
+        return None
+
+    async def reassign(self, wanted: dict[str, dict[int, tuple[int, ...] | None]],
+                       allow_factor_change: bool) -> Results:
+        node = self._registry.node_id
+        alone = PartitionState((node,), node, 0, (node,))  # this broker's only replica
+        results: Results = {}
+        for name, parts in wanted.items():
+            topic = self._registry.get(name)
+            if topic is None:
+                results[name] = [(p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {name}.")
+                                 for p in parts]
+                continue
+            results[name] = [(p, *reassign(alone, target, {node}, allow_factor_change)[1:]) if 0 <= p < topic.partitions
+                             else (p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {name}:{p}.")
+                             for p, target in parts.items()]
+        return results
+
+    async def reassignments(self, wanted: dict[str, list[int]] | None) -> dict[str, list[tuple[int, PartitionState]]]:
+        return {}
+
+    async def elect_leaders(self, election_type: int, wanted: dict[str, list[int]] | None) -> Results:
+        """Every partition asked for (None: of every topic etcd does not place) by topic."""
+        registry = self._registry
+        asked = ({t.name: list(range(t.partitions)) for t in registry.all() if t.name not in registry.placements}
+                 if wanted is None else wanted)
+        results: Results = {}
+        for name, parts in asked.items():
+            topic = registry.get(name)
+            if topic is None:
+                results[name] = [(p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}") for p in parts]
+            else:
+                results[name] = [(p, ErrorCode.ELECTION_NOT_NEEDED, None) if 0 <= p < topic.partitions
+                                 else (p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {name}-{p}")
+                                 for p in parts]
+        return results
+
+
 class TopicRegistry:
     """Name and id lookups of every topic kind, backed by the storage catalog (`store`) and,
     for database and TDengine topics, the TDengine catalog cache their views read through."""
 
     def __init__(self, store: Store, catalog: TsdbCatalog, *, max_partitions: int = 100_000,
                  max_databases: int = 10_000, offsets_partitions: int = 50,
-                 transaction_partitions: int = 50, transaction_version: int = 2) -> None:
+                 transaction_partitions: int = 50, transaction_version: int = 2, node_id: int = -1) -> None:
         self._store = store
         self.catalog = catalog
         # The broker's caps (max_partitions, max_databases in broker/configs/config.py).
@@ -258,10 +340,12 @@ class TopicRegistry:
         self.broker_defaults: dict[str, BrokerDefault] = {}
         # database and TDengine topics: [rows scanned, rows delivered] by their views (metrics)
         self.view_rows: dict[str, list[int]] = {}
-        #: on a cluster (broker/cluster/topics.py): this node, the creator of shared topics and
-        #: the placement of each shared topic's partitions; without one this node leads all
-        self.node_id = -1
-        self.cluster: TopicCluster | None = None
+        #: this node; the topics it holds alone (`local`), and the creator of the topics etcd
+        #: places (broker/cluster/topics.py) on a cluster, with the placement of each shared
+        #: topic's partitions; without one this node leads all
+        self.node_id = node_id
+        self.local = LocalTopics(self)
+        self.cluster: TopicCluster = self.local
         self.placements: Mapping[str, Placement] = {}
         #: the high watermarks of replicated partitions led here (every Topic reads it)
         self.replicated: dict[tuple[str, int], int] = {}
@@ -519,5 +603,5 @@ class TopicRegistry:
         stored: dict[str, str | None] = dict(configs)
         self._store.set_configs(topic.db, stored)
         topic.configs = dict(configs)
-        if shared and self.cluster is not None and self.partition_state(topic, 0) is not None:
+        if shared and self.partition_state(topic, 0) is not None:
             self.cluster.configs_changed(topic, dict(configs))

@@ -25,7 +25,7 @@ from tmqgate.broker.metadata.view import DNODE_FACTS, KIND, TMQ_KIND, BrokerInfo
 from tmqgate.broker.tdengine import PlacementQueries
 
 if TYPE_CHECKING:
-    from tmqgate.broker.cluster.membership import Membership
+    from tmqgate.broker.metadata.membership import Members
     from tmqgate.broker.topics import TopicRegistry
     from tmqgate.storage import Store
 
@@ -47,14 +47,14 @@ class Dnodes:
     """See the module docstring; ``queries()`` is the executor's ``PlacementQueries``."""
 
     def __init__(self, node_id: int, store: Store, topics: TopicRegistry, support_vnodes: int,
-                 started_ms: int) -> None:
+                 started_ms: int, membership: Members) -> None:
         self.node_id = node_id
         self._store = store
         self._topics = topics
         self.support_vnodes = min(support_vnodes, _SMALLINT_MAX)
         self.started_ms = started_ms
         self.advertised = ("", 0)  # this broker's address, known once it listens
-        self.membership: Membership | None = None  # on a cluster, once it is joined
+        self.membership = membership  # this one alone, or the cluster's once it is joined
         self._seen: dict[int, BrokerInfo] = {}  # every broker seen live, as last seen
 
     def queries(self) -> PlacementQueries:
@@ -70,7 +70,7 @@ class Dnodes:
         return {name: getattr(me, name) for name in DNODE_FACTS}
 
     def _live(self) -> dict[int, BrokerInfo]:
-        live = {} if self.membership is None else dict(self.membership.view.brokers)
+        live = dict(self.membership.view.brokers)
         live[self.node_id] = self._me()
         self._seen.update(live)
         return live

@@ -131,6 +131,8 @@ class _Following:
 class Replication:
     """See the module docstring. ``apply`` after every read of the placements."""
 
+    serves_followers = True  # the role's (broker/runtime/replicas.py): a replica_id's Fetch is a follower's
+
     def __init__(self, node_id: int, store: Store, topics: TopicRegistry, membership: Membership,
                  notifier: DataNotifier, lag_time_max_ms: int, fetch_wait_max_ms: int,
                  clock: Callable[[], float] = time.monotonic) -> None:

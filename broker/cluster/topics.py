@@ -49,7 +49,7 @@ from tmqgate.broker.metadata.view import (
     elect_asked,
     reassign,
 )
-from tmqgate.broker.topics import KAFKA, TMQ, TSDB, Topic, TopicError
+from tmqgate.broker.topics import KAFKA, TMQ, TSDB, Results, Topic, TopicError
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -60,15 +60,15 @@ log = logging.getLogger("tmqgate.cluster")
 
 #: SQL databases are made before the TDengine topics over them
 _APPLY_ORDER = {TSDB_KIND: 0, KAFKA: 1, TMQ_KIND: 2}
-#: ElectLeaders' and AlterPartitionReassignments' answers: by topic, (partition, error,
-#: message) of each partition asked for
-Results = dict[str, list[tuple[int, ErrorCode, str | None]]]
 #: one partition's change: (partition, its state now) → (its new state, error, message)
 Decide = Callable[[int, PartitionState], tuple[PartitionState, ErrorCode, str | None]]
 
 
 class ClusterTopics:
-    """See the module docstring; the registry's ``cluster`` on a cluster."""
+    """See the module docstring; the registry's ``cluster`` on a cluster. What etcd does not
+    place goes to the registry's ``local`` (``topics.LocalTopics``), as on one node."""
+
+    alone = False
 
     def __init__(self, membership: Membership, registry: TopicRegistry) -> None:
         self._membership = membership
@@ -250,9 +250,11 @@ class ClusterTopics:
         placed as CreateTopics places them, with the topic's replication factor) added to its
         placement by a compare-and-swap; every broker makes them when it reads that. TopicError
         as one node's, INVALID_REPLICA_ASSIGNMENT for a bad assignment."""
-        self._registry.add_partitions(topic, count, validate_only=True)
         placement = self._membership.placements.get(topic.name)
-        assert placement is not None and placement.topic_id == topic.topic_id
+        if placement is None:  # a topic of this node alone
+            return await self._registry.local.add_partitions(topic, count, assignments, validate_only)
+        self._registry.add_partitions(topic, count, validate_only=True)
+        assert placement.topic_id == topic.topic_id
         current = len(placement.partitions)
         factor = len(placement.partitions[0].replicas)
         if assignments is not None:
@@ -283,8 +285,19 @@ class ClusterTopics:
                              f"Topic '{topic.name}' changed while adding partitions; describe it and try again.")
 
     async def elect_leaders(self, election_type: int, wanted: dict[str, list[int]] | None) -> Results:
-        """ElectLeaders on a cluster (see the module docstring): the result of each partition
-        asked for (``wanted`` None: every partition of every shared topic) by topic."""
+        """ElectLeaders on a cluster: the result of each partition asked for (``wanted`` None:
+        every partition of every topic) by topic; the topics etcd does not place as one node's."""
+        registry = self._registry
+        shared = registry.placements
+        ask = None if wanted is None else {n: ps for n, ps in wanted.items() if n in shared}
+        results = await self._elect_shared(election_type, ask) if ask is None or ask else {}
+        local = ({t.name: list(range(t.partitions)) for t in registry.all() if t.name not in shared}
+                 if wanted is None else {n: ps for n, ps in wanted.items() if n not in results})
+        results.update(await registry.local.elect_leaders(election_type, local))
+        return results
+
+    async def _elect_shared(self, election_type: int, wanted: dict[str, list[int]] | None) -> Results:
+        """(see the module docstring): ``wanted`` None: every partition of every shared topic"""
         await self._membership.refresh()
         live = set(self._membership.view.brokers)
         placements = self._membership.placements
@@ -308,7 +321,17 @@ class ClusterTopics:
     async def reassign(self, wanted: dict[str, dict[int, tuple[int, ...] | None]], allow_factor_change: bool) -> Results:
         """AlterPartitionReassignments on a cluster: each partition's target replicas (None:
         cancel), started or cancelled by Kafka's rules (``metadata.view.reassign``); the
-        controller finishes each when its target replicas are in sync."""
+        controller finishes each when its target replicas are in sync. The topics etcd does
+        not place as one node's."""
+        shared = self._registry.placements
+        ask = {n: ps for n, ps in wanted.items() if n in shared}
+        results = await self._reassign_shared(ask, allow_factor_change) if ask else {}
+        results.update(await self._registry.local.reassign({n: ps for n, ps in wanted.items() if n not in results},
+                                                           allow_factor_change))
+        return results
+
+    async def _reassign_shared(self, wanted: dict[str, dict[int, tuple[int, ...] | None]],
+                               allow_factor_change: bool) -> Results:
         await self._membership.refresh()
         registered = set(self._membership.view.brokers)
         targets: dict[int, tuple[int, ...] | None] = {}

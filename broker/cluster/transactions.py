@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from tmqgate.broker.cluster.peer import PeerConnection, PeerError
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC
+from tmqgate.protocol.records import parse_header
 from tmqgate.storage.model import StorageIOError
 
 if TYPE_CHECKING:
@@ -69,7 +70,10 @@ _VERIFY_ERRORS = {ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
 
 class ClusterTransactions:
     """See the module docstring. The transaction coordinator's ``MarkerWriter`` and
-    ``TxnGroups``, Produce's ``TxnGate`` and the TxnOffsetCommit gate, on a cluster."""
+    ``TxnGroups``, Produce's ``TxnGate`` and the TxnOffsetCommit gate, and the handlers'
+    ``TxnRouting`` (broker/runtime/coordination.py), on a cluster."""
+
+    over_brokers = True
 
     def __init__(self, node_id: int, membership: Membership, topics: TopicRegistry, replication: Replication,
                  group_state: CoordinatorState, txn_state: CoordinatorState, local_markers: MarkerWriter,
@@ -119,6 +123,20 @@ class ClusterTransactions:
             return None
 
     # ---- Produce (TxnGate) and TxnOffsetCommit ----------------------------------------------
+
+    async def verify_batch(self, transactional_id: str | None, topic: Topic, index: int, records: bytes | None,
+                           add: bool) -> None:
+        """A transactional batch is verified with its coordinator on another broker before
+        Produce's ``append_records`` asks (``check_produce``); an unreadable batch is left to
+        the validation."""
+        if not records or len(records) < 61:
+            return
+        try:
+            header = parse_header(records)
+        except Exception:  # noqa: BLE001 - refused by the validation, with Kafka's answer
+            return
+        if header.is_transactional and header.producer_id >= 0 and not header.is_control:
+            await self.verify(transactional_id, header.producer_id, header.producer_epoch, topic.name, index, add)
 
     async def verify(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                      topic: str, partition: int, add: bool) -> None:

@@ -134,9 +134,8 @@ async def create_topics(ctx: AdminApis, req: Request) -> CreateTopicsResponse:
                                      f"Authorization failed: a topic over '{source}' needs READ on it.")
             if mutation is not None:
                 _take(mutation, ctx.topics.create(name, partitions, configs, validate_only=True).partitions)
-            cluster = ctx.topics.cluster
-            if cluster is not None and not validate_only and configs.get(TMQ_AS) is None:
-                topic = await cluster.create(name, partitions, configs, replicas, replication)  # through etcd
+            if not validate_only and configs.get(TMQ_AS) is None:  # through etcd on a cluster
+                topic = await ctx.topics.cluster.create(name, partitions, configs, replicas, replication)
             else:
                 client = current_client.get()  # a TDengine topic's owner (broker/sql/access.py)
                 topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only,
@@ -183,7 +182,7 @@ def _layout(ctx: AdminApis, t: CreateTopicsRequestCreatableTopic) -> tuple[int, 
     """Partition count, replication factor and the replicas asked for (None: the broker
     places them) of a CreateTopics entry, checked as Kafka does."""
     node = ctx.config.node_id
-    cluster = ctx.topics.cluster is not None  # then any registered broker may hold a replica
+    cluster = not ctx.topics.cluster.alone  # then any registered broker may hold a replica
     assignments = t.get("assignments") or []
     if assignments:
         if t["num_partitions"] != -1 or t["replication_factor"] != -1:
@@ -248,8 +247,8 @@ async def delete_topics(ctx: AdminApis, req: Request) -> DeleteTopicsResponse:
             try:
                 if topic.kind != TSDB:  # (a database topic is refused below, taking nothing)
                     _take(mutation, topic.partitions)
-                if ctx.topics.cluster is not None and topic.kind == KAFKA:
-                    await ctx.topics.cluster.delete(topic)  # through etcd
+                if topic.kind == KAFKA:
+                    await ctx.topics.cluster.delete(topic)  # through etcd on a cluster
                 else:
                     ctx.topics.delete(topic)
             except StorageIOError as exc:
@@ -287,23 +286,12 @@ async def create_partitions(ctx: AdminApis, req: Request) -> CreatePartitionsRes
                 raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if topic is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t['name']}' does not exist.")
-            if ctx.topics.cluster is not None and ctx.topics.placements.get(topic.name) is not None:
-                if mutation is not None:
-                    ctx.topics.add_partitions(topic, t["count"], validate_only=True)
-                    _take(mutation, t["count"] - topic.partitions)
-                assignments = [list(a["broker_ids"]) for a in t["assignments"]] if t["assignments"] else None
-                await ctx.topics.cluster.add_partitions(topic, t["count"], assignments,
-                                                        body.get("validate_only", False))
-                results.append(entry)
-                continue
-            if t["assignments"]:
-                node = ctx.config.node_id
-                if any(a["broker_ids"] != [node] for a in t["assignments"]):
-                    raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Only broker {node} exists.")
-            if mutation is not None:
-                ctx.topics.add_partitions(topic, t["count"], validate_only=True)
+            assignments = [list(a["broker_ids"]) for a in t["assignments"]] if t["assignments"] else None
+            if mutation is not None:  # checked in full first: a refused change takes no quota
+                await ctx.topics.cluster.add_partitions(topic, t["count"], assignments, validate_only=True)
                 _take(mutation, t["count"] - topic.partitions)
-            ctx.topics.add_partitions(topic, t["count"], validate_only=body.get("validate_only", False))
+            # through etcd for a topic a cluster shares
+            await ctx.topics.cluster.add_partitions(topic, t["count"], assignments, body.get("validate_only", False))
         except TopicError as exc:
             _fail(entry, exc.code, exc.message)
         except StorageIOError as exc:

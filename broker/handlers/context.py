@@ -20,27 +20,32 @@ Every family has `authorizer`: the ACL authorizer (broker/acl/authorizer.py), No
 `authorizer = "none"` — handlers check `if ctx.authorizer is not None`, so no authorizer costs
 nothing. `AclApis` (CreateAcls, DescribeAcls, DeleteAcls) holds only it.
 
+What differs between one node and a cluster is a role the families hold, never None (issue
+27): the membership (`Members`), replication (`Replicas`), who coordinates a key
+(`CoordinatorPlacement`) and where a transaction's parts are (`TxnRouting`) — one node's are
+broker/metadata/membership.py, broker/runtime/replicas.py and broker/runtime/coordination.py,
+a cluster's are in broker/cluster/ — so each handler has one code path.
+
 The server builds one of each at start (the advertised address is known only then).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from tmqgate.broker.identity.client import current_client
+from tmqgate.broker.runtime.coordination import CoordinatorPlacement, LocalTxnRouting, TxnRouting
+from tmqgate.broker.runtime.replicas import LocalReplication, Replicas
 
 if TYPE_CHECKING:
     from tmqgate.broker.acl.authorizer import Authorizer
     from tmqgate.broker.apis import ApiEntry
-    from tmqgate.broker.cluster.coordinator_state import CoordinatorState
-    from tmqgate.broker.cluster.membership import Membership
-    from tmqgate.broker.cluster.replication import Replication
-    from tmqgate.broker.cluster.transactions import ClusterTransactions
     from tmqgate.broker.configs.config import BrokerConfig
     from tmqgate.broker.dynamic_configs.broker_configs import BrokerConfigs
     from tmqgate.broker.dynamic_configs.group_configs import GroupConfigs
+    from tmqgate.broker.metadata.membership import Members
     from tmqgate.broker.ops.metrics import Metrics
     from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
     from tmqgate.broker.ratelimit import RateLimitedLog
@@ -96,10 +101,12 @@ class DataPlane:
     limited_log: RateLimitedLog | None = None
     # The transaction coordinator, asked before a transactional batch is appended (None: accepted).
     transactions: TxnGate | None = None
-    # on a cluster: a transactional batch is verified with the coordinator elsewhere first
-    txn_cluster: ClusterTransactions | None = None
-    # On a cluster: the replicated partitions' leader and follower sides (acks=all, replica Fetch).
-    replication: Replication | None = None
+    # A transactional batch verified with its coordinator first: here at once on one node
+    # (broker/runtime/coordination.py), elsewhere on a cluster (broker/cluster/transactions.py).
+    txn_cluster: TxnRouting = field(default_factory=LocalTxnRouting)
+    # The replicated partitions' leader and follower sides (acks=all, replica Fetch): none on one
+    # node (broker/runtime/replicas.py), the cluster's (broker/cluster/replication.py) on a cluster.
+    replication: Replicas = field(default_factory=LocalReplication)
 
 
 @dataclass(frozen=True)
@@ -120,34 +127,26 @@ class ClusterApis:
     topics: TopicRegistry
     config: BrokerConfig
     apis: Mapping[int, ApiEntry]
+    membership: Members  # the live brokers and the controller (this one alone on one node)
     authorizer: Authorizer | None = None
-    membership: Membership | None = None  # on a cluster: the live brokers and the controller
 
     def brokers(self) -> list[tuple[int, str, int]]:
-        """(node id, host, port) of every live broker: this one alone without a cluster (or
-        before its first view), else the cluster's as etcd has them."""
-        host, port = self.node.address()
-        if self.membership is None or not self.membership.view.brokers:
-            return [(self.node.node_id, host, port)]
+        """(node id, host, port) of every live broker as the membership has them (this one
+        alone before a cluster's first view), this one at its listener's own address."""
         out = {b.node_id: (b.node_id, b.host, b.port) for b in self.membership.view.live()}
-        out[self.node.node_id] = (self.node.node_id, host, port)  # this listener's own address
+        out[self.node.node_id] = (self.node.node_id, *self.node.address())
         return [out[n] for n in sorted(out)]
 
     def live_ids(self) -> set[int]:
-        """The node ids of the live brokers (this one alone without a cluster)."""
-        if self.membership is None:
-            return {self.node.node_id}
+        """The node ids of the live brokers (this one among them)."""
         return set(self.membership.view.brokers) | {self.node.node_id}
 
     def controller_id(self) -> int:
-        if self.membership is None:
-            return self.node.node_id
         return self.membership.view.controller_id
 
     def cluster_id(self) -> str:
-        if self.membership is None or self.membership.cluster_id is None:
-            return self.node.cluster_id
-        return self.membership.cluster_id
+        """The cluster's id (the configured one until a cluster's first read of etcd)."""
+        return self.membership.cluster_id or self.node.cluster_id
 
 
 @dataclass(frozen=True)
@@ -155,23 +154,21 @@ class GroupApis:
     coordinator: CoordinatorRuntime
     topics: TopicRegistry
     node: Node
+    membership: Members  # where the coordinators are (this one alone on one node)
+    group_state: CoordinatorPlacement  # who coordinates a group (this node alone on one node)
+    txn_state: CoordinatorPlacement  # and a transactional id (FindCoordinator)
     authorizer: Authorizer | None = None
-    membership: Membership | None = None  # on a cluster: where the coordinators are
-    group_state: CoordinatorState | None = None  # on a cluster: the groups' replicated state
-    txn_state: CoordinatorState | None = None  # on a cluster: the transactional ids' (FindCoordinator)
-    txn_cluster: ClusterTransactions | None = None  # on a cluster: TxnOffsetCommit v5 adds the group there
+    txn_cluster: TxnRouting = field(default_factory=LocalTxnRouting)  # TxnOffsetCommit v5 adds the group there
 
     def coordinator_node(self, key_type: int = 0, key: str = "") -> tuple[int, str, int] | None:
         """(node id, host, port) of the broker that coordinates the group (``key_type`` 0) or
         the transactional id (1) ``key``: this one alone; on a cluster, for a group, the leader
         of its partition of the group-state or the transaction-state topic
         (broker/cluster/coordinator_state.py; None while there is none)."""
-        if self.membership is None:
-            return (self.node.node_id, *self.node.address())
         view = self.membership.view
         state = self.group_state if key_type == 0 else self.txn_state
-        node_id = view.controller_id if state is None else state.coordinator_of(key)
-        if state is not None and node_id < 0:
+        node_id = state.coordinator_of(key)
+        if node_id < 0:
             state.ensure()  # made on first use, as Kafka's internal topics
         if node_id == self.node.node_id:
             return (self.node.node_id, *self.node.address())
@@ -185,7 +182,7 @@ class GroupApis:
     async def replicated(self, group_id: str) -> ErrorCode | None:
         """On a cluster: wait until the group's last state change is on its in-sync replicas;
         the error to answer instead, or None (at once on one node)."""
-        return None if self.group_state is None else await self.group_state.replicated(group_id)
+        return await self.group_state.replicated(group_id)
 
 
 @dataclass(frozen=True)
@@ -194,8 +191,8 @@ class TxnApis:
 
     coordinator: TxnCoordinatorRuntime
     topics: TopicRegistry
+    state: CoordinatorPlacement  # the transactional ids' (replicated on a cluster)
     authorizer: Authorizer | None = None
-    state: CoordinatorState | None = None  # on a cluster: the transactional ids' replicated state
 
     def elsewhere(self, transactional_id: str) -> bool:
         """The id is coordinated by another broker (NOT_COORDINATOR here)."""
@@ -204,7 +201,7 @@ class TxnApis:
     async def replicated(self, transactional_id: str) -> ErrorCode | None:
         """On a cluster: wait until the id's last state change is on its in-sync replicas; the
         error to answer instead, or None (at once on one node)."""
-        return None if self.state is None else await self.state.replicated(transactional_id)
+        return await self.state.replicated(transactional_id)
 
 
 @dataclass(frozen=True)
@@ -215,7 +212,7 @@ class TxnDataApis:
     store: Store
     topics: TopicRegistry
     authorizer: Authorizer | None = None
-    cluster: ClusterTransactions | None = None  # on a cluster: markers of other brokers' transactions
+    cluster: TxnRouting = field(default_factory=LocalTxnRouting)  # on a cluster: markers of other brokers' transactions
 
 
 @dataclass(frozen=True)

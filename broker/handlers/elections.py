@@ -18,7 +18,7 @@ from tmqgate.broker.handlers.context import AdminApis
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tmqgate.broker.cluster.topics import Results
+    from tmqgate.broker.topics import Results
     from tmqgate.protocol.bodies.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
     from tmqgate.protocol.messages import Request
 
@@ -36,22 +36,7 @@ async def elect_leaders(ctx: AdminApis, req: Request) -> ElectLeadersResponse:
         return _answer(denied, {name: [(p, denied, None) for p in parts] for name, parts in (wanted or {}).items()})
     if election_type not in (0, 1):
         return _answer(ErrorCode.INVALID_REQUEST, {})
-    shared = ctx.topics.placements
-    results: Results = {}
-    if ctx.topics.cluster is not None:
-        ask = None if wanted is None else {n: ps for n, ps in wanted.items() if n in shared}
-        if ask is None or ask:
-            results.update(await ctx.topics.cluster.elect_leaders(election_type, ask))
-    local = ({t.name: list(range(t.partitions)) for t in ctx.topics.all() if t.name not in shared}
-             if wanted is None else {n: ps for n, ps in wanted.items() if n not in results})
-    for name, parts in local.items():
-        topic = ctx.topics.get(name)
-        if topic is None:
-            results[name] = [(p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}") for p in parts]
-        else:
-            results[name] = [(p, ErrorCode.ELECTION_NOT_NEEDED, None) if 0 <= p < topic.partitions
-                             else (p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {name}-{p}")
-                             for p in parts]
+    results = await ctx.topics.cluster.elect_leaders(election_type, wanted)  # through etcd for shared topics
     if wanted is None:
         results = {n: kept for n, rs in results.items()
                    if (kept := [r for r in rs if r[1] != ErrorCode.ELECTION_NOT_NEEDED])}

@@ -63,7 +63,7 @@ async def fetch(ctx: DataPlane, req: Request) -> FetchResponse:
     denied: list[bool] | None = None
     # A follower's Fetch (replica_id >= 0) on a cluster: read to the log end, not the high
     # watermark, and tell the leader where the follower is (broker/cluster/replication.py).
-    replica = body.get("replica_id", -1) if ctx.replication is not None else -1
+    replica = body.get("replica_id", -1) if ctx.replication.serves_followers else -1
     first_marks: list[int] | None = None  # a follower's high watermarks when it came
     while True:
         # Looked up on every pass: a topic deleted while the Fetch waited (its deletion wakes
@@ -99,7 +99,7 @@ async def fetch(ctx: DataPlane, req: Request) -> FetchResponse:
             await ctx.notifier.wait(watched, remaining)
     # session_id 0: we keep no fetch sessions (KIP-227), so clients send full fetches.
     answer: FetchResponse = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
-    if errors and req.api_version >= 12 and ctx.replication is not None:  # only an error names a leader
+    if errors and req.api_version >= 12:  # only an error names a leader
         endpoints = point_to_leaders(ctx, [(topic, e) for (_, topic), r in zip(wanted, responses, strict=True)
                                            for e in r["partitions"]], "partition_index")
         if req.api_version >= 16:
@@ -162,7 +162,7 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[FetchRequestTopic, Topic 
             error = ErrorCode.TOPIC_AUTHORIZATION_FAILED if refused else partition_error(
                 topic, index, missing_by_id, p.get("current_leader_epoch", -1) if replica < 0 else -1)
             if error is None and replica >= 0:
-                assert topic is not None and ctx.replication is not None
+                assert topic is not None
                 error = ctx.replication.follower_fetched(topic, index, replica, p["fetch_offset"],
                                                          p.get("current_leader_epoch", -1))
             if error is not None:
@@ -187,7 +187,6 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[FetchRequestTopic, Topic 
                     limit = min(p["partition_max_bytes"], budget)
                     if offset < upper and (limit > 0 or total == 0):
                         if replica >= 0 and topic.kind == TSDB:  # a SQL database's entries as stored
-                            assert ctx.replication is not None
                             batches = ctx.replication.raw_batches(topic, index, offset, max(limit, 1))
                         else:
                             batches = await topic.read_async(store, index, offset, max(limit, 1), upper, committed,

@@ -314,7 +314,7 @@ async def txn_offset_commit(ctx: GroupApis, req: Request) -> TxnOffsetCommitResp
         topics_out.append({"name": name, "partitions": parts_out})
     if entries and ctx.elsewhere(body["group_id"]):
         return every(NOT_COORDINATOR)
-    if entries and req.api_version >= 5 and ctx.txn_cluster is not None:  # the group joins the transaction there
+    if entries and req.api_version >= 5:  # the group joins the transaction at its coordinator (if elsewhere)
         await ctx.txn_cluster.add_group(body["transactional_id"], body["producer_id"], body["producer_epoch"],
                                         body["group_id"])
     if entries:
@@ -384,7 +384,7 @@ async def _settled(ctx: GroupApis, group_id: str) -> tuple[ErrorCode, list[Offse
     """On a cluster, OffsetFetch answers only what the in-sync replicas have (Kafka's coordinator
     reads its last committed state): it waits for the group's pending changes first; the
     answer instead when they do not get there (None: go on)."""
-    if ctx.group_state is None or ctx.elsewhere(group_id):
+    if ctx.elsewhere(group_id):
         return None
     error = await ctx.replicated(group_id)
     return None if error is None else (error, [])

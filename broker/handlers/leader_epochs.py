@@ -46,7 +46,7 @@ async def offset_for_leader_epoch(ctx: DataPlane, req: Request) -> OffsetForLead
             if error is None and (topic is None or topic.kind not in (KAFKA, TSDB)):
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # views and internal logs keep no epochs
             state = None
-            if error is None and topic is not None and ctx.replication is not None:
+            if error is None and topic is not None:
                 state = ctx.replication.led_state(topic, index)
             current = p.get("current_leader_epoch", -1)
             if error is None and state is not None and current >= 0 and current != state.epoch:

@@ -28,8 +28,6 @@ def point_to_leaders(ctx: DataPlane, entries: Sequence[tuple[Topic | None, Produ
     gets ``current_leader`` (the leader and epoch this broker knows), and the answer lists the
     endpoints of those leaders, so the client sends there without a Metadata round first."""
     endpoints: dict[int, FetchResponseNodeEndpoint] = {}
-    if ctx.replication is None:
-        return []
     for topic, typed in entries:
         entry = cast("dict[str, Any]", typed)  # a Produce or a Fetch partition: its index is `index_key`
         if topic is None or entry.get("error_code") not in _MOVED:

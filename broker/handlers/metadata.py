@@ -126,7 +126,7 @@ async def metadata(ctx: ClusterApis, req: Request) -> MetadataResponse:
                 topics.append(_missing(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             topic = ctx.topics.get(name)
-            if topic is None and ctx.membership is not None and topic_name_problem(name) is None:
+            if topic is None and topic_name_problem(name) is None:
                 await ctx.membership.refresh()  # created on another broker since our last read
                 topic = ctx.topics.get(name)
             if topic is None and allow_auto and auth is not None and not (
@@ -167,11 +167,7 @@ async def _auto_create(ctx: ClusterApis, name: str) -> Topic | ErrorCode:
     try:
         check_topic_name(name)
         factor = ctx.config.default_replication_factor
-        if ctx.topics.cluster is not None:
-            return await ctx.topics.cluster.create(name, ctx.config.num_partitions, {}, replication_factor=factor)
-        if factor > 1:  # one broker cannot hold more than one replica
-            return ErrorCode.INVALID_REPLICATION_FACTOR
-        return ctx.topics.create(name, ctx.config.num_partitions, {})
+        return await ctx.topics.cluster.create(name, ctx.config.num_partitions, {}, replication_factor=factor)
     except TopicError as exc:
         if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
             topic = ctx.topics.get(name)

@@ -30,7 +30,6 @@ from tmqgate.protocol.records import (
     MAGIC,
     BatchHeader,
     iter_batches,
-    parse_header,
     verify_crc,
     with_log_append_time,
 )
@@ -39,8 +38,7 @@ from tmqgate.storage import StorageIOError
 from tmqgate.storage.producers import ProducerAppend, check_sequence
 
 if TYPE_CHECKING:
-    from tmqgate.broker.cluster.replication import Replication
-    from tmqgate.broker.cluster.transactions import ClusterTransactions
+    from tmqgate.broker.runtime.replicas import Replicas
     from tmqgate.broker.topics import Topic
     from tmqgate.protocol.bodies.produce import (
         ProduceRequest,
@@ -99,27 +97,25 @@ async def produce(ctx: DataPlane, req: Request) -> ProduceResponse | Deferred | 
                 entry["error_code"] = error
             else:
                 assert topic is not None
-                state = replication.led_state(topic, index) if replication is not None else None
+                state = replication.led_state(topic, index)
                 try:
-                    if state is not None and replication is not None and replication.cut_off():
+                    if state is not None and replication.cut_off():
                         raise ProduceError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                            f"This broker lost the cluster's etcd; another may lead {topic.name}-{index}")
-                    if state is not None and acks == -1 and replication is not None \
-                            and replication.not_enough_replicas(topic, index):
+                    if state is not None and acks == -1 and replication.not_enough_replicas(topic, index):
                         raise ProduceError(ErrorCode.NOT_ENOUGH_REPLICAS,
                                            f"The size of the current ISR {sorted(state.isr)} is insufficient to "
                                            f"satisfy the min.isr requirement of {topic.config('min.insync.replicas')} "
                                            f"for partition {topic.name}-{index}")
-                    if ctx.txn_cluster is not None:
-                        await _verify_transactional(ctx.txn_cluster, body.get("transactional_id"), topic, index,
-                                                    pdata["records"], req.api_version >= 12)
+                    await ctx.txn_cluster.verify_batch(body.get("transactional_id"), topic, index, pdata["records"],
+                                                       req.api_version >= 12)
                     entry["base_offset"], entry["log_append_time_ms"], entry["log_start_offset"] = (
                         append_records(ctx, topic, index, pdata["records"], body.get("transactional_id"),
                                        add_partition=req.api_version >= 12,
                                        leader_epoch=None if state is None else state.epoch))
                     assert pdata["records"] is not None  # append_records refuses a partition without a batch
                     entry["error_code"] = 0
-                    if state is not None and replication is not None:
+                    if state is not None:
                         replication.appended(topic, index)
                         if acks == -1:  # answered once the in-sync replicas have it (a database's
                             # rows and the meta of the child tables they made: to its log end)
@@ -150,15 +146,15 @@ async def produce(ctx: DataPlane, req: Request) -> ProduceResponse | Deferred | 
 
     def answer() -> ProduceResponse:
         out: ProduceResponse = {"responses": responses, "throttle_time_ms": 0}
-        if version >= 10 and refused and replication is not None:
+        if version >= 10 and refused:
             out["node_endpoints"] = point_to_leaders(ctx, refused, "index")
         return out
 
-    if replicated and replication is not None:  # acks=all: answered when the ISR has it, the
+    if replicated:  # acks=all: answered when the ISR has it, the
         timeout = max(0, body["timeout_ms"]) / 1000  # connection serving its next requests meanwhile
 
         async def settled(waits: list[tuple[ProduceResponsePartitionProduceResponse, Topic, int, int]],
-                          replication: Replication) -> ProduceResponse:
+                          replication: Replicas) -> ProduceResponse:
             done = await asyncio.gather(*(replication.wait_replicated(topic, index, end, timeout)
                                           for _, topic, index, end in waits))
             for (entry, _, _, _), ok in zip(waits, done, strict=True):
@@ -202,21 +198,6 @@ def _has_transactional_records(body: ProduceRequest) -> bool:
             if records is not None and len(records) > 22 and records[22] & 0x10:
                 return True
     return False
-
-
-async def _verify_transactional(txns: ClusterTransactions, transactional_id: str | None, topic: Topic, index: int,
-                                records: bytes | None, add: bool) -> None:
-    """On a cluster: a transactional batch is verified with its coordinator on another broker
-    before ``append_records`` asks (broker/cluster/transactions.py); an unreadable batch is
-    left to the validation."""
-    if not records or len(records) < 61:
-        return
-    try:
-        header = parse_header(records)
-    except Exception:  # noqa: BLE001 - refused by the validation, with Kafka's answer
-        return
-    if header.is_transactional and header.producer_id >= 0 and not header.is_control:
-        await txns.verify(transactional_id, header.producer_id, header.producer_epoch, topic.name, index, add)
 
 
 def append_records(ctx: DataPlane, topic: Topic, vnode: int, records: bytes | None,

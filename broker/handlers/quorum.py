@@ -50,10 +50,7 @@ async def describe_quorum(ctx: ClusterApis, req: Request) -> DescribeQuorumRespo
     now = clock.now_ms()
     m = ctx.membership
     me = ctx.node.node_id
-    if m is None:
-        leader, epoch, hw, read_ms = me, 0, 0, now
-    else:
-        leader, epoch, hw, read_ms = m.view.controller_id, max(m.view.controller_epoch, 0), m.revision, m.read_ms
+    leader, epoch, hw, read_ms = m.view.controller_id, max(m.view.controller_epoch, 0), m.revision, m.read_ms
     brokers = ctx.brokers()
 
     def state(node: int) -> DescribeQuorumResponseReplicaState:

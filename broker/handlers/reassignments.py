@@ -16,11 +16,9 @@ from typing import TYPE_CHECKING, cast
 from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import AdminApis
-from tmqgate.broker.metadata.view import PartitionState, reassign
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tmqgate.broker.cluster.topics import Results
     from tmqgate.protocol.bodies.alter_partition_reassignments import (
         AlterPartitionReassignmentsRequest,
         AlterPartitionReassignmentsResponse,
@@ -46,29 +44,7 @@ async def alter_partition_reassignments(ctx: AdminApis, req: Request) -> AlterPa
         for asked in t["partitions"]:
             replicas = asked.get("replicas")
             wanted.setdefault(t["name"], {})[asked["partition_index"]] = None if replicas is None else tuple(replicas)
-    shared = ctx.topics.placements
-    results: Results = {}
-    if ctx.topics.cluster is not None:
-        ask = {n: ps for n, ps in wanted.items() if n in shared}
-        if ask:
-            results.update(await ctx.topics.cluster.reassign(ask, allow))
-    node = ctx.config.node_id
-    for name, parts in wanted.items():
-        if name in results:
-            continue
-        topic = ctx.topics.get(name)
-        if topic is None:
-            results[name] = [(p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {name}.")
-                             for p in parts]
-            continue
-        alone = PartitionState((node,), node, 0, (node,))  # this broker's only replica
-        rows: list[tuple[int, ErrorCode, str | None]] = []
-        for p, target in parts.items():
-            if not 0 <= p < topic.partitions:
-                rows.append((p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {name}:{p}."))
-            else:
-                rows.append((p, *reassign(alone, target, {node}, allow)[1:]))
-        results[name] = rows
+    results = await ctx.topics.cluster.reassign(wanted, allow)  # through etcd for the topics a cluster shares
     return {"throttle_time_ms": 0, "allow_replication_factor_change": allow, "error_code": 0, "error_message": None,
             "responses": [{"name": name, "partitions": [
                 {"partition_index": p, "error_code": int(code), "error_message": message} for p, code, message in rows]}
@@ -82,7 +58,7 @@ async def list_partition_reassignments(ctx: AdminApis, req: Request) -> ListPart
                 "error_message": None, "topics": []}
     asked = cast("ListPartitionReassignmentsRequest", req.body).get("topics")
     wanted = None if asked is None else {t["name"]: list(t["partition_indexes"]) for t in asked}
-    running = {} if ctx.topics.cluster is None else await ctx.topics.cluster.reassignments(wanted)
+    running = await ctx.topics.cluster.reassignments(wanted)
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": [
         {"name": name, "partitions": [
             {"partition_index": p, "replicas": list(s.replicas), "adding_replicas": list(s.adding),

@@ -52,13 +52,13 @@ async def write_txn_markers(ctx: TxnDataApis, req: Request) -> WriteTxnMarkersRe
         writable = []
         for name, partition in wanted:
             topic = ctx.topics.get(name)
-            if name == GROUP_METADATA_TOPIC and ctx.cluster is not None:
+            if name == GROUP_METADATA_TOPIC and ctx.cluster.over_brokers:
                 # a cluster's transaction coordinator ends the group offsets of the partition here
                 errors[(name, partition)] = await ctx.cluster.end_group_offsets(
                     pid, epoch, marker["transaction_result"], partition)
                 continue
             error = ctx.topics.partition_error(topic, partition)
-            if ctx.cluster is not None and error is not None:  # not the leader: the sender finds it
+            if ctx.cluster.over_brokers and error is not None:  # not the leader: the sender finds it
                 errors[(name, partition)] = error
                 continue
             window = (ctx.store.producer_window(topic.db, partition, pid)

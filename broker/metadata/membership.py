@@ -1,0 +1,64 @@
+"""Who is in the cluster, as the handlers and SHOW DNODES read it: `Members`, the role, and
+`LocalMembership`, a broker in no cluster — a cluster of one — so those readers have one code
+path (issue 27). On a cluster broker/cluster/membership.py implements it from etcd.
+
+Rules of the cluster of one: this broker is alone in the view and it is the controller (epoch
+0); the cluster id is the configured one; there is no etcd, so `refresh()` reads nothing and
+the `on_change` callbacks never fire; its last read is always now. The view holds no address
+for it: its readers answer each client with the address of the listener it came in on.
+
+It lives here, beside the view, so handlers, broker/cluster and the server all import it
+without an import cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from tmqgate.broker.metadata.view import BrokerInfo, ClusterView
+from tmqgate.protocol import clock
+
+
+class Members(Protocol):
+    """What the handlers and SHOW DNODES read of the cluster's membership."""
+
+    @property
+    def view(self) -> ClusterView: ...
+
+    @property
+    def cluster_id(self) -> str | None: ...  # None: not read from etcd yet
+
+    @property
+    def revision(self) -> int: ...  # the newest etcd revision read (DescribeQuorum's high watermark)
+
+    @property
+    def read_ms(self) -> int: ...  # when (wall clock ms) the view was last read
+
+    @property
+    def on_change(self) -> list[Callable[[], None]]: ...  # called after each read of the view
+
+    async def refresh(self) -> bool: ...
+
+    async def stop(self) -> None: ...  # leave the cluster (at the broker's shutdown)
+
+
+class LocalMembership:
+    """See the module docstring."""
+
+    revision = 0
+
+    def __init__(self, node_id: int, cluster_id: str) -> None:
+        self.view = ClusterView({node_id: BrokerInfo(node_id, "", 0)}, controller_id=node_id, controller_epoch=0)
+        self.cluster_id: str | None = cluster_id
+        self.on_change: list[Callable[[], None]] = []
+
+    @property
+    def read_ms(self) -> int:
+        return clock.now_ms()
+
+    async def refresh(self) -> bool:
+        return True
+
+    async def stop(self) -> None:
+        return None
