@@ -235,10 +235,12 @@ class TopicCluster(Protocol):
     async def reassign(self, wanted: dict[str, dict[int, tuple[int, ...] | None]],
                        allow_factor_change: bool) -> dict[str, list[tuple[int, ErrorCode, str | None]]]: ...
 
-    async def reassignments(self, wanted: dict[str, list[int]] | None) -> dict[str, list[tuple[int, PartitionState]]]: ...
+    async def reassignments(self,
+                            wanted: dict[str, list[int]] | None) -> dict[str, list[tuple[int, PartitionState]]]: ...
 
     async def elect_leaders(self, election_type: int,
-                            wanted: dict[str, list[int]] | None) -> dict[str, list[tuple[int, ErrorCode, str | None]]]: ...
+                            wanted: dict[str, list[int]] | None
+                            ) -> dict[str, list[tuple[int, ErrorCode, str | None]]]: ...
 
 
 class LocalTopics:
@@ -260,7 +262,8 @@ class LocalTopics:
         if replication_factor > 1:
             raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Unable to replicate the partition {replication_factor} time(s): The target replication "
-                             f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
+                             f"factor of {replication_factor} cannot be reached because only 1 broker(s) are "
+                             "registered.")
         if replicas is not None and any(ids != [node] for ids in replicas):
             raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Only broker {node} exists.")
         return self._registry.create(name, partitions, configs)
@@ -522,7 +525,8 @@ class TopicRegistry:
 
     def delete(self, topic: Topic) -> None:
         if topic.kind == INTERNAL:
-            raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' is an internal topic and cannot be deleted.")
+            raise TopicError(ErrorCode.INVALID_REQUEST,
+                             f"Topic '{topic.name}' is an internal topic and cannot be deleted.")
         if topic.kind == TSDB:
             raise TopicError(ErrorCode.INVALID_REQUEST, f"'{topic.name}' is a database; drop it with DROP DATABASE")
         if topic.kind == TMQ:
@@ -597,7 +601,8 @@ class TopicRegistry:
         """Replace the topic's own configs (values already validated); a shared topic's go to
         the cluster too (``shared``: not when the change comes from there)."""
         if topic.kind == INTERNAL:
-            raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' is an internal topic; its configs are fixed.")
+            raise TopicError(ErrorCode.INVALID_REQUEST,
+                             f"Topic '{topic.name}' is an internal topic; its configs are fixed.")
         if topic.kind != KAFKA:
             raise TopicError(ErrorCode.INVALID_REQUEST, f"'{topic.name}' is configured through SQL, not topic configs")
         stored: dict[str, str | None] = dict(configs)

@@ -40,7 +40,8 @@ with each entry as stored, wrapped in a record batch (``raw_batches``: base offs
 version, last offset delta = its versions - 1, partition leader epoch = the epoch it was written
 in, one record whose key is its kind and value its stored bytes, and as headers what the
 leader knows of it beside — the open or aborted transaction its rows are in, the idempotent
-producer's batch it ends —; transaction markers go as they are); the follower stores each as it is and makes a meta entry's catalog change with it
+producer's batch it ends —; transaction markers go as they are); the follower stores each as it
+is and makes a meta entry's catalog change with it
 (``tdengine.append_replicated``); and epochs come from the vnode's leader-epoch cache
 (``Store.assign_epoch``: a leader assigns its epoch at its log end when it takes the vnode, a
 follower when it appends an entry of a later epoch), which answers OffsetForLeaderEpoch.

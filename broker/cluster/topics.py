@@ -116,7 +116,8 @@ class ClusterTopics:
                     if topic.partitions < len(placement.partitions):
                         registry.add_partitions(topic, len(placement.partitions))
                     if topic.configs != placement.configs and all(name != n for n, *_ in self._configs.pending):
-                        registry.set_configs(topic, dict(placement.configs), shared=False)  # another broker's AlterConfigs
+                        # another broker's AlterConfigs
+                        registry.set_configs(topic, dict(placement.configs), shared=False)
             except (TopicError, ValueError, KeyError) as exc:  # e.g. a name this node uses for its own database
                 log.warning("cluster: cannot make %s %s here: %s", kind, name, getattr(exc, "message", exc))
         gone = [t for t in map(registry.get, self._seen - set(placements)) if t is not None]
@@ -225,7 +226,8 @@ class ClusterTopics:
         """DeleteTopics on a cluster: the placement goes from etcd, then the topic here (the
         other brokers drop it when they read etcd next)."""
         if topic.is_internal:
-            raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' is an internal topic and cannot be deleted.")
+            raise TopicError(ErrorCode.INVALID_REQUEST,
+                             f"Topic '{topic.name}' is an internal topic and cannot be deleted.")
         if topic.kind == TSDB:
             self._registry.delete(topic)  # refused: a database goes by DROP DATABASE
         placement = self._membership.placements.get(topic.name)
@@ -318,7 +320,8 @@ class ClusterTopics:
                                                       f"leader elected ({how} election)")
         return out
 
-    async def reassign(self, wanted: dict[str, dict[int, tuple[int, ...] | None]], allow_factor_change: bool) -> Results:
+    async def reassign(self, wanted: dict[str, dict[int, tuple[int, ...] | None]],
+                       allow_factor_change: bool) -> Results:
         """AlterPartitionReassignments on a cluster: each partition's target replicas (None:
         cancel), started or cancelled by Kafka's rules (``metadata.view.reassign``); the
         controller finishes each when its target replicas are in sync. The topics etcd does
@@ -346,7 +349,8 @@ class ClusterTopics:
                 continue
             targets.clear()
             targets.update(asked)
-            out[name] = await self._change_partitions(name, dict(asked), decide, f"Unable to find a topic named {name}.",
+            out[name] = await self._change_partitions(name, dict(asked), decide,
+                                                      f"Unable to find a topic named {name}.",
                                                       "Unable to find partition {}:{}.", "reassignment changed")
         return out
 
@@ -410,7 +414,8 @@ def _together(placement: Placement | None) -> bool:
     return placement is not None and placement.configs.get(KIND) in (TSDB_KIND, TMQ_KIND)
 
 
-def _placed(replicas: list[list[int]] | None, partitions: int, factor: int, live: list[int]) -> tuple[PartitionState, ...]:
+def _placed(replicas: list[list[int]] | None, partitions: int, factor: int,
+            live: list[int]) -> tuple[PartitionState, ...]:
     """New partitions' states: the replicas asked for (every broker named registered, else
     INVALID_REPLICA_ASSIGNMENT), or ``partitions`` placed as Kafka places them — its round-robin
     from a random broker (INVALID_REPLICATION_FACTOR with fewer live brokers than ``factor``)."""

@@ -144,9 +144,10 @@ class ClusterTransactions:
         key = (producer_id, producer_epoch, topic, partition)
         if not transactional_id or self._coordinates(transactional_id) or key in self._verified:
             return
-        answer = await self._ask_coordinator(transactional_id, ADD_PARTITIONS_TO_TXN, 5 if add else 4, {"transactions": [{
+        asked = {"transactions": [{
             "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
-            "verify_only": not add, "topics": [{"name": topic, "partitions": [partition]}]}]})
+            "verify_only": not add, "topics": [{"name": topic, "partitions": [partition]}]}]}
+        answer = await self._ask_coordinator(transactional_id, ADD_PARTITIONS_TO_TXN, 5 if add else 4, asked)
         code = ErrorCode.COORDINATOR_NOT_AVAILABLE
         if answer is not None:
             code = ErrorCode(answer.get("error_code", 0))

@@ -191,7 +191,8 @@ def _layout(ctx: AdminApis, t: CreateTopicsRequestCreatableTopic) -> tuple[int, 
                              "Both cannot be used at the same time.")
         indexes = sorted(a["partition_index"] for a in assignments)
         if indexes != list(range(len(indexes))):
-            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions should be a consecutive 0-based integer sequence")
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             "Partitions should be a consecutive 0-based integer sequence")
         for a in assignments:
             ids = a["broker_ids"]
             if not cluster and ids != [node]:
@@ -311,7 +312,8 @@ async def delete_records(ctx: AdminApis, req: Request) -> DeleteRecordsResponse:
         parts: list[DeleteRecordsResponsePartitionResult] = []
         for p in t["partitions"]:
             index = p["partition_index"]
-            entry: DeleteRecordsResponsePartitionResult = {"partition_index": index, "low_watermark": -1, "error_code": 0}
+            entry: DeleteRecordsResponsePartitionResult = {"partition_index": index, "low_watermark": -1,
+                                                           "error_code": 0}
             error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t["name"] in denied  # DELETE on the topic
                      else ctx.topics.partition_error(topic, index))
             if error is None and topic is not None and topic.is_internal:

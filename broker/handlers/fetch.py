@@ -195,7 +195,8 @@ async def _read_all(ctx: DataPlane, wanted: list[tuple[FetchRequestTopic, Topic 
                             batches = _below(batches, upper)
                         if total > 0:
                             batches = _within(batches, limit)
-                        if committed and batches and topic.view is None and topic.log is None:  # a view dropped them itself
+                        # (a view dropped them itself)
+                        if committed and batches and topic.view is None and topic.log is None:
                             end = _next_offset(batches[-1])
                             entry["aborted_transactions"] = [
                                 {"producer_id": pid, "first_offset": first}

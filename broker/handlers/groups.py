@@ -260,7 +260,8 @@ async def offset_commit(ctx: GroupApis, req: Request) -> OffsetCommitResponse:
             slots.append((ti, pi, len(entries)))
             entries.append((name, p["partition_index"], p["committed_offset"],
                             p.get("committed_leader_epoch", -1), p.get("committed_metadata")))
-        topics_out.append({"name": t.get("name", ""), "topic_id": t.get("topic_id", ZERO_UUID), "partitions": parts_out})
+        topics_out.append({"name": t.get("name", ""), "topic_id": t.get("topic_id", ZERO_UUID),
+                           "partitions": parts_out})
     # A write the disk refuses answers NOT_COORDINATOR on every entry (coordinator.offsets).
     if ctx.elsewhere(body["group_id"]):
         codes = [NOT_COORDINATOR] * len(entries)
@@ -469,13 +470,15 @@ async def offset_delete(ctx: GroupApis, req: Request) -> OffsetDeleteResponse:
     denied = _topics_denied(ctx, Operation.READ, [n for n, _ in wanted])
     if ctx.elsewhere(body["group_id"]):
         return {"throttle_time_ms": 0, "error_code": int(NOT_COORDINATOR), "topics": []}
-    code, rows = ctx.coordinator.machine.offsets.delete_offsets(body["group_id"], [w for w in wanted if w[0] not in denied])
+    allowed = [w for w in wanted if w[0] not in denied]
+    code, rows = ctx.coordinator.machine.offsets.delete_offsets(body["group_id"], allowed)
     if code is ErrorCode.NONE and any(err is ErrorCode.NONE for _, parts in rows for _, err in parts):
         code = await ctx.replicated(body["group_id"]) or ErrorCode.NONE
     rows = [*rows, *((n, [(p, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in parts])
                      for n, parts in wanted if n in denied)]
     return {"throttle_time_ms": 0, "error_code": int(code),
-            "topics": [{"name": name, "partitions": [{"partition_index": p, "error_code": int(err)} for p, err in parts]}
+            "topics": [{"name": name,
+                        "partitions": [{"partition_index": p, "error_code": int(err)} for p, err in parts]}
                        for name, parts in rows]}
 
 
@@ -510,10 +513,11 @@ async def consumer_group_describe(ctx: GroupApis, req: Request) -> ConsumerGroup
     described = iter(_describable_groups(ctx, cast(  # (the coordinator's plain dicts)
         "list[ConsumerGroupDescribeResponseDescribedGroup]",
         ctx.coordinator.machine.admin.consumer_describe([g for g in ids if g not in refused]))))
-    groups: list[ConsumerGroupDescribeResponseDescribedGroup] = [{"group_id": g, "error_code": int(refused[g]), "error_message": None,
-               "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
-               "members": [], "authorized_operations": -2147483648} if g in refused else next(described)
-              for g in ids]
+    groups: list[ConsumerGroupDescribeResponseDescribedGroup] = [
+        {"group_id": g, "error_code": int(refused[g]), "error_message": None,
+         "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
+         "members": [], "authorized_operations": -2147483648} if g in refused else next(described)
+        for g in ids]
     return {"throttle_time_ms": 0, "groups": groups}
 
 

@@ -40,7 +40,8 @@ async def offset_for_leader_epoch(ctx: DataPlane, req: Request) -> OffsetForLead
         parts: list[OffsetForLeaderEpochResponseEpochEndOffset] = []
         for p in t["partitions"]:
             index = p["partition"]
-            entry: OffsetForLeaderEpochResponseEpochEndOffset = {"partition": index, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+            entry: OffsetForLeaderEpochResponseEpochEndOffset = {"partition": index, "error_code": 0,
+                                                                 "leader_epoch": -1, "end_offset": -1}
             error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if refused
                      else ctx.topics.partition_error(topic, index))
             if error is None and (topic is None or topic.kind not in (KAFKA, TSDB)):

@@ -2,8 +2,8 @@
 
 The batch is validated as Kafka's LogValidator does (CRC, then every record parsed, the
 payload decompressed with its size bounded by the broker's max_decompressed_batch_bytes; the
-topic's max.message.bytes bounds the batch as sent, compressed, as Kafka's does) but stored as received: the stored copy differs only in its
-base offset (outside the CRC).
+topic's max.message.bytes bounds the batch as sent, compressed, as Kafka's does) but stored as
+received: the stored copy differs only in its base offset (outside the CRC).
 """
 
 from __future__ import annotations
@@ -74,8 +74,10 @@ async def produce(ctx: DataPlane, req: Request) -> ProduceResponse | Deferred | 
         if txn is None or (auth is not None and not auth.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn)):
             raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     responses: list[ProduceResponseTopicProduceResponse] = []
-    replicated: list[tuple[ProduceResponsePartitionProduceResponse, Topic, int, int]] = []  # acks=all waits: (entry, topic, partition, end)
-    refused: list[tuple[Topic | None, ProduceResponsePartitionProduceResponse]] = []  # (topic, entry) of each partition answered an error
+    # acks=all waits: (entry, topic, partition, end)
+    replicated: list[tuple[ProduceResponsePartitionProduceResponse, Topic, int, int]] = []
+    # (topic, entry) of each partition answered an error
+    refused: list[tuple[Topic | None, ProduceResponsePartitionProduceResponse]] = []
     replication = ctx.replication
     for topic_data in body["topic_data"]:
         topic = (ctx.topics.by_id(topic_data["topic_id"]) if by_id
@@ -87,21 +89,18 @@ async def produce(ctx: DataPlane, req: Request) -> ProduceResponse | Deferred | 
         partitions: list[ProduceResponsePartitionProduceResponse] = []
         for pdata in topic_data["partition_data"]:
             index = pdata["index"]
-            entry: ProduceResponsePartitionProduceResponse = {"index": index, "base_offset": -1, "log_append_time_ms": -1,
-                                     "log_start_offset": -1, "record_errors": [], "error_message": None}
-            if acks not in (0, 1, -1):
-                entry["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
-            elif denied:
-                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif (error := ctx.topics.partition_error(topic, index, by_id)) is not None:
+            entry: ProduceResponsePartitionProduceResponse = {
+                "index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1,
+                "record_errors": [], "error_message": None}
+            if (error := _refused(ctx, acks, denied, topic, index, by_id)) is not None:
                 entry["error_code"] = error
             else:
                 assert topic is not None
                 state = replication.led_state(topic, index)
                 try:
                     if state is not None and replication.cut_off():
-                        raise ProduceError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                           f"This broker lost the cluster's etcd; another may lead {topic.name}-{index}")
+                        raise ProduceError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "This broker lost the cluster's etcd; "
+                                           f"another may lead {topic.name}-{index}")
                     if state is not None and acks == -1 and replication.not_enough_replicas(topic, index):
                         raise ProduceError(ErrorCode.NOT_ENOUGH_REPLICAS,
                                            f"The size of the current ISR {sorted(state.isr)} is insufficient to "
@@ -134,10 +133,7 @@ async def produce(ctx: DataPlane, req: Request) -> ProduceResponse | Deferred | 
                     entry["error_message"] = str(exc)
             entry["error_code"] = int(entry["error_code"])
             if entry["error_code"]:
-                if ctx.metrics is not None:
-                    ctx.metrics.error(ApiKey.PRODUCE, entry["error_code"])
-                if ctx.limited_log is not None:
-                    _log_rejected(ctx, req, topic_data.get("name") or (topic.name if topic else "?"), index, entry)
+                _count_refusal(ctx, req, topic_data.get("name") or (topic.name if topic else "?"), entry)
                 refused.append((topic, entry))
             partitions.append(entry)
         responses.append({"name": topic_data.get("name", ""), "topic_id": topic_data.get("topic_id", ZERO_UUID),
@@ -174,6 +170,25 @@ def _offset_span(records: bytes) -> int:
 def _record_count(records: bytes) -> int:
     """The record count of a v2 batch (its last 4 header bytes, 57..61), already validated."""
     return int.from_bytes(records[57:61], "big", signed=True)
+
+
+def _refused(ctx: DataPlane, acks: int, denied: bool, topic: Topic | None, index: int,
+             by_id: bool) -> ErrorCode | None:
+    """Why a partition is answered before its batch is looked at, in Kafka's order: acks, WRITE
+    on the topic, then the topic or partition unknown; None: go on."""
+    if acks not in (0, 1, -1):
+        return ErrorCode.INVALID_REQUIRED_ACKS
+    if denied:
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    return ctx.topics.partition_error(topic, index, by_id)
+
+
+def _count_refusal(ctx: DataPlane, req: Request, topic: str, entry: ProduceResponsePartitionProduceResponse) -> None:
+    """A partition answered an error: counted in the metrics, logged (rate-limited) with its reason."""
+    if ctx.metrics is not None:
+        ctx.metrics.error(ApiKey.PRODUCE, entry["error_code"])
+    if ctx.limited_log is not None:
+        _log_rejected(ctx, req, topic, entry["index"], entry)
 
 
 def _log_rejected(ctx: DataPlane, req: Request, topic: str, index: int,

@@ -87,8 +87,8 @@ async def describe_producers(ctx: TxnDataApis, req: Request) -> DescribeProducer
         topic = ctx.topics.get(t["name"])
         parts: list[DescribeProducersResponsePartitionResponse] = []
         for index in t["partition_indexes"]:
-            entry: DescribeProducersResponsePartitionResponse = {"partition_index": index, "error_code": 0, "error_message": None,
-                                     "active_producers": []}
+            entry: DescribeProducersResponsePartitionResponse = {
+                "partition_index": index, "error_code": 0, "error_message": None, "active_producers": []}
             error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t["name"] not in allowed
                      else ctx.topics.partition_error(topic, index))
             if error is not None:
