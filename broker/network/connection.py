@@ -56,6 +56,10 @@ from tmqgate.protocol.messages import (
 log = logging.getLogger("tmqgate.server")
 # Every completed request at DEBUG, as Kafka's kafka.request.logger (enable with --log-level DEBUG).
 _request_log = logging.getLogger("tmqgate.request")
+
+
+class _Close(Exception):
+    """The connection ends here (why is logged where it is raised, if anywhere)."""
 _SIZE = struct.Struct(">i")
 #: The StreamReader pauses its socket past twice this many unread bytes: what a connection may
 #: buffer outside the request pool (frames themselves are reserved in the pool first).
@@ -257,132 +261,154 @@ class Connection:
                 elif not answer.cancelled():
                     answer.exception()  # a failed write: the connection is gone anyway
 
-    # One request's whole path, in order (frame, SASL step, decode, handler, quotas, answer), each
-    # early return closing the connection: over the complexity bound until it is split (issue 27).
-    async def _serve_requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any,  # noqa: C901
+    async def _serve_requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any,
                               memory: FrameMemory, transport: Any, fd: int, session: Any,
                               owed: list[asyncio.Future[None]]) -> None:
+        """Each request in turn: read (`_read_request`), then answered (`_answer`); either ends
+        the connection by raising `_Close`."""
         # A SASL connection authenticates within sasl_authentication_timeout_ms; until it has,
         # its frames (at most 512 KiB) are read outside the request pool, as Kafka reads them:
         # sockets that never authenticate cannot hold the pool that everyone's requests need.
         deadline = (time.monotonic() + self.config.sasl_authentication_timeout_ms / 1000
                     if session is not None else None)
-        while True:
-            if deadline is not None and session.ever_authenticated:
-                deadline = None
-            (size,) = _SIZE.unpack(await self._read_size(reader, deadline))
-            memory.free()  # the previous frame (alive until now in this loop) goes back
-            max_size = self.config.socket_request_max_bytes if session is None else session.max_frame(
-                self.config.socket_request_max_bytes)
-            if size < 0 or size > max_size:
-                self.limited_log.warning("bad-frame", "closing %s: frame of %d bytes is over "
-                                         "socket.request.max.bytes (%d)", peer, size, max_size)
-                return
-            frame = await self._read_frame(reader, size, memory if session is None or session.authenticated
-                                           else None, deadline)
-            if self._services.frame_hook is not None:
-                self._services.frame_hook(frame)
-            if session is not None and session.raw_tokens:  # after SaslHandshake v0: raw SASL tokens
-                token = await session.on_token(frame)
-                if token is None:
-                    return
-                await _written(owed)
-                writer.write(_SIZE.pack(len(token)) + token)
-                await writer.drain()
-                continue
-            try:
-                request = decode_request(frame)
-            except UnsupportedVersion as exc:
-                if exc.api_key == ApiKey.API_VERSIONS:
-                    assert exc.correlation_id is not None  # decode_request read the header
-                    await _written(owed)
-                    writer.write(api_versions_error(self._services.apis, exc.correlation_id))
-                    await writer.drain()
-                    continue
-                self.limited_log.warning("bad-frame", "closing %s: unsupported version %d of api %d",
-                                         peer, exc.api_version, exc.api_key)
-                return
-            except (UnknownApi, InvalidRequest) as exc:
-                self.limited_log.warning("bad-frame", "closing %s: %s", peer, exc)
-                return
-            entry = self._services.apis.get(request.api_key)
-            if entry is None or not entry.min_version <= request.api_version <= entry.max_version:
-                if request.api_key == ApiKey.API_VERSIONS:
-                    await _written(owed)
-                    writer.write(api_versions_error(self._services.apis, request.correlation_id))
-                    await writer.drain()
-                    continue
-                self.limited_log.warning("bad-frame", "closing %s: api %d v%d not served",
-                                         peer, request.api_key, request.api_version)
-                return
-            if session is not None:
-                step = await session.on_request(request)
-                if step.action is not Action.PASS:
-                    if step.body is not None:
-                        await _written(owed)
-                        writer.write(encode_response(request.api_key, request.api_version,
-                                                     request.correlation_id, step.body))
-                        await writer.drain()
-                    if step.action is Action.ANSWER:
-                        continue
-                    if step.body is not None:
-                        await _let_peer_close_first(reader)
-                    return
-            request_started = time.monotonic()  # for slow_request_ms and the request log
-            quotas = self._services.quotas
-            clock = quotas.clock() if quotas.active else None
-            throttle_ms = 0
-            metrics = self.metrics
-            started = time.perf_counter()
-            try:
-                body = await self._services.handlers[request.api_key](request)
-                if isinstance(body, Deferred):
-                    if clock is None:  # answered later, in order; the next requests are served meanwhile
-                        for answer in [t for t in owed if t.done()]:
-                            owed.remove(answer)
-                            answer.result()  # a failed write (the connection is gone) ends the loop
-                        owed.append(memory.hand_over(self._answer_later(
-                            request, body.answer, owed[-1] if owed else None, writer, fd, peer,
-                            request_started, started), body.answer))
-                        if len(owed) >= MAX_DEFERRED:
-                            await asyncio.wait([owed[0]])
-                        continue
-                    body = await body.answer  # client quotas charge the answer: not deferred
-                if clock is not None:  # client quotas: the throttle time goes in the answer
-                    throttle_ms = quotas.charge(request, body, clock, size)
-                if body is not None and quotas.mutation_active and request.api_key in MUTATION_APIS:
-                    throttle_ms = max(throttle_ms, body.get("throttle_time_ms") or 0)  # controller_mutation_rate
-                metrics.request(request.api_key, request.api_version, (time.perf_counter() - started) * 1000)
-                started = 0.0
-                if body is None:
-                    if throttle_ms:
-                        await asyncio.sleep(throttle_ms / 1000)
-                    continue
-                # Large record payloads (Fetch's stored batches) go out uncopied.
-                if body.get("error_code"):  # the answer's top-level error (partitions' are the handlers')
-                    metrics.error(request.api_key, body["error_code"])
-                parts = encode_response_parts(request.api_key, request.api_version,
-                                              request.correlation_id, body)
-            except Exception as exc:  # every failure is an answer (CancelledError is not one)
-                if started:  # the handler failed (not the encoding of its answer): not counted yet
-                    metrics.request(request.api_key, request.api_version, (time.perf_counter() - started) * 1000)
-                metrics.error(request.api_key, exc.code if isinstance(exc, KafkaError)
-                              else ErrorCode.UNKNOWN_SERVER_ERROR)
-                body = self._failed(request, peer, exc)
-                if body is None:
-                    return  # Kafka closes a connection it owes no answer (Produce acks=0)
-                parts = encode_response_parts(request.api_key, request.api_version,
-                                              request.correlation_id, body)
+        with contextlib.suppress(_Close):
+            while True:
+                if deadline is not None and session.ever_authenticated:
+                    deadline = None
+                request, size = await self._read_request(reader, writer, peer, memory, session, owed, deadline)
+                if request is not None:
+                    await self._answer(request, size, writer, peer, memory, transport, fd, owed)
+
+    async def _read_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any,
+                            memory: FrameMemory, session: Any, owed: list[asyncio.Future[None]],
+                            deadline: float | None) -> tuple[Request | None, int]:
+        """The next frame as a request this connection may have served, and its size; None when
+        the frame was answered here (a raw SASL token, ApiVersions at a version not served, a
+        SASL step). `_Close` when the frame ends the connection (over the size limit, not
+        parsed, an API or version not served, refused by the SASL session)."""
+        (size,) = _SIZE.unpack(await self._read_size(reader, deadline))
+        memory.free()  # the previous frame (alive until now in this loop) goes back
+        max_size = self.config.socket_request_max_bytes if session is None else session.max_frame(
+            self.config.socket_request_max_bytes)
+        if size < 0 or size > max_size:
+            self.limited_log.warning("bad-frame", "closing %s: frame of %d bytes is over "
+                                     "socket.request.max.bytes (%d)", peer, size, max_size)
+            raise _Close
+        frame = await self._read_frame(reader, size, memory if session is None or session.authenticated
+                                       else None, deadline)
+        if self._services.frame_hook is not None:
+            self._services.frame_hook(frame)
+        if session is not None and session.raw_tokens:  # after SaslHandshake v0: raw SASL tokens
+            token = await session.on_token(frame)
+            if token is None:
+                raise _Close
             await _written(owed)
-            write_parts(transport, fd, parts)
+            writer.write(_SIZE.pack(len(token)) + token)
             await writer.drain()
-            elapsed_ms = (time.monotonic() - request_started) * 1000
-            if elapsed_ms >= self._services.slow_request_ms or _request_log.isEnabledFor(logging.DEBUG):
-                self._log_request(request, peer, elapsed_ms, body)
-            if throttle_ms:
-                # Over a quota: the answer went out at once; the connection is not read for the
-                # throttle time (Kafka mutes the channel, KIP-219).
-                await asyncio.sleep(throttle_ms / 1000)
+            return None, size
+        try:
+            request = decode_request(frame)
+        except UnsupportedVersion as exc:
+            if exc.api_key == ApiKey.API_VERSIONS:
+                assert exc.correlation_id is not None  # decode_request read the header
+                await self._write_versions_error(writer, owed, exc.correlation_id)
+                return None, size
+            self.limited_log.warning("bad-frame", "closing %s: unsupported version %d of api %d",
+                                     peer, exc.api_version, exc.api_key)
+            raise _Close from None
+        except (UnknownApi, InvalidRequest) as exc:
+            self.limited_log.warning("bad-frame", "closing %s: %s", peer, exc)
+            raise _Close from None
+        entry = self._services.apis.get(request.api_key)
+        if entry is None or not entry.min_version <= request.api_version <= entry.max_version:
+            if request.api_key == ApiKey.API_VERSIONS:
+                await self._write_versions_error(writer, owed, request.correlation_id)
+                return None, size
+            self.limited_log.warning("bad-frame", "closing %s: api %d v%d not served",
+                                     peer, request.api_key, request.api_version)
+            raise _Close
+        if session is not None:
+            step = await session.on_request(request)
+            if step.action is not Action.PASS:
+                if step.body is not None:
+                    await _written(owed)
+                    writer.write(encode_response(request.api_key, request.api_version,
+                                                 request.correlation_id, step.body))
+                    await writer.drain()
+                if step.action is Action.ANSWER:
+                    return None, size
+                if step.body is not None:
+                    await _let_peer_close_first(reader)
+                raise _Close
+        return request, size
+
+    async def _write_versions_error(self, writer: asyncio.StreamWriter, owed: list[asyncio.Future[None]],
+                                    correlation_id: int) -> None:
+        """ApiVersions at a version not served: answered UNSUPPORTED_VERSION with the versions served."""
+        await _written(owed)
+        writer.write(api_versions_error(self._services.apis, correlation_id))
+        await writer.drain()
+
+    async def _answer(self, request: Request, size: int, writer: asyncio.StreamWriter, peer: Any,
+                      memory: FrameMemory, transport: Any, fd: int, owed: list[asyncio.Future[None]]) -> None:
+        """Run the request's handler and write its answer (or defer it, in order), with client
+        quotas' throttle time and the request's metrics and log; `_Close` when no answer is owed
+        after a failure (Kafka closes the connection: Produce acks=0)."""
+        request_started = time.monotonic()  # for slow_request_ms and the request log
+        quotas = self._services.quotas
+        clock = quotas.clock() if quotas.active else None
+        throttle_ms = 0
+        metrics = self.metrics
+        started = time.perf_counter()
+        try:
+            body = await self._services.handlers[request.api_key](request)
+            if isinstance(body, Deferred):
+                if clock is None:  # answered later, in order; the next requests are served meanwhile
+                    for answer in [t for t in owed if t.done()]:
+                        owed.remove(answer)
+                        answer.result()  # a failed write (the connection is gone) ends the loop
+                    owed.append(memory.hand_over(self._answer_later(
+                        request, body.answer, owed[-1] if owed else None, writer, fd, peer,
+                        request_started, started), body.answer))
+                    if len(owed) >= MAX_DEFERRED:
+                        await asyncio.wait([owed[0]])
+                    return
+                body = await body.answer  # client quotas charge the answer: not deferred
+            if clock is not None:  # client quotas: the throttle time goes in the answer
+                throttle_ms = quotas.charge(request, body, clock, size)
+            if body is not None and quotas.mutation_active and request.api_key in MUTATION_APIS:
+                throttle_ms = max(throttle_ms, body.get("throttle_time_ms") or 0)  # controller_mutation_rate
+            metrics.request(request.api_key, request.api_version, (time.perf_counter() - started) * 1000)
+            started = 0.0
+            if body is None:
+                if throttle_ms:
+                    await asyncio.sleep(throttle_ms / 1000)
+                return
+            # Large record payloads (Fetch's stored batches) go out uncopied.
+            if body.get("error_code"):  # the answer's top-level error (partitions' are the handlers')
+                metrics.error(request.api_key, body["error_code"])
+            parts = encode_response_parts(request.api_key, request.api_version,
+                                          request.correlation_id, body)
+        except Exception as exc:  # every failure is an answer (CancelledError is not one)
+            if started:  # the handler failed (not the encoding of its answer): not counted yet
+                metrics.request(request.api_key, request.api_version, (time.perf_counter() - started) * 1000)
+            metrics.error(request.api_key, exc.code if isinstance(exc, KafkaError)
+                          else ErrorCode.UNKNOWN_SERVER_ERROR)
+            body = self._failed(request, peer, exc)
+            if body is None:
+                raise _Close from None  # Kafka closes a connection it owes no answer (Produce acks=0)
+            parts = encode_response_parts(request.api_key, request.api_version,
+                                          request.correlation_id, body)
+        await _written(owed)
+        write_parts(transport, fd, parts)
+        await writer.drain()
+        elapsed_ms = (time.monotonic() - request_started) * 1000
+        if elapsed_ms >= self._services.slow_request_ms or _request_log.isEnabledFor(logging.DEBUG):
+            self._log_request(request, peer, elapsed_ms, body)
+        if throttle_ms:
+            # Over a quota: the answer went out at once; the connection is not read for the
+            # throttle time (Kafka mutes the channel, KIP-219).
+            await asyncio.sleep(throttle_ms / 1000)
 
     async def _answer_later(self, request: Request, answer: Coroutine[Any, Any, dict[str, Any] | None],
                             before: asyncio.Future[None] | None, writer: asyncio.StreamWriter, fd: int, peer: Any,
