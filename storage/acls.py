@@ -22,7 +22,7 @@ class Acls:
 
     def __init__(self, core: Core) -> None:
         self._core = core
-        #: told of every change made through ``update`` (on a cluster: broker/cluster/security.py
+        #: told of every change made through ``update`` (on a cluster: broker/cluster/catalog.py
         #: publishes it), not of one applied from the cluster (``observed=False``)
         self.observer: Callable[[list[AclRecord], list[AclRecord]], None] | None = None
 

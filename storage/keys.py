@@ -26,7 +26,7 @@ prefix       key (after the prefix byte)                            value
                                                                     since; SHOW DNODES' create_time)
 0x00 JOINED  0x02                                                   the id (utf-8) of the cluster whose ACLs and
                                                                     users this store holds (absent: never joined
-                                                                    one; broker/cluster/security.py)
+                                                                    one; broker/cluster/catalog.py)
 0x01 NAME    database name (utf-8)                                  db id u32
 0x02 DBINFO  db u32                                                 JSON {name, vgroups, topic_id (hex), created_ms,
                                                                     kind ("kafka" | "tsdb"; absent = "kafka"),

@@ -33,7 +33,7 @@ class Users:
     def __init__(self, core: Core) -> None:
         self._core = core
         #: told of every credential set (or removed: None) through this class (on a cluster:
-        #: broker/cluster/security.py publishes it), not of one applied from the cluster
+        #: broker/cluster/catalog.py publishes it), not of one applied from the cluster
         self.observer: Callable[[str, str, ScramCredential | None], None] | None = None
 
     def _observe(self, user: str, mechanism: str, credential: ScramCredential | None, observed: bool) -> None:

@@ -31,7 +31,7 @@ ROOT = "/tmqgate/"
 BROKERS = ROOT + "brokers/"
 CONTROLLER = ROOT + "controller"
 CLUSTER_ID = ROOT + "cluster_id"
-#: The internal topic holding the groups' state on a cluster (broker/cluster/group_state.py):
+#: The internal topic holding the groups' state on a cluster (broker/cluster/coordinator_state.py):
 #: a group's coordinator is the leader of its partition, as with Kafka's __consumer_offsets.
 GROUP_STATE_TOPIC = "__tmqgate_group_state"
 #: Transactional ids' state on a cluster: a transactional id's coordinator leads its partition.
@@ -132,7 +132,7 @@ def parse_cluster(url: str) -> list[tuple[str, int]]:
 # operation, permission] (Kafka's wire codes; the key a hash of the value, so a binding is one
 # key) and ``users/<user, hex>/<mechanism>`` → JSON {"salt", "iterations", "stored_key",
 # "server_key"} (bytes as base64): written by the broker that took the change, applied by
-# every broker to its own store (broker/cluster/security.py).
+# every broker to its own store (broker/cluster/catalog.py).
 
 ACLS = ROOT + "acls/"
 USERS = ROOT + "users/"
