@@ -13,7 +13,7 @@ import time
 import pytest
 
 from .conftest import Broker
-from .helpers import CLIENTS, ConfluentDriver, unique_topic
+from .helpers import CLIENTS, ConfluentDriver, unique_topic, wait_until
 
 MAX_WAIT_MS = 5000
 
@@ -152,8 +152,15 @@ def test_parked_fetch_answered_when_data_lands(broker: Broker, client: str) -> N
 
 @pytest.fixture
 def empty_topic(broker: Broker) -> str:
+    """A new one-partition topic this broker serves Fetch on: on the reference Kafka the partition
+    can answer NOT_LEADER_OR_FOLLOWER for a moment after CreateTopics returns, and a Fetch parked
+    then is answered at once, empty (r25: test_parked_raw_fetch_wakes_on_produce)."""
+    from .raw import RawConn
+
     topic = unique_topic("longpoll-raw")
     ConfluentDriver(broker.bootstrap).create_topic(topic, 1)
+    with RawConn(broker.bootstrap) as c:
+        wait_until(lambda: c.fetch(topic, 0, 0)["error_code"] == 0, 30, 0.1, f"{topic}-0 served by its leader")
     return topic
 
 
@@ -183,7 +190,7 @@ def test_parked_raw_fetch_wakes_on_produce(broker: Broker, empty_topic: str) -> 
         latency = time.monotonic() - sent_at
     [t] = body["responses"]
     [p] = t["partitions"]
-    assert fetched_values(p) == [(0, b"wake")]
+    assert (p["error_code"], fetched_values(p)) == (0, [(0, b"wake")])
     assert latency < 1.0, f"answered {latency:.3f}s after the produce"
 
 
