@@ -78,7 +78,6 @@ class ClusterTopics:
         self._stables_from: dict[str, str] = {}  # SQL databases: the definition their supertables came from
         #: configs altered here, each (name, topic id, configs), written to the placements
         self._configs: Outbox[tuple[str, bytes, dict[str, str]]] = Outbox(self._write_configs, "topic configs")
-        registry.node_id = membership.node_id
         registry.cluster = self
         membership.on_change.append(self.apply)
 
