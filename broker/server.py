@@ -18,7 +18,7 @@ from tmqgate.broker.acl.authorizer import Authorizer
 from tmqgate.broker.acl.sql_access import SqlAccess
 from tmqgate.broker.apis import ApiKey, bind
 from tmqgate.broker.auth.credentials import set_password
-from tmqgate.broker.auth.session import SASL_PROTOCOLS, Authenticator, authenticator
+from tmqgate.broker.auth.session import SASL_PROTOCOLS, authenticator
 from tmqgate.broker.cluster.dnodes import Dnodes
 from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.configs.topic_configs import effective
@@ -34,10 +34,8 @@ from tmqgate.broker.handlers.context import (
     Node,
     TxnApis,
     TxnDataApis,
-    TxnGate,
 )
 from tmqgate.broker.identity.principal import parse_rules
-from tmqgate.broker.metadata.membership import LocalMembership, Members
 from tmqgate.broker.network.connection import READ_LIMIT, ConnectionServices, serve_connection
 from tmqgate.broker.network.limits import ConnectionLimits, MemoryPool
 from tmqgate.broker.network.listeners import (
@@ -52,14 +50,11 @@ from tmqgate.broker.ops.metrics import Metrics
 from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
 from tmqgate.broker.ratelimit import RateLimitedLog
 from tmqgate.broker.runtime.coordination import (
-    CoordinatorPlacement,
-    LocalCoordinatorPlacement,
     LocalTxnRouting,
-    TxnRouting,
 )
 from tmqgate.broker.runtime.group_coordinator import group_coordinator
 from tmqgate.broker.runtime.log_cleaner import LogCleaner
-from tmqgate.broker.runtime.replicas import LocalReplication, Replicas
+from tmqgate.broker.runtime.roles import LocalRoles, Roles
 from tmqgate.broker.runtime.txn_coordinator import txn_coordinator
 from tmqgate.broker.runtime.txn_markers import MarkerWriter
 from tmqgate.broker.runtime.waiters import DataNotifier
@@ -70,11 +65,9 @@ from tmqgate.protocol.codec import iter_precompile
 from tmqgate.storage import Store
 
 if TYPE_CHECKING:
-    from tmqgate.broker.cluster.catalog import SharedCatalog
+    pass
 
 log = logging.getLogger("tmqgate.server")
-#: how long a statement sent to the broker leading its database may take there (a 1 MiB INSERT: seconds)
-SQL_FORWARD_TIMEOUT_S = 120.0
 
 
 #: The data path's APIs: their codecs, newest version, are built in the background from start-up
@@ -82,6 +75,14 @@ SQL_FORWARD_TIMEOUT_S = 120.0
 PRECOMPILED_APIS = (ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS,
                     ApiKey.FIND_COORDINATOR, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.HEARTBEAT,
                     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.INIT_PRODUCER_ID)
+
+def _set_user_password(store: Store, user: str, password: str, create: bool) -> None:
+    """CREATE USER / ALTER USER … PASS: the user's SCRAM credentials, as AlterUserScramCredentials."""
+    try:
+        set_password(store.users, user, password, create=create)
+    except (ValueError, KeyError) as exc:  # UserExists, UnknownUser, an empty name or password
+        raise SqlError(str(exc)) from None
+
 
 class Broker:
     """One tmqgate broker node: storage, topic registry, and the Kafka listener.
@@ -91,6 +92,7 @@ class Broker:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        self.listeners = parse_listeners(config)
         self.store = Store(config.data_dir, wal_level=config.wal_level,
                            fsync_period_ms=config.wal_fsync_period_ms,
                            write_buffer_size=config.leveldb_write_buffer_bytes,
@@ -98,78 +100,93 @@ class Broker:
         if self.store.read_only:
             log.error("storage is read-only until there is room: %s (writes answer KAFKA_STORAGE_ERROR, "
                       "reads work; disk_reserve_bytes=%d)", self.store.read_only, config.disk_reserve_bytes)
+        self.started_ms = clock.now_ms()
+        # The parts one node and a cluster build differently (broker/runtime/roles.py): this broker
+        # alone, a cluster of one; with `cluster`, etcd's (imported only then: one node needs no etcd).
+        roles: Roles = LocalRoles(config, self.store)
+        if config.cluster is not None:
+            from tmqgate.broker.cluster.roles import ClusterRoles
+
+            roles = ClusterRoles(config, self.store, peer_security(config, self.listeners[0]))
+        # who is in the cluster: this broker alone, or etcd's view (registered at start)
+        self.membership = roles.membership()
         self.catalog = TsdbCatalog(self.store)
         self.topics = TopicRegistry(self.store, self.catalog, max_partitions=config.max_partitions,
                                     max_databases=config.max_databases,
                                     offsets_partitions=config.offsets_topic_num_partitions,
                                     transaction_partitions=config.transaction_state_log_num_partitions,
-                                    transaction_version=config.transaction_version, node_id=config.node_id)
+                                    transaction_version=config.transaction_version, node_id=config.node_id,
+                                    cluster=roles.topic_cluster)
         self.notifier = DataNotifier()
-        # Commit/abort markers to partitions (the transaction coordinator and WriteTxnMarkers).
-        self.markers = MarkerWriter(self.store, self.topics, self.notifier)
+        # leaders, followers and high watermarks: none on one node (every partition led here)
+        self.replication = roles.replication(self.topics, self.notifier)
+        # Commit/abort markers to the partitions led here (the transaction coordinator and WriteTxnMarkers).
+        self.markers = MarkerWriter(self.store, self.topics, self.notifier, self.replication)
         self.apis = API_TABLE
         # authorizer = "acl": Kafka's ACLs, persisted in the store; "none": no checks at all.
         self.authorizer = (Authorizer(self.store, config.super_users, config.allow_everyone_if_no_acl_found)
                            if config.authorizer == "acl" else None)
         self.coordinator = group_coordinator(self.store, self.topics, config, self.authorizer)
+        # who coordinates a group: this node, or the leader of its group-state partition
+        self.group_state = roles.group_placement(self.topics, self.replication, self.notifier, self.coordinator)
         self.group_configs = GroupConfigs(self.store, config, self.coordinator)
         self.broker_configs = BrokerConfigs(self.store, config, self.topics)
-        # The transaction coordinator (broker/runtime/txn_coordinator.py): markers through the data
-        # plane's MarkerWriter, group offsets through the group coordinator's complete_transaction.
-        self.transactions = txn_coordinator(self.store, config, markers=self.markers,
-                                            groups=self.coordinator)
-        # and a TxnOffsetCommit is verified with it first (Kafka: the producer's transaction
-        # must hold the group, added by AddOffsetsToTxn)
-        self.coordinator.machine.offsets.txn_gate = self.transactions
-        # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it.
-        admin = self.coordinator.machine.admin
-        self.started_ms = clock.now_ms()
-        # SHOW DNODES / SHOW VGROUPS: this node, or the cluster's nodes and placements (broker/cluster/dnodes.py)
-        # this broker alone: a cluster of one (broker/metadata/membership.py) until `start` joins a cluster
-        self.membership: Members = LocalMembership(config.node_id, config.cluster_id)
+        # The transaction coordinator (broker/runtime/txn_coordinator.py): its markers and group
+        # ends written here, on a cluster sent to the brokers leading them.
+        txn_markers, txn_groups = roles.txn_outputs(self.topics, self.markers, self.coordinator)
+        self.transactions = txn_coordinator(self.store, config, markers=txn_markers, groups=txn_groups)
+        self.txn_state = roles.txn_placement(self.topics, self.replication, self.notifier, self.transactions)
+        # Produce's and TxnOffsetCommit's checks of a transaction (Kafka: the producer's transaction
+        # must hold the partition or the group), and where the handlers send what is elsewhere
+        self.txn_gate, self.txn_routing = roles.txn_checks(self.transactions)
         self.dnodes = Dnodes(config.node_id, self.store, self.topics, config.max_partitions, self.started_ms,
                              self.membership)
+        # The one SQL executor: the HTTP front, `tmqgate sql` and schemaless ingestion share it;
+        # SQL statements are checked for their caller when there is an authorizer.
+        admin = self.coordinator.machine.admin
+        access = None if self.authorizer is None else SqlAccess(
+            self.authorizer, set_user_password=functools.partial(_set_user_password, self.store))
         self.executor = Executor(self.store, self.catalog, self.topics, self.notifier.notify,
                                  GroupQueries(subscribed_to=admin.groups_subscribed_to,
                                               group_ids=admin.group_ids, members=admin.members,
                                               now_ms=self.coordinator.now),
-                                 parse_timeout_ms=config.sql_parse_timeout_ms, placement=self.dnodes.queries())
-        if self.authorizer is not None:  # SQL statements checked for their caller too
-            self.executor.access = SqlAccess(self.authorizer, set_user_password=self._set_user_password)
+                                 parse_timeout_ms=config.sql_parse_timeout_ms, access=access,
+                                 placement=self.dnodes.queries(),
+                                 cluster=roles.sql(self.topics, self.replication, self.notifier.notify))
         self._servers: list[tuple[Listener, asyncio.Server]] = []
         # One TLS context per listener TLS settings in use (listeners with the same share it).
         self._ssl: dict[tuple[str, str | None, str | None, str | None], tuple[Listener, ssl.SSLContext]] = {}
         self.advertised_by_listener: dict[str, tuple[str, int]] = {}
-        self.authenticator: Authenticator | None = None  # built at start if a listener speaks SASL
+        self.advertised: tuple[str, int] = ("127.0.0.1", 9092)  # the first listener's, from start
         self._tasks: list[asyncio.Task[None]] = []
         # queued.max.request.bytes and max.connections[.per.ip] (broker/network/limits.py).
         self.pool = MemoryPool(config.queued_max_request_bytes)
         self.connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip)
-        self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
-        # none on one node (broker/runtime/replicas.py); with `cluster`: broker/cluster/replication.py
-        self.replication: Replicas = LocalReplication()
-        # who coordinates groups and transactional ids, and where a transaction's partitions and
-        # groups are: this node alone (broker/runtime/coordination.py); with `cluster`:
-        # broker/cluster/coordinator_state.py and broker/cluster/transactions.py
-        self.group_state: CoordinatorPlacement = LocalCoordinatorPlacement(config.node_id)
-        self.txn_state: CoordinatorPlacement = self.group_state
-        self.txn_routing: TxnRouting = LocalTxnRouting()
-        self.txn_gate: TxnGate = self.transactions  # Produce asks it about transactional batches
-        self.shared_catalog: SharedCatalog | None = None  # with `cluster`: broker/cluster/catalog.py
         self.limited_log = RateLimitedLog(log, config.log_rate_limit_messages,
                                           config.log_rate_limit_interval_ms / 1000)
         self.quotas = ClientQuotaManagers(self.store, config, self.limited_log)
-        # GET /metrics (broker/ops/metrics.py): handlers reach it through their contexts.
-        self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas)
-        self.metrics.rebalances = self.coordinator.machine.rebalances
+        # SASL (broker/auth/session.py) when a listener speaks it
+        self.authenticator = (authenticator(config, self.store, self.limited_log)
+                              if any(li.security_protocol in SASL_PROTOCOLS for li in self.listeners) else None)
         self.log_cleaner = LogCleaner(self.store, config, self.topics.broker_defaults)
-        self.metrics.log_cleaner = self.log_cleaner
-        # What each connection is served with (broker/network/connection.py); its handlers are bound at start.
+        # GET /metrics (broker/ops/metrics.py): handlers reach it through their contexts.
+        self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas,
+                               rebalances=self.coordinator.machine.rebalances, log_cleaner=self.log_cleaner,
+                               authenticator=self.authenticator)
+        # What each connection is served with (broker/network/connection.py); opened at start.
         self.serving = ConnectionServices(config, self.apis, self.quotas, self.metrics, self.limited_log, self.pool,
-                                          self.connection_limits, parse_rules(config.ssl_principal_mapping_rules))
+                                          self.connection_limits, parse_rules(config.ssl_principal_mapping_rules),
+                                          self.authenticator)
+        # The events between the parts (on a cluster: etcd's reads, the catalog shared through
+        # it, markers written and answered); the configs, quotas and ACLs kept in memory are
+        # read again when the cluster's catalog changes them.
+        reloads = [self.broker_configs.reload, self.group_configs.reload, self.quotas.reload]
+        if self.authorizer is not None:
+            reloads.append(self.authorizer.reload)
+        roles.connect(self.transactions, self.markers, reloads)
 
     async def start(self) -> None:
-        listeners = parse_listeners(self.config)
+        listeners = self.listeners
         self._ssl = {li.tls_settings: (li, server_ssl_context(self.config, li)) for li in listeners if li.tls}
         bound: dict[str, tuple[str, int]] = {}
         for listener in listeners:
@@ -179,71 +196,12 @@ class Broker:
                 ssl=self._ssl[listener.tls_settings][1] if listener.tls else None)
             self._servers.append((listener, server))
             bound[listener.name] = (listener.host, server.sockets[0].getsockname()[1])
-        self.advertised_by_listener = self.serving.advertised_by_listener = advertised_addresses(self.config, bound)
-        if any(li.security_protocol in SASL_PROTOCOLS for li in listeners):
-            self.authenticator = authenticator(self.config, self.store, self.limited_log)
-            self.metrics.authenticator = self.serving.authenticator = self.authenticator
-        self.advertised = self.dnodes.advertised = self.advertised_by_listener[listeners[0].name]
-        if self.config.cluster is not None:  # imported only on a cluster: one node needs no etcd
-            from tmqgate.broker.cluster.membership import Membership
-            from tmqgate.broker.cluster.topics import ClusterTopics
-
-            membership = Membership(self.config.cluster, self.config.node_id, self.advertised,
-                                    self.config.cluster_session_timeout_ms,
-                                    self.config.leader_imbalance_check_interval_seconds
-                                    if self.config.auto_leader_rebalance_enable else None,
-                                    facts=self.dnodes.facts(), http=self.config.http)
-            self.membership = self.dnodes.membership = membership
-            # how it dials the others' first listener (TLS, SASL as the brokers' user)
-            membership.peer_security = peer_security(self.config, listeners[0])
-            from tmqgate.broker.cluster.coordinator_state import CoordinatorState, kinds
-            from tmqgate.broker.cluster.replication import Replication
-
-            cluster_topics = ClusterTopics(membership, self.topics)  # the registry's `cluster` from now on
-            replication = Replication(self.config.node_id, self.store, self.topics, membership,
-                                      self.notifier, self.config.replica_lag_time_max_ms,
-                                      self.config.replica_fetch_wait_max_ms)
-            self.replication = replication
-            membership.on_change.append(replication.apply)
-            from tmqgate.broker.cluster.catalog import SharedCatalog
-
-            # ACLs, SCRAM users, dynamic configs, quotas: the cluster's, in etcd (broker/cluster/catalog.py)
-            reloads = [self.broker_configs.reload, self.group_configs.reload, self.quotas.reload]
-            if self.authorizer is not None:
-                reloads.append(self.authorizer.reload)
-            self.shared_catalog = SharedCatalog(membership, self.store, reloads)
-            from tmqgate.broker.cluster.sql import ClusterSql
-
-            # SQL databases placed in etcd, statements sent to their leader (broker/cluster/sql.py)
-            http_tls = ssl.create_default_context(cafile=self.config.ssl_cafile) if self.config.http_tls else None
-            self.executor.cluster = ClusterSql(self.config.node_id, membership, cluster_topics, self.topics,
-                                               self.store, replication, http_tls, SQL_FORWARD_TIMEOUT_S,
-                                               self.config.replica_lag_time_max_ms / 1000)
-            groups, txns = kinds(self.store, self.config, self.coordinator.machine.partition_of,
-                                 self.transactions.machine.partition_of)
-            group_state, txn_state = (
-                CoordinatorState(kind, self.config.node_id, self.store, self.topics, cluster_topics, membership,
-                                 replication, self.notifier, runtime, self.config.offsets_commit_timeout_ms)
-                for kind, runtime in ((groups, self.coordinator), (txns, self.transactions)))
-            # after replication (its leadership); groups first: a transaction's markers end them
-            self.group_state, self.txn_state = group_state, txn_state
-            membership.on_change.append(group_state.apply)
-            membership.on_change.append(txn_state.apply)
-            from tmqgate.broker.cluster.transactions import ClusterTransactions
-
-            # transactions over the brokers: markers and group offsets sent to their leaders,
-            # transactional batches verified with their coordinator (broker/cluster/transactions.py)
-            cluster_txns = ClusterTransactions(self.config.node_id, membership, self.topics,
-                                               replication, group_state, txn_state,
-                                               self.markers, self.transactions, self.coordinator)
-            self.txn_routing = self.txn_gate = cluster_txns
-            self.transactions.machine.markers = cluster_txns
-            self.transactions.machine.groups = cluster_txns
-            self.coordinator.machine.offsets.txn_gate = cluster_txns
-            self.store.producers.use_slot(self.config.node_id)  # producer ids unique in the cluster
-            await membership.start()
-        self.serving.handlers = bind(self.apis, self._contexts())
-        self.serving.ready.set()
+        self.advertised_by_listener = advertised_addresses(self.config, bound)
+        self.advertised = self.advertised_by_listener[listeners[0].name]
+        # a cluster's broker registers its address (the listeners are open: early connections
+        # wait for `serving.open`)
+        await self.membership.start(self.advertised, self.dnodes.facts())
+        self.serving.open(bind(self.apis, self._contexts()), self.advertised_by_listener)
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         if self.config.log_cleaner_enable:  # compacted topics (broker/runtime/log_cleaner.py)
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
@@ -253,13 +211,6 @@ class Broker:
         for listener, server in self._servers:
             log.info("tmqgate listening on %s://%s:%d (%s; data dir %s)", listener.name, listener.host,
                      server.sockets[0].getsockname()[1], listener.security_protocol, self.config.data_dir)
-
-    def _set_user_password(self, user: str, password: str, create: bool) -> None:
-        """CREATE USER / ALTER USER … PASS: the user's SCRAM credentials, as AlterUserScramCredentials."""
-        try:
-            set_password(self.store.users, user, password, create=create)
-        except (ValueError, KeyError) as exc:  # UserExists, UnknownUser, an empty name or password
-            raise SqlError(str(exc)) from None
 
     def reload_certificates(self) -> None:
         """SIGHUP: TLS listeners take the certificate files as they are now (new handshakes)."""
@@ -290,7 +241,7 @@ class Broker:
                                  broker_configs=self.broker_configs),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, self.membership, authorizer=auth),
             GroupApis: GroupApis(self.coordinator, self.topics, node, self.membership, self.group_state,
-                                 self.txn_state, authorizer=auth, txn_cluster=self.txn_routing),
+                                 self.txn_state, self.txn_gate, authorizer=auth, txn_cluster=self.txn_routing),
             AclApis: AclApis(auth),
             TxnApis: TxnApis(self.transactions, self.topics, self.txn_state, authorizer=auth),
             TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth, cluster=self.txn_routing),

@@ -38,6 +38,7 @@ from tmqgate.broker.sql.access import FORWARDED, PERMISSION_DENIED, Access, Call
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.executor import Executor
 from tmqgate.broker.sql.ingest import IngestError, ingest
+from tmqgate.broker.sql.local import LocalSql
 from tmqgate.broker.sql.ports import GroupQueries, PlacementQueries, SqlCluster, TopicNames
 from tmqgate.broker.sql.result import DB_ALREADY_EXIST, OUT_OF_DNODES, SYN_NOT_LEADER, Result
 from tmqgate.broker.sql.tmq_topics import topic_definition
@@ -60,6 +61,7 @@ __all__ = [
     "GroupQueries",
     "PlacementQueries",
     "IngestError",
+    "LocalSql",
     "ParseTimeout",
     "ParseWorkerDied",
     "Result",

@@ -256,6 +256,11 @@ class LocalTopics:
     def __init__(self, registry: TopicRegistry) -> None:
         self._registry = registry
 
+    @staticmethod
+    def of(registry: TopicRegistry) -> TopicCluster:
+        """A registry's own (its `local`): the `cluster` of a registry in no cluster."""
+        return registry.local
+
     async def create(self, name: str, partitions: int, configs: dict[str, str | None],
                      replicas: list[list[int]] | None = None, replication_factor: int = 1) -> Topic:
         node = self._registry.node_id
@@ -323,7 +328,8 @@ class TopicRegistry:
 
     def __init__(self, store: Store, catalog: TsdbCatalog, *, max_partitions: int = 100_000,
                  max_databases: int = 10_000, offsets_partitions: int = 50,
-                 transaction_partitions: int = 50, transaction_version: int = 2, node_id: int = -1) -> None:
+                 transaction_partitions: int = 50, transaction_version: int = 2, node_id: int = -1,
+                 cluster: Callable[[TopicRegistry], TopicCluster] = LocalTopics.of) -> None:
         self._store = store
         self.catalog = catalog
         # The broker's caps (max_partitions, max_databases in broker/configs/config.py).
@@ -344,15 +350,19 @@ class TopicRegistry:
         # database and TDengine topics: [rows scanned, rows delivered] by their views (metrics)
         self.view_rows: dict[str, list[int]] = {}
         #: this node; the topics it holds alone (`local`), and the creator of the topics etcd
-        #: places (broker/cluster/topics.py) on a cluster, with the placement of each shared
-        #: topic's partitions; without one this node leads all
+        #: places on a cluster (``cluster``: made over this registry, broker/cluster/topics.py),
+        #: with the placement of each shared topic's partitions; without one this node leads all
         self.node_id = node_id
         self.local = LocalTopics(self)
-        self.cluster: TopicCluster = self.local
+        self.cluster: TopicCluster = cluster(self)
         self.placements: Mapping[str, Placement] = {}
         #: the high watermarks of replicated partitions led here (every Topic reads it)
         self.replicated: dict[tuple[str, int], int] = {}
         self.reload()
+
+    def place(self, placements: Mapping[str, Placement]) -> None:
+        """The cluster's placements as etcd has them now (broker/cluster/topics.py, each read)."""
+        self.placements = placements
 
     def reload(self) -> None:
         """Rebuild the topic map from the catalog (after DDL that adds or removes topics)."""

@@ -53,8 +53,8 @@ REFUSED = ErrorCode.NOT_COORDINATOR
 
 
 class TxnOffsetsGate(Protocol):
-    """The transaction coordinator's check of a TxnOffsetCommit (part T2 wires it in the
-    server as ``GroupOffsets.txn_gate``): Kafka verifies the producer's transaction before
+    """The transaction coordinator's check of a TxnOffsetCommit (the TxnOffsetCommit handler
+    passes it to ``GroupOffsets.txn_offset_commit``): Kafka verifies the producer's transaction before
     the group sees the commit — INVALID_PRODUCER_ID_MAPPING for a producer id the transactional
     id does not have, INVALID_PRODUCER_EPOCH / PRODUCER_FENCED for a stale epoch,
     INVALID_TXN_STATE when AddOffsetsToTxn did not add the group to the ongoing transaction."""
@@ -82,8 +82,6 @@ class GroupOffsets:
         self._topic_ids: dict[str, bytes] = {}
         #: group -> producer id -> (topic, partition) -> its pending transactional offset
         self._pending: dict[str, dict[int, dict[tuple[str, int], PendingOffset]]] = {}
-        #: The transaction coordinator's check of TxnOffsetCommit (None: not checked).
-        self.txn_gate: TxnOffsetsGate | None = None
 
     # ---- loading and unloading ---------------------------------------------------------
 
@@ -311,7 +309,8 @@ class GroupOffsets:
 
     def txn_offset_commit(self, now: int, group_id: str, transactional_id: str, producer_id: int,
                           producer_epoch: int, member_id: str, generation_id: int, group_instance_id: str | None,
-                          topics: list[OffsetEntry], add_group: bool = False) -> list[ErrorCode]:
+                          topics: list[OffsetEntry], add_group: bool = False,
+                          gate: TxnOffsetsGate | None = None) -> list[ErrorCode]:
         """TxnOffsetCommit: one error code per entry, as Kafka answers it. ``add_group``
         (v5+, transaction version 2, KIP-890): the gate adds the group to the transaction
         itself instead of requiring AddOffsetsToTxn.
@@ -320,8 +319,8 @@ class GroupOffsets:
         else (KafkaApis checks the metadata first; a request with none left is not validated);
         the rest is validated against the group (``_txn_commit_check``), then stored pending for
         the producer's transaction — invisible to OffsetFetch until ``complete_transaction``.
-        The transaction itself is the transaction coordinator's business: ``txn_gate``, when
-        wired, is asked after the group id and before the group (Kafka's order)."""
+        The transaction itself is the transaction coordinator's business: ``gate`` (None: not
+        checked) is asked after the group id and before the group (Kafka's order)."""
         codes: list[ErrorCode] = []
         known: list[int] = []
         for i, (topic, partition, _, _, _) in enumerate(topics):
@@ -334,9 +333,9 @@ class GroupOffsets:
         if not known:
             return codes
         code = ErrorCode.NONE if group_id else ErrorCode.INVALID_GROUP_ID
-        if code is ErrorCode.NONE and self.txn_gate is not None:
+        if code is ErrorCode.NONE and gate is not None:
             # Kafka verifies the transaction before the group validates the commit.
-            code = self.txn_gate.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id,
+            code = gate.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id,
                                                          add=add_group)
         if code is ErrorCode.NONE:
             code = self._txn_commit_check(self.groups.get(group_id), member_id, group_instance_id, generation_id,

@@ -19,7 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from tmqgate.coordinator.classic import Reply
 from tmqgate.coordinator.coordinator import GroupCoordinator
-from tmqgate.coordinator.offsets import OffsetEntry
+from tmqgate.coordinator.offsets import OffsetEntry, TxnOffsetsGate
 from tmqgate.protocol.errors import ErrorCode
 
 log = logging.getLogger("tmqgate.coordinator")
@@ -119,11 +119,12 @@ class CoordinatorRuntime(MachineTimer[GroupCoordinator]):
 
     def txn_offset_commit(self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int,
                           member_id: str, generation_id: int, group_instance_id: str | None,
-                          topics: list[OffsetEntry], add_group: bool = False) -> list[ErrorCode]:
+                          topics: list[OffsetEntry], add_group: bool = False,
+                          gate: TxnOffsetsGate | None = None) -> list[ErrorCode]:
         """``GroupOffsets.txn_offset_commit`` at the runtime's clock."""
         return self.machine.offsets.txn_offset_commit(self.now(), group_id, transactional_id, producer_id,
                                                       producer_epoch, member_id, generation_id, group_instance_id,
-                                                      topics, add_group=add_group)
+                                                      topics, add_group=add_group, gate=gate)
 
     def complete_transaction(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """The transaction coordinator's end of a transaction that added offsets for the group

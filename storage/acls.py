@@ -24,7 +24,7 @@ class Acls:
         self._core = core
         #: told of every change made through ``update`` (on a cluster: broker/cluster/catalog.py
         #: publishes it), not of one applied from the cluster (``observed=False``)
-        self.observer: Callable[[list[AclRecord], list[AclRecord]], None] | None = None
+        self.observers: list[Callable[[list[AclRecord], list[AclRecord]], None]] = []
 
     def update(self, add: Iterable[AclRecord] = (), remove: Iterable[AclRecord] = (), *, observed: bool = True) -> None:
         """Add and remove bindings in one atomic write."""
@@ -36,8 +36,9 @@ class Acls:
             wb.delete(keys.acl_key(*acl))
         if added or removed:
             self._core.write(wb)
-            if observed and self.observer is not None:
-                self.observer(added, removed)
+            if observed:
+                for observer in self.observers:
+                    observer(added, removed)
 
     def load(self) -> list[AclRecord]:
         return [keys.parse_acl_key(k) for k in self._core.db.iterator(prefix=keys.ACL, include_value=False)]

@@ -30,7 +30,7 @@ class DynamicConfigs:
         self._core = core
         #: told of every change written (on a cluster: broker/cluster/catalog.py publishes it),
         #: not of one applied from the cluster (``observed=False``)
-        self.observer: Callable[[list[tuple[ConfigResourceKey, dict[str, str]]]], None] | None = None
+        self.observers: list[Callable[[list[tuple[ConfigResourceKey, dict[str, str]]]], None]] = []
 
     def load(self) -> dict[ConfigResourceKey, dict[str, str]]:
         """Every resource with at least one dynamic value."""
@@ -54,5 +54,6 @@ class DynamicConfigs:
                 wb.delete(key)
         if changed:
             self._core.write(wb)
-            if observed and self.observer is not None:
-                self.observer(changed)
+            if observed:
+                for observer in self.observers:
+                    observer(changed)

@@ -26,7 +26,7 @@ class ClientQuotas:
         self._core = core
         #: told of every change written (on a cluster: broker/cluster/catalog.py publishes it),
         #: not of one applied from the cluster (``observed=False``)
-        self.observer: Callable[[list[tuple[QuotaEntityKey, dict[str, float]]]], None] | None = None
+        self.observers: list[Callable[[list[tuple[QuotaEntityKey, dict[str, float]]]], None]] = []
 
     def load(self) -> dict[QuotaEntityKey, dict[str, float]]:
         """Every entity with at least one quota value."""
@@ -50,5 +50,6 @@ class ClientQuotas:
                 wb.delete(key)
         if changed:
             self._core.write(wb)
-            if observed and self.observer is not None:
-                self.observer(changed)
+            if observed:
+                for observer in self.observers:
+                    observer(changed)

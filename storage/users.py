@@ -34,11 +34,12 @@ class Users:
         self._core = core
         #: told of every credential set (or removed: None) through this class (on a cluster:
         #: broker/cluster/catalog.py publishes it), not of one applied from the cluster
-        self.observer: Callable[[str, str, ScramCredential | None], None] | None = None
+        self.observers: list[Callable[[str, str, ScramCredential | None], None]] = []
 
     def _observe(self, user: str, mechanism: str, credential: ScramCredential | None, observed: bool) -> None:
-        if observed and self.observer is not None:
-            self.observer(user, mechanism, credential)
+        if observed:
+            for observer in self.observers:
+                observer(user, mechanism, credential)
 
     def put_scram(self, user: str, mechanism: str, credential: ScramCredential, *, observed: bool = True) -> None:
         """Create or replace `user`'s credential for `mechanism`."""

@@ -14,7 +14,7 @@ from tmqgate.broker.cluster.membership import Membership
 
 
 def _membership(rounds: list[int], gate: threading.Event | None = None) -> Membership:
-    m = Membership("etcd://127.0.0.1:1", 0, ("127.0.0.1", 9092), 3000)
+    m = Membership("etcd://127.0.0.1:1", 0, 3000)
 
     def fake_round() -> bool:
         if gate is not None:

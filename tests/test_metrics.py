@@ -115,9 +115,8 @@ def test_scrape_reads_the_store(tmp_path: Path) -> None:
 def test_rebalances_and_auth_failures_exported() -> None:
     from tmqgate.coordinator.coordinator import RebalanceStats
 
-    metrics = Metrics()
-    metrics.rebalances = RebalanceStats(completed={"classic": 2}, total_ms={"classic": 31},
-                                        abandoned={"consumer": 1})
+    metrics = Metrics(rebalances=RebalanceStats(completed={"classic": 2}, total_ms={"classic": 31},
+                                                abandoned={"consumer": 1}))
     s = _samples(metrics)
     assert s[("tmqgate_group_rebalances_total", (("protocol", "classic"),))] == 2
     assert s[("tmqgate_group_rebalance_time_ms_total", (("protocol", "classic"),))] == 31
@@ -140,8 +139,8 @@ def test_grafana_dashboard_uses_only_served_names(tmp_path: Path) -> None:
     used = {m for e in exprs for m in re.findall(r"\b(?:kafka|tmqgate)_[a-z_]+", e)}
     with Store(str(tmp_path / "data")) as store:
         topics = TopicRegistry(store, TsdbCatalog(store))
-        metrics = Metrics(store, topics, quotas=ClientQuotaManagers(store, BrokerConfig(data_dir=str(tmp_path))))
-        metrics.rebalances = RebalanceStats()
+        metrics = Metrics(store, topics, quotas=ClientQuotaManagers(store, BrokerConfig(data_dir=str(tmp_path))),
+                          rebalances=RebalanceStats())
         metrics.request(0, 9, 1.0)
         metrics.produced("t", 1, 1)
         text = metrics.exposition().decode()

@@ -48,11 +48,13 @@ def test_one_node_is_a_cluster_of_one(tmp_path: Path) -> None:
         await broker.start()
         try:
             ex = broker.executor
-            assert isinstance(ex.cluster, LocalSql) and ex.cluster is ex.local
+            # the one-node roles' LocalSql (broker/runtime/roles.py), as the executor's own
+            assert isinstance(ex.cluster, LocalSql) and isinstance(ex.local, LocalSql)
             text = ("CREATE DATABASE w VGROUPS 2; CREATE STABLE w.st (ts TIMESTAMP, v INT) TAGS (g INT); "
                     "INSERT INTO w.t1 USING w.st TAGS (1) VALUES (1700000000000, 1); "
                     "CREATE TOPIC q AS SELECT ts, v FROM w.st; DROP TOPIC q; CREATE TOPIC q2 AS DATABASE w")
             assert led_elsewhere(ex.cluster, parse_script(text), None) is None
+            assert ex.cluster.leader("w") is None and ex.cluster_of("w") is ex.local
             running = ex.execute_async(text)
             with pytest.raises(StopIteration) as done:  # finished at its first step: never suspended
                 running.send(None)

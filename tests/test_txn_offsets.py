@@ -13,7 +13,7 @@ from tests.test_coordinator import join, make, stable_pair, sync
 from tests.test_coordinator_consumer import hb
 from tests.test_coordinator_consumer import make as make_consumer
 from tmqgate.coordinator.coordinator import GroupCoordinator
-from tmqgate.coordinator.offsets import OffsetEntry
+from tmqgate.coordinator.offsets import OffsetEntry, TxnOffsetsGate
 from tmqgate.coordinator.runtime import CoordinatorRuntime
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import Store
@@ -23,8 +23,10 @@ PID, EPOCH = 4000, 3
 
 
 def txn_commit(c: GroupCoordinator, entries: list[OffsetEntry], group: str = "g", pid: int = PID,
-               member: str = "", generation: int = -1, instance: str | None = None) -> list[ErrorCode]:
-    return c.offsets.txn_offset_commit(100, group, "txn-1", pid, EPOCH, member, generation, instance, entries)
+               member: str = "", generation: int = -1, instance: str | None = None,
+               gate: TxnOffsetsGate | None = None) -> list[ErrorCode]:
+    return c.offsets.txn_offset_commit(100, group, "txn-1", pid, EPOCH, member, generation, instance, entries,
+                                       gate=gate)
 
 
 def fetch(c: GroupCoordinator, stable: bool, group: str = "g", parts: tuple[int, ...] = (0, 1)) -> list[Any]:
@@ -236,16 +238,15 @@ def test_the_transaction_coordinator_is_asked_in_kafkas_order(tmp_path: Any) -> 
     INVALID_TXN_STATE without AddOffsetsToTxn), then the group."""
     c = make(tmp_path)
     gate = Gate()
-    c.offsets.txn_gate = gate
-    assert txn_commit(c, [("nope", 0, 1, -1, None)]) == [E.UNKNOWN_TOPIC_OR_PARTITION]
-    assert txn_commit(c, [("t", 0, 1, -1, None)], group="") == [E.INVALID_GROUP_ID]
+    assert txn_commit(c, [("nope", 0, 1, -1, None)], gate=gate) == [E.UNKNOWN_TOPIC_OR_PARTITION]
+    assert txn_commit(c, [("t", 0, 1, -1, None)], group="", gate=gate) == [E.INVALID_GROUP_ID]
     assert gate.asked == []
-    assert txn_commit(c, [("t", 0, 1, -1, None), ("nope", 0, 1, -1, None)]) == [
+    assert txn_commit(c, [("t", 0, 1, -1, None), ("nope", 0, 1, -1, None)], gate=gate) == [
         E.INVALID_TXN_STATE, E.UNKNOWN_TOPIC_OR_PARTITION]
     assert gate.asked == [("txn-1", PID, EPOCH, "g")] and c.offsets.pending_offsets("g") == {}
     gate.answers[("txn-1", PID, EPOCH, "g")] = E.NONE
-    assert txn_commit(c, [("t", 0, 1, -1, None)], member="m", generation=2) == [E.ILLEGAL_GENERATION]
-    assert txn_commit(c, [("t", 0, 1, -1, None)]) == [E.NONE]
+    assert txn_commit(c, [("t", 0, 1, -1, None)], member="m", generation=2, gate=gate) == [E.ILLEGAL_GENERATION]
+    assert txn_commit(c, [("t", 0, 1, -1, None)], gate=gate) == [E.NONE]
     assert fetch(c, True) == [(0, -1, E.UNSTABLE_OFFSET_COMMIT), (1, -1, E.NONE)]
 
 

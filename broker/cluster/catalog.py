@@ -55,7 +55,9 @@ def _credential(c: ScramCredential) -> str:
 
 class SharedCatalog:
     """See the module docstring. ``reloaded``: called after the store took the cluster's
-    (the broker's parts that keep ACLs, configs or quotas in memory read them again)."""
+    (the broker's parts that keep ACLs, configs or quotas in memory read them again).
+    Its ``*_changed`` observe the store's catalog tables (the changes made here, published),
+    ``apply`` runs after each read of etcd (broker/cluster/roles.py subscribes them)."""
 
     def __init__(self, membership: Membership, store: Store, reloaded: list[Callable[[], None]]) -> None:
         self._membership = membership
@@ -65,25 +67,20 @@ class SharedCatalog:
                                               drained=self._written)
         self._applied: tuple[dict[str, str], ...] | None = None  # etcd's, as last applied
         self._joining: str | None = None  # the cluster this broker's own catalog is being added to
-        store.acls.observer = self._acls_changed
-        store.users.observer = self._user_changed
-        store.dynamic_configs.observer = self._configs_changed
-        store.client_quotas.observer = self._quotas_changed
-        membership.on_change.append(self.apply)
 
     # changes made here -----------------------------------------------------------------------
 
-    def _acls_changed(self, added: list[AclRecord], removed: list[AclRecord]) -> None:
+    def acls_changed(self, added: list[AclRecord], removed: list[AclRecord]) -> None:
         self._publish([acl_entry(a) for a in added] + [(acl_entry(a)[0], None) for a in removed])
 
-    def _user_changed(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
+    def user_changed(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
         self._publish([(user_key(user, mechanism), None if credential is None else _credential(credential))])
 
-    def _configs_changed(self, changed: list[tuple[tuple[int, str], dict[str, str]]]) -> None:
+    def configs_changed(self, changed: list[tuple[tuple[int, str], dict[str, str]]]) -> None:
         self._publish([(key, value if values else None) for resource, values in changed
                        for key, value in (config_entry(resource, values),)])
 
-    def _quotas_changed(self, changed: list[tuple[Any, dict[str, float]]]) -> None:
+    def quotas_changed(self, changed: list[tuple[Any, dict[str, float]]]) -> None:
         self._publish([(key, value if values else None) for entity, values in changed
                        for key, value in (quota_entry(entity, values),)])
 

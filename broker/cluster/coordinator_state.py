@@ -136,7 +136,6 @@ class CoordinatorState:
         self.commit_timeout_s = commit_timeout_ms / 1000
         self._ends: dict[int, int] = {}  # partition -> the offset after this broker's last append
         self._creating: asyncio.Task[None] | None = None
-        kind.mirror(self._append)
 
     # ---- where keys are coordinated --------------------------------------------------------
 
@@ -230,7 +229,7 @@ class CoordinatorState:
 
     # ---- the replicated writes --------------------------------------------------------------
 
-    def _append(self, key: str, ops: Ops) -> None:
+    def mirrored(self, key: str, ops: Ops) -> None:
         """The store's mirror: the ops into the key's partition, before they are written
         locally; ``StateNotReplicated`` when this broker may not write it."""
         topic = self._topic()

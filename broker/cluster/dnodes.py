@@ -53,15 +53,15 @@ class Dnodes:
         self._topics = topics
         self.support_vnodes = min(support_vnodes, _SMALLINT_MAX)
         self.started_ms = started_ms
-        self.advertised = ("", 0)  # this broker's address, known once it listens
-        self.membership = membership  # this one alone, or the cluster's once it is joined
+        self.membership = membership  # this one alone, or the cluster's (its `advertised`: this broker's address)
         self._seen: dict[int, BrokerInfo] = {}  # every broker seen live, as last seen
 
     def queries(self) -> PlacementQueries:
         return PlacementQueries(dnodes=self.dnodes, replicas=self.replicas)
 
     def _me(self) -> BrokerInfo:
-        return BrokerInfo(self.node_id, self.advertised[0], self.advertised[1], self.started_ms,
+        host, port = self.membership.advertised
+        return BrokerInfo(self.node_id, host, port, self.started_ms,
                           self._store.created_ms, self.support_vnodes)
 
     def facts(self) -> dict[str, int]:

@@ -99,13 +99,14 @@ class _Session:
 class Membership:
     """See the module docstring. ``start`` before serving, ``stop`` at shutdown."""
 
-    def __init__(self, url: str, node_id: int, advertised: tuple[str, int], session_timeout_ms: int,
-                 rebalance_interval_s: float | None = None, facts: dict[str, int] | None = None,
-                 http: str = "") -> None:
+    def __init__(self, url: str, node_id: int, session_timeout_ms: int, rebalance_interval_s: float | None = None,
+                 http: str = "", peer_security: PeerSecurity | None = None) -> None:
         self.endpoints = parse_cluster(url)
         self.node_id = node_id
-        self.advertised = advertised
-        self.facts = facts or {}  # registered beside the address (metadata.view.DNODE_FACTS)
+        #: its address (its first listener's) and what it registers beside it
+        #: (metadata.view.DNODE_FACTS), given by ``start`` once it listens
+        self.advertised: tuple[str, int] = ("", 0)
+        self.facts: dict[str, int] = {}
         self.http = http  # and its HTTP SQL front, where other brokers send SQL it leads
         self.ttl = max(1, round(session_timeout_ms / 1000))
         self.interval = session_timeout_ms / 3000
@@ -113,7 +114,7 @@ class Membership:
         self.placements: dict[str, Placement] = {}
         #: the cluster's ACLs and SCRAM users as etcd had them at the last round (key → value)
         #: how this broker dials the others (TLS, SASL: broker/network/listeners.py peer_security)
-        self.peer_security: PeerSecurity | None = None
+        self.peer_security = peer_security
         #: the newest etcd revision among the keys it read, and when (wall clock ms) it last read
         self.revision = 0
         self.read_ms = -1
@@ -323,9 +324,10 @@ class Membership:
             for call in self.on_change:
                 call()
 
-    async def start(self) -> None:
-        """Register (trying etcd for START_WAIT_S, each endpoint at least once), then keep it up
-        in a task; EtcdUnreachable when no endpoint answered."""
+    async def start(self, advertised: tuple[str, int], facts: dict[str, int]) -> None:
+        """Register ``advertised`` and ``facts`` (trying etcd for START_WAIT_S, each endpoint at
+        least once), then keep it up in a task; EtcdUnreachable when no endpoint answered."""
+        self.advertised, self.facts = advertised, facts
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_WAIT_S
         tried: set[int] = set()

@@ -78,12 +78,15 @@ class ClusterSql:
         #: supertable changes made here, each (db, its topic id, name, schema; None: dropped)
         self._stables: Outbox[tuple[str, bytes, str, dict[str, Any] | None]] = Outbox(
             self._record_stables, "supertable changes")
-        membership.on_change.append(self._stables.kick)  # what etcd could not take, tried again
         self._membership = membership
         self._cluster_topics = cluster_topics
         self._registry = registry
         self._tls = tls  # the HTTP fronts speak TLS (http_tls): how this broker checks theirs
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    def retry(self) -> None:
+        """After each read of etcd: the supertable changes etcd could not take, tried again."""
+        self._stables.kick()
 
     def leader(self, db: str) -> int | None:
         topic = self._registry.get(db)

@@ -65,8 +65,9 @@ Decide = Callable[[int, PartitionState], tuple[PartitionState, ErrorCode, str | 
 
 
 class ClusterTopics:
-    """See the module docstring; the registry's ``cluster`` on a cluster. What etcd does not
-    place goes to the registry's ``local`` (``topics.LocalTopics``), as on one node."""
+    """See the module docstring; the registry's ``cluster`` on a cluster (the registry makes it
+    over itself), ``apply`` after each read of the placements. What etcd does not place goes
+    to the registry's ``local`` (``topics.LocalTopics``), as on one node."""
 
     alone = False
 
@@ -78,8 +79,6 @@ class ClusterTopics:
         self._stables_from: dict[str, str] = {}  # SQL databases: the definition their supertables came from
         #: configs altered here, each (name, topic id, configs), written to the placements
         self._configs: Outbox[tuple[str, bytes, dict[str, str]]] = Outbox(self._write_configs, "topic configs")
-        registry.cluster = self
-        membership.on_change.append(self.apply)
 
     def apply(self) -> None:
         """Bring the local topics in line with etcd's placements (on the event loop): SQL
@@ -127,7 +126,7 @@ class ClusterTopics:
         self._seen = set(placements)
         self._stables_from = {n: d for n, d in self._stables_from.items() if n in placements}
         self._ids = {n: p.topic_id for n, p in placements.items()}
-        registry.placements = placements
+        registry.place(placements)
         self._configs.kick()
 
     def configs_changed(self, topic: Topic, configs: dict[str, str]) -> None:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.cluster.peer import PeerConnection, PeerError
@@ -48,7 +48,6 @@ from tmqgate.storage.model import StorageIOError
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.coordinator_state import CoordinatorState
     from tmqgate.broker.cluster.membership import Membership
-    from tmqgate.broker.cluster.replication import Replication
     from tmqgate.broker.runtime.txn_coordinator import TxnCoordinatorRuntime
     from tmqgate.broker.runtime.txn_markers import MarkerWriter
     from tmqgate.broker.topics import Topic, TopicRegistry
@@ -68,52 +67,179 @@ _VERIFY_ERRORS = {ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
                   ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.NOT_ENOUGH_REPLICAS}
 
 
+class Peers:
+    """Connections to the other brokers (their first listener, as ``Membership.peer_security``
+    dials it), one each, made again when a broker's address changes."""
+
+    def __init__(self, membership: Membership, client_id: str) -> None:
+        self._membership = membership
+        self._client_id = client_id
+        self._conns: dict[int, PeerConnection] = {}
+
+    def get(self, node_id: int) -> PeerConnection | None:
+        info = self._membership.view.brokers.get(node_id)
+        if info is None:
+            return None
+        conn = self._conns.get(node_id)
+        if conn is None or (conn.host, conn.port) != (info.host, info.port):
+            if conn is not None:
+                conn.close()
+            conn = self._conns[node_id] = PeerConnection(info.host, info.port, self._client_id,
+                                                         self._membership.peer_security)
+        return conn
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+
+
+class ClusterMarkers:
+    """The transaction coordinator's ``MarkerWriter`` and ``TxnGroups`` on a cluster (see the
+    module docstring): markers of the partitions led here written by ``local_markers``, the
+    others' sent to their leaders; a group's end done here if it is coordinated here, else sent
+    to its coordinator. ``on_answered``: told when another broker answered markers (the
+    transaction coordinator retries what is unfinished at once)."""
+
+    def __init__(self, node_id: int, topics: TopicRegistry, group_state: CoordinatorState,
+                 local_markers: MarkerWriter, groups: CoordinatorRuntime, peers: Peers) -> None:
+        self.node_id = node_id
+        self._topics = topics
+        self._group_state = group_state
+        self._local = local_markers
+        self._groups = groups
+        self._peers = peers
+        self._answers: dict[tuple[int, int, bool, str, int], ErrorCode] = {}  # sent markers' answers
+        self._sending: dict[tuple[int, int, bool, int], asyncio.Task[None]] = {}
+        self.on_answered: list[Callable[[], None]] = []
+
+    # ---- markers (MarkerWriter) and groups (TxnGroups) of the coordinator -------------------
+
+    def write(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+              partitions: Iterable[Partition]) -> Mapping[Partition, ErrorCode]:
+        out: dict[Partition, ErrorCode] = {}
+        local: list[Partition] = []
+        remote: dict[int, list[Partition]] = {}
+        for name, partition in partitions:
+            topic = self._topics.get(name)
+            state = None if topic is None else self._topics.partition_state(topic, partition)
+            if state is None or state.leader == self.node_id:
+                local.append((name, partition))
+            else:
+                remote.setdefault(state.leader, []).append((name, partition))
+        out.update(self._local.write(producer_id, producer_epoch, commit, coordinator_epoch, local))
+        for leader, parts in remote.items():
+            out.update(self._sent(producer_id, producer_epoch, commit, coordinator_epoch, leader, parts))
+        return out
+
+    def complete_transaction(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        coordinator = self._group_state.coordinator_of(group_id)
+        if coordinator == self.node_id:
+            self._groups.complete_transaction(group_id, producer_id, producer_epoch, commit)
+            return
+        partition = (GROUP_METADATA_TOPIC, self._group_state.partition_of(group_id))
+        code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if coordinator >= 0:
+            code = self._sent(producer_id, producer_epoch, commit, 0, coordinator, [partition])[partition]
+        if code is not ErrorCode.NONE:
+            raise StorageIOError(f"group {group_id}'s coordinator has not taken the marker yet ({code.name})")
+
+    def _sent(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, leader: int,
+              parts: list[Partition]) -> dict[Partition, ErrorCode]:
+        """Each partition's answer from its leader if one came (taken), else NOT_LEADER_OR_FOLLOWER
+        with a send under way (started here if none is)."""
+        out: dict[Partition, ErrorCode] = {}
+        unsent: list[Partition] = []
+        for p in parts:
+            answer = self._answers.pop((producer_id, producer_epoch, commit, *p), None)
+            if answer in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                out[p] = answer
+            else:
+                out[p] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                unsent.append(p)
+        key = (producer_id, producer_epoch, commit, leader)
+        task = self._sending.get(key)
+        if unsent and (task is None or task.done()):
+            self._sending[key] = asyncio.get_running_loop().create_task(
+                self._send(producer_id, producer_epoch, commit, coordinator_epoch, leader, unsent))
+        return out
+
+    async def _send(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, leader: int,
+                    parts: list[Partition]) -> None:
+        by_topic: dict[str, list[int]] = {}
+        for name, partition in parts:
+            by_topic.setdefault(name, []).append(partition)
+        body = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
+                             "transaction_result": commit, "coordinator_epoch": coordinator_epoch,
+                             "topics": [{"name": n, "partition_indexes": ps} for n, ps in by_topic.items()]}]}
+        conn = self._peers.get(leader)
+        try:
+            if conn is None:
+                return
+            answer = await conn.request(WRITE_TXN_MARKERS, 1, body, REQUEST_TIMEOUT_S)
+            for marker in answer["markers"]:
+                for t in marker["topics"]:
+                    for p in t["partitions"]:
+                        self._answers[(producer_id, producer_epoch, commit, t["name"], p["partition_index"])] = \
+                            ErrorCode(p["error_code"])
+        except PeerError as exc:
+            log.debug("transactions: markers to broker %d: %s", leader, exc)
+        finally:
+            self._sending.pop((producer_id, producer_epoch, commit, leader), None)
+            for answered in self.on_answered:
+                answered()
+
+    # ---- markers received (WriteTxnMarkers) ------------------------------------------------
+
+    async def end_group_offsets(self, producer_id: int, producer_epoch: int, commit: bool,
+                                partition: int) -> ErrorCode:
+        """A marker of ``__consumer_offsets``' ``partition``: the groups of that partition end
+        the producer's pending offsets here, answered once the group-state partition's in-sync
+        replicas have it (NOT_COORDINATOR if this broker does not coordinate them; a refused
+        write is retried by the sender)."""
+        machine = self._groups.machine
+        if machine.owned is not None and partition not in machine.owned:
+            return ErrorCode.NOT_COORDINATOR
+        ended = machine.offsets.pending_groups(producer_id, partition)
+        try:
+            for group_id in ended:
+                self._groups.complete_transaction(group_id, producer_id, producer_epoch, commit)
+        except StorageIOError:
+            return ErrorCode.NOT_COORDINATOR
+        for group_id in ended[-1:]:  # one partition: waiting for the last change waits for all
+            error = await self._group_state.replicated(group_id)
+            if error is not None:
+                return error
+        return ErrorCode.NONE
+
+    def stop(self) -> None:
+        for task in self._sending.values():
+            task.cancel()
+
+
 class ClusterTransactions:
-    """See the module docstring. The transaction coordinator's ``MarkerWriter`` and
-    ``TxnGroups``, Produce's ``TxnGate`` and the TxnOffsetCommit gate, and the handlers'
-    ``TxnRouting`` (broker/runtime/coordination.py), on a cluster."""
+    """See the module docstring. Produce's ``TxnGate``, the TxnOffsetCommit gate and the
+    handlers' ``TxnRouting`` (broker/runtime/coordination.py) on a cluster: what this broker
+    coordinates is asked of ``txns``, the rest of the id's coordinator."""
 
     over_brokers = True
 
-    def __init__(self, node_id: int, membership: Membership, topics: TopicRegistry, replication: Replication,
-                 group_state: CoordinatorState, txn_state: CoordinatorState, local_markers: MarkerWriter,
-                 txns: TxnCoordinatorRuntime, groups: CoordinatorRuntime) -> None:
+    def __init__(self, node_id: int, txn_state: CoordinatorState, txns: TxnCoordinatorRuntime,
+                 markers: ClusterMarkers, peers: Peers) -> None:
         self.node_id = node_id
-        self._membership = membership
-        self._topics = topics
-        self._replication = replication
-        self._group_state = group_state
         self._txn_state = txn_state
-        self._local = local_markers
         self._txns = txns
-        self._groups = groups
+        self._markers = markers
+        self._peers = peers
         self._verified: set[Verified] = set()
         self._refused: dict[Verified, ErrorCode] = {}
-        self._answers: dict[tuple[int, int, bool, str, int], ErrorCode] = {}  # sent markers' answers
-        self._sending: dict[tuple[int, int, bool, int], asyncio.Task[None]] = {}
-        self._peers: dict[int, PeerConnection] = {}
-        local_markers.leader_epoch = self._leader_epoch
-        local_markers.written = self._marker_written
 
     def _coordinates(self, transactional_id: str | None) -> bool:
         """This broker coordinates the id (an id-less batch is judged here, as on one node)."""
         return not transactional_id or self._txn_state.coordinator_of(transactional_id) == self.node_id
 
-    def _peer(self, node_id: int) -> PeerConnection | None:
-        info = self._membership.view.brokers.get(node_id)
-        if info is None:
-            return None
-        conn = self._peers.get(node_id)
-        if conn is None or (conn.host, conn.port) != (info.host, info.port):
-            if conn is not None:
-                conn.close()
-            conn = self._peers[node_id] = PeerConnection(info.host, info.port, f"tmqgate-txn-{self.node_id}",
-                                                         self._membership.peer_security)
-        return conn
-
     async def _ask_coordinator(self, transactional_id: str, api_key: int, version: int,
                                body: dict[str, Any]) -> dict[str, Any] | None:
-        conn = self._peer(self._txn_state.coordinator_of(transactional_id))
+        conn = self._peers.get(self._txn_state.coordinator_of(transactional_id))
         if conn is None:
             return None
         try:
@@ -185,114 +311,16 @@ class ClusterTransactions:
             return self._txns.check_txn_offset_commit(transactional_id, producer_id, producer_epoch, group_id, add)
         return ErrorCode.NONE  # added at the coordinator (v5) or not verified (v1), as Kafka
 
-    # ---- markers (MarkerWriter) and groups (TxnGroups) of the coordinator -------------------
-
-    def write(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-              partitions: Iterable[Partition]) -> Mapping[Partition, ErrorCode]:
-        out: dict[Partition, ErrorCode] = {}
-        local: list[Partition] = []
-        remote: dict[int, list[Partition]] = {}
-        for name, partition in partitions:
-            topic = self._topics.get(name)
-            state = None if topic is None else self._topics.partition_state(topic, partition)
-            if state is None or state.leader == self.node_id:
-                local.append((name, partition))
-            else:
-                remote.setdefault(state.leader, []).append((name, partition))
-        out.update(self._local.write(producer_id, producer_epoch, commit, coordinator_epoch, local))
-        for leader, parts in remote.items():
-            out.update(self._sent(producer_id, producer_epoch, commit, coordinator_epoch, leader, parts))
-        return out
-
-    def complete_transaction(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        coordinator = self._group_state.coordinator_of(group_id)
-        if coordinator == self.node_id:
-            self._groups.complete_transaction(group_id, producer_id, producer_epoch, commit)
-            return
-        partition = (GROUP_METADATA_TOPIC, self._group_state.partition_of(group_id))
-        code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if coordinator >= 0:
-            code = self._sent(producer_id, producer_epoch, commit, 0, coordinator, [partition])[partition]
-        if code is not ErrorCode.NONE:
-            raise StorageIOError(f"group {group_id}'s coordinator has not taken the marker yet ({code.name})")
-
-    def _sent(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, leader: int,
-              parts: list[Partition]) -> dict[Partition, ErrorCode]:
-        """Each partition's answer from its leader if one came (taken), else NOT_LEADER_OR_FOLLOWER
-        with a send under way (started here if none is)."""
-        out: dict[Partition, ErrorCode] = {}
-        unsent: list[Partition] = []
-        for p in parts:
-            answer = self._answers.pop((producer_id, producer_epoch, commit, *p), None)
-            if answer in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                out[p] = answer
-            else:
-                out[p] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                unsent.append(p)
-        key = (producer_id, producer_epoch, commit, leader)
-        task = self._sending.get(key)
-        if unsent and (task is None or task.done()):
-            self._sending[key] = asyncio.get_running_loop().create_task(
-                self._send(producer_id, producer_epoch, commit, coordinator_epoch, leader, unsent))
-        return out
-
-    async def _send(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, leader: int,
-                    parts: list[Partition]) -> None:
-        by_topic: dict[str, list[int]] = {}
-        for name, partition in parts:
-            by_topic.setdefault(name, []).append(partition)
-        body = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
-                             "transaction_result": commit, "coordinator_epoch": coordinator_epoch,
-                             "topics": [{"name": n, "partition_indexes": ps} for n, ps in by_topic.items()]}]}
-        conn = self._peer(leader)
-        try:
-            if conn is None:
-                return
-            answer = await conn.request(WRITE_TXN_MARKERS, 1, body, REQUEST_TIMEOUT_S)
-            for marker in answer["markers"]:
-                for t in marker["topics"]:
-                    for p in t["partitions"]:
-                        self._answers[(producer_id, producer_epoch, commit, t["name"], p["partition_index"])] = \
-                            ErrorCode(p["error_code"])
-        except PeerError as exc:
-            log.debug("transactions: markers to broker %d: %s", leader, exc)
-        finally:
-            self._sending.pop((producer_id, producer_epoch, commit, leader), None)
-            self._txns.markers_answered()
-
-    # ---- markers received (WriteTxnMarkers) ------------------------------------------------
-
-    def _leader_epoch(self, topic: Topic, partition: int) -> int | None:
-        state = self._replication.led_state(topic, partition)
-        return None if state is None else state.epoch
-
-    def _marker_written(self, topic: Topic, partition: int, producer_id: int) -> None:
-        self._replication.appended(topic, partition)
+    def marker_written(self, topic: Topic, partition: int, producer_id: int) -> None:
+        """A marker of the producer written here (MarkerWriter.on_written): its partitions are
+        verified again for its next transaction."""
         self._verified = {v for v in self._verified if v[0] != producer_id}
 
     async def end_group_offsets(self, producer_id: int, producer_epoch: int, commit: bool,
                                 partition: int) -> ErrorCode:
-        """A marker of ``__consumer_offsets``' ``partition``: the groups of that partition end
-        the producer's pending offsets here, answered once the group-state partition's in-sync
-        replicas have it (NOT_COORDINATOR if this broker does not coordinate them; a refused
-        write is retried by the sender)."""
-        machine = self._groups.machine
-        if machine.owned is not None and partition not in machine.owned:
-            return ErrorCode.NOT_COORDINATOR
-        ended = machine.offsets.pending_groups(producer_id, partition)
-        try:
-            for group_id in ended:
-                self._groups.complete_transaction(group_id, producer_id, producer_epoch, commit)
-        except StorageIOError:
-            return ErrorCode.NOT_COORDINATOR
-        for group_id in ended[-1:]:  # one partition: waiting for the last change waits for all
-            error = await self._group_state.replicated(group_id)
-            if error is not None:
-                return error
-        return ErrorCode.NONE
+        """WriteTxnMarkers' marker of ``__consumer_offsets``' ``partition`` (ClusterMarkers)."""
+        return await self._markers.end_group_offsets(producer_id, producer_epoch, commit, partition)
 
     def stop(self) -> None:
-        for task in self._sending.values():
-            task.cancel()
-        for conn in self._peers.values():
-            conn.close()
+        self._markers.stop()
+        self._peers.close()

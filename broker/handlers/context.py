@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.runtime.waiters import DataNotifier
     from tmqgate.broker.tdengine import Executor
     from tmqgate.broker.topics import TopicRegistry
+    from tmqgate.coordinator.offsets import TxnOffsetsGate
     from tmqgate.coordinator.runtime import CoordinatorRuntime
     from tmqgate.protocol.errors import ErrorCode
     from tmqgate.storage import Store
@@ -157,6 +158,7 @@ class GroupApis:
     membership: Members  # where the coordinators are (this one alone on one node)
     group_state: CoordinatorPlacement  # who coordinates a group (this node alone on one node)
     txn_state: CoordinatorPlacement  # and a transactional id (FindCoordinator)
+    txn_offsets: TxnOffsetsGate  # TxnOffsetCommit's check of the producer's transaction
     authorizer: Authorizer | None = None
     txn_cluster: TxnRouting = field(default_factory=LocalTxnRouting)  # TxnOffsetCommit v5 adds the group there
 

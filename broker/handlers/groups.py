@@ -322,7 +322,7 @@ async def txn_offset_commit(ctx: GroupApis, req: Request) -> TxnOffsetCommitResp
         codes = await _replicated(ctx, body["group_id"], ctx.coordinator.txn_offset_commit(
             body["group_id"], body["transactional_id"], body["producer_id"], body["producer_epoch"],
             body.get("member_id") or "", body.get("generation_id", -1), body.get("group_instance_id"), entries,
-            add_group=req.api_version >= 5))
+            add_group=req.api_version >= 5, gate=ctx.txn_offsets))
         for ti, pi, ei in slots:
             topics_out[ti]["partitions"][pi]["error_code"] = int(codes[ei])
     return {"throttle_time_ms": 0, "topics": topics_out}

@@ -6,6 +6,8 @@ Rules of the cluster of one: this broker is alone in the view and it is the cont
 0); the cluster id is the configured one; there is no etcd, so `refresh()` reads nothing and
 the `on_change` callbacks never fire; its last read is always now. The view holds no address
 for it: its readers answer each client with the address of the listener it came in on.
+`start` takes the broker's address once its listeners are bound (a cluster's membership
+registers it in etcd then).
 
 It lives here, beside the view, so handlers, broker/cluster and the server all import it
 without an import cycle.
@@ -38,6 +40,11 @@ class Members(Protocol):
     @property
     def on_change(self) -> list[Callable[[], None]]: ...  # called after each read of the view
 
+    @property
+    def advertised(self) -> tuple[str, int]: ...  # this broker's address (its first listener's), once started
+
+    async def start(self, advertised: tuple[str, int], facts: dict[str, int]) -> None: ...  # join, once listening
+
     async def refresh(self) -> bool: ...
 
     async def stop(self) -> None: ...  # leave the cluster (at the broker's shutdown)
@@ -52,10 +59,14 @@ class LocalMembership:
         self.view = ClusterView({node_id: BrokerInfo(node_id, "", 0)}, controller_id=node_id, controller_epoch=0)
         self.cluster_id: str | None = cluster_id
         self.on_change: list[Callable[[], None]] = []
+        self.advertised: tuple[str, int] = ("", 0)
 
     @property
     def read_ms(self) -> int:
         return clock.now_ms()
+
+    async def start(self, advertised: tuple[str, int], facts: dict[str, int]) -> None:
+        self.advertised = advertised
 
     async def refresh(self) -> bool:
         return True

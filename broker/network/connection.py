@@ -125,8 +125,9 @@ def _socket_fd(writer: asyncio.StreamWriter) -> int:
 class ConnectionServices:
     """What every connection of a broker shares, built by the composition root (broker/server.py).
 
-    `handlers`, `authenticator` and `advertised_by_listener` are filled in at start, before
-    `ready` is set: connections accepted earlier wait for it."""
+    `open` gives it the bound handlers and each listener's advertised address once the
+    listeners are bound (their addresses are what Metadata answers and a cluster registers)
+    and sets `ready`: connections accepted earlier wait for it."""
 
     config: BrokerConfig
     apis: Mapping[int, ApiEntry]
@@ -136,8 +137,8 @@ class ConnectionServices:
     pool: MemoryPool  # queued.max.request.bytes (broker/network/limits.py)
     limits: ConnectionLimits  # max.connections[.per.ip]
     mapping_rules: list[MappingRule]  # ssl.principal.mapping.rules
+    authenticator: Authenticator | None  # with a SASL listener
     handlers: dict[int, BoundHandler] = field(default_factory=dict)
-    authenticator: Authenticator | None = None  # with a SASL listener
     advertised_by_listener: dict[str, tuple[str, int]] = field(default_factory=dict)
     # Captures every request frame when set (tests use it for byte-for-byte round trips).
     frame_hook: Any = None
@@ -151,6 +152,12 @@ class ConnectionServices:
 
     def __post_init__(self) -> None:
         self.slow_request_ms = self.config.slow_request_ms or float("inf")
+
+    def open(self, handlers: dict[int, BoundHandler], advertised_by_listener: dict[str, tuple[str, int]]) -> None:
+        """The broker is started: its connections are served from now on."""
+        self.handlers.update(handlers)
+        self.advertised_by_listener.update(advertised_by_listener)
+        self.ready.set()
 
 
 class Connection:

@@ -213,14 +213,16 @@ class Metrics:
     Counter/Histogram take a lock per `inc` (2–3 µs each on a loaded host)."""
 
     def __init__(self, store: Store | None = None, topics: TopicRegistry | None = None,
-                 max_lag_series: int = 10_000, quotas: ClientQuotaManagers | None = None) -> None:
+                 max_lag_series: int = 10_000, quotas: ClientQuotaManagers | None = None, *,
+                 rebalances: RebalanceStats | None = None, log_cleaner: LogCleaner | None = None,
+                 authenticator: Authenticator | None = None) -> None:
         self.store = store
         self.topics = topics
         self.max_lag_series = max_lag_series
         self.quotas = quotas  # throttles counted by broker/ops/quotas/, read at scrape
-        self.authenticator: Authenticator | None = None  # SASL failures, set once a SASL listener starts
-        self.rebalances: RebalanceStats | None = None  # the group coordinator's, read at scrape
-        self.log_cleaner: LogCleaner | None = None  # broker/runtime/log_cleaner.py's figures, read at scrape
+        self.authenticator = authenticator  # SASL failures (with a SASL listener)
+        self.rebalances = rebalances  # the group coordinator's, read at scrape
+        self.log_cleaner = log_cleaner  # broker/runtime/log_cleaner.py's figures, read at scrape
         self.registry = CollectorRegistry(auto_describe=False)
         # topic -> [bytes in, bytes out, messages in]
         self._topic_counts: dict[str, list[int]] = {}

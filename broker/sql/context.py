@@ -49,7 +49,8 @@ class SqlContext:
 
     def __init__(self, store: Store, catalog: TsdbCatalog, topics: TopicNames,
                  notify: Callable[[str, int], None], groups: GroupQueries,
-                 access: Access | None, placement: PlacementQueries | None) -> None:
+                 access: Access | None, placement: PlacementQueries | None,
+                 cluster: SqlCluster | None = None) -> None:
         self.store = store
         self.catalog = catalog
         self.topics = topics
@@ -61,9 +62,9 @@ class SqlContext:
         # checked for its caller; None: nothing is checked.
         self.access = access
         # The databases this node holds alone, and the cluster (where each database is led,
-        # the DDL that goes through etcd): this node's until the broker sets its cluster's.
+        # the DDL that goes through etcd): this node's (a cluster of one) unless one is given.
         self.local = LocalSql(topics, notify)
-        self.cluster: SqlCluster = self.local
+        self.cluster: SqlCluster = cluster or self.local
 
     def cluster_of(self, db: str) -> SqlCluster:
         """Who makes and drops what is over database `db`: the cluster if it shares `db`, else

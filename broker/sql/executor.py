@@ -23,7 +23,7 @@ from tmqgate.broker.sql.access import PERMISSION_DENIED, Access, Caller, refusal
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.context import SqlContext, find_database
 from tmqgate.broker.sql.parser import parse_script
-from tmqgate.broker.sql.ports import GroupQueries, PlacementQueries, TopicNames
+from tmqgate.broker.sql.ports import GroupQueries, PlacementQueries, SqlCluster, TopicNames
 from tmqgate.broker.sql.result import SYN_NOT_LEADER, Result
 from tmqgate.broker.sql.routing import databases_in, led_elsewhere
 from tmqgate.broker.sql.worker import ParseWorker
@@ -72,8 +72,8 @@ class Executor(SqlContext):
     def __init__(self, store: Store, catalog: TsdbCatalog, topics: TopicNames,
                  notify: Callable[[str, int], None], groups: GroupQueries,
                  parse_timeout_ms: int = 30_000, access: Access | None = None,
-                 placement: PlacementQueries | None = None) -> None:
-        super().__init__(store, catalog, topics, notify, groups, access, placement)
+                 placement: PlacementQueries | None = None, cluster: SqlCluster | None = None) -> None:
+        super().__init__(store, catalog, topics, notify, groups, access, placement, cluster)
         # Long texts are parsed here, one at a time; started on the first one (worker.py).
         self.parser = ParseWorker(parse_timeout_ms / 1000)
 
