@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -547,23 +548,16 @@ def test_user_and_client_id_levels(restartable_broker: BrokerProcess) -> None:
     assert _raw_produce_throttle(b, "lvl1", topic, size) == 0  # <user, client> still its own
 
 
-def test_quota_apis_need_cluster_describe_and_alter_configs(tmp_path_factory: pytest.TempPathFactory,
-                                                            target: str, pytestconfig: pytest.Config) -> None:
-    """With an authorizer: DescribeClientQuotas needs DESCRIBE_CONFIGS and AlterClientQuotas
-    ALTER_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED, nothing changed); the same
-    principal from another host with them is served."""
-    from .test_acls import (
-        ALL,
-        ALLOW,
-        ANON,
-        CLUSTER,
-        DENY,
-        LITERAL,
-        OTHER_HOST,
-        AclBroker,
-        RawFrom,
-        create_acls,
-    )
+#: the API keys the cluster ACLs below deny from OTHER_HOST, and the answer
+DESCRIBE_CONFIGS, ALTER_CONFIGS, CLUSTER_DENIED = 10, 11, 31
+
+
+@pytest.fixture(scope="module")
+def acl_bootstrap(tmp_path_factory: pytest.TempPathFactory, target: str,
+                  pytestconfig: pytest.Config) -> Iterator[str]:
+    """A broker of this module's own with an authorizer: everything allowed on the cluster but
+    DESCRIBE_CONFIGS and ALTER_CONFIGS from OTHER_HOST (test_acls.py's names)."""
+    from .test_acls import ALL, ALLOW, ANON, CLUSTER, DENY, LITERAL, OTHER_HOST, AclBroker, create_acls
 
     if pytestconfig.getoption("--bootstrap"):
         pytest.skip("needs a broker of its own with an authorizer")
@@ -571,58 +565,44 @@ def test_quota_apis_need_cluster_describe_and_alter_configs(tmp_path_factory: py
     broker.start()
     try:
         bs = broker.bootstrap
-        describe_configs, alter_configs, cluster_denied = 10, 11, 31
         assert create_acls(bs, (CLUSTER, "kafka-cluster", LITERAL, ANON, "*", ALL, ALLOW),
-                           (CLUSTER, "kafka-cluster", LITERAL, ANON, OTHER_HOST, describe_configs, DENY),
-                           (CLUSTER, "kafka-cluster", LITERAL, ANON, OTHER_HOST, alter_configs, DENY)) == [(0, "")] * 3
-        client = _cid("acl")
-        with RawFrom(bs, OTHER_HOST) as c:
-            d = c.request(DESCRIBE, V, {"components": [], "strict": False})
-            assert (d["error_code"], d["error_message"], d["entries"]) == (cluster_denied, None, None)
-            a = c.request(ALTER, V, {"validate_only": False, "entries": [
-                {"entity": _entity(client_id=client), "ops": [{"key": "producer_byte_rate", "value": 10.0,
-                                                              "remove": False}]}]})
-            assert [(e["error_code"], e["error_message"], e["entity"]) for e in a["entries"]] == [
-                (cluster_denied, "Cluster authorization failed.", _entity(client_id=client))]
-        assert quotas_of(describe(bs, [("client-id", MATCH_EXACT, client)])) == {}
-        assert alter(bs, [(_entity(client_id=client), {"producer_byte_rate": 10.0})]) == [
-            ({"client-id": client}, 0, None)]
+                           (CLUSTER, "kafka-cluster", LITERAL, ANON, OTHER_HOST, DESCRIBE_CONFIGS, DENY),
+                           (CLUSTER, "kafka-cluster", LITERAL, ANON, OTHER_HOST, ALTER_CONFIGS, DENY)) == [(0, "")] * 3
+        yield bs
     finally:
         broker.stop()
 
 
-def test_refused_alter_names_each_entity_without_the_request_tags(tmp_path_factory: pytest.TempPathFactory,
-                                                                  target: str, pytestconfig: pytest.Config) -> None:
+def test_quota_apis_need_cluster_describe_and_alter_configs(acl_bootstrap: str) -> None:
+    """With an authorizer: DescribeClientQuotas needs DESCRIBE_CONFIGS and AlterClientQuotas
+    ALTER_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED, nothing changed); the same
+    principal from another host with them is served."""
+    from .test_acls import OTHER_HOST, RawFrom
+
+    bs = acl_bootstrap
+    client = _cid("acl")
+    with RawFrom(bs, OTHER_HOST) as c:
+        d = c.request(DESCRIBE, V, {"components": [], "strict": False})
+        assert (d["error_code"], d["error_message"], d["entries"]) == (CLUSTER_DENIED, None, None)
+        a = c.request(ALTER, V, {"validate_only": False, "entries": [
+            {"entity": _entity(client_id=client), "ops": [{"key": "producer_byte_rate", "value": 10.0,
+                                                          "remove": False}]}]})
+        assert [(e["error_code"], e["error_message"], e["entity"]) for e in a["entries"]] == [
+            (CLUSTER_DENIED, "Cluster authorization failed.", _entity(client_id=client))]
+    assert quotas_of(describe(bs, [("client-id", MATCH_EXACT, client)])) == {}
+    assert alter(bs, [(_entity(client_id=client), {"producer_byte_rate": 10.0})]) == [
+        ({"client-id": client}, 0, None)]
+
+
+def test_refused_alter_names_each_entity_without_the_request_tags(acl_bootstrap: str) -> None:
     """A refused AlterClientQuotas (no ALTER_CONFIGS on the cluster) names each entry's entity by
     its type and name alone, as Kafka's error response builds it: tagged fields the client put in
     the request's entity (unknown to the schema) are not echoed back in the answer."""
-    from .test_acls import (
-        ALL,
-        ALLOW,
-        ANON,
-        CLUSTER,
-        DENY,
-        LITERAL,
-        OTHER_HOST,
-        AclBroker,
-        RawFrom,
-        create_acls,
-    )
+    from .test_acls import OTHER_HOST, RawFrom
 
-    if pytestconfig.getoption("--bootstrap"):
-        pytest.skip("needs a broker of its own with an authorizer")
-    broker = AclBroker(target, tmp_path_factory.mktemp(f"quota-tags-{target}"))
-    broker.start()
-    try:
-        bs = broker.bootstrap
-        alter_configs, cluster_denied = 11, 31
-        assert create_acls(bs, (CLUSTER, "kafka-cluster", LITERAL, ANON, "*", ALL, ALLOW),
-                           (CLUSTER, "kafka-cluster", LITERAL, ANON, OTHER_HOST, alter_configs, DENY)) == [(0, "")] * 2
-        client = _cid("tags")
-        tagged = [{**e, "_unknown_tags": {90: b"\x01\x02"}} for e in _entity(client_id=client)]
-        with RawFrom(bs, OTHER_HOST) as c:
-            a = c.request(ALTER, V, {"validate_only": False, "entries": [
-                {"entity": tagged, "ops": [{"key": "producer_byte_rate", "value": 10.0, "remove": False}]}]})
-        assert [(e["error_code"], e["entity"]) for e in a["entries"]] == [(cluster_denied, _entity(client_id=client))]
-    finally:
-        broker.stop()
+    client = _cid("tags")
+    tagged = [{**e, "_unknown_tags": {90: b"\x01\x02"}} for e in _entity(client_id=client)]
+    with RawFrom(acl_bootstrap, OTHER_HOST) as c:
+        a = c.request(ALTER, V, {"validate_only": False, "entries": [
+            {"entity": tagged, "ops": [{"key": "producer_byte_rate", "value": 10.0, "remove": False}]}]})
+    assert [(e["error_code"], e["entity"]) for e in a["entries"]] == [(CLUSTER_DENIED, _entity(client_id=client))]
