@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", help="data directory (default ./data)")
     serve.add_argument("--node-id", type=int, help="this broker's node id (node_id; default 1)")
     serve.add_argument("--cluster", help="etcd://HOST:PORT[,HOST:PORT...]: join the cluster coordinated "
-                       "by that etcd (cluster; default: one node, no etcd)")
+                       "by that etcd; local:PATH: the brokers of this machine sharing that file, no etcd "
+                       "(cluster; default: one node)")
     serve.add_argument("--config", help="TOML file of broker settings")
     serve.add_argument("--log-level", type=str.upper, default="INFO", choices=LOG_LEVELS,
                        help="the least severe log lines written to stderr (default INFO; DEBUG adds "

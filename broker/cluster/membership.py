@@ -45,11 +45,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from etcd3gw.client import Etcd3Client
 from etcd3gw.lease import Lease
 
+from tmqgate.broker.cluster.local_kv import LocalKv, LocalLease, local_path
 from tmqgate.broker.metadata.view import (
     ACLS,
     BROKERS,
@@ -90,10 +91,29 @@ class EtcdUnreachable(ConnectionError):
     (the one line a refused start prints)."""
 
 
+class KvClient(Protocol):
+    """What the membership asks of etcd: etcd3gw's `Etcd3Client`, or `local_kv.LocalKv` (the
+    brokers of one machine sharing a SQLite file, ``local:PATH``). Leases are each one's own."""
+
+    def lease(self, ttl: int) -> Any: ...
+
+    def put(self, key: str, value: str, lease: Any = None) -> bool: ...
+
+    def create(self, key: str, value: str, lease: Any = None) -> bool: ...
+
+    def replace(self, key: str, initial_value: str, new_value: str) -> bool: ...
+
+    def delete(self, key: str) -> bool: ...
+
+    def get(self, key: str, metadata: bool = False) -> list[Any]: ...
+
+    def get_prefix(self, key_prefix: str) -> list[Any]: ...
+
+
 @dataclass
 class _Session:
-    client: Etcd3Client
-    lease: Lease | None = None
+    client: KvClient
+    lease: Lease | LocalLease | None = None
 
 
 class Membership:
@@ -102,6 +122,8 @@ class Membership:
     def __init__(self, url: str, node_id: int, session_timeout_ms: int, rebalance_interval_s: float | None = None,
                  http: str = "", peer_security: PeerSecurity | None = None) -> None:
         self.endpoints = parse_cluster(url)
+        #: ``local:PATH``: the SQLite file the brokers of this machine share (local_kv.py), not etcd
+        self.local = local_path(url)
         self.node_id = node_id
         #: its address (its first listener's) and what it registers beside it
         #: (metadata.view.DNODE_FACTS), given by ``start`` once it listens
@@ -143,9 +165,11 @@ class Membership:
 
     # ---- in the worker thread ------------------------------------------------------------
 
-    def _new_client(self) -> Etcd3Client:
+    def _new_client(self) -> KvClient:
+        if self.local is not None:
+            return LocalKv(self.local)
         host, port = self.endpoints[self._endpoint % len(self.endpoints)]
-        return Etcd3Client(host=host, port=port, timeout=max(1.0, self.interval), api_path="/v3/")
+        return Etcd3Client(host=host, port=port, timeout=max(1.0, self.interval), api_path="/v3/")  # type: ignore[return-value]
 
     def _round(self) -> None:
         """One round: lease, registration, election, view (raises on an etcd failure)."""
@@ -212,7 +236,7 @@ class Membership:
             self._session = None
             return False
 
-    def _client(self) -> Etcd3Client:
+    def _client(self) -> KvClient:
         """The current session's client; ConnectionError between sessions (etcd lost)."""
         s = self._session
         if s is None:
@@ -337,6 +361,9 @@ class Membership:
                 break
             tried.add(endpoint)
             if loop.time() > deadline and len(tried) == len(self.endpoints):
+                if self.local is not None:
+                    raise EtcdUnreachable(f"cannot use the cluster file {self.local}: "
+                                          f"{self._failures.get(0, 'no answer')}")
                 reasons = [f"{host}:{port}: {self._failures.get(i, 'no answer')}"
                            for i, (host, port) in enumerate(self.endpoints)]
                 raise EtcdUnreachable(f"cannot reach etcd at {'; at '.join(reasons)}: start etcd there, or give "

@@ -157,7 +157,8 @@ class BrokerConfig:
     # The cluster id Metadata and DescribeCluster answer (with `cluster`: the one kept in etcd).
     cluster_id: str = "tmqgate-cluster-00000"
     # etcd://HOST:PORT[,HOST:PORT…]: join the cluster coordinated by that etcd (docs/CLUSTER.md;
-    # `serve --cluster`); unset: one node, no other server needed.
+    # `serve --cluster`); local:PATH: the brokers of one machine sharing that SQLite file, no
+    # etcd (broker/cluster/local_kv.py); unset: one node, no other server needed.
     cluster: str | None = None
     # Kafka's broker.session.timeout.ms: the TTL of this broker's etcd lease; a broker not heard
     # from for this long leaves the others' Metadata and gives up the controller role.

@@ -114,9 +114,13 @@ def view_from(brokers: Iterable[tuple[str, str]], controller: tuple[str, int] | 
 
 
 def parse_cluster(url: str) -> list[tuple[str, int]]:
-    """``etcd://HOST:PORT[,HOST:PORT…]`` → the endpoints (ValueError when malformed)."""
+    """``etcd://HOST:PORT[,HOST:PORT…]`` → the endpoints (ValueError when malformed);
+    ``local:PATH`` (the brokers of one machine sharing a file, broker/cluster/local_kv.py) →
+    one endpoint, (PATH, 0), that names it in messages."""
+    if url.startswith("local:") and len(url) > len("local:"):
+        return [(url[len("local:"):], 0)]
     if not url.startswith("etcd://"):
-        raise ValueError(f"--cluster must be etcd://HOST:PORT[,HOST:PORT…], not {url!r}")
+        raise ValueError(f"--cluster must be etcd://HOST:PORT[,HOST:PORT…] or local:PATH, not {url!r}")
     out = []
     for part in url[len("etcd://"):].split(","):
         split = urlsplit("//" + part)
