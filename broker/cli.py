@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--cluster", help="etcd://HOST:PORT[,HOST:PORT...]: join the cluster coordinated "
                        "by that etcd; local:PATH: the brokers of this machine sharing that file, no etcd "
                        "(cluster; default: one node)")
+    serve.add_argument("--workers", type=int, default=1,
+                       help="broker processes on this machine, each a broker of its own on the listeners' "
+                            "ports + its index (broker/workers.py; default 1: one broker)")
     serve.add_argument("--config", help="TOML file of broker settings")
     serve.add_argument("--log-level", type=str.upper, default="INFO", choices=LOG_LEVELS,
                        help="the least severe log lines written to stderr (default INFO; DEBUG adds "
@@ -481,6 +484,18 @@ async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
     await broker.stop()
 
 
+def serve_worker(config: BrokerConfig, log_format: str, log_level: str) -> None:
+    """One worker of `serve --workers N` (broker/workers.py), in its own process."""
+    from tmqgate.broker.ops.logs import setup_logging
+
+    setup_logging(log_level, log_format)
+    try:
+        asyncio.run(_serve(config, log_format))
+    except StartupError as exc:
+        print(f"tmqgate: worker node {config.node_id}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
 def _remove(created: str | None) -> None:
     """Undo the folders a failed start-up made (only those: `created` did not exist before)."""
     if created:
@@ -501,6 +516,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir,
                                    http_auth=args.http_auth, node_id=args.node_id, cluster=args.cluster)
+        if args.workers < 1:
+            raise ConfigError(f"--workers must be 1 or more, not {args.workers}")
+        if args.workers > 1:
+            from tmqgate.broker.workers import Supervisor
+
+            return Supervisor(config, args.workers, serve_worker, args.log_format, args.log_level).run()
         asyncio.run(_serve(config, args.log_format))
     except (ConfigError, StartupError) as exc:  # refused before anything starts: one line, exit 2
         print(f"tmqgate: {exc}", file=sys.stderr, flush=True)

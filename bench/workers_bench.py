@@ -1,0 +1,163 @@
+"""`tmqgate serve --workers N` against one broker (issue 28): aggregate produce throughput with
+P producer processes, `python -m bench.workers_bench [--workers 1,2] [--producers 2] [--seconds 10]`.
+
+For each worker count: a fresh `tmqgate serve --workers N` (bench/run.py's settings), a topic
+of 4 partitions per worker (leaders spread over the workers), then P confluent-kafka producer
+processes, each sending 1 KiB random values round-robin over the partitions (acks=1,
+linger.ms=5, batch.size=131072, as ../shared/bench/scale measures) for `--seconds` after a
+2 s warm-up; the figure is the records acknowledged in the window, summed. Also the CPU
+seconds of each worker process over the window. Results: `workers_results.json` beside this
+file. Nothing asserts timings: on a 2-core machine brokers and producers share the cores, so
+read it as whether N workers use more of the machine than one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.procstats import cpu_seconds
+from bench.run import TMQGATE_CONFIG
+from compat_tests.helpers import api_versions_ok, free_port, wait_until
+
+BENCH_DIR = Path(__file__).resolve().parent
+VALUE = 1024
+
+
+def _producer(bootstrap: str, topic: str, partitions: int, warmup: float, seconds: float,
+              out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 131072,
+                         "queue.buffering.max.kbytes": 1048576})
+    value = os.urandom(VALUE)
+    counted = [0]
+    window = [0.0, 0.0]
+
+    def done(err: Any, msg: Any) -> None:
+        if err is None and window[0] <= time.monotonic() < window[1]:
+            counted[0] += 1
+
+    start = time.monotonic()
+    window[:] = [start + warmup, start + warmup + seconds]
+    i = 0
+    while time.monotonic() < window[1]:
+        try:
+            producer.produce(topic, value, partition=i % partitions, on_delivery=done)
+            i += 1
+        except BufferError:
+            producer.poll(0.005)
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.flush(30)
+    out.put(counted[0])
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def run(workers: int, producers: int, seconds: float, workdir: Path) -> dict[str, Any]:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    port = free_port()
+    while any(not _free(port + i) for i in range(1, workers)):
+        port = free_port()
+    http = free_port()
+    while any(not _free(http + i) for i in range(1, workers)):
+        http = free_port()
+    config = workdir / "tmqgate.toml"
+    config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in TMQGATE_CONFIG.items()))
+    log = open(workdir / "serve.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from tmqgate.broker.cli import main; sys.exit(main())",
+                             "serve", "--workers", str(workers), "--listen", f"127.0.0.1:{port}",
+                             "--http", f"127.0.0.1:{http}", "--data-dir", str(workdir / "data"),
+                             "--config", str(config), "--log-level", "WARNING"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    try:
+        bootstrap = ",".join(f"127.0.0.1:{port + i}" for i in range(workers))
+        for i in range(workers):
+            wait_until(lambda i=i: api_versions_ok(f"127.0.0.1:{port + i}"), 60, 0.2, f"worker {i} ready")
+        topic = f"bench-{uuid.uuid4().hex[:6]}"
+        partitions = 4 * workers
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(60)
+        time.sleep(2)  # every worker has the placement
+        pids = _children(proc.pid) if workers > 1 else [proc.pid]
+        ctx = multiprocessing.get_context("spawn")
+        out = ctx.Queue()
+        procs = [ctx.Process(target=_producer, args=(bootstrap, topic, partitions, 2.0, seconds, out))
+                 for _ in range(producers)]
+        for p in procs:
+            p.start()
+        time.sleep(2.0)
+        cpu0 = [cpu_seconds(pid) or 0.0 for pid in pids]
+        time.sleep(seconds)
+        cpu1 = [cpu_seconds(pid) or 0.0 for pid in pids]
+        counts = [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(60)
+        records = sum(counts)
+        return {"workers": workers, "producers": producers, "seconds": seconds, "records": records,
+                "records_per_s": round(records / seconds), "mib_per_s": round(records * VALUE / seconds / 2**20, 1),
+                "worker_cpu_s": [round(b - a, 2) for a, b in zip(cpu0, cpu1, strict=True)]}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "workers_results.json")
+    args = parser.parse_args(argv)
+    results = []
+    for n in (int(w) for w in args.workers.split(",")):
+        workdir = Path(tempfile.mkdtemp(prefix=f"tmqgate-workers-{n}-"))
+        try:
+            result = run(n, args.producers, args.seconds, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        print(json.dumps(result), flush=True)
+        results.append(result)
+    base = results[0]["records_per_s"] or 1
+    summary = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "cpus": os.cpu_count(),
+               "results": results, "ratios": {str(r["workers"]): round(r["records_per_s"] / base, 2) for r in results}}
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary["ratios"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
