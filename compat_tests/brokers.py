@@ -128,20 +128,22 @@ class TmqgateProcess(ChildProcess, BrokerProcess):
 
     def __init__(self, workdir: Path, port: int | None = None, http_port: int | None = None,
                  ready_timeout: float = 60.0, config: dict[str, Any] | None = None,
-                 extra_listeners: dict[str, str] | None = None) -> None:
+                 extra_listeners: dict[str, str] | None = None, workers: int = 1) -> None:
         """`config`: broker settings (fields of broker/configs/config.py) written to a TOML file
         in `workdir` and passed as `serve --config`; `extra_listeners` (name -> security
-        protocol) are listeners on free ports beside the PLAINTEXT one (`listener_ports`)."""
+        protocol) are listeners on free ports beside the PLAINTEXT one (`listener_ports`);
+        `workers`: `serve --workers` (worker i on every port + i, broker/workers.py)."""
         self.workdir = workdir
+        self.workers = workers
         # The reference broker runs with group.initial.rebalance.delay.ms=0 (kafka_ref.py);
         # tmqgate gets the same so group tests compare like with like.
         self.config = {**TEST_DEFAULTS, **(config or {})}
-        self.port = port or free_port()
-        self.http_port = http_port or free_port()
+        self.port = port or free_ports(workers)
+        self.http_port = http_port or free_ports(workers)
         self.data_dir = workdir / "data"
         self.log_path = workdir / "tmqgate.log"
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self.listener_ports = {"PLAINTEXT": self.port, **{name: free_port() for name in extra_listeners or {}}}
+        self.listener_ports = {"PLAINTEXT": self.port, **{name: free_ports(workers) for name in extra_listeners or {}}}
         if extra_listeners:
             self.config.setdefault("listeners", [f"{n}://127.0.0.1:{p}" for n, p in self.listener_ports.items()])
             self.config.setdefault("listener_security_protocol_map",
@@ -153,6 +155,8 @@ class TmqgateProcess(ChildProcess, BrokerProcess):
         self.workdir.mkdir(parents=True, exist_ok=True)
         cmd = _tmqgate_cmd() + ["serve", "--listen", self.bootstrap, "--http", f"127.0.0.1:{self.http_port}",
                                 "--data-dir", str(self.data_dir)]
+        if self.workers > 1:
+            cmd += ["--workers", str(self.workers)]
         if self.config:
             config_path = self.workdir / "tmqgate.toml"
             config_path.write_text(_toml(self.config))
@@ -167,12 +171,32 @@ class TmqgateProcess(ChildProcess, BrokerProcess):
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"tmqgate exited with {self.proc.returncode}:\n{self.log_tail()}")
-            # the HTTP front starts listening after the Kafka listeners (cli.py): ready is both
-            if api_versions_ok(self.bootstrap) and _listening(self.http_port):
+            # the HTTP front starts listening after the Kafka listeners (cli.py): ready is both,
+            # on every worker
+            if all(api_versions_ok(f"127.0.0.1:{self.port + i}") and _listening(self.http_port + i)
+                   for i in range(self.workers)):
                 return
             time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"tmqgate not ready after {self.ready_timeout}s:\n{self.log_tail()}")
+
+
+def free_ports(count: int) -> int:
+    """A free port P with P + 1 … P + count - 1 free too (one per worker)."""
+    for _ in range(100):
+        port = free_port()
+        if all(_bindable(port + i) for i in range(1, count)):
+            return port
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
 
 def _listening(port: int) -> bool:
@@ -257,4 +281,5 @@ def new_broker(target: str, workdir: Path, *, config: dict[str, Any] | None = No
         return new_container_broker(target, workdir, config=config, extra_listeners=extra_listeners)
     if target == "kafka":
         return RefKafkaProcess(workdir, config=config, extra_listeners=extra_listeners)
-    return TmqgateProcess(workdir, config=config, extra_listeners=extra_listeners)
+    workers = 2 if target == "tmqgate-workers" else 1  # serve --workers 2 (issue 28)
+    return TmqgateProcess(workdir, config=config, extra_listeners=extra_listeners, workers=workers)

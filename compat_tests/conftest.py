@@ -42,14 +42,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bootstrap", default=None, metavar="HOST:PORT",
                     help="use this already running broker (restart tests are skipped)")
     group.addoption("--target", default="tmqgate",
-                    choices=("tmqgate", "kafka", "tmqgate-container", "kafka-container"),
+                    choices=("tmqgate", "kafka", "tmqgate-container", "kafka-container", "tmqgate-workers"),
                     help="which broker to start: tmqgate (default) or the reference Apache Kafka; "
-                         "*-container: the same in a container (testcontainers, needs Docker)")
+                         "*-container: the same in a container (testcontainers, needs Docker); "
+                         "tmqgate-workers: `tmqgate serve --workers 2` as the session's broker")
 
 
 def _kind(target: str) -> str:
     """The broker a target runs: "tmqgate" or "kafka" (a container target runs the same one)."""
-    return target.removesuffix("-container")
+    return target.removesuffix("-container").removesuffix("-workers")
 
 
 def pytest_configure(config: pytest.Config) -> None:
