@@ -6,7 +6,8 @@ of 4 partitions per worker (leaders spread over the workers), then P confluent-k
 processes, each sending 1 KiB random values round-robin over the partitions (acks=1,
 linger.ms=5, batch.size=131072, as ../shared/bench/scale measures) for `--seconds` after a
 2 s warm-up; the figure is the records acknowledged in the window, summed. Also the CPU
-seconds of each worker process over the window. Results: `workers_results.json` beside this
+seconds of each child process of the supervisor over the window (the workers, and
+multiprocessing's resource tracker, near 0). Results: `workers_results.json` beside this
 file. Nothing asserts timings: on a 2-core machine brokers and producers share the cores, so
 read it as whether N workers use more of the machine than one.
 """
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "workers_results.json")
     args = parser.parse_args(argv)
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     results = []
     for n in (int(w) for w in args.workers.split(",")):
         workdir = Path(tempfile.mkdtemp(prefix=f"tmqgate-workers-{n}-"))
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result), flush=True)
         results.append(result)
     base = results[0]["records_per_s"] or 1
-    summary = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "cpus": os.cpu_count(),
+    summary = {"started": started, "cpus": os.cpu_count(),
                "results": results, "ratios": {str(r["workers"]): round(r["records_per_s"] / base, 2) for r in results}}
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary["ratios"]))
