@@ -12,7 +12,7 @@ import gc
 import logging
 import ssl
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tmqgate.broker.acl.authorizer import Authorizer
 from tmqgate.broker.acl.sql_access import SqlAccess
@@ -64,9 +64,6 @@ from tmqgate.protocol import clock
 from tmqgate.protocol.codec import iter_precompile
 from tmqgate.storage import Store
 
-if TYPE_CHECKING:
-    pass
-
 log = logging.getLogger("tmqgate.server")
 
 
@@ -75,6 +72,7 @@ log = logging.getLogger("tmqgate.server")
 PRECOMPILED_APIS = (ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS,
                     ApiKey.FIND_COORDINATOR, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.HEARTBEAT,
                     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.INIT_PRODUCER_ID)
+
 
 def _set_user_password(store: Store, user: str, password: str, create: bool) -> None:
     """CREATE USER / ALTER USER … PASS: the user's SCRAM credentials, as AlterUserScramCredentials."""
@@ -103,7 +101,7 @@ class Broker:
         self.started_ms = clock.now_ms()
         # The parts one node and a cluster build differently (broker/runtime/roles.py): this broker
         # alone, a cluster of one; with `cluster`, etcd's (imported only then: one node needs no etcd).
-        roles: Roles = LocalRoles(config, self.store)
+        roles: Roles = LocalRoles(config)
         if config.cluster is not None:
             from tmqgate.broker.cluster.roles import ClusterRoles
 

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from tmqgate.coordinator.transactions import MarkerWriter as TxnMarkers
     from tmqgate.coordinator.transactions import TxnGroups
     from tmqgate.protocol.errors import ErrorCode
-    from tmqgate.storage import Store
 
 
 class TxnChecks(Protocol):
@@ -83,7 +82,7 @@ class LocalRoles:
     """A cluster of one: this broker alone, its own controller and coordinator, leader of every
     partition; no events between its parts (its membership never changes)."""
 
-    def __init__(self, config: BrokerConfig, store: Store) -> None:
+    def __init__(self, config: BrokerConfig) -> None:
         self._config = config
 
     def membership(self) -> Members:
