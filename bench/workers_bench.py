@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.procstats import cpu_seconds
 from bench.run import TMQGATE_CONFIG
-from compat_tests.helpers import api_versions_ok, free_port, wait_until
+from compat_tests.helpers import api_versions_ok, child_pids, free_port, wait_until
 
 BENCH_DIR = Path(__file__).resolve().parent
 VALUE = 1024
@@ -65,22 +65,10 @@ def _producer(bootstrap: str, topic: str, partitions: int, warmup: float, second
     out.put(counted[0])
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
-    return out
-
-
 def run(workers: int, producers: int, seconds: float, workdir: Path) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    port = free_port()
-    while any(not _free(port + i) for i in range(1, workers)):
-        port = free_port()
-    http = free_port()
-    while any(not _free(http + i) for i in range(1, workers)):
-        http = free_port()
+    port, http = free_port(workers), free_port(workers)  # worker i on each + i
     config = workdir / "tmqgate.toml"
     config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in TMQGATE_CONFIG.items()))
     log = open(workdir / "serve.log", "ab")  # noqa: SIM115 - handed to the child
@@ -99,7 +87,7 @@ def run(workers: int, producers: int, seconds: float, workdir: Path) -> dict[str
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(60)
         time.sleep(2)  # every worker has the placement
-        pids = _children(proc.pid) if workers > 1 else [proc.pid]
+        pids = child_pids(proc.pid) if workers > 1 else [proc.pid]
         ctx = multiprocessing.get_context("spawn")
         out = ctx.Queue()
         procs = [ctx.Process(target=_producer, args=(bootstrap, topic, partitions, 2.0, seconds, out))
@@ -123,17 +111,6 @@ def run(workers: int, producers: int, seconds: float, workdir: Path) -> dict[str
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
-
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def main(argv: list[str] | None = None) -> int:

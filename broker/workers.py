@@ -137,6 +137,3 @@ class Supervisor:
                 p.kill()
                 p.join()
         return max((abs(p.exitcode or 0) for p in self._procs if p is not None), default=0)
-
-    def pids(self) -> list[int | None]:
-        return [None if p is None else p.pid for p in self._procs]

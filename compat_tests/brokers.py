@@ -138,12 +138,12 @@ class TmqgateProcess(ChildProcess, BrokerProcess):
         # The reference broker runs with group.initial.rebalance.delay.ms=0 (kafka_ref.py);
         # tmqgate gets the same so group tests compare like with like.
         self.config = {**TEST_DEFAULTS, **(config or {})}
-        self.port = port or free_ports(workers)
-        self.http_port = http_port or free_ports(workers)
+        self.port = port or free_port(workers)
+        self.http_port = http_port or free_port(workers)
         self.data_dir = workdir / "data"
         self.log_path = workdir / "tmqgate.log"
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self.listener_ports = {"PLAINTEXT": self.port, **{name: free_ports(workers) for name in extra_listeners or {}}}
+        self.listener_ports = {"PLAINTEXT": self.port, **{name: free_port(workers) for name in extra_listeners or {}}}
         if extra_listeners:
             self.config.setdefault("listeners", [f"{n}://127.0.0.1:{p}" for n, p in self.listener_ports.items()])
             self.config.setdefault("listener_security_protocol_map",
@@ -179,24 +179,6 @@ class TmqgateProcess(ChildProcess, BrokerProcess):
             time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"tmqgate not ready after {self.ready_timeout}s:\n{self.log_tail()}")
-
-
-def free_ports(count: int) -> int:
-    """A free port P with P + 1 … P + count - 1 free too (one per worker)."""
-    for _ in range(100):
-        port = free_port()
-        if all(_bindable(port + i) for i in range(1, count)):
-            return port
-    raise RuntimeError(f"no {count} consecutive free ports")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def _listening(port: int) -> bool:

@@ -50,15 +50,16 @@ def _ephemeral_low() -> int:
         return 32_768
 
 
-def free_port() -> int:
-    """An unused loopback TCP port for a test's server to listen on, below the ephemeral range.
+def free_port(count: int = 1) -> int:
+    """An unused loopback TCP port for a test's server to listen on, below the ephemeral range;
+    with ``count``, a port P with P + 1 … P + count - 1 free too (`serve --workers`: one per worker).
 
     A port from bind(0) is an ephemeral one, and every outgoing connection of every process
     takes its local port from that range too: one could take it before the server bound it
     (CI on 9967680: a cluster node "Address already in use", with four lanes connecting
     hard). Below the range only another test's server can, and picked at random among
     ~22,000 ports, the chance that two lanes pick one in the same moment is negligible."""
-    high = _ephemeral_low()
+    high = _ephemeral_low() - count + 1  # the last of the ports below the range too
     for _ in range(200):
         port = _port_choice.randrange(SERVER_PORTS_FROM, high) if high > SERVER_PORTS_FROM + 1000 else 0
         with socket.socket() as s:
@@ -66,8 +67,28 @@ def free_port() -> int:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return int(s.getsockname()[1])
-    raise AssertionError("no free port below the ephemeral range after 200 tries")
+            port = int(s.getsockname()[1])
+        if all(_bindable(port + i) for i in range(1, count)):
+            return port
+    raise AssertionError(f"no {count} free port(s) below the ephemeral range after 200 tries")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def child_pids(pid: int) -> list[int]:
+    """The process's children (every thread's, from /proc), sorted."""
+    out: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as fh:
+            out.update(int(c) for c in fh.read().split())
+    return sorted(out)
 
 
 def split_hostport(hostport: str) -> tuple[str, int]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from .brokers import TmqgateProcess
-from .helpers import wait_until
+from .helpers import child_pids, wait_until
 from .raw import RawConn
 
 pytestmark = pytest.mark.tmqgate_only
@@ -54,12 +54,8 @@ def sql(p: TmqgateProcess, text: str) -> tuple[int, dict]:
 def parser_pids(p: TmqgateProcess) -> list[int]:
     """The broker's parsing processes: its children started by multiprocessing's spawn."""
     assert p.proc is not None
-    pids = set()
-    for tid in os.listdir(f"/proc/{p.proc.pid}/task"):
-        with open(f"/proc/{p.proc.pid}/task/{tid}/children") as fh:
-            pids.update(int(x) for x in fh.read().split())
     out = []
-    for pid in sorted(pids):
+    for pid in child_pids(p.proc.pid):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 if b"spawn_main" in fh.read():

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import urllib.request
 import uuid
@@ -24,29 +23,9 @@ import pytest
 
 from .brokers import _tmqgate_cmd
 from .clusters import metadata
-from .helpers import api_versions_ok, free_port, wait_until
+from .helpers import api_versions_ok, child_pids, free_port, wait_until
 
 pytestmark = [pytest.mark.serial, pytest.mark.tmqgate_only]
-
-
-def _two_free_ports() -> int:
-    """A port P with P + 1 free too (a worker listens on each)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no two consecutive free ports")
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
-    return out
 
 
 def _listed(bootstrap: str) -> list[tuple[int, int]]:
@@ -99,7 +78,7 @@ def _produce(bootstrap: str, topic: str, values: list[tuple[int, bytes]]) -> lis
 def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    port, http = _two_free_ports(), _two_free_ports()
+    port, http = free_port(2), free_port(2)
     bootstrap = f"127.0.0.1:{port}"
     log = open(tmp_path / "serve.log", "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(_tmqgate_cmd() + ["serve", "--workers", "2", "--listen", bootstrap,
@@ -139,9 +118,9 @@ def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
                        f"{db} seen through {front}", ok=lambda names: db in names)
 
         # kill -9 the worker leading partitions 1 and 3's node: the supervisor starts it again
-        [worker1] = [pid for pid in _children(proc.pid) if _worker_index(pid) == 1]
+        [worker1] = [pid for pid in child_pids(proc.pid) if _worker_index(pid) == 1]
         os.kill(worker1, signal.SIGKILL)
-        wait_until(lambda: api_versions_ok(f"127.0.0.1:{port + 1}") and worker1 not in _children(proc.pid), 60, 0.2,
+        wait_until(lambda: api_versions_ok(f"127.0.0.1:{port + 1}") and worker1 not in child_pids(proc.pid), 60, 0.2,
                    "the killed worker started again")
         wait_until(lambda: _listed(bootstrap), 30, 0.2, "both listed again", ok=lambda listed: listed == workers)
         wait_until(lambda: _leaders(bootstrap, topic), 30, 0.2, "its partitions led again",
