@@ -27,6 +27,11 @@ class BrokerProcess:
 
     bootstrap: str
 
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every broker this one runs, as HOST:PORT (one: the bootstrap)."""
+        return (self.bootstrap,)
+
     def start(self) -> None:
         raise NotImplementedError
 
@@ -150,6 +155,11 @@ class TmqgateProcess(ChildProcess, BrokerProcess):
                                    {"PLAINTEXT": "PLAINTEXT", **extra_listeners})
         self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The workers' PLAINTEXT addresses: worker i on the port + i."""
+        return tuple(f"127.0.0.1:{self.port + i}" for i in range(self.workers))
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -92,6 +92,12 @@ class Broker:
     bootstrap: str
     target: str  # "tmqgate" | "kafka"
     external: bool  # given by --bootstrap; we cannot restart it
+    nodes: tuple[str, ...] = ()  # every broker it runs (`serve --workers 2`: two); () = the bootstrap alone
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """(host, port) of every broker, as DescribeCluster lists them."""
+        return [(a.rpartition(":")[0], int(a.rpartition(":")[2])) for a in self.nodes or (self.bootstrap,)]
 
     @property
     def host(self) -> str:
@@ -127,7 +133,7 @@ def broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
     proc = _new_process(_runtime(pytestconfig), tmp_path_factory.mktemp(f"{target}-session"))
     proc.start()
     try:
-        yield Broker(proc.bootstrap, target, external=False)
+        yield Broker(proc.bootstrap, target, external=False, nodes=proc.nodes)
     finally:
         proc.stop()
 

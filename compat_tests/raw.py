@@ -161,6 +161,104 @@ class RawConn:
         return p
 
 
+# What a Kafka client looks up before sending: the transaction coordinator of a transactional
+# id, the group coordinator of a group, the leader of a partition (api key -> how).
+# InitProducerId, AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn, DescribeTransactions
+_TXN_KEYED = {22, 24, 25, 26, 65}
+_GROUP_KEYED = {8, 9, 11, 12, 13, 14, 15, 28, 42, 47, 68, 69}  # OffsetCommit/Fetch, Join/Heartbeat/Leave/Sync,
+# DescribeGroups, TxnOffsetCommit (to the group's), DeleteGroups, OffsetDelete, ConsumerGroupHeartbeat/Describe
+
+
+def _txn_key(body: dict[str, Any]) -> str | None:
+    if "transactional_id" in body:
+        return str(body["transactional_id"])
+    ids = body.get("transactional_ids") or []
+    return str(ids[0]) if ids else None
+
+
+def _group_key(body: dict[str, Any]) -> str | None:
+    if body.get("group_id") is not None:
+        return str(body["group_id"])
+    groups = body.get("groups") or body.get("groups_names") or body.get("group_ids") or []
+    if not groups:
+        return None
+    first = groups[0]
+    return str(first["group_id"] if isinstance(first, dict) else first)
+
+
+def _partition_key(api_key: int, body: dict[str, Any]) -> tuple[str, int] | None:
+    """Produce / Fetch / ListOffsets: the (topic, partition) of the first partition named."""
+    try:
+        if api_key == 0:
+            t = body["topic_data"][0]
+            return str(t["name"]), int(t["partition_data"][0]["index"])
+        if api_key == 1:
+            t = body["topics"][0]
+            return str(t["topic"]), int(t["partitions"][0]["partition"])
+        if api_key == 2:
+            t = body["topics"][0]
+            return str(t["name"]), int(t["partitions"][0]["partition_index"])
+    except (KeyError, IndexError):
+        return None
+    return None
+
+
+class RoutedConn:
+    """`RawConn.request` as a Kafka client routes it, for any number of brokers: requests keyed by
+    a transactional id or a group go to its coordinator (FindCoordinator v4, asked each time: it
+    moves), Produce / Fetch / ListOffsets to the partition's leader (Metadata), the rest to the
+    bootstrap. A lookup that finds no answer yet uses the bootstrap, whose answer (NOT_COORDINATOR,
+    NOT_LEADER_OR_FOLLOWER) the test's retry sees as a client would. One connection per broker."""
+
+    def __init__(self, bootstrap: str, timeout: float = 15.0, client_id: str = "compat-raw") -> None:
+        self.bootstrap = bootstrap
+        self.timeout = timeout
+        self.client_id = client_id
+        self._conns: dict[str, RawConn] = {}
+
+    def conn(self, address: str) -> RawConn:
+        if address not in self._conns:
+            self._conns[address] = RawConn(address, self.timeout, self.client_id)
+        return self._conns[address]
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            c.close()
+        self._conns.clear()
+
+    def __enter__(self) -> RoutedConn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def coordinator(self, key: str, key_type: int) -> str:
+        """HOST:PORT of the key's coordinator (the bootstrap while there is none)."""
+        body = self.conn(self.bootstrap).request(10, 4, {"key_type": key_type, "coordinator_keys": [key]})
+        [found] = body["coordinators"]
+        return f"{found['host']}:{found['port']}" if found["error_code"] == 0 else self.bootstrap
+
+    def leader(self, topic: str, partition: int) -> str:
+        """HOST:PORT of the partition's leader (the bootstrap while there is none)."""
+        body = self.conn(self.bootstrap).request(3, METADATA_V, {
+            "topics": [{"name": topic, "topic_id": bytes(16)}], "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False})
+        brokers = {b["node_id"]: f"{b['host']}:{b['port']}" for b in body["brokers"]}
+        leaders = [p["leader_id"] for t in body["topics"] for p in t["partitions"] if p["partition_index"] == partition]
+        return brokers.get(leaders[0], self.bootstrap) if leaders else self.bootstrap
+
+    def route(self, api_key: int, body: dict[str, Any]) -> str:
+        """The broker a client sends this request to."""
+        key = _txn_key(body) if api_key in _TXN_KEYED else _group_key(body) if api_key in _GROUP_KEYED else None
+        if key is not None:
+            return self.coordinator(key, 1 if api_key in _TXN_KEYED else 0)
+        tp = _partition_key(api_key, body)
+        return self.leader(*tp) if tp is not None else self.bootstrap
+
+    def request(self, api_key: int, version: int, body: dict[str, Any], timeout: float | None = None) -> dict:
+        return self.conn(self.route(api_key, body)).request(api_key, version, body, timeout)
+
+
 def one_record_batch(value: bytes, key: bytes | None = None, size_pad: int = 0) -> bytes:
     """A single-record uncompressed v2 batch built by our codec."""
     from tmqgate.protocol.records import build_batch

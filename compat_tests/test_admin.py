@@ -172,13 +172,15 @@ def test_delete_records_moves_log_start(admin: AdminClient, broker: Broker, topi
 def test_describe_cluster(admin: AdminClient, broker: Broker) -> None:
     cluster = admin.describe_cluster().result(TIMEOUT)
     assert cluster.cluster_id
-    assert [(n.host, n.port) for n in cluster.nodes] == [(broker.host, broker.port)]
+    # one node per broker the target runs (`serve --workers 2`: each worker is one)
+    assert sorted((n.host, n.port) for n in cluster.nodes) == sorted(broker.addresses)
     assert cluster.controller is not None
 
 
 def test_describe_log_dirs(admin: AdminClient, broker: Broker, topic: str) -> None:
-    """`kafka-log-dirs --describe`: the broker's one log directory, no error, each partition of
-    the topic with its size in bytes — the partition written to is the larger — and no lag."""
+    """`kafka-log-dirs --describe`: each broker's one log directory, no error, each partition of
+    the topic (on the broker that holds it) with its size in bytes — the partition written to is
+    the larger — and no lag."""
     import json
 
     from . import cli_helpers as cli
@@ -192,31 +194,40 @@ def test_describe_log_dirs(admin: AdminClient, broker: Broker, topic: str) -> No
         out = cli.run("kafka-log-dirs", "--bootstrap-server", broker.bootstrap, "--describe", "--topic-list", topic)
         return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
 
+    def listed(out: dict) -> list[dict]:
+        return [p for b in out["brokers"] for d in b["logDirs"] for p in d["partitions"]]
+
     # Kafka counts a segment's bytes once the log has them; the first describe may race the flush
-    wait_until(lambda: [p["size"] > 0 for b in described()["brokers"] for d in b["logDirs"]
-                        for p in d["partitions"] if p["partition"] == f"{topic}-1"] == [True], TIMEOUT,
-               what="partition 1 has bytes")
-    [b] = described()["brokers"]
-    [d] = b["logDirs"]
-    assert d["error"] is None and d["logDir"].startswith("/")
-    sizes = {p["partition"]: p["size"] for p in d["partitions"]}
-    assert sorted(sizes) == [f"{topic}-{p}" for p in range(4)]
+    # (and on several brokers, a broker's replicas appear once its metadata has the topic)
+    brokers = wait_until(described, TIMEOUT, what="every partition listed, partition 1 with bytes",
+                         ok=lambda out: len(listed(out)) == 4 and [p["size"] > 0 for p in listed(out)
+                                                                    if p["partition"] == f"{topic}-1"] == [True]
+                         )["brokers"]
+    assert len(brokers) == len(broker.addresses)
+    dirs = [d for b in brokers for d in b["logDirs"]]
+    assert [len(b["logDirs"]) for b in brokers] == [1] * len(brokers)
+    assert all(d["error"] is None and d["logDir"].startswith("/") for d in dirs)
+    partitions = [p for d in dirs for p in d["partitions"]]
+    sizes = {p["partition"]: p["size"] for p in partitions}
+    assert sorted(p["partition"] for p in partitions) == [f"{topic}-{p}" for p in range(4)]  # each once
     assert sizes[f"{topic}-1"] >= 50_000 > max(sizes[f"{topic}-{p}"] for p in (0, 2, 3))
-    assert {(p["offsetLag"], p["isFuture"]) for p in d["partitions"]} == {(0, False)}
+    assert {(p["offsetLag"], p["isFuture"]) for p in partitions} == {(0, False)}
 
 
 def test_reassignments_on_one_broker(broker: Broker, topic: str) -> None:
-    """AlterPartitionReassignments on a single broker: its one replica can only stay where it is
-    (answered NONE), another broker id is not registered (INVALID_REPLICA_ASSIGNMENT), there is
-    nothing to cancel (NO_REASSIGNMENT_IN_PROGRESS) and nothing running to list."""
+    """AlterPartitionReassignments of a partition onto the one broker that holds it: its replica
+    can only stay where it is (answered NONE), a broker id that is not registered is refused
+    (INVALID_REPLICA_ASSIGNMENT), there is nothing to cancel (NO_REASSIGNMENT_IN_PROGRESS) and
+    nothing running to list."""
     from .raw import RawConn
 
     with RawConn(broker.bootstrap) as conn:
-        [node] = [b["node_id"] for b in conn.request(
-            3, 12, {"topics": [], "allow_auto_topic_creation": False,
-                    "include_topic_authorized_operations": False})["brokers"]]
+        meta = conn.request(3, 12, {"topics": [{"name": topic, "topic_id": bytes(16)}],
+                                    "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        [node] = [p["replica_nodes"][0] for t in meta["topics"] for p in t["partitions"] if p["partition_index"] == 0]
+        unregistered = max(b["node_id"] for b in meta["brokers"]) + 7
         body = conn.request(45, 0, {"timeout_ms": 30000, "topics": [{"name": topic, "partitions": [
-            {"partition_index": 0, "replicas": [node]}, {"partition_index": 1, "replicas": [node + 7]},
+            {"partition_index": 0, "replicas": [node]}, {"partition_index": 1, "replicas": [unregistered]},
             {"partition_index": 2, "replicas": None}, {"partition_index": 9, "replicas": [node]}]}]})
         assert body["error_code"] == 0
         assert [(p["partition_index"], p["error_code"]) for t in body["responses"] for p in t["partitions"]] == [

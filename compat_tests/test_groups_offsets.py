@@ -34,7 +34,7 @@ from .group_helpers import (
     unique_name,
 )
 from .helpers import wait_until
-from .raw import RawConn
+from .raw import RoutedConn
 
 PARTITIONS = 4
 
@@ -162,12 +162,12 @@ def test_commit_with_the_epoch_a_heartbeat_just_replaced(broker: Any) -> None:
     topic = unique_name("kip1251")
     create_topic(broker.bootstrap, topic, 2)
     group = unique_name("kip1251-group")
-    with RawConn(broker.bootstrap) as c1, RawConn(broker.bootstrap) as c2:
+    with RoutedConn(broker.bootstrap) as c1, RoutedConn(broker.bootstrap) as c2:
         find = c1.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})
         assert find["coordinators"][0]["error_code"] in (0, 15), find
         members: dict[str, dict[str, Any]] = {}
 
-        def beat(conn: RawConn, name: str) -> dict[str, Any]:
+        def beat(conn: RoutedConn, name: str) -> dict[str, Any]:
             m = members.setdefault(name, {"id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="),
                                           "epoch": 0, "owned": []})
             body: dict[str, Any] = {"group_id": group, "member_id": m["id"], "member_epoch": m["epoch"],

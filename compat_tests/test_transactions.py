@@ -32,7 +32,7 @@ from .conftest import Broker
 from .helpers import require, unique_topic, wait_until
 from .java_client import SPARK_CLIENTS_JAR, java_txn
 from .kafka_ref import require_jars
-from .raw import RawConn
+from .raw import RawConn, RoutedConn
 from .txn_helpers import (
     Rec,
     create_topic,
@@ -186,8 +186,8 @@ def _finalized_transaction_version(bootstrap: str) -> int | None:
 
 
 def _describe_transaction(bootstrap: str, tid: str) -> tuple[str, int]:
-    """DescribeTransactions v0: the id's (state, producer epoch)."""
-    with RawConn(bootstrap) as c:
+    """DescribeTransactions v0 to the id's coordinator: its (state, producer epoch)."""
+    with RoutedConn(bootstrap) as c:
         body = c.request(65, 0, {"transactional_ids": [tid]})
     [state] = body["transaction_states"]
     assert state["error_code"] == 0, state

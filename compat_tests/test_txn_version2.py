@@ -13,7 +13,7 @@ from typing import Any
 
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
-from .raw import RawConn
+from .raw import RoutedConn
 from .txn_helpers import create_topic, read_partition, txn_id
 
 INIT_PRODUCER_ID, END_TXN, TXN_OFFSET_COMMIT, DESCRIBE_TRANSACTIONS = 22, 26, 28, 65
@@ -23,7 +23,7 @@ RETRIABLE = {14, 15, 16, 3, 6, 19, 51, 88}
 FIND_COORDINATOR = 10
 
 
-def _find_coordinator(c: RawConn, key_type: int, key: str) -> None:
+def _find_coordinator(c: RoutedConn, key_type: int, key: str) -> None:
     """FindCoordinator first, as clients do (Kafka creates __transaction_state or
     __consumer_offsets on the first lookup)."""
     body = _retry(lambda: c.request(FIND_COORDINATOR, 4, {"key_type": key_type, "coordinator_keys": [key]}),
@@ -40,7 +40,7 @@ def _retry(call: Any, code: Any) -> dict[str, Any]:
     return wait_until(call, 30, 0.1, "an answer that is not retriable", ok=lambda body: code(body) not in RETRIABLE)
 
 
-def _produce(c: RawConn, topic: str, tid: str, pid: int, epoch: int, seq: int, value: bytes) -> int:
+def _produce(c: RoutedConn, topic: str, tid: str, pid: int, epoch: int, seq: int, value: bytes) -> int:
     from tmqgate.protocol.records import build_batch
 
     batch = build_batch([(None, value, [], int(time.time() * 1000))], producer_id=pid, producer_epoch=epoch,
@@ -52,7 +52,7 @@ def _produce(c: RawConn, topic: str, tid: str, pid: int, epoch: int, seq: int, v
     return int(body["responses"][0]["partition_responses"][0]["error_code"])
 
 
-def _init(c: RawConn, tid: str) -> tuple[int, int]:
+def _init(c: RoutedConn, tid: str) -> tuple[int, int]:
     """InitProducerId v5 of a new transactional id: (producer id, epoch)."""
     init = _retry(lambda: c.request(INIT_PRODUCER_ID, 5, {
         "transactional_id": tid, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1}),
@@ -61,13 +61,13 @@ def _init(c: RawConn, tid: str) -> tuple[int, int]:
     return init["producer_id"], init["producer_epoch"]
 
 
-def _end(c: RawConn, tid: str, pid: int, epoch: int, commit: bool) -> dict[str, Any]:
+def _end(c: RoutedConn, tid: str, pid: int, epoch: int, commit: bool) -> dict[str, Any]:
     return _retry(lambda: c.request(END_TXN, 5, {"transactional_id": tid, "producer_id": pid,
                                                  "producer_epoch": epoch, "committed": commit}),
                   lambda b: b["error_code"])
 
 
-def _describe(c: RawConn, tid: str) -> dict[str, Any]:
+def _describe(c: RoutedConn, tid: str) -> dict[str, Any]:
     [state] = c.request(DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]})["transaction_states"]
     return dict(state)
 
@@ -77,7 +77,7 @@ def test_produce_adds_the_partition_and_end_txn_bumps_the_epoch(txn_broker_tv2: 
     topic = unique_topic("tv2")
     create_topic(bootstrap, topic)
     tid = txn_id("tv2")
-    with RawConn(bootstrap) as c:
+    with RoutedConn(bootstrap) as c:
         _find_coordinator(c, 1, tid)
         init = _retry(lambda: c.request(INIT_PRODUCER_ID, 5, {
             "transactional_id": tid, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1}),
@@ -117,7 +117,7 @@ def test_abort_with_nothing_added_bumps_the_epoch(txn_broker_tv2: Broker) -> Non
     topic = unique_topic("tv2-empty")
     create_topic(bootstrap, topic)
     tid, tid_v4 = txn_id("tv2-empty"), txn_id("tv2-empty-v4")
-    with RawConn(bootstrap) as c:
+    with RoutedConn(bootstrap) as c:
         _find_coordinator(c, 1, tid)
         pid, epoch = _init(c, tid)
         ended = _end(c, tid, pid, epoch, commit=False)
@@ -156,7 +156,7 @@ def test_txn_offset_commit_adds_the_group(txn_broker_tv2: Broker) -> None:
     topic = unique_topic("tv2-offsets")
     create_topic(bootstrap, topic)
     tid, group = txn_id("tv2-offsets"), unique_topic("tv2-group")
-    with RawConn(bootstrap) as c:
+    with RoutedConn(bootstrap) as c:
         _find_coordinator(c, 1, tid)
         _find_coordinator(c, 0, group)
         init = _retry(lambda: c.request(INIT_PRODUCER_ID, 5, {

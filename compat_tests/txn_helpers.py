@@ -80,7 +80,7 @@ def txn_broker_fixture(pytestconfig: Any, tmp_path_factory: Any, target: str, br
                               transaction_version)
     proc.start()
     try:
-        yield Broker(proc.bootstrap, target, external=False)
+        yield Broker(proc.bootstrap, target, external=False, nodes=proc.nodes)
     finally:
         proc.stop()
 

@@ -7,11 +7,13 @@
 #   tmqgate    the rest of the compatibility suite against tmqgate
 #   kafka      the rest again against the reference Kafka (tests of tmqgate-only features
 #              skip there): it shows the tests are honest
+#   workers    the groups, transactions, SQL and security modules of the compatibility suite
+#              against `tmqgate serve --workers 2` (--target tmqgate-workers, issue 28)
 #   unit       the unit tests (tests/), among them the container image, the compose stack and
 #              part of the compatibility suite against the image (--target tmqgate-container);
 #              then the compat modules from test_t… on against tmqgate, from test_tr… on against Kafka
-#              (taken from the two lanes above, so that all four end together)
-# Four lanes on two cores keep both busy to the end (CPU-bound lanes of unequal length left
+#              (taken from the two lanes above, so that the lanes end together)
+# Five lanes on two cores keep both busy to the end (CPU-bound lanes of unequal length left
 # one idle for a third of the run). The serial modules still take the lock of
 # compat_tests/serial.py, so that one run by another pytest given the same lock file
 # (TMQGATE_TEST_LOCK) never overlaps them.
@@ -76,10 +78,17 @@ logs="$PWD/.test-logs"
 rm -rf "$logs"
 mkdir -p "$logs"
 export TMQGATE_TEST_LOCK="$logs/serial.lock"
-lanes=(serial tmqgate kafka unit)
+lanes=(serial tmqgate kafka unit workers)
+# what --target tmqgate-workers runs in CI: every module whose answers depend on which broker a
+# client reaches (coordinators, partition leaders, the shared catalog, users and ACLs)
+workers_modules=(compat_tests/test_groups.py compat_tests/test_groups_offsets.py compat_tests/test_groups_admin.py
+                 compat_tests/test_admin.py compat_tests/test_transactions.py compat_tests/test_txn_version2.py
+                 compat_tests/test_tdengine_power.py compat_tests/test_tdengine_groups.py
+                 compat_tests/test_sql_authorizer.py compat_tests/test_sql_users.py compat_tests/test_acls.py
+                 compat_tests/test_sasl.py)
 # The unit tests end ~15 minutes before the compat lanes: the compat modules from test_t… on
 # (against Kafka: from test_tr… on, its TLS modules are slower) run after them, in the unit
-# lane, so that the four lanes end together (r8: one core 10-30 % idle for the last third of
+# lane, so that the lanes end together (r8: one core 10-30 % idle for the last third of
 # the run; r9 with test_t… on for both: the unit lane last, 250 s after the others).
 tmqgate_late=("compat_tests/test_[t-z]*.py")
 kafka_late=("compat_tests/test_t[r-z]*.py" "compat_tests/test_[u-z]*.py")
@@ -100,6 +109,8 @@ run_lane() {
                 run_pytest serial-tmqgate compat_tests -m serial "$@" || rc=$?
                 run_pytest serial-kafka compat_tests --target kafka -m serial "$@" || rc=$? ;;
             tmqgate) run_pytest tmqgate compat_tests -m "not serial" "${tmqgate_late[@]/#/--ignore-glob=}" "$@" || rc=$? ;;
+            workers) run_pytest workers --target tmqgate-workers -m "not serial" "${workers_modules[@]}" "$@" \
+                         || rc=$? ;;
             kafka) run_pytest kafka compat_tests --target kafka -m "not serial" "${kafka_late[@]/#/--ignore-glob=}" "$@" \
                        || rc=$? ;;
             unit)
