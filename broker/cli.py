@@ -6,11 +6,16 @@ import argparse
 import asyncio
 import logging
 import signal
+import ssl
 import sys
 import typing
+from collections.abc import Callable
 
 from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.configs.values import ConfigError
+
+if typing.TYPE_CHECKING:
+    from tmqgate.broker.server import Broker
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
@@ -51,9 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--cluster", help="etcd://HOST:PORT[,HOST:PORT...]: join the cluster coordinated "
                        "by that etcd; local:PATH: the brokers of this machine sharing that file, no etcd "
                        "(cluster; default: one node)")
-    serve.add_argument("--workers", type=int, default=1,
+    serve.add_argument("--workers", type=int,
                        help="broker processes on this machine, each a broker of its own on the listeners' "
-                            "ports + its index (broker/workers.py; default 1: one broker)")
+                            "ports + its index (workers; default 0: one per core, broker/workers.py)")
     serve.add_argument("--config", help="TOML file of broker settings")
     serve.add_argument("--log-level", type=str.upper, default="INFO", choices=LOG_LEVELS,
                        help="the least severe log lines written to stderr (default INFO; DEBUG adds "
@@ -396,7 +401,9 @@ def _missing_ancestor(path: str) -> str | None:
     return top
 
 
-async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
+async def _serve(config: BrokerConfig, log_format: str = "text", siblings: tuple[int, ...] = ()) -> None:
+    """Run one broker until SIGTERM or SIGINT; ``siblings``: the other workers' node ids on a
+    worker of `serve --workers N`, whose `/metrics` it merges with its own."""
     from tmqgate.broker.network.http import FrontLimits, make_app, start_http
     from tmqgate.broker.network.limits import (
         RESERVED_DESCRIPTORS,
@@ -450,7 +457,10 @@ async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
                                            allowed_hosts=config.http_allowed_hosts, authenticate=authenticate,
                                            metrics=broker.metrics, metrics_auth=config.metrics_auth,
                                            metrics_acl_filter=config.metrics_acl_filter,
-                                           failed_auth_delay_ms=config.connection_failed_authentication_delay_ms),
+                                           failed_auth_delay_ms=config.connection_failed_authentication_delay_ms,
+                                           sibling_fronts=_fronts(broker, siblings) if siblings else None,
+                                           sibling_tls=ssl.create_default_context(cafile=config.ssl_cafile)
+                                           if siblings and config.http_tls else None),
                                   config.http_address,
                                   server_ssl_context(config) if config.http_tls else None,
                                   FrontLimits(config.http_max_connections, config.http_header_timeout_ms / 1000,
@@ -484,13 +494,22 @@ async def _serve(config: BrokerConfig, log_format: str = "text") -> None:
     await broker.stop()
 
 
-def serve_worker(config: BrokerConfig, log_format: str, log_level: str) -> None:
+def _fronts(broker: Broker, nodes: tuple[int, ...]) -> Callable[[], list[str]]:
+    """The HTTP fronts the cluster's registrations give for these nodes, read when asked."""
+    def fronts() -> list[str]:
+        brokers = broker.membership.view.brokers
+        return [brokers[n].http for n in nodes if n in brokers and brokers[n].http]
+
+    return fronts
+
+
+def serve_worker(config: BrokerConfig, siblings: tuple[int, ...], log_format: str, log_level: str) -> None:
     """One worker of `serve --workers N` (broker/workers.py), in its own process."""
     from tmqgate.broker.ops.logs import setup_logging
 
     setup_logging(log_level, log_format)
     try:
-        asyncio.run(_serve(config, log_format))
+        asyncio.run(_serve(config, log_format, siblings))
     except StartupError as exc:
         print(f"tmqgate: worker node {config.node_id}: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
@@ -515,13 +534,13 @@ def main(argv: list[str] | None = None) -> int:
         return _user(args)
     try:
         config = BrokerConfig.load(args.config, listen=args.listen, http=args.http, data_dir=args.data_dir,
-                                   http_auth=args.http_auth, node_id=args.node_id, cluster=args.cluster)
-        if args.workers < 1:
-            raise ConfigError(f"--workers must be 1 or more, not {args.workers}")
-        if args.workers > 1:
-            from tmqgate.broker.workers import Supervisor
+                                   http_auth=args.http_auth, node_id=args.node_id, cluster=args.cluster,
+                                   workers=args.workers)
+        from tmqgate.broker.workers import Supervisor, resolve
 
-            return Supervisor(config, args.workers, serve_worker, args.log_format, args.log_level).run()
+        workers = resolve(config)
+        if workers > 1:
+            return Supervisor(config, workers, serve_worker, args.log_format, args.log_level).run()
         asyncio.run(_serve(config, args.log_format))
     except (ConfigError, StartupError) as exc:  # refused before anything starts: one line, exit 2
         print(f"tmqgate: {exc}", file=sys.stderr, flush=True)

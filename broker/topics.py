@@ -223,7 +223,11 @@ class TopicCluster(Protocol):
     alone: bool
 
     async def create(self, name: str, partitions: int, configs: dict[str, str | None],
-                     replicas: list[list[int]] | None = None, replication_factor: int = 1) -> Topic: ...
+                     replicas: list[list[int]] | None = None, replication_factor: int = 1,
+                     owner: tuple[str, str] | None = None) -> Topic:
+        """A new topic (a TDengine topic with the tmq.as config, made by ``owner``: principal,
+        host)."""
+        ...
 
     async def delete(self, topic: Topic) -> None: ...
 
@@ -262,7 +266,8 @@ class LocalTopics:
         return registry.local
 
     async def create(self, name: str, partitions: int, configs: dict[str, str | None],
-                     replicas: list[list[int]] | None = None, replication_factor: int = 1) -> Topic:
+                     replicas: list[list[int]] | None = None, replication_factor: int = 1,
+                     owner: tuple[str, str] | None = None) -> Topic:
         node = self._registry.node_id
         if replication_factor > 1:
             raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -271,7 +276,7 @@ class LocalTopics:
                              "registered.")
         if replicas is not None and any(ids != [node] for ids in replicas):
             raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Only broker {node} exists.")
-        return self._registry.create(name, partitions, configs)
+        return self._registry.create(name, partitions, configs, owner=owner)
 
     async def delete(self, topic: Topic) -> None:
         self._registry.delete(topic)

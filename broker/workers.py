@@ -19,7 +19,13 @@ Rules:
   with the process, acknowledged records are in its WAL), after `RESTART_DELAY_S`. SIGTERM or
   SIGINT to the supervisor stops every worker (SIGTERM, then SIGKILL after `STOP_WAIT_S`); a
   worker dies with the supervisor (Linux's parent-death signal) if that is killed.
-- `--workers 1` (the default for now) is the single broker, with no supervisor.
+- **How many** (`workers`, `serve --workers`; `resolve`): one per core this process may run on
+  by default (0), so `tmqgate serve` uses the machine. A data directory keeps the shape it was
+  made with: one that holds a single broker's data (LevelDB's CURRENT in DATA itself) runs one
+  broker, one with k workers' folders at least k (fewer would leave the others' partitions with
+  no broker) — asked for explicitly, a shape that does not fit is refused at start (exit 2).
+  With `cluster` set the default is one: node ids of a cluster are the operator's to plan.
+- One worker is the single broker, with no supervisor, its data in DATA itself.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from tmqgate.broker.configs.config import BrokerConfig
+from tmqgate.broker.configs.values import ConfigError
 
 log = logging.getLogger("tmqgate.workers")
 
@@ -53,6 +60,41 @@ def _shift(address: str, by: int) -> str:
     return f"{address[:match.start()]}:{int(match.group(1)) + by}"
 
 
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity: taskset, a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _worker_dirs(data_dir: str) -> int:
+    """How many workers' folders (worker-0 … worker-(k-1)) the data directory holds."""
+    count = 0
+    while os.path.isdir(os.path.join(data_dir, f"worker-{count}")):
+        count += 1
+    return count
+
+
+def resolve(config: BrokerConfig, machine_cores: int | None = None) -> int:
+    """How many workers `tmqgate serve` runs (see the module docstring); ConfigError for an
+    explicit number the data directory cannot take."""
+    single = os.path.exists(os.path.join(config.data_dir, "CURRENT"))
+    made = _worker_dirs(config.data_dir)
+    if config.workers == 0:
+        if single or config.cluster is not None:
+            return 1
+        return max(made, machine_cores or cores(), 1)
+    if config.workers > 1 and single:
+        raise ConfigError(f"workers = {config.workers}: the data directory {config.data_dir} holds one broker's data; "
+                          "run it with --workers 1, or give the workers a new data directory", "workers")
+    if made > config.workers:
+        raise ConfigError(f"workers = {config.workers}: the data directory {config.data_dir} holds the data of "
+                          f"{made} workers; fewer would leave the partitions of the others with no broker "
+                          f"(give --workers {made} or more)", "workers")
+    return config.workers
+
+
 def worker_config(config: BrokerConfig, index: int, workers: int) -> BrokerConfig:
     """Worker ``index``'s settings (see the module docstring)."""
     cluster = config.cluster or f"local:{os.path.join(config.data_dir, 'cluster.db')}"
@@ -60,7 +102,7 @@ def worker_config(config: BrokerConfig, index: int, workers: int) -> BrokerConfi
     txn_rf = min(config.transaction_state_log_replication_factor, workers)
     worker = replace(
         config, node_id=config.node_id + index, data_dir=os.path.join(config.data_dir, f"worker-{index}"),
-        cluster=cluster, listen=_shift(config.listen, index), http=_shift(config.http, index),
+        cluster=cluster, workers=1, listen=_shift(config.listen, index), http=_shift(config.http, index),
         listeners=[_shift(li, index) for li in config.listeners],
         advertised_listeners=[_shift(li, index) for li in config.advertised_listeners],
         advertised_listener=None if config.advertised_listener is None else _shift(config.advertised_listener, index),
@@ -86,8 +128,9 @@ def _run_worker(serve: Callable[..., Any], args: tuple[Any, ...]) -> None:
 
 
 class Supervisor:
-    """Runs `serve(worker_config, *args)` in one spawned process per worker (``serve`` a
-    module-level function: it is pickled into each process) and keeps them running."""
+    """Runs `serve(worker_config, siblings, *args)` in one spawned process per worker (``serve``
+    a module-level function: it is pickled into each process; ``siblings`` the other workers'
+    node ids, whose `/metrics` it merges with its own) and keeps them running."""
 
     def __init__(self, config: BrokerConfig, workers: int, serve: Callable[..., Any], *args: Any) -> None:
         self.configs = [worker_config(config, i, workers) for i in range(workers)]
@@ -98,7 +141,9 @@ class Supervisor:
         self._stopping = threading.Event()
 
     def _start(self, index: int) -> None:
-        proc = self._context.Process(target=_run_worker, args=(self._serve, (self.configs[index], *self._args)),
+        siblings = tuple(c.node_id for i, c in enumerate(self.configs) if i != index)
+        proc = self._context.Process(target=_run_worker,
+                                     args=(self._serve, (self.configs[index], siblings, *self._args)),
                                      name=f"tmqgate-worker-{index}", daemon=False)
         proc.start()
         self._procs[index] = proc
@@ -108,6 +153,8 @@ class Supervisor:
         """Until SIGTERM or SIGINT: the workers' exit status then (0: all stopped cleanly)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self._stopping.set())
+        log.info("serving as %d workers (nodes %d-%d)", len(self.configs), self.configs[0].node_id,
+                 self.configs[-1].node_id)
         for i in range(len(self.configs)):
             self._start(i)
         while not self._stopping.wait(0.2):

@@ -164,9 +164,7 @@ class TmqgateProcess(ChildProcess, BrokerProcess):
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         cmd = _tmqgate_cmd() + ["serve", "--listen", self.bootstrap, "--http", f"127.0.0.1:{self.http_port}",
-                                "--data-dir", str(self.data_dir)]
-        if self.workers > 1:
-            cmd += ["--workers", str(self.workers)]
+                                "--data-dir", str(self.data_dir), "--workers", str(self.workers)]
         if self.config:
             config_path = self.workdir / "tmqgate.toml"
             config_path.write_text(_toml(self.config))

@@ -10,6 +10,7 @@ engine is reachable, and skip it with one line where not (compat_tests/container
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,11 @@ from typing import Any
 import pytest
 
 from .brokers import BrokerProcess, new_broker
+
+# The brokers the tests start are single brokers unless a test asks for workers (`--workers N`,
+# `--target tmqgate-workers`): `tmqgate serve`'s default, one worker per core, is what the README
+# test (compat_tests/test_readme.py) and tests/test_workers_config.py run.
+os.environ.setdefault("TMQGATE_WORKERS", "1")
 
 _FIGURES: list[str] = []
 

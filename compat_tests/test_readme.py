@@ -66,8 +66,13 @@ def test_every_readme_block_runs_in_order(tmp_path: Path) -> None:
     work = tmp_path / "repo"
     work.mkdir()
     fresh_copy(work)
-    kafka, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    env = dict(os.environ)
+    # `tmqgate serve` as the README gives it: one worker per core (worker i on each port + i)
+    from tmqgate.broker.workers import cores
+
+    workers = cores()
+    port = free_port(workers)
+    kafka, http = f"127.0.0.1:{port}", f"127.0.0.1:{free_port(workers)}"
+    env = {k: v for k, v in os.environ.items() if k != "TMQGATE_WORKERS"}
     server: subprocess.Popen[bytes] | None = None
     server_log = tmp_path / "broker.log"
     setup = ""
@@ -83,7 +88,8 @@ def test_every_readme_block_runs_in_order(tmp_path: Path) -> None:
                 with server_log.open("wb") as log:
                     server = subprocess.Popen(["bash", "-c", f"exec {script.strip()}"], cwd=work, env=env,
                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-                wait_until(lambda: api_versions_ok(kafka), 60, what=f"the broker of README line {block.line}")
+                wait_until(lambda: all(api_versions_ok(f"127.0.0.1:{port + i}") for i in range(workers)), 60,
+                           what=f"the {workers} workers of README line {block.line}")
                 continue
             done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env,
                                   capture_output=True, text=True, timeout=BLOCK_TIMEOUT)

@@ -24,6 +24,7 @@ import pytest
 from .brokers import _tmqgate_cmd
 from .clusters import metadata
 from .helpers import api_versions_ok, child_pids, free_port, wait_until
+from .raw import RawConn
 
 pytestmark = [pytest.mark.serial, pytest.mark.tmqgate_only]
 
@@ -75,6 +76,67 @@ def _produce(bootstrap: str, topic: str, values: list[tuple[int, bytes]]) -> lis
     return sorted(acked)
 
 
+def _metrics(http: int, query: str = "") -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """GET /metrics: each series' value by (sample name, sorted labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics{query}", timeout=30) as resp:
+        text = resp.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def _serve(tmp_path: Path, data: Path, port: int, http: int, *flags: str) -> subprocess.Popen[bytes]:
+    """`tmqgate serve` as a user runs it: no TMQGATE_WORKERS (the suite's brokers get 1)."""
+    env = {k: v for k, v in os.environ.items() if k != "TMQGATE_WORKERS"}
+    log = open(tmp_path / "serve.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(_tmqgate_cmd() + ["serve", *flags, "--listen", f"127.0.0.1:{port}",
+                                             "--http", f"127.0.0.1:{http}", "--data-dir", str(data)],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env={**env, "PYTHONUNBUFFERED": "1"})
+    log.close()
+    return proc
+
+
+def test_one_worker_per_core_by_default_and_a_data_directory_keeps_its_shape(tmp_path: Path) -> None:
+    """`tmqgate serve` with no --workers runs one worker per core on a new data directory; a
+    data directory a single broker made runs one broker, and `--workers 2` on it is refused with
+    the reason (exit 2) before anything listens."""
+    from tmqgate.broker.workers import cores
+
+    n = cores()
+    port, http = free_port(n), free_port(n)
+    proc = _serve(tmp_path, tmp_path / "new", port, http)
+    try:
+        for i in range(n):
+            wait_until(lambda i=i: api_versions_ok(f"127.0.0.1:{port + i}"), 60, 0.2, f"worker {i} ready")
+        wait_until(lambda: _listed(f"127.0.0.1:{port}"), 30, 0.2, f"{n} workers listed",
+                   ok=lambda listed: listed == [(1 + i, port + i) for i in range(n)])
+        assert sorted(d for d in os.listdir(tmp_path / "new") if d.startswith("worker-")) == \
+            [f"worker-{i}" for i in range(n)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+
+    single = tmp_path / "single"
+    proc = _serve(tmp_path, single, port, http, "--workers", "1")
+    wait_until(lambda: api_versions_ok(f"127.0.0.1:{port}"), 60, 0.2, "the single broker ready")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    proc = _serve(tmp_path, single, port, http)  # the default on a single broker's data: one broker
+    try:
+        wait_until(lambda: api_versions_ok(f"127.0.0.1:{port}"), 60, 0.2, "the broker on the single data ready")
+        assert _listed(f"127.0.0.1:{port}") == [(1, port)]
+        assert not any(d.startswith("worker-") for d in os.listdir(single))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    refused = subprocess.run(_tmqgate_cmd() + ["serve", "--workers", "2", "--listen", f"127.0.0.1:{port}",
+                                               "--http", f"127.0.0.1:{http}", "--data-dir", str(single)],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert f"the data directory {single} holds one broker's data; run it with --workers 1" in refused.stderr
+
+
 def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -107,6 +169,13 @@ def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
         expected = sorted((p, i // 4, v) for i, (p, v) in enumerate(sent))
         assert sorted(_consume(bootstrap, topic, f"g-{topic}", 400)) == expected
 
+        # /metrics on either front is the whole server's: each worker took 200 of the records
+        messages_in = ("kafka_server_brokertopicmetrics_messagesin_total", (("topic", topic),))
+        for front in (http, http + 1):
+            assert _metrics(front)[messages_in] == 400
+            assert _metrics(front)[("tmqgate_workers_unreached", ())] == 0
+            assert _metrics(front, "?scope=worker")[messages_in] == 200
+
         # SQL through either worker's HTTP front: both dnodes, and a database made through one
         # is seen through the other
         db = f"wdb_{uuid.uuid4().hex[:6]}"
@@ -116,6 +185,22 @@ def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
             assert sorted(row[1] for row in dnodes["data"]) == [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"]
             wait_until(lambda front=front: [r[0] for r in _sql(front, "SHOW DATABASES")["data"]], 30, 0.2,
                        f"{db} seen through {front}", ok=lambda names: db in names)
+        # a query topic made with an admin client on the worker that does not hold the database
+        # (CreateTopics with tmq.as) is the cluster's: both workers serve it, rows and all
+        assert _sql(http, f"CREATE STABLE {db}.m (ts TIMESTAMP, v INT) TAGS (g INT)")["code"] == 0
+        assert _sql(http, f"INSERT INTO {db}.d1 USING {db}.m TAGS (1) VALUES (1700000000000, 5) "
+                          f"{db}.d2 USING {db}.m TAGS (2) VALUES (1700000000000, 50)")["code"] == 0
+        view = f"{db}_big"
+        with RawConn(f"127.0.0.1:{port + 1}") as conn:  # to that worker itself, not the controller
+            [made] = conn.request(19, 7, {"topics": [{
+                "name": view, "num_partitions": -1, "replication_factor": -1, "assignments": [],
+                "configs": [{"name": "tmq.as", "value": f"SELECT ts, v FROM {db}.m WHERE v > 10"}]}],
+                "timeout_ms": 30000, "validate_only": False})["topics"]
+        assert (made["error_code"], made["num_partitions"]) == (0, 2), made
+        for worker_port in (port, port + 1):
+            assert set(_leaders(f"127.0.0.1:{worker_port}", view)) == {0, 1}
+        rows = _consume(bootstrap, view, f"g-{view}", 1)
+        assert [(json.loads(v)["v"]) for _, _, v in rows] == [50]
 
         # kill -9 the worker leading partitions 1 and 3's node: the supervisor starts it again
         [worker1] = [pid for pid in child_pids(proc.pid) if _worker_index(pid) == 1]

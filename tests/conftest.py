@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
+
+# The brokers the tests start are single brokers unless a test asks for workers (`--workers N`,
+# `--target tmqgate-workers`): `tmqgate serve`'s default, one worker per core, is what the README
+# test (compat_tests/test_readme.py) and tests/test_workers_config.py run.
+os.environ.setdefault("TMQGATE_WORKERS", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,15 @@
-"""broker/workers.py's `worker_config`: what each worker of `serve --workers N` is told."""
+"""broker/workers.py: how many workers `tmqgate serve` runs (`resolve`), what each is told
+(`worker_config`), and how their `/metrics` merge."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from tmqgate.broker.configs.config import BrokerConfig, ConfigError
-from tmqgate.broker.workers import worker_config
+from tmqgate.broker.workers import cores, resolve, worker_config
 
 
 def test_each_worker_is_a_broker_of_its_own_on_the_ports_plus_its_index() -> None:
@@ -42,3 +46,75 @@ def test_a_worker_node_id_past_the_cluster_limit_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="node_id"):
         worker_config(BrokerConfig(node_id=PRODUCER_ID_STRIDE - 1), 1, 2)
+
+
+def test_how_many_workers(tmp_path: Path) -> None:
+    """`workers` 0 (the default): one per core on a new data directory; a single broker's data
+    directory stays one broker, a directory of k workers at least k; `cluster` set: one. An
+    explicit number the directory cannot take is refused before anything starts."""
+    fresh = BrokerConfig(data_dir=str(tmp_path / "new"))
+    assert resolve(fresh, machine_cores=16) == 16
+    assert resolve(replace(fresh, workers=3), machine_cores=16) == 3
+    assert resolve(replace(fresh, cluster="etcd://127.0.0.1:2379"), machine_cores=16) == 1
+    assert resolve(replace(fresh, cluster="etcd://127.0.0.1:2379", workers=4), machine_cores=16) == 4
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "CURRENT").write_text("MANIFEST-000002\n")  # LevelDB's, in the data directory itself
+    one = BrokerConfig(data_dir=str(single))
+    assert resolve(one, machine_cores=16) == 1
+    assert resolve(replace(one, workers=1), machine_cores=16) == 1
+    with pytest.raises(ConfigError, match="holds one broker's data; run it with --workers 1"):
+        resolve(replace(one, workers=2), machine_cores=16)
+    made = tmp_path / "made"
+    for i in range(4):
+        (made / f"worker-{i}").mkdir(parents=True)
+    four = BrokerConfig(data_dir=str(made))
+    assert resolve(four, machine_cores=2) == 4  # a smaller machine: still every worker's partitions
+    assert resolve(four, machine_cores=8) == 8
+    assert resolve(replace(four, workers=6), machine_cores=2) == 6
+    with pytest.raises(ConfigError, match=r"holds the data of 4 workers; .* \(give --workers 4 or more\)"):
+        resolve(replace(four, workers=3), machine_cores=16)
+    with pytest.raises(ConfigError, match="workers = -1 is out of range"):
+        BrokerConfig(workers=-1).check()
+    assert cores() >= 1
+
+
+def test_metrics_of_the_workers_merge_as_one_server() -> None:
+    """/metrics of `serve --workers N` (broker/ops/metrics_merge.py): the same series on two
+    workers is their sum — counters, histogram buckets/count/sum, gauges of what each holds —
+    but the largest for a gauge every worker sees alike; series of one worker are kept as they
+    are; the workers not reached are counted."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tmqgate.broker.ops.metrics_merge import merge
+
+    def worker(messages: float, connections: float, lag: float, read_only: float, topic: str) -> bytes:
+        return (f"# HELP kafka_server_brokertopicmetrics_messagesin_total m\n"
+                f"# TYPE kafka_server_brokertopicmetrics_messagesin_total counter\n"
+                f'kafka_server_brokertopicmetrics_messagesin_total{{topic="{topic}"}} {messages}\n'
+                f"# HELP kafka_server_socket_server_metrics_connection_count c\n"
+                f"# TYPE kafka_server_socket_server_metrics_connection_count gauge\n"
+                f'kafka_server_socket_server_metrics_connection_count{{listener="PLAINTEXT"}} {connections}\n'
+                f"# HELP kafka_consumergroup_lag l\n# TYPE kafka_consumergroup_lag gauge\n"
+                f'kafka_consumergroup_lag{{consumergroup="g",partition="0",topic="t"}} {lag}\n'
+                f"# HELP tmqgate_storage_read_only r\n# TYPE tmqgate_storage_read_only gauge\n"
+                f"tmqgate_storage_read_only {read_only}\n"
+                f"# HELP kafka_network_requestmetrics_totaltimems t\n"
+                f"# TYPE kafka_network_requestmetrics_totaltimems histogram\n"
+                f'kafka_network_requestmetrics_totaltimems_bucket{{le="1.0",request="Produce"}} {messages}\n'
+                f'kafka_network_requestmetrics_totaltimems_bucket{{le="+Inf",request="Produce"}} {messages}\n'
+                f'kafka_network_requestmetrics_totaltimems_count{{request="Produce"}} {messages}\n'
+                f'kafka_network_requestmetrics_totaltimems_sum{{request="Produce"}} {messages / 2}\n').encode()
+
+    text = merge([worker(3, 2, 5, 0, "a"), worker(4, 1, 7, 1, "a"), worker(9, 0, 0, 0, "b")], unreached=1)
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(text.decode()) for s in f.samples}
+    assert got[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "a"),))] == 7
+    assert got[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "b"),))] == 9
+    assert got[("kafka_server_socket_server_metrics_connection_count", (("listener", "PLAINTEXT"),))] == 3
+    assert got[("kafka_consumergroup_lag", (("consumergroup", "g"), ("partition", "0"), ("topic", "t")))] == 7
+    assert got[("tmqgate_storage_read_only", ())] == 1
+    assert got[("kafka_network_requestmetrics_totaltimems_bucket", (("le", "+Inf"), ("request", "Produce")))] == 16
+    assert got[("kafka_network_requestmetrics_totaltimems_count", (("request", "Produce"),))] == 16
+    assert got[("kafka_network_requestmetrics_totaltimems_sum", (("request", "Produce"),))] == 8
+    assert got[("tmqgate_workers_unreached", ())] == 1

@@ -195,9 +195,10 @@ class LocalKv:
         return [_item(row) for row in rows]
 
     def revision(self) -> int:
-        """The store's revision now (etcd's header revision)."""
-        with self._transaction() as db:
-            return int(db.execute("SELECT value FROM revision").fetchone()[0])
+        """The store's revision now (etcd's header revision): a read, which takes no write lock
+        (the membership asks it every few milliseconds)."""
+        with self._lock:
+            return int(self._db.execute("SELECT value FROM revision").fetchone()[0])
 
 
 def _item(row: tuple[Any, ...]) -> tuple[bytes, dict[str, Any]]:

@@ -49,7 +49,7 @@ from tmqgate.broker.metadata.view import (
     elect_asked,
     reassign,
 )
-from tmqgate.broker.topics import KAFKA, TMQ, TSDB, Results, Topic, TopicError
+from tmqgate.broker.topics import KAFKA, TMQ, TMQ_AS, TSDB, Results, Topic, TopicError
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from tmqgate.broker.topics import TopicRegistry
 
 log = logging.getLogger("tmqgate.cluster")
+#: a TDengine topic refused by this broker's catalog is checked again after this many reads of etcd
+TMQ_CHECK_READS = 3
 
 #: SQL databases are made before the TDengine topics over them
 _APPLY_ORDER = {TSDB_KIND: 0, KAFKA: 1, TMQ_KIND: 2}
@@ -177,17 +179,18 @@ class ClusterTopics:
             self._registry.drop_sql(topic)
 
     async def create(self, name: str, partitions: int, configs: dict[str, str | None],
-                     replicas: list[list[int]] | None = None, replication_factor: int = 1) -> Topic:
+                     replicas: list[list[int]] | None = None, replication_factor: int = 1,
+                     owner: tuple[str, str] | None = None) -> Topic:
         """CreateTopics on a cluster (see the module docstring); TopicError as one node's. A
-        TDengine topic (the tmq.as config) over a shared SQL database is placed with it, made
-        by the database's leader (only it holds the supertables the view is checked against)."""
+        TDengine topic (the tmq.as config, made by ``owner``) over a shared SQL database is
+        placed with it, so every broker serves it, as SQL's CREATE TOPIC places it."""
         registry = self._registry
-        checked = registry.create(name, partitions, configs, validate_only=True)
+        checked = await self._checked(name, partitions, configs, owner)
         if checked.kind == TMQ:
             assert checked.view is not None
             source = registry.get(checked.db)
             if source is None or registry.partition_state(source, 0) is None:
-                return registry.create(name, partitions, configs)  # over a database of this node alone
+                return registry.create(name, partitions, configs, owner=owner)  # over a database of this node alone
             return await self.create_placed(name, TMQ_KIND, checked.view.topic.to_json(),
                                             self._membership.placements[source.name].partitions)
         await self._membership.refresh()
@@ -195,6 +198,22 @@ class ClusterTopics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         states = _placed(replicas, partitions, replication_factor, sorted(self._membership.view.brokers))
         return await self._put(Placement(name, random.randbytes(16), dict(checked.configs), states))
+
+    async def _checked(self, name: str, partitions: int, configs: dict[str, str | None],
+                       owner: tuple[str, str] | None) -> Topic:
+        """The topic checked as one node would; a TDengine topic whose database or supertable
+        this broker does not know yet is checked again after reading etcd (made through another
+        broker a moment ago: its leader records supertables in etcd right after answering), up
+        to ``TMQ_CHECK_READS`` times."""
+        reads = 0
+        while True:
+            try:
+                return self._registry.create(name, partitions, configs, validate_only=True, owner=owner)
+            except TopicError as exc:
+                if configs.get(TMQ_AS) is None or exc.code != ErrorCode.INVALID_CONFIG or reads == TMQ_CHECK_READS:
+                    raise
+            reads += 1
+            await self._membership.refresh()
 
     async def create_placed(self, name: str, kind: str, definition: dict[str, Any],
                             states: tuple[PartitionState, ...]) -> Topic:

@@ -160,6 +160,11 @@ class BrokerConfig:
     # `serve --cluster`); local:PATH: the brokers of one machine sharing that SQLite file, no
     # etcd (broker/cluster/local_kv.py); unset: one node, no other server needed.
     cluster: str | None = None
+    # `serve --workers`: the broker processes of this `tmqgate serve` (broker/workers.py), each a
+    # broker of its own on every configured port + its index, each on its own core. 0 (the
+    # default): one per core this process may run on — one broker where the data directory holds
+    # a single broker's data or `cluster` is set (node ids must be planned N apart there).
+    workers: int = 0
     # Kafka's broker.session.timeout.ms: the TTL of this broker's etcd lease; a broker not heard
     # from for this long leaves the others' Metadata and gives up the controller role.
     cluster_session_timeout_ms: int = 9000

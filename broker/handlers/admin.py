@@ -134,12 +134,12 @@ async def create_topics(ctx: AdminApis, req: Request) -> CreateTopicsResponse:
                                      f"Authorization failed: a topic over '{source}' needs READ on it.")
             if mutation is not None:
                 _take(mutation, ctx.topics.create(name, partitions, configs, validate_only=True).partitions)
-            if not validate_only and configs.get(TMQ_AS) is None:  # through etcd on a cluster
-                topic = await ctx.topics.cluster.create(name, partitions, configs, replicas, replication)
+            client = current_client.get()  # a TDengine topic's owner (broker/sql/access.py)
+            owner = (client.principal, client.host)
+            if not validate_only:  # through etcd on a cluster
+                topic = await ctx.topics.cluster.create(name, partitions, configs, replicas, replication, owner=owner)
             else:
-                client = current_client.get()  # a TDengine topic's owner (broker/sql/access.py)
-                topic = ctx.topics.create(name, partitions, configs, validate_only=validate_only,
-                                          owner=(client.principal, client.host))
+                topic = ctx.topics.create(name, partitions, configs, validate_only=True, owner=owner)
         except TopicError as exc:
             _fail(result, exc.code, exc.message)
             results.append(result)

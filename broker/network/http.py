@@ -61,12 +61,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+import aiohttp
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
 from tmqgate.broker.identity.client import ANONYMOUS
 from tmqgate.broker.ops.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from tmqgate.broker.ops.metrics_merge import SIBLING_TIMEOUT_S as METRICS_SIBLING_TIMEOUT_S
+from tmqgate.broker.ops.metrics_merge import merge as merge_metrics
 from tmqgate.broker.tdengine import (
     FORWARDED,
     PERMISSION_DENIED,
@@ -275,7 +278,9 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
              max_body_bytes: int = 1_048_576, served_as: str | None = None,
              allowed_hosts: Sequence[str] = (), authenticate: Authenticate | None = None,
              metrics: Metrics | None = None, metrics_auth: bool = False,
-             metrics_acl_filter: bool = True, failed_auth_delay_ms: int = 0) -> web.Application:
+             metrics_acl_filter: bool = True, failed_auth_delay_ms: int = 0,
+             sibling_fronts: Callable[[], list[str]] | None = None,
+             sibling_tls: ssl.SSLContext | None = None) -> web.Application:
     """The HTTP front over the broker's SQL executor, store and topic registry. A body over
     `max_body_bytes` (the broker's max_sql_length, TDengine's 1 MiB SQL limit) is answered
     413 before it is read whole, so no SQL text longer than that is ever parsed. `served_as`
@@ -284,7 +289,9 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
     HTTP Basic credentials it accepts (not /health, nor /metrics unless `metrics_auth`).
     With `metrics`, `GET /metrics` serves them in Prometheus' text format — with an authorizer
     and `metrics_acl_filter`, only the series of topics and groups the caller may DESCRIBE.
-    Wrong credentials are answered after `failed_auth_delay_ms`."""
+    Wrong credentials are answered after `failed_auth_delay_ms`. `sibling_fronts`: on a worker
+    of `serve --workers N`, the other workers' HTTP fronts (HOST:PORT; https with `sibling_tls`),
+    whose series `/metrics` merges with its own (broker/ops/metrics_merge.py)."""
     guard = _guard(HostCheck(served_as, allowed_hosts))
     open_paths = OPEN_PATHS if metrics_auth else OPEN_PATHS | {"/metrics"}
     middlewares = [guard] if authenticate is None else [
@@ -345,10 +352,37 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
         async def metrics_text(request: web.Request) -> web.Response:
             visible = (Visibility(executor.access, Caller(*_principal(request)))
                        if metrics_acl_filter and executor.access is not None else None)
-            return web.Response(body=metrics.exposition(visible), headers={"Content-Type": METRICS_CONTENT_TYPE})
+            own = metrics.exposition(visible)
+            if sibling_fronts is not None and request.query.get("scope") != "worker":
+                texts = await _sibling_metrics(sibling_fronts(), request.headers.get("Authorization"), sibling_tls)
+                found = [t for t in texts if t is not None]
+                own = merge_metrics([own, *found], unreached=len(texts) - len(found))
+            return web.Response(body=own, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
         app.router.add_get("/metrics", metrics_text)
     return app
+
+
+async def _sibling_metrics(fronts: list[str], authorization: str | None,
+                           tls: ssl.SSLContext | None) -> list[bytes | None]:
+    """Each sibling worker's own series (`/metrics?scope=worker`, asked with the caller's
+    credentials); None for one that did not answer 200 in time."""
+    headers = {} if authorization is None else {"Authorization": authorization}
+    scheme = "https" if tls is not None else "http"
+    timeout = aiohttp.ClientTimeout(total=METRICS_SIBLING_TIMEOUT_S)
+
+    async def one(session: aiohttp.ClientSession, front: str) -> bytes | None:
+        try:
+            async with session.get(f"{scheme}://{front}/metrics", params={"scope": "worker"}, headers=headers,
+                                   ssl=tls if tls is not None else False) as answer:
+                return await answer.read() if answer.status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return None
+
+    if not fronts:
+        return []
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        return list(await asyncio.gather(*(one(session, f) for f in fronts)))
 
 
 @dataclass
