@@ -32,6 +32,7 @@ def _serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Ite
     yields its ready line and the file its stderr (the log) goes to."""
     err = tmp_path / "stderr.log"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TMQGATE_")}
+    clean["TMQGATE_WORKERS"] = "1"  # one broker: what it tells clients is the subject here
     with err.open("w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "tmqgate.broker.cli", "serve", "--data-dir",
                                  str(tmp_path / "data"), "--http", "127.0.0.1:0", *args],
