@@ -151,9 +151,25 @@ def apis_with(context: type) -> Callable[..., Callable[[Handler], Handler]]:
     return api
 
 
-def bind(table: Mapping[int, ApiEntry], contexts: Mapping[type, Any]) -> dict[int, BoundHandler]:
-    """Each API's handler with its context instance bound: `handlers[key](request)`."""
-    return {key: cast(BoundHandler, partial(entry.handler, contexts[entry.context])) for key, entry in table.items()}
+def bind(table: Mapping[int, ApiEntry], contexts: Mapping[type, Any],
+         catch_up: Callable[[], Awaitable[None]] | None = None) -> dict[int, BoundHandler]:
+    """Each API's handler with its context instance bound: `handlers[key](request)`. With
+    ``catch_up`` (the membership's), it runs before every API but Produce and Fetch, so the
+    workers of one machine answer each request with what another has just made (the hot paths
+    are left out: their partitions' leaders learn of them as they are placed)."""
+    bound = {key: cast(BoundHandler, partial(entry.handler, contexts[entry.context])) for key, entry in table.items()}
+    if catch_up is None:
+        return bound
+    return {key: handler if key in (ApiKey.PRODUCE, ApiKey.FETCH) else _after(catch_up, handler)
+            for key, handler in bound.items()}
+
+
+def _after(catch_up: Callable[[], Awaitable[None]], handler: BoundHandler) -> BoundHandler:
+    async def caught_up(request: Any) -> Any:
+        await catch_up()
+        return await handler(request)
+
+    return cast(BoundHandler, caught_up)
 
 
 #: Features this broker supports (name -> (min, max) level), as ApiVersions lists them.

@@ -27,7 +27,57 @@ class Closed(Exception):
     """The broker closed (or reset) the connection."""
 
 
-class RawConn:
+class _Requests:
+    """The few requests the tests need, over `request` (a RawConn's, or a RoutedConn's)."""
+
+    def request(self, api_key: int, version: int, body: dict[str, Any], timeout: float | None = None) -> dict:
+        raise NotImplementedError
+
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        body = self.request(18, API_VERSIONS_V, {"client_software_name": "compat-raw",
+                                                 "client_software_version": "1"})
+        assert body["error_code"] == 0, body
+        return {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
+
+    def produce(self, topic: str, partition: int, records: bytes, acks: int = -1) -> dict:
+        """Produce one records blob; returns the partition response."""
+        body = self.request(0, PRODUCE_V, {
+            "transactional_id": None, "acks": acks, "timeout_ms": 10000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}],
+        })
+        [t] = body["responses"]
+        [p] = t["partition_responses"]
+        return p
+
+    def fetch(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0, min_bytes: int = 1,
+              timeout: float | None = None) -> dict:
+        """A sessionless Fetch of one partition; returns the partition response."""
+        body = self.request(1, FETCH_V, {
+            "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": [], "rack_id": "",
+        }, timeout=timeout)
+        assert body["error_code"] == 0, body
+        [t] = body["responses"]
+        [p] = t["partitions"]
+        return p
+
+    def list_offsets(self, topic: str, partition: int, timestamp: int) -> dict:
+        body = self.request(2, LIST_OFFSETS_V, {
+            "replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                                        "timestamp": timestamp}]}],
+        })
+        [t] = body["topics"]
+        [p] = t["partitions"]
+        return p
+
+
+
+class RawConn(_Requests):
     """One TCP connection; `request` sends a frame and returns the decoded response body."""
 
     _corr = itertools.count(1)
@@ -116,50 +166,6 @@ class RawConn:
         corr = self.send_request(api_key, version, body)
         return self.recv_response(api_key, version, corr, timeout)
 
-    # -- the few requests the tests need
-
-    def api_versions(self) -> dict[int, tuple[int, int]]:
-        body = self.request(18, API_VERSIONS_V, {"client_software_name": "compat-raw",
-                                                 "client_software_version": "1"})
-        assert body["error_code"] == 0, body
-        return {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
-
-    def produce(self, topic: str, partition: int, records: bytes, acks: int = -1) -> dict:
-        """Produce one records blob; returns the partition response."""
-        body = self.request(0, PRODUCE_V, {
-            "transactional_id": None, "acks": acks, "timeout_ms": 10000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}],
-        })
-        [t] = body["responses"]
-        [p] = t["partition_responses"]
-        return p
-
-    def fetch(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0, min_bytes: int = 1,
-              timeout: float | None = None) -> dict:
-        """A sessionless Fetch of one partition; returns the partition response."""
-        body = self.request(1, FETCH_V, {
-            "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": 1 << 20,
-            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": topic, "partitions": [{
-                "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
-                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
-            "forgotten_topics_data": [], "rack_id": "",
-        }, timeout=timeout)
-        assert body["error_code"] == 0, body
-        [t] = body["responses"]
-        [p] = t["partitions"]
-        return p
-
-    def list_offsets(self, topic: str, partition: int, timestamp: int) -> dict:
-        body = self.request(2, LIST_OFFSETS_V, {
-            "replica_id": -1, "isolation_level": 0,
-            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
-                                                        "timestamp": timestamp}]}],
-        })
-        [t] = body["topics"]
-        [p] = t["partitions"]
-        return p
-
 
 # What a Kafka client looks up before sending: the transaction coordinator of a transactional
 # id, the group coordinator of a group, the leader of a partition (api key -> how).
@@ -187,7 +193,8 @@ def _group_key(body: dict[str, Any]) -> str | None:
 
 
 def _partition_key(api_key: int, body: dict[str, Any]) -> tuple[str, int] | None:
-    """Produce / Fetch / ListOffsets: the (topic, partition) of the first partition named."""
+    """Produce / Fetch / ListOffsets / DeleteRecords / OffsetForLeaderEpoch: the (topic,
+    partition) of the first partition named."""
     try:
         if api_key == 0:
             t = body["topic_data"][0]
@@ -195,15 +202,18 @@ def _partition_key(api_key: int, body: dict[str, Any]) -> tuple[str, int] | None
         if api_key == 1:
             t = body["topics"][0]
             return str(t["topic"]), int(t["partitions"][0]["partition"])
-        if api_key == 2:
+        if api_key in (2, 21):  # ListOffsets, DeleteRecords
             t = body["topics"][0]
             return str(t["name"]), int(t["partitions"][0]["partition_index"])
+        if api_key == 23:  # OffsetForLeaderEpoch
+            t = body["topics"][0]
+            return str(t["topic"]), int(t["partitions"][0]["partition"])
     except (KeyError, IndexError):
         return None
     return None
 
 
-class RoutedConn:
+class RoutedConn(_Requests):
     """`RawConn.request` as a Kafka client routes it, for any number of brokers: requests keyed by
     a transactional id or a group go to its coordinator (FindCoordinator v4, asked each time: it
     moves), Produce / Fetch / ListOffsets to the partition's leader (Metadata), the rest to the

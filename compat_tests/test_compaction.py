@@ -31,7 +31,7 @@ from .brokers import new_broker
 from .cli_helpers import run as cli_run
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
-from .raw import RawConn
+from .raw import RoutedConn
 
 TIMEOUT = 30
 INVALID_RECORD = 87
@@ -47,7 +47,7 @@ def _create(admin: AdminClient, config: dict[str, str], partitions: int = 1) -> 
     return name
 
 
-def _raw_produce(conn: RawConn, topic: str, batch: bytes) -> dict[str, Any]:
+def _raw_produce(conn: RoutedConn, topic: str, batch: bytes) -> dict[str, Any]:
     """Produce one batch, retried while a new topic's partition has no leader yet (Kafka
     answers NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION for a moment after
     CreateTopics; clients retry these)."""
@@ -154,7 +154,7 @@ def test_keyless_record_refused_on_compacted_topic(broker: Broker, policy: str) 
     topic = _create(admin, {"cleanup.policy": policy})
     batch = build_batch([(b"k0", b"v0"), (None, b"no key"), (b"k2", b"v2"), (None, b"none either")])
     expected = f"Compacted topic cannot accept message without key in topic partition {topic}-0"
-    with RawConn(broker.bootstrap) as conn:
+    with RoutedConn(broker.bootstrap) as conn:
         p = _raw_produce(conn, topic, batch)
         assert p["error_code"] == INVALID_RECORD, p
         assert p["base_offset"] == -1, p
@@ -174,7 +174,7 @@ def test_delete_records_needs_the_delete_policy(broker: Broker, policy: str, cod
     """DeleteRecords on a topic whose cleanup.policy lacks delete: POLICY_VIOLATION (44)."""
     admin = _admin(broker)
     topic = _create(admin, {"cleanup.policy": policy})
-    with RawConn(broker.bootstrap) as conn:
+    with RoutedConn(broker.bootstrap) as conn:
         for i in range(3):
             assert _raw_produce(conn, topic, build_batch([(b"k%d" % i, b"v")]))["error_code"] == 0
         body = conn.request(21, 2, {"timeout_ms": 10000, "topics": [
@@ -186,7 +186,7 @@ def test_delete_records_needs_the_delete_policy(broker: Broker, policy: str, cod
 def test_keyless_record_accepted_on_delete_topic(broker: Broker) -> None:
     admin = _admin(broker)
     topic = _create(admin, {"cleanup.policy": "delete"})
-    with RawConn(broker.bootstrap) as conn:
+    with RoutedConn(broker.bootstrap) as conn:
         p = _raw_produce(conn, topic, build_batch([(None, b"no key")]))
         assert (p["error_code"], p["base_offset"], p["record_errors"]) == (0, 0, []), p
 

@@ -71,9 +71,9 @@ def test_produce_consume_roundtrip(broker: Broker, client: str, codec: str) -> N
     # -- the stored batches keep the producer's codec (topic compression.type=producer)
     from tmqgate.protocol.records import iter_batches
 
-    from .raw import RawConn
+    from .raw import RoutedConn
 
-    with RawConn(broker.bootstrap) as raw:
+    with RoutedConn(broker.bootstrap) as raw:  # to partition 0's leader
         data = raw.fetch(topic, 0, 0)["records"] or b""
     headers = list(iter_batches(data))
     assert headers, "raw Fetch returned no batches"

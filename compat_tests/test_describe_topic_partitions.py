@@ -7,7 +7,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
-from .raw import RawConn
+from .raw import RoutedConn
 
 DESCRIBE_TOPIC_PARTITIONS = 75
 
@@ -19,7 +19,7 @@ def test_paged_by_cursor(broker: Broker) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     for f in admin.create_topics([NewTopic(n, c, 1) for n, c in counts.items()]).values():
         f.result(30)
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         def page(cursor: dict | None) -> dict:
             return c.request(DESCRIBE_TOPIC_PARTITIONS, 0, {
                 "topics": [{"name": n} for n in reversed(names)], "response_partition_limit": 2,
@@ -46,7 +46,7 @@ def test_paged_by_cursor(broker: Broker) -> None:
 
 def test_unknown_topic(broker: Broker) -> None:
     name = unique_topic("dtp-missing")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         body = c.request(DESCRIBE_TOPIC_PARTITIONS, 0, {"topics": [{"name": name}],
                                                         "response_partition_limit": 2000, "cursor": None})
     assert [(t["name"], t["error_code"], t["partitions"]) for t in body["topics"]] == [(name, 3, [])]

@@ -37,7 +37,7 @@ import pytest
 from .group_helpers import create_topic, unique_name
 from .helpers import unique_topic, wait_until
 from .proxy import RecordingProxy
-from .raw import RawConn
+from .raw import RoutedConn
 
 # Runs of the held-connection scenario: the issue saw the stall in 2 of 6 runs; ~25 runs here
 # never reproduced it (before or after the fixes), so CI keeps 4 (both hold modes twice).
@@ -53,7 +53,7 @@ def _read_all(bootstrap: str, topic: str) -> dict[int, list[tuple[int, bytes, tu
     from tmqgate.protocol.records import decode_records, iter_batches
 
     out: dict[int, list[tuple[int, bytes, tuple[int, int]]]] = {p: [] for p in range(PARTITIONS)}
-    with RawConn(bootstrap) as conn:
+    with RoutedConn(bootstrap) as conn:
         for p in range(PARTITIONS):
             offset, end = 0, conn.list_offsets(topic, p, -1)["offset"]
             deadline = time.monotonic() + 60
@@ -138,7 +138,7 @@ PRODUCE, INIT_PRODUCER_ID = 0, 22
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 
 
-def _init_producer_id(conn: RawConn, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
+def _init_producer_id(conn: RoutedConn, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
     # a freshly started Kafka answers COORDINATOR_LOAD_IN_PROGRESS for a moment
     body = wait_until(lambda: conn.request(INIT_PRODUCER_ID, 4, {
         "transactional_id": None, "transaction_timeout_ms": 60000, "producer_id": producer_id,
@@ -155,7 +155,7 @@ def _batch(value: bytes, producer_id: int, epoch: int, sequence: int) -> bytes:
 
 
 def test_init_producer_id_without_transactional_id_gives_a_new_producer_id(broker: Any) -> None:
-    with RawConn(broker.bootstrap) as conn:
+    with RoutedConn(broker.bootstrap) as conn:
         pid, epoch = _init_producer_id(conn)
         assert epoch == 0
         again, again_epoch = _init_producer_id(conn, pid, epoch)
@@ -167,7 +167,7 @@ def test_init_producer_id_without_transactional_id_gives_a_new_producer_id(broke
 def test_a_sequence_older_than_the_window_is_out_of_order(broker: Any) -> None:
     topic = unique_topic("idem-window")
     create_topic(broker.bootstrap, topic, 1)
-    with RawConn(broker.bootstrap) as conn:
+    with RoutedConn(broker.bootstrap) as conn:
         pid, epoch = _init_producer_id(conn)
         bases = []
         for seq in range(6):  # one more than the five batches a broker remembers

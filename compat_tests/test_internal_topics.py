@@ -29,7 +29,7 @@ from tmqgate.protocol.records import decode_records, iter_batches
 from .cli_helpers import client_errors, require_tools, run
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
-from .raw import RawConn, one_record_batch
+from .raw import RoutedConn, one_record_batch
 
 TIMEOUT = 30
 OFFSETS = "__consumer_offsets"
@@ -80,7 +80,7 @@ def _commit(broker: Broker, group: str, offsets: list[tuple[str, int, int]]) -> 
 
 
 def _metadata_topics(broker: Broker, names: list[str] | None) -> dict[str, dict]:
-    with RawConn(broker.bootstrap) as conn:
+    with RoutedConn(broker.bootstrap) as conn:
         body = conn.request(METADATA, 12, {
             "topics": None if names is None else [{"name": n, "topic_id": bytes(16)} for n in names],
             "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
@@ -122,7 +122,7 @@ def test_internal_topic_configs_and_offsets(broker: Broker, admin: AdminClient, 
     assert configs["cleanup.policy"].value == "compact"
     assert configs["compression.type"].value == "producer"
     p = partition_for(group, PARTITIONS)
-    with RawConn(broker.bootstrap) as conn:
+    with RoutedConn(broker.bootstrap) as conn:
         earliest = conn.list_offsets(OFFSETS, p, -2)
         latest = conn.list_offsets(OFFSETS, p, -1)
     assert (earliest["error_code"], latest["error_code"]) == (0, 0)
@@ -154,7 +154,7 @@ def test_regex_subscriber_excluding_internal_topics_skips_it(broker: Broker, adm
 
 
 def test_produce_and_delete_records_refused(broker: Broker, committed: tuple[str, str]) -> None:
-    with RawConn(broker.bootstrap) as conn:
+    with RoutedConn(broker.bootstrap) as conn:
         answer = conn.produce(OFFSETS, 0, one_record_batch(b"v", key=b"k"))
         assert (answer["error_code"], answer["base_offset"]) == (INVALID_TOPIC_EXCEPTION, -1)
         body = conn.request(21, 2, {"topics": [{"name": OFFSETS, "partitions": [
@@ -168,7 +168,7 @@ def _group_records(broker: Broker, group: str) -> list[tuple[int, bytes, bytes |
     p = partition_for(group, PARTITIONS)
     out: list[tuple[int, bytes, bytes | None]] = []
     offset = 0
-    with RawConn(broker.bootstrap) as conn:
+    with RoutedConn(broker.bootstrap) as conn:
         while True:
             answer = conn.fetch(OFFSETS, p, offset)
             assert answer["error_code"] == 0, answer

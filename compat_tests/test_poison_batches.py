@@ -26,7 +26,7 @@ from tmqgate.protocol.records import build_batch
 
 from .conftest import Broker
 from .helpers import ConfluentDriver, unique_topic
-from .raw import RawConn, fetched_values, one_record_batch
+from .raw import RoutedConn, fetched_values, one_record_batch
 from .tdengine_helpers import TdBroker, td_broker_fixture, unique
 
 UNKNOWN_SERVER_ERROR = -1
@@ -123,12 +123,12 @@ def topic(broker: Broker) -> str:
 
 
 @pytest.fixture
-def conn(broker: Broker) -> Iterator[RawConn]:
-    with RawConn(broker.bootstrap, client_id="compat-poison") as c:
+def conn(broker: Broker) -> Iterator[RoutedConn]:
+    with RoutedConn(broker.bootstrap, client_id="compat-poison") as c:
         yield c
 
 
-def _produce_good(c: RawConn, topic: str) -> tuple[int, bytes]:
+def _produce_good(c: RoutedConn, topic: str) -> tuple[int, bytes]:
     value = uuid.uuid4().bytes
     p = c.produce(topic, 0, one_record_batch(value))
     assert p["error_code"] == 0, p
@@ -136,7 +136,7 @@ def _produce_good(c: RawConn, topic: str) -> tuple[int, bytes]:
 
 
 @pytest.mark.parametrize("name", sorted(POISON))
-def test_poison_batch_refused(broker: Broker, conn: RawConn, topic: str, name: str) -> None:
+def test_poison_batch_refused(broker: Broker, conn: RoutedConn, topic: str, name: str) -> None:
     make, kafka_code, index = POISON[name]
     before, v1 = _produce_good(conn, topic)
     assert_refused(broker, conn.produce(topic, 0, make()), kafka_code, index)
@@ -153,7 +153,7 @@ def test_poison_then_consumer_reads_on(broker: Broker) -> None:
     d = ConfluentDriver(broker.bootstrap)
     d.create_topic(name, 1)
     values = []
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         for make, kafka_code, index in POISON.values():
             off, v = _produce_good(c, name)
             values.append((off, v))
@@ -163,7 +163,7 @@ def test_poison_then_consumer_reads_on(broker: Broker) -> None:
     assert [(r.offset, r.value) for r in got] == values
 
 
-def test_timestamp_of_a_middle_record_is_checked(conn: RawConn, topic: str) -> None:
+def test_timestamp_of_a_middle_record_is_checked(conn: RoutedConn, topic: str) -> None:
     """Record 1 of 3 stamped two days ahead while the batch header's timestamps are now: the
     broker checks each record's timestamp (message.timestamp.after.max.ms, default one hour),
     not just the header's, and names the record in record_errors."""
@@ -201,7 +201,7 @@ def test_compressed_batch_within_max_message_bytes_is_accepted(broker: Broker) -
     rows = [(f"k{i}".encode(), v, [], ts) for i, v in enumerate(values)]
     packed = build_batch(rows, compression=ZSTD)
     assert len(packed) < 100_000 and len(records_of(build_batch(rows))) > 3_000_000
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         p = c.produce(name, 0, build_batch(rows))
         assert (p["error_code"], p["base_offset"]) == (MESSAGE_TOO_LARGE, -1), p
         p = c.produce(name, 0, packed)
@@ -229,7 +229,7 @@ def test_database_topic_bombs_and_garbage_are_answered(td: TdBroker) -> None:
     bomb_records = records_of(build_batch([(None, line + b" " * (64 << 20), header, ts)]))
     bomb = compress(GZIP, bomb_records)
     assert len(bomb) < 200_000
-    with RawConn(td.bootstrap) as c:
+    with RoutedConn(td.bootstrap) as c:
         p = c.produce(db, 0, raw_batch(bomb, 1, codec=GZIP))
         # the broker's cap bounds it (max.message.bytes bounds only the compressed batch)
         assert (p["error_code"], p["base_offset"]) == (MESSAGE_TOO_LARGE, -1), p
@@ -248,7 +248,7 @@ def test_broker_cap_bounds_decompression_below_max_message_bytes(td: TdBroker) -
     the topic's max.message.bytes (100 MB) would allow it."""
     name = unique_topic("cap")
     ConfluentDriver(td.bootstrap).create_topic(name, 1, {"max.message.bytes": str(100_000_000)})
-    with RawConn(td.bootstrap) as c:
+    with RoutedConn(td.bootstrap) as c:
         p = c.produce(name, 0, raw_batch(_zstd_bomb(TD_CAP + 1), 1, codec=ZSTD))
         assert (p["error_code"], p["base_offset"]) == (MESSAGE_TOO_LARGE, -1), p
         assert f"max_decompressed_batch_bytes {TD_CAP}" in p["error_message"], p

@@ -91,10 +91,14 @@ class LocalKv:
         for statement in _SCHEMA:
             self._db.execute(statement)
         self._db.execute("COMMIT")
+        self._read_lock = threading.Lock()
+        self._reader = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        with self._read_lock:
+            self._reader.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -195,10 +199,11 @@ class LocalKv:
         return [_item(row) for row in rows]
 
     def revision(self) -> int:
-        """The store's revision now (etcd's header revision): a read, which takes no write lock
-        (the membership asks it every few milliseconds)."""
-        with self._lock:
-            return int(self._db.execute("SELECT value FROM revision").fetchone()[0])
+        """The store's revision now (etcd's header revision): a read on a connection of its own,
+        which waits on no transaction (WAL: readers never wait for writers), so the event loop
+        may ask it before a request (the membership's ``catch_up``)."""
+        with self._read_lock:
+            return int(self._reader.execute("SELECT value FROM revision").fetchone()[0])
 
 
 def _item(row: tuple[Any, ...]) -> tuple[bytes, dict[str, Any]]:

@@ -31,9 +31,11 @@ asked about a topic it does not know yet, or created or deleted one, reads etcd 
 than at its next round.
 
 On a cluster file (``local:PATH``: the workers of one `tmqgate serve`) a round also runs as soon
-as the file's revision moves, checked every ``LOCAL_POLL_S`` (one read of a local file): a
-database made through one worker is seen by the others before a client's next request, as on
-one broker, rather than up to a third of the session timeout later.
+as the file's revision moves, checked every ``LOCAL_POLL_S`` (one read of a local file), and
+``catch_up`` runs one before a request is answered if the file moved since the last round
+(broker/apis.py: every API but Produce and Fetch): a topic or database made through one worker
+is known to the others for the client's next request, as on one broker — a client that lists
+the topics right after creating one, through whichever worker, sees it.
 
 Losing etcd is logged once (and its return); the broker keeps serving with its last view,
 except writes to replicated partitions it leads once it has been cut off for a session timeout
@@ -394,6 +396,12 @@ class Membership:
             return s is None or not isinstance(s.client, LocalKv) or s.client.revision() != self._kv_revision
         except Exception:  # noqa: BLE001 - the round says what is wrong
             return True
+
+    async def catch_up(self) -> None:
+        """On a cluster file: a round now if the file moved since the last round began (the
+        check is one read of the file's revision counter); on etcd nothing."""
+        if self.local is not None and self.connected and self._moved():
+            await self.refresh()
 
     async def _run(self) -> None:
         due = time.monotonic() + self.interval

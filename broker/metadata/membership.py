@@ -47,6 +47,8 @@ class Members(Protocol):
 
     async def refresh(self) -> bool: ...
 
+    async def catch_up(self) -> None: ...  # a round now if the cluster changed since the last (cheap check)
+
     async def stop(self) -> None: ...  # leave the cluster (at the broker's shutdown)
 
 
@@ -70,6 +72,9 @@ class LocalMembership:
 
     async def refresh(self) -> bool:
         return True
+
+    async def catch_up(self) -> None:
+        return None
 
     async def stop(self) -> None:
         return None
