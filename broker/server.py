@@ -59,7 +59,7 @@ from tmqgate.broker.runtime.txn_coordinator import txn_coordinator
 from tmqgate.broker.runtime.txn_markers import MarkerWriter
 from tmqgate.broker.runtime.waiters import DataNotifier
 from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
-from tmqgate.broker.topics import TopicRegistry
+from tmqgate.broker.topics import Topic, TopicRegistry
 from tmqgate.protocol import clock
 from tmqgate.protocol.codec import iter_precompile
 from tmqgate.storage import Store
@@ -116,6 +116,7 @@ class Broker:
                                     transaction_version=config.transaction_version, node_id=config.node_id,
                                     cluster=roles.topic_cluster)
         self.notifier = DataNotifier()
+        self.topics.on_deleted.append(self._wake_fetches)
         # leaders, followers and high watermarks: none on one node (every partition led here)
         self.replication = roles.replication(self.topics, self.notifier)
         # Commit/abort markers to the partitions led here (the transaction coordinator and WriteTxnMarkers).
@@ -183,6 +184,11 @@ class Broker:
             reloads.append(self.authorizer.reload)
         roles.connect(self.transactions, self.markers, reloads)
 
+    def _wake_fetches(self, topic: Topic) -> None:
+        """Fetches parked on a deleted topic answer at once (UNKNOWN_TOPIC_OR_PARTITION)."""
+        for vnode in range(topic.partitions):
+            self.notifier.notify(topic.db, vnode)
+
     async def start(self) -> None:
         listeners = self.listeners
         self._ssl = {li.tls_settings: (li, server_ssl_context(self.config, li)) for li in listeners if li.tls}
@@ -234,7 +240,7 @@ class Broker:
                                  metrics=self.metrics, limited_log=self.limited_log,
                                  transactions=self.txn_gate if verify else None, replication=self.replication,
                                  txn_cluster=self.txn_routing if verify else LocalTxnRouting()),
-            AdminApis: AdminApis(self.store, self.topics, cfg, self.notifier, quotas=self.quotas,
+            AdminApis: AdminApis(self.store, self.topics, cfg, quotas=self.quotas,
                                  authorizer=auth, group_configs=self.group_configs,
                                  broker_configs=self.broker_configs),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, self.membership, authorizer=auth),

@@ -354,6 +354,9 @@ class TopicRegistry:
         self.broker_defaults: dict[str, BrokerDefault] = {}
         # database and TDengine topics: [rows scanned, rows delivered] by their views (metrics)
         self.view_rows: dict[str, list[int]] = {}
+        #: called with each topic `delete` removed, by DeleteTopics here or by another broker's
+        #: (a cluster's apply): Fetches parked on it answer at once
+        self.on_deleted: list[Callable[[Topic], None]] = []
         #: this node; the topics it holds alone (`local`), and the creator of the topics etcd
         #: places on a cluster (``cluster``: made over this registry, broker/cluster/topics.py),
         #: with the placement of each shared topic's partitions; without one this node leads all
@@ -550,6 +553,8 @@ class TopicRegistry:
             self._store.drop_database(topic.db)
         self._by_name.pop(topic.name, None)
         self._by_id.pop(topic.topic_id, None)
+        for call in self.on_deleted:
+            call(topic)
 
     def make_database(self, name: str, vgroups: int, options: dict[str, Any], topic_id: bytes | None = None) -> None:
         """A SQL database (CREATE DATABASE, checked by the caller); on a cluster made here with

@@ -242,11 +242,15 @@ class RoutedConn(_Requests):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def coordinator(self, key: str, key_type: int) -> str:
-        """HOST:PORT of the key's coordinator (the bootstrap while there is none)."""
+    def found_coordinator(self, key: str, key_type: int) -> str | None:
+        """HOST:PORT of the key's coordinator; None while there is none (FindCoordinator's error)."""
         body = self.conn(self.bootstrap).request(10, 4, {"key_type": key_type, "coordinator_keys": [key]})
         [found] = body["coordinators"]
-        return f"{found['host']}:{found['port']}" if found["error_code"] == 0 else self.bootstrap
+        return f"{found['host']}:{found['port']}" if found["error_code"] == 0 else None
+
+    def coordinator(self, key: str, key_type: int) -> str:
+        """HOST:PORT of the key's coordinator (the bootstrap while there is none)."""
+        return self.found_coordinator(key, key_type) or self.bootstrap
 
     def leader(self, topic: str, partition: int) -> str:
         """HOST:PORT of the partition's leader (the bootstrap while there is none)."""
@@ -267,6 +271,22 @@ class RoutedConn(_Requests):
 
     def request(self, api_key: int, version: int, body: dict[str, Any], timeout: float | None = None) -> dict:
         return self.conn(self.route(api_key, body)).request(api_key, version, body, timeout)
+
+
+def leader_address(bootstrap: str, topic: str, partition: int) -> str:
+    """HOST:PORT of the partition's leader (the bootstrap while there is none): for a test that
+    speaks to it over a RawConn of its own (parked Fetches, request order)."""
+    with RoutedConn(bootstrap) as routed:
+        return routed.leader(topic, partition)
+
+
+def coordinator_address(bootstrap: str, key: str, key_type: int = 0, timeout: float = 60.0) -> str:
+    """HOST:PORT of the group's (key_type 0) or transactional id's (1) coordinator, once
+    FindCoordinator names one (Kafka makes its internal topic on the first ask)."""
+    from .helpers import wait_until
+
+    with RoutedConn(bootstrap) as routed:
+        return wait_until(lambda: routed.found_coordinator(key, key_type), timeout, 0.2, f"the coordinator of {key}")
 
 
 def one_record_batch(value: bytes, key: bytes | None = None, size_pad: int = 0) -> bytes:

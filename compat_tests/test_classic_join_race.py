@@ -23,7 +23,7 @@ from typing import Any
 
 from .group_helpers import unique_name
 from .helpers import wait_until
-from .raw import RawConn
+from .raw import RawConn, coordinator_address
 
 JOIN, SYNC, HEARTBEAT, FIND_COORDINATOR, DESCRIBE_GROUPS = 11, 14, 12, 10, 15
 JOIN_V, SYNC_V, HEARTBEAT_V = 7, 5, 4
@@ -72,7 +72,8 @@ def _sync_body(group: str, member_id: str, generation: int, assignments: list[di
 
 def test_first_sync_sees_rebalance_when_second_member_joins(broker: Any) -> None:
     group = unique_name("join-race")
-    with RawConn(broker.bootstrap, timeout=60) as a, RawConn(broker.bootstrap, timeout=60) as b:
+    coordinator = coordinator_address(broker.bootstrap, group)  # both members talk to it, as clients do
+    with RawConn(coordinator, timeout=60) as a, RawConn(coordinator, timeout=60) as b:
         _find_coordinator(a, group)
 
         first_a = _first_join(a, group)

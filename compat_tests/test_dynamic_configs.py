@@ -23,7 +23,7 @@ from tmqgate.protocol.records import build_batch
 from .cli_helpers import require_tools, run
 from .group_helpers import unique_name
 from .helpers import wait_until
-from .raw import RawConn
+from .raw import RawConn, RoutedConn
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, METADATA = 32, 33, 44, 3
 CONSUMER_GROUP_HEARTBEAT = 68
@@ -57,13 +57,15 @@ def alter(conn: RawConn, rtype: int, name: str, *changes: tuple[str, int, str | 
 
 
 def node_id(conn: RawConn) -> int:
+    """The id of the broker this connection reaches (a broker's configs are asked of it)."""
     meta = conn.request(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
                                        "include_topic_authorized_operations": False})
-    [node] = meta["brokers"]
+    port = conn.sock.getpeername()[1]
+    [node] = [b for b in meta["brokers"] if b["port"] == port]
     return int(node["node_id"])
 
 
-def heartbeat(conn: RawConn, body: dict[str, Any]) -> dict[str, Any]:
+def heartbeat(conn: RawConn | RoutedConn, body: dict[str, Any]) -> dict[str, Any]:
     def beat() -> dict[str, Any]:
         return conn.request(CONSUMER_GROUP_HEARTBEAT, 1, {
             "member_id": "", "instance_id": None, "rack_id": None, "rebalance_timeout_ms": -1,
@@ -93,7 +95,7 @@ def settled(conn: RawConn, rtype: int, name: str, config: str, source: int, valu
 def test_a_groups_own_heartbeat_interval_is_shown_and_given_to_its_members(broker: Any) -> None:
     group = unique_name("gcfg")
     member = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    with RawConn(broker.bootstrap) as conn:
+    with RoutedConn(broker.bootstrap) as conn:  # heartbeats to the group's coordinator
         # FindCoordinator first, as a client does (Kafka makes __consumer_offsets then).
         find = conn.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})
         assert find["coordinators"][0]["error_code"] in (0, 15), find
@@ -283,7 +285,9 @@ def test_message_max_bytes_lowered_for_the_cluster_refuses_larger_batches_at_onc
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     small = build_batch([(b"k", b"x" * 100)])
     big = build_batch([(b"k", b"x" * 5000)])
-    with RawConn(broker.bootstrap) as conn:
+    with RoutedConn(broker.bootstrap) as routed:  # the partition's leader: its broker configs are the ones set
+        leader = wait_until(lambda: routed.leader(topic, 0), 30, 0.2, "the partition led")
+    with RawConn(leader) as conn:
         node = str(node_id(conn))
         before = configs(conn, BROKER, node)["message.max.bytes"]
         assert (before["read_only"], before["config_source"]) == (False, SOURCE_DEFAULT)

@@ -27,7 +27,7 @@ from tmqgate.protocol.bodies import ZERO_UUID
 from .brokers import TmqgateProcess
 from .conftest import Broker
 from .helpers import ConfluentDriver, unique_topic, wait_until
-from .raw import FETCH_V, RawConn, one_record_batch
+from .raw import FETCH_V, RawConn, RoutedConn, leader_address, one_record_batch
 from .tdengine_helpers import TdBroker, td_broker_fixture
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -91,7 +91,7 @@ def test_fetch_waiting_on_a_deleted_topic_is_answered_at_once(broker: Broker, ve
     topic = unique_topic("deleted-while-fetching")
     admin = ConfluentDriver(broker.bootstrap)
     admin.create_topic(topic, 1)
-    with RawConn(broker.bootstrap, timeout=ANSWER_WITHIN) as c:
+    with RawConn(leader_address(broker.bootstrap, topic, 0), timeout=ANSWER_WITHIN) as c:  # parked at the leader
         assert c.produce(topic, 0, one_record_batch(b"only"))["error_code"] == 0
         tid = _topic_id(c, topic)
         corr = _parked_fetch(c, version, topic, tid)
@@ -190,7 +190,7 @@ OFFSET_COMMIT = 8
 COORDINATOR_NOT_READY = {14, 15, 16}  # load in progress, not available, not coordinator
 
 
-def _commit(c: RawConn, group: str, topic: str, partitions: list[int]) -> list[tuple[int, int]]:
+def _commit(c: RawConn | RoutedConn, group: str, topic: str, partitions: list[int]) -> list[tuple[int, int]]:
     """A standalone (generation -1) OffsetCommit v8 of offset 1: sorted (partition, error) pairs;
     retried while Kafka's coordinator is not ready (its offsets topic is made on first use)."""
     def commit() -> list[tuple[int, int]]:
@@ -213,7 +213,7 @@ def test_offset_commit_to_a_deleted_or_unknown_topic(broker: Broker) -> None:
     admin = ConfluentDriver(broker.bootstrap)
     admin.create_topic(topic, 1)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:  # commits to the group's coordinator
         assert _commit(c, group, topic, [0, 5]) == [(0, 0), (5, UNKNOWN_TOPIC_OR_PARTITION)]
         admin.delete_topic(topic)
         admin.wait_topic_gone(topic)

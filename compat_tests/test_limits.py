@@ -32,7 +32,7 @@ import pytest
 from .brokers import TmqgateProcess
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
-from .raw import Closed, RawConn, one_record_batch
+from .raw import Closed, RawConn, RoutedConn, one_record_batch
 
 POLICY_VIOLATION = 44
 INVALID_PARTITIONS = 37
@@ -45,7 +45,7 @@ CREATE_PARTITIONS, CREATE_PARTITIONS_V = 37, 3
 METADATA, METADATA_V = 3, 12
 
 
-def create_topics(c: RawConn, *topics: tuple[str, int]) -> list[dict]:
+def create_topics(c: RawConn | RoutedConn, *topics: tuple[str, int]) -> list[dict]:
     body = c.request(CREATE_TOPICS, CREATE_TOPICS_V, {
         "topics": [{"name": name, "num_partitions": n, "replication_factor": 1, "assignments": [],
                     "configs": []} for name, n in topics],
@@ -53,7 +53,7 @@ def create_topics(c: RawConn, *topics: tuple[str, int]) -> list[dict]:
     return sorted(body["topics"], key=lambda t: t["name"])
 
 
-def create_partitions(c: RawConn, name: str, count: int) -> dict:
+def create_partitions(c: RawConn | RoutedConn, name: str, count: int) -> dict:
     body = c.request(CREATE_PARTITIONS, CREATE_PARTITIONS_V, {
         "topics": [{"name": name, "count": count, "assignments": None}],
         "timeout_ms": 30000, "validate_only": False}, timeout=60)
@@ -61,7 +61,7 @@ def create_partitions(c: RawConn, name: str, count: int) -> dict:
     return result
 
 
-def partitions_of(c: RawConn, name: str) -> int | None:
+def partitions_of(c: RawConn | RoutedConn, name: str) -> int | None:
     """The topic's partition count in Metadata, None if the broker does not know it."""
     body = c.request(METADATA, METADATA_V, {"topics": [{"name": name, "topic_id": bytes(16)}],
                                             "allow_auto_topic_creation": False,
@@ -73,13 +73,13 @@ def partitions_of(c: RawConn, name: str) -> int | None:
     return len(t["partitions"])
 
 
-def wait_partitions(c: RawConn, name: str, expected: int) -> None:
+def wait_partitions(c: RawConn | RoutedConn, name: str, expected: int) -> None:
     """Metadata shows `expected` partitions (Kafka's metadata follows its controller shortly)."""
     wait_until(lambda: partitions_of(c, name), 10, 0.1, f"{name} with {expected} partitions",
                ok=lambda got: got == expected)
 
 
-def assert_served(c: RawConn, topic: str, partition: int = 0) -> None:
+def assert_served(c: RawConn | RoutedConn, topic: str, partition: int = 0) -> None:
     """Produce a unique value and fetch it back at the offset Produce returned (Kafka takes a
     moment to elect the leader of a new partition: NOT_LEADER_OR_FOLLOWER until then)."""
     value = uuid.uuid4().bytes
@@ -95,7 +95,7 @@ def assert_served(c: RawConn, topic: str, partition: int = 0) -> None:
 
 def test_create_topics_over_partitions_per_request_is_a_policy_violation(broker: Broker) -> None:
     big, small = unique_topic("limits-big"), unique_topic("limits-small")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         # One topic of over 10,000 partitions, and a request whose topics add up to over 10,000:
         # both refused whole, nothing created, before anything is allocated.
         for count in (10_001, 10_000_000, 2**31 - 1):
@@ -115,7 +115,7 @@ def test_create_topics_over_partitions_per_request_is_a_policy_violation(broker:
 @pytest.mark.tmqgate_only
 def test_create_partitions_over_partitions_per_request_is_refused(broker: Broker) -> None:
     name = unique_topic("limits-grow")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         [r] = create_topics(c, (name, 1))
         assert r["error_code"] == 0, r
         r = create_partitions(c, name, 10_002)  # 10,001 new ones

@@ -155,20 +155,20 @@ def empty_topic(broker: Broker) -> str:
     """A new one-partition topic this broker serves Fetch on: on the reference Kafka the partition
     can answer NOT_LEADER_OR_FOLLOWER for a moment after CreateTopics returns, and a Fetch parked
     then is answered at once, empty (r25: test_parked_raw_fetch_wakes_on_produce)."""
-    from .raw import RawConn
+    from .raw import RoutedConn
 
     topic = unique_topic("longpoll-raw")
     ConfluentDriver(broker.bootstrap).create_topic(topic, 1)
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         wait_until(lambda: c.fetch(topic, 0, 0)["error_code"] == 0, 30, 0.1, f"{topic}-0 served by its leader")
     return topic
 
 
 def test_fetch_without_data_waits_max_wait(broker: Broker, empty_topic: str) -> None:
     """Nothing to return: the Fetch is answered at max_wait_ms, empty, not at once."""
-    from .raw import RawConn
+    from .raw import RawConn, leader_address
 
-    with RawConn(broker.bootstrap) as c:
+    with RawConn(leader_address(broker.bootstrap, empty_topic, 0)) as c:
         t0 = time.monotonic()
         p = c.fetch(empty_topic, 0, 0, max_wait_ms=1000, min_bytes=1)
         elapsed = time.monotonic() - t0
@@ -178,9 +178,10 @@ def test_fetch_without_data_waits_max_wait(broker: Broker, empty_topic: str) -> 
 
 def test_parked_raw_fetch_wakes_on_produce(broker: Broker, empty_topic: str) -> None:
     """A Fetch parked on one connection is answered as soon as another connection produces."""
-    from .raw import FETCH_V, RawConn, fetched_values, one_record_batch
+    from .raw import FETCH_V, RawConn, fetched_values, leader_address, one_record_batch
 
-    with RawConn(broker.bootstrap) as waiter, RawConn(broker.bootstrap) as writer:
+    leader = leader_address(broker.bootstrap, empty_topic, 0)  # where a client sends both
+    with RawConn(leader) as waiter, RawConn(leader) as writer:
         writer.api_versions()
         corr = waiter.send_request(1, FETCH_V, _fetch_body(empty_topic, MAX_WAIT_MS, 1))
         time.sleep(0.3)
@@ -196,9 +197,10 @@ def test_parked_raw_fetch_wakes_on_produce(broker: Broker, empty_topic: str) -> 
 
 def test_parked_fetch_waits_for_min_bytes(broker: Broker, empty_topic: str) -> None:
     """Data below min_bytes does not end the wait: the answer comes at max_wait, with the data."""
-    from .raw import FETCH_V, RawConn, fetched_values, one_record_batch
+    from .raw import FETCH_V, RawConn, fetched_values, leader_address, one_record_batch
 
-    with RawConn(broker.bootstrap) as waiter, RawConn(broker.bootstrap) as writer:
+    leader = leader_address(broker.bootstrap, empty_topic, 0)  # where a client sends both
+    with RawConn(leader) as waiter, RawConn(leader) as writer:
         writer.api_versions()
         t0 = time.monotonic()
         corr = waiter.send_request(1, FETCH_V, _fetch_body(empty_topic, 1500, 100_000))

@@ -256,10 +256,6 @@ async def delete_topics(ctx: AdminApis, req: Request) -> DeleteTopicsResponse:
                 _fail(entry, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
             except TopicError as exc:  # a database topic: DROP DATABASE deletes it
                 _fail(entry, exc.code, exc.message)
-            else:
-                if ctx.notifier is not None:  # Fetches waiting on it answer at once
-                    for vnode in range(topic.partitions):
-                        ctx.notifier.notify(topic.db, vnode)
         responses.append(entry)
     return {"throttle_time_ms": _throttle(mutation), "responses": responses}
 

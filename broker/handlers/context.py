@@ -115,7 +115,6 @@ class AdminApis:
     store: Store
     topics: TopicRegistry
     config: BrokerConfig
-    notifier: DataNotifier | None = None  # wakes the Fetches waiting on a deleted topic
     quotas: ClientQuotaManagers | None = None  # DescribeClientQuotas / AlterClientQuotas
     authorizer: Authorizer | None = None
     group_configs: GroupConfigs | None = None  # the GROUP config resource (KIP-848 groups)
