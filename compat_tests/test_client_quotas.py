@@ -22,7 +22,7 @@ from .brokers import BrokerProcess
 from .cli_helpers import require_tools, run
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
-from .raw import RawConn, one_record_batch
+from .raw import RawConn, RoutedConn, one_record_batch
 
 DESCRIBE, ALTER = 48, 49
 V = 1
@@ -327,7 +327,7 @@ RUN_S = 10.0  # Kafka measures over 10 whole windows: a run this long sees the q
 
 def _raw_produce_throttle(bootstrap: str, client: str, topic: str, size: int = 1024) -> int:
     """throttle_time_ms of one acks=1 Produce of a `size`-byte record sent as `client`."""
-    with RawConn(bootstrap, client_id=client) as conn:
+    with RoutedConn(bootstrap, client_id=client) as conn:  # to partition 0's leader, whose quota it is
         body = conn.request(0, 9, {"transactional_id": None, "acks": 1, "timeout_ms": 10000, "topic_data": [
             {"name": topic, "partition_data": [{"index": 0, "records": one_record_batch(b"x" * size)}]}]})
     [t] = body["responses"]

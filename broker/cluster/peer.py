@@ -1,12 +1,13 @@
 """A Kafka connection from this broker to another one (a follower fetching from its
 partitions' leader, transaction markers, verification), on asyncio streams and the sans-IO
-codec: one request at a time, each bounded by a timeout; any failure closes it and the caller
-connects again. It speaks the security protocol of the listener it dials (each broker's first,
-the one it registers): TLS with the peer's certificate checked (``PeerSecurity.tls``, with this
-broker's own for mutual TLS), and SASL as the brokers' user with PLAIN, SCRAM-SHA-256 or
-SCRAM-SHA-512 (Kafka's sasl.mechanism.inter.broker.protocol; SaslHandshake then one
-SaslAuthenticate, or two for SCRAM, as Kafka's clients) — so the brokers pass the others'
-authorizers."""
+codec: one request at a time (callers sharing one — concurrent Produce requests verifying their
+transactions — wait their turn on its lock), each bounded by a timeout, its wait for the turn
+included; any failure closes it and the caller connects again. It speaks the security protocol
+of the listener it dials (each broker's first, the one it registers): TLS with the peer's
+certificate checked (``PeerSecurity.tls``, with this broker's own for mutual TLS), and SASL as
+the brokers' user with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (Kafka's
+sasl.mechanism.inter.broker.protocol; SaslHandshake then one SaslAuthenticate, or two for
+SCRAM, as Kafka's clients) — so the brokers pass the others' authorizers."""
 
 from __future__ import annotations
 
@@ -47,16 +48,21 @@ class PeerConnection:
         self.security = security or PeerSecurity()
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._corr = itertools.count(1)
+        self._turn = asyncio.Lock()
 
     async def request(self, api_key: int, version: int, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
-            return await asyncio.wait_for(self._request(api_key, version, body), timeout)
+            return await asyncio.wait_for(self._request_in_turn(api_key, version, body), timeout)
         except PeerError:
             self.close()
             raise
         except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, DecodeError) as exc:
             self.close()
             raise PeerError(f"{self.host}:{self.port}: {exc!r}") from None
+
+    async def _request_in_turn(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        async with self._turn:
+            return await self._request(api_key, version, body)
 
     async def _request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
         if self._streams is None:
