@@ -87,14 +87,23 @@ def _metrics(http: int, query: str = "") -> dict[tuple[str, tuple[tuple[str, str
 
 
 def _serve(tmp_path: Path, data: Path, port: int, http: int, *flags: str) -> subprocess.Popen[bytes]:
-    """`tmqgate serve` as a user runs it: no TMQGATE_WORKERS (the suite's brokers get 1)."""
+    """`tmqgate serve` as a user runs it: no TMQGATE_WORKERS (the suite's brokers get 1); its
+    output in `serve-<data dir name>.log`."""
     env = {k: v for k, v in os.environ.items() if k != "TMQGATE_WORKERS"}
-    log = open(tmp_path / "serve.log", "ab")  # noqa: SIM115 - handed to the child
+    log = open(tmp_path / f"serve-{data.name}.log", "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(_tmqgate_cmd() + ["serve", *flags, "--listen", f"127.0.0.1:{port}",
                                              "--http", f"127.0.0.1:{http}", "--data-dir", str(data)],
                             stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env={**env, "PYTHONUNBUFFERED": "1"})
     log.close()
     return proc
+
+
+def _ready(tmp_path: Path, data: Path, count: int) -> None:
+    """Until `count` "tmqgate ready" lines are in the serve log of `data`: printed once a broker
+    listens and handles SIGTERM (a SIGTERM before that ends it as the default action would)."""
+    log = tmp_path / f"serve-{data.name}.log"
+    wait_until(lambda: log.read_text(errors="replace").count("tmqgate ready"), 60, 0.2,
+               f"{count} ready line(s) in {log.name}", ok=lambda n: n >= count)
 
 
 def test_one_worker_per_core_by_default_and_a_data_directory_keeps_its_shape(tmp_path: Path) -> None:
@@ -107,8 +116,7 @@ def test_one_worker_per_core_by_default_and_a_data_directory_keeps_its_shape(tmp
     port, http = free_port(n), free_port(n)
     proc = _serve(tmp_path, tmp_path / "new", port, http)
     try:
-        for i in range(n):
-            wait_until(lambda i=i: api_versions_ok(f"127.0.0.1:{port + i}"), 60, 0.2, f"worker {i} ready")
+        _ready(tmp_path, tmp_path / "new", n)  # one per worker
         wait_until(lambda: _listed(f"127.0.0.1:{port}"), 30, 0.2, f"{n} workers listed",
                    ok=lambda listed: listed == [(1 + i, port + i) for i in range(n)])
         assert sorted(d for d in os.listdir(tmp_path / "new") if d.startswith("worker-")) == \
@@ -119,12 +127,12 @@ def test_one_worker_per_core_by_default_and_a_data_directory_keeps_its_shape(tmp
 
     single = tmp_path / "single"
     proc = _serve(tmp_path, single, port, http, "--workers", "1")
-    wait_until(lambda: api_versions_ok(f"127.0.0.1:{port}"), 60, 0.2, "the single broker ready")
+    _ready(tmp_path, single, 1)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0
     proc = _serve(tmp_path, single, port, http)  # the default on a single broker's data: one broker
     try:
-        wait_until(lambda: api_versions_ok(f"127.0.0.1:{port}"), 60, 0.2, "the broker on the single data ready")
+        _ready(tmp_path, single, 2)  # its own ready line after the first broker's
         assert _listed(f"127.0.0.1:{port}") == [(1, port)]
         assert not any(d.startswith("worker-") for d in os.listdir(single))
     finally:
