@@ -50,11 +50,12 @@ class _Requests:
         return p
 
     def fetch(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0, min_bytes: int = 1,
-              timeout: float | None = None) -> dict:
-        """A sessionless Fetch of one partition; returns the partition response."""
+              timeout: float | None = None, isolation_level: int = 0) -> dict:
+        """A sessionless Fetch of one partition (isolation level 0: read uncommitted, 1: read
+        committed); returns the partition response."""
         body = self.request(1, FETCH_V, {
             "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": 1 << 20,
-            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": topic, "partitions": [{
                 "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
                 "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
@@ -65,16 +66,15 @@ class _Requests:
         [p] = t["partitions"]
         return p
 
-    def list_offsets(self, topic: str, partition: int, timestamp: int) -> dict:
+    def list_offsets(self, topic: str, partition: int, timestamp: int, isolation_level: int = 0) -> dict:
         body = self.request(2, LIST_OFFSETS_V, {
-            "replica_id": -1, "isolation_level": 0,
+            "replica_id": -1, "isolation_level": isolation_level,
             "topics": [{"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
                                                         "timestamp": timestamp}]}],
         })
         [t] = body["topics"]
         [p] = t["partitions"]
         return p
-
 
 
 class RawConn(_Requests):

@@ -26,35 +26,17 @@ from .raw import RawConn, fetched_values
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 WRITE_TXN_MARKERS_V = 1
-FETCH_V = 12
-LIST_OFFSETS_V = 7
 
 
 def _fetch(c: RawConn, topic: str, offset: int, isolation: int, max_wait_ms: int = 0,
            timeout: float | None = None) -> dict[str, Any]:
-    body = c.request(1, FETCH_V, {
-        "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
-        "isolation_level": isolation, "session_id": 0, "session_epoch": -1,
-        "topics": [{"topic": topic, "partitions": [{
-            "partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
-            "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
-        "forgotten_topics_data": [], "rack_id": "",
-    }, timeout=timeout)
-    assert body["error_code"] == 0, body
-    [t] = body["responses"]
-    [p] = t["partitions"]
+    p = c.fetch(topic, 0, offset, max_wait_ms=max_wait_ms, timeout=timeout, isolation_level=isolation)
     assert p["error_code"] == 0, p
     return p
 
 
 def _latest(c: RawConn, topic: str, isolation: int) -> int:
-    body = c.request(2, LIST_OFFSETS_V, {
-        "replica_id": -1, "isolation_level": isolation,
-        "topics": [{"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
-                                                    "timestamp": -1}]}],
-    })
-    [t] = body["topics"]
-    [p] = t["partitions"]
+    p = c.list_offsets(topic, 0, -1, isolation_level=isolation)
     assert p["error_code"] == 0, p
     return int(p["offset"])
 
