@@ -407,7 +407,7 @@ class Membership:
         due = time.monotonic() + self.interval
         while True:
             await asyncio.sleep(self.interval if self.local is None else LOCAL_POLL_S)
-            if self.local is not None and time.monotonic() < due and not await asyncio.to_thread(self._moved):
+            if self.local is not None and time.monotonic() < due and not self._moved():
                 continue
             due = time.monotonic() + self.interval
             was = self.connected

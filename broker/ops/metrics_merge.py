@@ -70,4 +70,3 @@ class _Families(CollectorRegistry):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._families
-
