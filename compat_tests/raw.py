@@ -169,16 +169,18 @@ class RawConn(_Requests):
 
 # What a Kafka client looks up before sending: the transaction coordinator of a transactional
 # id, the group coordinator of a group, the leader of a partition (api key -> how).
-# InitProducerId, AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn, DescribeTransactions
+# InitProducerId, AddPartitionsToTxn (v4+: its first transaction's), AddOffsetsToTxn, EndTxn,
+# DescribeTransactions
 _TXN_KEYED = {22, 24, 25, 26, 65}
 _GROUP_KEYED = {8, 9, 11, 12, 13, 14, 15, 28, 42, 47, 68, 69}  # OffsetCommit/Fetch, Join/Heartbeat/Leave/Sync,
 # DescribeGroups, TxnOffsetCommit (to the group's), DeleteGroups, OffsetDelete, ConsumerGroupHeartbeat/Describe
 
 
 def _txn_key(body: dict[str, Any]) -> str | None:
-    if "transactional_id" in body:
-        return str(body["transactional_id"])
-    ids = body.get("transactional_ids") or []
+    for field in ("transactional_id", "v3_and_below_transactional_id"):  # AddPartitionsToTxn v0-3
+        if body.get(field):
+            return str(body[field])
+    ids = body.get("transactional_ids") or [t["transactional_id"] for t in body.get("transactions") or ()]
     return str(ids[0]) if ids else None
 
 

@@ -18,7 +18,7 @@ from .brokers import BrokerProcess
 from .conftest import Broker
 from .group_helpers import create_topic
 from .helpers import unique_topic, wait_until
-from .raw import RawConn
+from .raw import RawConn, RoutedConn
 
 FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 10, 22, 24, 25, 26
 DESCRIBE_TXNS, LIST_TXNS = 65, 66
@@ -37,13 +37,13 @@ def _retry(call: Callable[[], dict[str, Any]], code: Callable[[dict[str, Any]], 
     return wait_until(call, timeout, 0.2, "an answer that is not retriable", ok=lambda b: code(b) not in RETRIABLE)
 
 
-def _coordinator_ready(c: RawConn, tid: str) -> None:
+def _coordinator_ready(c: RoutedConn, tid: str) -> None:
     body = _retry(lambda: c.request(FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [tid]}),
                   lambda b: b["coordinators"][0]["error_code"])
     assert body["coordinators"][0]["error_code"] == NONE, body
 
 
-def _init(c: RawConn, tid: str, timeout_ms: int = 60_000, retry: bool = True,
+def _init(c: RoutedConn, tid: str, timeout_ms: int = 60_000, retry: bool = True,
           version: int = INIT_V) -> dict[str, Any]:
     def call() -> dict[str, Any]:
         return c.request(INIT_PRODUCER_ID, version, {"transactional_id": tid, "transaction_timeout_ms": timeout_ms,
@@ -51,7 +51,7 @@ def _init(c: RawConn, tid: str, timeout_ms: int = 60_000, retry: bool = True,
     return _retry(call, lambda b: b["error_code"]) if retry else call()
 
 
-def _add(c: RawConn, tid: str, pid: int, epoch: int, parts: dict[str, list[int]],
+def _add(c: RoutedConn, tid: str, pid: int, epoch: int, parts: dict[str, list[int]],
          version: int = ADD_V) -> dict[tuple[str, int], int]:
     body = _retry(lambda: c.request(ADD_PARTITIONS, version, {
         "v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
@@ -63,7 +63,7 @@ def _add(c: RawConn, tid: str, pid: int, epoch: int, parts: dict[str, list[int]]
             for t in body["results_by_topic_v3_and_below"] for p in t["results_by_partition"]}
 
 
-def _end(c: RawConn, tid: str, pid: int, epoch: int, commit: bool, retry: bool = True,
+def _end(c: RoutedConn, tid: str, pid: int, epoch: int, commit: bool, retry: bool = True,
          version: int = END_V) -> int:
     def call() -> dict[str, Any]:
         return c.request(END_TXN, version, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
@@ -72,15 +72,27 @@ def _end(c: RawConn, tid: str, pid: int, epoch: int, commit: bool, retry: bool =
     return int(body["error_code"])
 
 
-def _describe(c: RawConn, tid: str) -> dict[str, Any]:
+def _describe(c: RoutedConn, tid: str) -> dict[str, Any]:
     [state] = c.request(DESCRIBE_TXNS, 0, {"transactional_ids": [tid]})["transaction_states"]
     return state
 
 
-def _describe_until(c: RawConn, tid: str, state: str, timeout: float = 60.0) -> dict[str, Any]:
+def _describe_until(c: RoutedConn, tid: str, state: str, timeout: float = 60.0) -> dict[str, Any]:
     """The markers are written after EndTxn is answered: wait for the state it leads to."""
     return wait_until(lambda: _describe(c, tid), timeout, 0.2, f"{tid} in {state}",
                       ok=lambda got: got["transaction_state"] == state)
+
+
+def _list_transactions(broker: Broker, version: int, **filters: Any) -> dict[str, Any]:
+    """ListTransactions as Kafka's admin client sends it: to every broker, the answers merged
+    (each lists the transactions it coordinates)."""
+    body = {"state_filters": [], "producer_id_filters": [], "duration_filter": -1, **filters}
+    answers = []
+    for address in broker.nodes or (broker.bootstrap,):
+        with RawConn(address) as c:
+            answers.append(c.request(LIST_TXNS, version, body))
+    return {**answers[0], "error_code": max(a["error_code"] for a in answers),
+            "transaction_states": [s for a in answers for s in a["transaction_states"]]}
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +104,7 @@ def topic(broker: Broker) -> str:
 
 def test_second_init_bumps_the_epoch_and_fences_the_first(broker: Broker, topic: str) -> None:
     tid = unique_topic("tid-fence")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         _coordinator_ready(c, tid)
         first = _init(c, tid)
         assert first["error_code"] == NONE, first
@@ -120,7 +132,7 @@ def test_second_init_bumps_the_epoch_and_fences_the_first(broker: Broker, topic:
 
 def test_commit_and_abort(broker: Broker, topic: str) -> None:
     tid = unique_topic("tid-commit")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         _coordinator_ready(c, tid)
         init = _init(c, tid, timeout_ms=45_000)
         pid, epoch = init["producer_id"], init["producer_epoch"]
@@ -153,7 +165,7 @@ def test_commit_and_abort(broker: Broker, topic: str) -> None:
 
 def test_add_offsets_to_txn(broker: Broker, topic: str) -> None:
     tid = unique_topic("tid-offsets")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         _coordinator_ready(c, tid)
         init = _init(c, tid)
         pid, epoch = init["producer_id"], init["producer_epoch"]
@@ -174,7 +186,7 @@ def test_add_offsets_to_txn(broker: Broker, topic: str) -> None:
 
 def test_end_txn_without_a_transaction(broker: Broker) -> None:
     tid = unique_topic("tid-empty")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         _coordinator_ready(c, tid)
         init = _init(c, tid)
         pid, epoch = init["producer_id"], init["producer_epoch"]
@@ -187,7 +199,7 @@ def test_end_txn_without_a_transaction(broker: Broker) -> None:
 def test_transaction_timeout_over_the_maximum(broker: Broker) -> None:
     """transaction.max.timeout.ms is 900000 on both brokers (Kafka's default)."""
     tid = unique_topic("tid-timeout")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         _coordinator_ready(c, tid)
         assert _init(c, tid, timeout_ms=900_001)["error_code"] == INVALID_TRANSACTION_TIMEOUT
         assert _init(c, tid, timeout_ms=0)["error_code"] == INVALID_TRANSACTION_TIMEOUT
@@ -197,7 +209,7 @@ def test_transaction_timeout_over_the_maximum(broker: Broker) -> None:
 
 def test_describe_and_list_transactions(broker: Broker, topic: str) -> None:
     busy, idle = unique_topic("tid-list-busy"), unique_topic("tid-list-idle")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         _coordinator_ready(c, busy)
         _coordinator_ready(c, idle)
         b = _init(c, busy)
@@ -207,8 +219,7 @@ def test_describe_and_list_transactions(broker: Broker, topic: str) -> None:
         assert unknown["error_code"] == TRANSACTIONAL_ID_NOT_FOUND
 
         def listed(version: int = 1, **filters: Any) -> dict[str, Any]:
-            body = {"state_filters": [], "producer_id_filters": [], "duration_filter": -1, **filters}
-            return c.request(LIST_TXNS, version, body)
+            return _list_transactions(broker, version, **filters)
 
         everything = listed()
         assert everything["error_code"] == NONE
@@ -231,12 +242,11 @@ def test_describe_and_list_transactions(broker: Broker, topic: str) -> None:
 def test_transactional_id_pattern(broker: Broker) -> None:
     """ListTransactions v2 (KIP-1152): a regular expression over the transactional ids."""
     prefix = unique_topic("tid-pattern")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         _coordinator_ready(c, prefix + "-a")
         for suffix in ("-a", "-b"):
             assert _init(c, prefix + suffix)["error_code"] == NONE
-        body = c.request(LIST_TXNS, 2, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1,
-                                         "transactional_id_pattern": prefix + "-[a]"})
+        body = _list_transactions(broker, 2, transactional_id_pattern=prefix + "-[a]")
         assert body["error_code"] == NONE
         assert [s["transactional_id"] for s in body["transaction_states"]] == [prefix + "-a"]
 
@@ -245,7 +255,7 @@ def test_timed_out_transaction_is_aborted_and_its_producer_fenced(broker: Broker
     """The coordinator aborts a transaction past transaction.timeout.ms (Kafka checks every
     transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s) with a bumped epoch."""
     tid = unique_topic("tid-expire")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         _coordinator_ready(c, tid)
         init = _init(c, tid, timeout_ms=1000)
         pid, epoch = init["producer_id"], init["producer_epoch"]
@@ -264,14 +274,14 @@ def test_open_transaction_survives_sigkill(restartable_broker: BrokerProcess) ->
     name = unique_topic("txn-kill")
     create_topic(b.bootstrap, name, 1)
     tid = unique_topic("tid-kill")
-    with RawConn(b.bootstrap) as c:
+    with RoutedConn(b.bootstrap) as c:
         _coordinator_ready(c, tid)
         init = _init(c, tid, timeout_ms=600_000)
         pid, epoch = init["producer_id"], init["producer_epoch"]
         assert _add(c, tid, pid, epoch, {name: [0]}) == {(name, 0): NONE}
     b.kill()
     b.restart()
-    with RawConn(b.bootstrap) as c:
+    with RoutedConn(b.bootstrap) as c:
         _coordinator_ready(c, tid)
         state = _retry(lambda: _describe(c, tid), lambda s: s["error_code"])
         assert (state["transaction_state"], state["producer_id"], state["producer_epoch"]) == ("Ongoing", pid, epoch)
@@ -284,10 +294,12 @@ def test_batched_add_partitions_and_verify_only(broker: Broker, topic: str) -> N
     """AddPartitionsToTxn v4+ (KIP-890, what brokers send): several transactions in one request,
     and verify_only, which adds nothing and answers, per partition, whether it is in the
     transaction (TRANSACTION_ABORTABLE when not)."""
-    first, second = unique_topic("tid-batch-1"), unique_topic("tid-batch-2")
-    with RawConn(broker.bootstrap) as c:
+    first = unique_topic("tid-batch-1")
+    with RoutedConn(broker.bootstrap) as c:
         _coordinator_ready(c, first)
-        _coordinator_ready(c, second)
+        # one request goes to one coordinator: the second id is one that broker coordinates too
+        second = next(tid for tid in (unique_topic("tid-batch-2") for _ in range(100))
+                      if c.coordinator(tid, 1) == c.coordinator(first, 1))
         a, b = _init(c, first), _init(c, second)
 
         def batch(verify: bool, *txns: tuple[str, dict[str, Any], list[int]]) -> dict[str, dict[tuple[str, int], int]]:
@@ -316,7 +328,7 @@ def test_kip360_init_with_producer_id_and_epoch(broker: Broker) -> None:
     that call (the previous epoch) gets the same answer without a second bump; another
     producer id is fenced (INVALID_PRODUCER_EPOCH before InitProducerId v4)."""
     tid = unique_topic("tid-kip360")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         _coordinator_ready(c, tid)
         first = _init(c, tid)
         pid = first["producer_id"]

@@ -39,7 +39,10 @@ version 2 bumps the epoch into PrepareX (an exhausted epoch allocates ``next_pro
 which CompleteX takes on with epoch 0), the markers and groups carry the bumped epoch, and a
 retry is known by its epoch being the one before the bump (Kafka's endTxnEpochBumped and
 retryOnOverflow), and an abort with the current epoch and no transaction open is an empty
-transaction of its own (bumped, answered NONE; a commit so is INVALID_TXN_STATE); EndTxn v5 is
+transaction of its own (bumped, answered NONE; a commit so is INVALID_TXN_STATE); while the
+previous transaction's markers are under way (PrepareX) any EndTxn of the producer id is
+CONCURRENT_TRANSACTIONS before its epoch is judged (KAFKA-18464: an empty abort right after a
+commit must wait for it, not be fenced by the epoch the commit bumped); EndTxn v5 is
 answered so whatever began the transaction; fences (InitProducerId, timeout) bump once, as in
 version 1. Version 1:
 - InitProducerId: INVALID_REQUEST for an empty id; INVALID_TRANSACTION_TIMEOUT for a timeout
@@ -53,8 +56,9 @@ version 1. Version 1:
   another producer id, PRODUCER_FENCED for another epoch, CONCURRENT_TRANSACTIONS while
   prepared; otherwise Ongoing (start time set when coming from Empty or Complete*).
 - EndTxn: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (the epoch must be the current one),
-  Ongoing → PrepareX → markers → CompleteX; a retry answered as Kafka does: the same result on
-  CompleteX → NONE, on PrepareX → CONCURRENT_TRANSACTIONS; the other result, or Empty →
+  Ongoing → PrepareX → markers → CompleteX; while PrepareX (its markers under way: Kafka's
+  pending CompleteX) CONCURRENT_TRANSACTIONS whichever result is asked; a retry answered as
+  Kafka does: the same result on CompleteX → NONE; the other result, or Empty →
   INVALID_TXN_STATE. (Handlers turn PRODUCER_FENCED into INVALID_PRODUCER_EPOCH for the old
   request versions, as KafkaApis does.)
 - tick: an Ongoing transaction whose start + timeout < now is fenced (epoch + 1, so the
@@ -489,6 +493,8 @@ class TransactionCoordinator:
             return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         if producer_epoch != meta.producer_epoch:
             return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
+        if meta.state in _PREPARED:  # markers under way, whichever result is asked
+            return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
         if meta.state is S.ONGOING:
             return self._end(now_ms, meta, commit)
         return self._not_ongoing(meta, commit, retry=True)  # version 1: a retry has the same epoch
@@ -507,9 +513,9 @@ class TransactionCoordinator:
         retry = bumped_retry or overflow_retry
         if meta.producer_id != producer_id and not overflow_retry:
             return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        if meta.state in _PREPARED:
-            valid = bumped_retry
-        elif meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+        if meta.state in _PREPARED:  # markers under way (Kafka: pending CompleteX, KAFKA-18464)
+            return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
             valid = retry or producer_epoch == meta.producer_epoch
         else:
             valid = producer_epoch == meta.producer_epoch
@@ -521,15 +527,11 @@ class TransactionCoordinator:
 
     @staticmethod
     def _not_ongoing(meta: TxnMetadata, commit: bool, retry: bool) -> ProducerIdAndEpoch:
-        """EndTxn for a transaction that is not ongoing: a retry of one that completed the same
-        way gets the answer again; one still completing, CONCURRENT_TRANSACTIONS; else
-        INVALID_TXN_STATE."""
-        done, prepared = ((S.COMPLETE_COMMIT, S.PREPARE_COMMIT) if commit
-                          else (S.COMPLETE_ABORT, S.PREPARE_ABORT))
+        """EndTxn for a transaction that is neither ongoing nor prepared: a retry of one that
+        completed the same way gets the answer again; else INVALID_TXN_STATE."""
+        done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
         if meta.state is done and retry:
             return ProducerIdAndEpoch(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
-        if meta.state is prepared:
-            return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
         return ProducerIdAndEpoch(ErrorCode.INVALID_TXN_STATE)
 
     def _end(self, now_ms: int, meta: TxnMetadata, commit: bool,
@@ -580,8 +582,12 @@ class TransactionCoordinator:
                     continue
             groups.discard(g)
         if partitions or groups:
-            log.warning("transaction %s: markers to %d partitions and %d groups not written yet; retrying",
-                        transactional_id, len(partitions), len(groups))
+            # on a cluster the markers of other brokers' partitions are answered later as a rule:
+            # worth a warning only once they are a retry period late
+            late = now_ms - meta.update_ms >= MARKER_RETRY_MS
+            log.log(logging.WARNING if late else logging.DEBUG,
+                    "transaction %s: markers to %d partitions and %d groups not written yet; retrying",
+                    transactional_id, len(partitions), len(groups))
             self._retry_at = now_ms + MARKER_RETRY_MS
             return
         rotate: dict[str, object] = {}

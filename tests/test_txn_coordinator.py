@@ -202,7 +202,9 @@ def test_concurrent_transactions_while_prepared(store: Store) -> None:
     assert c.get(TID).state is S.PREPARE_COMMIT
     assert c.add_partitions(T0 + 2, TID, pid, e, [P1]) is E.CONCURRENT_TRANSACTIONS
     assert c.end_txn(T0 + 2, TID, pid, e, commit=True).error is E.CONCURRENT_TRANSACTIONS
-    assert c.end_txn(T0 + 2, TID, pid, e, commit=False).error is E.INVALID_TXN_STATE
+    # Kafka answers the other result so too while the markers are pending (its pending CompleteX)
+    assert c.end_txn(T0 + 2, TID, pid, e, commit=False).error is E.CONCURRENT_TRANSACTIONS
+    assert c.end_txn(T0 + 2, TID, pid, e + 1, commit=True).error is E.PRODUCER_FENCED
     assert c.init_producer_id(T0 + 2, TID, 60_000).error is E.CONCURRENT_TRANSACTIONS
     assert c.next_deadline() == T0 + 1 + 1000
     c.tick(T0 + 500)
@@ -415,6 +417,28 @@ def test_retry_while_markers_are_pending_is_concurrent(store: Store) -> None:
     c.tick(T0 + 5_000)
     assert c.get(TID).state is S.COMPLETE_COMMIT
     assert markers.calls[-1] == (pid, epoch + 1, True, [P0])
+
+
+def test_empty_abort_while_the_commit_markers_are_pending_waits(store: Store) -> None:
+    """KAFKA-18464: franz-go ends a transaction whose records all failed client-side with an
+    abort at the epoch its commit just answered; while that commit's markers are still under way
+    (a partition on another broker) the abort is CONCURRENT_TRANSACTIONS, retried, not fenced by
+    the epoch the commit bumped — and once the markers are written it is an empty abort."""
+    c, markers, _ = machine(store)
+    pid, epoch = init(c)
+    c.add_implicitly(T0 + 1, TID, pid, epoch, partitions=[P0])
+    markers.fail = {P0}
+    assert c.end_txn(T0 + 2, TID, pid, epoch, commit=True, transaction_version=2).producer_epoch == epoch + 1
+    for asked in (False, True):
+        assert c.end_txn(T0 + 3, TID, pid, epoch + 1, commit=asked,
+                         transaction_version=2).error is E.CONCURRENT_TRANSACTIONS
+    assert c.end_txn(T0 + 3, TID, pid + 1, epoch + 1, commit=False,
+                     transaction_version=2).error is E.INVALID_PRODUCER_ID_MAPPING
+    markers.fail = set()
+    c.tick(T0 + 5_000)
+    r = c.end_txn(T0 + 5_001, TID, pid, epoch + 1, commit=False, transaction_version=2)
+    assert (r.error, r.producer_epoch, c.get(TID).state) == (E.NONE, epoch + 2, S.COMPLETE_ABORT)
+    assert markers.calls[-1] == (pid, epoch + 1, True, [P0])  # the empty abort wrote no marker
 
 
 def test_exhausted_epoch_rotates_the_producer_id_at_complete(store: Store) -> None:

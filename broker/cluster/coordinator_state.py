@@ -143,6 +143,10 @@ class CoordinatorState:
         """The key's partition of the state topic (and of Kafka's topic)."""
         return self.kind.partition_of(key)
 
+    def placed(self) -> bool:
+        """The state topic exists (the first FindCoordinator of its kind made it)."""
+        return self.kind.topic in self._membership.placements
+
     def coordinator_of(self, key: str) -> int:
         """The node id of the key's coordinator (-1: none now)."""
         placement = self._membership.placements.get(self.kind.topic)

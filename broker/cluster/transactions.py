@@ -132,6 +132,11 @@ class ClusterMarkers:
         return out
 
     def complete_transaction(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """The group's end of the transaction, done here or sent to its coordinator. With no
+        group-state topic yet no group has offsets to end: done (Kafka skips a marker whose
+        partition does not exist; one whose leader is not known now is retried)."""
+        if not self._group_state.placed():
+            return
         coordinator = self._group_state.coordinator_of(group_id)
         if coordinator == self.node_id:
             self._groups.complete_transaction(group_id, producer_id, producer_epoch, commit)
