@@ -6,6 +6,11 @@ FindCoordinator, DescribeCluster): those are decoded and re-encoded by our codec
 proxy's own address, so the client keeps talking through the proxy instead of connecting
 to the broker directly.
 
+A target of several brokers (``nodes``: ``serve --workers 2``) gets one listener per broker,
+each forwarding to its broker, and each advertised address is rewritten to the listener of that
+broker, so the client routes by Metadata as it would without the proxy and every connection is
+recorded.
+
 ``drop_first_response_of=<api key>`` loses a response: the first one of that API is not
 forwarded and the client's connection is closed instead (the request was served; the client
 sees the connection break and retries — what an idempotent producer must survive).
@@ -18,8 +23,10 @@ connection held up without being closed, as a stalled network path looks to a cl
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,15 +45,17 @@ class Capture:
 class RecordingProxy:
     """Listens on a free loopback port in a thread of its own; `bootstrap` is its address."""
 
-    def __init__(self, upstream: str, drop_first_response_of: int | None = None) -> None:
+    def __init__(self, upstream: str, drop_first_response_of: int | None = None, nodes: Sequence[str] = ()) -> None:
         self.upstream = split_hostport(upstream)
+        self._upstreams = [self.upstream] + [a for a in map(split_hostport, nodes) if a != self.upstream]
+        self._fronts: dict[tuple[str, int], int] = {}  # upstream -> the port of its listener here
+        self._servers: list[asyncio.base_events.Server] = []
         self.capture = Capture()
         self.drop_first_response_of = drop_first_response_of
         self.dropped: list[tuple[int, int, bytes]] = []  # (api key, version, frame) not forwarded
         self.bootstrap = ""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._flowing: asyncio.Event | None = None  # created on the proxy's loop
         self._hold_requests = True  # hold(responses_only=True): requests still reach the broker
@@ -76,8 +85,8 @@ class RecordingProxy:
 
     def stop(self) -> None:
         async def shutdown() -> None:
-            if self._server is not None:
-                self._server.close()
+            for server in self._servers:
+                server.close()
             for t in list(self._tasks):
                 t.cancel()
             await asyncio.sleep(0)
@@ -95,16 +104,18 @@ class RecordingProxy:
     async def _listen(self) -> None:
         self._flowing = asyncio.Event()
         self._flowing.set()
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.bootstrap = f"127.0.0.1:{port}"
+        for upstream in self._upstreams:
+            server = await asyncio.start_server(functools.partial(self._handle, upstream=upstream), "127.0.0.1", 0)
+            self._servers.append(server)
+            self._fronts[upstream] = server.sockets[0].getsockname()[1]
+        self.bootstrap = f"127.0.0.1:{self._fronts[self.upstream]}"
 
-    async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+    async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter, upstream: tuple[str, int]) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
         try:
-            ur, uw = await asyncio.open_connection(*self.upstream)
+            ur, uw = await asyncio.open_connection(*upstream)
         except OSError as e:
             self.capture.errors.append(f"upstream connect: {e}")
             cw.close()
@@ -160,19 +171,23 @@ class RecordingProxy:
             self._tasks.discard(task)
 
     def _rewrite(self, api_key: int, version: int, frame: bytes) -> bytes:
-        """Point every advertised broker address at this proxy."""
+        """Point every advertised broker address at this proxy: at the listener of that broker,
+        or at the bootstrap's for one it does not front."""
         from tmqgate.protocol.messages import decode_response, encode_response
 
-        host, port = split_hostport(self.bootstrap)
+        def point(entry: dict[str, Any]) -> None:
+            port = self._fronts.get((entry["host"], entry["port"]), self._fronts[self.upstream])
+            entry["host"], entry["port"] = "127.0.0.1", port
+
         corr, body = decode_response(api_key, version, frame)
         if api_key in (METADATA, DESCRIBE_CLUSTER):
             for b in body.get("brokers") or []:
-                b["host"], b["port"] = host, port
+                point(b)
         elif api_key == FIND_COORDINATOR:
             if body.get("coordinators"):
                 for c in body["coordinators"]:
                     if c.get("node_id", -1) >= 0:
-                        c["host"], c["port"] = host, port
+                        point(c)
             elif body.get("node_id", -1) >= 0:
-                body["host"], body["port"] = host, port
+                point(body)
         return encode_response(api_key, version, corr, body)

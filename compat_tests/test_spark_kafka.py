@@ -136,7 +136,7 @@ def test_idempotent_sink_writes_exactly_once(broker: Broker, spark: Any) -> None
     n = 400
     rows = [(f"k{i:04d}", f"value-{i:04d}", i % 2) for i in range(n)]
     df = spark.createDataFrame(rows, "key string, value string, partition int").repartition(4)
-    proxy = RecordingProxy(broker.bootstrap).start()
+    proxy = RecordingProxy(broker.bootstrap, nodes=broker.nodes).start()
     _proxies.append(proxy)
     (df.write.format("kafka").option("kafka.bootstrap.servers", proxy.bootstrap)
      .option("kafka.client.id", "spark-sink-" + uuid.uuid4().hex[:6])
