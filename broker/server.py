@@ -59,7 +59,7 @@ from tmqgate.broker.runtime.txn_coordinator import txn_coordinator
 from tmqgate.broker.runtime.txn_markers import MarkerWriter
 from tmqgate.broker.runtime.waiters import DataNotifier
 from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
-from tmqgate.broker.topics import Topic, TopicRegistry
+from tmqgate.broker.topics import CLUSTER_INTERNAL_SOURCES, Topic, TopicRegistry
 from tmqgate.protocol import clock
 from tmqgate.protocol.codec import iter_precompile
 from tmqgate.storage import Store
@@ -109,12 +109,17 @@ class Broker:
         # who is in the cluster: this broker alone, or etcd's view (registered at start)
         self.membership = roles.membership()
         self.catalog = TsdbCatalog(self.store)
+        # On a cluster Kafka's internal topics follow the state topics (broker/topics.py).
+        on_cluster = config.cluster is not None
         self.topics = TopicRegistry(self.store, self.catalog, max_partitions=config.max_partitions,
                                     max_databases=config.max_databases,
-                                    offsets_partitions=config.offsets_topic_num_partitions,
-                                    transaction_partitions=config.transaction_state_log_num_partitions,
+                                    offsets_partitions=(config.cluster_state_partitions if on_cluster
+                                                        else config.offsets_topic_num_partitions),
+                                    transaction_partitions=(config.cluster_state_partitions if on_cluster
+                                                            else config.transaction_state_log_num_partitions),
                                     transaction_version=config.transaction_version, node_id=config.node_id,
-                                    cluster=roles.topic_cluster)
+                                    cluster=roles.topic_cluster,
+                                    internal_sources=CLUSTER_INTERNAL_SOURCES if on_cluster else None)
         self.notifier = DataNotifier()
         self.topics.on_deleted.append(self._wake_fetches)
         # leaders, followers and high watermarks: none on one node (every partition led here)

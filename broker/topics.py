@@ -16,6 +16,12 @@ Kafka's internal topics are shown too (`INTERNAL`, Metadata's is_internal): `__c
 (`storage.group_log`). As on
 Kafka, which creates them on the first FindCoordinator, they appear once a group (or a
 transactional id) has used the broker; nobody produces to, creates, deletes or reconfigures them.
+On a cluster (``internal_sources``) each follows the state topic its coordinators lead
+(broker/cluster/coordinator_state.py): as many partitions (cluster_state_partitions, so a key's
+partition is the same in both), partition p led, replicated and fenced as the state topic's
+partition p, shown by every broker once that topic exists. So a reader of ``__consumer_offsets``
+fetches each partition from the coordinator of its groups — whose log holds their changes — as
+on Kafka, where the coordinator leads its ``__consumer_offsets`` partition.
 
 The registry caches the catalog so the hot paths never touch LevelDB for it.
 """
@@ -327,6 +333,10 @@ class LocalTopics:
         return results
 
 
+#: On a cluster: each internal topic and the state topic it follows (``internal_sources``).
+CLUSTER_INTERNAL_SOURCES = {GROUP_METADATA_TOPIC: GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC: TXN_STATE_TOPIC}
+
+
 class TopicRegistry:
     """Name and id lookups of every topic kind, backed by the storage catalog (`store`) and,
     for database and TDengine topics, the TDengine catalog cache their views read through."""
@@ -334,7 +344,8 @@ class TopicRegistry:
     def __init__(self, store: Store, catalog: TsdbCatalog, *, max_partitions: int = 100_000,
                  max_databases: int = 10_000, offsets_partitions: int = 50,
                  transaction_partitions: int = 50, transaction_version: int = 2, node_id: int = -1,
-                 cluster: Callable[[TopicRegistry], TopicCluster] = LocalTopics.of) -> None:
+                 cluster: Callable[[TopicRegistry], TopicCluster] = LocalTopics.of,
+                 internal_sources: Mapping[str, str] | None = None) -> None:
         self._store = store
         self.catalog = catalog
         # The broker's caps (max_partitions, max_databases in broker/configs/config.py).
@@ -347,6 +358,8 @@ class TopicRegistry:
         self._internal_partitions = {GROUP_METADATA_TOPIC: offsets_partitions,
                                      TRANSACTION_STATE_TOPIC: transaction_partitions}
         self._internal: set[str] = set(store.internal_topics_used())
+        #: on a cluster: internal topic -> the state topic whose placement it follows
+        self.internal_sources: Mapping[str, str] = internal_sources or {}
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[bytes, Topic] = {}
         #: topic config name -> the broker's default of it (log.* settings, static or dynamic:
@@ -371,6 +384,9 @@ class TopicRegistry:
     def place(self, placements: Mapping[str, Placement]) -> None:
         """The cluster's placements as etcd has them now (broker/cluster/topics.py, each read)."""
         self.placements = placements
+        for name, source in self.internal_sources.items():
+            if source in placements:
+                self.ensure_internal(name)
 
     def reload(self) -> None:
         """Rebuild the topic map from the catalog (after DDL that adds or removes topics)."""
@@ -457,6 +473,10 @@ class TopicRegistry:
     def partition_state(self, topic: Topic, index: int) -> PartitionState | None:
         """The partition's replicas and leader on a cluster; None: this node's alone. A
         TDengine topic's partitions are its database's vnodes, placed with the database."""
+        if topic.kind == INTERNAL:
+            followed = self.internal_sources.get(topic.name)
+            placement = None if followed is None else self.placements.get(followed)
+            return None if placement is None or index >= len(placement.partitions) else placement.partitions[index]
         source = self._by_name.get(topic.db) if topic.kind == TMQ else topic
         placement = None if source is None else self.placements.get(source.name)
         if (source is None or placement is None or placement.topic_id != source.topic_id

@@ -26,6 +26,7 @@ from tmqgate.protocol.internal_topics import (
 )
 from tmqgate.protocol.records import decode_records, iter_batches
 
+from .brokers import BrokerProcess, TmqgateProcess
 from .cli_helpers import client_errors, require_tools, run
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
@@ -35,6 +36,14 @@ TIMEOUT = 30
 OFFSETS = "__consumer_offsets"
 TXN_STATE = "__transaction_state"
 PARTITIONS = 50  # offsets.topic.num.partitions: Kafka's default, tmqgate's too
+CLUSTER_PARTITIONS = 6  # tmqgate on several brokers: cluster_state_partitions (broker/topics.py)
+
+
+def _partitions(broker: Broker | BrokerProcess) -> int:
+    """The internal topics' partitions: Kafka's (and one tmqgate broker's) 50; on tmqgate's
+    brokers of one cluster (`serve --workers 2`) those of the state topics their partitions follow."""
+    tmqgate = broker.target == "tmqgate" if isinstance(broker, Broker) else isinstance(broker, TmqgateProcess)
+    return CLUSTER_PARTITIONS if tmqgate and len(broker.nodes) > 1 else PARTITIONS
 METADATA = 3
 INVALID_TOPIC_EXCEPTION = 17
 RETRIABLE = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
@@ -107,11 +116,11 @@ def test_metadata_lists_consumer_offsets_as_internal(broker: Broker, committed: 
     everything = _metadata_topics(broker, None)
     entry = everything[OFFSETS]
     assert entry["error_code"] == 0 and entry["is_internal"] is True
-    assert sorted(p["partition_index"] for p in entry["partitions"]) == list(range(PARTITIONS))
+    assert sorted(p["partition_index"] for p in entry["partitions"]) == list(range(_partitions(broker)))
     assert entry["topic_id"] != bytes(16)
     assert everything[topic]["is_internal"] is False
     by_name = _metadata_topics(broker, [OFFSETS])[OFFSETS]
-    assert (by_name["error_code"], by_name["is_internal"], len(by_name["partitions"])) == (0, True, PARTITIONS)
+    assert (by_name["error_code"], by_name["is_internal"], len(by_name["partitions"])) == (0, True, _partitions(broker))
     assert by_name["topic_id"] == entry["topic_id"]
 
 
@@ -121,7 +130,7 @@ def test_internal_topic_configs_and_offsets(broker: Broker, admin: AdminClient, 
     configs = admin.describe_configs([res])[res].result(TIMEOUT)
     assert configs["cleanup.policy"].value == "compact"
     assert configs["compression.type"].value == "producer"
-    p = partition_for(group, PARTITIONS)
+    p = partition_for(group, _partitions(broker))
     with RoutedConn(broker.bootstrap) as conn:
         earliest = conn.list_offsets(OFFSETS, p, -2)
         latest = conn.list_offsets(OFFSETS, p, -1)
@@ -163,9 +172,9 @@ def test_produce_and_delete_records_refused(broker: Broker, committed: tuple[str
         assert [(p["partition_index"], p["error_code"]) for p in t["partitions"]] == [(0, INVALID_TOPIC_EXCEPTION)]
 
 
-def _group_records(broker: Broker, group: str) -> list[tuple[int, bytes, bytes | None]]:
+def _group_records(broker: Broker | BrokerProcess, group: str) -> list[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of the group's records in its partition of __consumer_offsets."""
-    p = partition_for(group, PARTITIONS)
+    p = partition_for(group, _partitions(broker))
     out: list[tuple[int, bytes, bytes | None]] = []
     offset = 0
     with RoutedConn(broker.bootstrap) as conn:
@@ -214,7 +223,7 @@ def test_console_consumer_offsets_formatter_prints_commits(broker: Broker, admin
     gone = run("kafka-consumer-groups", "--bootstrap-server", broker.bootstrap, "--delete-offsets",
                "--group", group, "--topic", f"{topic}:1")
     assert not client_errors(gone.stderr), gone.describe()
-    p = partition_for(group, PARTITIONS)
+    p = partition_for(group, _partitions(broker))
     out = run("kafka-console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", OFFSETS,
               "--partition", str(p), "--offset", "earliest", "--timeout-ms", "8000",
               "--formatter", "org.apache.kafka.tools.consumer.OffsetsMessageFormatter")
@@ -276,7 +285,7 @@ def test_console_consumer_group_metadata_formatter_prints_classic_group(broker: 
 
     def group_life() -> list[tuple[Any, ...]]:
         mine = []
-        for msg in _formatted(broker, partition_for(group, PARTITIONS), "GroupMetadataMessageFormatter"):
+        for msg in _formatted(broker, partition_for(group, _partitions(broker)), "GroupMetadataMessageFormatter"):
             # (a null value: the group deleted since — Kafka removes an empty group without
             # offsets at its next cleanup)
             if msg["key"]["type"] != 2 or msg["key"]["data"]["group"] != group or msg["value"] is None:
@@ -352,7 +361,7 @@ def test_console_consumer_transaction_log_formatter_prints_states(txn_broker: Br
     p.flush(TIMEOUT)
     assert _metadata_topics(b, [TXN_STATE])[TXN_STATE]["is_internal"] is True
     states = []
-    for msg in _formatted(b, partition_for(tid, PARTITIONS), "TransactionLogMessageFormatter", TXN_STATE):
+    for msg in _formatted(b, partition_for(tid, _partitions(b)), "TransactionLogMessageFormatter", TXN_STATE):
         if msg["key"]["type"] != 0 or msg["key"]["data"]["transactionalId"] != tid:
             continue
         v, d = msg["value"], msg["value"]["data"]

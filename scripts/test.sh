@@ -83,7 +83,7 @@ lanes=(serial tmqgate kafka unit workers)
 # client reaches (coordinators, partition leaders, the shared catalog, users and ACLs)
 workers_modules=(compat_tests/test_groups.py compat_tests/test_groups_offsets.py compat_tests/test_groups_admin.py
                  compat_tests/test_admin.py compat_tests/test_transactions.py compat_tests/test_txn_version2.py
-                 compat_tests/test_txn_coordinator.py compat_tests/test_go_client.py
+                 compat_tests/test_txn_coordinator.py compat_tests/test_go_client.py compat_tests/test_internal_topics.py
                  compat_tests/test_tdengine_power.py compat_tests/test_tdengine_groups.py
                  compat_tests/test_sql_authorizer.py compat_tests/test_sql_users.py compat_tests/test_acls.py
                  compat_tests/test_sasl.py)

@@ -3,7 +3,8 @@
 As Kafka keeps groups in ``__consumer_offsets`` and transactional ids in
 ``__transaction_state``, a cluster keeps them in internal topics of its own (``KINDS``:
 ``__tmqgate_group_state`` and ``__tmqgate_txn_state``; ``__consumer_offsets`` and
-``__transaction_state`` stay what one broker's logs show). One ``CoordinatorState`` per kind;
+``__transaction_state`` follow them: as many partitions, each led where its state partition is,
+its log the coordinator's — broker/topics.py). One ``CoordinatorState`` per kind;
 the same rules for both:
 
 - The topic has ``cluster_state_partitions`` partitions (fewer than Kafka's 50: every

@@ -279,6 +279,7 @@ class BrokerConfig:
     # offsets.topic.num.partitions: the partitions of the internal topic __consumer_offsets
     # (Metadata shows it with is_internal once a group has used the broker); a group's commits
     # are read from partition abs(groupId.hashCode()) % this. Fixed once groups have committed.
+    # On a cluster __consumer_offsets has cluster_state_partitions partitions instead.
     offsets_topic_num_partitions: int = 50
     # On a cluster: the partitions of each of the internal topics that hold the groups' and
     # the transactional ids' state (broker/cluster/coordinator_state.py; Kafka's
@@ -287,7 +288,8 @@ class BrokerConfig:
     # coordinator leads its partition. Fewer than Kafka's 50 because every replicated partition
     # costs in each replica fetch round (tmqgate has no fetch sessions, KIP-227, yet): with 50
     # each, the replicated-cluster benchmark's acks=all throughput fell by a third. All brokers
-    # must agree on it.
+    # must agree on it. __consumer_offsets and __transaction_state have this many partitions on
+    # a cluster, each led by the coordinator of its keys (broker/topics.py).
     cluster_state_partitions: int = 6
     # offsets.topic.replication.factor: on a cluster, the replicas of each partition of the
     # group-state topic (broker/cluster/coordinator_state.py), made once this many brokers are live
@@ -298,7 +300,7 @@ class BrokerConfig:
     offsets_commit_timeout_ms: int = 5000
     # transaction.state.log.num.partitions: the partitions of the internal topic
     # __transaction_state (listed in Metadata; a transactional id's partition is
-    # abs(transactionalId.hashCode()) % this).
+    # abs(transactionalId.hashCode()) % this; on a cluster cluster_state_partitions instead).
     transaction_state_log_num_partitions: int = 50
     # transaction.state.log.replication.factor: on a cluster, the replicas of each partition of
     # the transaction-state topic (broker/cluster/coordinator_state.py), made once this many
