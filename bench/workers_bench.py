@@ -5,11 +5,14 @@ For each worker count: a fresh `tmqgate serve --workers N` (bench/run.py's setti
 of 4 partitions per worker (leaders spread over the workers), then P confluent-kafka producer
 processes, each sending 1 KiB random values round-robin over the partitions (acks=1,
 linger.ms=5, batch.size=131072, as ../shared/bench/scale measures) for `--seconds` after a
-2 s warm-up; the figure is the records acknowledged in the window, summed. Also the CPU
-seconds of each child process of the supervisor over the window (the workers, and
-multiprocessing's resource tracker, near 0). Results: `workers_results.json` beside this
-file. Nothing asserts timings: on a 2-core machine brokers and producers share the cores, so
-read it as whether N workers use more of the machine than one.
+2 s warm-up; the figure is the records the topic gained in the window (the sum of its
+partitions' high watermarks, asked of their leaders, at its start and end). The producers keep
+no per-record delivery callback: on a 2-core machine their CPU is taken from the brokers, and a
+Python callback per record cost them as much as the broker's own work per record. Also the CPU
+seconds over the window of each child process of the supervisor (the workers, and
+multiprocessing's resource tracker, near 0) and of the producers. Results:
+`workers_results.json` beside this file. Nothing asserts timings: on a 2-core machine brokers
+and producers share the cores, so read it as whether N workers use more of the machine than one.
 """
 
 from __future__ import annotations
@@ -36,36 +39,36 @@ BENCH_DIR = Path(__file__).resolve().parent
 VALUE = 1024
 
 
-def _producer(bootstrap: str, topic: str, partitions: int, warmup: float, seconds: float,
-              out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _producer(bootstrap: str, topic: str, partitions: int, until: float) -> None:
+    """Sends until the monotonic time `until` (the parent's: one clock on one machine)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 131072,
                          "queue.buffering.max.kbytes": 1048576})
     value = os.urandom(VALUE)
-    counted = [0]
-    window = [0.0, 0.0]
-
-    def done(err: Any, msg: Any) -> None:
-        if err is None and window[0] <= time.monotonic() < window[1]:
-            counted[0] += 1
-
-    start = time.monotonic()
-    window[:] = [start + warmup, start + warmup + seconds]
     i = 0
-    while time.monotonic() < window[1]:
+    while True:
         try:
-            producer.produce(topic, value, partition=i % partitions, on_delivery=done)
+            producer.produce(topic, value, partition=i % partitions)
             i += 1
         except BufferError:
             producer.poll(0.005)
         if i % 1000 == 0:
             producer.poll(0)
+            if time.monotonic() >= until:
+                break
     producer.flush(30)
-    out.put(counted[0])
+
+
+def _stored(consumer: Any, topic: str, partitions: int) -> int:
+    """The topic's records: its partitions' high watermarks, summed (each asked of its leader)."""
+    from confluent_kafka import TopicPartition
+
+    return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions))
 
 
 def run(workers: int, producers: int, seconds: float, workdir: Path) -> dict[str, Any]:
+    from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     port, http = free_port(workers), free_port(workers)  # worker i on each + i
@@ -88,23 +91,26 @@ def run(workers: int, producers: int, seconds: float, workdir: Path) -> dict[str
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(60)
         time.sleep(2)  # every worker has the placement
         pids = child_pids(proc.pid) if workers > 1 else [proc.pid]
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
         ctx = multiprocessing.get_context("spawn")
-        out = ctx.Queue()
-        procs = [ctx.Process(target=_producer, args=(bootstrap, topic, partitions, 2.0, seconds, out))
-                 for _ in range(producers)]
+        until = time.monotonic() + 4.0 + seconds  # start-up and warm-up, the window, then stop
+        procs = [ctx.Process(target=_producer, args=(bootstrap, topic, partitions, until)) for _ in range(producers)]
         for p in procs:
             p.start()
-        time.sleep(2.0)
-        cpu0 = [cpu_seconds(pid) or 0.0 for pid in pids]
+        time.sleep(4.0)
+        cpu0 = [cpu_seconds(pid) or 0.0 for pid in pids + [p.pid for p in procs]]
+        stored0, t0 = _stored(consumer, topic, partitions), time.monotonic()
         time.sleep(seconds)
-        cpu1 = [cpu_seconds(pid) or 0.0 for pid in pids]
-        counts = [out.get(timeout=120) for _ in procs]
+        stored1, t1 = _stored(consumer, topic, partitions), time.monotonic()
+        cpu1 = [cpu_seconds(pid) or 0.0 for pid in pids + [p.pid for p in procs]]
         for p in procs:
             p.join(60)
-        records = sum(counts)
-        return {"workers": workers, "producers": producers, "seconds": seconds, "records": records,
-                "records_per_s": round(records / seconds), "mib_per_s": round(records * VALUE / seconds / 2**20, 1),
-                "worker_cpu_s": [round(b - a, 2) for a, b in zip(cpu0, cpu1, strict=True)]}
+        consumer.close()
+        records, window = stored1 - stored0, t1 - t0
+        cpu = [round(b - a, 2) for a, b in zip(cpu0, cpu1, strict=True)]
+        return {"workers": workers, "producers": producers, "seconds": round(window, 2), "records": records,
+                "records_per_s": round(records / window), "mib_per_s": round(records * VALUE / window / 2**20, 1),
+                "worker_cpu_s": cpu[:len(pids)], "producer_cpu_s": cpu[len(pids):]}
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
