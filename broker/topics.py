@@ -21,7 +21,11 @@ On a cluster (``internal_sources``) each follows the state topic its coordinator
 partition is the same in both), partition p led, replicated and fenced as the state topic's
 partition p, shown by every broker once that topic exists. So a reader of ``__consumer_offsets``
 fetches each partition from the coordinator of its groups — whose log holds their changes — as
-on Kafka, where the coordinator leads its ``__consumer_offsets`` partition.
+on Kafka, where the coordinator leads its ``__consumer_offsets`` partition. A new coordinator of
+a partition ends its log with the state it took over (committed offsets, transactional ids'
+states; what it held before superseded or tombstoned), so a reader of the compacted topic sees
+what the previous leader's showed; offsets are each broker's own, so a reader whose position is
+past the new leader's log end is answered OFFSET_OUT_OF_RANGE and resets, as after a truncation.
 
 The registry caches the catalog so the hot paths never touch LevelDB for it.
 """

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.protocol import clock
-from tmqgate.protocol.internal_topics import offset_commit_key, offset_commit_value
+from tmqgate.protocol.internal_topics import group_metadata_key, offset_commit_key, offset_commit_value
 from tmqgate.storage import keys
 from tmqgate.storage.model import CommittedOffset, PendingOffset
 
@@ -336,3 +336,24 @@ class Offsets:
             return group is not None and in_partition(group)
 
         return self._core.replace_keys(STATE_PREFIXES, ours, ops)
+
+    def snapshot_log(self, partition: int, in_partition: Callable[[str], bool]) -> None:
+        """End ``__consumer_offsets``' partition with the committed offsets of its groups as the
+        store holds them now (``GroupLog.stage_snapshot``; a cluster's new coordinator of the
+        partition, after ``replace_partition``): a group's metadata record is left while the
+        group exists — the coordinator writes the next one —, tombstoned when it is gone."""
+        db = self._core.db
+        current: dict[bytes, bytes] = {}
+        for key, value in db.iterator(prefix=keys.OFFSET):
+            group, topic, index = keys.parse_offset_key(key)
+            if in_partition(group):
+                offset, leader_epoch, ms, metadata = keys.unpack_offset(value)
+                current[offset_commit_key(group, topic, index)] = offset_commit_value(
+                    offset, leader_epoch, metadata, ms, self._log.topic_id(topic))
+        groups = {group_metadata_key(key[1:].decode()) for key in db.iterator(prefix=keys.GROUP, include_value=False)
+                  if in_partition(key[1:].decode())}
+        wb = self._core.batch()
+        staged = self._log.stage_snapshot(wb, partition, current, groups.__contains__)
+        if staged is not None:
+            self._core.write(wb)
+            self._log.advance(staged)

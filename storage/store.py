@@ -602,14 +602,24 @@ class Store:
         self.txn_states.mirror = mirror
 
     def replace_txn_partition(self, in_partition: Callable[[str], bool],
-                              ops: Iterable[tuple[bytes, bytes | None]]) -> int:
-        """The ids of one transaction-state partition as its replicated ops say."""
-        return self.txn_states.replace_partition(in_partition, ops)
+                              ops: Iterable[tuple[bytes, bytes | None]], partition: int, partitions: int) -> int:
+        """The ids of one transaction-state partition (``partition`` of ``partitions``) as its
+        replicated ops say; ``__transaction_state``'s partition of the same number then ends
+        with their states, when it has as many partitions (a cluster's: broker/topics.py)."""
+        held = self.txn_states.replace_partition(in_partition, ops)
+        if self.transaction_log.partitions == partitions:
+            self.txn_states.snapshot_log(partition, in_partition)
+        return held
 
     def replace_group_partition(self, in_partition: Callable[[str], bool],
-                                ops: Iterable[tuple[bytes, bytes | None]]) -> int:
-        """The groups of one group-state partition as its replicated ops say (``storage.offsets``)."""
-        return self.offsets.replace_partition(in_partition, ops)
+                                ops: Iterable[tuple[bytes, bytes | None]], partition: int, partitions: int) -> int:
+        """The groups of one group-state partition (``partition`` of ``partitions``) as its
+        replicated ops say (``storage.offsets``); ``__consumer_offsets``' partition of the same
+        number then ends with their committed offsets, when it has as many partitions."""
+        held = self.offsets.replace_partition(in_partition, ops)
+        if self.group_log.partitions == partitions:
+            self.offsets.snapshot_log(partition, in_partition)
+        return held
 
     def internal_topics_used(self) -> list[str]:
         """Kafka's internal topics this store has data of: ``__consumer_offsets`` once a group

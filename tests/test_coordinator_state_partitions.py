@@ -14,6 +14,8 @@ from tests.test_coordinator import Topics, join, join_new
 from tmqgate.coordinator.classic import ClassicConfig
 from tmqgate.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.internal_topics import parse_offset_commit_key
+from tmqgate.protocol.records import decode_records
 from tmqgate.storage import Store, keys
 from tmqgate.storage.model import StateNotReplicated
 
@@ -77,7 +79,8 @@ def test_a_replayed_partition_replaces_what_the_store_held_of_its_groups(tmp_pat
 
     in_one = lambda group: follower.group_log.partition_of(group) == 1  # noqa: E731
     junk = [(b"\x10not a state key", b"x"), (keys.offset_key(theirs[0], "t", 0), b"y")]  # skipped
-    held = follower.replace_group_partition(in_one, log[1] + junk)
+    before = follower.group_log.next_offset(1)
+    held = follower.replace_group_partition(in_one, log[1] + junk, 1, PARTITIONS)
     assert held == 3
     for g in ours:
         assert follower.fetch_offsets(g) == leader.fetch_offsets(g)
@@ -86,8 +89,35 @@ def test_a_replayed_partition_replaces_what_the_store_held_of_its_groups(tmp_pat
     assert follower.get_group_metadata(ours[1]) == b'{"type": "classic"}'
     assert follower.fetch_offsets(_groups_in(follower, 1, 3)[2]) == {}
     assert {tp: o.offset for tp, o in follower.fetch_offsets(theirs[0]).items()} == {("t", 0): 99}
+    # __consumer_offsets-1 ends with what it took over: a reader of the partition (compacted:
+    # the newest record of each key) sees the leader's committed offsets, its own stale ones gone
+    log_1 = _compacted(follower, 1)
+    assert {parse_offset_commit_key(k): _offset_of(v) for k, v in log_1.items()} == {
+        (ours[0], "t", 0): 12, (ours[0], "t", 1): 11}
+    assert follower.group_log.next_offset(1) > before
+    # taking it over again with nothing changed appends nothing
+    after = follower.group_log.next_offset(1)
+    follower.replace_group_partition(in_one, log[1], 1, PARTITIONS)
+    assert follower.group_log.next_offset(1) == after
+    # another partition count (one broker's 50) leaves the log alone
+    follower.replace_group_partition(in_one, [], 1, PARTITIONS + 1)
+    assert follower.group_log.next_offset(1) == after and _compacted(follower, 1) == log_1
     leader.close()
     follower.close()
+
+
+def _compacted(store: Store, partition: int) -> dict[bytes, bytes]:
+    """The partition of __consumer_offsets as a reader of the compacted topic keeps it."""
+    newest: dict[bytes, bytes | None] = {}
+    for batch in store.group_log.read(partition, 0, 1 << 30):
+        for r in decode_records(batch):
+            assert r.key is not None
+            newest[r.key] = r.value
+    return {k: v for k, v in newest.items() if v is not None}
+
+
+def _offset_of(value: bytes) -> int:
+    return int.from_bytes(value[2:10], "big")
 
 
 def _coordinator(store: Store, owned: set[int] | None) -> GroupCoordinator:
@@ -181,7 +211,12 @@ def test_a_transactional_ids_state_is_mirrored_and_a_new_coordinator_completes_i
     assert "other" not in old.txn_states.load(), "nothing written"
 
     p = new.transaction_log.partition_of("tx")
-    assert new.replace_txn_partition(lambda tid: new.transaction_log.partition_of(tid) == p, log) == 1
+    assert new.replace_txn_partition(lambda tid: new.transaction_log.partition_of(tid) == p, log, p,
+                                     new.transaction_log.partitions) == 1
+    # __transaction_state-p ends with the state taken over, as the old coordinator's log did
+    [last] = new.transaction_log.read(p, new.transaction_log.next_offset(p) - 1, 1 << 20)
+    [old_last] = old.transaction_log.read(p, old.transaction_log.next_offset(p) - 1, 1 << 20)
+    assert [(r.key, r.value) for r in decode_records(last)] == [(r.key, r.value) for r in decode_records(old_last)]
     d, markers = _txn_coordinator(new, set())
     assert not d.owns("tx") and d.get("tx") is None
     d.load_partition(p, now + 3)

@@ -35,8 +35,10 @@ the same rules for both:
   its offsets intact. OffsetFetch waits too, so it shows only what the replicas have.
 - A broker that becomes a partition's leader replays the partition from its log start to its
   log end (compacted, it holds the newest value of every key) into its store — what it held of
-  those keys before is replaced — and the coordinator loads them (a prepared transaction's
-  markers are written again from there); one that stops leading it unloads them.
+  those keys before is replaced, and ``__consumer_offsets`` / ``__transaction_state``'s partition
+  of the same number ends with the state taken over (``storage.group_log.stage_snapshot``) — and
+  the coordinator loads them (a prepared transaction's markers are written again from there);
+  one that stops leading it unloads them.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class Kind:
     replication_factor: int
     configs: dict[str, str | None]
     partition_of: Callable[[str], int]
-    replace: Callable[[Callable[[str], bool], Iterable[tuple[bytes, bytes | None]]], int]
+    replace: Callable[[Callable[[str], bool], Iterable[tuple[bytes, bytes | None]], int, int], int]
     mirror: Callable[[Callable[[str, Ops], None] | None], None]
 
 
@@ -226,7 +228,7 @@ class CoordinatorState:
                 if not header.is_control:
                     ops.extend((r.key, r.value) for r in decode_records(batch) if r.key is not None)
         partition_of = self.kind.partition_of
-        held = self.kind.replace(lambda key: partition_of(key) == partition, ops)
+        held = self.kind.replace(lambda key: partition_of(key) == partition, ops, partition, self.kind.partitions)
         self._coordinator.machine.load_partition(partition, self._coordinator.now())
         self._ends[partition] = end
         log.info("%s: coordinating the %s of partition %d (%d records replayed, %d keys, %.0f ms)", self.kind.topic,
