@@ -21,10 +21,13 @@ from typing import Any
 
 import pytest
 
+from tmqgate.protocol.internal_topics import parse_offset_commit_key, partition_for
+from tmqgate.protocol.records import decode_records, iter_batches
+
 from .brokers import _tmqgate_cmd
 from .clusters import metadata
 from .helpers import api_versions_ok, child_pids, free_port, wait_until
-from .raw import RawConn
+from .raw import RawConn, RoutedConn
 
 pytestmark = [pytest.mark.serial, pytest.mark.tmqgate_only]
 
@@ -210,6 +213,13 @@ def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
         rows = _consume(bootstrap, view, f"g-{view}", 1)
         assert [(json.loads(v)["v"]) for _, _, v in rows] == [50]
 
+        # a group coordinated by the worker about to be killed commits 100 on each partition
+        offsets_leaders = _leaders(bootstrap, "__consumer_offsets")  # it follows the coordinators
+        assert len(offsets_leaders) == 6 and set(offsets_leaders.values()) == {1, 2}
+        group = next(g for g in (f"g3-{topic}-{i}" for i in range(100))
+                     if offsets_leaders[partition_for(g, 6)] == 2)
+        assert len(_consume(bootstrap, topic, group, 400)) >= 400
+
         # kill -9 the worker leading partitions 1 and 3's node: the supervisor starts it again
         [worker1] = [pid for pid in child_pids(proc.pid) if _worker_index(pid) == 1]
         os.kill(worker1, signal.SIGKILL)
@@ -220,6 +230,10 @@ def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
                    ok=lambda ls: sorted(ls.values()) == [1, 1, 2, 2])
         # nothing acknowledged lost: a new group reads all 400 again
         assert sorted(_consume(bootstrap, topic, f"g2-{topic}", 400)) == expected
+        # and __consumer_offsets, read from whichever worker leads the group's partition now,
+        # holds the group's commits
+        assert wait_until(lambda: _committed_in_log(bootstrap, group, topic), 30, 0.5,
+                          "the group's commits in __consumer_offsets", retry_errors=True) == {p: 100 for p in range(4)}
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
@@ -228,6 +242,27 @@ def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
+
+
+def _committed_in_log(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets of `topic` as its partition of __consumer_offsets says
+    (the newest record of each key; Fetch sent to the partition's leader)."""
+    newest: dict[int, int | None] = {}
+    offset = 0
+    with RoutedConn(bootstrap) as conn:
+        while True:
+            answer = conn.fetch("__consumer_offsets", partition_for(group, 6), offset)
+            assert answer["error_code"] == 0, answer
+            data = answer.get("records") or b""
+            if not data:
+                return {p: o for p, o in newest.items() if o is not None}
+            for h in iter_batches(data):
+                for r in decode_records(data[h.offset:h.offset + h.size]):
+                    offset = r.offset + 1
+                    if r.key is not None and r.key[:2] == b"\x00\x01":
+                        g, t, p = parse_offset_commit_key(r.key)
+                        if (g, t) == (group, topic):
+                            newest[p] = None if r.value is None else int.from_bytes(r.value[2:10], "big")
 
 
 def _worker_index(pid: int) -> int | None:
