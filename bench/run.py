@@ -301,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
 
         security_bench.splice(out_dir / "RESULTS.md", transactions_e2e.markdown(json.loads(transactions.read_text())),
                               transactions_e2e.SECTION)
+    workers = out_dir / "workers_results.json"
+    if workers.exists():  # bench/workers_bench.py's section, kept likewise
+        from bench import security_bench, workers_bench
+
+        security_bench.splice(out_dir / "RESULTS.md", workers_bench.markdown(json.loads(workers.read_text())),
+                              workers_bench.SECTION)
     log(f"done in {results['total_s']:.0f}s: {out_dir / 'RESULTS.md'}")
     return 0
 

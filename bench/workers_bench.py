@@ -119,26 +119,56 @@ def run(workers: int, producers: int, seconds: float, workdir: Path) -> dict[str
             proc.kill()
 
 
+SECTION = "## Scaling: `tmqgate serve --workers N`"
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """The RESULTS.md section (bench/run.py splices it in from workers_results.json)."""
+    md = [SECTION, "",
+          f"`{res['command']}` — {res['started']}, {res['cpus']} CPUs. Written by `bench/workers_bench.py`: "
+          "for each worker count a fresh `tmqgate serve --workers N` (bench/run.py's settings), a topic of 4 "
+          "partitions per worker, P confluent-kafka producer processes sending 1 KiB values (acks=1, linger.ms=5, "
+          "batch.size=131072, no per-record callback) for the window after a warm-up; records/s is what the topic "
+          "gained in the window. CPU seconds over the window: the workers' (each), the producers' (all). On this "
+          "machine brokers and producers share the cores: read it as whether N workers use more of the machine "
+          "than one; ×1 worker is the ratio to one worker with as many producers.", ""]
+    rows = []
+    base = {r["producers"]: r["records_per_s"] for r in res["results"] if r["workers"] == 1}
+    for r in res["results"]:
+        one = base.get(r["producers"])
+        rows.append([str(r["workers"]), str(r["producers"]), f"{r['records_per_s']:,}", f"{r['mib_per_s']:.1f}",
+                     f"{r['records_per_s'] / one:.2f}" if one else "–",
+                     " + ".join(f"{c:.1f}" for c in r["worker_cpu_s"] if c >= 0.05),
+                     f"{sum(r.get('producer_cpu_s', [])):.1f}"])
+    md += ["| workers | producers | records/s | MiB/s | ×1 worker | worker CPU s | producers' CPU s |",
+           "|---|---|---|---|---|---|---|"]
+    md += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(md) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="1,2")
-    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--producers", default="2", help="comma-separated producer counts (each with each N)")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "workers_results.json")
     args = parser.parse_args(argv)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     results = []
-    for n in (int(w) for w in args.workers.split(",")):
-        workdir = Path(tempfile.mkdtemp(prefix=f"tmqgate-workers-{n}-"))
-        try:
-            result = run(n, args.producers, args.seconds, workdir)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        print(json.dumps(result), flush=True)
-        results.append(result)
-    base = results[0]["records_per_s"] or 1
-    summary = {"started": started, "cpus": os.cpu_count(),
-               "results": results, "ratios": {str(r["workers"]): round(r["records_per_s"] / base, 2) for r in results}}
+    for producers in (int(p) for p in args.producers.split(",")):
+        for n in (int(w) for w in args.workers.split(",")):
+            workdir = Path(tempfile.mkdtemp(prefix=f"tmqgate-workers-{n}-"))
+            try:
+                result = run(n, producers, args.seconds, workdir)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    base = {r["producers"]: r["records_per_s"] or 1 for r in results if r["workers"] == 1}
+    command = "python -m bench.workers_bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    summary = {"command": command.strip(), "started": started, "cpus": os.cpu_count(), "results": results,
+               "ratios": {f"{r['workers']}w/{r['producers']}p": round(r["records_per_s"] / base[r["producers"]], 2)
+                          for r in results if r["producers"] in base}}
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary["ratios"]))
     return 0

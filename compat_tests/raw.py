@@ -282,6 +282,20 @@ def leader_address(bootstrap: str, topic: str, partition: int) -> str:
         return routed.leader(topic, partition)
 
 
+def serving_leader(bootstrap: str, topic: str, partition: int = 0, timeout: float = 30.0) -> str:
+    """HOST:PORT of the partition's leader once it serves the partition (ListOffsets answered
+    without error): of several brokers, a topic just made through one is known to the others a
+    moment later (Kafka's metadata propagation; a client retries the error meanwhile)."""
+    from .helpers import wait_until
+
+    def served() -> str | None:
+        address = leader_address(bootstrap, topic, partition)
+        with RawConn(address) as c:
+            return address if c.list_offsets(topic, partition, -1)["error_code"] == 0 else None
+
+    return wait_until(served, timeout, 0.1, f"{topic}-{partition} served by its leader")
+
+
 def coordinator_address(bootstrap: str, key: str, key_type: int = 0, timeout: float = 60.0) -> str:
     """HOST:PORT of the group's (key_type 0) or transactional id's (1) coordinator, once
     FindCoordinator names one (Kafka makes its internal topic on the first ask)."""

@@ -24,7 +24,7 @@ import pytest
 
 from .conftest import Broker
 from .helpers import ConfluentDriver, unique_topic
-from .raw import FETCH_V, RawConn, fetched_values, one_record_batch
+from .raw import FETCH_V, RawConn, fetched_values, one_record_batch, serving_leader
 
 MAX_MESSAGE_BYTES = 1024
 CLOSE_WAIT = 5.0  # seconds we give the broker to hang up
@@ -45,10 +45,16 @@ def topic(broker: Broker) -> str:
     return name
 
 
+@pytest.fixture(scope="module")
+def leader(broker: Broker, topic: str) -> str:
+    """The topic's leader (of several brokers, the one its Produce and Fetch go to)."""
+    return serving_leader(broker.bootstrap, topic)
+
+
 @pytest.fixture
-def good(broker: Broker, topic: str) -> Iterator[RawConn]:
+def good(leader: str, topic: str) -> Iterator[RawConn]:
     """A well-behaved client, connected (and served once) before the bad input arrives."""
-    with RawConn(broker.bootstrap, client_id="compat-good") as c:
+    with RawConn(leader, client_id="compat-good") as c:
         assert_served(c, topic)
         yield c
         assert_served(c, topic)  # ... and still served after it
@@ -116,13 +122,13 @@ def test_api_versions_unsupported_version(broker: Broker, good: RawConn) -> None
         assert c.api_versions() == supported
 
 
-def test_partial_frame_does_not_block_others(broker: Broker, good: RawConn, topic: str) -> None:
+def test_partial_frame_does_not_block_others(leader: str, good: RawConn, topic: str) -> None:
     """Half a frame parks only its own connection; the rest arrives later and is answered."""
     from tmqgate.protocol.messages import decode_response, encode_request
 
     frame = encode_request(18, 3, 99, "compat-slow", {"client_software_name": "slow",
                                                      "client_software_version": "1"})
-    with RawConn(broker.bootstrap) as slow:
+    with RawConn(leader) as slow:
         slow.send_bytes(frame[:7])
         assert_served(good, topic)
         with pytest.raises(TimeoutError):
@@ -150,8 +156,8 @@ def _batch_of_size(n: int) -> bytes:
     raise AssertionError(f"cannot build a batch of exactly {n} bytes")
 
 
-def test_produce_bad_crc(broker: Broker, good: RawConn, topic: str) -> None:
-    with RawConn(broker.bootstrap) as c:
+def test_produce_bad_crc(leader: str, good: RawConn, topic: str) -> None:
+    with RawConn(leader) as c:
         before = c.list_offsets(topic, 0, -1)["offset"]
         assert c.produce(topic, 0, _corrupt_crc(one_record_batch(b"bad crc")))["error_code"] == CORRUPT_MESSAGE
         from tmqgate.protocol.records import build_batch
@@ -162,8 +168,8 @@ def test_produce_bad_crc(broker: Broker, good: RawConn, topic: str) -> None:
         c.api_versions()  # connection stays open
 
 
-def test_produce_message_too_large(broker: Broker, good: RawConn, topic: str) -> None:
-    with RawConn(broker.bootstrap) as c:
+def test_produce_message_too_large(leader: str, good: RawConn, topic: str) -> None:
+    with RawConn(leader) as c:
         assert c.produce(topic, 0, _batch_of_size(MAX_MESSAGE_BYTES + 1))["error_code"] == MESSAGE_TOO_LARGE
         assert c.produce(topic, 0, _batch_of_size(4 * MAX_MESSAGE_BYTES))["error_code"] == MESSAGE_TOO_LARGE
         before = c.list_offsets(topic, 0, -1)["offset"]
@@ -172,9 +178,9 @@ def test_produce_message_too_large(broker: Broker, good: RawConn, topic: str) ->
         c.api_versions()
 
 
-def test_produce_truncated_batch(broker: Broker, good: RawConn, topic: str) -> None:
+def test_produce_truncated_batch(leader: str, good: RawConn, topic: str) -> None:
     batch = one_record_batch(b"truncated")
-    with RawConn(broker.bootstrap) as c:
+    with RawConn(leader) as c:
         for cut in (batch[:30], batch[:-3], b""):
             assert c.produce(topic, 0, cut)["error_code"] == INVALID_RECORD, cut.hex()
         c.api_versions()

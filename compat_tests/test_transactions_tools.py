@@ -21,6 +21,7 @@ import sys
 from . import cli_helpers as cli
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
+from .raw import RawConn
 from .txn_helpers import (
     create_topic,
     high_watermark,
@@ -54,12 +55,20 @@ def _plain(bootstrap: str, topic: str, *keys: str) -> None:
     assert p.flush(30) == 0
 
 
-def _node_id(bootstrap: str) -> int:
+def _leader_id(bootstrap: str, topic: str) -> int:
+    """The node id of the broker leading the topic's partition 0."""
     from confluent_kafka.admin import AdminClient
 
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
-    (node,) = md.brokers
-    return int(node)
+    return int(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic]
+               .partitions[0].leader)
+
+
+def _coordinator_id(bootstrap: str, tid: str) -> int:
+    """The node id of the transactional id's coordinator (FindCoordinator)."""
+    with RawConn(bootstrap) as c:
+        [found] = c.request(10, 4, {"key_type": 1, "coordinator_keys": [tid]})["coordinators"]
+    assert found["error_code"] == 0, found
+    return int(found["node_id"])
 
 
 def _tx(bootstrap: str, *args: str) -> list[dict[str, str]]:
@@ -90,7 +99,7 @@ def test_kafka_transactions_tool_lists_describes_and_aborts_a_hanging_transactio
     listed = [r for r in _tx(bootstrap, "list") if r["TransactionalId"] == tid]
     assert len(listed) == 1, listed
     assert listed[0]["TransactionState"] == "Ongoing"
-    assert listed[0]["Coordinator"] == str(_node_id(bootstrap))
+    assert listed[0]["Coordinator"] == str(_coordinator_id(bootstrap, tid))
     producer_id = listed[0]["ProducerId"]
 
     (described,) = _tx(bootstrap, "describe", "--transactional-id", tid)
@@ -110,7 +119,7 @@ def test_kafka_transactions_tool_lists_describes_and_aborts_a_hanging_transactio
     assert mine[0]["CurrentTransactionStartOffset"] == "2"
 
     # its coordinator still has the partition in the ongoing transaction: not hanging
-    hanging = _tx(bootstrap, "find-hanging", "--broker-id", str(_node_id(bootstrap)),
+    hanging = _tx(bootstrap, "find-hanging", "--broker-id", str(_leader_id(bootstrap, topic)),
                   "--max-transaction-timeout", "0")
     assert [r for r in hanging if r.get("Topic") == topic] == []
 

@@ -22,7 +22,7 @@ import pytest
 
 from .conftest import Broker
 from .helpers import ConfluentDriver, unique_topic
-from .raw import RawConn, fetched_values
+from .raw import RawConn, fetched_values, leader_address, serving_leader
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 WRITE_TXN_MARKERS_V = 1
@@ -120,15 +120,22 @@ def _data_values(p: dict[str, Any]) -> list[tuple[int, bytes | None]]:
             for r in decode_records(data[h.offset:h.offset + h.size])]
 
 
+def _leader_conn(broker: Broker, topic: str) -> RawConn:
+    """A connection to the leader of the topic's partition 0 — where a client sends Produce,
+    Fetch, ListOffsets, DescribeProducers and a coordinator WriteTxnMarkers."""
+    return RawConn(leader_address(broker.bootstrap, topic, 0))
+
+
 @pytest.fixture
 def topic(broker: Broker) -> str:
     name = unique_topic("txn-data")
     ConfluentDriver(broker.bootstrap).create_topic(name, 1)
+    serving_leader(broker.bootstrap, name)
     return name
 
 
 def test_open_transaction_holds_the_last_stable_offset(broker: Broker, topic: str) -> None:
-    with RawConn(broker.bootstrap) as c:
+    with _leader_conn(broker, topic) as c:
         _plain(c, topic, [b"p0", b"p1"])
         txn = _open_txn(broker, c, topic, [b"t2", b"t3", b"t4"])
         uncommitted = _fetch(c, topic, 0, READ_UNCOMMITTED)
@@ -150,7 +157,7 @@ def test_open_transaction_holds_the_last_stable_offset(broker: Broker, topic: st
 
 
 def test_commit_marker_moves_the_lso_past_it(broker: Broker, topic: str) -> None:
-    with RawConn(broker.bootstrap) as c:
+    with _leader_conn(broker, topic) as c:
         _plain(c, topic, [b"p0"])
         txn = _open_txn(broker, c, topic, [b"t1", b"t2"])
         assert _write_marker(c, topic, txn.pid, txn.epoch, True, coordinator_epoch=7) == 0
@@ -166,7 +173,7 @@ def test_commit_marker_moves_the_lso_past_it(broker: Broker, topic: str) -> None
 
 
 def test_abort_marker_is_listed_in_aborted_transactions(broker: Broker, topic: str) -> None:
-    with RawConn(broker.bootstrap) as c:
+    with _leader_conn(broker, topic) as c:
         _plain(c, topic, [b"p0"])
         txn = _open_txn(broker, c, topic, [b"t1", b"t2"])
         assert _write_marker(c, topic, txn.pid, txn.epoch, False) == 0
@@ -182,7 +189,7 @@ def test_abort_marker_is_listed_in_aborted_transactions(broker: Broker, topic: s
 
 
 def test_read_committed_fetch_waiting_at_the_lso_wakes_on_the_marker(broker: Broker, topic: str) -> None:
-    with RawConn(broker.bootstrap) as c, RawConn(broker.bootstrap) as waiter:
+    with _leader_conn(broker, topic) as c, _leader_conn(broker, topic) as waiter:
         txn = _open_txn(broker, c, topic, [b"t0", b"t1"])
         got: dict[str, Any] = {}
         # waits up to 60 s server-side; the connection's own timeout (15 s) fails the test
@@ -199,7 +206,7 @@ def test_read_committed_fetch_waiting_at_the_lso_wakes_on_the_marker(broker: Bro
 def test_read_committed_consumer_reads_exactly_the_committed_records(broker: Broker, topic: str) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
-    with RawConn(broker.bootstrap) as c:
+    with _leader_conn(broker, topic) as c:
         _plain(c, topic, [b"plain-0"])
         kept = _open_txn(broker, c, topic, [b"committed-1", b"committed-2"])
         assert _write_marker(c, topic, kept.pid, kept.epoch, True) == 0
@@ -226,7 +233,7 @@ def test_read_committed_consumer_reads_exactly_the_committed_records(broker: Bro
 
 
 def test_describe_producers_unknown_partition(broker: Broker, topic: str) -> None:
-    with RawConn(broker.bootstrap) as c:
+    with _leader_conn(broker, topic) as c:
         assert _describe_producers(c, topic, 5)["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
         assert _describe_producers(c, unique_topic("missing"))["error_code"] == 3
 
@@ -238,7 +245,7 @@ def test_transactional_records_need_a_transactional_id(broker: Broker, topic: st
 
     batch = build_batch([(None, b"v", [], int(time.time() * 1000))], producer_id=1, producer_epoch=0,
                         base_sequence=0, is_transactional=True)
-    with RawConn(broker.bootstrap) as c:
+    with _leader_conn(broker, topic) as c:
         assert _produce(c, topic, batch, None)["error_code"] == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         assert _latest(c, topic, READ_UNCOMMITTED) == 0
 
@@ -250,7 +257,7 @@ def test_kafka_transactions_describe_producers_and_abort(broker: Broker, topic: 
     from .cli_helpers import require_tools, run
 
     require_tools()
-    with RawConn(broker.bootstrap) as c:
+    with _leader_conn(broker, topic) as c:
         _plain(c, topic, [b"p0"])
         txn = _open_txn(broker, c, topic, [b"t1", b"t2"])
         out = run("kafka-transactions", "--bootstrap-server", broker.bootstrap, "describe-producers",
@@ -274,7 +281,7 @@ def test_delete_records_past_an_open_transaction(broker: Broker, topic: str) -> 
     maybeIncrementLogStartOffset checks the high watermark only); the LSO is then the new log
     start (Kafka's first unstable offset is never below it) and records produced after it stay
     hidden from read_committed until the transaction ends."""
-    with RawConn(broker.bootstrap) as c:
+    with _leader_conn(broker, topic) as c:
         _plain(c, topic, [b"p0"])
         txn = _open_txn(broker, c, topic, [b"t1", b"t2"])
         _plain(c, topic, [b"p3"])
@@ -296,7 +303,7 @@ def test_delete_records_past_an_open_transaction(broker: Broker, topic: str) -> 
 def test_marker_with_an_older_epoch_is_refused(broker: Broker, topic: str) -> None:
     """A marker carries the producer's epoch and the partition takes it (a fencing abort bumps
     it); a later marker of an older epoch is INVALID_PRODUCER_EPOCH and writes nothing."""
-    with RawConn(broker.bootstrap) as c:
+    with _leader_conn(broker, topic) as c:
         txn = _open_txn(broker, c, topic, [b"t0"])
         assert _write_marker(c, topic, txn.pid, txn.epoch + 1, False) == 0
         assert _write_marker(c, topic, txn.pid, txn.epoch, True) == 47  # INVALID_PRODUCER_EPOCH

@@ -35,7 +35,7 @@ from . import cli_helpers as cli
 from .brokers import new_broker
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
-from .raw import RawConn
+from .raw import RoutedConn
 from .txn_helpers import (
     KAFKA_TXN_CONFIG,
     TMQGATE_TXN_CONFIG,
@@ -72,7 +72,7 @@ def unverified_broker(pytestconfig: pytest.Config, tmp_path_factory: pytest.Temp
         proc.stop()
 
 
-def _init_producer_id(c: RawConn, tid: str) -> tuple[int, int]:
+def _init_producer_id(c: RoutedConn, tid: str) -> tuple[int, int]:
     """FindCoordinator for the transactional id (on Kafka it creates __transaction_state;
     retried until the coordinator is there), then InitProducerId."""
     found = wait_until(lambda: c.request(10, 3, {"key": tid, "key_type": 1}), 60, 0.5, f"the coordinator of {tid}",
@@ -89,11 +89,13 @@ def _tx(bootstrap: str, *args: str) -> list[dict[str, str]]:
     return parse_tool_table(cli.run("kafka-transactions", "--bootstrap-server", bootstrap, *args).stdout)
 
 
-def _node_id(bootstrap: str) -> int:
+def _leader_id(bootstrap: str, topic: str) -> int:
+    """The node id of the broker leading the topic's partition 0 (find-hanging asks one broker
+    about the partitions it holds)."""
     from confluent_kafka.admin import AdminClient
 
-    (node,) = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).brokers
-    return int(node)
+    return int(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic]
+               .partitions[0].leader)
 
 
 def test_find_hanging_reports_a_transaction_its_coordinator_does_not_know(unverified_broker: Broker) -> None:
@@ -109,7 +111,7 @@ def test_find_hanging_reports_a_transaction_its_coordinator_does_not_know(unveri
     p.produce(topic, key=b"p0", value=b"value-p0", partition=0)
     assert p.flush(30) == 0
     tid = txn_id("hanging")
-    with RawConn(bootstrap) as c:
+    with RoutedConn(bootstrap) as c:
         pid, epoch = _init_producer_id(c, tid)
         # a timestamp a minute back: find-hanging counts a transaction whose last write is
         # older than --max-transaction-timeout (0 minutes here)
@@ -125,7 +127,7 @@ def test_find_hanging_reports_a_transaction_its_coordinator_does_not_know(unveri
     (described,) = _tx(bootstrap, "describe", "--transactional-id", tid)
     assert (described["ProducerId"], described["TransactionState"], described["TopicPartitions"]) == (
         str(pid), "Empty", "")
-    broker_id = str(_node_id(bootstrap))
+    broker_id = str(_leader_id(bootstrap, topic))
     hanging = [r for r in _tx(bootstrap, "find-hanging", "--broker-id", broker_id, "--max-transaction-timeout", "0")
                if r.get("Topic") == topic]
     assert [(r["Partition"], r["ProducerId"], r["ProducerEpoch"], r["StartOffset"]) for r in hanging] == [

@@ -16,7 +16,7 @@ import pytest
 from .conftest import Broker
 from .group_helpers import create_topic
 from .helpers import unique_topic, wait_until
-from .raw import RawConn
+from .raw import RoutedConn
 from .test_acls import acl_broker  # noqa: F401  (the module's own broker with an authorizer)
 
 TXN_OFFSET_COMMIT, ADD_OFFSETS_TO_TXN, END_TXN = 28, 25, 26
@@ -35,8 +35,10 @@ def _cstr(s: str) -> bytes:
     return bytes([len(b) + 1]) + b  # uvarint: every id here is shorter than 127 bytes
 
 
-def _call(conn: RawConn, api_key: int, body: bytes) -> int:
-    """Send a v3 request of AddOffsetsToTxn / EndTxn; the response's error code."""
+def _call(routed: RoutedConn, txn: str, api_key: int, body: bytes) -> int:
+    """Send a v3 request of AddOffsetsToTxn / EndTxn to the transaction coordinator of `txn`;
+    the response's error code."""
+    conn = routed.conn(routed.coordinator(txn, 1))
     corr = 7000 + api_key
     header = struct.pack(">hhi", api_key, 3, corr) + struct.pack(">h", 3) + b"raw" + b"\x00"
     frame = header + body + b"\x00"
@@ -48,12 +50,12 @@ def _call(conn: RawConn, api_key: int, body: bytes) -> int:
     return int(code)
 
 
-def add_offsets_to_txn(conn: RawConn, txn: str, pid: int, epoch: int, group: str) -> int:
-    return _call(conn, ADD_OFFSETS_TO_TXN, _cstr(txn) + struct.pack(">qh", pid, epoch) + _cstr(group))
+def add_offsets_to_txn(conn: RoutedConn, txn: str, pid: int, epoch: int, group: str) -> int:
+    return _call(conn, txn, ADD_OFFSETS_TO_TXN, _cstr(txn) + struct.pack(">qh", pid, epoch) + _cstr(group))
 
 
-def end_txn(conn: RawConn, txn: str, pid: int, epoch: int, commit: bool) -> int:
-    return _call(conn, END_TXN, _cstr(txn) + struct.pack(">qh?", pid, epoch, commit))
+def end_txn(conn: RoutedConn, txn: str, pid: int, epoch: int, commit: bool) -> int:
+    return _call(conn, txn, END_TXN, _cstr(txn) + struct.pack(">qh?", pid, epoch, commit))
 
 
 # ---- requests ------------------------------------------------------------------------------
@@ -73,7 +75,7 @@ def retried(call: Any, what: str) -> Any:
     return out[0]
 
 
-def find_coordinator(conn: RawConn, key: str, key_type: int) -> None:
+def find_coordinator(conn: RoutedConn, key: str, key_type: int) -> None:
     def call() -> dict[str, Any]:
         r = conn.request(10, 4, {"key_type": key_type, "coordinator_keys": [key]})
         return dict(r["coordinators"][0])
@@ -81,7 +83,7 @@ def find_coordinator(conn: RawConn, key: str, key_type: int) -> None:
     assert retried(call, f"coordinator of {key}")["error_code"] == NONE
 
 
-def begin(conn: RawConn, txn: str, group: str) -> tuple[int, int]:
+def begin(conn: RoutedConn, txn: str, group: str) -> tuple[int, int]:
     """A transaction that may commit offsets for ``group``: (producer id, epoch)."""
     find_coordinator(conn, txn, 1)
     find_coordinator(conn, group, 0)
@@ -93,11 +95,11 @@ def begin(conn: RawConn, txn: str, group: str) -> tuple[int, int]:
     return pid, epoch
 
 
-def finish(conn: RawConn, txn: str, pid: int, epoch: int, commit: bool) -> None:
+def finish(conn: RoutedConn, txn: str, pid: int, epoch: int, commit: bool) -> None:
     assert retried(lambda: end_txn(conn, txn, pid, epoch, commit), "EndTxn") == NONE
 
 
-def txn_commit(conn: RawConn, txn: str, pid: int, epoch: int, group: str, offsets: dict[tuple[str, int], int],
+def txn_commit(conn: RoutedConn, txn: str, pid: int, epoch: int, group: str, offsets: dict[tuple[str, int], int],
                member: str = "", generation: int = -1, version: int = 3) -> dict[tuple[str, int], int]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), offset in offsets.items():
@@ -110,7 +112,7 @@ def txn_commit(conn: RawConn, txn: str, pid: int, epoch: int, group: str, offset
     return {(t["name"], p["partition_index"]): p["error_code"] for t in body["topics"] for p in t["partitions"]}
 
 
-def fetch(conn: RawConn, group: str, topic: str, partitions: list[int], stable: bool,
+def fetch(conn: RoutedConn, group: str, topic: str, partitions: list[int], stable: bool,
           version: int = 8) -> dict[int, tuple[int, int]]:
     """OffsetFetch: partition -> (committed offset, error code)."""
     if version < 8:
@@ -126,7 +128,7 @@ def fetch(conn: RawConn, group: str, topic: str, partitions: list[int], stable: 
     return {p["partition_index"]: (p["committed_offset"], p["error_code"]) for t in topics for p in t["partitions"]}
 
 
-def plain_commit(conn: RawConn, group: str, topic: str, partition: int, offset: int) -> None:
+def plain_commit(conn: RoutedConn, group: str, topic: str, partition: int, offset: int) -> None:
     def call() -> int:
         body = conn.request(8, 8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
                                    "group_instance_id": None, "topics": [{"name": topic, "partitions": [
@@ -150,7 +152,7 @@ def topic(broker: Broker) -> str:
 def test_txn_offset_commit_unknown_topic_or_partition(broker: Broker, topic: str) -> None:
     """Kafka checks the metadata before the group and the transaction: an unknown topic or a
     partition beyond the topic's answers UNKNOWN_TOPIC_OR_PARTITION, whatever else is wrong."""
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         find_coordinator(c, "g-unknown-topic", 0)
         codes = txn_commit(c, "no-such-txn", 123456, 0, "g-unknown-topic",
                            {(unique_topic("nope"), 0): 5, (topic, 7): 5}, member="ghost", generation=9)
@@ -159,7 +161,7 @@ def test_txn_offset_commit_unknown_topic_or_partition(broker: Broker, topic: str
 
 def test_txn_offset_commit_empty_group_id(broker: Broker, topic: str) -> None:
     """An empty group id is refused before the transaction is looked at (INVALID_GROUP_ID)."""
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         find_coordinator(c, "g-any", 0)
         assert txn_commit(c, "no-such-txn", 123456, 0, "", {(topic, 0): 5}) == {(topic, 0): INVALID_GROUP_ID}
 
@@ -170,7 +172,7 @@ def test_offset_fetch_require_stable_is_per_partition(broker: Broker, topic: str
     transactional offset: -1 for an unknown group, the committed offset of a partition without
     one (OffsetFetch v7 and the v8 groups form)."""
     group, txn = unique_topic(f"g-stable-{version}"), unique_topic("txn-stable")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         find_coordinator(c, group, 0)
         assert fetch(c, unique_topic("g-never"), topic, [0, 1], True, version) == {0: (-1, NONE), 1: (-1, NONE)}
         plain_commit(c, group, topic, 0, 17)
@@ -186,7 +188,7 @@ def test_offset_fetch_require_stable_is_per_partition(broker: Broker, topic: str
 
 def test_pending_offsets_are_unstable_and_invisible(broker: Broker, topic: str) -> None:
     group, txn = unique_topic("g-pending"), unique_topic("txn-pending")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         pid, epoch = begin(c, txn, group)
         plain_commit(c, group, topic, 0, 5)
         assert txn_commit(c, txn, pid, epoch, group, {(topic, 0): 42, (topic, 1): 9}) == {
@@ -204,7 +206,7 @@ def test_txn_offset_commit_makes_an_unknown_group(broker: Broker, topic: str) ->
     """A group that does not exist is made by the commit, as an empty "simple" group (Kafka's
     getOrMaybeCreateClassicGroup): listed and described as Empty with no protocol type."""
     group, txn = unique_topic("g-made"), unique_topic("txn-made")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         def describe() -> dict[str, Any]:
             return dict(c.request(15, 5, {"groups": [group], "include_authorized_operations": False})["groups"][0])
 
@@ -215,14 +217,15 @@ def test_txn_offset_commit_makes_an_unknown_group(broker: Broker, topic: str) ->
         described = describe()
         assert (described["error_code"], described["group_state"], described["protocol_type"],
                 described["members"]) == (NONE, "Empty", "", [])
-        listed = c.request(16, 4, {"states_filter": []})["groups"]
+        # ListGroups lists what the broker asked coordinates (admin clients ask every broker)
+        listed = c.conn(c.coordinator(group, 0)).request(16, 4, {"states_filter": []})["groups"]
         assert [(g["group_state"], g["protocol_type"]) for g in listed if g["group_id"] == group] == [("Empty", "")]
 
 
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
 def test_end_of_transaction_commits_or_drops_offsets(broker: Broker, topic: str, commit: bool) -> None:
     group, txn = unique_topic("g-end"), unique_topic("txn-end")
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         pid, epoch = begin(c, txn, group)
         plain_commit(c, group, topic, 0, 5)
         assert set(txn_commit(c, txn, pid, epoch, group, {(topic, 0): 42, (topic, 1): 9}).values()) == {NONE}
@@ -245,7 +248,7 @@ def test_zombie_generation_and_unknown_member(broker: Broker, topic: str) -> Non
     """KIP-447: the consumer's generation fences a zombie producer's offsets."""
     group, txn = unique_topic("g-zombie"), unique_topic("txn-zombie")
     meta = struct.pack(">hi", 0, 1) + struct.pack(">h", len(topic)) + topic.encode() + struct.pack(">i", -1)
-    with RawConn(broker.bootstrap) as c:
+    with RoutedConn(broker.bootstrap) as c:
         pid, epoch = begin(c, txn, group)
         join = {"group_id": group, "session_timeout_ms": 30_000, "rebalance_timeout_ms": 30_000, "member_id": "",
                 "group_instance_id": None, "protocol_type": "consumer",
@@ -285,7 +288,7 @@ def test_txn_offset_commit_acls(acl_broker: Any) -> None:  # noqa: F811 (the imp
     make_topic(bs, hidden)
     missing = unique_topic("acl-txnoff-missing")
     offsets = {(hidden, 0): 5, (missing, 0): 5}
-    with RawConn(bs) as c:
+    with RoutedConn(bs) as c:
         find_coordinator(c, group, 0)
         deny(bs, TOPIC, hidden, READ)
         assert txn_commit(c, txn, 123456, 0, group, offsets) == {
@@ -307,13 +310,13 @@ def test_pending_offsets_survive_kill_9(restartable_broker: Any) -> None:
     bs = restartable_broker.bootstrap
     topic, group, txn = unique_topic("txnoff-kill"), unique_topic("g-kill"), unique_topic("txn-kill")
     create_topic(bs, topic, 2)
-    with RawConn(bs) as c:
+    with RoutedConn(bs) as c:
         pid, epoch = begin(c, txn, group)
         plain_commit(c, group, topic, 0, 5)
         assert set(txn_commit(c, txn, pid, epoch, group, {(topic, 0): 42, (topic, 1): 9}).values()) == {NONE}
     restartable_broker.kill()
     restartable_broker.start()
-    with RawConn(restartable_broker.bootstrap) as c:
+    with RoutedConn(restartable_broker.bootstrap) as c:
         find_coordinator(c, group, 0)
         answers: list[dict[int, tuple[int, int]]] = []
 

@@ -37,7 +37,7 @@ def _workload(broker: Broker, client: str) -> Capture:
     """Run the workload once per client through a proxy (shared by both tests below)."""
     if client in _captures:
         return _captures[client]
-    with RecordingProxy(broker.bootstrap) as proxy:
+    with RecordingProxy(broker.bootstrap, nodes=broker.nodes) as proxy:
         d = driver(client, proxy.bootstrap)
         topic = unique_topic(f"wire-{client}")
         d.create_topic(topic, 2)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, cast
 from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import TxnDataApis
-from tmqgate.broker.topics import TMQ
+from tmqgate.broker.topics import TMQ, Topic
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC
 
@@ -76,6 +76,12 @@ async def write_txn_markers(ctx: TxnDataApis, req: Request) -> WriteTxnMarkersRe
     return {"markers": results}
 
 
+def _replica_here(ctx: TxnDataApis, topic: Topic | None, index: int) -> bool:
+    """This broker holds a replica of the partition (a follower: its log and producer state)."""
+    state = None if topic is None else ctx.topics.partition_state(topic, index)
+    return state is not None and ctx.topics.node_id in state.replicas
+
+
 @api(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
 async def describe_producers(ctx: TxnDataApis, req: Request) -> DescribeProducersResponse:
     body = cast("DescribeProducersRequest", req.body)
@@ -91,6 +97,8 @@ async def describe_producers(ctx: TxnDataApis, req: Request) -> DescribeProducer
                 "partition_index": index, "error_code": 0, "error_message": None, "active_producers": []}
             error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t["name"] not in allowed
                      else ctx.topics.partition_error(topic, index))
+            if error is ErrorCode.NOT_LEADER_OR_FOLLOWER and _replica_here(ctx, topic, index):
+                error = None  # Kafka answers from any replica's log (find-hanging asks each broker)
             if error is not None:
                 entry["error_code"] = int(error)
             else:
