@@ -18,7 +18,8 @@ Rules:
 - **A worker that dies is started again** on its data (SIGKILL included: LevelDB's lock goes
   with the process, acknowledged records are in its WAL), after `RESTART_DELAY_S`. SIGTERM or
   SIGINT to the supervisor stops every worker (SIGTERM, then SIGKILL after `STOP_WAIT_S`); a
-  worker dies with the supervisor (Linux's parent-death signal) if that is killed.
+  worker dies with the supervisor (Linux's parent-death signal: SIGKILL) if that is killed, and a
+  worker's start waits (at most `LOCK_WAIT_S`) for its data's lock to be free.
 - **How many** (`workers`, `serve --workers`; `resolve`): one per core this process may run on
   by default (0), so `tmqgate serve` uses the machine. A data directory keeps the shape it was
   made with: one that holds a single broker's data (LevelDB's CURRENT in DATA itself) runs one
@@ -48,6 +49,8 @@ from tmqgate.broker.configs.values import ConfigError
 log = logging.getLogger("tmqgate.workers")
 
 RESTART_DELAY_S = 1.0
+#: how long a worker's start waits for a killed predecessor to let go of its data
+LOCK_WAIT_S = 10.0
 STOP_WAIT_S = 30.0
 _PORT = re.compile(r":(\d+)$")
 
@@ -113,13 +116,38 @@ def worker_config(config: BrokerConfig, index: int, workers: int) -> BrokerConfi
 
 
 def _die_with_parent() -> None:
-    """Linux: SIGTERM to this process when the supervisor goes (PR_SET_PDEATHSIG)."""
+    """Linux: SIGKILL to this process when the supervisor goes (PR_SET_PDEATHSIG). A supervisor
+    that is gone was killed (it stops its workers itself otherwise): its workers go as abruptly
+    — acknowledged records are in their WALs —, so a `tmqgate serve` started again at once
+    finds their ports and data free rather than workers still shutting down."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux: the supervisor's own stop still ends it
         pass
+
+
+def _wait_unlocked(data_dir: str, timeout: float = LOCK_WAIT_S) -> None:
+    """Until no process holds the LevelDB lock of a worker's data (a worker of a supervisor
+    killed a moment ago is still being torn down by the kernel), at most `timeout` seconds;
+    then the worker's own start says what holds it."""
+    import fcntl
+
+    path = os.path.join(data_dir, "LOCK")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path, "a+b") as f:
+                fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.lockf(f, fcntl.LOCK_UN)
+            return
+        except FileNotFoundError:  # a new data directory
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
 
 
 def _run_worker(serve: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -141,6 +169,7 @@ class Supervisor:
         self._stopping = threading.Event()
 
     def _start(self, index: int) -> None:
+        _wait_unlocked(self.configs[index].data_dir)
         siblings = tuple(c.node_id for i, c in enumerate(self.configs) if i != index)
         proc = self._context.Process(target=_run_worker,
                                      args=(self._serve, (self.configs[index], siblings, *self._args)),

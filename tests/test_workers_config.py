@@ -118,3 +118,26 @@ def test_metrics_of_the_workers_merge_as_one_server() -> None:
     assert got[("kafka_network_requestmetrics_totaltimems_count", (("request", "Produce"),))] == 16
     assert got[("kafka_network_requestmetrics_totaltimems_sum", (("request", "Produce"),))] == 8
     assert got[("tmqgate_workers_unreached", ())] == 1
+
+
+def test_a_worker_starts_once_its_killed_predecessor_let_go_of_its_data(tmp_path: Path) -> None:
+    """A worker's start waits for the LevelDB lock of its data: a worker of a supervisor killed
+    a moment ago may still hold it while the kernel tears it down (the restart then failed)."""
+    import subprocess
+    import sys
+
+    from tmqgate.broker.workers import _wait_unlocked
+
+    data = tmp_path / "worker-0"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, plyvel; db = plyvel.DB(sys.argv[1], create_if_missing=True); print('held', flush=True); "
+        "time.sleep(1.5)"), str(data)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        _wait_unlocked(str(data), timeout=30)
+        assert holder.poll() is not None, "returned while the lock was held"
+        _wait_unlocked(str(tmp_path / "worker-9"))  # a new data directory: nothing to wait for
+        assert not (tmp_path / "worker-9").exists()
+    finally:
+        holder.kill()
+        holder.wait()
