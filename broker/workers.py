@@ -18,8 +18,9 @@ Rules:
 - **A worker that dies is started again** on its data (SIGKILL included: LevelDB's lock goes
   with the process, acknowledged records are in its WAL), after `RESTART_DELAY_S`. SIGTERM or
   SIGINT to the supervisor stops every worker (SIGTERM, then SIGKILL after `STOP_WAIT_S`); a
-  worker dies with the supervisor (Linux's parent-death signal: SIGKILL) if that is killed, and a
-  worker's start waits (at most `LOCK_WAIT_S`) for its data's lock to be free.
+  worker stops with the supervisor (Linux's parent-death signal: SIGTERM) if that is killed, and
+  a worker's start waits (at most `LOCK_WAIT_S`) for its data's lock to be free: a worker of a
+  killed supervisor may still be stopping when `tmqgate serve` is started again.
 - **How many** (`workers`, `serve --workers`; `resolve`): one per core this process may run on
   by default (0), so `tmqgate serve` uses the machine. A data directory keeps the shape it was
   made with: one that holds a single broker's data (LevelDB's CURRENT in DATA itself) runs one
@@ -50,7 +51,7 @@ log = logging.getLogger("tmqgate.workers")
 
 RESTART_DELAY_S = 1.0
 #: how long a worker's start waits for a killed predecessor to let go of its data
-LOCK_WAIT_S = 10.0
+LOCK_WAIT_S = 30.0
 STOP_WAIT_S = 30.0
 _PORT = re.compile(r":(\d+)$")
 
@@ -116,14 +117,13 @@ def worker_config(config: BrokerConfig, index: int, workers: int) -> BrokerConfi
 
 
 def _die_with_parent() -> None:
-    """Linux: SIGKILL to this process when the supervisor goes (PR_SET_PDEATHSIG). A supervisor
-    that is gone was killed (it stops its workers itself otherwise): its workers go as abruptly
-    — acknowledged records are in their WALs —, so a `tmqgate serve` started again at once
-    finds their ports and data free rather than workers still shutting down."""
+    """Linux: SIGTERM to this process when the supervisor goes (PR_SET_PDEATHSIG): a worker
+    stops as on `serve`'s own stop, handing what it made to the cluster file first (a
+    `tmqgate serve` started again meanwhile waits for its data: ``_wait_unlocked``)."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)
     except (OSError, AttributeError):  # not Linux: the supervisor's own stop still ends it
         pass
 

@@ -408,6 +408,10 @@ def test_producer_held_to_producer_byte_rate(broker: Broker) -> None:
         producer.purge()
         producer.flush(10)
     _set_quota(b, client, "producer_byte_rate", None)
+    # of several brokers, the partition's leader learns of the removal a moment later (Kafka's
+    # brokers from the metadata log likewise): from then on nothing is throttled
+    wait_until(lambda: _raw_produce_throttle(b, client, topic), 10, 0.1, "the quota's removal at the leader",
+               ok=lambda throttle: throttle == 0)
     assert [_raw_produce_throttle(b, client, topic) for _ in range(3)] == [0, 0, 0]
 
 
