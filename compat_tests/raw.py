@@ -305,6 +305,32 @@ def coordinator_address(bootstrap: str, key: str, key_type: int = 0, timeout: fl
         return wait_until(lambda: routed.found_coordinator(key, key_type), timeout, 0.2, f"the coordinator of {key}")
 
 
+def group_commit_records(bootstrap: str, partition: int, group: str) -> list[tuple[int, bytes, bytes | None]]:
+    """(offset, key, value) of the group's offset-commit records in that partition of
+    __consumer_offsets, from its start to its high watermark (Fetch sent to its leader)."""
+    from tmqgate.protocol.internal_topics import parse_offset_commit_key
+    from tmqgate.protocol.records import decode_records, iter_batches
+
+    out: list[tuple[int, bytes, bytes | None]] = []
+    offset = 0
+    with RoutedConn(bootstrap) as conn:
+        while True:
+            answer = conn.fetch("__consumer_offsets", partition, offset)
+            assert answer["error_code"] == 0, answer
+            data = answer.get("records") or b""
+            if not data:
+                break
+            for h in iter_batches(data):
+                for r in decode_records(data[h.offset:h.offset + h.size]):
+                    if r.offset >= offset and r.key is not None and r.key[:2] == b"\x00\x01" \
+                            and parse_offset_commit_key(r.key)[0] == group:
+                        out.append((r.offset, r.key, r.value))
+                    offset = max(offset, r.offset + 1)
+            if offset >= answer["high_watermark"]:
+                break
+    return out
+
+
 def one_record_batch(value: bytes, key: bytes | None = None, size_pad: int = 0) -> bytes:
     """A single-record uncompressed v2 batch built by our codec."""
     from tmqgate.protocol.records import build_batch

@@ -21,16 +21,14 @@ from kafka import KafkaConsumer
 from tmqgate.protocol.internal_topics import (
     offset_commit_key,
     offset_commit_value,
-    parse_offset_commit_key,
     partition_for,
 )
-from tmqgate.protocol.records import decode_records, iter_batches
 
 from .brokers import BrokerProcess, TmqgateProcess
 from .cli_helpers import client_errors, require_tools, run
 from .conftest import Broker
 from .helpers import unique_topic, wait_until
-from .raw import RoutedConn, one_record_batch
+from .raw import RoutedConn, group_commit_records, one_record_batch
 
 TIMEOUT = 30
 OFFSETS = "__consumer_offsets"
@@ -174,25 +172,7 @@ def test_produce_and_delete_records_refused(broker: Broker, committed: tuple[str
 
 def _group_records(broker: Broker | BrokerProcess, group: str) -> list[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of the group's records in its partition of __consumer_offsets."""
-    p = partition_for(group, _partitions(broker))
-    out: list[tuple[int, bytes, bytes | None]] = []
-    offset = 0
-    with RoutedConn(broker.bootstrap) as conn:
-        while True:
-            answer = conn.fetch(OFFSETS, p, offset)
-            assert answer["error_code"] == 0, answer
-            data = answer.get("records") or b""
-            if not data:
-                break
-            for h in iter_batches(data):
-                for r in decode_records(data[h.offset:h.offset + h.size]):
-                    if r.offset >= offset and r.key is not None and r.key[:2] == b"\x00\x01" \
-                            and parse_offset_commit_key(r.key)[0] == group:
-                        out.append((r.offset, r.key, r.value))
-                    offset = max(offset, r.offset + 1)
-            if offset >= answer["high_watermark"]:
-                break
-    return out
+    return group_commit_records(broker.bootstrap, partition_for(group, _partitions(broker)), group)
 
 
 def test_fetch_returns_commits_in_kafkas_record_format(broker: Broker, committed: tuple[str, str]) -> None:

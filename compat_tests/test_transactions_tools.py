@@ -25,6 +25,7 @@ from .raw import RawConn
 from .txn_helpers import (
     create_topic,
     high_watermark,
+    leader_id,
     parse_tool_table,
     read_partition,
     stable_end_offset,
@@ -53,14 +54,6 @@ def _plain(bootstrap: str, topic: str, *keys: str) -> None:
     for k in keys:
         p.produce(topic, key=k.encode(), value=f"value-{k}".encode(), partition=0)
     assert p.flush(30) == 0
-
-
-def _leader_id(bootstrap: str, topic: str) -> int:
-    """The node id of the broker leading the topic's partition 0."""
-    from confluent_kafka.admin import AdminClient
-
-    return int(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic]
-               .partitions[0].leader)
 
 
 def _coordinator_id(bootstrap: str, tid: str) -> int:
@@ -119,7 +112,7 @@ def test_kafka_transactions_tool_lists_describes_and_aborts_a_hanging_transactio
     assert mine[0]["CurrentTransactionStartOffset"] == "2"
 
     # its coordinator still has the partition in the ongoing transaction: not hanging
-    hanging = _tx(bootstrap, "find-hanging", "--broker-id", str(_leader_id(bootstrap, topic)),
+    hanging = _tx(bootstrap, "find-hanging", "--broker-id", str(leader_id(bootstrap, topic)),
                   "--max-transaction-timeout", "0")
     assert [r for r in hanging if r.get("Topic") == topic] == []
 

@@ -42,6 +42,7 @@ from .txn_helpers import (
     TxnRefKafkaProcess,
     create_topic,
     high_watermark,
+    leader_id,
     parse_tool_table,
     read_partition,
     stable_end_offset,
@@ -89,15 +90,6 @@ def _tx(bootstrap: str, *args: str) -> list[dict[str, str]]:
     return parse_tool_table(cli.run("kafka-transactions", "--bootstrap-server", bootstrap, *args).stdout)
 
 
-def _leader_id(bootstrap: str, topic: str) -> int:
-    """The node id of the broker leading the topic's partition 0 (find-hanging asks one broker
-    about the partitions it holds)."""
-    from confluent_kafka.admin import AdminClient
-
-    return int(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic]
-               .partitions[0].leader)
-
-
 def test_find_hanging_reports_a_transaction_its_coordinator_does_not_know(unverified_broker: Broker) -> None:
     from confluent_kafka import Producer
 
@@ -127,7 +119,7 @@ def test_find_hanging_reports_a_transaction_its_coordinator_does_not_know(unveri
     (described,) = _tx(bootstrap, "describe", "--transactional-id", tid)
     assert (described["ProducerId"], described["TransactionState"], described["TopicPartitions"]) == (
         str(pid), "Empty", "")
-    broker_id = str(_leader_id(bootstrap, topic))
+    broker_id = str(leader_id(bootstrap, topic))
     hanging = [r for r in _tx(bootstrap, "find-hanging", "--broker-id", broker_id, "--max-transaction-timeout", "0")
                if r.get("Topic") == topic]
     assert [(r["Partition"], r["ProducerId"], r["ProducerEpoch"], r["StartOffset"]) for r in hanging] == [

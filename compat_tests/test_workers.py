@@ -22,12 +22,11 @@ from typing import Any
 import pytest
 
 from tmqgate.protocol.internal_topics import parse_offset_commit_key, partition_for
-from tmqgate.protocol.records import decode_records, iter_batches
 
 from .brokers import _tmqgate_cmd
 from .clusters import metadata
 from .helpers import api_versions_ok, child_pids, free_port, wait_until
-from .raw import RawConn, RoutedConn
+from .raw import RawConn, group_commit_records
 
 pytestmark = [pytest.mark.serial, pytest.mark.tmqgate_only]
 
@@ -248,21 +247,11 @@ def _committed_in_log(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """The group's committed offsets of `topic` as its partition of __consumer_offsets says
     (the newest record of each key; Fetch sent to the partition's leader)."""
     newest: dict[int, int | None] = {}
-    offset = 0
-    with RoutedConn(bootstrap) as conn:
-        while True:
-            answer = conn.fetch("__consumer_offsets", partition_for(group, 6), offset)
-            assert answer["error_code"] == 0, answer
-            data = answer.get("records") or b""
-            if not data:
-                return {p: o for p, o in newest.items() if o is not None}
-            for h in iter_batches(data):
-                for r in decode_records(data[h.offset:h.offset + h.size]):
-                    offset = r.offset + 1
-                    if r.key is not None and r.key[:2] == b"\x00\x01":
-                        g, t, p = parse_offset_commit_key(r.key)
-                        if (g, t) == (group, topic):
-                            newest[p] = None if r.value is None else int.from_bytes(r.value[2:10], "big")
+    for _, key, value in group_commit_records(bootstrap, partition_for(group, 6), group):
+        _, t, p = parse_offset_commit_key(key)
+        if t == topic:
+            newest[p] = None if value is None else int.from_bytes(value[2:10], "big")
+    return {p: o for p, o in newest.items() if o is not None}
 
 
 def _worker_index(pid: int) -> int | None:

@@ -95,6 +95,14 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     ConfluentDriver(bootstrap).create_topic(topic, partitions)
 
 
+def leader_id(bootstrap: str, topic: str, partition: int = 0) -> int:
+    """The node id of the broker leading the partition (Metadata)."""
+    from confluent_kafka.admin import AdminClient
+
+    return int(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic]
+               .partitions[partition].leader)
+
+
 def ck_consumer(bootstrap: str, isolation: str, **extra: Any) -> Any:
     from confluent_kafka import Consumer
 

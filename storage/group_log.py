@@ -169,21 +169,24 @@ class GroupLog:
             if partition in self._dirty:
                 self._dirty[partition] += after - before
 
-    def stage_snapshot(self, wb: Any, partition: int, current: dict[bytes, bytes],
-                       keep: Callable[[bytes], bool]) -> tuple[int, int] | None:
-        """Add to ``wb`` one batch that makes the partition's log say ``current`` (record key ->
+    def append_snapshot(self, partition: int, current: dict[bytes, bytes], keep: Callable[[bytes], bool]) -> None:
+        """Append one batch that makes the partition's log say ``current`` (record key ->
         value): each record whose newest value differs, and a tombstone for each key the log
         holds live that is neither in ``current`` nor ``keep``-ed. A cluster's new coordinator
         of a partition so ends its log with the state it took over — what the previous leader's
         log showed, compacted — its own older records superseded. Only appends (compaction's
-        rules hold); None when the log already says it."""
+        rules hold); nothing when the log already says it."""
         latest: dict[bytes, bytes | None] = {}
         for _key, value in self._core.db.iterator(prefix=keys.group_log_prefix(partition)):
             for k, v in unpack(value)[1]:
                 latest[k] = v
         records: list[tuple[bytes, bytes | None]] = [(k, v) for k, v in current.items() if latest.get(k) != v]
         records += [(k, None) for k, v in latest.items() if v is not None and k not in current and not keep(k)]
-        return self.stage_at(wb, partition, records)
+        wb = self._core.batch()
+        staged = self.stage_at(wb, partition, records)
+        if staged is not None:
+            self._core.write(wb)
+            self.advance(staged)
 
     # ---- compaction ---------------------------------------------------------------------
 
@@ -314,9 +317,9 @@ class TransactionLog:
     def advance(self, staged: tuple[int, int] | None) -> None:
         self._log.advance(staged)
 
-    def stage_snapshot(self, wb: Any, partition: int, current: dict[bytes, bytes]) -> tuple[int, int] | None:
-        """``GroupLog.stage_snapshot`` of partition p (every other id tombstoned)."""
-        return self._log.stage_snapshot(wb, TXN_BASE + partition, current, lambda key: False)
+    def append_snapshot(self, partition: int, current: dict[bytes, bytes]) -> None:
+        """``GroupLog.append_snapshot`` of partition p (every other id tombstoned)."""
+        self._log.append_snapshot(TXN_BASE + partition, current, lambda key: False)
 
     def next_offset(self, partition: int) -> int:
         return self._log.next_offset(TXN_BASE + partition)

@@ -339,7 +339,7 @@ class Offsets:
 
     def snapshot_log(self, partition: int, in_partition: Callable[[str], bool]) -> None:
         """End ``__consumer_offsets``' partition with the committed offsets of its groups as the
-        store holds them now (``GroupLog.stage_snapshot``; a cluster's new coordinator of the
+        store holds them now (``GroupLog.append_snapshot``; a cluster's new coordinator of the
         partition, after ``replace_partition``): a group's metadata record is left while the
         group exists — the coordinator writes the next one —, tombstoned when it is gone."""
         db = self._core.db
@@ -352,8 +352,4 @@ class Offsets:
                     offset, leader_epoch, metadata, ms, self._log.topic_id(topic))
         groups = {group_metadata_key(key[1:].decode()) for key in db.iterator(prefix=keys.GROUP, include_value=False)
                   if in_partition(key[1:].decode())}
-        wb = self._core.batch()
-        staged = self._log.stage_snapshot(wb, partition, current, groups.__contains__)
-        if staged is not None:
-            self._core.write(wb)
-            self._log.advance(staged)
+        self._log.append_snapshot(partition, current, groups.__contains__)

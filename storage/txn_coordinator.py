@@ -134,13 +134,9 @@ class TxnStates:
 
     def snapshot_log(self, partition: int, in_partition: Callable[[str], bool]) -> None:
         """End ``__transaction_state``' partition with its ids' states as the store holds them
-        now, the others tombstoned (``GroupLog.stage_snapshot``; after ``replace_partition``)."""
+        now, the others tombstoned (``GroupLog.append_snapshot``; after ``replace_partition``)."""
         if self._log is None:
             return
         current = {transaction_log_key(r.transactional_id): self._value(r) for r in self.load().values()
                    if in_partition(r.transactional_id)}
-        wb = self._core.batch()
-        staged = self._log.stage_snapshot(wb, partition, current)
-        if staged is not None:
-            self._core.write(wb)
-            self._log.advance(staged)
+        self._log.append_snapshot(partition, current)

@@ -36,7 +36,7 @@ the same rules for both:
 - A broker that becomes a partition's leader replays the partition from its log start to its
   log end (compacted, it holds the newest value of every key) into its store — what it held of
   those keys before is replaced, and ``__consumer_offsets`` / ``__transaction_state``'s partition
-  of the same number ends with the state taken over (``storage.group_log.stage_snapshot``) — and
+  of the same number ends with the state taken over (``storage.group_log.append_snapshot``) — and
   the coordinator loads them (a prepared transaction's markers are written again from there);
   one that stops leading it unloads them.
 """
