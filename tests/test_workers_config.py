@@ -129,13 +129,15 @@ def test_a_worker_starts_once_its_killed_predecessor_let_go_of_its_data(tmp_path
     from tmqgate.broker.workers import _wait_unlocked
 
     data = tmp_path / "worker-0"
+    letting_go = tmp_path / "letting-go"  # written while the lock is still held, just before its release
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time, plyvel; db = plyvel.DB(sys.argv[1], create_if_missing=True); print('held', flush=True); "
-        "time.sleep(1.5)"), str(data)], stdout=subprocess.PIPE, text=True)
+        "time.sleep(1.5); open(sys.argv[2], 'w').close(); db.close(); time.sleep(30)"), str(data), str(letting_go)],
+        stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         _wait_unlocked(str(data), timeout=30)
-        assert holder.poll() is not None, "returned while the lock was held"
+        assert letting_go.exists(), "returned while the lock was held"
         _wait_unlocked(str(tmp_path / "worker-9"))  # a new data directory: nothing to wait for
         assert not (tmp_path / "worker-9").exists()
     finally:
