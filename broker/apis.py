@@ -26,8 +26,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from tmqgate.broker.errors import KafkaError
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.schemas import SCHEMAS
 
@@ -151,25 +152,43 @@ def apis_with(context: type) -> Callable[..., Callable[[Handler], Handler]]:
     return api
 
 
+class ClusterSync(Protocol):
+    """What `bind` asks of the cluster around a request (the membership's)."""
+
+    async def catch_up(self) -> None: ...
+
+    def mark(self) -> int: ...
+
+    async def settle(self, mark: int) -> bool: ...
+
+
 def bind(table: Mapping[int, ApiEntry], contexts: Mapping[type, Any],
-         catch_up: Callable[[], Awaitable[None]] | None = None) -> dict[int, BoundHandler]:
+         sync: ClusterSync | None = None) -> dict[int, BoundHandler]:
     """Each API's handler with its context instance bound: `handlers[key](request)`. With
-    ``catch_up`` (the membership's), it runs before every API but Produce and Fetch, so the
-    workers of one machine answer each request with what another has just made (the hot paths
-    are left out: their partitions' leaders learn of them as they are placed)."""
+    ``sync`` (the membership), every API but Produce and Fetch first catches up with the
+    cluster, so the workers of one machine answer each request with what another has just
+    made, and is answered once the cluster has what it changed (an ACL, a config, a user),
+    REQUEST_TIMED_OUT when the cluster did not take it in time — as Kafka answers once the
+    metadata record is committed. The hot paths are left out: their partitions' leaders learn
+    of them as they are placed."""
     bound = {key: cast(BoundHandler, partial(entry.handler, contexts[entry.context])) for key, entry in table.items()}
-    if catch_up is None:
+    if sync is None:
         return bound
-    return {key: handler if key in (ApiKey.PRODUCE, ApiKey.FETCH) else _after(catch_up, handler)
+    return {key: handler if key in (ApiKey.PRODUCE, ApiKey.FETCH) else _synced(sync, handler)
             for key, handler in bound.items()}
 
 
-def _after(catch_up: Callable[[], Awaitable[None]], handler: BoundHandler) -> BoundHandler:
-    async def caught_up(request: Any) -> Any:
-        await catch_up()
-        return await handler(request)
+def _synced(sync: ClusterSync, handler: BoundHandler) -> BoundHandler:
+    async def synced(request: Any) -> Any:
+        await sync.catch_up()
+        mark = sync.mark()
+        answer = await handler(request)
+        if not await sync.settle(mark):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the change is not in the cluster's metadata yet; "
+                             "it is kept and retried")
+        return answer
 
-    return cast(BoundHandler, caught_up)
+    return cast(BoundHandler, synced)
 
 
 #: Features this broker supports (name -> (min, max) level), as ApiVersions lists them.

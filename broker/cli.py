@@ -460,7 +460,7 @@ async def _serve(config: BrokerConfig, log_format: str = "text", siblings: tuple
                                            failed_auth_delay_ms=config.connection_failed_authentication_delay_ms,
                                            sibling_fronts=_fronts(broker, siblings) if siblings else None,
                                            sibling_tls=ssl.create_default_context(cafile=config.ssl_cafile)
-                                           if siblings and config.http_tls else None),
+                                           if siblings and config.http_tls else None, sync=broker.membership),
                                   config.http_address,
                                   server_ssl_context(config) if config.http_tls else None,
                                   FrontLimits(config.http_max_connections, config.http_header_timeout_ms / 1000,

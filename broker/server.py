@@ -210,7 +210,7 @@ class Broker:
         # a cluster's broker registers its address (the listeners are open: early connections
         # wait for `serving.open`)
         await self.membership.start(self.advertised, self.dnodes.facts())
-        self.serving.open(bind(self.apis, self._contexts(), self.membership.catch_up), self.advertised_by_listener)
+        self.serving.open(bind(self.apis, self._contexts(), self.membership), self.advertised_by_listener)
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         if self.config.log_cleaner_enable:  # compacted topics (broker/runtime/log_cleaner.py)
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))

@@ -40,3 +40,46 @@ def test_changes_are_written_in_order_and_kept_until_etcd_takes_them() -> None:
         assert written == [[1, 2], [3, 4]] and drained == [2, 2]
 
     asyncio.run(run())
+
+
+def test_a_request_that_queued_changes_waits_until_etcd_has_them() -> None:
+    """``Outboxes.settle``: a request that queued nothing returns at once (even while etcd is
+    away and others' changes wait); one that queued a change returns once etcd took it, or
+    False after the timeout while etcd cannot — the change stays queued."""
+    from tmqgate.broker.cluster.outbox import Outboxes
+
+    up = [False]
+    written: list[str] = []
+
+    async def write(changes: list[str]) -> None:
+        if not up[0]:
+            raise ConnectionError("etcd unreachable")
+        written.extend(changes)
+
+    async def refreshed() -> None:
+        written.append("refreshed")
+
+    async def run() -> None:
+        boxes = Outboxes()
+        configs: Outbox[str] = Outbox(write, "configs", into=boxes)
+        catalog: Outbox[str] = Outbox(write, "catalog", batch=1 << 30, drained=refreshed, into=boxes)
+        mark = boxes.mark()
+        assert await boxes.settle(mark, timeout=0.01)  # nothing queued
+        catalog.add(["acl"])
+        assert not await boxes.settle(mark, timeout=0.05)  # etcd away: timed out, kept
+        assert catalog.pending == ["acl"] and written == []
+        later = boxes.mark()
+        assert await boxes.settle(later, timeout=0.01)  # a request that queued nothing does not wait
+        configs.add(["retention"])
+        waiting = asyncio.ensure_future(boxes.settle(later, timeout=5))
+        await asyncio.sleep(0.02)
+        assert not waiting.done()
+        up[0] = True
+        catalog.kick()
+        configs.kick()
+        assert await waiting
+        # answered only after the catalog's drained step too (its refresh of the view)
+        assert sorted(written) == ["acl", "refreshed", "retention"]
+        assert (configs.done, catalog.done) == (1, 1)
+
+    asyncio.run(run())

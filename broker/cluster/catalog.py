@@ -64,7 +64,7 @@ class SharedCatalog:
         self._store = store
         self._reloaded = reloaded
         self._outbox: Outbox[Change] = Outbox(membership.write, "catalog changes", batch=1 << 30,
-                                              drained=self._written)
+                                              drained=self._written, into=membership.outboxes)
         self._applied: tuple[dict[str, str], ...] | None = None  # etcd's, as last applied
         self._joining: str | None = None  # the cluster this broker's own catalog is being added to
 

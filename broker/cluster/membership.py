@@ -58,6 +58,7 @@ from etcd3gw.client import Etcd3Client
 from etcd3gw.lease import Lease
 
 from tmqgate.broker.cluster.local_kv import LocalKv, LocalLease, local_path
+from tmqgate.broker.cluster.outbox import Outboxes
 from tmqgate.broker.metadata.view import (
     ACLS,
     BROKERS,
@@ -169,6 +170,8 @@ class Membership:
         #: called in order on the event loop after each round that read etcd (the broker
         #: applies the placements to its topics, then to its replicas)
         self.on_change: list[Callable[[], None]] = []
+        #: the changes made here that etcd must take (outbox.py); a request is answered once it has them
+        self.outboxes = Outboxes()
         #: the controller's automatic preferred-leader rebalance every so many seconds (None: off)
         self.rebalance_interval_s = rebalance_interval_s
         self._rebalanced = time.monotonic()
@@ -399,9 +402,28 @@ class Membership:
 
     async def catch_up(self) -> None:
         """On a cluster file: a round now if the file moved since the last round began (the
-        check is one read of the file's revision counter); on etcd nothing."""
-        if self.local is not None and self.connected and self._moved():
+        check is one read of the file's revision counter), else the end of a round in flight
+        (it began after the file moved: what it read is not applied yet); on etcd nothing."""
+        if self.local is None or not self.connected:
+            return
+        if self._moved():
             await self.refresh()
+            return
+        pending = self._refreshing
+        while pending is not None and self._refreshing is pending:  # until its done-callback applied it
+            if pending.done():
+                await asyncio.sleep(0)
+            else:
+                await asyncio.shield(pending)
+
+    def mark(self) -> int:
+        """How many cluster-wide changes this broker ever queued for etcd (before a request)."""
+        return self.outboxes.mark()
+
+    async def settle(self, mark: int) -> bool:
+        """After a request: once it queued changes, wait until etcd has them (False: it did not
+        take them in time; they stay queued)."""
+        return await self.outboxes.settle(mark)
 
     async def _run(self) -> None:
         due = time.monotonic() + self.interval

@@ -77,7 +77,7 @@ class ClusterSql:
         self._timeout_s = replicated_timeout_s  # acks=all: how long a write waits for the in-sync replicas
         #: supertable changes made here, each (db, its topic id, name, schema; None: dropped)
         self._stables: Outbox[tuple[str, bytes, str, dict[str, Any] | None]] = Outbox(
-            self._record_stables, "supertable changes")
+            self._record_stables, "supertable changes", into=membership.outboxes)
         self._membership = membership
         self._cluster_topics = cluster_topics
         self._registry = registry

@@ -80,7 +80,8 @@ class ClusterTopics:
         self._ids: dict[str, bytes] = {}  # and their topic ids
         self._stables_from: dict[str, str] = {}  # SQL databases: the definition their supertables came from
         #: configs altered here, each (name, topic id, configs), written to the placements
-        self._configs: Outbox[tuple[str, bytes, dict[str, str]]] = Outbox(self._write_configs, "topic configs")
+        self._configs: Outbox[tuple[str, bytes, dict[str, str]]] = Outbox(
+            self._write_configs, "topic configs", into=membership.outboxes)
 
     def apply(self) -> None:
         """Bring the local topics in line with etcd's placements (on the event loop): SQL

@@ -49,6 +49,10 @@ class Members(Protocol):
 
     async def catch_up(self) -> None: ...  # a round now if the cluster changed since the last (cheap check)
 
+    def mark(self) -> int: ...  # the cluster-wide changes queued here so far (before a request)
+
+    async def settle(self, mark: int) -> bool: ...  # after it: False when its changes did not reach the cluster in time
+
     async def stop(self) -> None: ...  # leave the cluster (at the broker's shutdown)
 
 
@@ -75,6 +79,12 @@ class LocalMembership:
 
     async def catch_up(self) -> None:
         return None
+
+    def mark(self) -> int:
+        return 0
+
+    async def settle(self, mark: int) -> bool:
+        return True
 
     async def stop(self) -> None:
         return None

@@ -82,6 +82,7 @@ from tmqgate.broker.tdengine import (
 from tmqgate.storage import StorageIOError
 
 if TYPE_CHECKING:
+    from tmqgate.broker.apis import ClusterSync
     from tmqgate.broker.ops.metrics import Metrics
     from tmqgate.broker.ratelimit import RateLimitedLog
     from tmqgate.broker.tdengine import Executor
@@ -280,7 +281,7 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
              metrics: Metrics | None = None, metrics_auth: bool = False,
              metrics_acl_filter: bool = True, failed_auth_delay_ms: int = 0,
              sibling_fronts: Callable[[], list[str]] | None = None,
-             sibling_tls: ssl.SSLContext | None = None) -> web.Application:
+             sibling_tls: ssl.SSLContext | None = None, sync: ClusterSync | None = None) -> web.Application:
     """The HTTP front over the broker's SQL executor, store and topic registry. A body over
     `max_body_bytes` (the broker's max_sql_length, TDengine's 1 MiB SQL limit) is answered
     413 before it is read whole, so no SQL text longer than that is ever parsed. `served_as`
@@ -291,7 +292,9 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
     and `metrics_acl_filter`, only the series of topics and groups the caller may DESCRIBE.
     Wrong credentials are answered after `failed_auth_delay_ms`. `sibling_fronts`: on a worker
     of `serve --workers N`, the other workers' HTTP fronts (HOST:PORT; https with `sibling_tls`),
-    whose series `/metrics` merges with its own (broker/ops/metrics_merge.py)."""
+    whose series `/metrics` merges with its own (broker/ops/metrics_merge.py). `sync`: on a
+    cluster, a statement catches up with it first and is answered once the cluster has what it
+    changed (a user, a grant), as the Kafka APIs (broker/apis.py ``bind``)."""
     guard = _guard(HostCheck(served_as, allowed_hosts))
     open_paths = OPEN_PATHS if metrics_auth else OPEN_PATHS | {"/metrics"}
     middlewares = [guard] if authenticate is None else [
@@ -320,7 +323,13 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             # these credentials (broker/cluster/sql.py); one sent here is never sent on.
             caller = Caller(*_principal(request), forwarded=request.headers.get(FORWARDED) == "1",
                             credentials=request.headers.get("Authorization"))
+            if sync is not None:
+                await sync.catch_up()
+                mark = sync.mark()
             result = await executor.execute_async(text, db, caller)
+            if sync is not None and not await sync.settle(mark):
+                return error_response(503, TIMEOUT_ERROR, "Operation timeout: the change is not in the cluster's "
+                                      "metadata yet; it is kept and retried")
         except SqlError as exc:
             desc = exc.message
             code = exc.code or (SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR)
