@@ -80,13 +80,13 @@ mkdir -p "$logs"
 export TMQGATE_TEST_LOCK="$logs/serial.lock"
 lanes=(serial tmqgate kafka unit workers)
 # what --target tmqgate-workers runs in CI: every module whose answers depend on which broker a
-# client reaches (coordinators, partition leaders, the shared catalog, users and ACLs)
+# client reaches (coordinators, partition leaders, the shared catalog: users, ACLs, configs, quotas)
 workers_modules=(compat_tests/test_groups.py compat_tests/test_groups_offsets.py compat_tests/test_groups_admin.py
                  compat_tests/test_admin.py compat_tests/test_transactions.py compat_tests/test_txn_version2.py
                  compat_tests/test_txn_coordinator.py compat_tests/test_go_client.py compat_tests/test_internal_topics.py
                  compat_tests/test_tdengine_power.py compat_tests/test_tdengine_groups.py
                  compat_tests/test_sql_authorizer.py compat_tests/test_sql_users.py compat_tests/test_acls.py
-                 compat_tests/test_sasl.py)
+                 compat_tests/test_sasl.py compat_tests/test_dynamic_configs.py compat_tests/test_client_quotas.py)
 # Known limit on several brokers, not run there: the records of __consumer_offsets keep their
 # offsets across a kill only while its partition's leader stays (each broker's log is its own;
 # after a restart of every worker the other one may lead it and ends its log with the state it
