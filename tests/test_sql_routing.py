@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tmqgate.broker.cluster.outbox import Outboxes
 from tmqgate.broker.cluster.sql import ClusterSql
 from tmqgate.broker.sql.access import Caller
 from tmqgate.broker.sql.ast import SqlError
@@ -112,7 +113,7 @@ def test_a_leaders_answer_is_taken_only_in_tdengines_rest_shape(answer: str, mes
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         membership = SimpleNamespace(view=SimpleNamespace(brokers={2: SimpleNamespace(http=f"127.0.0.1:{port}")}),
-                                     on_change=[])
+                                     on_change=[], outboxes=Outboxes())
         cluster = ClusterSql(1, membership, None, None, None, None, None, 5.0, 5.0)  # type: ignore[arg-type]
         try:
             with pytest.raises(SqlError, match=message) as raised:
