@@ -290,6 +290,12 @@ def _latency_section(run: _Run) -> list[str]:
     return md
 
 
+def _per_core(q: dict[str, Any], label: str, rows: int) -> str:
+    """", N rows per broker CPU-s (C s)" for a span of workload 4 that sampled the broker."""
+    cpu = _get(q, "resources", label, "cpu_s")
+    return f" ({_num(rows / cpu)} rows per broker CPU-s: {_num(cpu, 2)} CPU-s)" if cpu else ""
+
+
 def _query_section(run: _Run) -> list[str]:
     """4. Query topics (tmqgate only)."""
     t = run.t
@@ -300,21 +306,27 @@ def _query_section(run: _Run) -> list[str]:
         ing = q["ingest"]
         md += [f"{q['rows']:,} rows (`ts TIMESTAMP, v DOUBLE, k BIGINT`, k uniform 0..99, tag `g`, 64 child "
                "tables) in a database with `VGROUPS 4`, written as InfluxDB line protocol (100 lines per Kafka "
-               f"record, keyed by child table) through Produce at {_num(ing['rows_per_s'])} rows/s. "
+               f"record, keyed by child table) through Produce at {_num(ing['rows_per_s'])} rows/s"
+               + _per_core(q, "ingest", q["rows"]) + ". "
                "Each topic read from the beginning to the end of all 4 partitions by one confluent-kafka "
                "consumer. *streaming* = from the first delivered record to the last (the rate the topic "
                "delivers at); *whole read* = from assign() to the last partition EOF, which adds the "
                "consumer's start-up and the final empty long-poll (`fetch.wait.max.ms`, 500 ms) that "
                "reports the end. *scanned rows/s* = all rows in the WAL / streaming time, *delivered* = rows "
-               "reaching the consumer.", ""]
+               "reaching the consumer. *per broker CPU-s* = delivered rows / the broker's CPU seconds over "
+               "the whole read (all its threads): what one busy core of the broker delivers, whoever else "
+               "(here the consumer, on the other core) is the limit of the machine.", ""]
         rows = []
-        for r in q["topics"].values():
+        for label, r in q["topics"].items():
+            cpu = _get(q, "resources", label, "cpu_s")
             rows.append([f"`{r['definition'].split(' AS ', 1)[1]}`", f"{r['records']:,} / {r['expected']:,}",
                          _num(r["streaming_s"], 2), _num(r["streaming_records_per_s"]),
                          _num(r["rows_scanned_per_s"]),
-                         _num(r["seconds"], 2), _num(r["records_per_s"]), _num(r["mb_per_s"], 1)])
+                         _num(r["seconds"], 2), _num(r["records_per_s"]), _num(r["mb_per_s"], 1),
+                         _num(cpu, 2), _num(r["records"] / cpu if cpu else None)])
         md += _table(["topic", "delivered / expected", "streaming s", "delivered rows/s", "scanned rows/s",
-                      "whole read s", "whole read rows/s", "value MB/s"], rows)
+                      "whole read s", "whole read rows/s", "value MB/s", "broker CPU s",
+                      "delivered rows per broker CPU-s"], rows)
         cons = _get(t, "consume")
         if cons:
             md += ["", f"For comparison, the plain topic of workload 2 delivered "
@@ -446,7 +458,8 @@ def profile_markdown(res: dict[str, Any]) -> str:
           f"{res['machine']['load_at_start'][0]:.2f} at start, {res['machine']['nproc']} CPUs. "
           "A fresh tmqgate (after the same unmeasured warm-up as the comparison) with `py-spy record --format "
           "raw --function --rate 100` attached (blocking sampling, which slows the broker a little) during "
-          "workloads 1 and 2. Idle threads are not sampled; a C extension's "
+          "workloads 1, 2 and 4 (the line-protocol ingest and each query topic's read). Idle threads are not "
+          "sampled; a C extension's "
           "time (LevelDB, crc32c, pyarrow) counts against the Python function that called it. *own* = the "
           "innermost frame, *total* = anywhere on the stack. Raw collapsed stacks sit beside this file in "
           "`profiles/` (not committed; feed them to flamegraph.pl or speedscope).", ""]

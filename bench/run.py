@@ -14,7 +14,7 @@ workloads against each (see bench/workloads.py):
 and writes RESULTS.md, results.json and results.png to --out (default bench/).  Modes:
 `--smoke` (5,000 records, tmqgate only, for the smoke test), `--quick` (100,000 records and
 1,000,000 query-topic rows, < 5 minutes), `--full` (1,000,000 records).  `--profile` adds a pass with py-spy attached
-to tmqgate during workloads 1 and 2 and writes PROFILE.md; `--profile-only` runs just that
+to tmqgate during workloads 1, 2 and 4 and writes PROFILE.md; `--profile-only` runs just that
 pass (and leaves RESULTS.md alone).  Nothing here asserts timings.
 """
 
@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,6 +178,24 @@ def throughput_workloads(broker: Running, mode: Mode, out: dict[str, Any],
     out["resources"] = {k: u.to_json() for k, u in usage.items()}
 
 
+def query_workload(broker: Running, mode: Mode, wrap: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """Workload 4 with the broker's resources sampled around the ingest and each topic's read
+    (``resources``: label → usage; ``wrap(label)``: the profiler, labels prefixed ``query_``)."""
+    import contextlib
+
+    usage: dict[str, Usage] = {}
+
+    @contextlib.contextmanager
+    def around(label: str) -> Iterator[None]:
+        with wrap(f"query_{label}") if wrap else contextlib.nullcontext(), ResourceSampler(broker.pid) as s:
+            yield
+        usage[label] = s.usage
+
+    result = workloads.query_topics(broker.bootstrap, str(broker.http), mode.query_rows, around)
+    result["resources"] = {k: u.to_json() for k, u in usage.items()}
+    return result
+
+
 def run_broker(name: str, mode: Mode, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"load_before": os.getloadavg()}
     log(f"starting {name}")
@@ -191,7 +209,7 @@ def run_broker(name: str, mode: Mode, workdir: Path) -> dict[str, Any]:
         if mode.e2e_java_records:
             _step(out, "e2e_java", lambda: workloads.e2e_latency_java(broker.bootstrap, mode.e2e_java_records))
         if broker.http:
-            _step(out, "query", lambda: workloads.query_topics(broker.bootstrap, str(broker.http), mode.query_rows))
+            _step(out, "query", lambda: query_workload(broker, mode))
         for protocol in ("classic", "consumer"):
             _step(out, f"rebalance_{protocol}",
                   lambda p=protocol: workloads.rebalance(broker.bootstrap, p, mode.rebalance_trials))
@@ -203,7 +221,7 @@ def run_broker(name: str, mode: Mode, workdir: Path) -> dict[str, Any]:
 
 
 def profile_tmqgate(mode: Mode, workdir: Path, out_dir: Path) -> dict[str, Any]:
-    """A separate pass: fresh tmqgate, py-spy attached during workloads 1 and 2."""
+    """A separate pass: fresh tmqgate, py-spy attached during workloads 1, 2 and 4."""
     if not pyspy.available():
         return {"error": "py-spy is not installed (pip install py-spy)"}
     broker = start_tmqgate(workdir / "tmqgate-profile")
@@ -217,6 +235,12 @@ def profile_tmqgate(mode: Mode, workdir: Path, out_dir: Path) -> dict[str, Any]:
 
     try:
         throughput_workloads(broker, mode, out, wrap)
+        if broker.http:
+            query = _step(out, "query", lambda: query_workload(broker, mode, wrap))
+            for label, use in ((query or {}).get("resources") or {}).items():
+                out["resources"][f"query_{label}"] = use
+                out[f"query_{label}"] = (query["topics"].get(label) if label != "ingest" else
+                                         {"records_per_s": query["ingest"]["rows_per_s"]})
     finally:
         broker.stop()
     out["profiles"] = {}
@@ -236,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="where RESULTS.md etc. go (default bench/)")
     parser.add_argument("--workdir", type=Path, default=None, help="broker data (default: a temporary dir)")
     parser.add_argument("--brokers", default=None, help="comma-separated subset of tmqgate,kafka")
-    parser.add_argument("--profile", action="store_true", help="also profile tmqgate with py-spy (1 and 2)")
+    parser.add_argument("--profile", action="store_true", help="also profile tmqgate with py-spy (1, 2 and 4)")
     parser.add_argument("--profile-only", action="store_true",
                         help="only the py-spy pass: writes PROFILE.md, not RESULTS.md")
     parser.add_argument("--no-chart", action="store_true", help="skip the PNG chart")

@@ -14,6 +14,7 @@ for the query topics), with the same clients and settings whichever broker it is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -25,6 +26,8 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from compat_tests.cli_helpers import consumer_perf_stats
@@ -363,20 +366,26 @@ def consume_to_end(bootstrap: str, topic: str, timeout: float = 1800) -> dict[st
             "streaming_s": streaming, "streaming_records_per_s": n / streaming}
 
 
-def query_topics(bootstrap: str, http: str, rows: int) -> dict[str, Any]:
+def query_topics(bootstrap: str, http: str, rows: int,
+                 around: Callable[[str], AbstractContextManager[Any]] | None = None) -> dict[str, Any]:
     """tmqgate only: database `b` (VGROUPS 4), supertable `st`, `rows` rows; topics at 10%
-    and 90% selectivity and over the whole database, each read to the end."""
+    and 90% selectivity and over the whole database, each read to the end. `around(label)`:
+    a context manager around the ingest ("ingest") and each topic's read (its label), such as
+    the broker's resource sampler or a profiler."""
+    span = around or (lambda _label: contextlib.nullcontext())
     db = unique("b").replace("-", "_")
     sql(http, f"CREATE DATABASE {db} VGROUPS 4")
     sql(http, f"CREATE STABLE {db}.st (ts TIMESTAMP, v DOUBLE, k BIGINT) TAGS (g NCHAR(16))")
-    ingest = ingest_line_protocol(bootstrap, db, rows)
+    with span("ingest"):
+        ingest = ingest_line_protocol(bootstrap, db, rows)
     topics = {"select_k_lt_10": (f"{db}_q10", f"AS SELECT ts, v FROM {db}.st WHERE k < 10", ingest["below10"]),
               "select_k_lt_90": (f"{db}_q90", f"AS SELECT ts, v FROM {db}.st WHERE k < 90", ingest["below90"]),
               "database": (f"{db}_all", f"AS DATABASE {db}", rows)}
     out: dict[str, Any] = {"rows": rows, "ingest": ingest, "topics": {}}
     for label, (name, definition, expected) in topics.items():
         sql(http, f"CREATE TOPIC {name} {definition}")
-        got = consume_to_end(bootstrap, name)
+        with span(label):
+            got = consume_to_end(bootstrap, name)
         got["expected"] = expected
         got["definition"] = f"CREATE TOPIC {name} {definition}"
         got["rows_scanned_per_s"] = rows / got["streaming_s"]

@@ -16,15 +16,16 @@ us, ms, s), TDengine's default for line protocol.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.tsdb.ingest_rules import SchemalessError, SchemalessRow
 from tmqgate.broker.tsdb.limits import schema_problem
+from tmqgate.broker.tsdb.line_columns import stable_batches
 from tmqgate.broker.tsdb.line_protocol import parse_line_protocol
 from tmqgate.broker.tsdb.opentsdb import parse_opentsdb_json
 from tmqgate.broker.tsdb.rows import RowsError
-from tmqgate.broker.tsdb.schema_plan import SchemaPlan, child_table_tags, group_rows, plan_schema
+from tmqgate.broker.tsdb.schema_plan import SchemaPlan, StableBatch, child_table_tags, group_rows, plan_schema
 from tmqgate.broker.tsdb.types import Column, StableSchema
 from tmqgate.protocol.records import CorruptRecord, DecompressedTooLarge, decode_records
 
@@ -42,20 +43,24 @@ class IngestError(ValueError):
     """A record that is not valid line protocol / JSON, or does not fit the schema."""
 
 
-def parse_records(batch: bytes, decompressed: bytes | None = None) -> list[SchemalessRow]:
-    """Every row in a record batch: each record value is one or more lines, or JSON.
-    ``decompressed``: the records section of a compressed batch as Produce's validation
-    decompressed it (so it is not decompressed twice).
+class _Text(NamedTuple):
+    """One record's rows as text, with what its header and key say about them."""
 
-    A batch that cannot be decoded (corrupt, or decompressing past the bound) is an
-    IngestError like a bad line, so the caller answers it instead of dropping the connection."""
-    rows: list[SchemalessRow] = []
+    offset: int  # the record's offset delta (errors name it)
+    text: str
+    precision: str
+    table: str | None  # the key: the child table's name
+
+
+def _texts(batch: bytes, decompressed: bytes | None) -> list[_Text]:
+    """The batch's records with a value, decoded and checked (IngestError)."""
     try:
         records = decode_records(batch, decompressed=decompressed)
     except DecompressedTooLarge as exc:
         raise IngestError(f"the record batch is too large once decompressed: {exc}") from None
     except CorruptRecord as exc:
         raise IngestError(f"the record batch is corrupt: {exc}") from None
+    texts: list[_Text] = []
     for record in records:
         if not record.value:
             continue
@@ -70,13 +75,7 @@ def parse_records(batch: bytes, decompressed: bytes | None = None) -> list[Schem
             text = record.value.decode()
         except UnicodeDecodeError:
             raise IngestError(f"record at offset delta {record.offset} is not UTF-8 text") from None
-        try:
-            if text.lstrip()[:1] in ("{", "["):
-                parsed = parse_opentsdb_json(text)
-            else:
-                parsed = parse_line_protocol(text, precision)
-        except SchemalessError as exc:
-            raise IngestError(f"record at offset delta {record.offset}: {exc}") from None
+        table = None
         if record.key:
             # The record key names the child table (as smlChildTableName would), so a producer
             # keying by table name chooses both the table and, through the partitioner, its vnode.
@@ -84,9 +83,53 @@ def parse_records(batch: bytes, decompressed: bytes | None = None) -> list[Schem
                 table = record.key.decode()
             except UnicodeDecodeError:
                 raise IngestError(f"record at offset delta {record.offset}: key is not UTF-8") from None
-            parsed = [row._replace(tbname=table) for row in parsed]
+        texts.append(_Text(record.offset, text, precision, table))
+    return texts
+
+
+def _is_json(text: str) -> bool:
+    return text.lstrip()[:1] in ("{", "[")
+
+
+def parse_records(batch: bytes, decompressed: bytes | None = None) -> list[SchemalessRow]:
+    """Every row in a record batch, line by line: each record value is one or more lines, or
+    JSON. ``decompressed``: the records section of a compressed batch as Produce's validation
+    decompressed it (so it is not decompressed twice).
+
+    A batch that cannot be decoded (corrupt, or decompressing past the bound) is an
+    IngestError like a bad line, so the caller answers it instead of dropping the connection."""
+    return _parsed(_texts(batch, decompressed))
+
+
+def _parsed(texts: list[_Text]) -> list[SchemalessRow]:
+    rows: list[SchemalessRow] = []
+    for t in texts:
+        try:
+            parsed = parse_opentsdb_json(t.text) if _is_json(t.text) else parse_line_protocol(t.text, t.precision)
+        except SchemalessError as exc:
+            raise IngestError(f"record at offset delta {t.offset}: {exc}") from None
+        if t.table is not None:
+            parsed = [row._replace(tbname=t.table) for row in parsed]
         rows.extend(parsed)
     return rows
+
+
+def grouped_rows(batch: bytes, decompressed: bytes | None = None) -> dict[str, StableBatch]:
+    """The batch's rows grouped per supertable: column-wise by Arrow where the batch is line
+    protocol of the common shape (tsdb/line_columns.py), else as ``group_rows`` groups
+    ``parse_records``' rows. IngestError as theirs."""
+    texts = _texts(batch, decompressed)
+    if texts and not any(_is_json(t.text) for t in texts):
+        grouped = stable_batches([(t.text, t.precision, t.table) for t in texts])
+        if grouped is not None:
+            return grouped
+    rows = _parsed(texts)
+    if not rows:
+        raise IngestError("the record batch holds no rows")
+    try:
+        return group_rows(rows)
+    except SchemalessError as exc:
+        raise IngestError(str(exc)) from None
 
 
 def _apply_plan(current: StableSchema | None, name: str, plan: SchemaPlan) -> StableSchema:
@@ -113,16 +156,14 @@ def ingest(executor: Executor, db: str, vnode: int, batch: bytes,
     supertable) in one WriteBatch at consecutive versions, with the idempotent `producer`'s
     window when given: a retried batch is then either wholly written or not at all (a crash
     between the two leaves only catalog changes, which the retry finds made)."""
-    rows = parse_records(batch, decompressed)
-    if not rows:
-        raise IngestError("the record batch holds no rows")
+    groups = grouped_rows(batch, decompressed)
     catalog = executor.catalog
     info = executor.store.get_database(db)
     children = executor.store.child_tables(db)
     # Plan every change and build every table before writing anything.
     planned: list[tuple[StableSchema | None, StableSchema, bool, list[tuple[str, dict[str, Any]]], pa.Table]] = []
     try:
-        for name, stable_rows in group_rows(rows).items():
+        for name, stable_rows in groups.items():
             stored = catalog.find_stable(db, name)
             current = catalog.schema(db, stored) if stored else None
             plan = plan_schema(current, stable_rows)

@@ -29,7 +29,7 @@ Deviations: integer suffixes need integer literals (TDengine would truncate ``1.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tmqgate.broker.tsdb.child_tables import table_of
@@ -52,7 +52,7 @@ from tmqgate.broker.tsdb.limits import MAX_COLUMNS, MAX_FIELDS, MAX_TAGS, too_ma
 from tmqgate.broker.tsdb.types import DOUBLE, FLOAT, TDType
 from tmqgate.protocol import clock
 
-__all__ = ["parse_line_protocol"]
+__all__ = ["PRECISION_UNITS", "head_parser", "parse_line_protocol"]
 
 
 # --- field values ---------------------------------------------------------------------
@@ -142,6 +142,17 @@ _PRECISION: dict[str, tuple[int, int]] = {  # (multiply, divide) to reach millis
     "m": (60_000, 1),
     "h": (3_600_000, 1),
 }  # fmt: skip
+
+
+#: (multiply, divide) taking each precision's timestamps to milliseconds
+PRECISION_UNITS: Mapping[str, tuple[int, int]] = _PRECISION
+
+
+def head_parser() -> Callable[[str, int], tuple[str, str, dict[str, tuple[TDType, Any]]]]:
+    """The parser of a line's head (measurement and tag set, as written; its line number for
+    errors) into (supertable, child table, tags), as ``parse_line_protocol`` parses it
+    (line_columns.py parses each distinct head of a batch with it)."""
+    return _LineParser("ns", None, None, None).head
 
 
 def _unescape_key(s: str) -> str:

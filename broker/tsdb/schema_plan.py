@@ -47,6 +47,7 @@ from tmqgate.broker.tsdb.types import (
 __all__ = [
     "SchemaPlan",
     "StableBatch",
+    "add_table",
     "child_table_tags",
     "group_rows",
     "plan_schema",
@@ -65,16 +66,18 @@ class StableBatch:
     ``columns`` holds one list per field (None where a row lacks it) and ``column_types`` the
     type each field would create (strings sized for the batch's longest value). ``tables``
     holds each child table's tags, from its first row as TDengine does. The ``*_lines`` maps
-    say where a name first appeared; ``*_max_len`` the longest string value seen.
+    say where a name first appeared; ``*_max_len`` the longest string value seen. From the
+    column-wise parser (line_columns.py) the per-row lists are Arrow arrays.
     """
 
     stable: str
-    tbnames: list[str] = field(default_factory=list)
-    ts: list[int] = field(default_factory=list)
-    lines: list[int] = field(default_factory=list)
-    columns: dict[str, list[Any]] = field(default_factory=dict)
+    tbnames: list[str] | pa.Array = field(default_factory=list)
+    ts: list[int] | pa.Array = field(default_factory=list)
+    lines: list[int] | pa.Array = field(default_factory=list)
+    columns: dict[str, list[Any] | pa.Array] = field(default_factory=dict)
     column_types: dict[str, TDType] = field(default_factory=dict)
     tables: dict[str, dict[str, tuple[TDType, Any]]] = field(default_factory=dict)
+    table_lines: dict[str, int] = field(default_factory=dict)
     tag_types: dict[str, TDType] = field(default_factory=dict)
     column_lines: dict[str, int] = field(default_factory=dict)
     tag_lines: dict[str, int] = field(default_factory=dict)
@@ -136,7 +139,7 @@ def group_rows(rows: Iterable[SchemalessRow]) -> dict[str, StableBatch]:
                 if n > max_len.get(k, -1):
                     max_len[k] = n
         if r.tbname not in b.tables:
-            _add_table(b, r)
+            add_table(b, r)
     for b in out.values():
         n = len(b.tbnames)
         for lst in b.columns.values():
@@ -145,11 +148,12 @@ def group_rows(rows: Iterable[SchemalessRow]) -> dict[str, StableBatch]:
     return out
 
 
-def _add_table(b: StableBatch, r: SchemalessRow) -> None:
+def add_table(b: StableBatch, r: SchemalessRow) -> None:
     """The first row of a child table in the batch: its tags join the supertable's (once per
     table, where the fields are merged once per row)."""
     cols = b.columns
     b.tables[r.tbname] = r.tags
+    b.table_lines[r.tbname] = r.line
     for k, (t, v) in r.tags.items():
         if k in cols:
             raise SchemalessError(f"{k[:40]!r} is a field on line {b.column_lines[k]}", r.line)
@@ -282,7 +286,7 @@ def _check_new_names(current: StableSchema | None, b: StableBatch) -> None:
     """Every name these rows would create passes `tsdb.names`' rule: the supertable, its new
     columns and tags, and the child tables (named by a tag, the tag values or the record key)."""
     if current is None:
-        check_new(b.stable, "table", "measurement", b.lines[0] if b.lines else 0)
+        check_new(b.stable, "table", "measurement", next(iter(b.table_lines.values()), 0))
     known = set() if current is None else {c.name for c in (*current.columns, *current.tags)}
     for k in b.column_types:
         if k not in known:
@@ -292,7 +296,7 @@ def _check_new_names(current: StableSchema | None, b: StableBatch) -> None:
             check_new(k, "tag", "tag key", b.tag_lines[k])
     for tbname in b.tables:
         if not tbname.startswith("t_") or len(tbname) != 34:  # generated names are always legal
-            check_new(tbname, "table", "child table", b.lines[b.tbnames.index(tbname)])
+            check_new(tbname, "table", "child table", b.table_lines[tbname])
 
 
 def schema_delta(
