@@ -122,6 +122,11 @@ def test_both_parsers_group_the_same_rows(seed: int) -> None:
     [("m f=1 -5", "ms", None)],  # a negative timestamp
     [("m f=1 1x", "ms", None)],  # not a number
     [("m f=1i 10\nm f=1I8 11", "ms", None)],  # two suffixes
+    [("m f=0x10i 10", "ms", None)],  # hex
+    [("m f=inf 10", "ms", None)], [("m f=nan 10", "ms", None)], [("m f=Infinity 10", "ms", None)],
+    [("m f=1.5 10\nm f=t 11", "ms", None)], [("m f=t 10\nm f=1.5 11", "ms", None)],
+    [("m f=1i 10\nm f=1.5 11", "ms", None)], [("m f=1.5 10\nm f=1i 11", "ms", None)],
+    [("m f=1.5i 10", "ms", None)], [("m f=i 10", "ms", None)], [("m f=-0u 10", "ms", None)],
 ])
 def test_what_it_hands_back_to_the_per_line_parser(records: list[Record]) -> None:
     assert stable_batches(records) is None

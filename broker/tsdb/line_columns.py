@@ -49,11 +49,10 @@ from tmqgate.broker.tsdb.types import DOUBLE, TDType
 
 __all__ = ["stable_batches"]
 
-_INT = r"^-?[0-9]+[iIuU](?:8|16|32|64)?$"
 _SUFFIX = re.compile(r"[iIuU](?:8|16|32|64)?$")
-_NUMBER = r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$"
-_TRUE = pa.array(["t", "T", "true", "True", "TRUE"])
-_BOOLS = pa.array(["t", "T", "true", "True", "TRUE", "f", "F", "false", "False", "FALSE"])
+_BOOL_TEXTS = ("t", "T", "true", "True", "TRUE", "f", "F", "false", "False", "FALSE")
+_TRUE = pa.array(_BOOL_TEXTS[:5])
+_BOOLS = pa.array(_BOOL_TEXTS)
 _BOOL = BOOL_V[True][0]
 
 
@@ -113,8 +112,8 @@ def _batches(records: Sequence[tuple[str, str, str | None]]) -> dict[str, Stable
     raw_heads = heads.dictionary.to_pylist()
     if any(not raw or raw[0] == "#" for raw in raw_heads):
         raise _NotColumnar
-    parsed = [parse_head(raw, numbers[first].as_py()) for raw, first in
-              zip(raw_heads, _first_rows(head_codes), strict=True)]
+    # (a head's error hands the batch to the per-line parser, which names the line)
+    parsed = [parse_head(raw, 0) for raw in raw_heads]
     stable_of_head = [stable for stable, _, _ in parsed]
 
     # each line's child table: its record's key, else its head's
@@ -176,37 +175,43 @@ def _stable_batch(stable: str, fields: pa.Array, tbnames: pa.Array, ts: pa.Array
 
 def _typed(raw: pa.Array) -> tuple[TDType, pa.Array]:
     """One field's values (as written) typed as the per-line parser types them, all of one
-    kind (the kinds' patterns also refuse any '=' or empty value); _NotColumnar otherwise."""
-    if pc.all(pc.match_substring_regex(raw, _INT)).as_py():
-        suffix = _SUFFIX.search(raw[0].as_py())
-        assert suffix is not None  # _INT matched
+    kind; _NotColumnar (or ArrowInvalid from a cast) otherwise. The kind is the first value's;
+    Arrow's casts then refuse any value not of it, bar what is checked here besides (hex
+    integers, which Arrow reads; non-finite numbers, which it reads as inf and nan)."""
+    first = raw[0].as_py()
+    suffix = _SUFFIX.search(first)
+    if suffix is not None:
         written = suffix.group()
-        if not pc.all(pc.ends_with(raw, written, ignore_case=True)).as_py():
+        if not (pc.all(pc.ends_with(raw, written)).as_py()
+                or pc.all(pc.ends_with(raw, written, ignore_case=True)).as_py()):
             raise _NotColumnar  # several suffixes
         t, lo, hi = INT_SUFFIX[written.lower()]
         digits = pc.utf8_slice_codeunits(raw, 0, -len(written))
+        if pc.any(pc.match_substring(digits, "x")).as_py() or pc.any(pc.match_substring(digits, "X")).as_py():
+            raise _NotColumnar
         ints = pc.cast(digits, pa.uint64() if hi > INT64_MAX else pa.int64())
         low, high = _range(ints)
         if low < lo or high > hi:
             raise _NotColumnar  # out of range: the per-line parser's error
         return t, ints
-    if pc.all(pc.match_substring_regex(raw, _NUMBER)).as_py():
-        floats = pc.cast(raw, pa.float64())
-        if not pc.all(pc.is_finite(floats)).as_py():
+    if first in _BOOL_TEXTS:
+        if not pc.all(pc.is_in(raw, _BOOLS)).as_py():
             raise _NotColumnar
-        return DOUBLE, floats
-    if pc.all(pc.is_in(raw, _BOOLS)).as_py():
         return _BOOL, pc.is_in(raw, _TRUE)
-    raise _NotColumnar
+    floats = pc.cast(raw, pa.float64())
+    if not pc.all(pc.is_finite(floats)).as_py():
+        raise _NotColumnar
+    return DOUBLE, floats
 
 
 def _first_rows(codes: pa.Array) -> list[int]:
     """For dictionary codes 0..k-1, the first row holding each (in code order: a dictionary
-    encoding numbers values as they first appear, so also in row order)."""
-    grouped = pa.table({"c": codes, "i": arange(len(codes))}).group_by("c", use_threads=False).aggregate(
-        [("i", "min")])
-    firsts = dict(zip(grouped["c"].to_pylist(), grouped["i_min"].to_pylist(), strict=True))
-    return [firsts[c] for c in range(len(firsts))]
+    encoding numbers values as they first appear, so also in row order). A stable sort puts
+    each code's rows together in row order; the first of each run is its first row."""
+    order = pc.sort_indices(codes)
+    ordered = pc.take(codes, order)
+    later = pc.add(pc.indices_nonzero(pc.not_equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))), 1)
+    return [order[0].as_py(), *pc.take(order, later).to_pylist()]
 
 
 def _range(values: pa.Array) -> tuple[Any, Any]:
