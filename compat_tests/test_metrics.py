@@ -269,3 +269,43 @@ def test_query_topic_rows_scanned_and_delivered(td: TdBroker) -> None:
             - value(before, "tmqgate_query_rows_scanned_total", topic=topic)) == 4
     assert (value(after, "tmqgate_query_rows_delivered_total", topic=topic)
             - value(before, "tmqgate_query_rows_delivered_total", topic=topic)) == 2
+
+
+def test_a_query_topic_read_in_small_fetches_scans_each_row_about_once(td: TdBroker) -> None:
+    """Reading a 4-partition database topic with a small max.partition.fetch.bytes: each row
+    is evaluated about once. A Fetch keeps only the first partition's batches past the
+    partition's limit, so a view evaluating more than asked threw the rest away and evaluated
+    it again at the next Fetch (4 rows scanned for each delivered before the steps were sized
+    to the bytes asked for)."""
+    db = unique("metrics_scan")
+    td.sql(f"CREATE DATABASE {db} VGROUPS 4")
+    td.sql(f"CREATE STABLE {db}.meters (ts TIMESTAMP, current DOUBLE, phase INT) TAGS (location BINARY(16))")
+    tables, per_table = 8, 1000
+    for t in range(tables):
+        values = " ".join(f"({1_000_000 + i}, {i * 0.25}, {i % 7})" for i in range(per_table))
+        td.sql(f"INSERT INTO {db}.d{t} USING {db}.meters TAGS ('site{t}') VALUES {values}")
+    topic = f"{db}_all"
+    td.sql(f"CREATE TOPIC {topic} AS DATABASE {db}")
+    rows = tables * per_table
+    before = scrape(td)
+    consumer = KafkaConsumer(bootstrap_servers=td.bootstrap, enable_auto_commit=False,
+                             max_partition_fetch_bytes=16_384, consumer_timeout_ms=30_000)
+    try:
+        parts = [TopicPartition(topic, p) for p in range(4)]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        got = 0
+        for _ in consumer:
+            got += 1
+            if got == rows:
+                break
+    finally:
+        consumer.close()
+    assert got == rows
+    after = scrape(td)
+    scanned = value(after, "tmqgate_query_rows_scanned_total", topic=topic) - value(
+        before, "tmqgate_query_rows_scanned_total", topic=topic)
+    delivered = value(after, "tmqgate_query_rows_delivered_total", topic=topic) - value(
+        before, "tmqgate_query_rows_delivered_total", topic=topic)
+    assert delivered >= rows
+    assert rows <= scanned <= 1.25 * rows, (scanned, rows)

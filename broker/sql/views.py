@@ -43,6 +43,10 @@ CELLS_PER_STEP = 1 << 20
 #: A Fetch's evaluation of one partition stops after this long (at least one step is done),
 #: answering what it has: the consumer fetches the rest next, as with a partial Kafka fetch.
 EVALUATION_BUDGET_S = 1.0
+#: A Fetch's read of a view evaluates steps of about this share of the bytes asked for (by
+#: the bytes a row made in the last step), and no step it expects to go past them: a later
+#: partition's batches past its limit are dropped from the answer (only the first may exceed).
+STEP_FILL = 0.8
 #: Threads of the evaluation pool (its own, so evaluation never holds the loop's default
 #: executor, where password hashing for SASL PLAIN and HTTP Basic runs; issue 25).
 EVALUATION_THREADS = min(4, os.cpu_count() or 1)
@@ -164,6 +168,9 @@ class View:
         self.rows = (rows if rows is not None else {}).setdefault(topic.name, [0, 0])
         self._compiled: dict[str, _Compiled] = {}
         self._db_header = topic.db.encode()
+        #: bytes of record batch a scanned row made in the last evaluated step (None: none yet):
+        #: `read_async` sizes its steps by it to the bytes asked for (see there)
+        self._bytes_per_row: float | None = None
 
     def invalidate(self) -> None:
         """Forget compiled expressions (a supertable's schema changed)."""
@@ -214,7 +221,13 @@ class View:
         Bounded (issue 25): between steps the read stops, returning what it has, once its
         batches reach `max_bytes` or `budget_s` seconds have passed (after one step at least;
         None: no time bound), or at once when `gone()` says the client has left: an abandoned
-        Fetch frees the pool within one step."""
+        Fetch frees the pool within one step.
+
+        Steps are sized to `max_bytes` by the bytes a scanned row made in the last step
+        (STEP_FILL), and a step expected to go past them is left to the next Fetch: a Fetch
+        keeps only the first partition's batches past the partition's limit (as Kafka's), so
+        evaluating far more than asked was work thrown away and done again by the next Fetch.
+        """
         scan = self._scan(vnode, from_version, max_bytes, end, committed)
         deadline = time.monotonic() + budget_s if budget_s is not None else float("inf")
         produced, evaluated = 0, False
@@ -225,9 +238,12 @@ class View:
                 tags = self._tags_for(run)
                 pieces: list[tuple[bytes | None, int, int]] = []
                 complete = True
-                for step in _steps(run):
+                per_row = self._bytes_per_row
+                for step in _steps(run, None if not per_row else max(1, int(STEP_FILL * max_bytes / per_row))):
+                    per_row = self._bytes_per_row
                     if (gone is not None and gone()) or (evaluated and (
-                            produced >= max_bytes or time.monotonic() >= deadline)):
+                            produced >= max_bytes or time.monotonic() >= deadline
+                            or (per_row is not None and produced + step.rows * per_row > max_bytes))):
                         complete = False
                         break
                     try:
@@ -236,7 +252,9 @@ class View:
                         complete = False
                         break
                     evaluated = True
-                    produced += len(batch) if batch is not None else 0
+                    made = len(batch) if batch is not None else 0
+                    self._bytes_per_row = made / step.rows if step.rows else per_row
+                    produced += made
                     pieces.append((batch, step.first, step.last))
                 run = scan.send((pieces, complete))
         except StopIteration as done:
@@ -363,13 +381,16 @@ async def _evaluated(step: _Run, tags: pa.Table | None, gone: Callable[[], bool]
     return future.result()
 
 
-def _steps(run: _Run) -> Iterator[_Run]:
-    """A run as consecutive slices of at most CELLS_PER_STEP cells (at least one row each),
-    each covering its rows' versions (the last one up to the run's last version)."""
+def _steps(run: _Run, max_rows: int | None = None) -> Iterator[_Run]:
+    """A run as consecutive slices of at most CELLS_PER_STEP cells and ``max_rows`` rows (at
+    least one row each), each covering its rows' versions (the last one up to the run's last
+    version)."""
     schema = run.compiled.schema
     width = 1 + len(schema.columns) + len(schema.tags)
     n = run.rows
     per_step = max(1, CELLS_PER_STEP // width)
+    if max_rows is not None:
+        per_step = min(per_step, max_rows)
     if n <= per_step:
         yield run
         return
