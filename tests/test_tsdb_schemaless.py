@@ -493,7 +493,7 @@ def test_group_rows_pads_and_widens() -> None:
     assert set(g) == {"st", "su"}
     b = g["st"]
     assert len(b) == 3
-    assert b.ts == [1, 2, 3] and b.lines == [1, 2, 3]
+    assert b.ts == [1, 2, 3] and next(iter(b.table_lines.values())) == 1
     assert b.columns == {"c1": [1, None, 2], "c2": [None, "x", "longer"]}
     assert b.column_types == {"c1": T("INT"), "c2": T("VARCHAR(8)")}
     assert b.column_max_len == {"c2": 6}

@@ -25,8 +25,9 @@ Tests: tests/test_line_columns.py compares the two parsers on generated batches.
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -69,20 +70,28 @@ def stable_batches(records: Sequence[tuple[str, str, str | None]]) -> dict[str, 
         return None
 
 
-def _batches(records: Sequence[tuple[str, str, str | None]]) -> dict[str, StableBatch]:
+def _batches(records: Sequence[tuple[str, str, str | None]]) -> dict[str, StableBatch]:  # noqa: C901
+    blanks = False
     for text, _, _ in records:
         if "\\" in text or '"' in text or "\t" in text or "\r" in text:
             raise _NotColumnar
+        blanks = blanks or "\n\n" in text or text[0] == "\n" or text[-1] == "\n"
     texts = pa.array([text for text, _, _ in records], pa.large_string())
     split = pc.split_pattern(texts, "\n")
     lines = pc.list_flatten(split)
     record_of = pc.list_parent_indices(split)
-    # a line's number in its record (1-based, blank lines counted), as the per-line parser names them
-    starts = pc.take(split.offsets, record_of)
-    numbers = pc.add(pc.subtract(arange(len(lines)).cast(pa.int64()), starts.cast(pa.int64())), 1)
-    present = pc.not_equal(lines, "")
-    if not pc.all(present).as_py():
-        lines, record_of, numbers = (pc.filter(a, present) for a in (lines, record_of, numbers))
+    starts = split.offsets.to_pylist()  # each record's first line, among all lines
+
+    def number(line: int) -> int:
+        """A line's number in its record (1-based, blank lines counted), as the per-line
+        parser names them; ``line`` counts all lines, blank ones too."""
+        return line - starts[bisect.bisect_right(starts, line) - 1] + 1
+
+    kept: pa.Array | None = None  # the lines left, by their index among all lines (None: all)
+    if blanks:
+        present = pc.not_equal(lines, "")
+        kept = pc.indices_nonzero(present)
+        lines, record_of = pc.filter(lines, present), pc.filter(record_of, present)
     if len(lines) == 0:
         raise _NotColumnar
     parts = pc.split_pattern(lines, " ")
@@ -100,13 +109,17 @@ def _batches(records: Sequence[tuple[str, str, str | None]]) -> dict[str, Stable
     muls = {m for m, _ in per_record}
     divs = {d for _, d in per_record}
     if len(muls) == 1 and len(divs) == 1:
-        ts = pc.divide(pc.multiply_checked(ts, muls.pop()), divs.pop())
+        mul, div = muls.pop(), divs.pop()
+        if mul != 1:
+            ts = pc.multiply_checked(ts, mul)
+        if div != 1:
+            ts = pc.divide(ts, div)
     else:
         mul = pc.take(pa.array([m for m, _ in per_record], pa.int64()), record_of)
         div = pc.take(pa.array([d for _, d in per_record], pa.int64()), record_of)
         ts = pc.divide(pc.multiply_checked(ts, mul), div)
 
-    # the distinct heads, each parsed once (at its first line)
+    # the distinct heads, each parsed once
     head_codes = heads.indices
     parse_head = head_parser()
     raw_heads = heads.dictionary.to_pylist()
@@ -118,29 +131,35 @@ def _batches(records: Sequence[tuple[str, str, str | None]]) -> dict[str, Stable
 
     # each line's child table: its record's key, else its head's
     keys = [key for _, _, key in records]
-    head_tbnames = pa.array([tbname for _, tbname, _ in parsed], pa.string())
-    tbnames = pc.take(head_tbnames, head_codes)
-    if any(keys):
-        line_keys = pc.take(pa.array(keys, pa.string()), record_of)
-        tbnames = pc.if_else(pc.is_valid(line_keys), line_keys, tbnames)
+    if all(keys):
+        tbnames = pc.take(pa.array(keys, pa.string()), record_of)
+    else:
+        tbnames = pc.take(pa.array([tbname for _, tbname, _ in parsed], pa.string()), head_codes)
+        if any(keys):
+            line_keys = pc.take(pa.array(keys, pa.string()), record_of)
+            tbnames = pc.if_else(pc.is_valid(line_keys), line_keys, tbnames)
 
     out: dict[str, StableBatch] = {}
     stables = list(dict.fromkeys(stable_of_head))
     if len(stables) == 1:
-        out[stables[0]] = _stable_batch(stables[0], fields, tbnames, ts, numbers, head_codes, parsed)
+        line_of = number if kept is None else (lambda i: number(kept[i].as_py()))
+        out[stables[0]] = _stable_batch(stables[0], fields, tbnames, ts, head_codes, parsed, line_of)
         return out
     stable_codes = pc.take(pa.array([stables.index(s) for s in stable_of_head], pa.int32()), head_codes)
+    index = kept if kept is not None else arange(len(lines))
     for code in pc.unique(stable_codes).to_pylist():  # in the order they first appear
         rows = pc.equal(stable_codes, code)
+        where = pc.filter(index, rows)
         out[stables[code]] = _stable_batch(stables[code], *(pc.filter(a, rows) for a in (
-            fields, tbnames, ts, numbers, head_codes)), parsed)
+            fields, tbnames, ts, head_codes)), parsed, lambda i, where=where: number(where[i].as_py()))
     return out
 
 
-def _stable_batch(stable: str, fields: pa.Array, tbnames: pa.Array, ts: pa.Array, numbers: pa.Array,
-                  head_codes: pa.Array, parsed: list[tuple[str, str, dict[str, tuple[TDType, Any]]]]) -> StableBatch:
-    """One supertable's lines (in order) as a StableBatch."""
-    first_line = numbers[0].as_py()
+def _stable_batch(stable: str, fields: pa.Array, tbnames: pa.Array, ts: pa.Array, head_codes: pa.Array,
+                  parsed: list[tuple[str, str, dict[str, tuple[TDType, Any]]]],
+                  line_of: Callable[[int], int]) -> StableBatch:
+    """One supertable's lines (in order) as a StableBatch; ``line_of(i)``: row i's line number."""
+    first_line = line_of(0)
     names = [item.partition("=")[0] for item in fields[0].as_py().split(",")]
     if "" in names or len(set(names)) != len(names) or len(names) >= MAX_FIELDS:
         raise _NotColumnar
@@ -159,7 +178,7 @@ def _stable_batch(stable: str, fields: pa.Array, tbnames: pa.Array, ts: pa.Array
         b.columns[name] = column
         b.column_types[name] = t
         b.column_lines[name] = first_line
-    b.tbnames, b.ts, b.lines = tbnames, ts, numbers
+    b.tbnames, b.ts = tbnames, ts
     # each child table's tags from its first line, in the order the tables first appear
     tables = tbnames.dictionary_encode()
     for first in _first_rows(tables.indices):
@@ -168,8 +187,7 @@ def _stable_batch(stable: str, fields: pa.Array, tbnames: pa.Array, ts: pa.Array
             raise _NotColumnar
         if not tags.keys().isdisjoint(names):
             raise _NotColumnar  # a name both a tag and a field: the per-line parser's error
-        row = SchemalessRow(stable, tbnames[first].as_py(), tags, {}, 0, numbers[first].as_py())
-        add_table(b, row)
+        add_table(b, SchemalessRow(stable, tbnames[first].as_py(), tags, {}, 0, line_of(first)))
     return b
 
 

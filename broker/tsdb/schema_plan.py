@@ -73,7 +73,6 @@ class StableBatch:
     stable: str
     tbnames: list[str] | pa.Array = field(default_factory=list)
     ts: list[int] | pa.Array = field(default_factory=list)
-    lines: list[int] | pa.Array = field(default_factory=list)
     columns: dict[str, list[Any] | pa.Array] = field(default_factory=dict)
     column_types: dict[str, TDType] = field(default_factory=dict)
     tables: dict[str, dict[str, tuple[TDType, Any]]] = field(default_factory=dict)
@@ -119,7 +118,6 @@ def group_rows(rows: Iterable[SchemalessRow]) -> dict[str, StableBatch]:
         i = len(b.tbnames)
         b.tbnames.append(r.tbname)
         b.ts.append(r.ts)
-        b.lines.append(r.line)
         cols, types, max_len = b.columns, b.column_types, b.column_max_len
         for k, (t, v) in r.columns.items():
             lst = cols.get(k)
