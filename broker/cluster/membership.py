@@ -416,11 +416,11 @@ class Membership:
             else:
                 await asyncio.shield(pending)
 
-    def mark(self) -> int:
+    def mark(self) -> tuple[int, ...]:
         """How many cluster-wide changes this broker ever queued for etcd (before a request)."""
         return self.outboxes.mark()
 
-    async def settle(self, mark: int) -> bool:
+    async def settle(self, mark: tuple[int, ...]) -> bool:
         """After a request: once it queued changes, wait until etcd has them (False: it did not
         take them in time; they stay queued)."""
         return await self.outboxes.settle(mark)

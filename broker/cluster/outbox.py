@@ -36,19 +36,22 @@ class Outboxes:
     def __init__(self) -> None:
         self.boxes: list[Outbox[Any]] = []
 
-    def mark(self) -> int:
-        """The changes ever queued here (compare before and after a request)."""
-        return sum(box.added for box in self.boxes)
+    def mark(self) -> tuple[int, ...]:
+        """The changes ever queued in each outbox (compare before and after a request)."""
+        return tuple(box.added for box in self.boxes)
 
-    async def settle(self, mark: int, timeout: float = SETTLE_TIMEOUT_S) -> bool:
-        """Once more was queued since ``mark``: wait until every change queued so far is
-        written; False when that took longer than ``timeout``."""
-        if self.mark() == mark:
+    async def settle(self, mark: tuple[int, ...], timeout: float = SETTLE_TIMEOUT_S) -> bool:
+        """Wait until etcd has what was queued since ``mark``, in the outboxes it was queued
+        in (another outbox etcd refuses for now does not hold the answer up; each writes in
+        order, so everything queued there before is written too); False when that took longer
+        than ``timeout``."""
+        grown = [(box, box.added) for box, before in zip(self.boxes, mark, strict=True) if box.added != before]
+        if not grown:
             return True
         try:
             async with asyncio.timeout(timeout):
-                for box in self.boxes:
-                    await box.written(box.added)
+                for box, count in grown:
+                    await box.written(count)
         except TimeoutError:
             return False
         return True

@@ -49,9 +49,10 @@ class Members(Protocol):
 
     async def catch_up(self) -> None: ...  # a round now if the cluster changed since the last (cheap check)
 
-    def mark(self) -> int: ...  # the cluster-wide changes queued here so far (before a request)
+    def mark(self) -> tuple[int, ...]: ...  # the cluster-wide changes queued here so far (before a request)
 
-    async def settle(self, mark: int) -> bool: ...  # after it: False when its changes did not reach the cluster in time
+    # after it: False when its changes did not reach the cluster in time
+    async def settle(self, mark: tuple[int, ...]) -> bool: ...
 
     async def stop(self) -> None: ...  # leave the cluster (at the broker's shutdown)
 
@@ -80,10 +81,10 @@ class LocalMembership:
     async def catch_up(self) -> None:
         return None
 
-    def mark(self) -> int:
-        return 0
+    def mark(self) -> tuple[int, ...]:
+        return ()
 
-    async def settle(self, mark: int) -> bool:
+    async def settle(self, mark: tuple[int, ...]) -> bool:
         return True
 
     async def stop(self) -> None:
