@@ -85,7 +85,7 @@ def _batches(records: Sequence[tuple[str, str, str | None]]) -> dict[str, Stable
     def number(line: int) -> int:
         """A line's number in its record (1-based, blank lines counted), as the per-line
         parser names them; ``line`` counts all lines, blank ones too."""
-        return line - starts[bisect.bisect_right(starts, line) - 1] + 1
+        return int(line - starts[bisect.bisect_right(starts, line) - 1] + 1)
 
     kept: pa.Array | None = None  # the lines left, by their index among all lines (None: all)
     if blanks:
@@ -142,17 +142,22 @@ def _batches(records: Sequence[tuple[str, str, str | None]]) -> dict[str, Stable
     out: dict[str, StableBatch] = {}
     stables = list(dict.fromkeys(stable_of_head))
     if len(stables) == 1:
-        line_of = number if kept is None else (lambda i: number(kept[i].as_py()))
+        line_of = number if kept is None else _numbered(number, kept)
         out[stables[0]] = _stable_batch(stables[0], fields, tbnames, ts, head_codes, parsed, line_of)
         return out
     stable_codes = pc.take(pa.array([stables.index(s) for s in stable_of_head], pa.int32()), head_codes)
     index = kept if kept is not None else arange(len(lines))
     for code in pc.unique(stable_codes).to_pylist():  # in the order they first appear
         rows = pc.equal(stable_codes, code)
-        where = pc.filter(index, rows)
-        out[stables[code]] = _stable_batch(stables[code], *(pc.filter(a, rows) for a in (
-            fields, tbnames, ts, head_codes)), parsed, lambda i, where=where: number(where[i].as_py()))
+        out[stables[code]] = _stable_batch(
+            stables[code], pc.filter(fields, rows), pc.filter(tbnames, rows), pc.filter(ts, rows),
+            pc.filter(head_codes, rows), parsed, _numbered(number, pc.filter(index, rows)))
     return out
+
+
+def _numbered(number: Callable[[int], int], where: pa.Array) -> Callable[[int], int]:
+    """Row i's line number, the row being line ``where[i]`` among all lines."""
+    return lambda i: number(where[i].as_py())
 
 
 def _stable_batch(stable: str, fields: pa.Array, tbnames: pa.Array, ts: pa.Array, head_codes: pa.Array,
