@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from tmqgate.broker.errors import KafkaError
 from tmqgate.protocol.errors import ErrorCode
@@ -152,6 +152,9 @@ def apis_with(context: type) -> Callable[..., Callable[[Handler], Handler]]:
     return api
 
 
+T = TypeVar("T")
+
+
 class ClusterSync(Protocol):
     """What `bind` asks of the cluster around a request (the membership's)."""
 
@@ -178,12 +181,19 @@ def bind(table: Mapping[int, ApiEntry], contexts: Mapping[type, Any],
             for key, handler in bound.items()}
 
 
+async def run_synced(sync: ClusterSync, call: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
+    """``call()`` once caught up with the cluster: its result, and whether the cluster took
+    what it changed in time (the Kafka APIs and the HTTP front answer a timeout each their way)."""
+    await sync.catch_up()
+    mark = sync.mark()
+    answer = await call()
+    return answer, await sync.settle(mark)
+
+
 def _synced(sync: ClusterSync, handler: BoundHandler) -> BoundHandler:
     async def synced(request: Any) -> Any:
-        await sync.catch_up()
-        mark = sync.mark()
-        answer = await handler(request)
-        if not await sync.settle(mark):
+        answer, settled = await run_synced(sync, lambda: handler(request))
+        if not settled:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the change is not in the cluster's metadata yet; "
                              "it is kept and retried")
         return answer

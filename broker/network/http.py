@@ -66,6 +66,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
+from tmqgate.broker.apis import run_synced
 from tmqgate.broker.identity.client import ANONYMOUS
 from tmqgate.broker.ops.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tmqgate.broker.ops.metrics_merge import SIBLING_TIMEOUT_S as METRICS_SIBLING_TIMEOUT_S
@@ -323,13 +324,13 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             # these credentials (broker/cluster/sql.py); one sent here is never sent on.
             caller = Caller(*_principal(request), forwarded=request.headers.get(FORWARDED) == "1",
                             credentials=request.headers.get("Authorization"))
-            if sync is not None:
-                await sync.catch_up()
-                mark = sync.mark()
-            result = await executor.execute_async(text, db, caller)
-            if sync is not None and not await sync.settle(mark):
-                return error_response(503, TIMEOUT_ERROR, "Operation timeout: the change is not in the cluster's "
-                                      "metadata yet; it is kept and retried")
+            if sync is None:
+                result = await executor.execute_async(text, db, caller)
+            else:
+                result, settled = await run_synced(sync, lambda: executor.execute_async(text, db, caller))
+                if not settled:
+                    return error_response(503, TIMEOUT_ERROR, "Operation timeout: the change is not in the "
+                                          "cluster's metadata yet; it is kept and retried")
         except SqlError as exc:
             desc = exc.message
             code = exc.code or (SYNTAX_ERROR if exc.position is not None else STATEMENT_ERROR)
