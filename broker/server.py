@@ -58,7 +58,7 @@ from tmqgate.broker.runtime.roles import LocalRoles, Roles
 from tmqgate.broker.runtime.txn_coordinator import txn_coordinator
 from tmqgate.broker.runtime.txn_markers import MarkerWriter
 from tmqgate.broker.runtime.waiters import DataNotifier
-from tmqgate.broker.tdengine import Executor, GroupQueries, SqlError, TsdbCatalog
+from tmqgate.broker.tdengine import Executor, GroupQueries, SelectLimits, SqlError, TsdbCatalog
 from tmqgate.broker.topics import CLUSTER_INTERNAL_SOURCES, Topic, TopicRegistry
 from tmqgate.protocol import clock
 from tmqgate.protocol.codec import iter_precompile
@@ -155,6 +155,9 @@ class Broker:
                                               group_ids=admin.group_ids, members=admin.members,
                                               now_ms=self.coordinator.now),
                                  parse_timeout_ms=config.sql_parse_timeout_ms, access=access,
+                                 select_limits=SelectLimits(config.sql_select_max_bytes,
+                                                            config.sql_select_memory_bytes,
+                                                            config.sql_select_timeout_ms / 1000),
                                  placement=self.dnodes.queries(),
                                  cluster=roles.sql(self.topics, self.replication, self.notifier.notify))
         self._servers: list[tuple[Listener, asyncio.Server]] = []

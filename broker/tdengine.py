@@ -36,6 +36,7 @@ sees the topic registry through its `TopicNames` protocol).
 
 from tmqgate.broker.sql.access import FORWARDED, PERMISSION_DENIED, Access, Caller, Visibility
 from tmqgate.broker.sql.ast import SqlError
+from tmqgate.broker.sql.context import SelectLimits
 from tmqgate.broker.sql.executor import Executor
 from tmqgate.broker.sql.ingest import IngestError, ingest
 from tmqgate.broker.sql.local import LocalSql
@@ -65,6 +66,7 @@ __all__ = [
     "ParseTimeout",
     "ParseWorkerDied",
     "Result",
+    "SelectLimits",
     "SqlCluster",
     "SqlError",
     "TopicDef",

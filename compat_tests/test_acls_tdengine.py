@@ -60,6 +60,7 @@ def test_reading_database_and_query_topics_needs_read(td: TdBroker) -> None:
     for t in (db, db_topic, query_topic):
         code, size = _fetch(td, t)
         assert code == 0 and size > 0, (t, code, size)
+    assert td.sql(f"SELECT ts, current FROM {db}.meters ORDER BY ts")["data"] == [[1000, 1.5], [2000, 2.5]]
     deny(td.bootstrap, TOPIC, query_topic, READ)
     assert _fetch(td, query_topic) == (TOPIC_AUTHORIZATION_FAILED, 0)
     assert _fetch(td, db_topic)[0] == 0  # the others are untouched

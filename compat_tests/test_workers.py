@@ -211,6 +211,10 @@ def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
             assert set(_leaders(f"127.0.0.1:{worker_port}", view)) == {0, 1}
         rows = _consume(bootstrap, view, f"g-{view}", 1)
         assert [(json.loads(v)["v"]) for _, _, v in rows] == [50]
+        # a SELECT through either front runs where the database is led (sent on by the other)
+        for front in (http, http + 1):
+            answer = _sql(front, f"SELECT tbname, v, g FROM {db}.m ORDER BY tbname")
+            assert answer["data"] == [["d1", 5, 1], ["d2", 50, 2]], (front, answer)
 
         # a group coordinated by the worker about to be killed commits 100 on each partition
         offsets_leaders = _leaders(bootstrap, "__consumer_offsets")  # it follows the coordinators

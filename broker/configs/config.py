@@ -373,6 +373,15 @@ class BrokerConfig:
     # (tmqgate's own; the slowest 1 MiB text parses in ~7 s on an idle core, a 1 MiB INSERT
     # in ~3 s: the default leaves room for a host several times busier).
     sql_parse_timeout_ms: int = 30_000
+    # A SELECT over stored rows (run by DuckDB off the event loop) reads at most this many
+    # bytes of rows entries (after pruning by time range and tbname) and is refused past it,
+    # so one query cannot pull a whole disk into memory. tmqgate's own setting.
+    sql_select_max_bytes: int = 1_073_741_824
+    # The memory DuckDB may use for one SELECT's work (hash tables, sorts, windows) beyond
+    # the rows it scans in place; a query needing more is refused. tmqgate's own setting.
+    sql_select_memory_bytes: int = 1_073_741_824
+    # A SELECT running longer than this is interrupted and refused. tmqgate's own setting.
+    sql_select_timeout_ms: int = 60_000
     # Produce decompresses every batch to validate its records (as Kafka's LogValidator does);
     # the decompressed records may not pass this cap, so a small compressed bomb is refused
     # (MESSAGE_TOO_LARGE) before it is inflated past it. tmqgate's own setting: Kafka bounds

@@ -65,6 +65,9 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "http_header_timeout_ms": (1, None),
     "http_idle_timeout_ms": (1, None),
     "sql_parse_timeout_ms": (1, None),
+    "sql_select_max_bytes": (1, None),
+    "sql_select_memory_bytes": (16_777_216, None),
+    "sql_select_timeout_ms": (1, None),
     "max_decompressed_batch_bytes": (1, None),
     "log_rate_limit_interval_ms": (1, None),
     "quota_window_num": (1, None),  # quota.window.num: atLeast(1)

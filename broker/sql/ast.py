@@ -272,14 +272,42 @@ class DropConsumerGroup(Statement):
     force: bool = False
 
 
+@dataclass(frozen=True)
+class Window:
+    """A SELECT's TDengine window clause: INTERVAL(interval[, offset]) [SLIDING(sliding)],
+    STATE_WINDOW(expr) or SESSION(ts, gap); durations in ms."""
+
+    kind: Literal["interval", "state", "session"]
+    interval: int = 0
+    offset: int = 0
+    sliding: int = 0
+    expr: exp.Expr | None = field(default=None, compare=False)  # STATE_WINDOW's expression
+    gap: int = 0
+    pos: int = 0  # where the clause starts in the text
+
+
+@dataclass(frozen=True)
+class Fill:
+    """FILL(mode[, values]) of an INTERVAL query."""
+
+    mode: Literal["none", "null", "value", "prev", "next", "linear"]
+    values: tuple[Any, ...] = ()
+
+
 @dataclass
 class Select(Statement):
-    """An ad-hoc SELECT over one table (the executor may or may not run it)."""
+    """An ad-hoc SELECT over one table; TDengine's clauses beside standard SQL's are kept
+    apart from `select` (sqlglot's tree): PARTITION BY, the window, FILL, SLIMIT/SOFFSET."""
 
     db: str | None
     table: str
     select: exp.Select = field(compare=False)
     sql: str = ""
+    partition: list[exp.Expr] = field(default_factory=list, compare=False)
+    window: Window | None = None
+    fill: Fill | None = None
+    slimit: int | None = None
+    soffset: int = 0
 
 
 @dataclass

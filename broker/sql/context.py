@@ -9,7 +9,9 @@ replaces it with its cluster's, so each statement has one code path.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.sql.access import Access
@@ -43,6 +45,16 @@ def find_stable(catalog: TsdbCatalog, db: str, name: str) -> StableSchema:
     return schema
 
 
+@dataclass(frozen=True)
+class SelectLimits:
+    """A SELECT's bounds (the broker's `sql_select_*` settings; broker/sql/select.py)."""
+
+    max_bytes: int = 1 << 30
+    memory_bytes: int = 1 << 30
+    timeout_s: float = 60.0
+    threads: int = max(1, os.cpu_count() or 1)
+
+
 class SqlContext:
     """The store, the catalog, the topic registry, the data notifier's `notify`, the group and
     placement queries, the authorizer's `access` and the `cluster` (see the module docstring)."""
@@ -65,6 +77,8 @@ class SqlContext:
         # the DDL that goes through etcd): this node's (a cluster of one) unless one is given.
         self.local = LocalSql(topics, notify)
         self.cluster: SqlCluster = cluster or self.local
+        # A SELECT's bounds (the broker sets them from its config)
+        self.select_limits = SelectLimits()
 
     def cluster_of(self, db: str) -> SqlCluster:
         """Who makes and drops what is over database `db`: the cluster if it shares `db`, else

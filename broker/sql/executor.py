@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from tmqgate.broker.sql import ast, ddl, insert, show, tmq_topics, users
+from tmqgate.broker.sql import ast, ddl, insert, select, show, tmq_topics, users
 from tmqgate.broker.sql.access import PERMISSION_DENIED, Access, Caller, refusal
 from tmqgate.broker.sql.ast import SqlError
-from tmqgate.broker.sql.context import SqlContext, find_database
+from tmqgate.broker.sql.context import SelectLimits, SqlContext, find_database
 from tmqgate.broker.sql.parser import parse_script
 from tmqgate.broker.sql.ports import GroupQueries, PlacementQueries, SqlCluster, TopicNames
 from tmqgate.broker.sql.result import SYN_NOT_LEADER, Result
@@ -47,7 +47,7 @@ HANDLERS: dict[type[ast.Statement], Handler] = {
     ast.CreateStable: ddl.create_stable, ast.AlterStableAddColumn: ddl.alter_stable_add_column,
     ast.AlterStableAddTag: ddl.alter_stable_add_tag, ast.DropStable: ddl.drop_stable,
     ast.CreateTable: ddl.create_table, ast.CreateTables: ddl.create_tables, ast.DropTable: ddl.drop_table,
-    ast.Insert: insert.insert,
+    ast.Insert: insert.insert, ast.Select: select.select,
     ast.Show: show.show, ast.Describe: show.describe,
     ast.Grant: users.grant, ast.UserPassword: users.user_password,
     ast.CreateTopic: tmq_topics.create_topic, ast.DropTopic: tmq_topics.drop_topic,
@@ -72,8 +72,11 @@ class Executor(SqlContext):
     def __init__(self, store: Store, catalog: TsdbCatalog, topics: TopicNames,
                  notify: Callable[[str, int], None], groups: GroupQueries,
                  parse_timeout_ms: int = 30_000, access: Access | None = None,
-                 placement: PlacementQueries | None = None, cluster: SqlCluster | None = None) -> None:
+                 placement: PlacementQueries | None = None, cluster: SqlCluster | None = None,
+                 select_limits: SelectLimits | None = None) -> None:
         super().__init__(store, catalog, topics, notify, groups, access, placement, cluster)
+        if select_limits is not None:
+            self.select_limits = select_limits
         # Long texts are parsed here, one at a time; started on the first one (worker.py).
         self.parser = ParseWorker(parse_timeout_ms / 1000)
 
@@ -119,6 +122,9 @@ class Executor(SqlContext):
             elif through is not None:
                 self._check(stmt, db, caller)
                 result = await through(self, stmt, db, caller)
+            elif isinstance(stmt, ast.Select):  # read in chunks, run off the loop
+                self._check(stmt, db, caller)
+                result = await select.select_async(self, stmt, db, caller)
             else:
                 result, db = self._step(stmt, db, caller)
         if written:

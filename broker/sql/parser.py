@@ -8,11 +8,12 @@ Every failure is a `SqlError` carrying a 0-based offset into the text.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 import sqlglot
@@ -34,6 +35,7 @@ from tmqgate.broker.sql.ast import (
     DropStable,
     DropTable,
     DropTopic,
+    Fill,
     Grant,
     Insert,
     InsertRows,
@@ -44,6 +46,7 @@ from tmqgate.broker.sql.ast import (
     Statement,
     UseDatabase,
     UserPassword,
+    Window,
 )
 from tmqgate.broker.tsdb.limits import MAX_COLUMNS, MAX_TAGS, too_many_columns, too_many_tags
 from tmqgate.broker.tsdb.names import INVALID_IDENTIFIER, MAX_LENGTH, Kind, name_problem
@@ -237,6 +240,22 @@ _DB_OPTIONS = {
 
 _SHOW_KINDS = {"DATABASES", "STABLES", "TABLES", "TOPICS", "CONSUMERS", "SUBSCRIPTIONS", "DNODES", "VGROUPS"}
 _WINDOW_WORDS = {"INTERVAL", "SESSION", "STATE_WINDOW", "EVENT_WINDOW", "COUNT_WINDOW", "SLIDING", "FILL"}
+#: Standard clauses that may follow TDengine's own in a SELECT (and so end them).
+_CLAUSE_ENDS = {"GROUP", "HAVING", "ORDER", "LIMIT", "WHERE", "UNION", "INTERSECT", "EXCEPT", "MINUS"}
+
+
+@dataclass
+class _Clauses:
+    """What `_Parser.tdengine_clauses` takes out of an ad-hoc SELECT."""
+
+    partition: list[exp.Expr] = field(default_factory=list)
+    window: Window | None = None
+    fill: Fill | None = None
+    slimit: int | None = None
+    soffset: int = 0
+    sliding: int = 0
+    sliding_pos: int = 0
+    fill_pos: int = 0
 
 
 def _describe(tok: Tok) -> str:
@@ -762,12 +781,17 @@ class _Parser:
     def select_stmt(self, topic: bool = False) -> Select:
         lo = self.i
         hi = len(self.toks) - 1
-        self.check_no_windows(lo, hi, topic)
+        clauses = _Clauses()
+        if topic:
+            self.check_no_windows(lo, hi, topic)
         self.check_from(lo, hi)
         start = self.tok.pos
         end = self.toks[hi].pos
         sql = self.text[start:end].strip()
-        tree = parse_query(self.text, start, end)
+        text = self.text
+        if not topic:
+            text = self.tdengine_clauses(lo, hi, clauses)
+        tree = parse_query(text, start, end)
         # output names as written: split the select list at top-level commas
         items = self.select_items(lo + 1, hi)
         if items is not None and len(items) == len(tree.expressions):
@@ -797,7 +821,163 @@ class _Parser:
             pos = _node_pos(table, tree) or start
             raise SqlError(f"invalid table name {table.sql(dialect=DIALECT)} at position {pos}", pos)
         self.i = hi
-        return Select(db, name, tree, sql)
+        return Select(db, name, tree, sql, clauses.partition, clauses.window, clauses.fill, clauses.slimit,
+                      clauses.soffset)
+
+    def tdengine_clauses(self, lo: int, hi: int, out: _Clauses) -> str:
+        """Take an ad-hoc SELECT's TDengine clauses (PARTITION BY, INTERVAL / SLIDING / FILL,
+        STATE_WINDOW, SESSION, SLIMIT / SOFFSET) into `out`; the text with them blanked out
+        (same length, so sqlglot's positions stay those of the text) for sqlglot to read."""
+        starts: list[tuple[int, str]] = []  # (token index, clause word) at depth 0 after FROM
+        depth = 0
+        seen_from = False
+        for k in range(lo + 1, hi):
+            t = self.toks[k]
+            if t.kind == "op" and t.text in "()":
+                depth += 1 if t.text == "(" else -1
+                continue
+            if depth or t.kind != "word":
+                continue
+            w = t.upper()
+            seen_from = seen_from or w == "FROM"
+            if not seen_from:
+                continue
+            nxt = self.toks[k + 1]
+            if w in _WINDOW_WORDS and nxt.text == "(" or w in ("SLIMIT", "SOFFSET") or (
+                    w == "PARTITION" and nxt.upper() == "BY"):
+                if w in ("EVENT_WINDOW", "COUNT_WINDOW"):
+                    raise SqlError(f"not supported: window clause {w} at position {t.pos}", t.pos)
+                starts.append((k, w))
+            elif w in _CLAUSE_ENDS and starts:
+                starts.append((k, ""))  # a standard clause ends the TDengine one before it
+        blanked = list(self.text)
+        for n, (k, w) in enumerate(starts):
+            if not w:
+                continue
+            stop = starts[n + 1][0] if n + 1 < len(starts) else hi
+            self._clause(w, k, stop, out)
+            a, b = self.toks[k].pos, self.toks[stop - 1].end
+            blanked[a:b] = " " * (b - a)
+        if out.fill is not None and (out.window is None or out.window.kind != "interval"):
+            raise SqlError("FILL needs INTERVAL", out.fill_pos)
+        if out.sliding and (out.window is None or out.window.kind != "interval"):
+            raise SqlError("SLIDING needs INTERVAL", out.sliding_pos)
+        if out.window is not None and out.window.kind == "interval" and out.sliding:
+            if out.sliding > out.window.interval:
+                raise SqlError("sliding value no larger than the interval value", out.sliding_pos)
+            out.window = dataclasses.replace(out.window, sliding=out.sliding)
+        return "".join(blanked)
+
+    def _clause(self, word: str, k: int, stop: int, out: _Clauses) -> None:
+        """One TDengine clause, tokens k..stop-1, into `out`."""
+        t = self.toks[k]
+        self.i = k + 1
+        if word == "PARTITION":
+            self.i += 1  # BY
+            out.partition = [parse_expression(self.text, a, b) for a, b in self._items(self.i, stop, "PARTITION BY")]
+            return
+        if word in ("SLIMIT", "SOFFSET"):
+            first = self._count(word)
+            if word == "SLIMIT":
+                out.slimit = first
+                if self.accept_op(","):  # SLIMIT offset, count
+                    out.soffset, out.slimit = first, self._count(word)
+            else:
+                out.soffset = first
+        elif word == "FILL":
+            out.fill_pos = t.pos
+            out.fill = self._fill()
+        else:
+            self.expect_op("(")
+            if word == "INTERVAL":
+                interval = self._duration()
+                offset = self._duration() if self.accept_op(",") else 0
+                if offset >= interval:
+                    raise SqlError(f"the offset must be smaller than the interval at position {t.pos}", t.pos)
+                self._window(out, Window("interval", interval=interval, offset=offset, sliding=interval,
+                                             pos=t.pos))
+            elif word == "SLIDING":
+                out.sliding, out.sliding_pos = self._duration(), t.pos
+            elif word == "SESSION":
+                self.ident("column")
+                self.expect_op(",")
+                self._window(out, Window("session", gap=self._duration(), pos=t.pos))
+            else:  # STATE_WINDOW
+                close = self._closing(self.i - 1)
+                expr = parse_expression(self.text, self.tok.pos, self.toks[close].pos)
+                self.i = close
+                self._window(out, Window("state", expr=expr, pos=t.pos))
+            self.expect_op(")")
+        if self.i != stop:
+            raise self.error("the end of the clause", self.tok)
+
+    def _window(self, out: _Clauses, window: Window) -> None:
+        if out.window is not None:
+            raise SqlError(f"only one window clause is allowed at position {window.pos}", window.pos)
+        out.window = window
+
+    def _items(self, lo: int, hi: int, what: str) -> list[tuple[int, int]]:
+        """The text spans of a comma-separated list in tokens lo..hi-1 (top-level commas)."""
+        spans: list[tuple[int, int]] = []
+        depth, first = 0, lo
+        for k in range(lo, hi + 1):
+            t = self.toks[k]
+            if k == hi or depth == 0 and t.kind == "op" and t.text == ",":
+                if first == k:
+                    raise self.error(f"an expression in {what}", t)
+                spans.append((self.toks[first].pos, self.toks[k - 1].end))
+                first = k + 1
+            elif t.kind == "op" and t.text in "()":
+                depth += 1 if t.text == "(" else -1
+        return spans
+
+    def _closing(self, k: int) -> int:
+        """Index of the ')' closing the '(' at token k."""
+        depth = 0
+        for j in range(k, len(self.toks)):
+            t = self.toks[j]
+            if t.kind == "op" and t.text in "()":
+                depth += 1 if t.text == "(" else -1
+                if depth == 0:
+                    return j
+        raise self.error("')'", self.toks[-1])
+
+    def _count(self, word: str) -> int:
+        t = self.tok
+        if t.kind != "number" or not re.fullmatch(r"\d+", t.text):
+            raise self.error(f"a row count after {word}")
+        self.advance()
+        return int(t.text)
+
+    def _duration(self) -> int:
+        t = self.tok
+        if t.kind != "duration":
+            raise self.error("a duration such as 10m")
+        self.advance()
+        try:
+            ms = duration_ms(t.text)
+        except TypeError_ as e:
+            raise SqlError(f"{e} at position {t.pos}", t.pos) from None
+        if ms <= 0:
+            raise SqlError(f"the duration must be positive at position {t.pos}", t.pos)
+        return ms
+
+    def _fill(self) -> Fill:
+        self.expect_op("(")
+        t = self.tok
+        mode = t.upper()
+        mode = {"NULL_F": "NULL", "VALUE_F": "VALUE"}.get(mode, mode)
+        if t.kind != "word" or mode not in ("NONE", "NULL", "VALUE", "PREV", "NEXT", "LINEAR"):
+            raise self.error("NONE, NULL, VALUE, PREV, NEXT or LINEAR")
+        self.advance()
+        values: list[Any] = []
+        if mode == "VALUE":
+            while self.accept_op(","):
+                values.append(self.literal())
+            if not values:
+                raise self.error("',' and the values to fill with")
+        self.expect_op(")")
+        return Fill(mode.lower(), tuple(values))  # type: ignore[arg-type]
 
     def find_kw(self, lo: int, hi: int, *words: str, after: bool = False) -> int | None:
         """Position of the first top-level token in `words` from FROM on (or of the token after it)."""

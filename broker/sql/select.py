@@ -1,0 +1,241 @@
+"""SELECT over the rows stored in a database's vnodes, run by DuckDB (issue 29).
+
+Why this shape: the rows entries are Arrow IPC already, so DuckDB scans them where they lie
+(zero-copy), and its vectorised, multi-threaded engine does the filtering, aggregation and
+windows; TDengine's syntax becomes DuckDB SQL in broker/sql/translate.py.
+
+Rules:
+- The loop only reads the WAL (in chunks of READ_CHUNK_BYTES, yielding between them), and
+  only the entries that can hold a matching row: vnodes by the child tables the query names,
+  entries by the min and max timestamps of their headers. Rows of aborted transactions and
+  of open ones (past the last stable offset) are never read, as a read_committed consumer.
+- Decoding, the engine and the answer's values run in the query pool, off the loop.
+- Bounded: at most `max_bytes` of entries are read, DuckDB works within `memory_limit`
+  (refusing past it), a query is interrupted after `timeout_s`, and an answer has at most
+  MAX_RESULT_ROWS rows; each failure is a SqlError saying which bound was hit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import pyarrow as pa
+
+from tmqgate.broker.sql import ast
+from tmqgate.broker.sql.access import Caller
+from tmqgate.broker.sql.ast import SqlError
+from tmqgate.broker.sql.context import SelectLimits, SqlContext, find_database
+from tmqgate.broker.sql.result import Result
+from tmqgate.broker.sql.translate import Plan, translate
+from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY
+from tmqgate.broker.tsdb.rows import arrow_schema, conform, decode_rows
+from tmqgate.broker.tsdb.types import (
+    BIGINT,
+    BOOL,
+    DOUBLE,
+    FLOAT,
+    INT,
+    SMALLINT,
+    TINYINT,
+    UBIGINT,
+    UINT,
+    USMALLINT,
+    UTINYINT,
+    StableSchema,
+    TDType,
+    varchar,
+)
+
+if TYPE_CHECKING:
+    from tmqgate.broker.tsdb.catalog import TsdbCatalog
+
+READ_CHUNK_BYTES = 4 << 20
+MAX_RESULT_ROWS = 1_000_000
+QUERY_THREADS = 2
+
+_ARROW_TYPES: dict[pa.DataType, TDType] = {
+    pa.bool_(): BOOL, pa.int8(): TINYINT, pa.int16(): SMALLINT, pa.int32(): INT, pa.int64(): BIGINT,
+    pa.uint8(): UTINYINT, pa.uint16(): USMALLINT, pa.uint32(): UINT, pa.uint64(): UBIGINT,
+    pa.float32(): FLOAT, pa.float64(): DOUBLE,
+}
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def query_pool() -> ThreadPoolExecutor:
+    """The SELECTs' own threads (made on first use), apart from the views' and the loop's."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=QUERY_THREADS, thread_name_prefix="tmqgate-select")
+    return _pool
+
+
+def _table(sql: SqlContext, db: str, name: str) -> tuple[StableSchema, str | None]:
+    """(supertable schema, child table or None) of the table a SELECT names."""
+    catalog: TsdbCatalog = sql.catalog
+    stable = catalog.find_stable(db, name)
+    if stable is not None:
+        schema = catalog.schema(db, stable)
+        assert schema is not None
+        return schema, None
+    child = sql.store.child_table(db, name)
+    if child is None:
+        low = name.lower()
+        child = next((c for n, c in sql.store.child_tables(db).items() if n.lower() == low), None)
+    if child is None:
+        raise SqlError(f"Table does not exist: {name}", code=0x2662)
+    schema = catalog.schema(db, child.stable)
+    assert schema is not None
+    return schema, child.name
+
+
+def _prepare(sql: SqlContext, stmt: ast.Select, db: str | None) -> tuple[Any, StableSchema, Plan, list[int]]:
+    """(database, supertable schema, plan, vnodes to read) of a SELECT."""
+    info = find_database(sql.store, stmt.db or db)
+    schema, child = _table(sql, info.name, stmt.table)
+    plan = translate(stmt, schema, child)
+    vnodes = list(range(info.vgroups))
+    if plan.tbnames is not None:
+        children = sql.store.child_tables(info.name)
+        vnodes = sorted({children[n].vnode for n in plan.tbnames if n in children})
+    return info, schema, plan, vnodes
+
+
+async def select_async(sql: SqlContext, stmt: ast.Select, db: str | None, _caller: Caller) -> Result:
+    """Run a SELECT: the WAL read here in chunks (the loop serves others between them), the
+    rest in the query pool."""
+    info, schema, plan, vnodes = _prepare(sql, stmt, db)
+    limits = sql.select_limits
+    payloads: list[bytes] = []
+    for _ in _read(sql, info, vnodes, plan, limits, payloads):
+        await asyncio.sleep(0)
+    tags = sql.catalog.tag_table(info.name, schema.name) if plan.needs_tags else None
+    cancelled = threading.Event()
+    try:
+        return await asyncio.get_running_loop().run_in_executor(
+            query_pool(), run, plan, schema, payloads, tags, limits, cancelled)
+    finally:
+        cancelled.set()
+
+
+def select(sql: SqlContext, stmt: ast.Select, db: str | None, _caller: Caller) -> Result:
+    """`select_async` in the caller's thread (`Executor.execute`, off any loop)."""
+    info, schema, plan, vnodes = _prepare(sql, stmt, db)
+    limits = sql.select_limits
+    payloads: list[bytes] = []
+    for _ in _read(sql, info, vnodes, plan, limits, payloads):
+        pass
+    tags = sql.catalog.tag_table(info.name, schema.name) if plan.needs_tags else None
+    return run(plan, schema, payloads, tags, limits)
+
+
+def _read(sql: SqlContext, info: Any, vnodes: list[int], plan: Plan, limits: SelectLimits,
+          out: list[bytes]) -> Iterator[None]:
+    """Add to `out` the payloads of the rows entries the query may need; yields after each
+    chunk of READ_CHUNK_BYTES."""
+    total = 0
+    store = sql.store
+    db: str = info.name
+    for vnode in vnodes:
+        upto = store.last_stable_offset(db, vnode)
+        version = store.log_start(db, vnode)
+        aborted = store.aborted_rows(db, vnode, version, upto) if upto > version else set()
+        while version < upto:
+            if store.get_database(db) is not info:  # dropped (and made again) meanwhile
+                raise SqlError(f"Database not exist: {db}")
+            entries, version = store.rows_in_range(db, vnode, version, upto, plan.ts_low, plan.ts_high,
+                                                   READ_CHUNK_BYTES)
+            for base, data in entries:
+                if base in aborted:
+                    continue
+                total += len(data)
+                if total > limits.max_bytes:
+                    raise SqlError(f"the query would read more than {limits.max_bytes} bytes of rows "
+                                   "(sql_select_max_bytes): narrow it by time range or tbname")
+                out.append(data)
+            yield
+
+
+def run(plan: Plan, schema: StableSchema, payloads: list[bytes], tags: pa.Table | None,
+        limits: SelectLimits | None = None, cancelled: threading.Event | None = None) -> Result:
+    """Decode the entries of `schema`'s supertable, run the plan, answer (pure: no store)."""
+    limits = limits or SelectLimits()
+    target = arrow_schema(schema)
+    name = schema.name.encode()
+    tables = []
+    for data in payloads:
+        if cancelled is not None and cancelled.is_set():
+            raise SqlError("the query was cancelled")
+        table = decode_rows(data)
+        if (table.schema.metadata or {}).get(STABLE_METADATA_KEY) != name:
+            continue
+        tables.append(conform(table, schema, target).replace_schema_metadata(None))
+    rows = pa.concat_tables(tables) if tables else target.empty_table()
+    con = duckdb.connect(config={"memory_limit": f"{limits.memory_bytes}B", "threads": limits.threads,
+                                 "enable_external_access": False})
+    timer = threading.Timer(limits.timeout_s, con.interrupt)
+    try:
+        con.register("rows", rows)
+        if tags is not None:
+            con.register("tags", tags)
+        timer.start()
+        try:
+            reader = con.sql(plan.sql).to_arrow_reader()
+            batches = []
+            count = 0
+            for batch in reader:
+                count += batch.num_rows
+                if count > MAX_RESULT_ROWS:
+                    raise SqlError(f"the result has more than {MAX_RESULT_ROWS} rows: add LIMIT or narrow the query")
+                batches.append(batch)
+            result = pa.Table.from_batches(batches, schema=reader.schema)
+        except duckdb.InterruptException:
+            raise SqlError(f"the query ran longer than {limits.timeout_s:g} s (sql_select_timeout_ms)") from None
+        except duckdb.OutOfMemoryException:
+            raise SqlError(f"the query needs more memory than {limits.memory_bytes} bytes "
+                           "(sql_select_memory_bytes)") from None
+        except duckdb.Error as e:
+            raise SqlError(f"query failed: {str(e).splitlines()[0]}") from None
+    finally:
+        timer.cancel()
+        con.close()
+    return _answer(plan, result)
+
+
+def _answer(plan: Plan, result: pa.Table) -> Result:
+    """The result as TDengine's REST answer: names as written, TDengine's types."""
+    columns: list[tuple[str, str, int]] = []
+    values: list[list[Any]] = []
+    for i, name in enumerate(plan.names):
+        col = result.column(i)
+        t = plan.types[i]
+        if t is None or (t.is_numeric and col.type not in _ARROW_TYPES) or (
+                t.is_string and not pa.types.is_string(col.type)):
+            t = _ARROW_TYPES.get(col.type)
+            if t is None:
+                t = varchar(max([len(str(v)) for v in col.to_pylist() if v is not None] + [1]))
+        values.append(_values(col, t))
+        columns.append((name, t.name, t.length or t.bytes))
+    rows = [list(r) for r in zip(*values, strict=True)] if values else []
+    return Result(columns, rows)
+
+
+def _values(col: pa.ChunkedArray, t: TDType) -> list[Any]:
+    """Python values of a result column as TDengine's JSON shows them: FLOAT at float32's
+    shortest repr, integers as ints, strings as text."""
+    if t.is_string and not pa.types.is_string(col.type):
+        return [None if v is None else str(v) for v in col.to_pylist()]
+    target = t.arrow
+    if col.type != target:
+        try:
+            col = col.cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return list(col.to_pylist())
+    if t.name == "FLOAT":  # Arrow prints a float32 at its shortest repr
+        return [None if v is None else float(v) for v in col.cast(pa.string()).to_pylist()]
+    return list(col.to_pylist())
