@@ -331,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
 
         security_bench.splice(out_dir / "RESULTS.md", workers_bench.markdown(json.loads(workers.read_text())),
                               workers_bench.SECTION)
+    selects = out_dir / "select_results.json"
+    if selects.exists():  # bench/select_bench.py's section, kept likewise
+        from bench import security_bench, select_bench
+
+        security_bench.splice(out_dir / "RESULTS.md", select_bench.markdown(json.loads(selects.read_text())),
+                              select_bench.SECTION)
     log(f"done in {results['total_s']:.0f}s: {out_dir / 'RESULTS.md'}")
     return 0
 

@@ -7,14 +7,17 @@ each query run through `execute_async` as the HTTP front runs it, best of three.
 rows of the table per second of the query (what a user waits for), and for the time-range
 COUNT also the rows in the range per second.
 
-    python -m bench.select_bench [--rows 10000000] [--out bench/select_results.json]
+    python -m bench.select_bench [--rows 10000000] [--out bench/]   (select_results.json, RESULTS.md)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
+import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -105,13 +108,43 @@ def run(rows: int) -> dict[str, Any]:
     return out
 
 
+SECTION = "## SQL SELECT over stored rows (tmqgate only)"
+LABELS = {"count": "full-table COUNT(*)", "count_time_range": "COUNT(*), WHERE on a tenth of the time range",
+          "avg_tag_filter": "AVG, WHERE on a tag (a tenth of the tables)", "interval_1m": "INTERVAL(1m) aggregates",
+          "interval_1m_by_table": "tag filter, PARTITION BY tbname INTERVAL(1m)"}
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """The RESULTS.md section (bench/run.py splices it in from select_results.json)."""
+    md = [SECTION, "",
+          f"`{res['command']}` — {res['started']}, {res['cpus']} CPUs. Written by `bench/select_bench.py`: "
+          f"{res['rows']:,} rows of a supertable (ts, current FLOAT, voltage INT, phase FLOAT; tags location, "
+          f"groupid) over {res['tables']:,} child tables on 4 vnodes, written in entries of {ENTRY_ROWS:,} rows "
+          f"through the rows write path ({res['load_s']} s), then each query through `execute_async` as the HTTP "
+          "front runs it (WAL read, pruning, decoding, DuckDB, the JSON-shaped answer), best of three. rows/s: "
+          "the table's rows per second of the query (the targets: ≥ 20 M for a COUNT with a time range, ≥ 5 M for "
+          "INTERVAL aggregates).", "",
+          "| query | seconds | table rows/s | answer rows |", "|---|---|---|---|"]
+    for name, q in res["queries"].items():
+        extra = f" ({q['matched']:,} rows matched: {q['matched_per_s'] / 1e6:.1f} M/s)" if "matched" in q else ""
+        md.append(f"| {LABELS.get(name, name)}{extra} | {q['seconds']:.3f} | {q['rows_per_s'] / 1e6:.1f} M | "
+                  f"{q['answer_rows']:,} |")
+    return "\n".join(md) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--out", type=Path, default=BENCH_DIR / "select_results.json")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR)
     args = parser.parse_args(argv)
+    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     result = run(args.rows)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    result.update(command="python -m bench.select_bench " + " ".join(sys.argv[1:] if argv is None else argv),
+                  started=started, cpus=os.cpu_count())
+    (args.out / "select_results.json").write_text(json.dumps(result, indent=2) + "\n")
+    from bench import security_bench
+
+    security_bench.splice(args.out / "RESULTS.md", markdown(result), SECTION)
     return 0
 
 

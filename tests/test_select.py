@@ -542,3 +542,16 @@ def test_the_event_loop_serves_others_while_a_select_runs(data: tuple[Broker, pd
     ticks, rows, answer = asyncio.run(go())
     # at least one tick per chunk read and many while the engine ran (a held loop: none)
     assert ticks > 100 and answer["rows"] > 0
+
+
+def test_queries_at_once_each_see_their_own_rows(data: tuple[Broker, pd.DataFrame, pd.DataFrame]) -> None:
+    """Queries running at once in the pool share one DuckDB, each on a connection of its own."""
+    broker, m, w = data
+
+    async def go() -> list[Any]:
+        texts = ["SELECT count(*) FROM meters", "SELECT count(*) FROM weather", "SELECT count(*) FROM d3",
+                 "SELECT count(*) FROM w3"] * 3
+        answers = await asyncio.gather(*(broker.executor.execute_async(t, "t29") for t in texts))
+        return [a.rows[0][0] for a in answers]
+
+    assert asyncio.run(go()) == [len(m), len(w), int((m.tbname == "d3").sum()), int((w.tbname == "w3").sum())] * 3
