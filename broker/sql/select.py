@@ -233,7 +233,7 @@ def _answer(plan: Plan, result: pa.Table) -> Result:
         t = plan.types[i]
         if t is None or (t.is_numeric and col.type not in _ARROW_TYPES) or (
                 t.is_string and not pa.types.is_string(col.type)):
-            t = _ARROW_TYPES.get(col.type)
+            t = DOUBLE if pa.types.is_decimal(col.type) else _ARROW_TYPES.get(col.type)
             if t is None:
                 t = varchar(max([len(str(v)) for v in col.to_pylist() if v is not None] + [1]))
         values.append(_values(col, t))

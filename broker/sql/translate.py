@@ -152,6 +152,8 @@ class Translator:
             return col.type if col is not None else None
         if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Div | exp.Mod):
             return DOUBLE  # TDengine's arithmetic is in DOUBLE
+        if isinstance(node, exp.Literal) and not node.is_string:
+            return BIGINT if str(node.this).lstrip("-").isdigit() else DOUBLE
         if is_aggregate(node):
             fn = _fname(node)
             if fn == "COUNT":
@@ -224,6 +226,14 @@ class Translator:
                 n.set("high", self.ts_value(n.args["high"]))
             if isinstance(n, exp.In) and self.is_timestamp(n.this):
                 n.set("expressions", [self.ts_value(e) for e in n.expressions])
+            if isinstance(n, exp.Add | exp.Sub | exp.Mul | exp.Div | exp.Mod):
+                # TDengine's arithmetic is DOUBLE, and a division by zero is NULL
+                a, b = exp.cast(n.this, "DOUBLE"), exp.cast(n.expression, "DOUBLE")
+                if isinstance(n, exp.Div | exp.Mod):
+                    b = exp.Nullif(this=b, expression=exp.Literal.number(0))
+                n.set("this", a)
+                n.set("expression", b)
+                return n
             if is_aggregate(n):
                 return self.aggregate(n)
             return n
