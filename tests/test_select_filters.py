@@ -12,14 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.test_sql_expr import _ROW, BOOL, NUM, PSCHEMA, STR, _same
 from tmqgate.broker.sql.expr import compile_projection
 from tmqgate.broker.sql.parser import parse
 from tmqgate.broker.sql.select import run
 from tmqgate.broker.sql.translate import translate
 from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY
 from tmqgate.broker.tsdb.rows import encode_rows
-
-from tests.test_sql_expr import _ROW, BOOL, NUM, PSCHEMA, STR, _same
 
 TAGS = [t.name for t in PSCHEMA.tags]
 

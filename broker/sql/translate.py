@@ -228,7 +228,8 @@ class Translator:
                 n.set("expressions", [self.ts_value(e) for e in n.expressions])
             if isinstance(n, exp.Add | exp.Sub | exp.Mul | exp.Div | exp.Mod):
                 # TDengine's arithmetic is DOUBLE, and a division by zero is NULL
-                a, b = exp.cast(n.this, "DOUBLE"), exp.cast(n.expression, "DOUBLE")
+                a: exp.Expr = exp.cast(n.this, "DOUBLE")
+                b: exp.Expr = exp.cast(n.expression, "DOUBLE")
                 if isinstance(n, exp.Div | exp.Mod):
                     b = exp.Nullif(this=b, expression=exp.Literal.number(0))
                 n.set("this", a)
