@@ -593,6 +593,12 @@ class TopicRegistry:
         self._store.create_tmq_topic(name, definition, topic_id=topic_id)
         self.reload()
 
+    def set_database_options(self, db: str, options: Mapping[str, Any]) -> None:
+        """A shared SQL database's options as the cluster records them (ALTER DATABASE)."""
+        info = self._store.get_database(db)
+        if info is not None and options and dict(info.options) != dict(options):
+            self._store.set_options(db, dict(options), merge=False)
+
     def set_stables(self, db: str, stables: Mapping[str, dict[str, Any]]) -> None:
         """A shared SQL database's supertables as the cluster records them, on a broker that
         holds no replica of it (its copy answers no statement: they go to the leader)."""

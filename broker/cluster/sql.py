@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -75,9 +76,10 @@ class ClusterSql:
         self._store = store
         self._replication = replication
         self._timeout_s = replicated_timeout_s  # acks=all: how long a write waits for the in-sync replicas
-        #: supertable changes made here, each (db, its topic id, name, schema; None: dropped)
-        self._stables: Outbox[tuple[str, bytes, str, dict[str, Any] | None]] = Outbox(
-            self._record_stables, "supertable changes", into=membership.outboxes)
+        #: changes made here to databases' definitions in etcd, in order: each (db, its topic
+        #: id, the change to the definition) — a supertable made, altered or dropped, options
+        self._stables: Outbox[tuple[str, bytes, Callable[[dict[str, Any]], None]]] = Outbox(
+            self._record_stables, "supertable and database changes", into=membership.outboxes)
         self._membership = membership
         self._cluster_topics = cluster_topics
         self._registry = registry
@@ -158,19 +160,30 @@ class ClusterSql:
         topic = self._registry.get(db)
         if topic is None or self.leader(db) is None:
             return  # a database of this node alone
-        self._stables.add([(db, topic.topic_id, name, schema)])
 
-    async def _record_stables(self, changes: list[tuple[str, bytes, str, dict[str, Any] | None]]) -> None:
-        """Supertable changes made here, into their database's placement (a compare-and-swap each)."""
-        for db, topic_id, name, schema in changes:
+        def change(definition: dict[str, Any]) -> None:
+            stables = definition.setdefault("stables", {})
+            if schema is None:
+                stables.pop(name, None)
+            else:
+                stables[name] = schema
 
-            def change(definition: dict[str, Any], name: str = name, schema: dict[str, Any] | None = schema) -> None:
-                stables = definition.setdefault("stables", {})
-                if schema is None:
-                    stables.pop(name, None)
-                else:
-                    stables[name] = schema
+        self._stables.add([(db, topic.topic_id, change)])
 
+    def options_changed(self, db: str, options: dict[str, Any]) -> None:
+        topic = self._registry.get(db)
+        if topic is None or self.leader(db) is None:
+            return  # a database of this node alone
+
+        def change(definition: dict[str, Any]) -> None:
+            definition["options"] = dict(options)
+
+        self._stables.add([(db, topic.topic_id, change)])
+
+    async def _record_stables(self, changes: list[tuple[str, bytes, Callable[[dict[str, Any]], None]]]) -> None:
+        """Changes made here to databases' definitions, into their placements (a
+        compare-and-swap each)."""
+        for db, topic_id, change in changes:
             await self._cluster_topics.change_definition(db, topic_id, change)
 
     async def create_database(self, name: str, vgroups: int, options: dict[str, Any]) -> None:

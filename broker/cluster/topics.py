@@ -109,9 +109,12 @@ class ClusterTopics:
                     # the supertables as etcd records them (a replica has them from the vnodes'
                     # meta), taken again only when the definition changed
                     definition = placement.configs[DEFINITION]
-                    if registry.node_id not in placement.partitions[0].replicas \
-                            and self._stables_from.get(name) != definition:
-                        registry.set_stables(name, json.loads(definition).get("stables", {}))
+                    if self._stables_from.get(name) != definition:
+                        parsed = json.loads(definition)
+                        if registry.node_id not in placement.partitions[0].replicas:
+                            registry.set_stables(name, parsed.get("stables", {}))
+                        # its options (ALTER DATABASE's retention), on every broker
+                        registry.set_database_options(name, parsed.get("options", {}))
                         self._stables_from[name] = definition
                 elif kind == KAFKA and topic.kind == KAFKA:
                     if topic.partitions < len(placement.partitions):

@@ -149,6 +149,9 @@ STATEMENTS: dict[type[ast.Statement], NeedsOf] = {
     ast.CreateTable: _alter_db,
     ast.AlterStableAddColumn: _alter_db,
     ast.AlterStableAddTag: _alter_db,
+    ast.AlterStableChange: _alter_db,
+    # as IncrementalAlterConfigs of the database's topic (its retention)
+    ast.AlterDatabase: lambda s, _db: [(("ALTER_CONFIGS", "TOPIC", s.name),)],
     ast.DropStable: _alter_db,
     ast.DropTable: _alter_db,
     ast.CreateTopic: _create_topic,

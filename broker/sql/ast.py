@@ -162,6 +162,26 @@ class CreateTables(Statement):
 
 
 @dataclass
+class AlterDatabase(Statement):
+    """ALTER DATABASE name WAL_RETENTION_PERIOD n | WAL_RETENTION_SIZE n (lower-case keys)."""
+
+    name: str
+    options: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class AlterStableChange(Statement):
+    """ALTER STABLE … DROP COLUMN c | MODIFY COLUMN c type | DROP TAG t | RENAME TAG t new."""
+
+    db: str | None
+    stable: str
+    action: Literal["drop_column", "modify_column", "drop_tag", "rename_tag"]
+    name: str
+    column: Column | None = None  # MODIFY COLUMN's new type
+    new_name: str | None = None  # RENAME TAG's
+
+
+@dataclass
 class AlterStableAddColumn(Statement):
     db: str | None
     stable: str

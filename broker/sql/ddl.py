@@ -21,9 +21,9 @@ from tmqgate.broker.sql.ast import SqlError
 from tmqgate.broker.sql.context import SqlContext, find_database, find_stable
 from tmqgate.broker.sql.ports import DNODE_STATUS
 from tmqgate.broker.sql.result import DB_ALREADY_EXIST, OUT_OF_DNODES, Result
-from tmqgate.broker.tsdb.catalog import home_vnode, meta_payload, schema_to_json
+from tmqgate.broker.tsdb.catalog import home_vnode, meta_payload, rename_child_tag, schema_to_json
 from tmqgate.broker.tsdb.limits import schema_problem
-from tmqgate.broker.tsdb.types import StableSchema
+from tmqgate.broker.tsdb.types import Column, StableSchema
 from tmqgate.protocol import clock
 
 DEFAULT_VGROUPS = 2  # TDengine's default
@@ -71,6 +71,15 @@ def plan_database(sql: SqlContext, stmt: ast.CreateDatabase) -> tuple[int, dict[
     return vgroups, options
 
 
+def alter_database(sql: SqlContext, stmt: ast.AlterDatabase, _db: str | None, _caller: Caller) -> Result:
+    """WAL_RETENTION_PERIOD / WAL_RETENTION_SIZE: kept with the database (retention reads them
+    on its next pass) and, on a cluster, in its placement for every broker."""
+    info = find_database(sql.store, stmt.name)
+    updated = sql.store.set_options(info.name, dict(stmt.options), merge=True)
+    sql.cluster.options_changed(info.name, dict(updated.options))
+    return Result.affected(0)
+
+
 def drop_database(sql: SqlContext, stmt: ast.DropDatabase, _db: str | None, _caller: Caller) -> Result:
     info = droppable_database(sql, stmt)
     if info is not None:
@@ -113,10 +122,12 @@ def create_stable(sql: SqlContext, stmt: ast.CreateStable, db: str | None, _call
     return Result.affected(0)
 
 
-def _write_stable(sql: SqlContext, info: Any, schema: StableSchema, *, create: bool, details: dict[str, Any]) -> None:
+def _write_stable(sql: SqlContext, info: Any, schema: StableSchema, *, create: bool, details: dict[str, Any],
+                  renamed_tag: tuple[str, str | None] | None = None) -> None:
     """Store the supertable's schema and log the change on every vnode, atomically; a
     schema past TDengine's limits (tsdb/limits.py) is refused with its code, whichever
-    statement or schemaless write made it."""
+    statement or schemaless write made it. `renamed_tag` (old, new): each child table's
+    tag value moves to the new name (None: is dropped) in the same write."""
     problem = schema_problem(schema)
     if problem is not None:
         raise SqlError(problem.message, code=problem.code)
@@ -126,6 +137,8 @@ def _write_stable(sql: SqlContext, info: Any, schema: StableSchema, *, create: b
             tx.create_stable(info.name, schema.name, schema_to_json(schema))
         else:
             tx.alter_stable(info.name, schema.name, schema_to_json(schema))
+        if renamed_tag is not None:
+            rename_child_tag(tx, sql.store.child_tables(info.name).values(), info.name, schema.name, *renamed_tag)
         for vnode in range(info.vgroups):
             tx.append_meta(info.name, vnode, payload)
     sql.cluster.stable_changed(info.name, schema.name, schema_to_json(schema))
@@ -168,6 +181,75 @@ def _alter_add(sql: SqlContext, db: str | None, stable: str, column: Any, *, tag
     _write_stable(sql, info, new, create=False, details={
         "alterType": "add_tag" if tag else "add_column", "colName": column.name, "colType": str(column.type)})
     return Result.affected(0)
+
+
+def alter_stable_change(sql: SqlContext, stmt: ast.AlterStableChange, db: str | None, _caller: Caller) -> Result:
+    """DROP COLUMN, MODIFY COLUMN (a VARCHAR / NCHAR made longer), DROP TAG, RENAME TAG, with
+    TDengine's refusals; logged on every vnode for WITH META topics and replicas."""
+    info = find_database(sql.store, stmt.db or db)
+    schema = find_stable(sql.catalog, info.name, stmt.stable)
+    found = schema.find(stmt.name)
+    is_tag = found is not None and any(t is found for t in schema.tags)
+    want_tag = stmt.action in ("drop_tag", "rename_tag")
+    if found is None or is_tag != want_tag:
+        raise SqlError(f"Invalid {'tag' if want_tag else 'column'} name: {stmt.name}")
+    columns, tags = list(schema.columns), list(schema.tags)
+    details: dict[str, Any] = {"alterType": stmt.action, "colName": found.name}
+    renamed: tuple[str, str | None] | None = None
+    if stmt.action in ("drop_column", "drop_tag"):
+        if found is columns[0]:
+            raise SqlError("Primary timestamp column cannot be dropped")
+        if stmt.action == "drop_column" and len(columns) <= 2:
+            raise SqlError("a supertable keeps its timestamp and at least one more column")
+        if stmt.action == "drop_tag" and len(tags) <= 1:
+            raise SqlError("a supertable keeps at least one tag")
+        users = _topics_naming(sql, info.name, schema.name, found.name)
+        if users:
+            raise SqlError(f"Column referenced by topic: {', '.join(users)} uses {found.name}")
+        columns = [c for c in columns if c is not found]
+        tags = [t for t in tags if t is not found]
+        if stmt.action == "drop_tag":
+            renamed = (found.name, None)
+    elif stmt.action == "modify_column":
+        assert stmt.column is not None
+        new_type, old_type = stmt.column.type, found.type
+        if not (old_type.is_string and new_type.name == old_type.name):
+            raise SqlError("Only the length of a VARCHAR or NCHAR column can be modified")
+        if (new_type.length or 0) <= (old_type.length or 0):
+            raise SqlError(f"The length of {found.name} can only be increased (now {old_type.length})")
+        columns = [Column(found.name, new_type) if c is found else c for c in columns]
+        details["colType"] = str(new_type)
+    else:
+        assert stmt.new_name is not None
+        if stmt.new_name.lower() == "tbname" or schema.find(stmt.new_name) is not None:
+            raise SqlError(f"Duplicated column names: {stmt.new_name}")
+        users = _topics_naming(sql, info.name, schema.name, found.name)
+        if users:
+            raise SqlError(f"Column referenced by topic: {', '.join(users)} uses {found.name}")
+        tags = [Column(stmt.new_name, t.type) if t is found else t for t in tags]
+        details["colNewName"] = stmt.new_name
+        renamed = (found.name, stmt.new_name)
+    _write_stable(sql, info, StableSchema(schema.name, columns, tags), create=False, details=details,
+                  renamed_tag=renamed)
+    return Result.affected(0)
+
+
+def _topics_naming(sql: SqlContext, db: str, stable: str, name: str) -> list[str]:
+    """The TDengine topics over `stable` whose query or filter names column or tag `name`."""
+    from sqlglot import exp
+
+    from tmqgate.broker.sql.parser import parse
+
+    users = []
+    for topic, t in sorted(sql.store.tmq_topics().items()):
+        d = t.definition
+        if d["db"] != db or d.get("stable") != stable:
+            continue
+        stmt = parse(d["statement"])
+        trees = [x for x in (getattr(stmt, "select", None), getattr(stmt, "where", None)) if x is not None]
+        if any(isinstance(n, exp.Column) and n.name.lower() == name.lower() for tree in trees for n in tree.walk()):
+            users.append(topic)
+    return users
 
 
 def drop_stable(sql: SqlContext, stmt: ast.DropStable, db: str | None, _caller: Caller) -> Result:

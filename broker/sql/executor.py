@@ -45,7 +45,8 @@ AsyncHandler = Callable[[SqlContext, Any, str | None, Caller], Awaitable[Result]
 HANDLERS: dict[type[ast.Statement], Handler] = {
     ast.CreateDatabase: ddl.create_database, ast.DropDatabase: ddl.drop_database,
     ast.CreateStable: ddl.create_stable, ast.AlterStableAddColumn: ddl.alter_stable_add_column,
-    ast.AlterStableAddTag: ddl.alter_stable_add_tag, ast.DropStable: ddl.drop_stable,
+    ast.AlterStableAddTag: ddl.alter_stable_add_tag, ast.AlterStableChange: ddl.alter_stable_change,
+    ast.AlterDatabase: ddl.alter_database, ast.DropStable: ddl.drop_stable,
     ast.CreateTable: ddl.create_table, ast.CreateTables: ddl.create_tables, ast.DropTable: ddl.drop_table,
     ast.Insert: insert.insert, ast.Select: select.select,
     ast.Show: show.show, ast.Describe: show.describe,

@@ -49,6 +49,9 @@ class LocalSql:
     def stable_changed(self, db: str, name: str, schema: dict[str, Any] | None) -> None:
         return None
 
+    def options_changed(self, db: str, options: dict[str, Any]) -> None:
+        return None
+
     async def create_database(self, name: str, vgroups: int, options: dict[str, Any]) -> None:
         self.make_database(name, vgroups, options)
 

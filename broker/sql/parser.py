@@ -22,8 +22,10 @@ from sqlglot.dialects.mysql import MySQL
 from sqlglot.tokens import TokenType
 
 from tmqgate.broker.sql.ast import (
+    AlterDatabase,
     AlterStableAddColumn,
     AlterStableAddTag,
+    AlterStableChange,
     CreateDatabase,
     CreateStable,
     CreateTable,
@@ -1079,13 +1081,17 @@ class _Parser:
     def alter(self) -> Statement:
         if self.accept_kw("USER"):
             return self.user_password(create=False)
+        if self.accept_kw("DATABASE"):
+            return self.alter_database()
         self.expect_kw("STABLE")
         db, name = self.qualified()
         if not self.at_kw("ADD"):
             t = self.tok
-            if t.kind == "word" and t.upper() in ("DROP", "MODIFY", "RENAME", "SET", "COMMENT", "TTL"):
+            if t.kind == "word" and t.upper() in ("DROP", "MODIFY", "RENAME"):
+                return self.alter_stable_change(db, name)
+            if t.kind == "word" and t.upper() in ("SET", "COMMENT", "TTL"):
                 raise SqlError(f"ALTER STABLE ... {t.upper()} is not supported at position {t.pos}", t.pos)
-            raise self.error("ADD COLUMN or ADD TAG")
+            raise self.error("ADD, DROP, MODIFY or RENAME")
         self.advance()
         kind = self.expect_kw("COLUMN", "TAG").text.upper()
         t = self.tok
@@ -1098,6 +1104,49 @@ class _Parser:
         if kind == "COLUMN":
             return AlterStableAddColumn(db, name, col)
         return AlterStableAddTag(db, name, col)
+
+    def alter_database(self) -> AlterDatabase:
+        stmt = AlterDatabase(self.ident("database"))
+        while self.tok.kind != "eof":
+            t = self.tok
+            key = t.upper()
+            if t.kind != "word" or key not in ("WAL_RETENTION_PERIOD", "WAL_RETENTION_SIZE"):
+                if t.kind == "word" and key in _DB_OPTIONS:
+                    raise SqlError(f"ALTER DATABASE ... {key} is not supported at position {t.pos}", t.pos)
+                raise self.error("WAL_RETENTION_PERIOD or WAL_RETENTION_SIZE")
+            if key.lower() in stmt.options:
+                raise SqlError(f"database option {key} given twice at position {t.pos}", t.pos)
+            self.advance()
+            vt = self.tok
+            value = self.option_value()
+            if not isinstance(value, int) or isinstance(value, bool) or not -1 <= value <= 2**31 - 1:
+                raise SqlError(f"{key} needs an integer in [-1, {2**31 - 1}] at position {vt.pos}", vt.pos)
+            stmt.options[key.lower()] = value
+        if not stmt.options:
+            raise self.error("WAL_RETENTION_PERIOD or WAL_RETENTION_SIZE")
+        return stmt
+
+    def alter_stable_change(self, db: str | None, stable: str) -> AlterStableChange:
+        verb = self.advance().upper()
+        what = self.expect_kw("COLUMN", "TAG").text.upper()
+        t = self.tok
+        name = self.ident("column")
+        if name.lower() == "tbname":
+            raise SqlError(f"'tbname' is not a column or tag to change at position {t.pos}", t.pos)
+        if verb == "DROP":
+            self.expect_end()
+            return AlterStableChange(db, stable, "drop_column" if what == "COLUMN" else "drop_tag", name)
+        if verb == "MODIFY":
+            if what != "COLUMN":
+                raise SqlError(f"ALTER STABLE ... MODIFY TAG is not supported at position {t.pos}", t.pos)
+            col = Column(name, self.data_type())
+            self.expect_end()
+            return AlterStableChange(db, stable, "modify_column", name, column=col)
+        if what != "TAG":
+            raise SqlError(f"ALTER STABLE ... RENAME COLUMN is not supported at position {t.pos}", t.pos)
+        new = self.ident("column", new="tag")
+        self.expect_end()
+        return AlterStableChange(db, stable, "rename_tag", name, new_name=new)
 
     def insert(self) -> Insert:
         self.expect_kw("INTO")

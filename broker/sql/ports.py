@@ -94,6 +94,10 @@ class SqlCluster(Protocol):
         """A supertable of ``db`` made, altered (its schema) or dropped (None) here, its leader:
         recorded in etcd with the database (in the background, in order)."""
 
+    def options_changed(self, db: str, options: dict[str, Any]) -> None:
+        """``db``'s options changed here, its leader (ALTER DATABASE): recorded in etcd with
+        the database (in the background, in order), for every broker to take."""
+
     async def create_database(self, name: str, vgroups: int, options: dict[str, Any]) -> None:
         """Make a new SQL database, led by this broker, with ``options["replica"]`` copies of
         each vnode (SqlError if the name is taken); the topic registry has it on return."""

@@ -17,7 +17,7 @@ from tmqgate.broker.sql.result import SYN_NOT_LEADER
 
 #: the statements that write a database's vnodes (rows, or DDL's meta entries)
 WRITES = (ast.Insert, ast.CreateTables, ast.CreateStable, ast.CreateTable, ast.AlterStableAddColumn,
-          ast.AlterStableAddTag, ast.DropStable, ast.DropTable)
+          ast.AlterStableAddTag, ast.AlterStableChange, ast.DropStable, ast.DropTable)
 
 
 def databases_of(stmt: ast.Statement, db: str | None) -> set[str]:
@@ -30,8 +30,11 @@ def databases_of(stmt: ast.Statement, db: str | None) -> set[str]:
     elif isinstance(stmt, ast.Show):
         names = {stmt.db or db} if stmt.what in ("stables", "tables", "vgroups") else set()
     elif isinstance(stmt, ast.Select | ast.Describe | ast.CreateStable | ast.CreateTable | ast.AlterStableAddColumn
-                    | ast.AlterStableAddTag | ast.DropStable | ast.DropTable | ast.CreateTopic):
+                    | ast.AlterStableAddTag | ast.AlterStableChange | ast.DropStable | ast.DropTable
+                    | ast.CreateTopic):
         names = {stmt.db or db}
+    elif isinstance(stmt, ast.AlterDatabase):  # its leader keeps it in the cluster's placement
+        names = {stmt.name}
     else:
         names = set()
     return {n for n in names if n}

@@ -49,6 +49,16 @@ def meta_payload(kind: str, table_type: str, name: str, **details: Any) -> bytes
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+def rename_child_tag(tx: Any, children: Any, db: str, stable: str, old: str, new: str | None,
+                     vnode: int | None = None) -> None:
+    """Stage each child table of `stable` (on `vnode`, if given) with its tag `old` named `new`
+    (None: the tag dropped, so one added again later under its name starts NULL)."""
+    for child in children:
+        if child.stable == stable and (vnode is None or child.vnode == vnode) and old in child.tags:
+            tags = {(new if k == old else k): v for k, v in child.tags.items() if k != old or new is not None}
+            tx.set_child_tags(db, child.name, tags, merge=False)
+
+
 class TsdbCatalog:
     """Cached schemas and tag tables over the storage catalog."""
 

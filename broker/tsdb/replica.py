@@ -7,8 +7,10 @@ The meta entries are the ones the executor logs (broker/sql/ddl.py, TDengine's t
 - ``create`` of a ``super`` table: its columns and tags (name, type); made, or its schema
   replaced if it exists (a supertable's meta is logged on every vnode, so it arrives once per
   vnode: applying it again changes nothing);
-- ``alter`` of a ``super`` table: ``add_column`` / ``add_tag`` (colName, colType) or
-  ``schemaless`` (changes: name, type, tag, add | modify) applied to the schema here;
+- ``alter`` of a ``super`` table: ``add_column`` / ``add_tag`` / ``modify_column`` (colName,
+  colType), ``drop_column`` / ``drop_tag`` (colName), ``rename_tag`` (colName, colNewName: the
+  child tables of this vnode take the new name too) or ``schemaless`` (changes: name, type,
+  tag, add | modify) applied to the schema here;
 - ``create`` of a ``child`` table: its supertable (``using``) and tag values, on this vnode;
 - ``drop`` of a ``super`` table (with its child tables) or of a ``child`` table.
 A meta entry this code does not know or cannot read (a newer leader's: a type or field it
@@ -22,7 +24,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tmqgate.broker.tsdb.catalog import schema_from_json, schema_to_json
+from tmqgate.broker.tsdb.catalog import rename_child_tag, schema_from_json, schema_to_json
 from tmqgate.broker.tsdb.types import Column, StableSchema, parse_type
 
 if TYPE_CHECKING:
@@ -69,6 +71,9 @@ def _change(store: Store, tx: Transaction, db: str, vnode: int, meta: dict[str, 
             schema = StableSchema(name, _columns(meta["columns"]), _columns(meta["tags"]))
         elif kind == "alter" and current is not None:
             schema = _altered(schema_from_json(current), meta)
+            if meta.get("alterType") in ("rename_tag", "drop_tag"):
+                new = str(meta["colNewName"]) if meta["alterType"] == "rename_tag" else None
+                rename_child_tag(tx, store.child_tables(db).values(), db, name, str(meta["colName"]), new, vnode)
         elif kind == "drop" and current is not None:
             tx.drop_stable(db, name)
             return name
@@ -99,7 +104,15 @@ def _altered(schema: StableSchema, meta: dict[str, Any]) -> StableSchema:
     """``schema`` with an ``alter`` meta entry's change (see the module docstring)."""
     columns, tags = list(schema.columns), list(schema.tags)
     how = meta.get("alterType")
-    if how in ("add_column", "add_tag"):
+    name = meta.get("colName")
+    if how in ("drop_column", "drop_tag"):
+        return StableSchema(schema.name, [c for c in columns if c.name != name], [t for t in tags if t.name != name])
+    if how == "rename_tag":
+        return StableSchema(schema.name, columns, [Column(str(meta["colNewName"]), t.type) if t.name == name else t
+                                                   for t in tags])
+    if how == "modify_column":
+        changes = [{"name": name, "type": meta["colType"], "tag": False, "change": "modify"}]
+    elif how in ("add_column", "add_tag"):
         changes = [{"name": meta["colName"], "type": meta["colType"], "tag": how == "add_tag", "change": "add"}]
     elif how == "schemaless":
         changes = list(meta.get("changes") or [])
