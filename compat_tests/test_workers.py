@@ -215,6 +215,11 @@ def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
         for front in (http, http + 1):
             answer = _sql(front, f"SELECT tbname, v, g FROM {db}.m ORDER BY tbname")
             assert answer["data"] == [["d1", 5, 1], ["d2", 50, 2]], (front, answer)
+        # ALTER DATABASE through the other front: every worker keeps the new retention
+        assert _sql(http + 1, f"ALTER DATABASE {db} WAL_RETENTION_PERIOD 7200")["code"] == 0
+        for front in (http, http + 1):
+            wait_until(lambda front=front: [r[3] for r in _sql(front, "SHOW DATABASES")["data"] if r[0] == db], 30,
+                       0.2, f"{db}'s retention seen through {front}", ok=lambda seen: seen == [7200])
 
         # a group coordinated by the worker about to be killed commits 100 on each partition
         offsets_leaders = _leaders(bootstrap, "__consumer_offsets")  # it follows the coordinators
