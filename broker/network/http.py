@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
@@ -220,6 +221,9 @@ class HostCheck:
         return (f"misdirected request: Host {header[:100]!r} is not a name this server is served as "
                 "(its address, localhost, or an entry of http_allowed_hosts)")
 
+#: An SQL answer of at least this many rows is turned into JSON in a thread, not on the loop.
+JSON_OFF_LOOP_ROWS = 10_000
+
 # TDengine's "Operation timeout" (TSDB_CODE_TIMEOUT_ERROR): a long text's parse ran past
 # sql_parse_timeout_ms and was stopped (503: the server gave up on it; nothing was run).
 TIMEOUT_ERROR = 0x012C
@@ -342,7 +346,12 @@ def make_app(executor: Executor, store: Store, topics: TopicRegistry, node_id: i
             return error_response(500, INTERNAL_ERROR, f"internal error: {exc}; nothing was run")
         except StorageIOError as exc:  # a full disk: nothing written, reads still work
             return error_response(503, NO_ENOUGH_DISKSPACE, f"No enough disk space: {exc}")
-        return web.json_response(result.to_json())
+        if len(result.rows) < JSON_OFF_LOOP_ROWS:
+            return web.json_response(result.to_json())
+        # a big answer (a SELECT's, up to a million rows) is encoded off the loop: json.dumps
+        # of it takes long enough to hold up every other client
+        text = await asyncio.to_thread(json.dumps, result.to_json())
+        return web.Response(text=text, content_type="application/json")
 
     async def log_history(request: web.Request) -> web.Response:
         db = request.query.get("db")

@@ -6,9 +6,11 @@ windows; TDengine's syntax becomes DuckDB SQL in broker/sql/translate.py.
 
 Rules:
 - The loop only reads the WAL (in chunks of READ_CHUNK_BYTES, yielding between them), and
-  only the entries that can hold a matching row: vnodes by the child tables the query names,
-  entries by the min and max timestamps of their headers. Rows of aborted transactions and
-  of open ones (past the last stable offset) are never read, as a read_committed consumer.
+  only the entries that can hold a matching row, by the min and max timestamps of their
+  headers. Every vnode is read: a child table's rows lie where its producers put them (a
+  Kafka producer picks the partition), so the vnode it was made on may hold only some of
+  them. Rows of aborted transactions and of open ones (past the last stable offset) are never
+  read, as a read_committed consumer.
 - Decoding, the engine and the answer's values run in the query pool, off the loop.
 - Bounded: at most `max_bytes` of entries are read, DuckDB works within `memory_limit`
   (refusing past it), a query is interrupted after `timeout_s`, and an answer has at most
@@ -117,11 +119,9 @@ def _prepare(sql: SqlContext, stmt: ast.Select, db: str | None) -> tuple[Any, St
     info = find_database(sql.store, stmt.db or db)
     schema, child = _table(sql, info.name, stmt.table)
     plan = translate(stmt, schema, child)
-    vnodes = list(range(info.vgroups))
-    if plan.tbnames is not None:
-        children = sql.store.child_tables(info.name)
-        vnodes = sorted({children[n].vnode for n in plan.tbnames if n in children})
-    return info, schema, plan, vnodes
+    # every vnode: a child table's rows are where its producers put them (a Kafka producer
+    # picks the partition), not only on the vnode it was made on
+    return info, schema, plan, list(range(info.vgroups))
 
 
 async def select_async(sql: SqlContext, stmt: ast.Select, db: str | None, _caller: Caller) -> Result:

@@ -24,7 +24,7 @@ Rules:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
@@ -58,7 +58,8 @@ _SAME_TYPE = {"MIN", "MAX", "FIRST", "LAST", "LAST_ROW"}
 @dataclass
 class Plan:
     """What runs: `sql` over ``rows`` (and ``tags`` when `needs_tags`), its output columns
-    (name, TDengine type or None: read from the result), and what the scan may skip."""
+    (name, TDengine type or None: read from the result), and the time range outside which
+    the scan skips entries."""
 
     sql: str
     names: list[str]
@@ -66,8 +67,6 @@ class Plan:
     needs_tags: bool
     ts_low: int | None = None  # rows with ts below / above these cannot match
     ts_high: int | None = None
-    tbnames: set[str] | None = None  # rows of other child tables cannot match
-    fill_values: list[Any] = field(default_factory=list)
 
 
 def _q(name: str) -> str:
@@ -322,8 +321,6 @@ class Translator:
         if self.child is not None:
             conds.append(f"{_q(TBNAME)} = '{self.child.replace(chr(39), chr(39) * 2)}'")
         low, high = self.time_bounds(where.this if where is not None else None)
-        tbnames = {self.child} if self.child is not None else self.tbname_bounds(
-            where.this if where is not None else None)
         aggregated = any(_has_aggregate(i) for i in items) or bool(sel.args.get("group"))
         if self.window is not None and not aggregated:
             raise self.error("a window clause needs an aggregate function in the select list", sel)
@@ -354,7 +351,7 @@ class Translator:
             sql = self.interval(items, keys, filt, self.window, low, high)
         else:
             sql = self.event_window(items, keys, filt, self.window)
-        return Plan(sql, names, types, self.needs_tags, low, high, tbnames)
+        return Plan(sql, names, types, self.needs_tags, low, high)
 
     def _replace_keys(self, node: exp.Expr, extra: dict[str, str] | None = None) -> exp.Expr:
         """Item subtrees equal to a partition key (outside aggregates) as that key's column."""
@@ -648,23 +645,6 @@ class Translator:
     def _is_ts(self, node: exp.Expr) -> bool:
         return isinstance(node, exp.Column) and (node.name == self.ts or node.name.lower() in ("_rowts", "_c0")
                                                  or node.name.lower() == self.ts.lower())
-
-    def tbname_bounds(self, where: exp.Expr | None) -> set[str] | None:
-        """The child tables a WHERE's top-level `tbname = '…'` / `tbname IN (…)` allows."""
-        found: set[str] | None = None
-        for c in self._conjuncts(where):
-            names: set[str] | None = None
-            if isinstance(c, exp.EQ):
-                for a, b in ((c.this, c.expression), (c.expression, c.this)):
-                    if isinstance(a, exp.Column) and a.name.lower() == TBNAME and isinstance(b, exp.Literal) \
-                            and b.is_string:
-                        names = {b.this}
-            elif isinstance(c, exp.In) and isinstance(c.this, exp.Column) and c.this.name.lower() == TBNAME:
-                if all(isinstance(e, exp.Literal) and e.is_string for e in c.expressions):
-                    names = {e.this for e in c.expressions}
-            if names is not None:
-                found = names if found is None else found & names
-        return found
 
 
 def _internal(node: exp.Expr) -> exp.Expr:
