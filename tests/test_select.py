@@ -335,6 +335,9 @@ CASES: list[tuple[str, Reference, bool]] = [
                    _event_windows(m[m.tbname == "d11"], [], _session_change(4000)).groupby("_wid")], True),
     ("SELECT tbname, COUNT(*) FROM meters PARTITION BY tbname SLIMIT 3 SOFFSET 2",
      lambda m, w: [[n, len(g)] for n, g in sorted(m.groupby("tbname"))[2:5]], False),
+    ("SELECT location, COUNT(*) FROM meters GROUP BY location SLIMIT 2 SOFFSET 1",
+     lambda m, w: _null_first([[k if isinstance(k, str) else None, len(g)]
+                               for k, g in m.groupby("location", dropna=False)])[1:3], False),
     ("SELECT tbname, ts, voltage FROM meters WHERE tbname IN ('d20', 'd21') PARTITION BY tbname ORDER BY ts LIMIT 3",
      lambda m, w: [[n, r.ts, r.voltage] for n, g in m[m.tbname.isin(["d20", "d21"])].groupby("tbname")
                    for r in g.sort_values("ts").iloc[:3].itertuples()], False),

@@ -340,11 +340,12 @@ class Translator:
         if self.stmt.slimit is not None or self.stmt.soffset:
             if not keys and not sel.args.get("group"):
                 raise SqlError("SLIMIT needs PARTITION BY or GROUP BY")
-            if keys:
-                filt = (f"SELECT * EXCLUDE (_g) FROM (SELECT *, dense_rank() OVER (ORDER BY {', '.join(keys)}) AS _g "
-                        f"FROM ({filt})) WHERE _g > {self.stmt.soffset}"
-                        + (f" AND _g <= {self.stmt.soffset + self.stmt.slimit}"
-                           if self.stmt.slimit is not None else ""))
+            # the groups SLIMIT counts: the partitions, else GROUP BY's groups, in key order
+            ranked = keys or [self.scalar(g, "GROUP BY") for g in sel.args["group"].expressions]
+            order = ", ".join(f"{k} NULLS FIRST" for k in ranked)  # as ORDER BY's ascending default
+            filt = (f"SELECT * EXCLUDE (_g) FROM (SELECT *, dense_rank() OVER (ORDER BY {order}) AS _g "
+                    f"FROM ({filt})) WHERE _g > {self.stmt.soffset}"
+                    + (f" AND _g <= {self.stmt.soffset + self.stmt.slimit}" if self.stmt.slimit is not None else ""))
         if self.window is None:
             sql = self.plain(items, keys, filt, aggregated)
         elif self.window.kind == "interval":
@@ -393,7 +394,7 @@ class Translator:
         out = ""
         if having is not None:
             out += f" HAVING {self.sql(self._replace_keys(having.this), pseudo)}"
-        order_sql = default_order
+        order_sql = [f"{o} NULLS FIRST" for o in default_order]  # TDengine's ascending default
         if order is not None:
             order_sql = [self._order_item(o, pseudo, items) for o in order.expressions]
         n = off = None
