@@ -476,10 +476,8 @@ def test_a_time_range_prunes_what_is_read(data: tuple[Broker, pd.DataFrame, pd.D
     def read_bytes(sql: str) -> int:
         stmt = parse(sql)
         info, _, plan, vnodes = select_mod._prepare(broker.executor, stmt, "t29")  # type: ignore[arg-type]
-        out: list[bytes] = []
-        for _ in select_mod._read(broker.executor, info, vnodes, plan, SelectLimits(), out):
-            pass
-        return sum(len(b) for b in out)
+        return sum(len(b) for chunk in select_mod._read(broker.executor, info, vnodes, plan, SelectLimits())
+                   for b in chunk)
 
     everything = read_bytes("SELECT count(*) FROM meters")
     window = read_bytes(f"SELECT count(*) FROM meters WHERE ts >= {LO} AND ts < {LO + 600_000}")

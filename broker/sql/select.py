@@ -60,6 +60,8 @@ READ_CHUNK_BYTES = 1 << 20  # ~1.5 ms of LevelDB reading on the loop per step
 MAX_RESULT_ROWS = 1_000_000
 QUERY_THREADS = 2
 
+Payload = bytes | memoryview  # a rows entry's Arrow IPC bytes, as the WAL hands them out
+
 _ARROW_TYPES: dict[pa.DataType, TDType] = {
     pa.bool_(): BOOL, pa.int8(): TINYINT, pa.int16(): SMALLINT, pa.int32(): INT, pa.int64(): BIGINT,
     pa.uint8(): UTINYINT, pa.uint16(): USMALLINT, pa.uint32(): UINT, pa.uint64(): UBIGINT,
@@ -125,18 +127,22 @@ def _prepare(sql: SqlContext, stmt: ast.Select, db: str | None) -> tuple[Any, St
 
 
 async def select_async(sql: SqlContext, stmt: ast.Select, db: str | None, _caller: Caller) -> Result:
-    """Run a SELECT: the WAL read here in chunks (the loop serves others between them), the
-    rest in the query pool."""
+    """Run a SELECT: the WAL read here in chunks (the loop serves others between them), each
+    chunk decoded in the query pool while the next is read, then the engine run there."""
     info, schema, plan, vnodes = _prepare(sql, stmt, db)
     limits = sql.select_limits
-    payloads: list[bytes] = []
-    for _ in _read(sql, info, vnodes, plan, limits, payloads):
-        await asyncio.sleep(0)
-    tags = sql.catalog.tag_table(info.name, schema.name) if plan.needs_tags else None
+    loop = asyncio.get_running_loop()
     cancelled = threading.Event()
+    target = arrow_schema(schema)
+    decoding: list[asyncio.Future[list[pa.Table]]] = []
     try:
-        return await asyncio.get_running_loop().run_in_executor(
-            query_pool(), run, plan, schema, payloads, tags, limits, cancelled)
+        for chunk in _read(sql, info, vnodes, plan, limits):
+            if chunk:
+                decoding.append(loop.run_in_executor(query_pool(), decode, schema, target, chunk, cancelled))
+            await asyncio.sleep(0)
+        tables = [t for part in await asyncio.gather(*decoding) for t in part]
+        tags = sql.catalog.tag_table(info.name, schema.name) if plan.needs_tags else None
+        return await loop.run_in_executor(query_pool(), execute, plan, target, tables, tags, limits)
     finally:
         cancelled.set()
 
@@ -144,18 +150,14 @@ async def select_async(sql: SqlContext, stmt: ast.Select, db: str | None, _calle
 def select(sql: SqlContext, stmt: ast.Select, db: str | None, _caller: Caller) -> Result:
     """`select_async` in the caller's thread (`Executor.execute`, off any loop)."""
     info, schema, plan, vnodes = _prepare(sql, stmt, db)
-    limits = sql.select_limits
-    payloads: list[bytes] = []
-    for _ in _read(sql, info, vnodes, plan, limits, payloads):
-        pass
+    payloads = [p for chunk in _read(sql, info, vnodes, plan, sql.select_limits) for p in chunk]
     tags = sql.catalog.tag_table(info.name, schema.name) if plan.needs_tags else None
-    return run(plan, schema, payloads, tags, limits)
+    return run(plan, schema, payloads, tags, sql.select_limits)
 
 
-def _read(sql: SqlContext, info: Any, vnodes: list[int], plan: Plan, limits: SelectLimits,
-          out: list[bytes]) -> Iterator[None]:
-    """Add to `out` the payloads of the rows entries the query may need; yields after each
-    chunk of READ_CHUNK_BYTES."""
+def _read(sql: SqlContext, info: Any, vnodes: list[int], plan: Plan, limits: SelectLimits) -> Iterator[list[Payload]]:
+    """The payloads of the rows entries the query may need, a chunk of about READ_CHUNK_BYTES
+    at a time."""
     total = 0
     store = sql.store
     db: str = info.name
@@ -168,6 +170,7 @@ def _read(sql: SqlContext, info: Any, vnodes: list[int], plan: Plan, limits: Sel
                 raise SqlError(f"Database not exist: {db}")
             entries, version = store.rows_in_range(db, vnode, version, upto, plan.ts_low, plan.ts_high,
                                                    READ_CHUNK_BYTES)
+            chunk: list[Payload] = []
             for base, data in entries:
                 if base in aborted:
                     continue
@@ -175,15 +178,21 @@ def _read(sql: SqlContext, info: Any, vnodes: list[int], plan: Plan, limits: Sel
                 if total > limits.max_bytes:
                     raise SqlError(f"the query would read more than {limits.max_bytes} bytes of rows "
                                    "(sql_select_max_bytes): narrow it by time range or tbname")
-                out.append(data)
-            yield
+                chunk.append(data)
+            yield chunk
 
 
-def run(plan: Plan, schema: StableSchema, payloads: list[bytes], tags: pa.Table | None,
-        limits: SelectLimits | None = None, cancelled: threading.Event | None = None) -> Result:
+def run(plan: Plan, schema: StableSchema, payloads: list[Payload], tags: pa.Table | None,
+        limits: SelectLimits | None = None) -> Result:
     """Decode the entries of `schema`'s supertable, run the plan, answer (pure: no store)."""
-    limits = limits or SelectLimits()
     target = arrow_schema(schema)
+    return execute(plan, target, decode(schema, target, payloads), tags, limits)
+
+
+def decode(schema: StableSchema, target: pa.Schema, payloads: list[Payload],
+           cancelled: threading.Event | None = None) -> list[pa.Table]:
+    """The rows of `schema`'s supertable in `payloads` (entries of others skipped), each
+    conformed to the schema of now (`target`: its Arrow schema)."""
     name = schema.name.encode()
     tables = []
     for data in payloads:
@@ -193,6 +202,13 @@ def run(plan: Plan, schema: StableSchema, payloads: list[bytes], tags: pa.Table 
         if (table.schema.metadata or {}).get(STABLE_METADATA_KEY) != name:
             continue
         tables.append(conform(table, schema, target).replace_schema_metadata(None))
+    return tables
+
+
+def execute(plan: Plan, target: pa.Schema, tables: list[pa.Table], tags: pa.Table | None,
+            limits: SelectLimits | None = None) -> Result:
+    """Run the plan over the decoded rows in DuckDB; the answer."""
+    limits = limits or SelectLimits()
     rows = pa.concat_tables(tables) if tables else target.empty_table()
     con = _engine(limits).cursor()  # its own connection: `rows` and `tags` are its alone
     timer = threading.Timer(limits.timeout_s, con.interrupt)
