@@ -3,9 +3,10 @@
 tmqgate-only (no Kafka broker has SQL over its topics). The data: 1,023,657 rows in two
 supertables over 250 child tables on 4 vnodes, written through the broker's one rows write
 path (real LevelDB): NULLs in columns and a tag, gaps in 30 child tables (for FILL), a fifth of
-the child tables written out of time order, rows of several child tables in one entry. Each query's answer is compared with
-what pandas computes from the generated frame, under TDengine's rules (FIRST/LAST skip NULLs,
-LAST_ROW does not, windows aligned to the epoch, FILL between the WHERE's bounds, ...).
+the child tables written out of time order, rows of several child tables in one entry. Each
+query's answer is compared with what pandas computes from the generated frame, under
+TDengine's rules (FIRST/LAST skip NULLs, LAST_ROW does not, windows aligned to the epoch, FILL
+between the WHERE's bounds, ...).
 """
 
 from __future__ import annotations
