@@ -428,7 +428,7 @@ class Store:
         return self.wal.read_entries(db, vnode, from_version, max_bytes, include_meta)
 
     def rows_in_range(self, db: str, vnode: int, from_version: int, upto: int, ts_low: int | None,
-                      ts_high: int | None, max_bytes: int) -> tuple[list[tuple[int, memoryview]], int]:
+                      ts_high: int | None, max_bytes: int) -> tuple[list[tuple[int, bytes]], int]:
         return self.wal.rows_in_range(db, vnode, from_version, upto, ts_low, ts_high, max_bytes)
 
     def log_start(self, db: str, vnode: int) -> int:

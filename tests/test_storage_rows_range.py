@@ -1,6 +1,6 @@
 """Store.rows_in_range (issue 29): a SELECT's read of a vnode — only rows entries, only those
 whose header's [min ts, max ts] meets the asked range, below the asked version, in chunks of
-about max_bytes, each payload as stored (the Arrow IPC bytes, no copy)."""
+about max_bytes, each payload as stored (the Arrow IPC bytes after storage's header)."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ READ_CHUNK_BYTES = 1 << 20  # ~1.5 ms of LevelDB reading on the loop per step
 MAX_RESULT_ROWS = 1_000_000
 QUERY_THREADS = 2
 
-Payload = bytes | memoryview  # a rows entry's Arrow IPC bytes, as the WAL hands them out
+Payload = bytes  # a rows entry's Arrow IPC bytes, as the WAL hands them out
 
 _ARROW_TYPES: dict[pa.DataType, TDType] = {
     pa.bool_(): BOOL, pa.int8(): TINYINT, pa.int16(): SMALLINT, pa.int32(): INT, pa.int64(): BIGINT,
@@ -127,22 +127,20 @@ def _prepare(sql: SqlContext, stmt: ast.Select, db: str | None) -> tuple[Any, St
 
 
 async def select_async(sql: SqlContext, stmt: ast.Select, db: str | None, _caller: Caller) -> Result:
-    """Run a SELECT: the WAL read here in chunks (the loop serves others between them), each
-    chunk decoded in the query pool while the next is read, then the engine run there."""
+    """Run a SELECT: the WAL read here in chunks (the loop serves others between them), the
+    entries then decoded and the engine run in the query pool. (Decoding each chunk in the
+    pool while the loop read the next was measured slower: the threads fought over the GIL.)"""
     info, schema, plan, vnodes = _prepare(sql, stmt, db)
     limits = sql.select_limits
-    loop = asyncio.get_running_loop()
+    payloads: list[Payload] = []
+    for chunk in _read(sql, info, vnodes, plan, limits):
+        payloads += chunk
+        await asyncio.sleep(0)
+    tags = sql.catalog.tag_table(info.name, schema.name) if plan.needs_tags else None
     cancelled = threading.Event()
-    target = arrow_schema(schema)
-    decoding: list[asyncio.Future[list[pa.Table]]] = []
     try:
-        for chunk in _read(sql, info, vnodes, plan, limits):
-            if chunk:
-                decoding.append(loop.run_in_executor(query_pool(), decode, schema, target, chunk, cancelled))
-            await asyncio.sleep(0)
-        tables = [t for part in await asyncio.gather(*decoding) for t in part]
-        tags = sql.catalog.tag_table(info.name, schema.name) if plan.needs_tags else None
-        return await loop.run_in_executor(query_pool(), execute, plan, target, tables, tags, limits)
+        return await asyncio.get_running_loop().run_in_executor(
+            query_pool(), run, plan, schema, payloads, tags, limits, cancelled)
     finally:
         cancelled.set()
 
@@ -183,10 +181,10 @@ def _read(sql: SqlContext, info: Any, vnodes: list[int], plan: Plan, limits: Sel
 
 
 def run(plan: Plan, schema: StableSchema, payloads: list[Payload], tags: pa.Table | None,
-        limits: SelectLimits | None = None) -> Result:
+        limits: SelectLimits | None = None, cancelled: threading.Event | None = None) -> Result:
     """Decode the entries of `schema`'s supertable, run the plan, answer (pure: no store)."""
     target = arrow_schema(schema)
-    return execute(plan, target, decode(schema, target, payloads), tags, limits)
+    return execute(plan, target, decode(schema, target, payloads, cancelled), tags, limits)
 
 
 def decode(schema: StableSchema, target: pa.Schema, payloads: list[Payload],
