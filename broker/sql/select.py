@@ -35,7 +35,7 @@ from tmqgate.broker.sql.context import SelectLimits, SqlContext, find_database
 from tmqgate.broker.sql.result import Result
 from tmqgate.broker.sql.translate import Plan, translate
 from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY
-from tmqgate.broker.tsdb.rows import arrow_schema, conform, decode_rows
+from tmqgate.broker.tsdb.rows import arrow_schema, conform
 from tmqgate.broker.tsdb.types import (
     BIGINT,
     BOOL,
@@ -188,26 +188,30 @@ def run(plan: Plan, schema: StableSchema, payloads: list[Payload], tags: pa.Tabl
 
 
 def decode(schema: StableSchema, target: pa.Schema, payloads: list[Payload],
-           cancelled: threading.Event | None = None) -> list[pa.Table]:
+           cancelled: threading.Event | None = None) -> list[pa.RecordBatch]:
     """The rows of `schema`'s supertable in `payloads` (entries of others skipped), each
-    conformed to the schema of now (`target`: its Arrow schema)."""
+    conformed to the schema of now (`target`: its Arrow schema). An entry is one record batch:
+    read as that (half the time of reading it as a table, measured)."""
     name = schema.name.encode()
-    tables = []
+    batches = []
     for data in payloads:
         if cancelled is not None and cancelled.is_set():
             raise SqlError("the query was cancelled")
-        table = decode_rows(data)
-        if (table.schema.metadata or {}).get(STABLE_METADATA_KEY) != name:
+        batch = pa.ipc.open_stream(data).read_next_batch()
+        if (batch.schema.metadata or {}).get(STABLE_METADATA_KEY) != name:
             continue
-        tables.append(conform(table, schema, target).replace_schema_metadata(None))
-    return tables
+        if batch.schema.equals(target):
+            batches.append(batch.replace_schema_metadata(None))
+        else:  # written under an older schema
+            batches.extend(conform(pa.Table.from_batches([batch]), schema, target).to_batches())
+    return batches
 
 
-def execute(plan: Plan, target: pa.Schema, tables: list[pa.Table], tags: pa.Table | None,
+def execute(plan: Plan, target: pa.Schema, batches: list[pa.RecordBatch], tags: pa.Table | None,
             limits: SelectLimits | None = None) -> Result:
     """Run the plan over the decoded rows in DuckDB; the answer."""
     limits = limits or SelectLimits()
-    rows = pa.concat_tables(tables) if tables else target.empty_table()
+    rows = pa.Table.from_batches(batches, schema=target.remove_metadata())
     con = _engine(limits).cursor()  # its own connection: `rows` and `tags` are its alone
     timer = threading.Timer(limits.timeout_s, con.interrupt)
     try:
