@@ -6,8 +6,9 @@ windows; TDengine's syntax becomes DuckDB SQL in broker/sql/translate.py.
 
 Rules:
 - The loop only reads the WAL (in chunks of READ_CHUNK_BYTES, yielding between them), and
-  only the entries that can hold a matching row, by the min and max timestamps of their
-  headers. Every vnode is read: a child table's rows lie where its producers put them (a
+  only the entries that can hold a matching row: from the first entry the time index says
+  reaches the WHERE's lower time bound, and of those only the ones whose header's min and max
+  timestamps meet the bounds. Every vnode is read: a child table's rows lie where its producers put them (a
   Kafka producer picks the partition), so the vnode it was made on may hold only some of
   them. Rows of aborted transactions and of open ones (past the last stable offset) are never
   read, as a read_committed consumer.
@@ -162,6 +163,13 @@ def _read(sql: SqlContext, info: Any, vnodes: list[int], plan: Plan, limits: Sel
     for vnode in vnodes:
         upto = store.last_stable_offset(db, vnode)
         version = store.log_start(db, vnode)
+        if plan.ts_low is not None:
+            # the time index: every entry before the first whose running max timestamp reaches
+            # ts_low holds only older rows, so the read starts there (not even their headers)
+            found = store.offset_for_timestamp(db, vnode, plan.ts_low)
+            if found is None:
+                continue
+            version = max(version, found[0])
         aborted = store.aborted_rows(db, vnode, version, upto) if upto > version else set()
         while version < upto:
             if store.get_database(db) is not info:  # dropped (and made again) meanwhile
