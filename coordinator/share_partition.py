@@ -87,7 +87,7 @@ class Acquired:
 @dataclass(frozen=True)
 class StateBatch:
     """A run of in-flight offsets with one state and delivery count, as persisted (an
-    acquired record is persisted as AVAILABLE: its lock does not outlive the broker)."""
+    acquired record is persisted as given back: its lock does not outlive the broker)."""
 
     first: int
     last: int
@@ -210,11 +210,16 @@ class SharePartition:
         return self.end - self.start
 
     def snapshot(self) -> Snapshot:
-        """The durable form (Kafka's WriteShareGroupState: the start and the state batches)."""
+        """The durable form (Kafka's WriteShareGroupState: the start and the state batches).
+        A lock does not outlive the broker, so an acquired record is written as giving it
+        back would leave it: available, or archived once delivered `delivery_limit` times."""
         batches: list[StateBatch] = []
         for offset in range(self.start, self.end):
             record = self.records[offset]
-            state = RecordState.AVAILABLE if record.state is RecordState.ACQUIRED else record.state
+            state = record.state
+            if state is RecordState.ACQUIRED:
+                spent = record.delivery_count >= self.delivery_limit
+                state = RecordState.ARCHIVED if spent else RecordState.AVAILABLE
             last = batches[-1] if batches else None
             if last is not None and last.last == offset - 1 and last.state is state \
                     and last.delivery_count == record.delivery_count:
