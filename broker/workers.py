@@ -53,6 +53,9 @@ RESTART_DELAY_S = 1.0
 #: how long a worker's start waits for a killed predecessor to let go of its data
 LOCK_WAIT_S = 30.0
 STOP_WAIT_S = 30.0
+#: A worker whose supervisor died gives its own stop this long, then ends (`_exit_when_orphaned`);
+#: within LOCK_WAIT_S, so a supervisor started again meanwhile gets its data.
+ORPHAN_GRACE_S = 15.0
 _PORT = re.compile(r":(\d+)$")
 
 
@@ -150,8 +153,23 @@ def _wait_unlocked(data_dir: str, timeout: float = LOCK_WAIT_S) -> None:
             time.sleep(0.05)
 
 
+def _exit_when_orphaned(parent: int, grace_s: float = ORPHAN_GRACE_S) -> None:
+    """A daemon thread's loop: once the supervisor `parent` is gone (this process handed to
+    another parent), the worker's own stop (SIGTERM, `_die_with_parent`) has `grace_s` to
+    finish; then the process ends at once. A stop that waits on siblings which died with the
+    supervisor must not keep the worker's port and data locked for ever (CI found one left
+    running 50 minutes after its supervisor's kill -9); ending it so is a kill -9, which
+    loses nothing acknowledged."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    time.sleep(grace_s)
+    os._exit(1)
+
+
 def _run_worker(serve: Callable[..., Any], args: tuple[Any, ...]) -> None:
     _die_with_parent()
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), name="tmqgate-orphan-guard",
+                     daemon=True).start()
     serve(*args)
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -143,3 +145,32 @@ def test_a_worker_starts_once_its_killed_predecessor_let_go_of_its_data(tmp_path
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_worker_whose_supervisor_died_ends_even_if_its_stop_hangs(tmp_path: Path) -> None:
+    """The orphan guard of a worker (broker/workers.py): its supervisor killed -9 and its own
+    stop never finishing (here: SIGTERM ignored), it still ends, after the grace it gives."""
+    import signal
+    import subprocess
+    import sys
+
+    worker = ("import os, signal, threading, time\n"
+              "from tmqgate.broker.workers import _exit_when_orphaned\n"
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "threading.Thread(target=_exit_when_orphaned, args=(os.getppid(), 0.5), daemon=True).start()\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(120)\n")
+    supervisor = ("import subprocess, sys, time\n"
+                  f"p = subprocess.Popen([sys.executable, '-c', {worker!r}], stdout=subprocess.PIPE, text=True)\n"
+                  "assert p.stdout.readline() == 'ready\\n'\n"
+                  "print(p.pid, flush=True)\n"
+                  "time.sleep(120)\n")
+    sup = subprocess.Popen([sys.executable, "-c", supervisor], stdout=subprocess.PIPE, text=True)
+    assert sup.stdout is not None
+    child = int(sup.stdout.readline())
+    os.kill(sup.pid, signal.SIGKILL)
+    sup.wait(10)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the orphaned worker is still running"
+        time.sleep(0.1)
