@@ -411,14 +411,7 @@ class _Parser:
                 offset = 0
                 while self.tok.kind == "op" and self.tok.text in "+-":
                     op = self.advance().text
-                    d = self.tok
-                    if d.kind != "duration":
-                        raise self.error("a duration such as 1h")
-                    self.advance()
-                    try:
-                        ms = duration_ms(d.text)
-                    except TypeError_ as e:
-                        raise SqlError(f"{e} at position {d.pos}", d.pos) from None
+                    ms = self.duration_token("a duration such as 1h")
                     offset += ms if op == "+" else -ms
                 return NowValue(offset, day=w == "TODAY")
         raise self.error("a literal value")
@@ -951,15 +944,21 @@ class _Parser:
         self.advance()
         return int(t.text)
 
-    def _duration(self) -> int:
+    def duration_token(self, expected: str) -> int:
+        """A duration literal (10m, 1h) in ms; `expected` names it in the error otherwise."""
         t = self.tok
         if t.kind != "duration":
-            raise self.error("a duration such as 10m")
+            raise self.error(expected)
         self.advance()
         try:
-            ms = duration_ms(t.text)
+            return duration_ms(t.text)
         except TypeError_ as e:
             raise SqlError(f"{e} at position {t.pos}", t.pos) from None
+
+    def _duration(self) -> int:
+        """A window's duration: positive."""
+        t = self.tok
+        ms = self.duration_token("a duration such as 10m")
         if ms <= 0:
             raise SqlError(f"the duration must be positive at position {t.pos}", t.pos)
         return ms

@@ -64,11 +64,9 @@ QUERY_THREADS = 2
 Payload = bytes  # a rows entry's Arrow IPC bytes, as the WAL hands them out
 _CONTINUATION = b"\xff\xff\xff\xff"  # an IPC message's start in Arrow's stream format
 
-_ARROW_TYPES: dict[pa.DataType, TDType] = {
-    pa.bool_(): BOOL, pa.int8(): TINYINT, pa.int16(): SMALLINT, pa.int32(): INT, pa.int64(): BIGINT,
-    pa.uint8(): UTINYINT, pa.uint16(): USMALLINT, pa.uint32(): UINT, pa.uint64(): UBIGINT,
-    pa.float32(): FLOAT, pa.float64(): DOUBLE,
-}
+#: a result column's TDengine type from its Arrow type, where TDengine does not fix it
+_ARROW_TYPES: dict[pa.DataType, TDType] = {t.arrow: t for t in (BOOL, TINYINT, SMALLINT, INT, BIGINT, UTINYINT,
+                                                                  USMALLINT, UINT, UBIGINT, FLOAT, DOUBLE)}
 
 _pool: ThreadPoolExecutor | None = None
 

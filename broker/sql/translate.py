@@ -106,11 +106,11 @@ class Translator:
         self.needs_tags = child is None and any(isinstance(i, exp.Star) for i in self.root.expressions)
         for tree in (self.root, *stmt.partition, *([stmt.window.expr] if stmt.window and stmt.window.expr else [])):
             for n in tree.walk():
-                if isinstance(n, exp.Column) and n.name in self.tags or (
-                        isinstance(n, exp.Column) and schema.is_tag(n.name)):
+                if isinstance(n, exp.Column) and schema.is_tag(n.name):
                     self.needs_tags = True
         self.partition = [self.scalar(p, "PARTITION BY") for p in stmt.partition]
-        self.partition_nodes = stmt.partition
+        # a partition key's text → the column `_p<i>` it is computed into
+        self.key_columns = {p.sql(dialect="mysql").lower(): f"_p{i}" for i, p in enumerate(stmt.partition)}
 
     # -- expressions -------------------------------------------------------------------------
 
@@ -356,8 +356,7 @@ class Translator:
 
     def _replace_keys(self, node: exp.Expr, extra: dict[str, str] | None = None) -> exp.Expr:
         """Item subtrees equal to a partition key (outside aggregates) as that key's column."""
-        keys = {p.sql(dialect="mysql").lower(): f"_p{i}" for i, p in enumerate(self.partition_nodes)}
-        keys.update(extra or {})
+        keys = {**self.key_columns, **(extra or {})}
 
         def walk(n: exp.Expr) -> exp.Expr:
             if is_aggregate(n):
@@ -374,13 +373,15 @@ class Translator:
 
         return walk(node.copy())
 
+    def _item(self, item: exp.Expr, pseudo: dict[str, str] | None, extra: dict[str, str] | None = None) -> str:
+        """A select item (its alias dropped) or a HAVING condition as DuckDB SQL over the
+        partition keys' columns."""
+        node = item.this if isinstance(item, exp.Alias) else item
+        return self.sql(self._replace_keys(node, extra), pseudo)
+
     def _select_list(self, items: list[exp.Expr], pseudo: dict[str, str] | None,
                      extra: dict[str, str] | None = None) -> str:
-        out = []
-        for i, item in enumerate(items):
-            node = item.this if isinstance(item, exp.Alias) else item
-            out.append(f"{self.sql(self._replace_keys(node, extra), pseudo)} AS _c{i}")
-        return ", ".join(out)
+        return ", ".join(f"{self._item(item, pseudo, extra)} AS _c{i}" for i, item in enumerate(items))
 
     def _tail(self, pseudo: dict[str, str] | None, keys: list[str], default_order: list[str],
               items: list[exp.Expr], having_done: bool = False) -> str:
@@ -393,7 +394,7 @@ class Translator:
         offset = sel.args.get("offset")
         out = ""
         if having is not None:
-            out += f" HAVING {self.sql(self._replace_keys(having.this), pseudo)}"
+            out += f" HAVING {self._item(having.this, pseudo)}"
         order_sql = [f"{o} NULLS FIRST" for o in default_order]  # TDengine's ascending default
         if order is not None:
             order_sql = [self._order_item(o, pseudo, items) for o in order.expressions]
@@ -480,13 +481,11 @@ class Translator:
             return sql + self._tail(pseudo, keys, [*keys, "_wstart"], items)
         # FILL: aggregates per window, then every window of the range joined to them
         filled = [i for i, item in enumerate(items) if _has_aggregate(item)]
-        agg_list = ", ".join([*keys, "_wstart"] + [
-            f"{self.sql(self._replace_keys(items[i].this if isinstance(items[i], exp.Alias) else items[i]), pseudo)}"
-            f" AS _c{i}" for i in filled])
+        agg_list = ", ".join([*keys, "_wstart"] + [f"{self._item(items[i], pseudo)} AS _c{i}" for i in filled])
         agg = f"SELECT {agg_list} FROM ({windowed}) GROUP BY {group}"
         having = self.root.args.get("having")
         if having is not None:
-            agg += f" HAVING {self.sql(self._replace_keys(having.this), pseudo)}"
+            agg += f" HAVING {self._item(having.this, pseudo)}"
 
         def align(t: int) -> int:
             return (t - off) - (t - off) % step + off
@@ -509,11 +508,9 @@ class Translator:
             raise SqlError(f"FILL(VALUE) needs {len(filled)} values, one for each aggregate; {len(values)} given")
         part = f"PARTITION BY {', '.join(keys)} " if keys else ""
         outer: list[str] = []
-        extra = {p.sql(dialect="mysql").lower(): f"_p{j}" for j, p in enumerate(self.partition_nodes)}
         for i, item in enumerate(items):
             if i not in filled:
-                node = item.this if isinstance(item, exp.Alias) else item
-                outer.append(f"{self.sql(self._replace_keys(node, extra), pseudo)} AS _c{i}")
+                outer.append(f"{self._item(item, pseudo)} AS _c{i}")
                 continue
             c = f"_c{i}"
             mode = fill.mode
