@@ -490,8 +490,37 @@ async def _serve(config: BrokerConfig, log_format: str = "text", siblings: tuple
                      event="ready", kafka=kafka, http=http, **extra), flush=True)
     await stop.wait()
     logging.getLogger("tmqgate").info("shutting down")
+    _report_slow_stop(loop)
     await runner.cleanup()
     await broker.stop()
+
+
+#: a graceful stop still running after this long prints where it waits (`_report_slow_stop`)
+SLOW_STOP_S = 15.0
+
+
+def _report_slow_stop(loop: asyncio.AbstractEventLoop, after_s: float = SLOW_STOP_S) -> None:
+    """Once the stop began: if the process is still here `after_s` later, write every thread's
+    stack and every pending asyncio task's to stderr (the serve log), so a stop that hangs (CI
+    once saw a worker killed after the supervisor's STOP_WAIT_S) says what it waits on. A
+    daemon timer: a stop that ends in time ends it with the process."""
+    import faulthandler
+    import threading
+
+    def report() -> None:
+        print(f"tmqgate: the stop has taken over {after_s:.0f} s; its threads and tasks:", file=sys.stderr,
+              flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        try:
+            for task in list(asyncio.all_tasks(loop)):  # racy from this thread; good enough to read
+                task.print_stack(limit=8, file=sys.stderr)
+        except RuntimeError as exc:  # the set changed while read, or the loop is closed
+            print(f"(tasks not listed: {exc})", file=sys.stderr)
+        sys.stderr.flush()
+
+    timer = threading.Timer(after_s, report)
+    timer.daemon = True
+    timer.start()
 
 
 def _fronts(broker: Broker, nodes: tuple[int, ...]) -> Callable[[], list[str]]:

@@ -100,6 +100,16 @@ def _serve(tmp_path: Path, data: Path, port: int, http: int, *flags: str) -> sub
     return proc
 
 
+def _stop(proc: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    """SIGTERM, as an operator stops it: every worker stops cleanly (exit 0); else the serve
+    logs' ends, where a slow stop writes its threads and tasks (broker/cli.py)."""
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(60)
+    tails = "".join(f"\n--- {log.name}\n" + log.read_text(errors="replace")[-6000:]
+                    for log in sorted(tmp_path.glob("serve-*.log")))
+    assert rc == 0, f"tmqgate serve exited {rc}{tails}"
+
+
 def _ready(tmp_path: Path, data: Path, count: int) -> None:
     """Until `count` "tmqgate ready" lines are in the serve log of `data`: printed once a broker
     listens and handles SIGTERM (a SIGTERM before that ends it as the default action would)."""
@@ -124,22 +134,19 @@ def test_one_worker_per_core_by_default_and_a_data_directory_keeps_its_shape(tmp
         assert sorted(d for d in os.listdir(tmp_path / "new") if d.startswith("worker-")) == \
             [f"worker-{i}" for i in range(n)]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        _stop(proc, tmp_path)
 
     single = tmp_path / "single"
     proc = _serve(tmp_path, single, port, http, "--workers", "1")
     _ready(tmp_path, single, 1)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == 0
+    _stop(proc, tmp_path)
     proc = _serve(tmp_path, single, port, http)  # the default on a single broker's data: one broker
     try:
         _ready(tmp_path, single, 2)  # its own ready line after the first broker's
         assert _listed(f"127.0.0.1:{port}") == [(1, port)]
         assert not any(d.startswith("worker-") for d in os.listdir(single))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        _stop(proc, tmp_path)
     refused = subprocess.run(_tmqgate_cmd() + ["serve", "--workers", "2", "--listen", f"127.0.0.1:{port}",
                                                "--http", f"127.0.0.1:{http}", "--data-dir", str(single)],
                              capture_output=True, text=True, timeout=60)
@@ -243,8 +250,7 @@ def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
         assert wait_until(lambda: _committed_in_log(bootstrap, group, topic), 30, 0.5,
                           "the group's commits in __consumer_offsets", retry_errors=True) == {p: 100 for p in range(4)}
 
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        _stop(proc, tmp_path)
         assert not any(api_versions_ok(f"127.0.0.1:{p}") for p in (port, port + 1))
     finally:
         if proc.poll() is None:
