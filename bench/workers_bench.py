@@ -131,7 +131,9 @@ def markdown(res: dict[str, Any]) -> str:
           "batch.size=131072, no per-record callback) for the window after a warm-up; records/s is what the topic "
           "gained in the window. CPU seconds over the window: the workers' (each), the producers' (all). On this "
           "machine brokers and producers share the cores: read it as whether N workers use more of the machine "
-          "than one; ×1 worker is the ratio to one worker with as many producers.", ""]
+          "than one; ×1 worker is the ratio to one worker with as many producers. "
+          f"Each cell is the median of {res.get('rounds', 1)} round(s), the grid run round after round "
+          "(every round's records/s in the last column).", ""]
     rows = []
     base = {r["producers"]: r["records_per_s"] for r in res["results"] if r["workers"] == 1}
     for r in res["results"]:
@@ -139,11 +141,44 @@ def markdown(res: dict[str, Any]) -> str:
         rows.append([str(r["workers"]), str(r["producers"]), f"{r['records_per_s']:,}", f"{r['mib_per_s']:.1f}",
                      f"{r['records_per_s'] / one:.2f}" if one else "–",
                      " + ".join(f"{c:.1f}" for c in r["worker_cpu_s"] if c >= 0.05),
-                     f"{sum(r.get('producer_cpu_s', [])):.1f}"])
-    md += ["| workers | producers | records/s | MiB/s | ×1 worker | worker CPU s | producers' CPU s |",
-           "|---|---|---|---|---|---|---|"]
+                     f"{sum(r.get('producer_cpu_s', [])):.1f}",
+                     ", ".join(f"{x:,}" for x in r.get("rounds", [r["records_per_s"]]))])
+    md += ["| workers | producers | records/s | MiB/s | ×1 worker | worker CPU s | producers' CPU s | rounds |",
+           "|---|---|---|---|---|---|---|---|"]
     md += ["| " + " | ".join(row) + " |" for row in rows]
+    top = res.get("ceiling")
+    if top:
+        md += ["", f"What these cores allow: one worker with {res['cpus']} producers spends b CPU-µs a record and its "
+               "producers p; it is bound by its one core (1 / b records/s) while the machine's cores carry at most "
+               f"{res['cpus']} / (b + p): N workers can gain at most {res['cpus']}·b / (b + p) = **{top:.2f}×** "
+               "here. A faster worker (smaller b) lowers that ceiling: on a machine where clients share the "
+               "cores, the gain from more workers is bounded by what the clients leave."]
     return "\n".join(md) + "\n"
+
+
+def _median_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (workers, producers), in first-run order: the run with the median records/s, with
+    every round's records/s beside it (`rounds`)."""
+    keys = list(dict.fromkeys((r["workers"], r["producers"]) for r in results))
+    out = []
+    for key in keys:
+        runs = sorted((r for r in results if (r["workers"], r["producers"]) == key), key=lambda r: r["records_per_s"])
+        out.append({**runs[(len(runs) - 1) // 2], "rounds": [r["records_per_s"] for r in runs]})
+    return out
+
+
+def ceiling(res: dict[str, Any]) -> float | None:
+    """What the machine allows N workers over one, from one worker's run with as many producers
+    as cores: with that worker core-bound at b CPU-µs a record and the producers at p, the
+    machine's `cpus` cores carry at most cpus / (b + p) records/s, against one worker's 1 / b:
+    cpus·b / (b + p) (None without such a run)."""
+    cpus = res["cpus"]
+    one = [r for r in res["results"] if r["workers"] == 1 and r["producers"] == cpus]
+    if not one or not one[0]["records"]:
+        return None
+    b = sum(one[0]["worker_cpu_s"]) / one[0]["records"]
+    p = sum(one[0]["producer_cpu_s"]) / one[0]["records"]
+    return cpus * b / (b + p)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,28 +186,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--producers", default="2", help="comma-separated producer counts (each with each N)")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=3, help="the whole grid this many times, interleaved; "
+                        "each cell reports its median round")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "workers_results.json")
     args = parser.parse_args(argv)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    results = []
-    for producers in (int(p) for p in args.producers.split(",")):
-        for n in (int(w) for w in args.workers.split(",")):
-            workdir = Path(tempfile.mkdtemp(prefix=f"tmqgate-workers-{n}-"))
-            try:
-                result = run(n, producers, args.seconds, workdir)
-            finally:
-                shutil.rmtree(workdir, ignore_errors=True)
-            print(json.dumps(result), flush=True)
-            results.append(result)
+    every = []
+    for _ in range(args.rounds):
+        for producers in (int(p) for p in args.producers.split(",")):
+            for n in (int(w) for w in args.workers.split(",")):
+                workdir = Path(tempfile.mkdtemp(prefix=f"tmqgate-workers-{n}-"))
+                try:
+                    result = run(n, producers, args.seconds, workdir)
+                finally:
+                    shutil.rmtree(workdir, ignore_errors=True)
+                print(json.dumps(result), flush=True)
+                every.append(result)
+    results = _median_runs(every)
     base = {r["producers"]: r["records_per_s"] or 1 for r in results if r["workers"] == 1}
     command = "python -m bench.workers_bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    summary = {"command": command.strip(), "started": started, "cpus": os.cpu_count(), "results": results,
+    summary = {"command": command.strip(), "started": started, "cpus": os.cpu_count(), "rounds": args.rounds,
+               "results": results,
                "ratios": {f"{r['workers']}w/{r['producers']}p": round(r["records_per_s"] / base[r["producers"]], 2)
                           for r in results if r["producers"] in base}}
+    summary["ceiling"] = ceiling(summary)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary["ratios"]))
+    print(json.dumps({**summary["ratios"], "ceiling": summary["ceiling"]}))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
