@@ -113,6 +113,13 @@ class ApiKey(IntEnum):
     CONSUMER_GROUP_DESCRIBE = 69
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 @dataclass(frozen=True)
@@ -202,7 +209,7 @@ def _synced(sync: ClusterSync, handler: BoundHandler) -> BoundHandler:
 
 
 #: Features this broker supports (name -> (min, max) level), as ApiVersions lists them.
-SUPPORTED_FEATURES = {"transaction.version": (0, 2)}
+SUPPORTED_FEATURES = {"transaction.version": (0, 2), "share.version": (0, 1)}
 
 
 def api_versions_body(table: Mapping[int, ApiEntry], error: ErrorCode = ErrorCode.NONE,

@@ -32,6 +32,7 @@ from tmqgate.broker.handlers.context import (
     DataPlane,
     GroupApis,
     Node,
+    ShareApis,
     TxnApis,
     TxnDataApis,
 )
@@ -55,6 +56,7 @@ from tmqgate.broker.runtime.coordination import (
 from tmqgate.broker.runtime.group_coordinator import group_coordinator
 from tmqgate.broker.runtime.log_cleaner import LogCleaner
 from tmqgate.broker.runtime.roles import LocalRoles, Roles
+from tmqgate.broker.runtime.shares import ShareRuntime
 from tmqgate.broker.runtime.txn_coordinator import txn_coordinator
 from tmqgate.broker.runtime.txn_markers import MarkerWriter
 from tmqgate.broker.runtime.waiters import DataNotifier
@@ -134,6 +136,8 @@ class Broker:
         # who coordinates a group: this node, or the leader of its group-state partition
         self.group_state = roles.group_placement(self.topics, self.replication, self.notifier, self.coordinator)
         self.group_configs = GroupConfigs(self.store, config, self.coordinator)
+        # share groups (KIP-932): the groups coordinated here, the share-partitions of what is led here
+        self.shares = ShareRuntime(clock.now_ms, self.group_configs.share_settings, self.store.share_states)
         self.broker_configs = BrokerConfigs(self.store, config, self.topics)
         # The transaction coordinator (broker/runtime/txn_coordinator.py): its markers and group
         # ends written here, on a cluster sent to the brokers leading them.
@@ -253,8 +257,11 @@ class Broker:
                                  broker_configs=self.broker_configs),
             ClusterApis: ClusterApis(node, self.topics, cfg, self.apis, self.membership, authorizer=auth),
             GroupApis: GroupApis(self.coordinator, self.topics, node, self.membership, self.group_state,
-                                 self.txn_state, self.txn_gate, authorizer=auth, txn_cluster=self.txn_routing),
+                                 self.txn_state, self.txn_gate, authorizer=auth, txn_cluster=self.txn_routing,
+                                 shares=self.shares),
             AclApis: AclApis(auth),
+            ShareApis: ShareApis(self.shares, self.store, self.topics, self.notifier, self.coordinator, node,
+                                 authorizer=auth),
             TxnApis: TxnApis(self.transactions, self.topics, self.txn_state, authorizer=auth),
             TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth, cluster=self.txn_routing),
         }

@@ -54,6 +54,20 @@ GROUP_VALID_PREVIOUS: dict[ShareGroupState, frozenset[ShareGroupState]] = {
 Assignment = dict[str, list[int]]  # topic → partitions
 
 
+@dataclass(frozen=True)
+class ShareSettings:
+    """One group's share configs as they apply now (its GROUP configs over the broker's defaults;
+    broker/dynamic_configs/group_configs.py)."""
+
+    auto_offset_reset: str = "latest"  # share.auto.offset.reset: latest | earliest
+    isolation_level: str = "read_uncommitted"  # share.isolation.level
+    record_lock_duration_ms: int = 30_000  # share.record.lock.duration.ms
+    delivery_count_limit: int = 5  # share.delivery.count.limit
+    partition_max_record_locks: int = 2000  # share.partition.max.record.locks
+    session_timeout_ms: int = 45_000  # share.session.timeout.ms
+    heartbeat_interval_ms: int = 5000  # share.heartbeat.interval.ms
+
+
 @dataclass
 class ShareMember:
     member_id: str

@@ -137,12 +137,20 @@ class SharePartition:
 
     # -- events ------------------------------------------------------------------------------
 
+    def first_available(self) -> int:
+        """The first offset a fetch may hand out: the oldest available one in flight, else the
+        first never handed out (`end`)."""
+        self.expire()
+        return next((o for o in range(self.start, self.end) if self.records[o].state is RecordState.AVAILABLE),
+                    self.end)
+
     def acquire(self, member: str, log_end: int, max_records: int) -> list[Acquired]:
-        """Hand `member` up to `max_records` records: the available ones in flight first
-        (redeliveries, oldest first), then new offsets below `log_end`, within `max_locks`."""
+        """Hand `member` up to `max_records` records below `log_end` (the log's end, or as far
+        as the fetch read): the available ones in flight first (redeliveries, oldest first),
+        then new offsets, within `max_locks`."""
         self.expire()
         taken: list[int] = []
-        for offset in range(self.start, self.end):
+        for offset in range(self.start, min(self.end, log_end)):
             if len(taken) >= max_records:
                 break
             if self.records[offset].state is RecordState.AVAILABLE:

@@ -119,6 +119,12 @@ prefix       key (after the prefix byte)                            value
 0xC0 DYNCONF resource type u8 (Kafka's ConfigResource type: 4      JSON {config name: string value} (the dynamic
              BROKER, 32 GROUP), resource name (utf-8; "" = the      configs set on that resource by AlterConfigs /
              BROKER cluster default)                                IncrementalAlterConfigs; absent = none set)
+0xC1 SHARE   topic id (16 bytes), partition u32, share group id     a share-partition's state (KIP-932's share
+             (utf-8)                                                coordinator state, ``storage.share_state``):
+                                                                    start offset i64, batches u32, then per batch
+                                                                    first i64, last i64, state u8, delivery count
+                                                                    u16; written before ShareFetch / ShareAcknowledge
+                                                                    answer
 ===========  =====================================================  ===============================================
 
 Payload log (``<data dir>/wal-payloads``):
@@ -219,6 +225,7 @@ QUOTA = b"\x88"
 SCRAM = b"\x90"
 TXNSTATE = b"\xb0"
 DYNCONF = b"\xc0"
+SHARE = b"\xc1"
 
 #: The layout this code writes and reads (see the module docstring).
 LAYOUT_VERSION = 2
@@ -750,3 +757,12 @@ def dynconf_key(resource_type: int, name: str) -> bytes:
 
 def parse_dynconf_key(key: bytes) -> tuple[int, str]:
     return key[1], key[2:].decode()
+
+
+def share_key(topic_id: bytes, partition: int, group: str) -> bytes:
+    return SHARE + topic_id + partition.to_bytes(4, "big") + group.encode()
+
+
+def parse_share_key(key: bytes) -> tuple[str, bytes, int]:
+    """(group, topic id, partition) of a SHARE key."""
+    return key[21:].decode(), key[1:17], int.from_bytes(key[17:21], "big")

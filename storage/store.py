@@ -16,6 +16,7 @@ concern, so that each can be read and changed alone:
 * ``storage.offsets`` — committed offsets and group metadata;
 * ``storage.quotas`` — client quota entities and their values.
 * ``storage.dynconfigs`` — dynamic BROKER and GROUP configs.
+* ``storage.share_state`` — share groups' share-partition state.
 * ``storage.users`` — users' SCRAM credentials (salt, iterations, StoredKey, ServerKey).
 * ``storage.acls`` — the authorizer's ACL bindings.
 * ``storage.txn_coordinator`` — the transaction coordinator's state per transactional id.
@@ -59,6 +60,7 @@ from tmqgate.storage.offsets import Offsets, StateOps
 from tmqgate.storage.producers import ActiveProducer, BatchMeta, ProducerAppend, Producers, ProducerWindow
 from tmqgate.storage.quotas import ClientQuotas
 from tmqgate.storage.retention import Retention
+from tmqgate.storage.share_state import ShareStates
 from tmqgate.storage.txn import Transaction
 from tmqgate.storage.txn_coordinator import TxnStates
 from tmqgate.storage.users import Users
@@ -108,6 +110,7 @@ class Store:
         self.offsets = Offsets(self.core, self.group_log)
         self.client_quotas = ClientQuotas(self.core)
         self.dynamic_configs = DynamicConfigs(self.core)
+        self.share_states = ShareStates(self.core)  # share groups' share-partitions (KIP-932)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
         self.acls = Acls(self.core)
         self.transaction_log = TransactionLog(self.group_log)  # __transaction_state's records

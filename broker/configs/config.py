@@ -274,6 +274,37 @@ class BrokerConfig:
     group_consumer_min_heartbeat_interval_ms: int = 500
     # group.consumer.max.heartbeat.interval.ms: the largest consumer.heartbeat.interval.ms a group may set.
     group_consumer_max_heartbeat_interval_ms: int = 15_000
+    # group.share.session.timeout.ms: a share group member's session timeout (KIP-932).
+    group_share_session_timeout_ms: int = 45_000
+    # group.share.min.session.timeout.ms: the smallest share.session.timeout.ms a group may set.
+    group_share_min_session_timeout_ms: int = 45_000
+    # group.share.max.session.timeout.ms: the largest share.session.timeout.ms a group may set.
+    group_share_max_session_timeout_ms: int = 60_000
+    # group.share.heartbeat.interval.ms: the heartbeat interval given to share group members.
+    group_share_heartbeat_interval_ms: int = 5000
+    # group.share.min.heartbeat.interval.ms: the smallest share.heartbeat.interval.ms a group may set.
+    group_share_min_heartbeat_interval_ms: int = 5000
+    # group.share.max.heartbeat.interval.ms: the largest share.heartbeat.interval.ms a group may set.
+    group_share_max_heartbeat_interval_ms: int = 15_000
+    # group.share.record.lock.duration.ms: how long a record acquired by a share consumer stays
+    # locked to it before it is available to others again.
+    group_share_record_lock_duration_ms: int = 30_000
+    # group.share.min.record.lock.duration.ms: the smallest share.record.lock.duration.ms a group may set.
+    group_share_min_record_lock_duration_ms: int = 15_000
+    # group.share.max.record.lock.duration.ms: the largest share.record.lock.duration.ms a group may set.
+    group_share_max_record_lock_duration_ms: int = 60_000
+    # group.share.delivery.count.limit: deliveries of a record to a share group before it is archived.
+    group_share_delivery_count_limit: int = 5
+    # group.share.min.delivery.count.limit: the smallest share.delivery.count.limit a group may set.
+    group_share_min_delivery_count_limit: int = 2
+    # group.share.max.delivery.count.limit: the largest share.delivery.count.limit a group may set.
+    group_share_max_delivery_count_limit: int = 10
+    # group.share.partition.max.record.locks: records in flight per share-partition at most.
+    group_share_partition_max_record_locks: int = 2000
+    # group.share.min.partition.max.record.locks: the smallest share.partition.max.record.locks a group may set.
+    group_share_min_partition_max_record_locks: int = 100
+    # group.share.max.partition.max.record.locks: the largest share.partition.max.record.locks a group may set.
+    group_share_max_partition_max_record_locks: int = 4000
     # offset.metadata.max.bytes: the longest metadata string an offset commit may carry.
     offset_metadata_max_bytes: int = 4096
     # offsets.topic.num.partitions: the partitions of the internal topic __consumer_offsets

@@ -18,6 +18,7 @@ from tmqgate.broker.handlers import (  # noqa: F401
     quotas,
     reassignments,
     sasl,
+    share,
     transactions,
     txn_markers,
 )

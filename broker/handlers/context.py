@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from tmqgate.broker.acl.model import Operation, ResourceType
 from tmqgate.broker.identity.client import current_client
 from tmqgate.broker.runtime.coordination import CoordinatorPlacement, LocalTxnRouting, TxnRouting
 from tmqgate.broker.runtime.replicas import LocalReplication, Replicas
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.ops.metrics import Metrics
     from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
     from tmqgate.broker.ratelimit import RateLimitedLog
+    from tmqgate.broker.runtime.shares import ShareRuntime
     from tmqgate.broker.runtime.txn_coordinator import TxnCoordinatorRuntime
     from tmqgate.broker.runtime.txn_markers import MarkerWriter
     from tmqgate.broker.runtime.waiters import DataNotifier
@@ -160,6 +162,7 @@ class GroupApis:
     txn_offsets: TxnOffsetsGate  # TxnOffsetCommit's check of the producer's transaction
     authorizer: Authorizer | None = None
     txn_cluster: TxnRouting = field(default_factory=LocalTxnRouting)  # TxnOffsetCommit v5 adds the group there
+    shares: ShareRuntime | None = None  # share groups: ListGroups and DeleteGroups see them too
 
     def coordinator_node(self, key_type: int = 0, key: str = "") -> tuple[int, str, int] | None:
         """(node id, host, port) of the broker that coordinates the group (``key_type`` 0) or
@@ -219,3 +222,22 @@ class TxnDataApis:
 @dataclass(frozen=True)
 class AclApis:
     authorizer: Authorizer | None = None
+
+
+@dataclass(frozen=True)
+class ShareApis:
+    shares: ShareRuntime
+    store: Store
+    topics: TopicRegistry
+    notifier: DataNotifier
+    coordinator: CoordinatorRuntime  # who coordinates a group id, and its classic/consumer groups
+    node: Node
+    authorizer: Authorizer | None = None
+
+    def group_denied(self, op: Operation, group_id: str) -> bool:
+        return self.authorizer is not None and not self.authorizer.allows(op, ResourceType.GROUP, group_id)
+
+    def topics_denied(self, op: Operation, names: set[str]) -> set[str]:
+        if self.authorizer is None:
+            return set()
+        return names - self.authorizer.allowed(op, ResourceType.TOPIC, names)

@@ -424,6 +424,12 @@ async def list_groups(ctx: GroupApis, req: Request) -> ListGroupsResponse:
     body = cast("ListGroupsRequest", req.body)
     groups = cast("list[ListGroupsResponseListedGroup]", ctx.coordinator.machine.admin.list_groups(
         body.get("states_filter"), body.get("types_filter")))  # (the coordinator's plain dicts)
+    if ctx.shares is not None:  # share groups (KIP-932): type and protocol type "share"
+        states = {s.lower() for s in body.get("states_filter") or []}
+        types = {t.lower() for t in body.get("types_filter") or []}
+        groups += [{"group_id": g, "protocol_type": "share", "group_state": group.state.value, "group_type": "share"}
+                   for g in sorted(ctx.shares.groups) if (group := ctx.shares.group(g, create=False)) is not None
+                   and (not states or group.state.value.lower() in states) and (not types or "share" in types)]
     auth = ctx.authorizer
     if auth is not None and not auth.allows_cluster(Operation.DESCRIBE):
         # Kafka: DESCRIBE on the cluster lists every group, else those one may DESCRIBE.
@@ -453,7 +459,11 @@ async def delete_groups(ctx: GroupApis, req: Request) -> DeleteGroupsResponse:
     names = cast("DeleteGroupsRequest", req.body).get("groups_names") or []
     denied = {g for g in names if _group_denied(ctx, Operation.DELETE, g)}
     elsewhere = {g for g in names if g not in denied and ctx.elsewhere(g)}
-    results = dict(ctx.coordinator.machine.admin.delete_groups([g for g in names if g not in denied | elsewhere]))
+    shared = {g for g in names if ctx.shares is not None and g not in denied | elsewhere and g in ctx.shares.groups}
+    results = dict(ctx.coordinator.machine.admin.delete_groups(
+        [g for g in names if g not in denied | elsewhere | shared]))
+    if ctx.shares is not None:
+        results.update({g: ctx.shares.delete_group(g) for g in shared})
     results.update(dict.fromkeys(elsewhere, NOT_COORDINATOR))
     for g in {g for g, code in results.items() if code is ErrorCode.NONE}:
         results[g] = await ctx.replicated(g) or ErrorCode.NONE

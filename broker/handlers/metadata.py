@@ -46,7 +46,8 @@ LEADER_EPOCH = -1
 async def api_versions(ctx: ClusterApis, req: Request) -> ApiVersionsResponse:
     # (api_versions_body: a plain dict, as the server's UNSUPPORTED_VERSION answer edits it)
     return cast("ApiVersionsResponse", api_versions_body(
-        ctx.apis, finalized={"transaction.version": ctx.config.transaction_version}, version=req.api_version))
+        ctx.apis, finalized={"transaction.version": ctx.config.transaction_version, "share.version": 1},
+        version=req.api_version))
 
 
 def topic_metadata(ctx: ClusterApis, topic: Topic) -> MetadataResponseTopic:
