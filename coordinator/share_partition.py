@@ -144,10 +144,13 @@ class SharePartition:
         return next((o for o in range(self.start, self.end) if self.records[o].state is RecordState.AVAILABLE),
                     self.end)
 
-    def acquire(self, member: str, log_end: int, max_records: int) -> list[Acquired]:
+    def acquire(self, member: str, log_end: int, max_records: int,
+                gaps: list[tuple[int, int]] | None = None) -> list[Acquired]:
         """Hand `member` up to `max_records` records below `log_end` (the log's end, or as far
         as the fetch read): the available ones in flight first (redeliveries, oldest first),
-        then new offsets, within `max_locks`."""
+        then new offsets, within `max_locks`. `gaps`: sorted runs of new offsets that hold no
+        record to deliver (a query topic's rows its filter dropped, transaction markers):
+        archived as they are passed, never handed out (a client would acknowledge them as GAP)."""
         self.expire()
         taken: list[int] = []
         for offset in range(self.start, min(self.end, log_end)):
@@ -156,11 +159,19 @@ class SharePartition:
             if self.records[offset].state is RecordState.AVAILABLE:
                 self._move(offset, RecordState.ACQUIRED, member)
                 taken.append(offset)
+        holes = iter(gaps or ())
+        hole = next(holes, None)
         while len(taken) < max_records and self.end < log_end and self.end - self.start < self.max_locks:
-            self.records[self.end] = InFlight(RecordState.AVAILABLE, 0)
-            self._move(self.end, RecordState.ACQUIRED, member)
-            taken.append(self.end)
+            while hole is not None and hole[1] < self.end:
+                hole = next(holes, None)
+            if hole is not None and hole[0] <= self.end:
+                self.records[self.end] = InFlight(RecordState.ARCHIVED, 0)  # never in flight: no move
+            else:
+                self.records[self.end] = InFlight(RecordState.AVAILABLE, 0)
+                self._move(self.end, RecordState.ACQUIRED, member)
+                taken.append(self.end)
             self.end += 1
+        self._advance()
         return list(self._runs(taken))
 
     def acknowledge(self, member: str, first: int, last: int, kind: AckType) -> ErrorCode:

@@ -203,3 +203,17 @@ def test_invariants_over_random_events(events: list[tuple]) -> None:  # type: ig
         assert p.start == p.end or p.records[p.start].state not in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
         assert all(r.delivery_count <= 3 for r in p.records.values())
         assert all((r.state is RecordState.ACQUIRED) == (r.member is not None) for r in p.records.values())
+
+
+def test_offsets_with_nothing_to_deliver_are_archived_as_passed_not_handed_out() -> None:
+    """A query topic's filtered rows and transaction markers (`gaps`): never acquired, not
+    counted against max_records, and the start moves past them as past acknowledged ones."""
+    clock = [0]
+    sp = SharePartition(0, lambda: clock[0])
+    assert sp.acquire("m", 20, 3, gaps=[(0, 1), (3, 5)]) == [Acquired(2, 2, 1), Acquired(6, 7, 1)]
+    assert sp.start == 2 and sp.end == 8
+    assert sp.acknowledge("m", 2, 2, AckType.ACCEPT) is ErrorCode.NONE
+    assert sp.start == 6  # 3..5 were archived as passed
+    assert sp.acknowledge("m", 3, 3, AckType.ACCEPT) is ErrorCode.INVALID_RECORD_STATE
+    assert sp.acquire("n", 12, 10, gaps=[(8, 11)]) == []
+    assert (sp.start, sp.end) == (6, 12)

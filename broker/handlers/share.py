@@ -29,6 +29,7 @@ from tmqgate.broker.runtime.shares import FINAL_EPOCH, INITIAL_EPOCH
 from tmqgate.coordinator.share_partition import DONE, AckType, SharePartition
 from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.records import parse_header
 
 if TYPE_CHECKING:
     from tmqgate.broker.topics import Topic
@@ -223,30 +224,34 @@ def _apply_acks(ctx: ShareApis, parts: _Partitions, group_id: str, member: str,
     return out
 
 
-def _next_offset(batch: bytes) -> int:
-    """The offset after a v2 batch: base offset + last offset delta (bytes 23..27) + 1."""
-    return int.from_bytes(batch[:8], "big", signed=True) + int.from_bytes(batch[23:27], "big", signed=True) + 1
+def _span(batch: bytes) -> tuple[int, int, bool]:
+    """(base offset, last offset, whether a share consumer gets nothing from it: a transaction
+    marker, or no records — a query topic's rows its filter dropped)."""
+    h = parse_header(batch)
+    return h.base_offset, h.base_offset + h.last_offset_delta, h.is_control or h.record_count == 0
 
 
 async def _acquire(ctx: ShareApis, sp: SharePartition, topic: Topic, index: int, member: str, budget: int,
-                   max_records: int, committed: bool) -> tuple[list[bytes], list[dict[str, int]]]:
+                   max_records: int, committed: bool) -> tuple[list[bytes], list[dict[str, int]], bool]:
     """Read from the first offset `sp` may hand out, then acquire within what was read: the
-    batches holding the acquired offsets, and the acquired runs."""
+    batches holding the acquired offsets, the acquired runs, and whether the share-partition
+    moved on (records acquired, or only offsets with nothing to deliver passed)."""
     store = ctx.store
     upper = topic.last_stable_offset(store, index) if committed else topic.high_watermark(store, index)
     first = sp.first_available()
     if first >= upper or max_records <= 0:
-        return [], []
+        return [], [], False
     batches = await topic.read_async(store, index, first, max(budget, 1), upper, committed, None)
-    batches = [b for b in batches if int.from_bytes(b[:8], "big", signed=True) < upper]
-    if not batches:
-        return [], []
-    read_end = min(upper, _next_offset(batches[-1]))
-    runs = sp.acquire(member, read_end, max_records)
-    kept = [b for b in batches if any(int.from_bytes(b[:8], "big", signed=True) <= r.last
-                                      and _next_offset(b) > r.first for r in runs)]
+    spans = [(b, *_span(b)) for b in batches]
+    spans = [s for s in spans if s[1] < upper]
+    if not spans:
+        return [], [], False
+    end_before = sp.end
+    read_end = min(upper, spans[-1][2] + 1)
+    runs = sp.acquire(member, read_end, max_records, [(first, last) for _, first, last, empty in spans if empty])
+    kept = [b for b, first, last, _ in spans if any(first <= r.last and last >= r.first for r in runs)]
     return kept, [{"first_offset": r.first, "last_offset": r.last, "delivery_count": r.delivery_count}
-                  for r in runs]
+                  for r in runs], bool(runs) or sp.end > end_before
 
 
 @api(ApiKey.SHARE_FETCH, 1, 2)
@@ -293,8 +298,10 @@ async def share_fetch(ctx: ShareApis, req: Request) -> ShareFetchResponse:
     deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000
     while True:
         budget = body["max_bytes"] if body["max_bytes"] > 0 else 0x7FFFFFFF
-        records_left, errors, got = max_records, False, False
-        for tid, index in sorted(session.partitions):
+        records_left, errors, got, passed = max_records, False, False, False
+        order = sorted(session.partitions)
+        turn = session.epoch % len(order) if order else 0  # each request starts at another partition
+        for tid, index in order[turn:] + order[:turn]:
             entry = answers.setdefault((tid, index), {})
             cannot = parts.error(tid, index)
             if cannot is not None:
@@ -303,10 +310,12 @@ async def share_fetch(ctx: ShareApis, req: Request) -> ShareFetchResponse:
                 continue
             topic = parts.topics[tid]
             assert topic is not None
-            batches, acquired = await _acquire(ctx, _share_partition(ctx, group_id, topic, index), topic, index,
-                                               member, budget, records_left, committed)
-            if acquired:
-                ctx.shares.save((group_id, tid, index))  # the delivery counts, before they go out
+            batches, acquired, moved = await _acquire(ctx, _share_partition(ctx, group_id, topic, index), topic,
+                                                      index, member, budget, records_left, committed)
+            passed = passed or moved
+            if moved:
+                ctx.shares.save((group_id, tid, index))
+            if acquired:  # (saved above: the delivery counts, before they go out)
                 entry["records"], entry["acquired_records"] = batches, acquired
                 budget -= sum(map(len, batches))
                 records_left -= sum(r["last_offset"] - r["first_offset"] + 1 for r in acquired)
@@ -314,6 +323,8 @@ async def share_fetch(ctx: ShareApis, req: Request) -> ShareFetchResponse:
         remaining = deadline - time.monotonic()
         if got or errors or remaining <= 0 or not session.partitions:
             break
+        if passed:  # only offsets with nothing to deliver went by: read on at once
+            continue
         watched = [(topic.db, index) for tid, index in session.partitions if (topic := parts.topics.get(tid))]
         await ctx.notifier.wait(watched, min(remaining, 0.5))  # another member's release wakes nobody
     return _fetch_answer(ctx, parts, answers, settings.record_lock_duration_ms)
