@@ -183,7 +183,7 @@ class Broker:
         # GET /metrics (broker/ops/metrics.py): handlers reach it through their contexts.
         self.metrics = Metrics(self.store, self.topics, config.metrics_max_lag_series, self.quotas,
                                rebalances=self.coordinator.machine.rebalances, log_cleaner=self.log_cleaner,
-                               authenticator=self.authenticator)
+                               authenticator=self.authenticator, shares=self.shares)
         # What each connection is served with (broker/network/connection.py); opened at start.
         self.serving = ConnectionServices(config, self.apis, self.quotas, self.metrics, self.limited_log, self.pool,
                                           self.connection_limits, parse_rules(config.ssl_principal_mapping_rules),

@@ -144,7 +144,7 @@ async def share_group_describe(ctx: ShareApis, req: Request) -> ShareGroupDescri
 
 # -- the partition leader's APIs ---------------------------------------------------------------
 
-def _acknowledge(sp: SharePartition, member: str, batches: list[Any]) -> ErrorCode:
+def _acknowledge(ctx: ShareApis, sp: SharePartition, member: str, batches: list[Any]) -> ErrorCode:
     """Apply a partition's AcknowledgementBatches: one type for the whole range, or one per
     offset; the first error met is the answer (the batches before it stay applied, as Kafka's)."""
     for batch in batches:
@@ -166,6 +166,7 @@ def _acknowledge(sp: SharePartition, member: str, batches: list[Any]) -> ErrorCo
             code = sp.acknowledge(member, lo, hi, AckType(kind))
             if code is not ErrorCode.NONE:
                 return code
+            ctx.shares.counted(AckType(kind).name.title(), hi - lo + 1)
     return ErrorCode.NONE
 
 
@@ -214,11 +215,13 @@ def _apply_acks(ctx: ShareApis, parts: _Partitions, group_id: str, member: str,
                 acks: dict[tuple[bytes, int], list[Any]]) -> dict[tuple[bytes, int], ErrorCode]:
     """Each partition's acknowledgements applied and written (before the answer)."""
     out = {}
+    if acks:
+        ctx.shares.acknowledgements += 1
     for (tid, index), batches in acks.items():
         error = parts.error(tid, index)
         topic = parts.topics.get(tid)
         if error is None and topic is not None:
-            error = _acknowledge(_share_partition(ctx, group_id, topic, index), member, batches)
+            error = _acknowledge(ctx, _share_partition(ctx, group_id, topic, index), member, batches)
             ctx.shares.save((group_id, tid, index))
         out[(tid, index)] = error or ErrorCode.NONE
     return out

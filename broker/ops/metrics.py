@@ -13,6 +13,11 @@
   and `kafka_consumergroup_lag{…}` (high watermark − committed offset, never below 0). The
   cost is bounded: at most `metrics_max_lag_series` series per scrape (one LevelDB prefix
   scan per group), `kafka_consumergroup_lag_truncated` says when more were left out;
+- share groups (KIP-932), as the JMX exporter names Kafka's share-group metrics:
+  `kafka_server_share_group_metrics_record_acknowledgement_total{ack_type}` (records settled
+  as Accept, Release, Reject, Renew, Gap), `kafka_server_share_group_metrics_share_acknowledgement_total`
+  (requests that carried acknowledgements) and
+  `kafka_server_group_coordinator_metrics_share_group_count{state}`;
 - tmqgate's own (`tmqgate_*`): WAL bytes and entries per vnode, the data directory's size on
   disk (both LevelDBs), entries removed by retention and ranges removed by the archiver, the
   disk guard's shortfall (as /health's `storage`).
@@ -29,7 +34,7 @@ from __future__ import annotations
 import os
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -203,6 +208,15 @@ def _error_name(code: int) -> str:
         return str(code)
 
 
+class ShareFigures(Protocol):
+    """What the share groups count (broker/runtime/shares.py), read at scrape."""
+
+    acknowledged: dict[str, int]
+    acknowledgements: int
+
+    def group_states(self) -> dict[str, int]: ...
+
+
 class Metrics:
     """One broker's metrics (see the module docstring). `store`/`topics` are read at scrape
     time only; without them (unit tests) the scrape-time series are left out.
@@ -215,13 +229,14 @@ class Metrics:
     def __init__(self, store: Store | None = None, topics: TopicRegistry | None = None,
                  max_lag_series: int = 10_000, quotas: ClientQuotaManagers | None = None, *,
                  rebalances: RebalanceStats | None = None, log_cleaner: LogCleaner | None = None,
-                 authenticator: Authenticator | None = None) -> None:
+                 authenticator: Authenticator | None = None, shares: ShareFigures | None = None) -> None:
         self.store = store
         self.topics = topics
         self.max_lag_series = max_lag_series
         self.quotas = quotas  # throttles counted by broker/ops/quotas/, read at scrape
         self.authenticator = authenticator  # SASL failures (with a SASL listener)
         self.rebalances = rebalances  # the group coordinator's, read at scrape
+        self.shares = shares  # the share groups' counts, read at scrape
         self.log_cleaner = log_cleaner  # broker/runtime/log_cleaner.py's figures, read at scrape
         self.registry = CollectorRegistry(auto_describe=False)
         # topic -> [bytes in, bytes out, messages in]
@@ -345,6 +360,21 @@ class Metrics:
                 throttle_ms.add_metric([kind], manager.stats.throttle_ms)
             yield throttled
             yield throttle_ms
+        if self.shares is not None:
+            records = CounterMetricFamily("kafka_server_share_group_metrics_record_acknowledgement",
+                                          "Records acknowledged by share consumers, per type", labels=["ack_type"])
+            for kind in ("Accept", "Release", "Reject", "Renew", "Gap"):
+                records.add_metric([kind], self.shares.acknowledged.get(kind, 0))
+            yield records
+            yield CounterMetricFamily("kafka_server_share_group_metrics_share_acknowledgement",
+                                      "ShareFetch and ShareAcknowledge requests that carried acknowledgements",
+                                      value=self.shares.acknowledgements)
+            groups = GaugeMetricFamily("kafka_server_group_coordinator_metrics_share_group_count",
+                                       "Share groups coordinated here, per state", labels=["state"])
+            states = self.shares.group_states()
+            for state in ("Empty", "Stable", "Dead"):
+                groups.add_metric([state.lower()], states.get(state, 0))
+            yield groups
         if self.rebalances is not None:
             stats = self.rebalances
             completed = CounterMetricFamily("tmqgate_group_rebalances", "Rebalances completed (the group Stable again)",

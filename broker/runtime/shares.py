@@ -67,6 +67,10 @@ class ShareRuntime:
         self.partitions: dict[PartitionKey, SharePartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self._states = states
+        # /metrics (broker/ops/metrics.py, read at scrape): records settled by type, and the
+        # requests that carried acknowledgements
+        self.acknowledged: dict[str, int] = {}
+        self.acknowledgements = 0
         self._stored: dict[PartitionKey, Snapshot] = {}  # read at start, made live on first use
         if states is not None:
             for key, (start, batches) in states.load().items():
@@ -106,6 +110,17 @@ class ShareRuntime:
             del self.groups[group_id]
             self.forget([k for k in {*self.partitions, *self._stored} if k[0] == group_id])
         return code
+
+    def counted(self, kind: str, records: int) -> None:
+        """`records` records acknowledged as `kind` (Accept, Release, Reject, Renew, Gap)."""
+        self.acknowledged[kind] = self.acknowledged.get(kind, 0) + records
+
+    def group_states(self) -> dict[str, int]:
+        """How many share groups are in each state."""
+        out: dict[str, int] = {}
+        for group in self.groups.values():
+            out[group.state.value] = out.get(group.state.value, 0) + 1
+        return out
 
     def keys(self) -> set[PartitionKey]:
         """Every share-partition this broker has, live or stored."""
