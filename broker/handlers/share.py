@@ -25,7 +25,7 @@ from tmqgate.broker.acl.model import Operation
 from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import ShareApis
 from tmqgate.broker.identity.client import current_client
-from tmqgate.broker.runtime.shares import FINAL_EPOCH, INITIAL_EPOCH
+from tmqgate.broker.runtime.shares import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
 from tmqgate.coordinator.share_partition import DONE, AckType, SharePartition
 from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
@@ -279,6 +279,10 @@ async def share_fetch(ctx: ShareApis, req: Request) -> ShareFetchResponse:
     session, code = ctx.shares.session(group_id, member, epoch)
     if session is None:
         return refused(code)
+    if epoch == INITIAL_EPOCH:
+        client = current_client.get(None)
+        if client is not None:
+            client.on_close.append(lambda: ctx.shares.connection_closed(session))
     parts = _Partitions(ctx, {t["topic_id"] for t in body["topics"]} | {tid for tid, _ in session.partitions}
                         | {t["topic_id"] for t in body.get("forgotten_topics_data") or []})
     answers: dict[tuple[bytes, int], dict[str, Any]] = {}
@@ -296,7 +300,16 @@ async def share_fetch(ctx: ShareApis, req: Request) -> ShareFetchResponse:
     for t in body["topics"]:
         for p in t["partitions"]:
             session.partitions.add((t["topic_id"], p["partition_index"]))
-    committed = settings.isolation_level == "read_committed"
+    await _fetch_records(ctx, session, parts, answers, body, settings.isolation_level == "read_committed")
+    return _fetch_answer(ctx, parts, answers, settings.record_lock_duration_ms)
+
+
+async def _fetch_records(ctx: ShareApis, session: ShareSession, parts: _Partitions,
+                         answers: dict[tuple[bytes, int], dict[str, Any]], body: ShareFetchRequest,
+                         committed: bool) -> None:
+    """Acquire records in the session's partitions into `answers` (their batches and acquired
+    runs, or their errors), waiting until some come, an error, or max_wait_ms."""
+    group_id, member = session.group_id, session.member_id
     max_records = body.get("max_records") or MAX_RECORDS
     deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000
     while True:
@@ -325,12 +338,11 @@ async def share_fetch(ctx: ShareApis, req: Request) -> ShareFetchResponse:
                 got = True
         remaining = deadline - time.monotonic()
         if got or errors or remaining <= 0 or not session.partitions:
-            break
+            return
         if passed:  # only offsets with nothing to deliver went by: read on at once
             continue
         watched = [(topic.db, index) for tid, index in session.partitions if (topic := parts.topics.get(tid))]
         await ctx.notifier.wait(watched, min(remaining, 0.5))  # another member's release wakes nobody
-    return _fetch_answer(ctx, parts, answers, settings.record_lock_duration_ms)
 
 
 def _fetch_answer(ctx: ShareApis, parts: _Partitions, answers: dict[tuple[bytes, int], dict[str, Any]],

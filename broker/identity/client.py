@@ -21,7 +21,7 @@ def _never() -> bool:
 class ClientInfo:
     """A connection's peer address, the listener it came in on, and its principal."""
 
-    __slots__ = ("host", "port", "listener", "security_protocol", "principal", "advertised", "gone")
+    __slots__ = ("host", "port", "listener", "security_protocol", "principal", "advertised", "gone", "on_close")
 
     def __init__(self, host: str, port: int, *, listener: str = "PLAINTEXT",
                  security_protocol: str = "PLAINTEXT", principal: str = ANONYMOUS,
@@ -35,6 +35,8 @@ class ClientInfo:
         # whether the client has closed the connection (end of stream or reset): long work for
         # it (a Fetch's view evaluation) stops early, as nobody will read the answer
         self.gone = gone
+        # called once the connection has closed (a share session's records go back at once)
+        self.on_close: list[Callable[[], None]] = []
 
 
 current_client: ContextVar[ClientInfo] = ContextVar("current_client")

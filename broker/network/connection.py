@@ -200,8 +200,9 @@ class Connection:
         self.metrics.connection(listener.name, 1)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("connection from %s on listener %s", peer, listener.name)
+        client = self._client_info(listener, peer, reader, writer)
         try:
-            current_client.set(self._client_info(listener, peer, reader, writer))
+            current_client.set(client)
             await self._connection_loop(reader, writer, peer, memory)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -216,6 +217,11 @@ class Connection:
         except Exception:  # a bug: its traceback, at most log_rate_limit_messages an interval
             self.limited_log.log(logging.ERROR, "connection-failed", "connection %s failed", peer, exc_info=True)
         finally:
+            for closed in client.on_close:
+                try:
+                    closed()
+                except Exception:  # a bug: logged, the connection's cleanup goes on
+                    self.limited_log.log(logging.ERROR, "connection-failed", "closing %s failed", peer, exc_info=True)
             self.metrics.connection(listener.name, -1)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("connection from %s on listener %s closed", peer, listener.name)

@@ -17,7 +17,8 @@ Rules:
   ShareFetch or ShareAcknowledge must bring the next epoch (INVALID_SHARE_SESSION_EPOCH, none:
   SHARE_SESSION_NOT_FOUND) and the session fetches from every partition it holds; -1 closes
   it. Closing a session, or its member leaving the group, gives back what the member held.
-- A session unused for the share session timeout is closed as if its member had gone.
+- A session unused for the share session timeout is closed as if its member had gone, and so
+  is one whose connection closes (a killed consumer's records are not left to their locks).
 - Durable: a share-partition's state (its start and state batches, `SharePartition.snapshot`)
   is written to the store (storage/share_state.py) after every fetch that acquired from it and
   every acknowledgement, before the answer goes out, and read back at start; an acquired
@@ -178,6 +179,13 @@ class ShareRuntime:
             current.epoch += 1
         current.last_used_ms = self.now_ms()
         return current, ErrorCode.NONE
+
+    def connection_closed(self, session: ShareSession) -> None:
+        """The connection the session was opened on closed (Kafka's share session cache
+        listens for it): the session ends, and what its member held goes back at once — if it
+        is still the member's session (not one opened again since)."""
+        if self.sessions.get((session.group_id, session.member_id)) is session:
+            self.close(session)
 
     def close(self, session: ShareSession) -> None:
         """The session ends: what its member holds in its partitions goes back."""
