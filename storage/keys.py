@@ -125,6 +125,9 @@ prefix       key (after the prefix byte)                            value
                                                                     first i64, last i64, state u8, delivery count
                                                                     u16; written before ShareFetch / ShareAcknowledge
                                                                     answer
+0xC2 SHAREGRP share group id (utf-8)                               empty: the share group exists (made by its first
+                                                                    member or AlterShareGroupOffsets, gone with
+                                                                    DeleteGroups), so it is listed after a restart
 ===========  =====================================================  ===============================================
 
 Payload log (``<data dir>/wal-payloads``):
@@ -226,6 +229,7 @@ SCRAM = b"\x90"
 TXNSTATE = b"\xb0"
 DYNCONF = b"\xc0"
 SHARE = b"\xc1"
+SHAREGRP = b"\xc2"
 
 #: The layout this code writes and reads (see the module docstring).
 LAYOUT_VERSION = 2
@@ -761,6 +765,10 @@ def parse_dynconf_key(key: bytes) -> tuple[int, str]:
 
 def share_key(topic_id: bytes, partition: int, group: str) -> bytes:
     return SHARE + topic_id + partition.to_bytes(4, "big") + group.encode()
+
+
+def share_group_key(group: str) -> bytes:
+    return SHAREGRP + group.encode()
 
 
 def parse_share_key(key: bytes) -> tuple[str, bytes, int]:

@@ -53,6 +53,18 @@ class ShareStates:
         group, topic_id, partition = key
         self._core.put(keys.share_key(topic_id, partition, group), encode(start, batches))
 
+    def groups(self) -> list[str]:
+        """The share groups that exist (storage.keys SHAREGRP)."""
+        return [key[1:].decode() for key, _ in self._core.db.iterator(prefix=keys.SHAREGRP)]
+
+    def add_group(self, group: str) -> None:
+        self._core.put(keys.share_group_key(group), b"")
+
+    def remove_group(self, group: str) -> None:
+        wb = self._core.batch()
+        wb.delete(keys.share_group_key(group))
+        self._core.write(wb)
+
     def delete(self, doomed: list[ShareKey]) -> None:
         """Forget these share-partitions (a group deleted, its offsets deleted or a topic gone)."""
         if not doomed:

@@ -118,3 +118,20 @@ def test_a_record_held_at_its_last_delivery_is_archived_by_a_restart(tmp_path: P
     with Store(tmp_path / "d") as store:
         sp = _runtime(store, clock, delivery_count_limit=2).share_partition("g", TOPIC, 0, lambda reset: 0)
         assert sp.acquire("n", 2, 5) == [Acquired(1, 1, 2)]
+
+
+def test_share_groups_are_listed_after_a_restart_until_deleted(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store(tmp_path / "d") as store:
+        rt = _runtime(store, clock)
+        group = rt.group("g", create=True)
+        assert group is not None
+        group.heartbeat("m", 0, ["t"], {"t": 1})
+        rt.group("other", create=True)
+    with Store(tmp_path / "d") as store:
+        rt = _runtime(store, clock)
+        assert sorted(rt.groups) == ["g", "other"]
+        assert {g.state.value for g in rt.groups.values()} == {"Empty"}
+        assert rt.delete_group("other") is ErrorCode.NONE
+    with Store(tmp_path / "d") as store:
+        assert sorted(_runtime(store, clock).groups) == ["g"]

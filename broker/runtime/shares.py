@@ -23,8 +23,9 @@ Rules:
   is written to the store (storage/share_state.py) after every fetch that acquired from it and
   every acknowledgement, before the answer goes out, and read back at start; an acquired
   record is written as its lock running out would leave it, so after a restart nothing
-  acknowledged comes again and no delivery is forgotten. Memberships and sessions are not
-  kept: members join again, as after a coordinator move.
+  acknowledged comes again and no delivery is forgotten. The groups' ids are kept too (Empty
+  after a restart, as Kafka lists them); memberships and sessions are not: members join
+  again, as after a coordinator move.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class ShareRuntime:
         self.acknowledgements = 0
         self._stored: dict[PartitionKey, Snapshot] = {}  # read at start, made live on first use
         if states is not None:
+            for group_id in states.groups():  # Empty until members join again
+                self.groups[group_id] = self._new_group(group_id)
             for key, (start, batches) in states.load().items():
                 self._stored[key] = Snapshot(start, tuple(StateBatch(f, last, RecordState(st), n)
                                                           for f, last, st, n in batches))
@@ -92,15 +95,20 @@ class ShareRuntime:
     def group(self, group_id: str, create: bool) -> ShareGroup | None:
         group = self.groups.get(group_id)
         if group is None and create:
-            s = self.settings(group_id)
-            group = self.groups[group_id] = ShareGroup(group_id, self.now_ms, session_timeout_ms=s.session_timeout_ms,
-                                                       heartbeat_interval_ms=s.heartbeat_interval_ms)
+            group = self.groups[group_id] = self._new_group(group_id)
+            if self._states is not None:
+                self._states.add_group(group_id)
         if group is not None:
             s = self.settings(group_id)
             group.session_timeout_ms, group.heartbeat_interval_ms = s.session_timeout_ms, s.heartbeat_interval_ms
             for member in group.expire():
                 self.member_gone(group_id, member)
         return group
+
+    def _new_group(self, group_id: str) -> ShareGroup:
+        s = self.settings(group_id)
+        return ShareGroup(group_id, self.now_ms, session_timeout_ms=s.session_timeout_ms,
+                          heartbeat_interval_ms=s.heartbeat_interval_ms)
 
     def delete_group(self, group_id: str) -> ErrorCode:
         group = self.groups.get(group_id)
@@ -110,6 +118,8 @@ class ShareRuntime:
         if code is ErrorCode.NONE:
             del self.groups[group_id]
             self.forget([k for k in {*self.partitions, *self._stored} if k[0] == group_id])
+            if self._states is not None:
+                self._states.remove_group(group_id)
         return code
 
     def counted(self, kind: str, records: int) -> None:
