@@ -337,6 +337,12 @@ def main(argv: list[str] | None = None) -> int:
 
         security_bench.splice(out_dir / "RESULTS.md", select_bench.markdown(json.loads(selects.read_text())),
                               select_bench.SECTION)
+    shares = out_dir / "share_results.json"
+    if shares.exists():  # bench/share_bench.py's section, kept likewise
+        from bench import security_bench, share_bench
+
+        security_bench.splice(out_dir / "RESULTS.md", share_bench.markdown(json.loads(shares.read_text())),
+                              share_bench.SECTION)
     log(f"done in {results['total_s']:.0f}s: {out_dir / 'RESULTS.md'}")
     return 0
 
