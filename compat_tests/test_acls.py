@@ -539,3 +539,50 @@ def test_describe_producers_needs_read_on_the_topic(acl_broker: AclBroker) -> No
         body = c.request(61, 0, {"topics": [{"name": t, "partition_indexes": [0]}]})
     [p] = body["topics"][0]["partitions"]
     assert (p["error_code"], p["active_producers"]) == (TOPIC_AUTHORIZATION_FAILED, [])
+
+
+def _topic_id(bootstrap: str, topic: str) -> bytes:
+    with RawConn(bootstrap) as c:
+        md = c.request(3, 12, {"topics": [{"name": topic, "topic_id": b"\0" * 16}],
+                               "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    return md["topics"][0]["topic_id"]
+
+
+def _share_fetch(c: RawConn, group: str, topic_id: bytes) -> dict:  # type: ignore[type-arg]
+    return c.request(78, 1, {"group_id": group, "member_id": "acl-member-1", "share_session_epoch": 0,
+                             "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 10,
+                             "batch_size": 10, "topics": [{"topic_id": topic_id, "partitions": [
+                                 {"partition_index": 0, "acknowledgement_batches": []}]}],
+                             "forgotten_topics_data": []})
+
+
+def test_share_group_apis_need_the_group_and_the_topic(acl_broker: AclBroker) -> None:
+    """Share groups (KIP-932): READ on the group for ShareGroupHeartbeat, ShareFetch and
+    ShareAcknowledge (the whole request refused), DESCRIBE for ShareGroupDescribe; DESCRIBE on
+    a subscribed topic, READ on a fetched one (its partitions refused)."""
+    bs = acl_broker.bootstrap
+    t, open_topic = unique_topic("acl-share-topic"), unique_topic("acl-share-open")
+    group, open_group = unique_topic("acl-share"), unique_topic("acl-share-ok")
+    make_topic(bs, t)
+    make_topic(bs, open_topic)
+    tid = _topic_id(bs, t)
+    deny(bs, GROUP, group, READ)
+    deny(bs, TOPIC, t, ALL)
+    with RawConn(bs) as c:
+        beat = c.request(76, 1, {"group_id": group, "member_id": "acl-member-1", "member_epoch": 0,
+                                 "rack_id": None, "subscribed_topic_names": [open_topic]})
+        assert beat["error_code"] == GROUP_AUTHORIZATION_FAILED
+        assert _share_fetch(c, group, tid)["error_code"] == GROUP_AUTHORIZATION_FAILED
+        acked = c.request(79, 1, {"group_id": group, "member_id": "acl-member-1", "share_session_epoch": 1,
+                                  "topics": []})
+        assert acked["error_code"] == GROUP_AUTHORIZATION_FAILED
+        described = c.request(77, 1, {"group_ids": [group], "include_authorized_operations": False})
+        assert described["groups"][0]["error_code"] == GROUP_AUTHORIZATION_FAILED
+        # a group it may use, a topic it may not
+        beat = c.request(76, 1, {"group_id": open_group, "member_id": "acl-member-1", "member_epoch": 0,
+                                 "rack_id": None, "subscribed_topic_names": [t]})
+        assert beat["error_code"] == TOPIC_AUTHORIZATION_FAILED
+        fetched = _share_fetch(c, open_group, tid)
+        assert fetched["error_code"] == 0, fetched
+        [part] = [p for r in fetched["responses"] for p in r["partitions"]]
+        assert (part["partition_index"], part["error_code"]) == (0, TOPIC_AUTHORIZATION_FAILED)
