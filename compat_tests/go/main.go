@@ -12,6 +12,28 @@
 //	    produced while it runs) to O, read_committed: member 1 starts, member 2 joins once
 //	    a quarter of the input is done, member 1 leaves at half; member 2 finishes. Then reads O
 //	    read_committed and the group's committed offsets.
+//	gokafka share -brokers B -topic T -group G [-config K=V,...] [-create] [-partitions P]
+//	        [-values V,...] [-setup] [-rules RULE,...] [-max N] [-idle D] [-wait D] [-hold]
+//	        [-maxrecords M]
+//	    a share group (KIP-932) consumer, kgo.ShareGroup. In order: sets the group configs of G
+//	    (IncrementalAlterConfigs on the GROUP resource, e.g. share.auto.offset.reset=earliest),
+//	    creates T with P partitions (-create), produces the values (record i to partition i % P,
+//	    in ProduceSync calls of 20 records: batches of 20/P); -setup ends there. Then joins G
+//	    subscribed to T and acknowledges each record it polls (Record.Ack; kgo sends the acks
+//	    on its next ShareFetch, or on a ShareAcknowledge when none goes within a second) by the
+//	    first matching -rules entry: release-below:K (release while its delivery count is below
+//	    K), accept:PREFIX, release:PREFIX, reject:PREFIX (its value starts with PREFIX);
+//	    otherwise accept. It stops after N records (-max, polled with PollRecords so no more
+//	    are taken; the rest of a fetch is released by the close), after -idle without a record
+//	    once one came, or when none came within -wait; then FlushAcks and Close (a
+//	    ShareAcknowledge of session epoch -1, then the leave heartbeat). -hold: prints the records of the
+//	    first poll that has any, a "holding" line, and sleeps without acknowledging them until
+//	    it is killed. -maxrecords: kgo.ShareMaxRecords (ShareFetch MaxRecords, default 500).
+//	    Lines: config {key, value}; created {topic, partitions}; produced {partition, offset,
+//	    value}; polling (the consumer is started); record {partition, offset, count (delivery
+//	    count), value, ack (accept, release, reject; none when holding)}; acked {partition,
+//	    error (null: ok)} per partition result of the ShareAckCallback; holding {records};
+//	    stopped {reason (max, idle, wait), records}; closed.
 //
 // Output: one JSON object per line on stdout ({"event": ...}); a failure is an "error" event
 // and exit status 1. -log debug|info writes kgo's log to stderr.
@@ -31,7 +53,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 var (
@@ -47,6 +71,18 @@ var (
 	static   = flag.Bool("static", false, "static members (kgo.InstanceID)")
 	logLevel = flag.String("log", "", "kgo's log to stderr: debug, info, warn, error")
 	deadline = flag.Duration("timeout", 90*time.Second, "give up after this long")
+	// share
+	groupConfigs = flag.String("config", "", "share: group configs of -group to set first, K=V,... ")
+	create       = flag.Bool("create", false, "share: create -topic with -partitions partitions")
+	partitions   = flag.Int("partitions", 1, "share: the partitions of -topic")
+	values       = flag.String("values", "", "share: values to produce, comma separated (record i to partition i % P)")
+	setupOnly    = flag.Bool("setup", false, "share: only set the configs, create and produce")
+	ackRules     = flag.String("rules", "", "share: release-below:K, accept:P, release:P, reject:P, ...")
+	maxRecords   = flag.Int("max", 0, "share: stop after this many records (0: no limit)")
+	idleStop     = flag.Duration("idle", 5*time.Second, "share: stop after this long without a record once one came")
+	waitFirst    = flag.Duration("wait", 30*time.Second, "share: stop if no record comes within this long")
+	hold         = flag.Bool("hold", false, "share: hold the first poll's records unacknowledged until killed")
+	shareMax     = flag.Int("maxrecords", 0, "share: kgo.ShareMaxRecords (0: the default)")
 )
 
 var outMu sync.Mutex
@@ -545,9 +581,209 @@ func waitFor(ctx context.Context, what string, cond func() bool) {
 	}
 }
 
+// ------------------------------------------------------------------------ share
+
+// ackRule is one -rules entry: records it matches get `status`.
+type ackRule struct {
+	status kgo.AckStatus
+	prefix string // accept:, release:, reject: a value prefix
+	below  int32  // release-below: a delivery count (0: a prefix rule)
+}
+
+func parseRules(spec string) []ackRule {
+	var rules []ackRule
+	for _, item := range strings.Split(spec, ",") {
+		if item == "" {
+			continue
+		}
+		kind, arg, ok := strings.Cut(item, ":")
+		if !ok {
+			fail("bad rule %q", item)
+		}
+		switch kind {
+		case "accept":
+			rules = append(rules, ackRule{status: kgo.AckAccept, prefix: arg})
+		case "release":
+			rules = append(rules, ackRule{status: kgo.AckRelease, prefix: arg})
+		case "reject":
+			rules = append(rules, ackRule{status: kgo.AckReject, prefix: arg})
+		case "release-below":
+			var k int32
+			if _, err := fmt.Sscan(arg, &k); err != nil || k < 1 {
+				fail("bad rule %q", item)
+			}
+			rules = append(rules, ackRule{status: kgo.AckRelease, below: k})
+		default:
+			fail("unknown rule %q", item)
+		}
+	}
+	return rules
+}
+
+func ackFor(rules []ackRule, r *kgo.Record) kgo.AckStatus {
+	for _, rule := range rules {
+		if rule.below > 0 {
+			if r.DeliveryCount() < rule.below {
+				return rule.status
+			}
+		} else if strings.HasPrefix(string(r.Value), rule.prefix) {
+			return rule.status
+		}
+	}
+	return kgo.AckAccept
+}
+
+// setGroupConfigs sets group configs with IncrementalAlterConfigs on the GROUP resource (kadm
+// has no helper for that resource type).
+func setGroupConfigs(ctx context.Context, cl *kgo.Client, spec string) {
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = *group
+	var set [][2]string
+	for _, item := range strings.Split(spec, ",") {
+		key, value, ok := strings.Cut(item, "=")
+		if !ok {
+			fail("bad group config %q", item)
+		}
+		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		c.Name = key
+		c.Op = kmsg.IncrementalAlterConfigOpSet
+		c.Value = kmsg.StringPtr(value)
+		res.Configs = append(res.Configs, c)
+		set = append(set, [2]string{key, value})
+	}
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		fail("group configs %s: %v", spec, err)
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			msg := ""
+			if r.ErrorMessage != nil {
+				msg = *r.ErrorMessage
+			}
+			fail("group configs %s: %v %s", spec, err, msg)
+		}
+	}
+	for _, kv := range set {
+		emit("config", map[string]any{"key": kv[0], "value": kv[1]})
+	}
+}
+
+func shareSetup(ctx context.Context) {
+	cl := newClient("admin", kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	defer cl.Close()
+	if *groupConfigs != "" {
+		setGroupConfigs(ctx, cl, *groupConfigs)
+	}
+	if *create {
+		createTopics(ctx, kadm.NewClient(cl), int32(*partitions), *topic)
+		emit("created", map[string]any{"topic": *topic, "partitions": *partitions})
+	}
+	if *values == "" {
+		return
+	}
+	var records []*kgo.Record
+	for i, v := range strings.Split(*values, ",") {
+		records = append(records, &kgo.Record{Topic: *topic, Partition: int32(i % *partitions), Value: []byte(v)})
+	}
+	for start := 0; start < len(records); start += 20 {
+		chunk := records[start:min(start+20, len(records))]
+		if err := cl.ProduceSync(ctx, chunk...).FirstErr(); err != nil {
+			fail("produce: %v", err)
+		}
+	}
+	for _, r := range records {
+		emit("produced", map[string]any{"partition": r.Partition, "offset": r.Offset, "value": string(r.Value)})
+	}
+}
+
+func share(ctx context.Context) {
+	shareSetup(ctx)
+	if *setupOnly {
+		return
+	}
+	rules := parseRules(*ackRules)
+	opts := []kgo.Opt{kgo.ShareGroup(*group), kgo.ConsumeTopics(*topic),
+		kgo.ShareAckCallback(func(_ *kgo.Client, results kgo.ShareAckResults) {
+			for _, r := range results {
+				var e any
+				if r.Err != nil {
+					e = r.Err.Error()
+				}
+				emit("acked", map[string]any{"partition": r.Partition, "error": e})
+			}
+		})}
+	if *shareMax > 0 {
+		opts = append(opts, kgo.ShareMaxRecords(int32(*shareMax)))
+	}
+	cl := newClient("share", opts...)
+	emit("polling", nil)
+	got := 0
+	started, last := time.Now(), time.Time{}
+	reason := ""
+	for reason == "" {
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		var fetches kgo.Fetches
+		if *maxRecords > 0 {
+			fetches = cl.PollRecords(pctx, *maxRecords-got)
+		} else {
+			fetches = cl.PollFetches(pctx)
+		}
+		cancel()
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				fail("poll %s/%d: %v", t, p, err)
+			}
+		})
+		if ctx.Err() != nil {
+			fail("timed out after %d records", got)
+		}
+		n := 0
+		fetches.EachRecord(func(r *kgo.Record) {
+			n++
+			ack := "none"
+			if !*hold {
+				status := ackFor(rules, r)
+				r.Ack(status)
+				ack = status.String()
+			}
+			emit("record", map[string]any{"partition": r.Partition, "offset": r.Offset,
+				"count": r.DeliveryCount(), "value": string(r.Value), "ack": ack})
+		})
+		got += n
+		now := time.Now()
+		if n > 0 {
+			last = now
+			if *hold {
+				emit("holding", map[string]any{"records": n})
+				for { // until killed; kgo keeps heartbeating and fetching meanwhile
+					time.Sleep(time.Hour)
+				}
+			}
+		}
+		switch {
+		case *maxRecords > 0 && got >= *maxRecords:
+			reason = "max"
+		case got > 0 && now.Sub(last) >= *idleStop:
+			reason = "idle"
+		case got == 0 && now.Sub(started) >= *waitFirst:
+			reason = "wait"
+		}
+	}
+	emit("stopped", map[string]any{"reason": reason, "records": got})
+	if err := cl.FlushAcks(ctx); err != nil {
+		fail("flush acks: %v", err)
+	}
+	cl.Close() // the last acks (if any) on a final ShareAcknowledge, then the leave heartbeat
+	emit("closed", nil)
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gokafka roundtrip|group|etl [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gokafka roundtrip|group|etl|share [flags]")
 		os.Exit(2)
 	}
 	mode := os.Args[1]
@@ -563,6 +799,8 @@ func main() {
 		consumerGroup(ctx)
 	case "etl":
 		etl(ctx)
+	case "share":
+		share(ctx)
 	default:
 		fail("unknown mode %q", mode)
 	}
