@@ -10,6 +10,7 @@ from typing import Any
 from .group_helpers import create_topic, unique_name
 from .helpers import wait_until
 from .kafka_ref import run_tool
+from .raw import RoutedConn
 from .share_client import EARLIEST, ShareProcess, client_config, produce, run_share
 
 
@@ -51,6 +52,15 @@ def test_list_describe_reset_and_delete_a_share_group(broker: Any, tmp_path: Pat
         state = _table(_share_groups(broker.bootstrap, "--describe", "--state", "--group", group))
         assert state[0] == ["GROUP", "COORDINATOR", "(ID)", "STATE", "#MEMBERS"], state
         assert (state[1][0], state[1][-2], state[1][-1]) == (group, "Stable", "1"), state
+        # the group APIs of other protocols see it for what it is
+        with RoutedConn(broker.bootstrap) as c:
+            listed = c.conn(c.bootstrap).request(16, 5, {"states_filter": [], "types_filter": ["share"]})["groups"]
+            assert [(g["group_id"], g["protocol_type"], g["group_state"], g["group_type"])
+                    for g in listed if g["group_id"] == group] == [(group, "share", "Stable", "share")], listed
+            described = c.conn(c.coordinator(group, 0)).request(15, 6, {"groups": [group],
+                                                                         "include_authorized_operations": False})
+            assert [(g["error_code"], g["error_message"], g["group_state"]) for g in described["groups"]] == \
+                [(69, f"Group {group} is not a classic group.", "Dead")], described
     finally:
         member.stop()
         member.kill()

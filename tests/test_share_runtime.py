@@ -135,3 +135,19 @@ def test_share_groups_are_listed_after_a_restart_until_deleted(tmp_path: Path) -
         assert rt.delete_group("other") is ErrorCode.NONE
     with Store(tmp_path / "d") as store:
         assert sorted(_runtime(store, clock).groups) == ["g"]
+
+
+def test_closing_a_session_gives_back_what_it_held_in_partitions_it_forgot() -> None:
+    """ShareFetch's ForgottenTopicsData only takes a partition out of the session (the member
+    still acknowledges what it got there); the session's end gives those records back too."""
+    rt = _runtime(None, Clock())
+    session, _ = rt.session("g", "m", 0)
+    assert session is not None
+    session.partitions.add((TOPIC, 3))
+    sp = rt.share_partition("g", TOPIC, 3, lambda reset: 0)
+    assert sp.acquire("m", 4, 4) == [Acquired(0, 3, 1)]
+    session.partitions.discard((TOPIC, 3))  # forgotten: still the member's
+    assert sp.acknowledge("m", 0, 0, AckType.ACCEPT) is ErrorCode.NONE
+    assert sp.acquire("n", 4, 4) == []
+    rt.close(session)
+    assert sp.acquire("n", 4, 4) == [Acquired(1, 3, 2)]

@@ -444,8 +444,20 @@ async def describe_groups(ctx: GroupApis, req: Request) -> DescribeGroupsRespons
     return {"throttle_time_ms": 0, "groups": [
         _group_error(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) if _group_denied(ctx, Operation.DESCRIBE, g)
         else _group_error(g, NOT_COORDINATOR) if ctx.elsewhere(g)
+        else _share_group_described(g, req.api_version) if ctx.shares is not None and g in ctx.shares.groups
         else cast("DescribeGroupsResponseDescribedGroup", admin.describe_group(g, req.api_version))
         for g in cast("DescribeGroupsRequest", req.body).get("groups") or []]}
+
+
+def _share_group_described(group_id: str, version: int) -> DescribeGroupsResponseDescribedGroup:
+    """DescribeGroups of a share group, as Kafka answers for a group of another protocol: Dead,
+    and from v6 GROUP_ID_NOT_FOUND saying what it is not."""
+    answer = _group_error(group_id, ErrorCode.NONE)
+    answer.update(group_state="Dead", authorized_operations=-2147483648)
+    if version >= 6:
+        answer.update(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                      error_message=f"Group {group_id} is not a classic group.")
+    return answer
 
 
 def _group_error(group_id: str, code: ErrorCode) -> DescribeGroupsResponseDescribedGroup:

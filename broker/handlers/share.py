@@ -291,12 +291,12 @@ async def share_fetch(ctx: ShareApis, req: Request) -> ShareFetchResponse:
     if epoch == FINAL_EPOCH:
         ctx.shares.close(session)
         return _fetch_answer(ctx, parts, answers, settings.record_lock_duration_ms)
+    # Forgotten partitions leave the session only: what the member holds there stays its own
+    # until acknowledged (a member told of a new assignment still acknowledges what it got),
+    # its lock runs out, or its session ends — as Kafka's share session.
     for forgotten in body.get("forgotten_topics_data") or []:
         for index in forgotten["partitions"]:
             session.partitions.discard((forgotten["topic_id"], index))
-            sp = ctx.shares.partitions.get((group_id, forgotten["topic_id"], index))
-            if sp is not None:
-                sp.member_left(member)
     for t in body["topics"]:
         for p in t["partitions"]:
             session.partitions.add((t["topic_id"], p["partition_index"]))

@@ -201,9 +201,8 @@ class ShareRuntime:
         """The session ends: what its member holds in its partitions goes back."""
         if self.sessions.get((session.group_id, session.member_id)) is session:
             del self.sessions[(session.group_id, session.member_id)]
-        for topic_id, partition in session.partitions:
-            sp = self.partitions.get((session.group_id, topic_id, partition))
-            if sp is not None:
+        for key, sp in self.partitions.items():  # its partitions now, and those it forgot meanwhile
+            if key[0] == session.group_id:
                 sp.member_left(session.member_id)
 
     def member_gone(self, group_id: str, member_id: str) -> None:
