@@ -144,7 +144,7 @@ class ShareGroup:
         if self.state is ShareGroupState.DEAD:
             return HeartbeatAnswer(ErrorCode.GROUP_ID_NOT_FOUND, message="the group was deleted")
         if not member_id:
-            return HeartbeatAnswer(ErrorCode.INVALID_REQUEST, message="MemberId can't be empty.")
+            return HeartbeatAnswer(ErrorCode.INVALID_REQUEST)  # (Kafka: no message)
         if member_epoch == LEAVE_EPOCH:
             if member_id not in self.members:
                 return HeartbeatAnswer(ErrorCode.UNKNOWN_MEMBER_ID, member_id)

@@ -87,7 +87,10 @@ async def share_group_heartbeat(ctx: ShareApis, req: Request) -> ShareGroupHeart
         return refused(ErrorCode.NOT_COORDINATOR)
     if group_id in ctx.coordinator.machine.groups:
         return refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
-    group = ctx.shares.group(group_id, create=epoch == 0)
+    group = ctx.shares.group(group_id, create=epoch == 0 and bool(member_id) and bool(subscribed))
+    if group is None and epoch == 0:  # the group is made by a valid first heartbeat only
+        return refused(ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request."
+                       if member_id else None)
     if group is None:  # not known here (a member of a group this broker never had): join again
         return refused(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of share group {group_id}.")
     wanted = {t for m in group.members.values() for t in m.subscribed} | set(subscribed or ())
@@ -271,11 +274,11 @@ async def share_fetch(ctx: ShareApis, req: Request) -> ShareFetchResponse:
     if ctx.group_denied(Operation.READ, group_id):
         return refused(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if not group_id or not member:
-        return refused(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set.")
+        return refused(ErrorCode.INVALID_REQUEST)
     epoch = body["share_session_epoch"]
     acks = _acks_in(body)
     if epoch == INITIAL_EPOCH and acks:
-        return refused(ErrorCode.INVALID_REQUEST, "Acknowledge data present in initial fetch request.")
+        return refused(ErrorCode.INVALID_REQUEST)  # (Kafka: no message)
     session, code = ctx.shares.session(group_id, member, epoch)
     if session is None:
         return refused(code)
@@ -374,7 +377,7 @@ async def share_acknowledge(ctx: ShareApis, req: Request) -> ShareAcknowledgeRes
     if ctx.group_denied(Operation.READ, group_id):
         return refused(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if not group_id or not member:
-        return refused(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set.")
+        return refused(ErrorCode.INVALID_REQUEST)
     epoch = body["share_session_epoch"]
     if epoch == INITIAL_EPOCH:  # acknowledging opens no session
         return refused(ErrorCode.INVALID_SHARE_SESSION_EPOCH)
