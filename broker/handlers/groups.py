@@ -452,11 +452,10 @@ async def describe_groups(ctx: GroupApis, req: Request) -> DescribeGroupsRespons
 def _share_group_described(group_id: str, version: int) -> DescribeGroupsResponseDescribedGroup:
     """DescribeGroups of a share group, as Kafka answers for a group of another protocol: Dead,
     and from v6 GROUP_ID_NOT_FOUND saying what it is not."""
-    answer = _group_error(group_id, ErrorCode.NONE)
-    answer.update(group_state="Dead", authorized_operations=-2147483648)
+    answer = _group_error(group_id, ErrorCode.GROUP_ID_NOT_FOUND if version >= 6 else ErrorCode.NONE)
+    answer["group_state"] = "Dead"
     if version >= 6:
-        answer.update(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
-                      error_message=f"Group {group_id} is not a classic group.")
+        answer["error_message"] = f"Group {group_id} is not a classic group."
     return answer
 
 
