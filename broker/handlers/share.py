@@ -237,6 +237,25 @@ def _span(batch: bytes) -> tuple[int, int, bool]:
     return h.base_offset, h.base_offset + h.last_offset_delta, h.is_control or h.record_count == 0
 
 
+def _aborted(batches: list[bytes], aborted: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The offset runs of `batches` (in order) that aborted transactions wrote —
+    (producer id, first offset) each, as Fetch lists them for read_committed — found as a
+    read_committed client finds them: a producer's transactional batches from its first offset
+    on, until its abort marker."""
+    pending = sorted((first, pid) for pid, first in aborted)
+    active: set[int] = set()
+    out = []
+    for batch in batches:
+        h = parse_header(batch)
+        while pending and pending[0][0] <= h.base_offset:
+            active.add(pending.pop(0)[1])
+        if h.producer_id in active and (h.is_control or h.is_transactional):
+            out.append((h.base_offset, h.base_offset + h.last_offset_delta))
+            if h.is_control:
+                active.discard(h.producer_id)
+    return out
+
+
 async def _acquire(ctx: ShareApis, sp: SharePartition, topic: Topic, index: int, member: str, budget: int,
                    max_records: int, committed: bool) -> tuple[list[bytes], list[dict[str, int]], bool]:
     """Read from the first offset `sp` may hand out, then acquire within what was read: the
@@ -254,7 +273,11 @@ async def _acquire(ctx: ShareApis, sp: SharePartition, topic: Topic, index: int,
         return [], [], False
     end_before = sp.end
     read_end = min(upper, spans[-1][2] + 1)
-    runs = sp.acquire(member, read_end, max_records, [(first, last) for _, first, last, empty in spans if empty])
+    gaps = [(first, last) for _, first, last, empty in spans if empty]
+    if committed and topic.view is None and topic.log is None:  # share.isolation.level=read_committed
+        gaps = sorted(gaps + _aborted([b for b, *_ in spans], store.aborted_transactions(
+            topic.db, index, spans[0][1], read_end)))
+    runs = sp.acquire(member, read_end, max_records, gaps)
     kept = [b for b, first, last, _ in spans if any(first <= r.last and last >= r.first for r in runs)]
     return kept, [{"first_offset": r.first, "last_offset": r.last, "delivery_count": r.delivery_count}
                   for r in runs], bool(runs) or sp.end > end_before
