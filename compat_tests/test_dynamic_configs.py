@@ -154,6 +154,27 @@ def test_group_configs_are_validated_and_validate_only_changes_nothing(broker: A
         assert (empty["error_code"], empty["error_message"]) == (INVALID_REQUEST, "Group name must not be empty")
 
 
+def test_share_group_configs_are_validated(broker: Any) -> None:
+    """The share groups' (KIP-932) group configs: bounds from the broker's group.share.* settings,
+    the string configs' values, by_duration's ISO-8601 duration; a valid set is shown back."""
+    group = unique_name("gcfg-share")
+    lock, limit, reset = "share.record.lock.duration.ms", "share.delivery.count.limit", "share.auto.offset.reset"
+    with RawConn(broker.bootstrap) as conn:
+        assert alter(conn, GROUP, group, (lock, SET, "14999")) == (
+            INVALID_CONFIG, f"{lock} must be greater than or equal to group.share.min.record.lock.duration.ms")
+        assert alter(conn, GROUP, group, (lock, SET, "60001")) == (
+            INVALID_CONFIG, f"{lock} must be less than or equal to group.share.max.record.lock.duration.ms")
+        assert alter(conn, GROUP, group, (limit, SET, "11")) == (
+            INVALID_CONFIG, f"{limit} must be less than or equal to group.share.max.delivery.count.limit")
+        for bad in ("sometimes", "by_duration:soon"):
+            assert alter(conn, GROUP, group, (reset, SET, bad))[0] == INVALID_CONFIG, bad
+        assert alter(conn, GROUP, group, (reset, SET, "by_duration:PT10M"), (lock, SET, "15000"),
+                     (limit, SET, "2")) == (0, None)
+        shown = configs(conn, GROUP, group)
+        assert {k: shown[k]["value"] for k in (reset, lock, limit)} == \
+            {reset: "by_duration:PT10M", lock: "15000", limit: "2"}
+
+
 def test_group_and_broker_configs_survive_a_restart(restartable_broker: Any) -> None:
     group = unique_name("gcfg-kept")
     with RawConn(restartable_broker.bootstrap) as conn:

@@ -210,3 +210,24 @@ def test_records_held_past_the_lock_come_again(broker: Any, tmp_path: Path) -> N
     _ended_clean(run)
     assert sorted(run.got, key=lambda g: g.offset) == _redelivered(held, vals), run.describe()
     assert took >= 12, f"held records came again after {took:.1f} s, before their 15 s lock expired"
+
+
+def test_by_duration_starts_at_the_records_written_in_the_look_back(broker: Any, tmp_path: Path) -> None:
+    """share.auto.offset.reset=by_duration:PT1H: a new group starts at the first record of the
+    last hour — the records stamped two hours ago are not delivered, the recent ones are."""
+    from confluent_kafka import Producer
+
+    topic, group = unique_name("share-dur"), unique_name("share-dur-group")
+    create_topic(broker.bootstrap, topic, 1)
+    now_ms = int(time.time() * 1000)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(4):  # one batch each
+        producer.produce(topic, value=f"old-{i}".encode(), partition=0, timestamp=now_ms - 7_200_000 + i)
+        producer.flush(30)
+    for i in range(3):
+        producer.produce(topic, value=f"new-{i}".encode(), partition=0, timestamp=now_ms + i)
+        producer.flush(30)
+    run = run_share(client_config(tmp_path, broker.bootstrap), group, topic, "implicit",
+                    "group:share.auto.offset.reset=by_duration:PT1H", "idle:3000", "wait:60000")
+    _ended_clean(run)
+    assert run.got == [Got(0, 4 + i, 1, f"new-{i}") for i in range(3)], run.describe()

@@ -26,6 +26,7 @@ member has work.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -54,12 +55,30 @@ GROUP_VALID_PREVIOUS: dict[ShareGroupState, frozenset[ShareGroupState]] = {
 Assignment = dict[str, list[int]]  # topic → partitions
 
 
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", re.IGNORECASE)
+BY_DURATION = "by_duration:"
+
+
+def reset_duration_ms(value: str) -> int | None:
+    """The look-back of `share.auto.offset.reset=by_duration:D` (D an ISO-8601 duration as
+    Java's Duration.parse reads it: PnDTnHnMn.nS, not negative) in ms; None for any other value
+    or a malformed duration."""
+    text = value.strip()
+    if not text.lower().startswith(BY_DURATION):
+        return None
+    match = _DURATION.fullmatch(text[len(BY_DURATION):].strip())
+    if match is None or not any(match.groups()) or text.endswith("T"):
+        return None
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return int(((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
+
+
 @dataclass(frozen=True)
 class ShareSettings:
     """One group's share configs as they apply now (its GROUP configs over the broker's defaults;
     broker/dynamic_configs/group_configs.py)."""
 
-    auto_offset_reset: str = "latest"  # share.auto.offset.reset: latest | earliest
+    auto_offset_reset: str = "latest"  # share.auto.offset.reset: latest | earliest | by_duration:D
     isolation_level: str = "read_uncommitted"  # share.isolation.level
     record_lock_duration_ms: int = 30_000  # share.record.lock.duration.ms
     delivery_count_limit: int = 5  # share.delivery.count.limit

@@ -112,3 +112,14 @@ def test_the_assignor_gives_every_partition_out_and_every_member_work(members: d
         assert max(loads) - min(loads) <= 1
         if len(takers) <= count:
             assert sorted(given_out) == list(range(count))  # none shared while there are enough
+
+
+def test_by_duration_reads_iso_8601_durations_as_java_does() -> None:
+    from tmqgate.coordinator.share_group import reset_duration_ms
+
+    assert reset_duration_ms("by_duration:PT1H") == 3_600_000
+    assert reset_duration_ms("by_duration:P1DT2H3M4.5S") == 93_784_500
+    assert reset_duration_ms("BY_DURATION:pt10m") == 600_000
+    for bad in ("by_duration:", "by_duration:PT", "by_duration:P", "by_duration:1H", "by_duration:-PT1H",
+                "latest", "earliest"):
+        assert reset_duration_ms(bad) is None, bad

@@ -9,7 +9,8 @@ ControllerConfigurationValidator, ConfigHelper.createGroupConfigEntry):
 - The configs tmqgate has: `consumer.session.timeout.ms`, `consumer.heartbeat.interval.ms`, and
   the share groups' (KIP-932) `share.session.timeout.ms`, `share.heartbeat.interval.ms`,
   `share.record.lock.duration.ms`, `share.delivery.count.limit`,
-  `share.partition.max.record.locks`, `share.auto.offset.reset` (latest | earliest) and
+  `share.partition.max.record.locks`, `share.auto.offset.reset` (latest | earliest |
+  by_duration:ISO-8601 duration) and
   `share.isolation.level` (read_uncommitted | read_committed); streams groups do not exist
   here, so their configs are unknown names.
 - A change is validated on the whole resulting set, broker defaults filled in: an unknown
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from tmqgate.broker.configs.config import BrokerConfig
 from tmqgate.broker.topics import TopicError
 from tmqgate.coordinator.consumer import ConsumerConfig
-from tmqgate.coordinator.share_group import ShareSettings
+from tmqgate.coordinator.share_group import BY_DURATION, ShareSettings, reset_duration_ms
 from tmqgate.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ class GroupConfigs:
         """A share group's configs as they apply now: its own over the broker's."""
         merged = {**self._defaults(), **self._own.get(group, {})}
         return ShareSettings(
-            auto_offset_reset=merged["share.auto.offset.reset"].strip().lower(),
+            auto_offset_reset=merged["share.auto.offset.reset"].strip(),
             isolation_level=merged["share.isolation.level"].strip().lower(),
             record_lock_duration_ms=int(merged["share.record.lock.duration.ms"]),
             delivery_count_limit=int(merged["share.delivery.count.limit"]),
@@ -198,6 +199,11 @@ class GroupConfigs:
         for name, text in values.items():
             key = KEYS[name]
             if not key.is_int:
+                if name == "share.auto.offset.reset" and text.strip().lower().startswith(BY_DURATION):
+                    if reset_duration_ms(text) is None:
+                        raise TopicError(ErrorCode.INVALID_CONFIG, f"Invalid value {text} for configuration {name}: "
+                                         "by_duration must be followed by an ISO-8601 duration, e.g. PT1H")
+                    continue
                 if text.strip().lower() not in key.choices:
                     raise TopicError(ErrorCode.INVALID_CONFIG, f"Invalid value {text} for configuration {name}: "
                                      f"String must be one of: {', '.join(key.choices)}")

@@ -26,7 +26,9 @@ from tmqgate.broker.apis import ApiKey, apis_with
 from tmqgate.broker.handlers.context import ShareApis
 from tmqgate.broker.identity.client import current_client
 from tmqgate.broker.runtime.shares import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
+from tmqgate.coordinator.share_group import reset_duration_ms
 from tmqgate.coordinator.share_partition import DONE, AckType, SharePartition
+from tmqgate.protocol import clock
 from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import parse_header
@@ -200,7 +202,16 @@ def _share_partition(ctx: ShareApis, group_id: str, topic: Topic, index: int) ->
     store = ctx.store
 
     def start(reset: str) -> int:
-        return topic.log_start(store, index) if reset == "earliest" else topic.high_watermark(store, index)
+        """share.auto.offset.reset: the log's start, the first batch holding records written
+        in the look-back (by_duration; none: the end), else the end."""
+        if reset.lower() == "earliest":
+            return topic.log_start(store, index)
+        back = reset_duration_ms(reset)
+        if back is not None and topic.log is None:
+            found = store.offset_for_timestamp(topic.db, index, clock.now_ms() - back)
+            if found is not None:
+                return max(found[0], topic.log_start(store, index))
+        return topic.high_watermark(store, index)
 
     sp = ctx.shares.share_partition(group_id, topic.topic_id, index, start)
     log_start = topic.log_start(store, index)
