@@ -294,21 +294,32 @@ async def _acquire(ctx: ShareApis, sp: SharePartition, topic: Topic, index: int,
                   for r in runs], bool(runs) or sp.end > end_before
 
 
+def _refusal(code: ErrorCode, lock_ms: int) -> dict[str, Any]:
+    """ShareFetch's or ShareAcknowledge's answer refusing the whole request (the same fields)."""
+    return {"throttle_time_ms": 0, "error_code": int(code), "error_message": None,
+            "acquisition_lock_timeout_ms": lock_ms, "responses": [], "node_endpoints": []}
+
+
+def _unusable(ctx: ShareApis, group_id: str, member: str) -> ErrorCode | None:
+    """Why a ShareFetch or ShareAcknowledge is refused before its session is looked at: no READ
+    on the group, or no group or member id."""
+    if ctx.group_denied(Operation.READ, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    return ErrorCode.INVALID_REQUEST if not group_id or not member else None
+
+
 @api(ApiKey.SHARE_FETCH, 1, 2)
 async def share_fetch(ctx: ShareApis, req: Request) -> ShareFetchResponse:
     body = cast("ShareFetchRequest", req.body)
     group_id, member = body["group_id"] or "", body["member_id"] or ""
     settings = ctx.shares.settings(group_id)
 
-    def refused(code: ErrorCode, message: str | None = None) -> ShareFetchResponse:
-        return {"throttle_time_ms": 0, "error_code": int(code), "error_message": message,
-                "acquisition_lock_timeout_ms": settings.record_lock_duration_ms, "responses": [],
-                "node_endpoints": []}
+    def refused(code: ErrorCode) -> ShareFetchResponse:
+        return cast("ShareFetchResponse", _refusal(code, settings.record_lock_duration_ms))
 
-    if ctx.group_denied(Operation.READ, group_id):
-        return refused(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if not group_id or not member:
-        return refused(ErrorCode.INVALID_REQUEST)
+    cannot = _unusable(ctx, group_id, member)
+    if cannot is not None:
+        return refused(cannot)
     epoch = body["share_session_epoch"]
     acks = _acks_in(body)
     if epoch == INITIAL_EPOCH and acks:
@@ -403,15 +414,12 @@ async def share_acknowledge(ctx: ShareApis, req: Request) -> ShareAcknowledgeRes
     group_id, member = body["group_id"] or "", body["member_id"] or ""
     settings = ctx.shares.settings(group_id)
 
-    def refused(code: ErrorCode, message: str | None = None) -> ShareAcknowledgeResponse:
-        return {"throttle_time_ms": 0, "error_code": int(code), "error_message": message,
-                "acquisition_lock_timeout_ms": settings.record_lock_duration_ms, "responses": [],
-                "node_endpoints": []}
+    def refused(code: ErrorCode) -> ShareAcknowledgeResponse:
+        return cast("ShareAcknowledgeResponse", _refusal(code, settings.record_lock_duration_ms))
 
-    if ctx.group_denied(Operation.READ, group_id):
-        return refused(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if not group_id or not member:
-        return refused(ErrorCode.INVALID_REQUEST)
+    cannot = _unusable(ctx, group_id, member)
+    if cannot is not None:
+        return refused(cannot)
     epoch = body["share_session_epoch"]
     if epoch == INITIAL_EPOCH:  # acknowledging opens no session
         return refused(ErrorCode.INVALID_SHARE_SESSION_EPOCH)
@@ -448,9 +456,9 @@ async def describe_share_group_offsets(ctx: ShareApis, req: Request) -> Describe
     groups: list[Any] = []
     for g in body["groups"]:
         group_id = g["group_id"]
-        if ctx.group_denied(Operation.DESCRIBE, group_id) or not ctx.coordinator.machine.owns(group_id):
-            code = (ErrorCode.GROUP_AUTHORIZATION_FAILED if ctx.group_denied(Operation.DESCRIBE, group_id)
-                    else ErrorCode.NOT_COORDINATOR)
+        code = (ErrorCode.GROUP_AUTHORIZATION_FAILED if ctx.group_denied(Operation.DESCRIBE, group_id)
+                else None if ctx.coordinator.machine.owns(group_id) else ErrorCode.NOT_COORDINATOR)
+        if code is not None:
             groups.append({"group_id": group_id, "topics": [], "error_code": int(code), "error_message": None})
             continue
         wanted = g.get("topics")
