@@ -137,7 +137,8 @@ class Broker:
         self.group_state = roles.group_placement(self.topics, self.replication, self.notifier, self.coordinator)
         self.group_configs = GroupConfigs(self.store, config, self.coordinator)
         # share groups (KIP-932): the groups coordinated here, the share-partitions of what is led here
-        self.shares = ShareRuntime(clock.now_ms, self.group_configs.share_settings, self.store.share_states)
+        self.shares = ShareRuntime(clock.now_ms, self.group_configs.share_settings, self.store.share_states,
+                                   config.group_share_max_share_sessions)
         self.broker_configs = BrokerConfigs(self.store, config, self.topics)
         # The transaction coordinator (broker/runtime/txn_coordinator.py): its markers and group
         # ends written here, on a cluster sent to the brokers leading them.

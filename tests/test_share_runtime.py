@@ -151,3 +151,16 @@ def test_closing_a_session_gives_back_what_it_held_in_partitions_it_forgot() -> 
     assert sp.acquire("n", 4, 4) == []
     rt.close(session)
     assert sp.acquire("n", 4, 4) == [Acquired(1, 3, 2)]
+
+
+def test_a_new_session_past_the_limit_is_refused_until_one_ends() -> None:
+    """group.share.max.share.sessions: one member per session, the cache bounded; a member
+    opening its session again replaces its own and is not refused."""
+    rt = ShareRuntime(Clock(), lambda group: ShareSettings(), None, max_sessions=2)
+    first, _ = rt.session("g", "a", 0)
+    assert rt.session("g", "b", 0)[1] is ErrorCode.NONE
+    assert rt.session("g", "c", 0) == (None, ErrorCode.SHARE_SESSION_LIMIT_REACHED)
+    assert rt.session("g", "a", 0)[1] is ErrorCode.NONE  # a's own, opened again
+    assert first is not None
+    rt.session("g", "b", -1)
+    assert rt.session("g", "c", 0)[1] is ErrorCode.NONE

@@ -305,6 +305,9 @@ class BrokerConfig:
     group_share_min_partition_max_record_locks: int = 100
     # group.share.max.partition.max.record.locks: the largest share.partition.max.record.locks a group may set.
     group_share_max_partition_max_record_locks: int = 4000
+    # group.share.max.share.sessions: share sessions this broker holds at most; a new one past it
+    # is refused with SHARE_SESSION_LIMIT_REACHED (each is one member's, ended with its connection).
+    group_share_max_share_sessions: int = 2000
     # offset.metadata.max.bytes: the longest metadata string an offset commit may carry.
     offset_metadata_max_bytes: int = 4096
     # offsets.topic.num.partitions: the partitions of the internal topic __consumer_offsets

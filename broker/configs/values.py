@@ -66,6 +66,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "group_share_partition_max_record_locks": (1, None),
     "group_share_min_partition_max_record_locks": (1, None),
     "group_share_max_partition_max_record_locks": (1, None),
+    "group_share_max_share_sessions": (1, None),
     "max_partitions_per_request": (1, None),
     "max_partitions": (1, None),
     "max_databases": (1, None),

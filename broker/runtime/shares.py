@@ -17,6 +17,8 @@ Rules:
   ShareFetch or ShareAcknowledge must bring the next epoch (INVALID_SHARE_SESSION_EPOCH, none:
   SHARE_SESSION_NOT_FOUND) and the session fetches from every partition it holds; -1 closes
   it. Closing a session, or its member leaving the group, gives back what the member held.
+- At most `max_sessions` sessions (group.share.max.share.sessions): a new one past them is
+  refused with SHARE_SESSION_LIMIT_REACHED, as Kafka's share session cache refuses it.
 - A session unused for the share session timeout is closed as if its member had gone, and so
   is one whose connection closes (a killed consumer's records are not left to their locks).
 - Durable: a share-partition's state (its start and state batches, `SharePartition.snapshot`)
@@ -62,8 +64,9 @@ class ShareRuntime:
     """The share groups, share-partitions and share sessions of this broker."""
 
     def __init__(self, now_ms: Callable[[], int], settings: Callable[[str], ShareSettings],
-                 states: ShareStates | None = None) -> None:
+                 states: ShareStates | None = None, max_sessions: int = 2000) -> None:
         self.now_ms = now_ms
+        self.max_sessions = max_sessions  # group.share.max.share.sessions
         self.settings = settings  # group id → its share configs now
         self.groups: dict[str, ShareGroup] = {}
         self.partitions: dict[PartitionKey, SharePartition] = {}
@@ -178,6 +181,8 @@ class ShareRuntime:
         if epoch == INITIAL_EPOCH:
             if current is not None:
                 self.close(current)
+            elif len(self.sessions) >= self.max_sessions:
+                return None, ErrorCode.SHARE_SESSION_LIMIT_REACHED
             current = self.sessions[key] = ShareSession(group_id, member_id, 1)
         elif current is None:
             return None, ErrorCode.SHARE_SESSION_NOT_FOUND
