@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import workloads
-from bench.procstats import cpu_seconds
+from bench.procstats import cpu_seconds, uptime
 from bench.run import KAFKA_HEAP_OPTS, TMQGATE_CONFIG, log
 from bench.security_bench import splice
 from compat_tests.helpers import wait_until
@@ -251,12 +251,6 @@ def _rewrite(out: Path) -> None:
     splice(out / "RESULTS.md", section(results, args, started, seconds, (up[0], up[1].rstrip("."))), SECTION)
 
 
-def _uptime() -> str:
-    import subprocess
-
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cluster_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -265,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brokers", default="tmqgate,kafka")
     parser.add_argument("--out", type=Path, default=BENCH_DIR)
     args = parser.parse_args(argv)
-    started, t0, up0 = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), time.monotonic(), _uptime()
+    started, t0, up0 = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), time.monotonic(), uptime()
     results: dict[str, Any] = {"args": vars(args) | {"out": str(args.out)}, "brokers": {}}
     workdir = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
     try:
@@ -279,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cluster_results.json").write_text(json.dumps(results, indent=2) + "\n")
-    text = section(results, args, started, time.monotonic() - t0, (up0, _uptime()))
+    text = section(results, args, started, time.monotonic() - t0, (up0, uptime()))
     splice(args.out / "RESULTS.md", text, SECTION)
     print(text)
     return 0 if all("error" not in r for r in results["brokers"].values()) else 1

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.procstats import cpu_seconds
+from bench.procstats import cpu_seconds, uptime
 from bench.run import KAFKA_HEAP_OPTS, TMQGATE_CONFIG, log
 from bench.security_bench import splice
 
@@ -181,15 +181,6 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _uptime() -> str:
-    import subprocess
-
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.compaction", description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=1000)
@@ -202,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="tmqgate-compactbench-"))
     res: dict[str, Any] = {"command": "python -m bench.compaction " + " ".join(argv or sys.argv[1:]),
                            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "keys": args.keys,
-                           "rounds": args.rounds, "value_size": args.value_size, "uptime_start": _uptime(),
+                           "rounds": args.rounds, "value_size": args.value_size, "uptime_start": uptime(),
                            "brokers": {}}
     try:
         for name in args.brokers.split(","):
@@ -223,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                 broker.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    res["uptime_end"] = _uptime()
+    res["uptime_end"] = uptime()
     (args.out / "compaction_results.json").write_text(json.dumps(res, indent=1) + "\n")
     section = markdown(res)
     if not args.no_results_md:

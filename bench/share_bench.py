@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report, workloads
-from bench.procstats import cpu_seconds
+from bench.procstats import cpu_seconds, uptime
 from bench.run import STARTERS, Running, log
 from compat_tests import kafka_ref
 
@@ -305,13 +305,6 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
-def _uptime() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.share_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000, help="records produced and read per group")
@@ -330,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpus": os.cpu_count(),
                            "records": args.records, "record_size": RECORD_SIZE, "partitions": PARTITIONS,
                            "consumers": consumers, "warmup": warmup, "kafka_version": kafka_ref.kafka_version(),
-                           "uptime_start": _uptime(), "brokers": {}}
+                           "uptime_start": uptime(), "brokers": {}}
     t0 = time.perf_counter()
     try:
         for name in args.brokers.split(","):
@@ -357,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     res["total_s"] = round(time.perf_counter() - t0, 1)
-    res["uptime_end"] = _uptime()
+    res["uptime_end"] = uptime()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1) + "\n")
     section = markdown(res)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report, workloads
-from bench.procstats import ResourceSampler
+from bench.procstats import ResourceSampler, uptime
 from bench.run import KAFKA_HEAP_OPTS, TMQGATE_CONFIG, log
 from bench.security_bench import splice
 
@@ -235,15 +235,6 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
-def _uptime() -> str:
-    try:
-        import subprocess
-
-        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.transactions_e2e",
                                      description=__doc__.split("\n\n")[0])
@@ -259,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="tmqgate-txnbench-"))
     res: dict[str, Any] = {"command": "python -m bench.transactions_e2e " + " ".join(argv or sys.argv[1:]),
                            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "records": args.records,
-                           "per_txn": args.per_txn, "warmup": args.warmup, "uptime_start": _uptime(),
+                           "per_txn": args.per_txn, "warmup": args.warmup, "uptime_start": uptime(),
                            "client": f"{confluent_kafka.version()} (librdkafka {confluent_kafka.libversion()[0]})",
                            "brokers": {}}
     t0 = time.perf_counter()
@@ -282,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     res["total_s"] = time.perf_counter() - t0
-    res["uptime_end"] = _uptime()
+    res["uptime_end"] = uptime()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "transactions_results.json").write_text(json.dumps(res, indent=1) + "\n")
     section = markdown(res)
