@@ -89,6 +89,21 @@ def settled(conn: RawConn, rtype: int, name: str, config: str, source: int, valu
     return got
 
 
+def given(broker: Any, conn: RoutedConn, body: dict[str, Any], interval: int) -> dict[str, Any]:
+    """A member's heartbeat answer once it carries `interval`. tmqgate's coordinator reads the
+    group's configs as it answers, so the first heartbeat must. Kafka's broker publishes a
+    metadata image to its config cache (what DescribeConfigs reads) before it hands the group
+    config to its group coordinator, so a heartbeat just after `settled` may still carry the
+    old value there: on Kafka only, heartbeats go on until it shows (seen once in CI)."""
+    if broker.target != "kafka":
+        beat = heartbeat(conn, body)
+    else:
+        beat = wait_until(lambda: heartbeat(conn, body), 30, 0.2, f"a heartbeat interval of {interval} ms",
+                          ok=lambda b: b["heartbeat_interval_ms"] == interval)
+    assert (beat["error_code"], beat["heartbeat_interval_ms"]) == (0, interval), beat
+    return beat
+
+
 # ------------------------------------------------------------------------------ groups
 
 
@@ -121,18 +136,16 @@ def test_a_groups_own_heartbeat_interval_is_shown_and_given_to_its_members(broke
         assert after[HEARTBEAT]["synonyms"] == [
             {"name": HEARTBEAT, "value": "6000", "source": SOURCE_GROUP},
             {"name": "group.consumer.heartbeat.interval.ms", "value": str(default), "source": SOURCE_DEFAULT}]
-        beat = heartbeat(conn, {"group_id": group, "member_id": first["member_id"],
-                                "member_epoch": first["member_epoch"], "topic_partitions": []})
-        assert (beat["error_code"], beat["heartbeat_interval_ms"]) == (0, 6000), beat
+        beat = given(broker, conn, {"group_id": group, "member_id": first["member_id"],
+                                    "member_epoch": first["member_epoch"], "topic_partitions": []}, 6000)
 
         assert alter(conn, GROUP, group, (HEARTBEAT, DELETE, None)) == (0, None)
         settled(conn, GROUP, group, HEARTBEAT, SOURCE_DEFAULT, str(default))
         back = configs(conn, GROUP, group)
         assert (back[HEARTBEAT]["value"], back[HEARTBEAT]["config_source"]) == (str(default), SOURCE_DEFAULT)
         assert back[SESSION]["value"] == "50000"
-        beat = heartbeat(conn, {"group_id": group, "member_id": first["member_id"],
-                                "member_epoch": beat["member_epoch"], "topic_partitions": []})
-        assert (beat["error_code"], beat["heartbeat_interval_ms"]) == (0, default), beat
+        beat = given(broker, conn, {"group_id": group, "member_id": first["member_id"],
+                                    "member_epoch": beat["member_epoch"], "topic_partitions": []}, default)
         heartbeat(conn, {"group_id": group, "member_id": first["member_id"], "member_epoch": -1})
 
 

@@ -83,7 +83,10 @@ class MachineTimer(Generic[M]):
             wait_ms = (self.interval_ms if deadline is None
                        else min(self.interval_ms, max(0, deadline - self.now())))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancel that
+                # comes as the event is set, and this loop then never ends (a stop hung on it).
+                async with asyncio.timeout(wait_ms / 1000):
+                    await self._wake.wait()
             try:
                 self.machine.tick(self.now())
             except Exception:  # the timer must survive one bad group or transaction

@@ -52,7 +52,8 @@ class PeerConnection:
 
     async def request(self, api_key: int, version: int, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
-            return await asyncio.wait_for(self._request_in_turn(api_key, version, body), timeout)
+            async with asyncio.timeout(timeout):
+                return await self._request_in_turn(api_key, version, body)
         except PeerError:
             self.close()
             raise

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 import struct
 import time
@@ -331,7 +332,8 @@ class Replication:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(key, []).append((end, fut))
         try:
-            await asyncio.wait_for(fut, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await fut
             return True
         except (TimeoutError, ConnectionAbortedError):
             kept = self._waiters.get(key)
@@ -346,10 +348,9 @@ class Replication:
 
     async def _check_isr_loop(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._isr_due.wait(), self.lag_s / 2)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.lag_s / 2):
+                    await self._isr_due.wait()
             self._isr_due.clear()
             try:
                 await self._check_isr()

@@ -178,7 +178,8 @@ async def advertised_warnings(config: BrokerConfig, advertised: dict[str, tuple[
     async def check(name: str, host: str, port: int) -> str | None:
         where = f"listener {name}: the advertised address {host}:{port}"
         try:
-            infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_S)
+            async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
             return (f"{where} does not resolve ({exc.strerror}): clients told it cannot connect; set {setting} to a "
                     "name or address of this machine that the clients resolve")

@@ -36,7 +36,8 @@ class DataNotifier:
         for key in keys:
             self._waiters[key].add(fut)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
+            async with asyncio.timeout(timeout):
+                await fut
             return True
         except TimeoutError:
             return False
