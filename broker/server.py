@@ -138,7 +138,9 @@ class Broker:
         self.group_configs = GroupConfigs(self.store, config, self.coordinator)
         # share groups (KIP-932): the groups coordinated here, the share-partitions of what is led here
         self.shares = ShareRuntime(clock.now_ms, self.group_configs.share_settings, self.store.share_states,
-                                   config.group_share_max_share_sessions)
+                                   config.group_share_max_share_sessions,
+                                   roles.share_persister(self.store.share_states, self.group_state))
+        self.partition_ends = roles.partition_ends(self.store, self.topics)
         self.broker_configs = BrokerConfigs(self.store, config, self.topics)
         # The transaction coordinator (broker/runtime/txn_coordinator.py): its markers and group
         # ends written here, on a cluster sent to the brokers leading them.
@@ -262,7 +264,7 @@ class Broker:
                                  shares=self.shares),
             AclApis: AclApis(auth),
             ShareApis: ShareApis(self.shares, self.store, self.topics, self.notifier, self.coordinator, node,
-                                 authorizer=auth),
+                                 self.partition_ends, authorizer=auth),
             TxnApis: TxnApis(self.transactions, self.topics, self.txn_state, authorizer=auth),
             TxnDataApis: TxnDataApis(self.markers, self.store, self.topics, authorizer=auth, cluster=self.txn_routing),
         }

@@ -118,10 +118,11 @@ def tmqgate_cluster(workdir: Path, config: dict[str, Any], *, listener: str = "P
         etcd.stop()
 
 
-def find_coordinator(bootstrap: str, group: str) -> int:
-    """FindCoordinator (v4) of a group as one broker answers it: the node id (-1: none now)."""
+def find_coordinator(bootstrap: str, group: str, key_type: int = 0) -> int:
+    """FindCoordinator (v6) of a group (``key_type`` 0; 2: a share-partition's, the key
+    "group:topic id:partition") as one broker answers it: the node id (-1: none now)."""
     with RawConn(bootstrap) as conn:
-        [found] = conn.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})["coordinators"]
+        [found] = conn.request(10, 6, {"key_type": key_type, "coordinator_keys": [group]})["coordinators"]
     return int(found["node_id"]) if found["error_code"] == 0 else -1
 
 

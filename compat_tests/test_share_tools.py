@@ -52,9 +52,11 @@ def test_list_describe_reset_and_delete_a_share_group(broker: Any, tmp_path: Pat
         state = _table(_share_groups(broker.bootstrap, "--describe", "--state", "--group", group))
         assert state[0] == ["GROUP", "COORDINATOR", "(ID)", "STATE", "#MEMBERS"], state
         assert (state[1][0], state[1][-2], state[1][-1]) == (group, "Stable", "1"), state
-        # the group APIs of other protocols see it for what it is
+        # the group APIs of other protocols see it for what it is (ListGroups: at its
+        # coordinator, which lists the groups it coordinates)
         with RoutedConn(broker.bootstrap) as c:
-            listed = c.conn(c.bootstrap).request(16, 5, {"states_filter": [], "types_filter": ["share"]})["groups"]
+            listed = c.conn(c.coordinator(group, 0)).request(16, 5, {"states_filter": [],
+                                                                     "types_filter": ["share"]})["groups"]
             assert [(g["group_id"], g["protocol_type"], g["group_state"], g["group_type"])
                     for g in listed if g["group_id"] == group] == [(group, "share", "Stable", "share")], listed
             described = c.conn(c.coordinator(group, 0)).request(15, 6, {"groups": [group],

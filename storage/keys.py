@@ -123,8 +123,10 @@ prefix       key (after the prefix byte)                            value
              (utf-8)                                                coordinator state, ``storage.share_state``):
                                                                     start offset i64, batches u32, then per batch
                                                                     first i64, last i64, state u8, delivery count
-                                                                    u16; written before ShareFetch / ShareAcknowledge
-                                                                    answer
+                                                                    u16; then the state epoch u32 when not 0 (start
+                                                                    -1: to start again); written before ShareFetch /
+                                                                    ShareAcknowledge answer; a group state key (on a
+                                                                    cluster replicated with the group's)
 0xC2 SHAREGRP share group id (utf-8)                               empty: the share group exists (made by its first
                                                                     member or AlterShareGroupOffsets, gone with
                                                                     DeleteGroups), so it is listed after a restart

@@ -13,7 +13,8 @@ group, some of its offsets or a topic's offsets deletes the pending ones with th
 tombstones do.
 
 On a cluster (issue 16, step 4) every change is also handed, as the puts and deletes of its
-state keys (``OFFSET``, ``TXNOFF``, ``GROUP``), to ``mirror`` before it is written: the broker
+state keys (``OFFSET``, ``TXNOFF``, ``GROUP``, and its share groups' ``SHARE`` and
+``SHAREGRP``: ``write_state``), to ``mirror`` before it is written: the broker
 appends them to the group's partition of the replicated group-state topic, and a broker that
 becomes that partition's leader rebuilds the partition's groups from it (``replace_partition``).
 The mirror goes first so that a write the cluster refused (this broker no longer leads the
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 
 #: The keys of a group's state (what a cluster replicates; the log of __consumer_offsets is not).
-STATE_PREFIXES = (keys.OFFSET, keys.TXNOFF, keys.GROUP)
+STATE_PREFIXES = (keys.OFFSET, keys.TXNOFF, keys.GROUP, keys.SHARE, keys.SHAREGRP)
 StateOps = list[tuple[bytes, bytes | None]]  # (key, value; None: deleted), in order
 
 
@@ -53,8 +54,10 @@ def state_key_group(key: bytes) -> str | None:
         return keys.parse_offset_key(key)[0]
     if prefix == keys.TXNOFF:
         return keys.parse_txn_offset_key(key)[0]
-    if prefix == keys.GROUP:
+    if prefix in (keys.GROUP, keys.SHAREGRP):
         return key[1:].decode()
+    if prefix == keys.SHARE:
+        return keys.parse_share_key(key)[0]
     return None
 
 
@@ -97,6 +100,19 @@ class Offsets:
         staged = self._log.stage(wb.wb, group, records or [], ms)
         self._core.write(wb.wb)
         self._log.advance(staged)
+
+    def write_state(self, group: str, ops: StateOps) -> None:
+        """Put or delete (value None) some of the group's other state keys — its share groups'
+        (``storage.share_state``) — in one WriteBatch, mirrored first as every group state
+        change (nothing of them goes to the log of ``__consumer_offsets``)."""
+        wb = self._batch()
+        for key, value in ops:
+            assert state_key_group(key) == group, key
+            if value is None:
+                wb.delete(key)
+            else:
+                wb.put(key, value)
+        self._write(wb, group)
 
     @staticmethod
     def _tombstone(key: bytes) -> tuple[bytes, None]:

@@ -110,7 +110,7 @@ class Store:
         self.offsets = Offsets(self.core, self.group_log)
         self.client_quotas = ClientQuotas(self.core)
         self.dynamic_configs = DynamicConfigs(self.core)
-        self.share_states = ShareStates(self.core)  # share groups' share-partitions (KIP-932)
+        self.share_states = ShareStates(self.core, self.offsets)  # share groups' share-partitions (KIP-932)
         self.users = Users(self.core)  # SCRAM credentials (storage.users)
         self.acls = Acls(self.core)
         self.transaction_log = TransactionLog(self.group_log)  # __transaction_state's records

@@ -31,10 +31,12 @@ from tmqgate.broker.cluster.catalog import SharedCatalog
 from tmqgate.broker.cluster.coordinator_state import CoordinatorState, kinds
 from tmqgate.broker.cluster.membership import Membership
 from tmqgate.broker.cluster.replication import Replication
+from tmqgate.broker.cluster.share_state import ClusterEnds, ClusterSharePersister
 from tmqgate.broker.cluster.sql import ClusterSql
 from tmqgate.broker.cluster.topics import ClusterTopics
 from tmqgate.broker.cluster.transactions import ClusterMarkers, ClusterTransactions, Peers
 from tmqgate.broker.metadata.view import state_partitioner
+from tmqgate.broker.runtime.shares import PartitionEnds, SharePersister, StorePersister
 
 if TYPE_CHECKING:
     from tmqgate.broker.cluster.peer import PeerSecurity
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from tmqgate.coordinator.transactions import MarkerWriter as TxnMarkers
     from tmqgate.coordinator.transactions import TxnGroups
     from tmqgate.storage import Store
+    from tmqgate.storage.share_state import ShareStates
 
 #: how long a statement sent to the broker leading its database may take there (a 1 MiB INSERT: seconds)
 SQL_FORWARD_TIMEOUT_S = 120.0
@@ -118,6 +121,13 @@ class ClusterRoles:
         self._sql = ClusterSql(cfg.node_id, self._membership, self._topics, topics, self._store, self._replication,
                                http_tls, SQL_FORWARD_TIMEOUT_S, cfg.replica_lag_time_max_ms / 1000)
         return self._sql
+
+    def share_persister(self, states: ShareStates, group_state: CoordinatorPlacement) -> SharePersister:
+        return ClusterSharePersister(self._config.node_id, group_state, self._peers,
+                                     StorePersister(states, group_state.replicated))
+
+    def partition_ends(self, store: Store, topics: TopicRegistry) -> PartitionEnds:
+        return ClusterEnds(self._config.node_id, store, topics, self._peers)
 
     def connect(self, transactions: TxnCoordinatorRuntime, markers: MarkerWriter,
                 reloads: list[Callable[[], None]]) -> None:

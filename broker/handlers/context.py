@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from tmqgate.broker.ops.metrics import Metrics
     from tmqgate.broker.ops.quotas.client_quotas import ClientQuotaManagers
     from tmqgate.broker.ratelimit import RateLimitedLog
-    from tmqgate.broker.runtime.shares import ShareRuntime
+    from tmqgate.broker.runtime.shares import PartitionEnds, ShareRuntime
     from tmqgate.broker.runtime.txn_coordinator import TxnCoordinatorRuntime
     from tmqgate.broker.runtime.txn_markers import MarkerWriter
     from tmqgate.broker.runtime.waiters import DataNotifier
@@ -232,6 +232,7 @@ class ShareApis:
     notifier: DataNotifier
     coordinator: CoordinatorRuntime  # who coordinates a group id, and its classic/consumer groups
     node: Node
+    ends: PartitionEnds  # partitions' high watermarks from their leaders (the share groups' lag)
     authorizer: Authorizer | None = None
 
     def group_denied(self, op: Operation, group_id: str) -> bool:

@@ -8,6 +8,8 @@ SyncGroup wait on futures the state machine resolves, as Kafka's coordinator del
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import TYPE_CHECKING, cast
 
 from tmqgate.broker.acl.model import Operation, ResourceType
@@ -78,6 +80,19 @@ api = apis_with(GroupApis)
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2  # a share-partition's: "group:topic id:partition", coordinated with the group
+
+
+def _share_key_group(key: str) -> str | None:
+    """The group of a share-partition's key "group:topic id:partition" (None: not one)."""
+    parts = key.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0] or not parts[2].isdigit():
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(parts[1] + "==")
+    except (ValueError, binascii.Error):
+        return None
+    return parts[0] if len(raw) == 16 else None
 
 
 def _host() -> str:
@@ -126,13 +141,21 @@ def _kick(ctx: GroupApis) -> None:
 async def find_coordinator(ctx: GroupApis, req: Request) -> FindCoordinatorResponse:
     body = cast("FindCoordinatorRequest", req.body)
     key_type = body.get("key_type", KEY_TYPE_GROUP)
-    ok = key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION)
+    ok = key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE)
     code = ErrorCode.NONE if ok else ErrorCode.INVALID_REQUEST
     if ok:  # Kafka creates the coordinator's internal topic on the first request for one
-        ctx.topics.ensure_internal(GROUP_METADATA_TOPIC if key_type == KEY_TYPE_GROUP else TRANSACTION_STATE_TOPIC)
+        ctx.topics.ensure_internal(TRANSACTION_STATE_TOPIC if key_type == KEY_TYPE_TRANSACTION
+                                   else GROUP_METADATA_TOPIC)
 
     def found(key: str) -> FindCoordinatorResponseCoordinator:
-        where = ctx.coordinator_node(key_type, key) if ok else None
+        if ok and key_type == KEY_TYPE_SHARE:  # the share-partition's state is kept with its group's
+            group = _share_key_group(key)
+            if group is None:
+                return {"node_id": -1, "host": "", "port": -1, "error_code": int(ErrorCode.INVALID_REQUEST),
+                        "error_message": "Share coordinator key is invalid"}
+            where = ctx.coordinator_node(KEY_TYPE_GROUP, group)
+        else:
+            where = ctx.coordinator_node(key_type, key) if ok else None
         if where is None:  # an unknown key type, or a cluster between coordinators
             return {"node_id": -1, "host": "", "port": -1, "error_code": int(
                 code if not ok else ErrorCode.COORDINATOR_NOT_AVAILABLE),
@@ -154,6 +177,10 @@ def _key_denied(ctx: GroupApis, key_type: int, key: str) -> FindCoordinatorRespo
     """FindCoordinator's check (DESCRIBE on the group, or on the transactional id): the
     refusal's entry, or None."""
     auth = ctx.authorizer
+    if auth is not None and key_type == KEY_TYPE_SHARE:  # brokers' own (Kafka: CLUSTER_ACTION)
+        return None if auth.allows_cluster(Operation.CLUSTER_ACTION) else {
+            "node_id": -1, "host": "", "port": -1, "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+            "error_message": None}
     if auth is None or key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         return None
     rt = ResourceType.GROUP if key_type == KEY_TYPE_GROUP else ResourceType.TRANSACTIONAL_ID
@@ -425,6 +452,7 @@ async def list_groups(ctx: GroupApis, req: Request) -> ListGroupsResponse:
     groups = cast("list[ListGroupsResponseListedGroup]", ctx.coordinator.machine.admin.list_groups(
         body.get("states_filter"), body.get("types_filter")))  # (the coordinator's plain dicts)
     if ctx.shares is not None:  # share groups (KIP-932): type and protocol type "share"
+        ctx.shares.sync_groups(ctx.coordinator.machine.owns)
         states = {s.lower() for s in body.get("states_filter") or []}
         types = {t.lower() for t in body.get("types_filter") or []}
         groups += [{"group_id": g, "protocol_type": "share", "group_state": group.state.value, "group_type": "share"}
@@ -441,6 +469,8 @@ async def list_groups(ctx: GroupApis, req: Request) -> ListGroupsResponse:
 @api(ApiKey.DESCRIBE_GROUPS, 0, 6)
 async def describe_groups(ctx: GroupApis, req: Request) -> DescribeGroupsResponse:
     admin = ctx.coordinator.machine.admin
+    if ctx.shares is not None:
+        ctx.shares.sync_groups(ctx.coordinator.machine.owns)
     return {"throttle_time_ms": 0, "groups": [
         _group_error(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) if _group_denied(ctx, Operation.DESCRIBE, g)
         else _group_error(g, NOT_COORDINATOR) if ctx.elsewhere(g)
@@ -468,6 +498,8 @@ def _group_error(group_id: str, code: ErrorCode) -> DescribeGroupsResponseDescri
 @api(ApiKey.DELETE_GROUPS, 0, 2)
 async def delete_groups(ctx: GroupApis, req: Request) -> DeleteGroupsResponse:
     names = cast("DeleteGroupsRequest", req.body).get("groups_names") or []
+    if ctx.shares is not None:
+        ctx.shares.sync_groups(ctx.coordinator.machine.owns)
     denied = {g for g in names if _group_denied(ctx, Operation.DELETE, g)}
     elsewhere = {g for g in names if g not in denied and ctx.elsewhere(g)}
     shared = {g for g in names if ctx.shares is not None and g not in denied | elsewhere and g in ctx.shares.groups}

@@ -27,13 +27,15 @@ from tmqgate.broker.handlers.context import ShareApis
 from tmqgate.broker.identity.client import current_client
 from tmqgate.broker.runtime.shares import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
 from tmqgate.coordinator.share_group import reset_duration_ms
-from tmqgate.coordinator.share_partition import DONE, AckType, SharePartition
+from tmqgate.coordinator.share_partition import DONE, AckType, RecordState, SharePartition
 from tmqgate.protocol import clock
 from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.protocol.records import parse_header
+from tmqgate.storage.share_state import Stored
 
 if TYPE_CHECKING:
+    from tmqgate.broker.runtime.shares import StorePersister
     from tmqgate.broker.topics import Topic
     from tmqgate.protocol.bodies.alter_share_group_offsets import (
         AlterShareGroupOffsetsRequest,
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
         DescribeShareGroupOffsetsRequest,
         DescribeShareGroupOffsetsResponse,
     )
+    from tmqgate.protocol.bodies.read_share_group_state import ReadShareGroupStateRequest, ReadShareGroupStateResponse
     from tmqgate.protocol.bodies.share_acknowledge import ShareAcknowledgeRequest, ShareAcknowledgeResponse
     from tmqgate.protocol.bodies.share_fetch import ShareFetchRequest, ShareFetchResponse
     from tmqgate.protocol.bodies.share_group_describe import (
@@ -57,6 +60,10 @@ if TYPE_CHECKING:
         ShareGroupHeartbeatRequest,
         ShareGroupHeartbeatResponse,
         ShareGroupHeartbeatResponseAssignment,
+    )
+    from tmqgate.protocol.bodies.write_share_group_state import (
+        WriteShareGroupStateRequest,
+        WriteShareGroupStateResponse,
     )
     from tmqgate.protocol.messages import Request
 
@@ -198,8 +205,16 @@ class _Partitions:
         return self.ctx.topics.partition_error(topic, index, by_id=True)
 
 
-def _share_partition(ctx: ShareApis, group_id: str, topic: Topic, index: int) -> SharePartition:
+async def _share_partition(ctx: ShareApis, group_id: str, topic: Topic, index: int,
+                           recheck: bool = False) -> tuple[SharePartition | None, ErrorCode]:
+    """The share-partition, its state read first where it is not live here at the partition's
+    current leader epoch (`recheck`: a session takes it in; ShareRuntime.prepare); or why it
+    cannot be had (its coordinator's error)."""
     store = ctx.store
+    code = await ctx.shares.prepare((group_id, topic.topic_id, index), _leader(ctx, topic, index)["leader_epoch"],
+                                    recheck)
+    if code is not ErrorCode.NONE:
+        return None, code
 
     def start(reset: str) -> int:
         """share.auto.offset.reset: the log's start, the first batch holding records written
@@ -217,7 +232,8 @@ def _share_partition(ctx: ShareApis, group_id: str, topic: Topic, index: int) ->
     log_start = topic.log_start(store, index)
     if sp.end < log_start:  # what it had not handed out yet was deleted (retention): start at the log
         sp.reset(log_start)
-    return sp
+    code = await ctx.shares.initialized((group_id, topic.topic_id, index))
+    return (sp, code) if code is ErrorCode.NONE else (None, code)
 
 
 def _acks_in(body: Any) -> dict[tuple[bytes, int], list[Any]]:
@@ -225,8 +241,8 @@ def _acks_in(body: Any) -> dict[tuple[bytes, int], list[Any]]:
             for t in body["topics"] for p in t["partitions"] if p["acknowledgement_batches"]}
 
 
-def _apply_acks(ctx: ShareApis, parts: _Partitions, group_id: str, member: str,
-                acks: dict[tuple[bytes, int], list[Any]]) -> dict[tuple[bytes, int], ErrorCode]:
+async def _apply_acks(ctx: ShareApis, parts: _Partitions, group_id: str, member: str,
+                      acks: dict[tuple[bytes, int], list[Any]]) -> dict[tuple[bytes, int], ErrorCode]:
     """Each partition's acknowledgements applied and written (before the answer)."""
     out = {}
     if acks:
@@ -235,8 +251,11 @@ def _apply_acks(ctx: ShareApis, parts: _Partitions, group_id: str, member: str,
         error = parts.error(tid, index)
         topic = parts.topics.get(tid)
         if error is None and topic is not None:
-            error = _acknowledge(ctx, _share_partition(ctx, group_id, topic, index), member, batches)
-            ctx.shares.save((group_id, tid, index))
+            sp, error = await _share_partition(ctx, group_id, topic, index)
+            if sp is not None:
+                error = _acknowledge(ctx, sp, member, batches)
+                saved = await ctx.shares.save((group_id, tid, index))
+                error = error if saved is ErrorCode.NONE else saved
         out[(tid, index)] = error or ErrorCode.NONE
     return out
 
@@ -334,7 +353,7 @@ async def share_fetch(ctx: ShareApis, req: Request) -> ShareFetchResponse:
     parts = _Partitions(ctx, {t["topic_id"] for t in body["topics"]} | {tid for tid, _ in session.partitions}
                         | {t["topic_id"] for t in body.get("forgotten_topics_data") or []})
     answers: dict[tuple[bytes, int], dict[str, Any]] = {}
-    for (tid, index), error in _apply_acks(ctx, parts, group_id, member, acks).items():
+    for (tid, index), error in (await _apply_acks(ctx, parts, group_id, member, acks)).items():
         answers[(tid, index)] = {"acknowledge_error_code": int(error)}
     if epoch == FINAL_EPOCH:
         ctx.shares.close(session)
@@ -345,16 +364,24 @@ async def share_fetch(ctx: ShareApis, req: Request) -> ShareFetchResponse:
     for forgotten in body.get("forgotten_topics_data") or []:
         for index in forgotten["partitions"]:
             session.partitions.discard((forgotten["topic_id"], index))
-    for t in body["topics"]:
-        for p in t["partitions"]:
-            session.partitions.add((t["topic_id"], p["partition_index"]))
-    await _fetch_records(ctx, session, parts, answers, body, settings.isolation_level == "read_committed")
+    taken = {(t["topic_id"], p["partition_index"]) for t in body["topics"] for p in t["partitions"]}
+    fresh = taken - session.partitions  # the partitions this session takes in now
+    session.partitions |= taken
+    await _fetch_records(ctx, session, parts, answers, body, settings.isolation_level == "read_committed", fresh)
     return _fetch_answer(ctx, parts, answers, settings.record_lock_duration_ms)
+
+
+#: A share-partition's state cannot be read or kept now (its coordinator is moving, or it was
+#: fenced and is read again): ShareFetch leaves the partition out of this answer and tries it
+#: again as it waits, as Kafka's leader does with a share-partition not initialised yet — the
+#: Java client takes a partition error other than the leader's as fatal.
+_STATE_UNAVAILABLE = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.FENCED_STATE_EPOCH})
 
 
 async def _fetch_records(ctx: ShareApis, session: ShareSession, parts: _Partitions,
                          answers: dict[tuple[bytes, int], dict[str, Any]], body: ShareFetchRequest,
-                         committed: bool) -> None:
+                         committed: bool, fresh: set[tuple[bytes, int]]) -> None:
     """Acquire records in the session's partitions into `answers` (their batches and acquired
     runs, or their errors), waiting until some come, an error, or max_wait_ms."""
     group_id, member = session.group_id, session.member_id
@@ -374,11 +401,24 @@ async def _fetch_records(ctx: ShareApis, session: ShareSession, parts: _Partitio
                 continue
             topic = parts.topics[tid]
             assert topic is not None
-            batches, acquired, moved = await _acquire(ctx, _share_partition(ctx, group_id, topic, index), topic,
-                                                      index, member, budget, records_left, committed)
+            sp, cannot = await _share_partition(ctx, group_id, topic, index, (tid, index) in fresh)
+            if sp is None:
+                if cannot not in _STATE_UNAVAILABLE:
+                    entry["error_code"] = int(cannot)
+                    errors = True
+                continue
+            batches, acquired, moved = await _acquire(ctx, sp, topic, index, member, budget, records_left, committed)
+            fresh.discard((tid, index))
             passed = passed or moved
             if moved:
-                ctx.shares.save((group_id, tid, index))
+                cannot = await ctx.shares.save((group_id, tid, index))
+                if cannot is not ErrorCode.NONE:  # not kept: given back, none goes out (their count stays)
+                    for run in acquired:
+                        sp.acknowledge(member, run["first_offset"], run["last_offset"], AckType.RELEASE)
+                    if cannot not in _STATE_UNAVAILABLE:
+                        entry["error_code"] = int(cannot)
+                        errors = True
+                    continue
             if acquired:  # (saved above: the delivery counts, before they go out)
                 entry["records"], entry["acquired_records"] = batches, acquired
                 budget -= sum(map(len, batches))
@@ -429,7 +469,7 @@ async def share_acknowledge(ctx: ShareApis, req: Request) -> ShareAcknowledgeRes
     acks = {(t["topic_id"], p["partition_index"]): p["acknowledgement_batches"]
             for t in body["topics"] for p in t["partitions"]}
     parts = _Partitions(ctx, {tid for tid, _ in acks})
-    results = _apply_acks(ctx, parts, group_id, member, acks)
+    results = await _apply_acks(ctx, parts, group_id, member, acks)
     if epoch == FINAL_EPOCH:
         ctx.shares.close(session)
     by_topic: dict[bytes, list[Any]] = {}
@@ -446,8 +486,9 @@ async def share_acknowledge(ctx: ShareApis, req: Request) -> ShareAcknowledgeRes
 # -- the share-partitions' start offsets (kafka-share-groups --describe / --reset-offsets) ------
 
 def _share_keys(ctx: ShareApis, group_id: str, topic: Topic) -> list[int]:
-    """The partitions of `topic` the group has a share-partition of here (live or stored)."""
-    return sorted({p for g, tid, p in ctx.shares.keys() if g == group_id and tid == topic.topic_id})
+    """The partitions of `topic` the group has a share-partition state of (its coordinator
+    keeps them all)."""
+    return sorted({p for _, tid, p in ctx.shares.stored(group_id) if tid == topic.topic_id})
 
 
 @api(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1)
@@ -463,11 +504,12 @@ async def describe_share_group_offsets(ctx: ShareApis, req: Request) -> Describe
             continue
         wanted = g.get("topics")
         if wanted is None:  # every topic the group has state of
-            names = sorted({t.name for g_id, tid, _ in ctx.shares.keys() if g_id == group_id
+            names = sorted({t.name for _, tid, _ in ctx.shares.stored(group_id)
                             for t in [ctx.topics.by_id(tid)] if t is not None})
             wanted = [{"topic_name": n, "partitions": _share_keys(ctx, group_id, topic)} for n in names
                       if (topic := ctx.topics.get(n)) is not None]
         denied = ctx.topics_denied(Operation.DESCRIBE, {t["topic_name"] for t in wanted})
+        kept = ctx.shares.stored(group_id)
         topics = []
         for t in wanted:
             topic = ctx.topics.get(t["topic_name"])
@@ -479,13 +521,12 @@ async def describe_share_group_offsets(ctx: ShareApis, req: Request) -> Describe
                     entry["error_code"] = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 elif topic is None or not 0 <= index < topic.partitions:
                     entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                else:
-                    sp = ctx.shares.existing(group_id, topic.topic_id, index)
-                    if sp is not None:
-                        hw = topic.high_watermark(ctx.store, index)
-                        done = sum(1 for r in sp.records.values() if r.state in DONE)
-                        entry.update(start_offset=sp.start, leader_epoch=_leader(ctx, topic, index)["leader_epoch"],
-                                     lag=max(0, hw - sp.start - done))
+                elif (state := kept.get((group_id, topic.topic_id, index))) is not None:
+                    hw = await ctx.ends.end(topic, index)
+                    done = sum(last - first + 1 for first, last, st, _ in state.batches
+                               if RecordState(st) in DONE)
+                    entry.update(start_offset=state.start, leader_epoch=_leader(ctx, topic, index)["leader_epoch"],
+                                 lag=-1 if hw is None else max(0, hw - state.start - done))
                 parts.append(entry)
             topics.append({"topic_name": t["topic_name"], "topic_id": topic.topic_id if topic else ZERO_UUID,
                            "partitions": parts})
@@ -523,12 +564,11 @@ async def alter_share_group_offsets(ctx: ShareApis, req: Request) -> AlterShareG
         for p in t["partitions"]:
             index, offset = p["partition_index"], p["start_offset"]
             code = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t["topic_name"] in denied
-                    else ctx.topics.partition_error(topic, index))
-            if code is None:
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topic is None or not 0 <= index < topic.partitions
+                    else None)
+            if code is None:  # (the partition's leader starts at its log's start if this is before it)
                 assert topic is not None
-                sp = _share_partition(ctx, group_id, topic, index)
-                sp.reset(max(offset, topic.log_start(ctx.store, index)))
-                ctx.shares.save((group_id, topic.topic_id, index))
+                code = await ctx.shares.set_start((group_id, topic.topic_id, index), max(offset, 0))
             parts.append({"partition_index": index, "error_code": int(code or 0), "error_message": None})
         responses.append({"topic_name": t["topic_name"], "topic_id": topic.topic_id if topic else ZERO_UUID,
                           "partitions": parts})
@@ -550,7 +590,69 @@ async def delete_share_group_offsets(ctx: ShareApis, req: Request) -> DeleteShar
         code = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t["topic_name"] in denied
                 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topic is None else ErrorCode.NONE)
         if topic is not None and code is ErrorCode.NONE:
-            ctx.shares.forget([(group_id, topic.topic_id, p) for p in _share_keys(ctx, group_id, topic)])
+            for p in _share_keys(ctx, group_id, topic):  # started again at share.auto.offset.reset
+                code = await ctx.shares.set_start((group_id, topic.topic_id, p), -1)
+                if code is not ErrorCode.NONE:
+                    break
         responses.append({"topic_name": t["topic_name"], "topic_id": topic.topic_id if topic else ZERO_UUID,
                           "error_code": int(code), "error_message": None})
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
+
+
+# -- the share-partitions' states, kept by the group's coordinator (broker/cluster/share_state.py) --
+
+def _state_here(ctx: ShareApis, group_id: str) -> tuple[StorePersister | None, ErrorCode]:
+    """The store's persister for a partition leader's ReadShareGroupState /
+    WriteShareGroupState, or why it is refused: not a broker (Kafka: CLUSTER_ACTION), or the
+    group not coordinated here."""
+    if ctx.authorizer is not None and not ctx.authorizer.allows_cluster(Operation.CLUSTER_ACTION):
+        return None, ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    persister = ctx.shares.persister
+    if persister is None or not ctx.coordinator.machine.owns(group_id):
+        return None, ErrorCode.NOT_COORDINATOR
+    return persister.here, ErrorCode.NONE
+
+
+@api(ApiKey.READ_SHARE_GROUP_STATE, 0, 0)
+async def read_share_group_state(ctx: ShareApis, req: Request) -> ReadShareGroupStateResponse:
+    body = cast("ReadShareGroupStateRequest", req.body)
+    here, refusal = _state_here(ctx, body["group_id"])
+    results: list[Any] = []
+    for t in body["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            entry: dict[str, Any] = {"partition": p["partition"], "error_code": int(refusal), "error_message": None,
+                                     "state_epoch": -1, "start_offset": -1, "state_batches": []}
+            if here is not None:
+                code, state = await here.read((body["group_id"], t["topic_id"], p["partition"]))
+                entry["error_code"] = int(code)
+                if state is not None:
+                    entry.update(state_epoch=state.epoch, start_offset=state.start, state_batches=[
+                        {"first_offset": f, "last_offset": last, "delivery_state": st, "delivery_count": n}
+                        for f, last, st, n in state.batches])
+            parts.append(entry)
+        results.append({"topic_id": t["topic_id"], "partitions": parts})
+    return {"results": results}
+
+
+@api(ApiKey.WRITE_SHARE_GROUP_STATE, 0, 1)
+async def write_share_group_state(ctx: ShareApis, req: Request) -> WriteShareGroupStateResponse:
+    body = cast("WriteShareGroupStateRequest", req.body)
+    here, refusal = _state_here(ctx, body["group_id"])
+    results: list[Any] = []
+    for t in body["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            code = refusal
+            batches = [(b["first_offset"], b["last_offset"], b["delivery_state"], b["delivery_count"])
+                       for b in p["state_batches"]]
+            if any(last < first or RecordState._value2member_map_.get(st) is None or n < 0
+                   for first, last, st, n in batches):
+                code = ErrorCode.INVALID_REQUEST
+            elif here is not None:
+                code = await here.write(
+                    (body["group_id"], t["topic_id"], p["partition"]),
+                    Stored(p["start_offset"], batches, max(0, p["state_epoch"])))
+            parts.append({"partition": p["partition"], "error_code": int(code), "error_message": None})
+        results.append({"topic_id": t["topic_id"], "partitions": parts})
+    return {"results": results}

@@ -23,6 +23,7 @@ from tmqgate.broker.runtime.coordination import (
     TxnRouting,
 )
 from tmqgate.broker.runtime.replicas import LocalReplication, Replicas
+from tmqgate.broker.runtime.shares import LocalEnds, PartitionEnds, SharePersister, StorePersister
 from tmqgate.broker.tdengine import LocalSql, SqlCluster
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from tmqgate.coordinator.transactions import MarkerWriter as TxnMarkers
     from tmqgate.coordinator.transactions import TxnGroups
     from tmqgate.protocol.errors import ErrorCode
+    from tmqgate.storage import Store
+    from tmqgate.storage.share_state import ShareStates
 
 
 class TxnChecks(Protocol):
@@ -72,6 +75,12 @@ class Roles(Protocol):
     def txn_checks(self, transactions: TxnCoordinatorRuntime) -> tuple[TxnChecks, TxnRouting]: ...
 
     def sql(self, topics: TopicRegistry, replication: Replicas, notify: Callable[[str, int], None]) -> SqlCluster: ...
+
+    # where share-partitions' states are kept (KIP-932's persister)
+    def share_persister(self, states: ShareStates, group_state: CoordinatorPlacement) -> SharePersister: ...
+
+    # partitions' high watermarks as their leaders have them (share groups' lag)
+    def partition_ends(self, store: Store, topics: TopicRegistry) -> PartitionEnds: ...
 
     # the events; `reloads`: what reads ACLs, configs and quotas again after the store took the cluster's
     def connect(self, transactions: TxnCoordinatorRuntime, markers: MarkerWriter,
@@ -111,6 +120,12 @@ class LocalRoles:
 
     def sql(self, topics: TopicRegistry, replication: Replicas, notify: Callable[[str, int], None]) -> SqlCluster:
         return LocalSql(topics, notify)
+
+    def share_persister(self, states: ShareStates, group_state: CoordinatorPlacement) -> SharePersister:
+        return StorePersister(states)
+
+    def partition_ends(self, store: Store, topics: TopicRegistry) -> PartitionEnds:
+        return LocalEnds(store)
 
     def connect(self, transactions: TxnCoordinatorRuntime, markers: MarkerWriter,
                 reloads: list[Callable[[], None]]) -> None:

@@ -22,25 +22,37 @@ Rules:
 - A session unused for the share session timeout is closed as if its member had gone, and so
   is one whose connection closes (a killed consumer's records are not left to their locks).
 - Durable: a share-partition's state (its start and state batches, `SharePartition.snapshot`)
-  is written to the store (storage/share_state.py) after every fetch that acquired from it and
-  every acknowledgement, before the answer goes out, and read back at start; an acquired
-  record is written as its lock running out would leave it, so after a restart nothing
-  acknowledged comes again and no delivery is forgotten. The groups' ids are kept too (Empty
-  after a restart, as Kafka lists them); memberships and sessions are not: members join
-  again, as after a coordinator move.
+  is kept by its persister (`SharePersister`, Kafka's persister) after every fetch that
+  acquired from it and every acknowledgement, before the answer goes out; an acquired record
+  is kept as its lock running out would leave it, so after a restart or a move nothing
+  acknowledged comes again and no delivery is forgotten. One node keeps it in its store
+  (storage/share_state.py, `StorePersister`); a cluster with the group's coordinator, where it
+  is a group state key replicated with the group's (broker/cluster/share_state.py).
+- A partition leader reads the state before it uses a share-partition that is not live here
+  at the partition's current leader epoch (a broker that leads a partition again does not
+  trust its old copy). AlterShareGroupOffsets and DeleteShareGroupOffsets, at the coordinator,
+  write the state at the next state epoch (`set_start`); a leader's write of its older copy is
+  then refused (FENCED_STATE_EPOCH) and the copy dropped, to be read again.
+- The groups' ids are kept too (Empty after a restart, as Kafka lists them); memberships and
+  sessions are not: members join again, as after a coordinator move.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tmqgate.coordinator.share_group import ShareGroup, ShareSettings
 from tmqgate.coordinator.share_partition import RecordState, SharePartition, Snapshot, StateBatch
 from tmqgate.protocol.errors import ErrorCode
+from tmqgate.storage.model import StateNotReplicated
+from tmqgate.storage.share_state import Stored
 
 if TYPE_CHECKING:
+    from tmqgate.broker.topics import Topic
+    from tmqgate.storage import Store
     from tmqgate.storage.share_state import ShareStates
 
 #: the first epoch of a share session, and the one that closes it
@@ -60,11 +72,76 @@ class ShareSession:
 PartitionKey = tuple[str, bytes, int]  # (group id, topic id, partition)
 
 
+class SharePersister(Protocol):
+    """Where share-partitions' states are kept (Kafka's persister): the store here
+    (`StorePersister`), or on a cluster the group's coordinator (broker/cluster/share_state.py)."""
+
+    @property
+    def here(self) -> StorePersister: ...  # the store's, which the coordinator's APIs use
+
+    async def read(self, key: PartitionKey) -> tuple[ErrorCode, Stored | None]: ...
+
+    async def write(self, key: PartitionKey, state: Stored, fence: bool = True) -> ErrorCode: ...
+
+
+class StorePersister:
+    """The states in this broker's store: one node's, or (`replicated`) those of the groups a
+    cluster broker coordinates, each write then waited on until the group's state partition's
+    in-sync replicas have it. A write at an older state epoch than the kept one is fenced
+    (FENCED_STATE_EPOCH), unless `fence` is off (the coordinator's own change)."""
+
+    def __init__(self, states: ShareStates,
+                 replicated: Callable[[str], Awaitable[ErrorCode | None]] | None = None) -> None:
+        self._states = states
+        self._replicated = replicated
+
+    @property
+    def here(self) -> StorePersister:
+        return self
+
+    async def read(self, key: PartitionKey) -> tuple[ErrorCode, Stored | None]:
+        return ErrorCode.NONE, self._states.read(key)
+
+    async def write(self, key: PartitionKey, state: Stored, fence: bool = True) -> ErrorCode:
+        kept = self._states.read(key)
+        if fence and kept is not None and kept.epoch > state.epoch:
+            return ErrorCode.FENCED_STATE_EPOCH
+        try:
+            self._states.write(key, state.start, state.batches, state.epoch)
+        except StateNotReplicated:
+            return ErrorCode.NOT_COORDINATOR
+        if self._replicated is not None:
+            return await self._replicated(key[0]) or ErrorCode.NONE
+        return ErrorCode.NONE
+
+
+class PartitionEnds(Protocol):
+    """A partition's high watermark as its leader has it (DescribeShareGroupOffsets' lag, at the
+    group's coordinator: Kafka asks the leaders): here, or on a cluster from the leader."""
+
+    async def end(self, topic: Topic, index: int) -> int | None: ...  # None: no leader answers
+
+
+class LocalEnds:
+    """Every partition is led here."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def end(self, topic: Topic, index: int) -> int | None:
+        return topic.high_watermark(self._store, index)
+
+
+def _snapshot(stored: Stored) -> Snapshot:
+    return Snapshot(stored.start, tuple(StateBatch(f, last, RecordState(st), n) for f, last, st, n in stored.batches))
+
+
 class ShareRuntime:
     """The share groups, share-partitions and share sessions of this broker."""
 
     def __init__(self, now_ms: Callable[[], int], settings: Callable[[str], ShareSettings],
-                 states: ShareStates | None = None, max_sessions: int = 2000) -> None:
+                 states: ShareStates | None = None, max_sessions: int = 2000,
+                 persister: SharePersister | None = None) -> None:
         self.now_ms = now_ms
         self.max_sessions = max_sessions  # group.share.max.share.sessions
         self.settings = settings  # group id → its share configs now
@@ -76,31 +153,96 @@ class ShareRuntime:
         # requests that carried acknowledgements
         self.acknowledged: dict[str, int] = {}
         self.acknowledgements = 0
-        self._stored: dict[PartitionKey, Snapshot] = {}  # read at start, made live on first use
-        if states is not None:
-            for group_id in states.groups():  # Empty until members join again
-                self.groups[group_id] = self._new_group(group_id)
-            for key, (start, batches) in states.load().items():
-                self._stored[key] = Snapshot(start, tuple(StateBatch(f, last, RecordState(st), n)
-                                                          for f, last, st, n in batches))
+        #: where the share-partitions' states are kept: the store here, or on a cluster the
+        #: group's coordinator (broker/cluster/share_state.py)
+        self.persister: SharePersister | None = persister or (StorePersister(states) if states is not None else None)
+        #: the leader epoch the live share-partition was read at, and its state epoch
+        self._epochs: dict[PartitionKey, tuple[int, int]] = {}
+        self._read: dict[PartitionKey, Stored | None] = {}  # read, made live on first use
+        self._unsaved: set[PartitionKey] = set()  # made at share.auto.offset.reset, not kept yet
+        self.sync_groups(lambda group_id: True)
 
-    def save(self, key: PartitionKey) -> None:
-        """Write the share-partition's state (before the answer that changed it goes out)."""
+    async def prepare(self, key: PartitionKey, leader_epoch: int, recheck: bool = False) -> ErrorCode:
+        """Before the share-partition is used at the partition's `leader_epoch`: read its state
+        if it is not live here, or was live under another leader epoch (this broker led the
+        partition before; another leader may have changed it since) or was fenced. `recheck`
+        (a session takes the partition in): read it anyway, and start again from it if the
+        coordinator set its offsets meanwhile (a newer state epoch: the group was empty then)."""
+        live = key in self.partitions and self._epochs.get(key, (None,))[0] == leader_epoch
+        if live and not recheck:
+            return ErrorCode.NONE
+        if self.persister is None:
+            if not live:
+                self.partitions.pop(key, None)
+                self._epochs[key] = (leader_epoch, 0)
+            return ErrorCode.NONE
+        code, stored = await self.persister.read(key)
+        if code is not ErrorCode.NONE:
+            return code
+        if live and (stored.epoch if stored is not None else 0) == self._epochs[key][1]:
+            return ErrorCode.NONE  # still the state it holds
+        self.partitions.pop(key, None)
+        self._read[key] = stored
+        self._epochs[key] = (leader_epoch, stored.epoch if stored is not None else 0)
+        return ErrorCode.NONE
+
+    async def save(self, key: PartitionKey) -> ErrorCode:
+        """Write the share-partition's state (before the answer that changed it goes out); the
+        error if it could not be kept (a fenced copy is dropped: the next use reads it again)."""
         sp = self.partitions.get(key)
-        if sp is None or self._states is None:
-            return
+        if sp is None or self.persister is None:
+            return ErrorCode.NONE
+        self._unsaved.discard(key)
         snap = sp.snapshot()
-        self._states.write(key, snap.start, [(b.first, b.last, b.state.value, b.delivery_count)
-                                             for b in snap.batches])
+        leader_epoch, epoch = self._epochs.get(key, (-1, 0))
+        code = await self.persister.write(key, Stored(snap.start, [
+            (b.first, b.last, b.state.value, b.delivery_count) for b in snap.batches], epoch))
+        if code is ErrorCode.FENCED_STATE_EPOCH:
+            self.partitions.pop(key, None)
+            self._epochs.pop(key, None)
+        return code
+
+    async def initialized(self, key: PartitionKey) -> ErrorCode:
+        """Keep a share-partition just made (at share.auto.offset.reset) before it is used."""
+        return await self.save(key) if key in self._unsaved else ErrorCode.NONE
+
+    async def set_start(self, key: PartitionKey, start: int) -> ErrorCode:
+        """AlterShareGroupOffsets (start >= 0) or DeleteShareGroupOffsets (-1: start again at
+        share.auto.offset.reset), at the group's coordinator: written at the next state epoch,
+        which fences the copy a partition leader holds (it reads the state again)."""
+        self.partitions.pop(key, None)
+        self._epochs.pop(key, None)
+        self._read.pop(key, None)
+        self._unsaved.discard(key)
+        if self.persister is None:
+            return ErrorCode.NONE
+        code, stored = await self.persister.read(key)
+        if code is not ErrorCode.NONE:
+            return code
+        return await self.persister.write(key, Stored(start, [], (stored.epoch if stored else 0) + 1), fence=False)
 
     # -- the coordinator's part ---------------------------------------------------------------
 
+    def sync_groups(self, owns: Callable[[str], bool]) -> None:
+        """The groups here are the kept ones this broker coordinates (`owns`): a kept group it
+        took over is here, Empty until its members join; one it no longer coordinates is not
+        (its new coordinator has it)."""
+        for group_id in [g for g in self.groups if not owns(g)]:
+            del self.groups[group_id]
+        if self._states is not None:
+            for group_id in self._states.groups():
+                if group_id not in self.groups and owns(group_id):
+                    self.groups[group_id] = self._new_group(group_id)
+
     def group(self, group_id: str, create: bool) -> ShareGroup | None:
         group = self.groups.get(group_id)
+        if group is None and self._states is not None and self._states.has_group(group_id):
+            group = self.groups[group_id] = self._new_group(group_id)  # kept, taken over: Empty
         if group is None and create:
             group = self.groups[group_id] = self._new_group(group_id)
             if self._states is not None:
-                self._states.add_group(group_id)
+                with contextlib.suppress(StateNotReplicated):  # no longer its coordinator: it has moved
+                    self._states.add_group(group_id)
         if group is not None:
             s = self.settings(group_id)
             group.session_timeout_ms, group.heartbeat_interval_ms = s.session_timeout_ms, s.heartbeat_interval_ms
@@ -120,9 +262,9 @@ class ShareRuntime:
         code = group.delete()
         if code is ErrorCode.NONE:
             del self.groups[group_id]
-            self.forget([k for k in {*self.partitions, *self._stored} if k[0] == group_id])
+            self.forget([k for k in self.keys() if k[0] == group_id])
             if self._states is not None:
-                self._states.remove_group(group_id)
+                self._states.remove_group(group_id)  # (raises StateNotReplicated as forget does)
         return code
 
     def counted(self, kind: str, records: int) -> None:
@@ -136,22 +278,24 @@ class ShareRuntime:
             out[group.state.value] = out.get(group.state.value, 0) + 1
         return out
 
+    def stored(self, group_id: str) -> dict[PartitionKey, Stored]:
+        """The group's share-partitions' states as kept here (at its coordinator: every one
+        of the group's; started again ones left out)."""
+        if self._states is None:
+            return {}
+        return {k: v for k, v in self._states.of_group(group_id).items() if v.start >= 0}
+
     def keys(self) -> set[PartitionKey]:
         """Every share-partition this broker has, live or stored."""
-        return {*self.partitions, *self._stored}
-
-    def existing(self, group_id: str, topic_id: bytes, partition: int) -> SharePartition | None:
-        """The share-partition if this broker has one (made live from the store if need be)."""
-        key = (group_id, topic_id, partition)
-        if key in self._stored and key not in self.partitions:
-            self.partitions[key] = SharePartition.restore(self._stored.pop(key), self.now_ms)
-        return self.partitions.get(key)
+        return {*self.partitions, *(self._states.load() if self._states is not None else ())}
 
     def forget(self, doomed: list[PartitionKey]) -> None:
-        """Drop these share-partitions, here and in the store."""
+        """Drop these share-partitions, here and in the store (a group deleted, a topic gone)."""
         for key in doomed:
             self.partitions.pop(key, None)
-            self._stored.pop(key, None)
+            self._epochs.pop(key, None)
+            self._read.pop(key, None)
+            self._unsaved.discard(key)
         if self._states is not None:
             self._states.delete(doomed)
 
@@ -165,9 +309,12 @@ class ShareRuntime:
         key = (group_id, topic_id, partition)
         sp = self.partitions.get(key)
         if sp is None:
-            stored = self._stored.pop(key, None)
-            sp = self.partitions[key] = (SharePartition.restore(stored, self.now_ms) if stored is not None
-                                         else SharePartition(start(s.auto_offset_reset), self.now_ms))
+            stored = self._read.pop(key, None)
+            if stored is not None and stored.start >= 0:
+                sp = self.partitions[key] = SharePartition.restore(_snapshot(stored), self.now_ms)
+            else:  # kept at once, as Kafka's InitializeShareGroupState (described from then on)
+                sp = self.partitions[key] = SharePartition(start(s.auto_offset_reset), self.now_ms)
+                self._unsaved.add(key)
         sp.lock_ms, sp.delivery_limit, sp.max_locks = (s.record_lock_duration_ms, s.delivery_count_limit,
                                                        s.partition_max_record_locks)
         return sp
