@@ -8,11 +8,12 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from tmqgate.broker.runtime.shares import ShareRuntime
+from tmqgate.broker.runtime.shares import PartitionKey, ShareRuntime, StorePersister
 from tmqgate.coordinator.share_group import ShareSettings
 from tmqgate.coordinator.share_partition import AckType, Acquired, SharePartition
 from tmqgate.protocol.errors import ErrorCode
 from tmqgate.storage import Store
+from tmqgate.storage.share_state import Stored
 
 TOPIC = bytes(range(16))
 
@@ -291,3 +292,35 @@ def test_a_session_taking_the_partition_in_sees_offsets_the_coordinator_set(tmp_
         assert asyncio.run(leader.prepare(key, 0, recheck=True)) is ErrorCode.NONE
         again = leader.share_partition("g", TOPIC, 0, lambda reset: 99)
         assert again is not sp and again.acquire("n", 5, 5) == [Acquired(0, 4, 1)]
+
+
+def test_two_requests_reading_the_state_at_once_keep_the_first_ones_records(tmp_path: Path) -> None:
+    """On a cluster the read is a request to the coordinator: a second ShareFetch reading the
+    same share-partition meanwhile must not replace the one the first made and acquired from."""
+
+    class Slow(StorePersister):
+        async def read(self, key: PartitionKey) -> tuple[ErrorCode, Stored | None]:
+            await asyncio.sleep(0.01)
+            return await super().read(key)
+
+    async def scenario(rt: ShareRuntime) -> tuple[SharePartition, SharePartition]:
+        key = ("g", TOPIC, 0)
+
+        async def first() -> SharePartition:
+            assert await rt.prepare(key, 0) is ErrorCode.NONE
+            sp = rt.share_partition("g", TOPIC, 0, lambda reset: 0)
+            sp.acquire("m", 4, 4)
+            return sp
+
+        async def second() -> SharePartition:
+            await asyncio.sleep(0.005)  # starts reading before the first is done
+            assert await rt.prepare(key, 0) is ErrorCode.NONE
+            return rt.share_partition("g", TOPIC, 0, lambda reset: 0)
+
+        return await asyncio.gather(first(), second())
+
+    with Store(tmp_path / "d") as store:
+        s = ShareSettings()
+        rt = ShareRuntime(Clock(), lambda group: s, store.share_states, persister=Slow(store.share_states))
+        a, b = asyncio.run(scenario(rt))
+        assert a is b and b.acquire("n", 4, 4) == []  # the first's records stay its own

@@ -176,9 +176,13 @@ class ShareRuntime:
                 self.partitions.pop(key, None)
                 self._epochs[key] = (leader_epoch, 0)
             return ErrorCode.NONE
+        before = self.partitions.get(key)
         code, stored = await self.persister.read(key)
         if code is not ErrorCode.NONE:
             return code
+        after = self.partitions.get(key)
+        if after is not None and after is not before and self._epochs.get(key, (None,))[0] == leader_epoch:
+            return ErrorCode.NONE  # another request made it live as this one read: it may hold records now
         if live and (stored.epoch if stored is not None else 0) == self._epochs[key][1]:
             return ErrorCode.NONE  # still the state it holds
         self.partitions.pop(key, None)
