@@ -42,7 +42,12 @@ def _uuid(raw: bytes) -> str:
 def _leader(cluster: dict[int, Any], bootstraps: list[str], topic: str, but: int = -1) -> int:
     """Partition 0's leader as the brokers answer it (one other than `but`)."""
     def leaders() -> set[int]:
-        return {metadata(b, [topic])["topics"][0]["partitions"][0]["leader_id"] for b in bootstraps}
+        """-1 from a broker that does not know the partition yet (a topic just made)."""
+        found = set()
+        for b in bootstraps:
+            parts = metadata(b, [topic])["topics"][0]["partitions"]
+            found.add(parts[0]["leader_id"] if parts else -1)
+        return found
 
     found = wait_until(leaders, 60, 0.2, "one leader of the partition",
                        ok=lambda ls: len(ls) == 1 and min(ls) in cluster and min(ls) != but)

@@ -31,7 +31,7 @@ from tmqgate.coordinator.share_partition import DONE, AckType, RecordState, Shar
 from tmqgate.protocol import clock
 from tmqgate.protocol.bodies import ZERO_UUID
 from tmqgate.protocol.errors import ErrorCode
-from tmqgate.protocol.records import parse_header
+from tmqgate.protocol.records import parse_header, scan_records
 from tmqgate.storage.share_state import Stored
 
 if TYPE_CHECKING:
@@ -267,6 +267,21 @@ def _span(batch: bytes) -> tuple[int, int, bool]:
     return h.base_offset, h.base_offset + h.last_offset_delta, h.is_control or h.record_count == 0
 
 
+def _holes(batch: bytes) -> list[tuple[int, int]]:
+    """The offset runs inside a query topic's batch that hold no record (the rows its filter
+    dropped between the ones it kept)."""
+    h = parse_header(batch)
+    out: list[tuple[int, int]] = []
+    expected = h.base_offset
+    for ref in scan_records(batch)[1]:
+        if ref.offset > expected:
+            out.append((expected, ref.offset - 1))
+        expected = ref.offset + 1
+    if expected <= h.base_offset + h.last_offset_delta:
+        out.append((expected, h.base_offset + h.last_offset_delta))
+    return out
+
+
 def _aborted(batches: list[bytes], aborted: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The offset runs of `batches` (in order) that aborted transactions wrote —
     (producer id, first offset) each, as Fetch lists them for read_committed — found as a
@@ -304,6 +319,8 @@ async def _acquire(ctx: ShareApis, sp: SharePartition, topic: Topic, index: int,
     end_before = sp.end
     read_end = min(upper, spans[-1][2] + 1)
     gaps = [(first, last) for _, first, last, empty in spans if empty]
+    if topic.view is not None:  # and the rows a query topic's filter dropped inside its batches
+        gaps = sorted(gaps + [hole for b, _, _, empty in spans if not empty for hole in _holes(b)])
     if committed and topic.view is None and topic.log is None:  # share.isolation.level=read_committed
         gaps = sorted(gaps + _aborted([b for b, *_ in spans], store.aborted_transactions(
             topic.db, index, spans[0][1], read_end)))
