@@ -82,3 +82,22 @@ def test_share_group_heartbeat_first_request_rules(broker: Any) -> None:
         assert beat("zz", 3, None)[0] == UNKNOWN_MEMBER_ID  # not a member: it must join (epoch 0)
         assert beat("first", 7, None)[0] == FENCED_MEMBER_EPOCH
         assert beat("mm", 0, [topic])[0] == NONE
+
+
+def test_find_coordinator_of_a_share_partition(broker: Any) -> None:
+    """FindCoordinator key type SHARE (2), what brokers ask for a share-partition's
+    coordinator: "group:topic id:partition" names one (Kafka makes its state topic on the
+    first ask: COORDINATOR_NOT_AVAILABLE until then); a key of another shape is refused
+    INVALID_REQUEST, with an empty message as Kafka's."""
+    key = f"{unique_name('share-find')}:AAAAAAAAAAAAAAAAAAAAAA:0"
+
+    def find(*keys: str) -> list[dict[str, Any]]:
+        with RawConn(broker.bootstrap) as conn:
+            return conn.request(10, 6, {"key_type": 2, "coordinator_keys": list(keys)})["coordinators"]
+
+    [found] = wait_until(lambda: find(key), 60, 0.5, "the share-partition's coordinator",
+                         ok=lambda a: a[0]["error_code"] != 15)
+    assert (found["key"], found["error_code"]) == (key, 0) and found["node_id"] >= 0, found
+    refused = find("no-colons", "g:not-a-uuid:0", "g:AAAAAAAAAAAAAAAAAAAAAA:x")
+    assert [(a["key"], a["error_code"], a["node_id"], a["error_message"]) for a in refused] == [
+        ("no-colons", 42, -1, ""), ("g:not-a-uuid:0", 42, -1, ""), ("g:AAAAAAAAAAAAAAAAAAAAAA:x", 42, -1, "")], refused

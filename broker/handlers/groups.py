@@ -152,7 +152,7 @@ async def find_coordinator(ctx: GroupApis, req: Request) -> FindCoordinatorRespo
             group = _share_key_group(key)
             if group is None:
                 return {"node_id": -1, "host": "", "port": -1, "error_code": int(ErrorCode.INVALID_REQUEST),
-                        "error_message": "Share coordinator key is invalid"}
+                        "error_message": ""}  # (Kafka's: empty)
             where = ctx.coordinator_node(KEY_TYPE_GROUP, group)
         else:
             where = ctx.coordinator_node(key_type, key) if ok else None
