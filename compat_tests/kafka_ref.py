@@ -23,6 +23,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -400,6 +401,8 @@ def _wait_ready(ref: RefKafka, deadline: float) -> None:
             raise RefKafkaError(f"reference Kafka exited with {ref.proc.returncode} during startup; "
                                 f"log {ref.log_path}:\n{ref.log_tail()}")
         if api_versions_ok("127.0.0.1", ref.port):
+            if not ref.alive():  # it answered, but another server on our port did
+                continue
             break
         time.sleep(0.2)
     else:
@@ -426,6 +429,28 @@ def _wait_ready(ref: RefKafka, deadline: float) -> None:
         time.sleep(0.2)
     raise RefKafkaError(f"reference Kafka not serving metadata in time ({last_error!r}); "
                         f"log {ref.log_path}:\n{ref.log_tail()}")
+
+
+def _bindable(port: int) -> bool:
+    """Whether no server listens on `port`. SO_REUSEADDR, as Java's server sockets bind: the
+    port of a broker just killed, still in TIME_WAIT, is ours to take again (CI r50)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _move_client_port(config_path: Path, port: int) -> int:
+    """Give a restarted broker's PLAINTEXT listener a new free port (CI r49: another lane's
+    server bound the old one while the broker was down, and answered in its place); the
+    controller's port, in the voter set, stays."""
+    new = free_port()
+    text = config_path.read_text()
+    config_path.write_text(re.sub(rf"(PLAINTEXT://127\.0\.0\.1:){port}(?!\d)", rf"\g<1>{new}", text))
+    return new
 
 
 def start_reference_kafka(workdir: Path, *, extra_config: dict[str, str] | None = None,
@@ -471,6 +496,8 @@ def start_reference_kafka(workdir: Path, *, extra_config: dict[str, str] | None 
             port = _port_of(listeners["PLAINTEXT"])
             controller_port = _port_of(listeners["CONTROLLER"])
             cluster_id = _read_properties(meta).get("cluster.id", "")
+            if not _bindable(port):  # another test's server took it while this one was down
+                port = _move_client_port(config_path, port)
 
         ref = RefKafka(workdir, port, controller_port, cluster_id, _launch(workdir, config_path, log_path, env))
         try:
