@@ -70,7 +70,10 @@ class ClusterSharePersister:
             [partition] = [p for t in answer["results"] for p in t["partitions"]]
         except (KeyError, ValueError):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
-        return ErrorCode(partition["error_code"]), partition
+        try:
+            return ErrorCode(partition["error_code"]), partition
+        except ValueError:  # a code this broker does not know: a newer peer's
+            return ErrorCode.UNKNOWN_SERVER_ERROR, partition
 
     async def read(self, key: PartitionKey) -> tuple[ErrorCode, Stored | None]:
         group, topic_id, index = key
