@@ -2,7 +2,8 @@
 P producer processes, `python -m bench.workers_bench [--workers 1,2] [--producers 2] [--seconds 10]`.
 
 For each worker count: a fresh `tmqgate serve --workers N` (bench/run.py's settings), a topic
-of 4 partitions per worker (leaders spread over the workers), then P confluent-kafka producer
+of the same partitions for every N (`--partitions`, default 4 per worker of the largest N: the
+same workload served; leaders spread over the workers), then P confluent-kafka producer
 processes, each sending 1 KiB random values round-robin over the partitions (acks=1,
 linger.ms=5, batch.size=131072, as ../shared/bench/scale measures) for `--seconds` after a
 2 s warm-up; the figure is the records the topic gained in the window (the sum of its
@@ -67,7 +68,8 @@ def _stored(consumer: Any, topic: str, partitions: int) -> int:
     return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions))
 
 
-def run(workers: int, producers: int, seconds: float, workdir: Path) -> dict[str, Any]:
+def run(workers: int, producers: int, seconds: float, workdir: Path, partitions: int = 0) -> dict[str, Any]:
+    """One cell: `partitions` in the topic, 0 for 4 per worker."""
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -86,7 +88,7 @@ def run(workers: int, producers: int, seconds: float, workdir: Path) -> dict[str
         for i in range(workers):
             wait_until(lambda i=i: api_versions_ok(f"127.0.0.1:{port + i}"), 60, 0.2, f"worker {i} ready")
         topic = f"bench-{uuid.uuid4().hex[:6]}"
-        partitions = 4 * workers
+        partitions = partitions or 4 * workers
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(60)
         time.sleep(2)  # every worker has the placement
@@ -108,7 +110,8 @@ def run(workers: int, producers: int, seconds: float, workdir: Path) -> dict[str
         consumer.close()
         records, window = stored1 - stored0, t1 - t0
         cpu = [round(b - a, 2) for a, b in zip(cpu0, cpu1, strict=True)]
-        return {"workers": workers, "producers": producers, "seconds": round(window, 2), "records": records,
+        return {"workers": workers, "producers": producers, "partitions": partitions, "seconds": round(window, 2),
+                "records": records,
                 "records_per_s": round(records / window), "mib_per_s": round(records * VALUE / window / 2**20, 1),
                 "worker_cpu_s": cpu[:len(pids)], "producer_cpu_s": cpu[len(pids):]}
     finally:
@@ -126,10 +129,12 @@ def markdown(res: dict[str, Any]) -> str:
     """The RESULTS.md section (bench/run.py splices it in from workers_results.json)."""
     md = [SECTION, "",
           f"`{res['command']}` — {res['started']}, {res['cpus']} CPUs. Written by `bench/workers_bench.py`: "
-          "for each worker count a fresh `tmqgate serve --workers N` (bench/run.py's settings), a topic of 4 "
-          "partitions per worker, P confluent-kafka producer processes sending 1 KiB values (acks=1, linger.ms=5, "
-          "batch.size=131072, no per-record callback) for the window after a warm-up; records/s is what the topic "
-          "gained in the window. CPU seconds over the window: the workers' (each), the producers' (all). On this "
+          "for each worker count a fresh `tmqgate serve --workers N` (bench/run.py's settings), one topic of "
+          f"{res['results'][0].get('partitions', '4 per worker')} partitions for every worker count (the same "
+          "workload; leaders spread over the workers), P confluent-kafka producer processes sending 1 KiB values "
+          "(acks=1, linger.ms=5, batch.size=131072, no per-record callback) for the window after a warm-up; "
+          "records/s is what the topic gained in the window. CPU seconds over the window: the workers' (each), "
+          "the producers' (all). On this "
           "machine brokers and producers share the cores: read it as whether N workers use more of the machine "
           "than one; ×1 worker is the ratio to one worker with as many producers. "
           f"Each cell is the median of {res.get('rounds', 1)} round(s), the grid run round after round "
@@ -186,18 +191,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--producers", default="2", help="comma-separated producer counts (each with each N)")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--partitions", type=int, default=0,
+                        help="the topic's partitions, the same for every worker count (default: 4 per worker "
+                        "of the largest count), so every count serves the same workload")
     parser.add_argument("--rounds", type=int, default=3, help="the whole grid this many times, interleaved; "
                         "each cell reports its median round")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "workers_results.json")
     args = parser.parse_args(argv)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     every = []
+    partitions = args.partitions or 4 * max(int(w) for w in args.workers.split(","))
     for _ in range(args.rounds):
         for producers in (int(p) for p in args.producers.split(",")):
             for n in (int(w) for w in args.workers.split(",")):
                 workdir = Path(tempfile.mkdtemp(prefix=f"tmqgate-workers-{n}-"))
                 try:
-                    result = run(n, producers, args.seconds, workdir)
+                    result = run(n, producers, args.seconds, workdir, partitions)
                 finally:
                     shutil.rmtree(workdir, ignore_errors=True)
                 print(json.dumps(result), flush=True)
