@@ -5,11 +5,12 @@ ShareGroupHeartbeat's first-request rules. Each refusal leaves the connection se
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from .group_helpers import create_topic, unique_name
 from .helpers import wait_until
-from .raw import RawConn, coordinator_address
+from .raw import RawConn, coordinator_address, serving_leader
 
 NONE, UNKNOWN_TOPIC_ID, INVALID_RECORD_STATE = 0, 100, 121
 SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH = 122, 123
@@ -31,8 +32,11 @@ def _codes(answer: dict[str, Any]) -> tuple[int, list[tuple[int, int]]]:
 def test_share_session_and_acknowledgement_refusals(broker: Any) -> None:
     topic, group = unique_name("share-err"), unique_name("share-err-group")
     create_topic(broker.bootstrap, topic, 1)
-    with RawConn(broker.bootstrap) as c:
+    with RawConn(serving_leader(broker.bootstrap, topic)) as c:  # share sessions live at the leader
         tid = _topic_id(c, topic)
+        # the share-partition's state has a coordinator, as the leader asks before using it (Kafka
+        # makes its state topic on this first ask; several tmqgate brokers place theirs at start)
+        coordinator_address(broker.bootstrap, f"{group}:{base64.urlsafe_b64encode(tid).rstrip(b'=').decode()}:0", 2)
 
         def fetch(epoch: int, member: str = "m-1", acks: list[Any] | None = None, topics: bool = True) -> Any:
             return c.request(78, 1, {

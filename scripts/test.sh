@@ -87,7 +87,8 @@ workers_modules=(compat_tests/test_groups.py compat_tests/test_groups_offsets.py
                  compat_tests/test_tdengine_power.py compat_tests/test_tdengine_groups.py
                  compat_tests/test_sql_authorizer.py compat_tests/test_sql_users.py compat_tests/test_acls.py
                  compat_tests/test_sasl.py compat_tests/test_dynamic_configs.py compat_tests/test_client_quotas.py
-                 compat_tests/test_share_groups.py compat_tests/test_share_groups_go.py compat_tests/test_share_tools.py)
+                 compat_tests/test_share_groups.py compat_tests/test_share_groups_go.py compat_tests/test_share_tools.py
+                 compat_tests/test_share_errors.py)
 # A known limit on several brokers, not run there: the records of __consumer_offsets keep their
 # offsets across a kill only while its partition's leader stays (each broker's log is its own;
 # after a restart of every worker the other one may lead it and ends its log with the state it
