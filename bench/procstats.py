@@ -5,7 +5,8 @@
 anonymous part RssAnon: VmRSS also counts pages of memory-mapped files, such as the SSTables
 LevelDB reads through mmap, which are page cache the kernel can take back), the kernel's own
 high-water mark (VmHWM, since the process started) and the 1-minute load average seen while
-it ran.
+it ran. A process with children (`tmqgate serve --workers N`: the supervisor and its workers)
+counts as the sum of them all: CPU, main threads, disk writes and each sample's memory added up.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,14 +114,20 @@ class ResourceSampler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _loads: list[float] = field(default_factory=list)
+    _pids: list[int] = field(default_factory=list)
+
+    def _sum(self, read: Callable[[int], float | int | None]) -> float | int | None:
+        """`read` of every process, added up (None where the broker's own process is gone)."""
+        values = [read(pid) for pid in self._pids]
+        return None if values[0] is None else sum(v for v in values if v is not None)
 
     def _sample(self) -> None:
-        rss = status_bytes(self.pid, "VmRSS")
+        rss = self._sum(lambda pid: status_bytes(pid, "VmRSS"))
         if rss is not None:
-            self.usage.peak_rss = max(self.usage.peak_rss, rss)
-        anon = status_bytes(self.pid, "RssAnon")
+            self.usage.peak_rss = max(self.usage.peak_rss, int(rss))
+        anon = self._sum(lambda pid: status_bytes(pid, "RssAnon"))
         if anon is not None:
-            self.usage.peak_anon = max(self.usage.peak_anon, anon)
+            self.usage.peak_anon = max(self.usage.peak_anon, int(anon))
         self._loads.append(os.getloadavg()[0])
         self.usage.samples += 1
 
@@ -127,10 +135,16 @@ class ResourceSampler:
         while not self._stop.wait(self.interval):
             self._sample()
 
+    def _main_threads(self) -> float | None:
+        return self._sum(lambda pid: thread_cpu_seconds(pid).get(pid))
+
     def __enter__(self) -> ResourceSampler:
-        self._cpu0 = cpu_seconds(self.pid) or 0.0
-        self._main0 = thread_cpu_seconds(self.pid).get(self.pid, 0.0)
-        self._wb0 = io_bytes(self.pid) or 0
+        from compat_tests.helpers import child_pids
+
+        self._pids = [self.pid, *child_pids(self.pid)]
+        self._cpu0 = self._sum(cpu_seconds) or 0.0
+        self._main0 = self._main_threads() or 0.0
+        self._wb0 = self._sum(io_bytes) or 0
         self._t0 = time.perf_counter()
         self._sample()
         self._thread = threading.Thread(target=self._run, name="resource-sampler", daemon=True)
@@ -143,13 +157,13 @@ class ResourceSampler:
             self._thread.join()
         self._sample()
         self.usage.wall_s = time.perf_counter() - self._t0
-        cpu1 = cpu_seconds(self.pid)
+        cpu1 = self._sum(cpu_seconds)
         self.usage.cpu_s = (cpu1 - self._cpu0) if cpu1 is not None else 0.0
-        main1 = thread_cpu_seconds(self.pid).get(self.pid)
+        main1 = self._main_threads()
         self.usage.main_thread_cpu_s = (main1 - self._main0) if main1 is not None else 0.0
-        wb1 = io_bytes(self.pid)
-        self.usage.disk_write_bytes = (wb1 - self._wb0) if wb1 is not None else 0
-        self.usage.hwm = status_bytes(self.pid, "VmHWM") or 0
+        wb1 = self._sum(io_bytes)
+        self.usage.disk_write_bytes = int(wb1 - self._wb0) if wb1 is not None else 0
+        self.usage.hwm = int(self._sum(lambda pid: status_bytes(pid, "VmHWM")) or 0)
         self.usage.load_min = min(self._loads)
         self.usage.load_max = max(self._loads)
 

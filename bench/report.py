@@ -191,10 +191,13 @@ def _setup_section(run: _Run) -> list[str]:
            "batch is in its log segment in the OS page cache (`log.flush.interval.*` unset: flushing is left "
            "to the OS); tmqgate `wal_level = 1` hands every WAL write to the OS before the ack (survives a "
            "broker crash, not a power loss). Neither fsyncs per write.",
-           "- **tmqgate**: `tmqgate serve --config` with " +
+           "- **tmqgate**: `tmqgate serve --config --workers N` with " +
            ", ".join(f"`{a} = {b}`" for a, b in _get(t, "settings").items()) if _get(t, "settings") else
            "- **tmqgate**: not run",
-           "  (`group_initial_rebalance_delay_ms = 0` as the Kafka reference has; KIP-848 heartbeat "
+           "  (`workers`: `serve --workers`, 1 unless `--workers` says otherwise: what one core of tmqgate "
+           "does, while Kafka's threads use every core; `tmqgate serve` runs one worker per core by default, "
+           "and bench/workers_bench.py measures that scaling; "
+           "`group_initial_rebalance_delay_ms = 0` as the Kafka reference has; KIP-848 heartbeat "
            "intervals at each broker's default: tmqgate 1 s, Kafka 5 s).",
            "- **Apache Kafka**: " + (", ".join(f"`{a}={b}`" for a, b in k["settings"].items())
                                      if _get(k, "settings") else "not run") +
@@ -372,10 +375,13 @@ def _resources_section(run: _Run) -> list[str]:
     md: list[str] = []
     md += ["## 6. Broker CPU and memory during workloads 1 and 2", "",
            "CPU = utime + stime of the broker process (all threads) over the run, from /proc/PID/stat; "
+           "tmqgate with `workers` above 1 is the supervisor and its worker processes, every figure the sum "
+           "of theirs (memory: each sample's sum); "
            "peak RSS sampled every 100 ms (VmRSS), and of its anonymous part (RssAnon: heap, stacks — VmRSS "
            "also counts touched pages of memory-mapped files, e.g. the SSTables LevelDB reads through mmap, "
            "which are page cache the kernel can reclaim); VmHWM = the kernel's high-water mark of VmRSS since "
-           "the broker started. *main thread* = the thread whose id is the pid: tmqgate's event loop (the rest "
+           "the broker started. *main thread* = the thread whose id is the pid: tmqgate's event loop, one per "
+           "worker (the rest "
            "is LevelDB's compaction thread and other helpers), the JVM's main thread for Kafka (which does "
            "little; its work runs in network, I/O, GC and JIT threads). *disk writes* = /proc/PID/io "
            "`write_bytes` over the run (counted when the broker dirties page-cache pages, so data the OS "

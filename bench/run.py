@@ -87,14 +87,16 @@ class Running:
     settings: dict[str, str] = field(default_factory=dict)
 
 
-def start_tmqgate(workdir: Path) -> Running:
+def start_tmqgate(workdir: Path, workers: int = 1) -> Running:
+    """`tmqgate serve --workers N` (bench/run.py's `--workers`, default 1): the pid is the
+    supervisor's where N > 1, whose ResourceSampler counts its workers too."""
     from compat_tests.brokers import TmqgateProcess
 
     t0 = time.perf_counter()
-    proc = TmqgateProcess(workdir, config=TMQGATE_CONFIG, ready_timeout=120)
+    proc = TmqgateProcess(workdir, config=TMQGATE_CONFIG, ready_timeout=120, workers=workers)
     proc.start()
     assert proc.proc is not None
-    settings = {k: str(v) for k, v in TMQGATE_CONFIG.items()}
+    settings = {**{k: str(v) for k, v in TMQGATE_CONFIG.items()}, "workers": str(workers)}
     return Running("tmqgate", proc.bootstrap, proc.proc.pid, proc.stop, f"127.0.0.1:{proc.http_port}",
                    time.perf_counter() - t0, settings)
 
@@ -196,10 +198,10 @@ def query_workload(broker: Running, mode: Mode, wrap: Callable[[str], Any] | Non
     return result
 
 
-def run_broker(name: str, mode: Mode, workdir: Path) -> dict[str, Any]:
+def run_broker(name: str, mode: Mode, workdir: Path, workers: int = 1) -> dict[str, Any]:
     out: dict[str, Any] = {"load_before": os.getloadavg()}
     log(f"starting {name}")
-    broker = STARTERS[name](workdir / name)
+    broker = start_tmqgate(workdir / name, workers) if name == "tmqgate" else STARTERS[name](workdir / name)
     out.update(start_s=broker.start_s, settings=broker.settings, pid=broker.pid)
     log(f"{name} ready on {broker.bootstrap} (pid {broker.pid}) in {broker.start_s:.1f}s")
     try:
@@ -221,7 +223,8 @@ def run_broker(name: str, mode: Mode, workdir: Path) -> dict[str, Any]:
 
 
 def profile_tmqgate(mode: Mode, workdir: Path, out_dir: Path) -> dict[str, Any]:
-    """A separate pass: fresh tmqgate, py-spy attached during workloads 1, 2 and 4."""
+    """A separate pass: fresh tmqgate, one worker (py-spy samples one process: what a core
+    does), py-spy attached during workloads 1, 2 and 4."""
     if not pyspy.available():
         return {"error": "py-spy is not installed (pip install py-spy)"}
     broker = start_tmqgate(workdir / "tmqgate-profile")
@@ -265,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the py-spy pass: writes PROFILE.md, not RESULTS.md")
     parser.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
     parser.add_argument("--keep", action="store_true", help="keep the broker data afterwards")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="tmqgate's `serve --workers` (default 1: what one core does, beside Kafka using "
+                        "every core; `tmqgate serve` itself runs one per core, bench/workers_bench.py scales it)")
     args = parser.parse_args(argv)
     mode = MODES[args.mode or "quick"]
     brokers = tuple(args.brokers.split(",")) if args.brokers else mode.brokers
@@ -285,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in brokers:
             try:
-                results["brokers"][name] = run_broker(name, mode, workdir)
+                results["brokers"][name] = run_broker(name, mode, workdir, args.workers)
             except Exception as exc:  # noqa: BLE001 - e.g. Kafka jars missing: report and go on
                 traceback.print_exc(file=sys.stderr)
                 results["brokers"][name] = {"errors": {"start": f"{type(exc).__name__}: {exc}"}}
