@@ -246,8 +246,7 @@ class RoutedConn(_Requests):
 
     def found_coordinator(self, key: str, key_type: int) -> str | None:
         """HOST:PORT of the key's coordinator; None while there is none (FindCoordinator's error)."""
-        version = 6 if key_type == 2 else 4  # key type SHARE came with v6 (KIP-932)
-        body = self.conn(self.bootstrap).request(10, version, {"key_type": key_type, "coordinator_keys": [key]})
+        body = self.conn(self.bootstrap).request(10, 4, {"key_type": key_type, "coordinator_keys": [key]})
         [found] = body["coordinators"]
         return f"{found['host']}:{found['port']}" if found["error_code"] == 0 else None
 

@@ -146,3 +146,12 @@ class ErrorCode(IntEnum):
     REBOOTSTRAP_REQUIRED = 129
     SHARE_SESSION_LIMIT_REACHED = 133
 
+
+def peer_error(code: int) -> ErrorCode:
+    """A code another broker answered: one this broker does not know (a newer peer's) is
+    UNKNOWN_SERVER_ERROR, as a Kafka client reads an unknown code, not an exception out of
+    the request that asked."""
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR

@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from tmqgate.broker.cluster.peer import PeerConnection, PeerError
 from tmqgate.broker.tdengine import append_replicated
 from tmqgate.broker.topics import KAFKA, TSDB
-from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.errors import ErrorCode, peer_error
 from tmqgate.protocol.records import CorruptRecord, build_batch, decode_records
 from tmqgate.storage import BatchMeta
 
@@ -454,8 +454,8 @@ class Replication:
                     continue
                 key = found
                 if p["error_code"] != 0:
-                    log.debug("replication: %s-%d: OffsetForLeaderEpoch answered %s", t["topic"], key[1],
-                              ErrorCode(p["error_code"]).name)
+                    log.debug("replication: %s-%d: OffsetForLeaderEpoch answered %s (%d)", t["topic"], key[1],
+                              peer_error(p["error_code"]).name, p["error_code"])
                     await self._membership.refresh()
                     continue
                 log_end = self._store.next_version(*key)

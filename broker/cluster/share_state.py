@@ -24,7 +24,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.cluster.peer import PeerError
-from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.errors import ErrorCode, peer_error
 from tmqgate.storage.share_state import Stored
 
 if TYPE_CHECKING:
@@ -70,10 +70,7 @@ class ClusterSharePersister:
             [partition] = [p for t in answer["results"] for p in t["partitions"]]
         except (KeyError, ValueError):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
-        try:
-            return ErrorCode(partition["error_code"]), partition
-        except ValueError:  # a code this broker does not know: a newer peer's
-            return ErrorCode.UNKNOWN_SERVER_ERROR, partition
+        return peer_error(partition["error_code"]), partition
 
     async def read(self, key: PartitionKey) -> tuple[ErrorCode, Stored | None]:
         group, topic_id, index = key

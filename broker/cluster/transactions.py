@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tmqgate.broker.cluster.peer import PeerConnection, PeerError
-from tmqgate.protocol.errors import ErrorCode
+from tmqgate.protocol.errors import ErrorCode, peer_error
 from tmqgate.protocol.internal_topics import GROUP_METADATA_TOPIC
 from tmqgate.protocol.records import parse_header
 from tmqgate.storage.model import StorageIOError
@@ -185,7 +185,7 @@ class ClusterMarkers:
                 for t in marker["topics"]:
                     for p in t["partitions"]:
                         self._answers[(producer_id, producer_epoch, commit, t["name"], p["partition_index"])] = \
-                            ErrorCode(p["error_code"])
+                            peer_error(p["error_code"])
         except PeerError as exc:
             log.debug("transactions: markers to broker %d: %s", leader, exc)
         finally:
@@ -281,11 +281,11 @@ class ClusterTransactions:
         answer = await self._ask_coordinator(transactional_id, ADD_PARTITIONS_TO_TXN, 5 if add else 4, asked)
         code = ErrorCode.COORDINATOR_NOT_AVAILABLE
         if answer is not None:
-            code = ErrorCode(answer.get("error_code", 0))
+            code = peer_error(answer.get("error_code", 0))
             for txn in answer.get("results_by_transaction") or []:
                 for t in txn["topic_results"]:
                     for p in t["results_by_partition"]:
-                        code = ErrorCode(p["partition_error_code"])
+                        code = peer_error(p["partition_error_code"])
         if code is ErrorCode.NONE:
             self._verified.add(key)
             self._refused.pop(key, None)
