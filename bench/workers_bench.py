@@ -68,8 +68,8 @@ def _stored(consumer: Any, topic: str, partitions: int) -> int:
     return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions))
 
 
-def run(workers: int, producers: int, seconds: float, workdir: Path, partitions: int = 0) -> dict[str, Any]:
-    """One cell: `partitions` in the topic, 0 for 4 per worker."""
+def run(workers: int, producers: int, seconds: float, workdir: Path, partitions: int) -> dict[str, Any]:
+    """One cell: N workers, P producers, a topic of `partitions`."""
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -88,7 +88,6 @@ def run(workers: int, producers: int, seconds: float, workdir: Path, partitions:
         for i in range(workers):
             wait_until(lambda i=i: api_versions_ok(f"127.0.0.1:{port + i}"), 60, 0.2, f"worker {i} ready")
         topic = f"bench-{uuid.uuid4().hex[:6]}"
-        partitions = partitions or 4 * workers
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(60)
         time.sleep(2)  # every worker has the placement
