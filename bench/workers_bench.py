@@ -1,19 +1,24 @@
 """`tmqgate serve --workers N` against one broker (issue 28): aggregate produce throughput with
-P producer processes, `python -m bench.workers_bench [--workers 1,2] [--producers 2] [--seconds 10]`.
+P producer processes, `python -m bench.workers_bench [--workers 1,2] [--producers 2] [--seconds 10]
+[--clients confluent-kafka,franz-go]`.
 
 For each worker count: a fresh `tmqgate serve --workers N` (bench/run.py's settings), a topic
 of the same partitions for every N (`--partitions`, default 4 per worker of the largest N: the
-same workload served; leaders spread over the workers), then P confluent-kafka producer
-processes, each sending 1 KiB random values round-robin over the partitions (acks=1,
-linger.ms=5, batch.size=131072, as ../shared/bench/scale measures) for `--seconds` after a
-2 s warm-up; the figure is the records the topic gained in the window (the sum of its
-partitions' high watermarks, asked of their leaders, at its start and end). The producers keep
-no per-record delivery callback: on a 2-core machine their CPU is taken from the brokers, and a
-Python callback per record cost them as much as the broker's own work per record. Also the CPU
-seconds over the window of each child process of the supervisor (the workers, and
-multiprocessing's resource tracker, near 0) and of the producers. Results:
-`workers_results.json` beside this file. Nothing asserts timings: on a 2-core machine brokers
-and producers share the cores, so read it as whether N workers use more of the machine than one.
+same workload served; leaders spread over the workers), then P producer processes of each
+client in `--clients`, each sending 1 KiB random values round-robin over the partitions
+(acks=1, linger.ms=5, batches up to 128 KiB, uncompressed, as ../shared/bench/scale measures)
+for `--seconds` after a warm-up: confluent-kafka (librdkafka, a Python call per record) or
+franz-go (the suite's Go program, compat_tests/go, mode `produce`; about a quarter of the
+former's CPU per record, so more of a 2-core machine is left to the brokers).
+
+The figure is the records the topic gained in the window (the sum of its partitions' high
+watermarks, asked of their leaders, at its start and end). The producers keep no per-record
+Python callback: on a 2-core machine their CPU is taken from the brokers, and a Python callback
+per record cost them as much as the broker's own work per record. Also the CPU seconds over the
+window of each child process of the supervisor (the workers, and multiprocessing's resource
+tracker, near 0) and of the producers. Results: `workers_results.json` beside this file.
+Nothing asserts timings: on a 2-core machine brokers and producers share the cores, so read it
+as whether N workers use more of the machine than one.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,10 +40,12 @@ from typing import Any
 
 from bench.procstats import cpu_seconds
 from bench.run import TMQGATE_CONFIG
+from compat_tests.go_client import program as go_program
 from compat_tests.helpers import api_versions_ok, child_pids, free_port, wait_until
 
 BENCH_DIR = Path(__file__).resolve().parent
 VALUE = 1024
+CLIENTS = ("confluent-kafka", "franz-go")
 
 
 def _producer(bootstrap: str, topic: str, partitions: int, until: float) -> None:
@@ -61,6 +69,27 @@ def _producer(bootstrap: str, topic: str, partitions: int, until: float) -> None
     producer.flush(30)
 
 
+def _spin(seconds: float) -> int:
+    """Rounds of a pure-Python loop done in `seconds`: a process's CPU speed, nothing shared."""
+    end = time.perf_counter() + seconds
+    rounds = 0
+    while time.perf_counter() < end:
+        for _ in range(10_000):
+            pass
+        rounds += 1
+    return rounds
+
+
+def machine_scaling(cpus: int, seconds: float = 2.0) -> float:
+    """What `cpus` processes of pure CPU work do together, against one alone: `cpus` on cores
+    of their own, less where they share a physical core or the host takes its share."""
+    with multiprocessing.get_context("spawn").Pool(cpus) as pool:
+        pool.map(_spin, [0.5] * cpus)  # every process started (imports done) before measuring
+        one = pool.apply(_spin, (seconds,))
+        together = pool.map(_spin, [seconds] * cpus)
+    return sum(together) / one
+
+
 def _stored(consumer: Any, topic: str, partitions: int) -> int:
     """The topic's records: its partitions' high watermarks, summed (each asked of its leader)."""
     from confluent_kafka import TopicPartition
@@ -68,8 +97,41 @@ def _stored(consumer: Any, topic: str, partitions: int) -> int:
     return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions))
 
 
-def run(workers: int, producers: int, seconds: float, workdir: Path, partitions: int) -> dict[str, Any]:
-    """One cell: N workers, P producers, a topic of `partitions`."""
+def _start_producers(client: str, count: int, bootstrap: str, topic: str, partitions: int,
+                     seconds: float) -> list[Any]:
+    """`count` producer processes of `client` sending for `seconds` from now; each has `.pid`
+    and `.join(timeout)`."""
+    if client == "franz-go":
+        return [_GoProducer(bootstrap, topic, seconds) for _ in range(count)]
+    ctx = multiprocessing.get_context("spawn")
+    until = time.monotonic() + seconds
+    procs = [ctx.Process(target=_producer, args=(bootstrap, topic, partitions, until)) for _ in range(count)]
+    for p in procs:
+        p.start()
+    return procs
+
+
+class _GoProducer:
+    """compat_tests/go's program in mode `produce`; `failed`: the records it could not send."""
+
+    def __init__(self, bootstrap: str, topic: str, seconds: float) -> None:
+        self.proc = subprocess.Popen([str(go_program()), "produce", "-brokers", bootstrap, "-topic", topic,
+                                      "-seconds", str(seconds)], stdout=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+        self.failed = 0
+
+    def join(self, timeout: float) -> None:
+        out, _ = self.proc.communicate(timeout=timeout)
+        events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        produced = [e for e in events if e["event"] == "produced"]
+        if self.proc.returncode or not produced:
+            raise RuntimeError(f"the franz-go producer exited {self.proc.returncode}: {events}")
+        self.failed = produced[0]["failed"]
+
+
+def run(workers: int, producers: int, seconds: float, workdir: Path, partitions: int,
+        client: str) -> dict[str, Any]:
+    """One cell: N workers, P producers of `client`, a topic of `partitions`."""
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -93,11 +155,8 @@ def run(workers: int, producers: int, seconds: float, workdir: Path, partitions:
         time.sleep(2)  # every worker has the placement
         pids = child_pids(proc.pid) if workers > 1 else [proc.pid]
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
-        ctx = multiprocessing.get_context("spawn")
-        until = time.monotonic() + 4.0 + seconds  # start-up and warm-up, the window, then stop
-        procs = [ctx.Process(target=_producer, args=(bootstrap, topic, partitions, until)) for _ in range(producers)]
-        for p in procs:
-            p.start()
+        # start-up and warm-up, the window, then stop
+        procs = _start_producers(client, producers, bootstrap, topic, partitions, 4.0 + seconds)
         time.sleep(4.0)
         cpu0 = [cpu_seconds(pid) or 0.0 for pid in pids + [p.pid for p in procs]]
         stored0, t0 = _stored(consumer, topic, partitions), time.monotonic()
@@ -109,7 +168,9 @@ def run(workers: int, producers: int, seconds: float, workdir: Path, partitions:
         consumer.close()
         records, window = stored1 - stored0, t1 - t0
         cpu = [round(b - a, 2) for a, b in zip(cpu0, cpu1, strict=True)]
-        return {"workers": workers, "producers": producers, "partitions": partitions, "seconds": round(window, 2),
+        failed = sum(getattr(p, "failed", 0) for p in procs)
+        return {"client": client, "workers": workers, "producers": producers, "partitions": partitions,
+                "seconds": round(window, 2), "failed": failed,
                 "records": records,
                 "records_per_s": round(records / window), "mib_per_s": round(records * VALUE / window / 2**20, 1),
                 "worker_cpu_s": cpu[:len(pids)], "producer_cpu_s": cpu[len(pids):]}
@@ -130,54 +191,72 @@ def markdown(res: dict[str, Any]) -> str:
           f"`{res['command']}` — {res['started']}, {res['cpus']} CPUs. Written by `bench/workers_bench.py`: "
           "for each worker count a fresh `tmqgate serve --workers N` (bench/run.py's settings), one topic of "
           f"{res['results'][0].get('partitions', '4 per worker')} partitions for every worker count (the same "
-          "workload; leaders spread over the workers), P confluent-kafka producer processes sending 1 KiB values "
-          "(acks=1, linger.ms=5, batch.size=131072, no per-record callback) for the window after a warm-up; "
+          "workload; leaders spread over the workers), P producer processes of one client sending 1 KiB values "
+          "(acks=1, linger 5 ms, batches up to 128 KiB, uncompressed, no per-record Python callback) for the "
+          "window after a warm-up: confluent-kafka (librdkafka under a Python call per record) or franz-go (Go: "
+          "compat_tests/go, mode `produce`); "
           "records/s is what the topic gained in the window. CPU seconds over the window: the workers' (each), "
           "the producers' (all). On this "
           "machine brokers and producers share the cores: read it as whether N workers use more of the machine "
-          "than one; ×1 worker is the ratio to one worker with as many producers. "
+          "than one; ×1 worker is the ratio to one worker with as many producers of the same client. "
           f"Each cell is the median of {res.get('rounds', 1)} round(s), the grid run round after round "
           "(every round's records/s in the last column).", ""]
     rows = []
-    base = {r["producers"]: r["records_per_s"] for r in res["results"] if r["workers"] == 1}
+    base = {_cell(r, 1): r["records_per_s"] for r in res["results"] if r["workers"] == 1}
     for r in res["results"]:
-        one = base.get(r["producers"])
-        rows.append([str(r["workers"]), str(r["producers"]), f"{r['records_per_s']:,}", f"{r['mib_per_s']:.1f}",
+        one = base.get(_cell(r, 1))
+        rows.append([_cell(r)[0], str(r["workers"]), str(r["producers"]),
+                     f"{r['records_per_s']:,}", f"{r['mib_per_s']:.1f}",
                      f"{r['records_per_s'] / one:.2f}" if one else "–",
                      " + ".join(f"{c:.1f}" for c in r["worker_cpu_s"] if c >= 0.05),
                      f"{sum(r.get('producer_cpu_s', [])):.1f}",
                      ", ".join(f"{x:,}" for x in r.get("rounds", [r["records_per_s"]]))])
-    md += ["| workers | producers | records/s | MiB/s | ×1 worker | worker CPU s | producers' CPU s | rounds |",
-           "|---|---|---|---|---|---|---|---|"]
+    md += ["| client | workers | producers | records/s | MiB/s | ×1 worker | worker CPU s | producers' CPU s "
+           "| rounds |",
+           "|---|---|---|---|---|---|---|---|---|"]
     md += ["| " + " | ".join(row) + " |" for row in rows]
-    top = res.get("ceiling")
-    if top:
+    tops = res.get("ceilings") or {}
+    if tops:
         md += ["", f"What these cores allow: one worker with {res['cpus']} producers spends b CPU-µs a record and its "
                "producers p; it is bound by its one core (1 / b records/s) while the machine's cores carry at most "
-               f"{res['cpus']} / (b + p): N workers can gain at most {res['cpus']}·b / (b + p) = **{top:.2f}×** "
-               "here. A faster worker (smaller b) lowers that ceiling: on a machine where clients share the "
-               "cores, the gain from more workers is bounded by what the clients leave."]
+               f"{res['cpus']} / (b + p): N workers can gain at most {res['cpus']}·b / (b + p) = "
+               + ", ".join(f"**{top:.2f}×** with {client}" for client, top in tops.items())
+               + " here. A faster worker (smaller b) or a costlier client (larger p) lowers that ceiling: on a "
+               "machine where clients share the cores, the gain from more workers is bounded by what the clients "
+               "leave."]
+    machine = res.get("machine_scaling")
+    if machine:
+        md += ["", f"The machine itself, measured before each round: {res['cpus']} processes of a pure-Python loop did "
+               f"**{statistics.median(machine):.2f}×** one's work (median; rounds "
+               + ", ".join(f"{m:.2f}" for m in machine) + f"). Where that is under {res['cpus']}, the cores slow "
+               "each other down (shared physical cores, the host's other guests), and the workers' ceiling above "
+               "shrinks by the same factor."]
     return "\n".join(md) + "\n"
 
 
+def _cell(r: dict[str, Any], workers: int | None = None) -> tuple[str, int, int]:
+    """A result's cell of the grid (client, workers, producers); `workers` given: that count's."""
+    return r.get("client", "confluent-kafka"), r["workers"] if workers is None else workers, r["producers"]
+
+
 def _median_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (workers, producers), in first-run order: the run with the median records/s, with
-    every round's records/s beside it (`rounds`)."""
-    keys = list(dict.fromkeys((r["workers"], r["producers"]) for r in results))
+    """Per cell (client, workers, producers), in first-run order: the run with the median
+    records/s, with every round's records/s beside it (`rounds`)."""
+    keys = list(dict.fromkeys(_cell(r) for r in results))
     out = []
     for key in keys:
-        runs = sorted((r for r in results if (r["workers"], r["producers"]) == key), key=lambda r: r["records_per_s"])
+        runs = sorted((r for r in results if _cell(r) == key), key=lambda r: r["records_per_s"])
         out.append({**runs[(len(runs) - 1) // 2], "rounds": [r["records_per_s"] for r in runs]})
     return out
 
 
-def ceiling(res: dict[str, Any]) -> float | None:
+def ceiling(res: dict[str, Any], client: str) -> float | None:
     """What the machine allows N workers over one, from one worker's run with as many producers
-    as cores: with that worker core-bound at b CPU-µs a record and the producers at p, the
-    machine's `cpus` cores carry at most cpus / (b + p) records/s, against one worker's 1 / b:
-    cpus·b / (b + p) (None without such a run)."""
+    of `client` as cores: with that worker core-bound at b CPU-µs a record and the producers at
+    p, the machine's `cpus` cores carry at most cpus / (b + p) records/s, against one worker's
+    1 / b: cpus·b / (b + p) (None without such a run)."""
     cpus = res["cpus"]
-    one = [r for r in res["results"] if r["workers"] == 1 and r["producers"] == cpus]
+    one = [r for r in res["results"] if _cell(r) == (client, 1, cpus)]
     if not one or not one[0]["records"]:
         return None
     b = sum(one[0]["worker_cpu_s"]) / one[0]["records"]
@@ -193,33 +272,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=0,
                         help="the topic's partitions, the same for every worker count (default: 4 per worker "
                         "of the largest count), so every count serves the same workload")
+    parser.add_argument("--clients", default=CLIENTS[0],
+                        help=f"comma-separated producer clients, each with each cell: {', '.join(CLIENTS)}")
     parser.add_argument("--rounds", type=int, default=3, help="the whole grid this many times, interleaved; "
                         "each cell reports its median round")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "workers_results.json")
     args = parser.parse_args(argv)
+    clients = args.clients.split(",")
+    if not set(clients) <= set(CLIENTS):
+        parser.error(f"--clients: each of {', '.join(CLIENTS)}")
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     every = []
+    machine: list[float] = []
     partitions = args.partitions or 4 * max(int(w) for w in args.workers.split(","))
     for _ in range(args.rounds):
-        for producers in (int(p) for p in args.producers.split(",")):
-            for n in (int(w) for w in args.workers.split(",")):
-                workdir = Path(tempfile.mkdtemp(prefix=f"tmqgate-workers-{n}-"))
-                try:
-                    result = run(n, producers, args.seconds, workdir, partitions)
-                finally:
-                    shutil.rmtree(workdir, ignore_errors=True)
-                print(json.dumps(result), flush=True)
-                every.append(result)
+        machine.append(round(machine_scaling(os.cpu_count() or 1), 2))
+        for client in clients:
+            for producers in (int(p) for p in args.producers.split(",")):
+                for n in (int(w) for w in args.workers.split(",")):
+                    workdir = Path(tempfile.mkdtemp(prefix=f"tmqgate-workers-{n}-"))
+                    try:
+                        result = run(n, producers, args.seconds, workdir, partitions, client)
+                    finally:
+                        shutil.rmtree(workdir, ignore_errors=True)
+                    print(json.dumps(result), flush=True)
+                    every.append(result)
     results = _median_runs(every)
-    base = {r["producers"]: r["records_per_s"] or 1 for r in results if r["workers"] == 1}
+    base = {_cell(r, 1): r["records_per_s"] or 1 for r in results if r["workers"] == 1}
     command = "python -m bench.workers_bench " + " ".join(argv if argv is not None else sys.argv[1:])
     summary = {"command": command.strip(), "started": started, "cpus": os.cpu_count(), "rounds": args.rounds,
                "results": results,
-               "ratios": {f"{r['workers']}w/{r['producers']}p": round(r["records_per_s"] / base[r["producers"]], 2)
-                          for r in results if r["producers"] in base}}
-    summary["ceiling"] = ceiling(summary)
+               "ratios": {f"{r['client']} {r['workers']}w/{r['producers']}p":
+                          round(r["records_per_s"] / base[_cell(r, 1)], 2) for r in results if _cell(r, 1) in base}}
+    summary["machine_scaling"] = machine
+    summary["ceilings"] = {client: top for client in clients if (top := ceiling(summary, client)) is not None}
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps({**summary["ratios"], "ceiling": summary["ceiling"]}))
+    print(json.dumps({**summary["ratios"], "ceilings": summary["ceilings"]}))
     return 0
 
 if __name__ == "__main__":

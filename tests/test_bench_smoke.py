@@ -82,3 +82,37 @@ def test_transactions_bench_smoke(tmp_path: Path) -> None:
     text = (tmp_path / "RESULTS.md").read_text()
     assert "## Transactions" in text
     assert "| tmqgate | transactional |" in text
+
+
+@pytest.mark.timeout(300)
+def test_workers_bench_smoke(tmp_path: Path) -> None:
+    """`python -m bench.workers_bench` at one round of 1 s, both producer clients (the franz-go one
+    is the suite's Go program in mode `produce`): every cell gained records, none failed, the two
+    workers of `--workers 2` both took writes (the topic's leaders spread), and the section has
+    a row per cell."""
+    require_module("confluent_kafka")
+    from compat_tests.go_client import program
+
+    program()  # built (scripts/install_go_client.sh), else the missing dependency
+    out = tmp_path / "workers.json"
+    cmd = [sys.executable, "-m", "bench.workers_bench", "--workers", "1,2", "--rounds", "1", "--seconds", "1",
+           "--clients", "confluent-kafka,franz-go", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    from bench.workers_bench import markdown
+
+    res = json.loads(out.read_text())
+    cells = [(r["client"], r["workers"], r["producers"]) for r in res["results"]]
+    assert cells == [("confluent-kafka", 1, 2), ("confluent-kafka", 2, 2), ("franz-go", 1, 2), ("franz-go", 2, 2)]
+    for r in res["results"]:
+        assert r["records"] > 0 and r["failed"] == 0, r
+        assert r["partitions"] == 8, r
+        busy = [c for c in r["worker_cpu_s"] if c >= 0.05]
+        assert len(busy) == r["workers"], r  # each worker served its share of the partitions
+    assert set(res["ceilings"]) == {"confluent-kafka", "franz-go"}
+    text = markdown(res)
+    for client in ("confluent-kafka", "franz-go"):
+        assert f"| {client} | 1 | 2 |" in text and f"| {client} | 2 | 2 |" in text, text

@@ -34,6 +34,11 @@
 //	    count), value, ack (accept, release, reject; none when holding)}; acked {partition,
 //	    error (null: ok)} per partition result of the ShareAckCallback; holding {records};
 //	    stopped {reason (max, idle, wait), records}; closed.
+//	gokafka produce -topic T -seconds S [-size BYTES]
+//	    the producer of bench/workers_bench.py --client franz-go: one random value of -size bytes
+//	    (default 1024) sent over and over, round-robin over T's partitions, for S seconds, then a
+//	    flush; acks=1 without idempotence, linger 5 ms, batches up to 128 KiB, uncompressed (as
+//	    the bench's confluent-kafka producers). Line: produced {records, failed}.
 //
 // Output: one JSON object per line on stdout ({"event": ...}); a failure is an "error" event
 // and exit status 1. -log debug|info writes kgo's log to stderr.
@@ -41,6 +46,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -83,6 +89,9 @@ var (
 	waitFirst    = flag.Duration("wait", 30*time.Second, "share: stop if no record comes within this long")
 	hold         = flag.Bool("hold", false, "share: hold the first poll's records unacknowledged until killed")
 	shareMax     = flag.Int("maxrecords", 0, "share: kgo.ShareMaxRecords (0: the default)")
+	// produce
+	seconds   = flag.Float64("seconds", 10, "produce: how long to send")
+	valueSize = flag.Int("size", 1024, "produce: the value's size in bytes")
 )
 
 var outMu sync.Mutex
@@ -781,9 +790,39 @@ func share(ctx context.Context) {
 	emit("closed", nil)
 }
 
+// produce sends one random value to -topic for -seconds (the bench's producer).
+func produce(ctx context.Context) {
+	cl := newClient("producer", kgo.DefaultProduceTopic(*topic), kgo.RequiredAcks(kgo.LeaderAck()),
+		kgo.DisableIdempotentWrite(), kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(131072),
+		kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	defer cl.Close()
+	value := make([]byte, *valueSize)
+	if _, err := rand.Read(value); err != nil {
+		fail("random value: %v", err)
+	}
+	var failed atomic.Int64
+	count := func(_ *kgo.Record, err error) {
+		if err != nil {
+			failed.Add(1)
+		}
+	}
+	until := time.Now().Add(time.Duration(*seconds * float64(time.Second)))
+	records := 0
+	for time.Now().Before(until) && ctx.Err() == nil {
+		for i := 0; i < 1000; i++ {
+			cl.Produce(ctx, &kgo.Record{Value: value}, count)
+		}
+		records += 1000
+	}
+	if err := cl.Flush(ctx); err != nil {
+		fail("flush: %v", err)
+	}
+	emit("produced", map[string]any{"records": records, "failed": failed.Load()})
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gokafka roundtrip|group|etl|share [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gokafka roundtrip|group|etl|share|produce [flags]")
 		os.Exit(2)
 	}
 	mode := os.Args[1]
@@ -801,6 +840,8 @@ func main() {
 		etl(ctx)
 	case "share":
 		share(ctx)
+	case "produce":
+		produce(ctx)
 	default:
 		fail("unknown mode %q", mode)
 	}
