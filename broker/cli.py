@@ -403,7 +403,8 @@ def _missing_ancestor(path: str) -> str | None:
 
 async def _serve(config: BrokerConfig, log_format: str = "text", siblings: tuple[int, ...] = ()) -> None:
     """Run one broker until SIGTERM or SIGINT; ``siblings``: the other workers' node ids on a
-    worker of `serve --workers N`, whose `/metrics` it merges with its own."""
+    worker of `serve --workers N`, whose `/metrics` it merges with its own and whose start its
+    controller awaits (broker/cluster/membership.py)."""
     from tmqgate.broker.network.http import FrontLimits, make_app, start_http
     from tmqgate.broker.network.limits import (
         RESERVED_DESCRIPTORS,
@@ -422,7 +423,7 @@ async def _serve(config: BrokerConfig, log_format: str = "text", siblings: tuple
         logging.getLogger("tmqgate").warning("%s", short)
     created = _missing_ancestor(config.data_dir)
     try:
-        broker = Broker(config)
+        broker = Broker(config, siblings)
     except (StorageError, OSError) as exc:
         _remove(created)
         detail = exc.args[-1] if exc.args else exc

@@ -90,7 +90,8 @@ class Broker:
     The composition root: it owns the network and builds every collaborator; handlers get
     the small contexts of broker/handlers/context.py, never the Broker itself."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, siblings: tuple[int, ...] = ()) -> None:
+        """``siblings``: on a worker of `serve --workers N`, the other workers' node ids."""
         self.config = config
         self.listeners = parse_listeners(config)
         self.store = Store(config.data_dir, wal_level=config.wal_level,
@@ -107,7 +108,7 @@ class Broker:
         if config.cluster is not None:
             from tmqgate.broker.cluster.roles import ClusterRoles
 
-            roles = ClusterRoles(config, self.store, peer_security(config, self.listeners[0]))
+            roles = ClusterRoles(config, self.store, peer_security(config, self.listeners[0]), siblings)
         # who is in the cluster: this broker alone, or etcd's view (registered at start)
         self.membership = roles.membership()
         self.catalog = TsdbCatalog(self.store)

@@ -89,11 +89,6 @@ workers_modules=(compat_tests/test_groups.py compat_tests/test_groups_offsets.py
                  compat_tests/test_sasl.py compat_tests/test_dynamic_configs.py compat_tests/test_client_quotas.py
                  compat_tests/test_share_groups.py compat_tests/test_share_groups_go.py compat_tests/test_share_tools.py
                  compat_tests/test_share_errors.py)
-# A known limit on several brokers, not run there: the records of __consumer_offsets keep their
-# offsets across a kill only while its partition's leader stays (each broker's log is its own;
-# after a restart of every worker the other one may lead it and ends its log with the state it
-# took over, at its own offsets: broker/topics.py). The single broker and Kafka run it.
-workers_deselect=(--deselect "compat_tests/test_internal_topics.py::test_offsets_stable_across_a_kill_and_restart")
 # The unit tests end ~15 minutes before the compat lanes: the compat modules from test_t… on
 # (against Kafka: from test_tr… on, its TLS modules are slower) run after them, in the unit
 # lane, so that the lanes end together (r8: one core 10-30 % idle for the last third of
@@ -117,7 +112,7 @@ run_lane() {
                 run_pytest serial-tmqgate compat_tests -m serial "$@" || rc=$?
                 run_pytest serial-kafka compat_tests --target kafka -m serial "$@" || rc=$? ;;
             tmqgate) run_pytest tmqgate compat_tests -m "not serial" "${tmqgate_late[@]/#/--ignore-glob=}" "$@" || rc=$? ;;
-            workers) run_pytest workers --target tmqgate-workers -m "not serial" "${workers_deselect[@]}" \
+            workers) run_pytest workers --target tmqgate-workers -m "not serial" \
                                     "${workers_modules[@]}" "$@" \
                          || rc=$? ;;
             kafka) run_pytest kafka compat_tests --target kafka -m "not serial" "${kafka_late[@]/#/--ignore-glob=}" "$@" \

@@ -20,7 +20,13 @@ timeout (``cluster_session_timeout_ms``, Kafka's broker.session.timeout.ms):
   target is in sync, and every ``rebalance_interval_s`` gives partitions back to their
   preferred replicas (``rebalance``, Kafka's auto.leader.rebalance.enable), each topic by a
   compare-and-swap of its value, so a stale controller's write fails instead of overwriting a
-  newer one.
+  newer one;
+- on a worker of `serve --workers N` (``siblings``: the workers started with it), the controller
+  elects nothing until every sibling has registered, for at most a session timeout from its own
+  start: the workers of a restarted `serve` come up within moments of each other, and the first
+  one up would otherwise take the leadership of every partition its siblings led (all the load
+  on one worker until the next rebalance, and the logs of ``__consumer_offsets``, which are each
+  leader's own, read from another worker's). A sibling restarted alone finds the others live.
 
 The leaders of replicated partitions (broker/cluster/replication.py) change their ISR through
 ``alter_isr``: a compare-and-swap of the topic's value that holds only while this broker still
@@ -130,7 +136,7 @@ class Membership:
     """See the module docstring. ``start`` before serving, ``stop`` at shutdown."""
 
     def __init__(self, url: str, node_id: int, session_timeout_ms: int, rebalance_interval_s: float | None = None,
-                 http: str = "", peer_security: PeerSecurity | None = None) -> None:
+                 http: str = "", peer_security: PeerSecurity | None = None, siblings: tuple[int, ...] = ()) -> None:
         self.endpoints = parse_cluster(url)
         #: ``local:PATH``: the SQLite file the brokers of this machine share (local_kv.py), not etcd
         self.local = local_path(url)
@@ -175,6 +181,10 @@ class Membership:
         #: the controller's automatic preferred-leader rebalance every so many seconds (None: off)
         self.rebalance_interval_s = rebalance_interval_s
         self._rebalanced = time.monotonic()
+        #: the workers started with this one that the controller waits for before electing (see
+        #: the module docstring); emptied once all registered or a session timeout passed
+        self._awaited = frozenset(siblings)
+        self._born = time.monotonic()
 
     # ---- in the worker thread ------------------------------------------------------------
 
@@ -218,7 +228,8 @@ class Membership:
         placements, bad_topics = placements_from(pairs)
         for key in bad + bad_topics:
             log.warning("cluster: ignoring the unreadable etcd key %s", key)
-        if view.controller_id == self.node_id:
+        holding = self._awaiting(set(view.brokers))
+        if view.controller_id == self.node_id and not holding:
             live = set(view.brokers)
             balance = self.rebalance_interval_s is not None and \
                 time.monotonic() - self._rebalanced >= self.rebalance_interval_s
@@ -237,6 +248,19 @@ class Membership:
         self.placements = placements
         self.revision = max(self.revision, revision)  # what kafka-metadata-quorum shows (handlers/quorum.py)
         self.read_ms = clock.now_ms()
+
+    def _awaiting(self, live: set[int]) -> bool:
+        """Whether the controller still waits for sibling workers to register before electing."""
+        if not self._awaited:
+            return False
+        missing = self._awaited - live
+        if missing and time.monotonic() - self._born < self.session_s:
+            return True
+        if missing:
+            log.info("cluster: workers %s did not register within %.0f s of this one's start: electing "
+                     "without them", sorted(missing), self.session_s)
+        self._awaited = frozenset()
+        return False
 
     def _round_or_failover(self) -> bool:
         try:

@@ -62,9 +62,11 @@ SQL_FORWARD_TIMEOUT_S = 120.0
 
 class ClusterRoles:
     """See the module docstring. ``peer_security``: how this broker dials the others' first
-    listener (TLS, SASL as the brokers' user: broker/network/listeners.py)."""
+    listener (TLS, SASL as the brokers' user: broker/network/listeners.py); ``siblings``: on a
+    worker of `serve --workers N`, the other workers' node ids (membership.py)."""
 
-    def __init__(self, config: BrokerConfig, store: Store, peer_security: PeerSecurity) -> None:
+    def __init__(self, config: BrokerConfig, store: Store, peer_security: PeerSecurity,
+                 siblings: tuple[int, ...] = ()) -> None:
         assert config.cluster is not None
         self._config = config
         self._store = store
@@ -73,7 +75,7 @@ class ClusterRoles:
         self._membership = Membership(config.cluster, config.node_id, config.cluster_session_timeout_ms,
                                       config.leader_imbalance_check_interval_seconds
                                       if config.auto_leader_rebalance_enable else None,
-                                      http=config.http, peer_security=peer_security)
+                                      http=config.http, peer_security=peer_security, siblings=siblings)
         self._peers = Peers(self._membership, f"tmqgate-txn-{config.node_id}")
 
     def membership(self) -> Members:
