@@ -88,7 +88,7 @@ workers_modules=(compat_tests/test_groups.py compat_tests/test_groups_offsets.py
                  compat_tests/test_sql_authorizer.py compat_tests/test_sql_users.py compat_tests/test_acls.py
                  compat_tests/test_sasl.py compat_tests/test_dynamic_configs.py compat_tests/test_client_quotas.py
                  compat_tests/test_share_groups.py compat_tests/test_share_groups_go.py compat_tests/test_share_tools.py
-                 compat_tests/test_share_errors.py)
+                 compat_tests/test_share_errors.py compat_tests/test_regex_subscription.py)
 # The unit tests end ~15 minutes before the compat lanes: the compat modules from test_t… on
 # (against Kafka: from test_tr… on, its TLS modules are slower) run after them, in the unit
 # lane, so that the lanes end together (r8: one core 10-30 % idle for the last third of
