@@ -286,6 +286,7 @@ class Broker:
         return {li.name: [tuple(sock.getsockname()[:2]) for sock in server.sockets] for li, server in self._servers}
 
     async def stop(self) -> None:
+        self.membership.leaving()  # no controller decisions from a broker on its way out
         for _, server in self._servers:
             server.close()
         self.replication.stop()

@@ -1,5 +1,7 @@
-"""A restarted `serve --workers N`: its controller elects nothing until the workers started
-with it (``siblings``) have registered, for at most a session timeout (broker/cluster/membership.py).
+"""A restarted `serve --workers N` keeps each partition with the worker that led it
+(broker/cluster/membership.py): its controller elects nothing until the workers started with
+it (``siblings``) have registered, for at most a session timeout; and a broker whose shutdown
+began (``leaving``) takes no controller role and elects nothing.
 
 Real rounds of Membership over a real cluster file (local_kv's SQLite), as the workers of one
 `serve` share it: without the hold the first worker up takes the leadership of every partition
@@ -80,3 +82,19 @@ def test_a_worker_restarted_alone_finds_its_siblings_live(tmp_path: Path) -> Non
     assert restarted._awaited == frozenset()  # its sibling was live: nothing to wait for
     first._round()
     assert _leaders(kv) == [1, 2]
+
+
+def test_a_broker_on_its_way_out_neither_takes_the_controller_role_nor_elects(tmp_path: Path) -> None:
+    """The workers of one `serve` stop together: the last one still registered must not take the
+    partitions of the sibling that revoked its lease a moment before (they would stay with it
+    after the restart, both workers live again)."""
+    url, kv = _cluster(tmp_path)
+    stopping = _worker(url, 2, siblings=())  # no start hold: only `leaving` is in play
+    stopping.leaving()
+    stopping._round()
+    assert stopping.view.controller_id != 2  # the role stays free for a broker that stays
+    assert _leaders(kv) == [1, 2]  # node 1 is gone, yet p0 keeps its leader
+    staying = _worker(url, 3, siblings=())
+    staying._round()
+    assert staying.view.controller_id == 3
+    assert _leaders(kv) == [2, 2]  # a broker that stays elects p0's live in-sync replica

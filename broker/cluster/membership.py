@@ -26,7 +26,10 @@ timeout (``cluster_session_timeout_ms``, Kafka's broker.session.timeout.ms):
   start: the workers of a restarted `serve` come up within moments of each other, and the first
   one up would otherwise take the leadership of every partition its siblings led (all the load
   on one worker until the next rebalance, and the logs of ``__consumer_offsets``, which are each
-  leader's own, read from another worker's). A sibling restarted alone finds the others live.
+  leader's own, read from another worker's). A sibling restarted alone finds the others live;
+- a broker whose shutdown began (``leaving``) neither takes the controller role nor elects: the
+  workers of one `serve` stop together, and the last to revoke its lease would otherwise take
+  the partitions of those gone a moment before, and keep them after the restart.
 
 The leaders of replicated partitions (broker/cluster/replication.py) change their ISR through
 ``alter_isr``: a compare-and-swap of the topic's value that holds only while this broker still
@@ -185,6 +188,7 @@ class Membership:
         #: the module docstring); emptied once all registered or a session timeout passed
         self._awaited = frozenset(siblings)
         self._born = time.monotonic()
+        self._leaving = False  # the broker's shutdown began (``leaving``)
 
     # ---- in the worker thread ------------------------------------------------------------
 
@@ -208,7 +212,8 @@ class Membership:
             s.client.create(CLUSTER_ID, base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode())
             [value] = s.client.get(CLUSTER_ID)
             self.cluster_id = value.decode() if isinstance(value, bytes) else str(value)
-        s.client.create(CONTROLLER, controller_value(self.node_id), lease=s.lease)
+        if not self._leaving:
+            s.client.create(CONTROLLER, controller_value(self.node_id), lease=s.lease)
         read = s.client.get_prefix(BROKERS)
         brokers = [(_text(meta["key"]), _text(value)) for value, meta in read]
         revision = max((int(meta.get("mod_revision", 0)) for _, meta in read), default=0)
@@ -229,7 +234,7 @@ class Membership:
         for key in bad + bad_topics:
             log.warning("cluster: ignoring the unreadable etcd key %s", key)
         holding = self._awaiting(set(view.brokers))
-        if view.controller_id == self.node_id and not holding:
+        if view.controller_id == self.node_id and not holding and not self._leaving:
             live = set(view.brokers)
             balance = self.rebalance_interval_s is not None and \
                 time.monotonic() - self._rebalanced >= self.rebalance_interval_s
@@ -465,6 +470,11 @@ class Membership:
         """True when no round has reached etcd for a session timeout: this broker's lease has
         lapsed (or is about to), so the controller may have given its partitions to others."""
         return time.monotonic() - self._last_ok > self.session_s
+
+    def leaving(self) -> None:
+        """The broker's shutdown began: from now on it takes no controller role and elects
+        nothing (see the module docstring); it stays registered until ``stop``."""
+        self._leaving = True
 
     async def stop(self) -> None:
         """Leave the cluster at once: the lease revoked takes the registration (and the

@@ -54,6 +54,8 @@ class Members(Protocol):
     # after it: False when its changes did not reach the cluster in time
     async def settle(self, mark: tuple[int, ...]) -> bool: ...
 
+    def leaving(self) -> None: ...  # the broker's shutdown began: it decides nothing for the cluster any more
+
     async def stop(self) -> None: ...  # leave the cluster (at the broker's shutdown)
 
 
@@ -86,6 +88,9 @@ class LocalMembership:
 
     async def settle(self, mark: tuple[int, ...]) -> bool:
         return True
+
+    def leaving(self) -> None:
+        return None
 
     async def stop(self) -> None:
         return None
