@@ -40,7 +40,7 @@ from typing import Any
 
 from bench.procstats import cpu_seconds
 from bench.run import TMQGATE_CONFIG
-from compat_tests.go_client import program as go_program
+from compat_tests.go_client import go_command, go_events
 from compat_tests.helpers import api_versions_ok, child_pids, free_port, wait_until
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -115,14 +115,14 @@ class _GoProducer:
     """compat_tests/go's program in mode `produce`; `failed`: the records it could not send."""
 
     def __init__(self, bootstrap: str, topic: str, seconds: float) -> None:
-        self.proc = subprocess.Popen([str(go_program()), "produce", "-brokers", bootstrap, "-topic", topic,
-                                      "-seconds", str(seconds)], stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(go_command("produce", bootstrap, topic=topic, seconds=seconds),
+                                     stdout=subprocess.PIPE, text=True)
         self.pid = self.proc.pid
         self.failed = 0
 
     def join(self, timeout: float) -> None:
         out, _ = self.proc.communicate(timeout=timeout)
-        events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        events = go_events(out)
         produced = [e for e in events if e["event"] == "produced"]
         if self.proc.returncode or not produced:
             raise RuntimeError(f"the franz-go producer exited {self.proc.returncode}: {events}")
@@ -236,7 +236,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 def _cell(r: dict[str, Any], workers: int | None = None) -> tuple[str, int, int]:
     """A result's cell of the grid (client, workers, producers); `workers` given: that count's."""
-    return r.get("client", "confluent-kafka"), r["workers"] if workers is None else workers, r["producers"]
+    return r["client"], r["workers"] if workers is None else workers, r["producers"]
 
 
 def _median_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

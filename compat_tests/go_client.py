@@ -44,17 +44,27 @@ class GoRun:
         return f"exit {self.returncode}; errors {self.of('error')}; kgo's log:\n{self.stderr[-6000:]}"
 
 
-def run_go(mode: str, bootstrap: str, timeout: float = 120.0, **flags: str | int | bool) -> GoRun:
+def go_command(mode: str, bootstrap: str, **flags: str | int | float | bool) -> list[str]:
     """`gokafka MODE -brokers BOOTSTRAP -flag value...` (a True flag is given bare, False left out)."""
-    args = [str(program()), mode, "-brokers", bootstrap, "-log", "info"]
+    args = [str(program()), mode, "-brokers", bootstrap]
     for name, value in flags.items():
         if value is True:
             args.append(f"-{name}")
         elif value is not False:
             args += [f"-{name}", str(value)]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return GoRun(proc.returncode, events, proc.stderr)
+    return args
+
+
+def go_events(stdout: str) -> list[dict[str, Any]]:
+    """The program's result lines (one JSON object each)."""
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def run_go(mode: str, bootstrap: str, timeout: float = 120.0, **flags: str | int | bool) -> GoRun:
+    """`go_command(...)` with kgo's log at info, run to its end."""
+    proc = subprocess.run(go_command(mode, bootstrap, log="info", **flags), capture_output=True, text=True,
+                          timeout=timeout)
+    return GoRun(proc.returncode, go_events(proc.stdout), proc.stderr)
 
 
 # --------------------------------------------------------------------------- share groups
