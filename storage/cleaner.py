@@ -432,11 +432,11 @@ class Cleaning:
         return self.stats
 
     def reclaim(self) -> None:
-        """Give the freed payloads' disk space back now (a LevelDB compaction of their range:
-        the payload log's old sequences sit in deep levels, which LevelDB would rarely compact
-        on its own). Safe in a worker thread; a no-op when nothing was freed."""
+        """Give the freed payloads' disk space back now: the payload segments the cleaning
+        left mostly dead are copied forward and unlinked (``PayloadLog.reclaim``). Safe in a
+        worker thread; a no-op when nothing was freed."""
         if self.stats.freed_last >= 0:
-            self.cleaner.core.payloads.compact(self.stats.freed_first, self.stats.freed_last)
+            self.cleaner.core.payloads.reclaim()
 
     def run(self, budget: int) -> CleanStats:
         """Every step at once on the calling thread (tests, tools)."""

@@ -1,4 +1,4 @@
-"""The shared core of a Store: the two LevelDB handles, the sync policy and the write paths.
+"""The shared core of a Store: the main LevelDB, the payload log, the sync policy and the write paths.
 
 Why one core: every part of the store (catalog, WAL, retention, producers, offsets) writes
 to the same main DB under the same durability rule, and WAL entries must reach the payload
@@ -16,14 +16,15 @@ there is exactly one place that decides how a write becomes durable:
 
 Durability (TDengine's WAL_LEVEL / WAL_FSYNC_PERIOD):
 
-* ``wal_level=1``: writes use ``sync=False``. LevelDB appends every write to its log file
-  with ``write(2)`` before returning, so an acknowledged write survives SIGKILL of the
-  process (not a power loss / kernel crash).
-* ``wal_level=2, fsync_period_ms=0``: every write uses ``sync=True`` (fsync before return).
+* ``wal_level=1``: writes use ``sync=False``. LevelDB appends every write to its log file,
+  and the payload log its bytes to a segment, with ``write(2)`` before returning, so an
+  acknowledged write survives SIGKILL of the process (not a power loss / kernel crash).
+* ``wal_level=2, fsync_period_ms=0``: every write uses ``sync=True`` (the segment
+  fdatasynced, then each LevelDB's log fsynced, before return).
 * ``wal_level=2, fsync_period_ms>0``: writes use ``sync=False`` and the broker calls
-  ``sync()`` every ``fsync_period_ms``; it writes a tiny marker with ``sync=True`` to the
-  payload log, then to the main DB, which fsyncs each LevelDB's log and with it every
-  earlier write.
+  ``sync()`` every ``fsync_period_ms``: the active segment is fdatasynced and a tiny marker
+  written with ``sync=True`` to the payload LevelDB, then to the main DB, which fsyncs each
+  LevelDB's log and with it every earlier write.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class Core:
             compression=None,
         )
         try:
-            self._check_layout()
+            layout = self._check_layout()
             self.payloads = PayloadLog(
                 self.path, self.space, write_buffer_size=write_buffer_size, lru_cache_size=lru_cache_size
             )
@@ -119,15 +120,18 @@ class Core:
             raise
         try:
             self.payloads.recover(self.db)
+            if layout != keys.LAYOUT_VERSION:  # the payload log is converted now
+                self.db.put(keys.LAYOUT, keys.u32(keys.LAYOUT_VERSION), sync=True)
         except BaseException:
             self.payloads.close()
             self.db.close()
             raise
         self.space.settle_at_open()
 
-    def _check_layout(self) -> None:
-        """Refuse a data directory of another layout; stamp a new one with ours; read (or, the
-        first time, record) when the directory was made: ``created_ms``."""
+    def _check_layout(self) -> int:
+        """Refuse a data directory of a layout we cannot open; stamp a new one with ours; read
+        (or, the first time, record) when the directory was made: ``created_ms``. Returns the
+        directory's layout (one of ``keys.LAYOUTS_READ``)."""
         raw = self.db.get(keys.LAYOUT)
         if raw is None:
             if next(self.db.iterator(include_value=False), None) is not None:
@@ -137,12 +141,13 @@ class Core:
                     "use a new data directory"
                 )
             self.db.put(keys.LAYOUT, keys.u32(keys.LAYOUT_VERSION), sync=True)
+            version = keys.LAYOUT_VERSION
         else:
             version = keys.read_u32(raw)
-            if version != keys.LAYOUT_VERSION:
+            if version not in keys.LAYOUTS_READ:
                 raise LayoutMismatch(
                     f"{self.path} holds a tmqgate store of storage layout {version}; this tmqgate "
-                    f"reads layout {keys.LAYOUT_VERSION} only"
+                    f"reads layouts {', '.join(map(str, keys.LAYOUTS_READ))} only"
                 )
         created = self.db.get(keys.CREATED)
         if created is None:
@@ -150,6 +155,7 @@ class Core:
             self.db.put(keys.CREATED, keys.u64(self.created_ms), sync=True)
         else:
             self.created_ms = keys.read_u64(created)
+        return version
 
     # lifecycle -----------------------------------------------------------------------------
 
@@ -283,7 +289,8 @@ class Core:
 
     def delete_database_data(self, dbid: int, *, compact: bool = False) -> None:
         """Range-delete every per-database key of ``dbid`` (WAL payloads included); with
-        ``compact`` compact what was deleted, in both LevelDBs, to give the space back."""
+        ``compact`` compact what was deleted and copy the payload segments it left mostly dead
+        forward, to give the space back."""
         seqs: list[int] = []
         for prefix in keys.PER_DB_PREFIXES:
             seqs.extend(self._delete_prefix(keys.db_prefix(prefix, dbid)))
@@ -292,7 +299,7 @@ class Core:
                 p = keys.db_prefix(prefix, dbid)
                 self.db.compact_range(start=p, stop=keys.prefix_end(p))
             if seqs:
-                self.payloads.compact(min(seqs), max(seqs))
+                self.payloads.reclaim()
 
     def delete_orphans(self, live: set[int]) -> None:
         """Delete per-db data whose id is not in the catalog (a drop interrupted by a crash)."""

@@ -112,12 +112,14 @@ class HeadRemoval:
         return rec
 
     def compact(self, ranges: list[tuple[bytes, bytes]], seqs: list[int]) -> None:
-        """Compact the removed entries' main-DB ranges and their payloads' range, so the disk
-        space comes back now (LevelDB frees deleted entries only when it compacts them).
-        Raises StorageIOError when it cannot (no room for the new tables)."""
+        """Compact the removed entries' main-DB ranges and copy the payload segments they
+        left mostly dead forward, so the disk space comes back now (LevelDB frees deleted
+        entries only when it compacts them; a segment goes when nothing lives in it).
+        Raises StorageIOError when it cannot (no room for the new tables or copies)."""
         for start, stop in ranges:
             self._core.db.compact_range(start=start, stop=stop)
-        self._core.payloads.compact(min(seqs), max(seqs))
+        if seqs:
+            self._core.payloads.reclaim()
 
     def _reindex_head(
         self, dbid: int, vnode: int, first_kept: int, wb: WriteBatch

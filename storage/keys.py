@@ -1,14 +1,15 @@
 """The LevelDB key layout of tmqgate — the one place it is written down.
 
-A store is two LevelDBs (layout version 2):
+A store is two LevelDBs and a folder of segment files (layout version 3):
 
 * the *main* DB, in the data directory itself: the catalog, the WAL *index*, the vnode
   counters, the time index, the producer state, group offsets and the log history — small
   values that one atomic ``WriteBatch`` keeps consistent;
-* the *payload log*, in ``<data dir>/wal-payloads``: the WAL entries' bytes, keyed by one
-  global, strictly increasing payload sequence number (u64 big-endian). Its keys only ever
-  grow, so LevelDB moves its tables down the levels without rewriting them (trivial moves):
-  a record batch is written about twice (log + table) instead of once per compaction level.
+* the *payload log*: the WAL entries' bytes, appended once to segment files
+  (``<data dir>/wal-segments``), and in ``<data dir>/wal-payloads`` (a LevelDB) their places,
+  keyed by one global, strictly increasing payload sequence number (u64 big-endian). A record
+  batch is written once; LevelDB carries 16 bytes of it (layout 2 kept the bytes themselves
+  in that LevelDB: written twice, log and table, and through its memtable).
 
 Integers in keys are big-endian unsigned so that byte order is numeric order and range scans
 come out sorted. ``db`` is the numeric database id (u32, never reused), not the name: a
@@ -19,8 +20,9 @@ Main DB:
 ===========  =====================================================  ===============================================
 prefix       key (after the prefix byte)                            value
 ===========  =====================================================  ===============================================
-0x00 LAYOUT  (nothing)                                              layout version u32 (2); a non-empty DB without
-                                                                    it is of layout 1 (entries inline): refused
+0x00 LAYOUT  (nothing)                                              layout version u32 (3; 2 is converted at open);
+                                                                    a non-empty DB without it is of layout 1
+                                                                    (entries inline): refused
 0x00 CREATED 0x01                                                   when the data directory was made: ms u64 (a
                                                                     store older than the key: its first opening
                                                                     since; SHOW DNODES' create_time)
@@ -132,16 +134,31 @@ prefix       key (after the prefix byte)                            value
                                                                     DeleteGroups), so it is listed after a restart
 ===========  =====================================================  ===============================================
 
-Payload log (``<data dir>/wal-payloads``):
+Payload log: the bytes in append-only segment files ``<data dir>/wal-segments/<id>.seg``
+(``id`` u32, 8 decimal digits), and where each payload lies in a LevelDB,
+``<data dir>/wal-payloads``:
 
 ===========  =====================================================  ===============================================
-key          payload sequence u64 (global, strictly increasing)     the stored entry: data (kind 0): the record
-                                                                    batch, base offset already set to the version;
-                                                                    meta (kind 1): i64 append time ms + payload;
-                                                                    rows (kind 2): i64 append time ms, i64 max
-                                                                    timestamp, i64 min timestamp + payload
-                                                                    (Arrow IPC, opaque here)
+key          payload sequence u64 (global, strictly increasing)     its place: segment id u32, position u64,
+                                                                    length u32 (``pack_payload_ptr``). The bytes:
+                                                                    data (kind 0): the record batch, base offset
+                                                                    already set to the version; meta (kind 1): i64
+                                                                    append time ms + payload; rows (kind 2): i64
+                                                                    append time ms, i64 max timestamp, i64 min
+                                                                    timestamp + payload (Arrow IPC, opaque here)
+0xFF "fmt"   (nothing)                                              u32 1: the values are places (a payload log of
+                                                                    before it held the bytes as values)
+0xFF "mig"   (nothing)                                              u64: while one of those is converted, the first
+                                                                    sequence still holding bytes (below: places)
 ===========  =====================================================  ===============================================
+
+A segment's bytes are written (and, under the sync rule, fdatasynced) before the places
+that point into them. Open drops places that point past their segment's end (a power loss
+took those bytes: the payload is lost, as a LevelDB tail would be), truncates the newest
+segment after its last place, and continues appending to it; a segment no place points
+into is unlinked, after the deletes that emptied it are synced; a segment mostly dead is
+copied forward (its live payloads appended to the newest segment, fdatasynced, their places
+moved in one synced batch) and then unlinked.
 
 Writing WAL entries: the payloads go to the payload log first (with the same sync rule),
 then the main WriteBatch with their index keys, the counters and PAYSEQ = the highest
@@ -233,8 +250,29 @@ DYNCONF = b"\xc0"
 SHARE = b"\xc1"
 SHAREGRP = b"\xc2"
 
-#: The layout this code writes and reads (see the module docstring).
-LAYOUT_VERSION = 2
+#: The layout this code writes and reads (see the module docstring). 3: payload bytes in
+#: segment files; a layout-2 store (bytes in the payload LevelDB) is converted at open.
+LAYOUT_VERSION = 3
+#: Layouts this code opens: the ones it converts, and its own.
+LAYOUTS_READ = (2, 3)
+
+#: Payload-log meta keys (above every sequence key).
+PAYLOG_META = b"\xff"
+PAYLOG_FORMAT = b"\xfffmt"
+PAYLOG_MIGRATING = b"\xffmig"
+_PTR = struct.Struct(">IQI")
+PAYLOAD_PTR_SIZE = _PTR.size
+
+
+def pack_payload_ptr(segment: int, pos: int, size: int) -> bytes:
+    """A payload's place: segment id, position in it, length."""
+    return _PTR.pack(segment, pos, size)
+
+
+def read_payload_ptr(b: bytes) -> tuple[int, int, int]:
+    """(segment id, position, length) of a payload's place."""
+    seg, pos, size = _PTR.unpack(b)
+    return seg, pos, size
 
 KIND_DATA = 0
 KIND_META = 1

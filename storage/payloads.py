@@ -1,36 +1,144 @@
-"""The payload log: the WAL entries' bytes in a second LevelDB, ``<data dir>/wal-payloads``.
+"""The payload log: the WAL entries' bytes appended to segment files, and where each one lies
+in a second LevelDB (``storage.keys``: payload log).
 
-Why apart from the main DB: its keys (one global payload sequence) only ever grow, so LevelDB
-moves its tables down the levels without rewriting them and a record batch is written about
-twice instead of once per compaction level. The price is two LevelDBs that must agree; this
-module holds the payload side of that agreement (``storage.keys`` states the rules): staging
-payloads before the main WriteBatch that indexes them, deleting them after the one that
-unindexes them, reading them back in index order, and the repair at open — payloads nothing
-indexes are dropped, interrupted deletes finished, vnode tails whose payloads a power loss
-took are rolled back. ``storage.core`` owns the write path that ties the two together.
+Why apart from the main DB: a payload is written once and read back by its sequence, never
+rewritten; the main DB holds only small values that one WriteBatch keeps consistent. Why
+files rather than LevelDB values (layout 2 kept the bytes in the LevelDB): a value went
+through LevelDB's log, memtable and a table (written twice, CRC'd in software) and took
+about 40 % of a produced record's broker CPU (bench/RESULTS.md, "payload log"); an append to
+a file is one ``pwritev``. LevelDB still carries each payload's 16-byte place, so the rules
+that tie the two stores together (``storage.keys``) are about sequence keys, as before: the
+payloads are staged before the main WriteBatch that indexes them, deleted after the one
+that unindexes them, and at open payloads nothing indexes are dropped, interrupted deletes
+finished, and vnode tails whose payloads a power loss took rolled back.
+
+Space: all vnodes share the segments, so retention of one topic or the log cleaner leaves
+them partly dead. A deleted payload's bytes are given back at once by punching a hole
+(``fallocate(PUNCH_HOLE)``, after the deletes are synced: a power loss must not keep a place
+whose bytes are zeros), which needs no free space (a full disk is freed by deletes) and no
+copy; a segment nothing points into is unlinked. Where the filesystem cannot punch holes,
+``reclaim`` copies the live payloads of mostly dead segments forward and unlinks those.
+``storage.core`` owns the write path that ties the stores together.
+
+Threads: the log cleaner reads and reclaims in worker threads while the event loop appends,
+so every step that reads or changes places and segments holds ``_lock``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import logging
 import os
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from tmqgate.storage import keys
-from tmqgate.storage.model import StorageError
+from tmqgate.storage.model import StorageError, StorageFull, StorageIOError
 from tmqgate.storage.rollback import roll_back_vnode
+from tmqgate.storage.space import is_no_space
 
 if TYPE_CHECKING:
     from tmqgate.storage.core import LevelDB
     from tmqgate.storage.space import DiskSpace
 
+log = logging.getLogger("tmqgate.storage")
+
 PAYLOAD_DIR = "wal-payloads"
+SEGMENT_DIR = "wal-segments"
+#: A segment takes no more appends once it holds this many bytes.
+SEGMENT_BYTES = 64 << 20
+#: ``reclaim`` copies forward the segments whose live bytes are under this share of their size.
+COPY_BELOW = 0.5
+#: Bytes copied forward (or converted from layout 2) per step under the lock / per batch.
+COPY_CHUNK = 4 << 20
+CONVERT_CHUNK = 32 << 20
+#: Read handles of older segments kept open at once (the oldest is closed past it).
+OPEN_READERS = 128
+#: Buffers per pwritev (Linux's IOV_MAX).
+IOV_MAX = 1024
+
+
+_FALLOC_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE (linux/falloc.h)
+_fallocate = getattr(ctypes.CDLL(None, use_errno=True), "fallocate", None)
+if _fallocate is not None:
+    _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+
+def punch_hole(fd: int, pos: int, size: int) -> bool:
+    """Give the disk blocks of ``size`` bytes at ``pos`` back (they read as zeros; the size
+    stays). False where the filesystem (or the C library) cannot."""
+    if _fallocate is None:
+        return False
+    if _fallocate(fd, _FALLOC_PUNCH, pos, size) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(err, f"fallocate(PUNCH_HOLE) failed: {os.strerror(err)}")
+
+
+class _Segment:
+    """One segment file's figures: its size, the bytes places point at, and the range of
+    sequences pointing into it (where ``reclaim`` looks for them)."""
+
+    __slots__ = ("hi", "live", "lo", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.live = 0
+        self.lo = 1 << 64
+        self.hi = -1
+
+    def add(self, first: int, last: int, size: int) -> None:
+        self.live += size
+        self.lo = min(self.lo, first)
+        self.hi = max(self.hi, last)
+
+
+def segment_name(segment: int) -> str:
+    return f"{segment:08d}.seg"
+
+
+def _pwrite_all(fd: int, values: Sequence[bytes], pos: int) -> None:
+    """Write ``values`` back to back at ``pos`` (pwritev, IOV_MAX buffers at a time; a
+    short write, as on a disk filling up, is finished or raises)."""
+    for i in range(0, len(values), IOV_MAX):
+        chunk = values[i:i + IOV_MAX]
+        want = sum(map(len, chunk))
+        done = os.pwritev(fd, chunk, pos)
+        if done < want:
+            rest = memoryview(b"".join(chunk))[done:]
+            while rest:
+                n = os.pwrite(fd, rest, pos + done)
+                if n <= 0:
+                    raise OSError(28, "No space left on device (short write)")
+                done += n
+                rest = rest[n:]
+        pos += want
 
 
 class PayloadLog:
-    """The payload LevelDB and the next payload sequence (set by ``recover``)."""
+    """The segments, the LevelDB of places, and the next payload sequence (set by
+    ``recover``)."""
 
     def __init__(self, data_dir: str, space: DiskSpace, *, write_buffer_size: int, lru_cache_size: int) -> None:
+        self._space = space
+        self._dir = os.path.join(data_dir, SEGMENT_DIR)
+        self._lock = threading.RLock()
+        self._segments: dict[int, _Segment] = {}
+        self._readers: dict[int, int] = {}  # older segments' read handles, oldest first
+        self._active = 0
+        self._fd = -1
+        self._pos = 0
+        #: Whether deletes punch holes (until the filesystem says it cannot).
+        self._punch = True
+        #: Moved on whenever places move or segments go: a reader's LevelDB iterator made
+        #: before then may hold stale places, so it makes a new one.
+        self._moves = 0
+        self.next_seq = 0
         self.db: LevelDB = space.open(
             os.path.join(data_dir, PAYLOAD_DIR),
             write_buffer_size=write_buffer_size,
@@ -38,30 +146,51 @@ class PayloadLog:
             max_file_size=64 << 20,
             compression=None,
         )
-        self.next_seq = 0
 
     def close(self) -> None:
-        self.db.close()
+        with self._lock:
+            for fd in [self._fd, *self._readers.values()]:
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._fd = -1
+            self._readers.clear()
+            self.db.close()
 
     def sync(self) -> None:
-        """fsync the payload log's LevelDB log (an empty batch: a log record + fsync)."""
-        self.db.write_batch(sync=True).write()
+        """fsync the active segment, then the LevelDB of places (an empty synced batch)."""
+        with self._lock:
+            self._fdatasync(self._fd)
+            self.db.write_batch(sync=True).write()
 
     # writing -------------------------------------------------------------------------------
 
     def stage(self, values: list[bytes], sync: bool) -> int:
-        """Write payloads at the next sequences (one put, or one batch for several), before
-        the main WriteBatch that indexes them; returns the first sequence. They stay staged
+        """Append payloads at the next sequences, before the main WriteBatch that indexes
+        them: their bytes to the active segment (fdatasynced with ``sync``), then their
+        places (one put, or one batch); returns the first sequence. They stay staged
         (``next_seq`` unchanged) until ``committed``: open drops what nothing indexes."""
-        seq = self.next_seq
-        if len(values) == 1:
-            self.db.put(keys.u64(seq), values[0], sync=sync)
+        with self._lock:
+            seq = self.next_seq
+            segment, pos = self._append(values, full_on_no_space=True)
+            try:
+                if sync:
+                    self._fdatasync(self._fd)
+                ptr = keys.pack_payload_ptr
+                if len(values) == 1:
+                    self.db.put(keys.u64(seq), ptr(segment, pos, len(values[0])), sync=sync)
+                else:
+                    wb = self.db.write_batch(sync=sync)
+                    at = pos
+                    for i, value in enumerate(values):
+                        wb.put(keys.u64(seq + i), ptr(segment, at, len(value)))
+                        at += len(value)
+                    wb.write()
+            except BaseException:
+                self._cut(pos)
+                raise
+            self._segments[segment].add(seq, seq + len(values) - 1, self._pos - pos)
             return seq
-        wb = self.db.write_batch(sync=sync)
-        for i, value in enumerate(values):
-            wb.put(keys.u64(seq + i), value)
-        wb.write()
-        return seq
 
     def committed(self, last: int) -> None:
         """The main WriteBatch indexing payloads up to ``last`` is written: move past them."""
@@ -70,76 +199,404 @@ class PayloadLog:
     def delete(self, seqs: Iterable[int], sync: bool = False) -> None:
         """Delete payloads in one batch: ones whose index keys a committed WriteBatch removed
         (listed under PAYGC, so a crash before this finishes is repaired at open), or ones
-        nothing indexes."""
-        wb = self.db.write_batch(sync=sync)
-        for seq in seqs:
-            wb.delete(keys.u64(seq))
-        wb.write()
+        nothing indexes. The segments left with nothing live go."""
+        with self._lock:
+            wb = self.db.write_batch(sync=sync or self._punch)
+            freed: dict[int, int] = {}
+            holes: list[tuple[int, int, int]] = []
+            for seq, place in self._places(sorted(seqs)):
+                if place is None:
+                    continue
+                segment, pos, size = keys.read_payload_ptr(place)
+                freed[segment] = freed.get(segment, 0) + size
+                holes.append((segment, pos, size))
+                wb.delete(keys.u64(seq))
+            if not holes:
+                return
+            wb.write()  # synced before any hole is punched
+            for segment, size in freed.items():
+                if segment in self._segments:
+                    self._segments[segment].live -= size
+            self._drop_dead(freed)
+            if self._punch:
+                self._punch_holes(holes)
 
-    def compact(self, first: int, last: int) -> None:
-        """Give back the space of removed payloads ``first`` .. ``last`` now."""
-        self.db.compact_range(start=keys.u64(first), stop=keys.u64(last + 1))
+    def _punch_holes(self, holes: list[tuple[int, int, int]]) -> None:
+        """Punch the deleted payloads' bytes out of the segments still there, adjacent
+        ones as one hole; a failure only leaves the space taken (reclaim's)."""
+        holes.sort()
+        merged: list[list[int]] = []
+        for segment, pos, size in holes:
+            if merged and merged[-1][0] == segment and merged[-1][1] + merged[-1][2] == pos:
+                merged[-1][2] += size
+            else:
+                merged.append([segment, pos, size])
+        for segment, pos, size in merged:
+            if segment not in self._segments or size == 0:
+                continue
+            try:
+                fd = self._fd if segment == self._active else self._reader(segment)
+                if not punch_hole(fd, pos, size):
+                    log.warning("payload log: the filesystem of %s cannot punch holes: deleted "
+                                "payloads' space comes back by copying segments forward", self._dir)
+                    self._punch = False
+                    return
+            except (OSError, StorageError) as exc:
+                log.warning("payload log: could not punch out %d bytes of segment %d: %r", size, segment, exc)
+
+    def reclaim(self) -> None:
+        """Give back the space of removed payloads now where deletes could not punch holes:
+        copy the live payloads of segments mostly dead forward, into the active one, and
+        unlink those segments. Safe in a
+        worker thread (the event loop waits at most for one COPY_CHUNK step). Raises
+        StorageIOError when the disk has no room for the copies (the store stays writable:
+        deletes unlink whole segments without it)."""
+        with self._lock:
+            if self._punch:  # deletes gave the space back already
+                return
+            active = self._segments[self._active]
+            if active.size and active.live < active.size * COPY_BELOW:
+                self._roll()  # sealed, so it can be copied forward and go too
+            victims = {
+                sid: seg for sid, seg in self._segments.items()
+                if sid != self._active and seg.live < seg.size * COPY_BELOW
+            }
+            if not victims:
+                return
+            lo = min(seg.lo for seg in victims.values())
+            hi = max(seg.hi for seg in victims.values())
+        moving: list[tuple[bytes, bytes]] = []
+        if hi >= lo:
+            for key, place in self.db.iterator(start=keys.u64(lo), stop=keys.u64(hi + 1)):
+                if keys.read_payload_ptr(place)[0] in victims:
+                    moving.append((key, place))
+        step: list[tuple[bytes, bytes]] = []
+        size = 0
+        for item in moving:
+            step.append(item)
+            size += keys.read_payload_ptr(item[1])[2]
+            if size >= COPY_CHUNK:
+                self._copy_forward(step)
+                step, size = [], 0
+        if step:
+            self._copy_forward(step)
+        with self._lock:
+            self._drop_dead(victims)
+
+    def _copy_forward(self, items: list[tuple[bytes, bytes]]) -> None:
+        """Copy payloads (key, place as read) that are still where they were to the active
+        segment, fdatasync it, and move their places in one synced batch."""
+        with self._lock:
+            current = [(k, p) for k, p in items if self.db.get(k) == p]
+            if not current:
+                return
+            data = [self._pread(*keys.read_payload_ptr(p)) for _, p in current]
+            segment, pos = self._append(data, full_on_no_space=False)
+            try:
+                self._fdatasync(self._fd)
+                wb = self.db.write_batch(sync=True)
+                at = pos
+                for (key, _), value in zip(current, data, strict=True):
+                    wb.put(key, keys.pack_payload_ptr(segment, at, len(value)))
+                    at += len(value)
+                wb.write()
+            except BaseException:
+                self._cut(pos)
+                raise
+            self._moves += 1
+            for (key, place), value in zip(current, data, strict=True):
+                old = self._segments.get(keys.read_payload_ptr(place)[0])
+                if old is not None:
+                    old.live -= len(value)
+                seq = keys.read_u64(key)
+                self._segments[segment].add(seq, seq, len(value))
 
     # reading -------------------------------------------------------------------------------
 
     def entries(self, pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[int, int, bytes]]:
         """(base, kind, payload) for (WAL key, index value) pairs, fetched lazily (readers
-        stop at max_bytes) through one payload-log cursor: a step to the next key when the
-        sequence follows the previous one (one vnode appending alone, a transaction's
-        entries), else a seek — measured ~35% and ~10% cheaper than a get per entry."""
+        stop at max_bytes): each place through one LevelDB cursor (a step to the next key
+        when the sequence follows the previous one, else a seek; made again when places
+        moved since), then the bytes with one pread."""
         it = None
+        moves = -1
         prev = -2
         version = keys.wal_key_version
         for k, v in pairs:
             seq = keys.wal_index_seq(v)
             want = keys.u64(seq)
-            if it is None:
-                it = self.db.raw_iterator()
+            with self._lock:
+                if it is None or moves != self._moves:
+                    it = self.db.raw_iterator()
+                    moves = self._moves
+                    it.seek(want)
+                elif seq == prev + 1 and it.valid():
+                    it.next()
+                else:
+                    it.seek(want)
+                if not it.valid() or it.key() != want:
+                    raise StorageError(f"payload {seq} of WAL key {k.hex()} is missing from the payload log")
+                value = self._pread(*keys.read_payload_ptr(it.value()))
+            prev = seq
+            yield version(k), k[17], value
+
+    def sequences(self) -> list[int]:
+        """Every payload sequence with a place (tools and tests)."""
+        return [keys.read_u64(k) for k in self.db.iterator(stop=keys.PAYLOG_META, include_value=False)]
+
+    def segments(self) -> dict[int, tuple[int, int]]:
+        """{segment id: (its size, its live bytes)} (tools and tests)."""
+        with self._lock:
+            return {sid: (seg.size, seg.live) for sid, seg in sorted(self._segments.items())}
+
+    def _places(self, seqs: Sequence[int]) -> Iterator[tuple[int, bytes | None]]:
+        """(seq, its place or None) for sorted sequences, through one cursor (under the lock)."""
+        it = self.db.raw_iterator()
+        prev = -2
+        for seq in seqs:
+            want = keys.u64(seq)
+            if seq != prev + 1 or not it.valid():
                 it.seek(want)
-            elif seq == prev + 1 and it.valid():
+            prev = seq
+            if it.valid() and it.key() == want:
+                yield seq, it.value()
                 it.next()
             else:
-                it.seek(want)
-            if not it.valid() or it.key() != want:
-                raise StorageError(f"payload {seq} of WAL key {k.hex()} is missing from the payload log")
-            prev = seq
-            value: bytes = it.value()
-            yield version(k), k[17], value
+                prev = -2  # the cursor is past ``want``: seek the next one
+
+    def _pread(self, segment: int, pos: int, size: int) -> bytes:
+        fd = self._fd if segment == self._active else self._reader(segment)
+        try:
+            data = os.pread(fd, size, pos)
+        except OSError as exc:
+            raise StorageError(f"cannot read payload segment {segment}: {exc!r}") from exc
+        if len(data) != size:
+            raise StorageError(f"payload segment {segment} ends before {pos + size} ({len(data)} bytes read)")
+        return data
+
+    def _reader(self, segment: int) -> int:
+        """An older segment's handle, kept open (read-write: punching a hole needs it)."""
+        fd = self._readers.get(segment)
+        if fd is not None:
+            return fd
+        if segment not in self._segments:
+            raise StorageError(f"payload segment {segment} is gone")
+        try:
+            fd = os.open(self._path(segment), os.O_RDWR | os.O_CLOEXEC)
+        except OSError as exc:
+            raise StorageError(f"cannot open payload segment {segment}: {exc!r}") from exc
+        if len(self._readers) >= OPEN_READERS:
+            os.close(self._readers.pop(next(iter(self._readers))))
+        self._readers[segment] = fd
+        return fd
+
+    # segments ------------------------------------------------------------------------------
+
+    def _path(self, segment: int) -> str:
+        return os.path.join(self._dir, segment_name(segment))
+
+    def _append(self, values: Sequence[bytes], *, full_on_no_space: bool) -> tuple[int, int]:
+        """Write ``values`` back to back at the active segment's end (after a roll to a new
+        segment when it is full); returns (segment, position). On a failure the segment is
+        cut back and the error raised: StorageFull (the store read-only, with
+        ``full_on_no_space``) or StorageIOError."""
+        total = sum(map(len, values))
+        if self._pos and self._pos + total > SEGMENT_BYTES:
+            self._roll()
+        pos = self._pos
+        try:
+            _pwrite_all(self._fd, values, pos)
+        except OSError as exc:
+            self._cut(pos)
+            if is_no_space(exc):
+                if full_on_no_space:
+                    self._space.failed(exc)
+                raise StorageFull(f"no space left for payload segment {self._active}: {exc!r}") from exc
+            raise StorageIOError(f"write to payload segment {self._active} failed: {exc!r}") from exc
+        self._pos = pos + total
+        self._segments[self._active].size = self._pos
+        return self._active, pos
+
+    def _cut(self, pos: int) -> None:
+        """Cut the active segment back to ``pos`` (what a failed write added goes)."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, pos)
+        self._pos = pos
+        self._segments[self._active].size = pos
+
+    def _fdatasync(self, fd: int) -> None:
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            raise StorageIOError(f"fdatasync of payload segment {self._active} failed: {exc!r}") from exc
+
+    def _open_active(self, segment: int, *, new: bool) -> None:
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if new else 0)
+        fd = os.open(self._path(segment), flags, 0o644)
+        if new:
+            self._segments[segment] = _Segment(0)
+            dfd = os.open(self._dir, os.O_RDONLY)
+            try:
+                os.fsync(dfd)  # the new file's name survives a power loss with its bytes
+            finally:
+                os.close(dfd)
+        self._active, self._fd = segment, fd
+        self._pos = os.fstat(fd).st_size
+        self._segments[segment].size = self._pos
+
+    def _roll(self) -> None:
+        """Close the active segment for appends (synced once, so it never needs it again)
+        and start the next one."""
+        self._fdatasync(self._fd)
+        old, fd = self._active, self._fd
+        try:
+            self._open_active(old + 1, new=True)
+        except OSError as exc:
+            if is_no_space(exc):
+                self._space.failed(exc)
+                raise StorageFull(f"no space left for a new payload segment: {exc!r}") from exc
+            raise StorageIOError(f"cannot start payload segment {old + 1}: {exc!r}") from exc
+        self._readers[old] = fd
+
+    def _drop_dead(self, candidates: Iterable[int]) -> None:
+        """Unlink the segments among ``candidates`` (not the active one) that nothing points
+        into, once the deletes that emptied them are synced."""
+        dead = [s for s in candidates if s != self._active and s in self._segments and self._segments[s].live <= 0]
+        if not dead:
+            return
+        self.db.write_batch(sync=True).write()
+        for segment in dead:
+            fd = self._readers.pop(segment, None)
+            if fd is not None:
+                os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(segment))
+            del self._segments[segment]
+        self._moves += 1
 
     # open ----------------------------------------------------------------------------------
 
     def recover(self, main: LevelDB) -> None:
-        """Bring the payload log and the main DB ``main`` back into agreement at open: roll
-        back vnode tails whose payloads were lost, drop payloads above the last committed
-        sequence (written, never indexed, never acknowledged), finish the payload deletes of
-        the last removal, and set the next sequence."""
-        _repair_lost_payloads(main, self.db)
-        raw = main.get(keys.PAYSEQ)
-        committed = keys.read_u64(raw) if raw is not None else -1
-        stale = [keys.read_u64(k) for k in self.db.iterator(start=keys.u64(committed + 1), include_value=False)]
-        if stale:
-            self.delete(stale, sync=True)
-        gc = main.get(keys.PAYGC)
-        if gc is not None:
-            self.delete(keys.unpack_seqs(gc))
-            main.delete(keys.PAYGC)
-        self.next_seq = committed + 1
+        """Bring the payload log and the main DB ``main`` back into agreement at open: load
+        the segments (dropping places whose bytes a power loss took), convert a layout-2
+        payload log, roll back vnode tails whose payloads were lost, drop payloads above the
+        last committed sequence (written, never indexed, never acknowledged), finish the
+        payload deletes of the last removal, and set the next sequence."""
+        with self._lock:
+            self._load()
+            self._convert()
+            _repair_lost_payloads(main, self.db)
+            raw = main.get(keys.PAYSEQ)
+            committed = keys.read_u64(raw) if raw is not None else -1
+            stale = [keys.read_u64(k) for k in self.db.iterator(
+                start=keys.u64(committed + 1), stop=keys.PAYLOG_META, include_value=False)]
+            if stale:
+                self.delete(stale, sync=True)
+            gc = main.get(keys.PAYGC)
+            if gc is not None:
+                self.delete(keys.unpack_seqs(gc))
+                main.delete(keys.PAYGC)
+            self.next_seq = committed + 1
+
+    def _load(self) -> None:
+        """Count each segment's live bytes from the places (those below the conversion
+        point while a layout-2 log is converted), drop the places past their segment's end,
+        unlink the segments nothing points into, and open the newest for appends."""
+        os.makedirs(self._dir, exist_ok=True)
+        for name in os.listdir(self._dir):
+            stem, dot, ext = name.partition(".")
+            if dot and ext == "seg" and stem.isdigit():
+                self._segments[int(stem)] = _Segment(os.path.getsize(os.path.join(self._dir, name)))
+        if self.db.get(keys.PAYLOG_FORMAT) is not None:
+            stop: bytes | None = keys.PAYLOG_META
+        else:
+            stop = self.db.get(keys.PAYLOG_MIGRATING)
+        lost: list[bytes] = []
+        if stop is not None:
+            for key, place in self.db.iterator(stop=stop):
+                segment, pos, size = keys.read_payload_ptr(place)
+                seg = self._segments.get(segment)
+                if seg is None or pos + size > seg.size:
+                    lost.append(key)
+                    continue
+                seq = keys.read_u64(key)
+                seg.add(seq, seq, size)
+        if lost:
+            log.warning("payload log: %d payloads (sequences %d..%d) lie past their segment's end "
+                        "(a power loss took their unsynced bytes): dropped",
+                        len(lost), keys.read_u64(lost[0]), keys.read_u64(lost[-1]))
+            wb = self.db.write_batch(sync=True)
+            for key in lost:
+                wb.delete(key)
+            wb.write()
+        newest = max(self._segments, default=0)
+        self._drop_dead([s for s in self._segments if s != newest])
+        if newest:
+            self._open_active(newest, new=False)
+        else:
+            self._open_active(1, new=True)
+
+    def _convert(self) -> None:
+        """Move a layout-2 payload log's bytes (LevelDB values) into segments: chunks of
+        CONVERT_CHUNK appended and fdatasynced, then their values replaced by places with
+        the progress (PAYLOG_MIGRATING) in one synced batch, and the chunk's range compacted
+        so its space comes back as it goes. Killed midway it goes on from the progress at
+        the next open. A new payload log is only marked."""
+        if self.db.get(keys.PAYLOG_FORMAT) is not None:
+            return
+        raw = self.db.get(keys.PAYLOG_MIGRATING)
+        start = raw if raw is not None else keys.u64(0)
+        it = self.db.iterator(start=start, stop=keys.PAYLOG_META)
+        converted = 0
+        while True:
+            chunk: list[tuple[bytes, bytes]] = []
+            size = 0
+            for key, value in it:
+                chunk.append((key, value))
+                size += len(value)
+                if size >= CONVERT_CHUNK:
+                    break
+            if not chunk:
+                break
+            if not converted:
+                log.warning("payload log: converting the payload LevelDB's bytes to segment files "
+                            "(storage layout 2 to 3), from sequence %d", keys.read_u64(chunk[0][0]))
+            segment, pos = self._append([v for _, v in chunk], full_on_no_space=True)
+            self._fdatasync(self._fd)
+            wb = self.db.write_batch(sync=True)
+            at = pos
+            for key, value in chunk:
+                wb.put(key, keys.pack_payload_ptr(segment, at, len(value)))
+                at += len(value)
+            last = keys.read_u64(chunk[-1][0])
+            wb.put(keys.PAYLOG_MIGRATING, keys.u64(last + 1))
+            wb.write()
+            self._segments[segment].add(keys.read_u64(chunk[0][0]), last, size)
+            self.db.compact_range(start=chunk[0][0], stop=keys.u64(last + 1))
+            converted += len(chunk)
+        wb = self.db.write_batch(sync=True)
+        wb.put(keys.PAYLOG_FORMAT, keys.u32(1))
+        wb.delete(keys.PAYLOG_MIGRATING)
+        wb.write()
+        if converted:
+            log.warning("payload log: converted %d payloads to segment files", converted)
 
 
 def _repair_lost_payloads(db: LevelDB, plog: LevelDB) -> None:
     """Roll back vnode tails whose payloads the payload log lost.
 
-    Only possible after a power loss with unsynced writes (see ``storage.keys``): each
-    LevelDB recovers a prefix of its log, so the payload log may end below PAYSEQ while
-    the main DB kept the index keys. Within a vnode sequences grow with versions, so the
-    lost entries are each vnode's newest ones: their index keys, time index entries and
-    producer batches go, and the vnode's next version moves back to the first lost base
-    (as a log that lost its unsynced tail would). One seek when nothing was lost.
+    Only possible after a power loss with unsynced writes (see ``storage.keys``): the
+    segments and each LevelDB recover a prefix of what was written, so the payload log may
+    end below PAYSEQ while the main DB kept the index keys. Within a vnode sequences grow
+    with versions, so the lost entries are each vnode's newest ones: their index keys, time
+    index entries and producer batches go, and the vnode's next version moves back to the
+    first lost base (as a log that lost its unsynced tail would). One seek when nothing was
+    lost.
     """
     raw = db.get(keys.PAYSEQ)
     if raw is None:
         return
-    last = next(plog.iterator(reverse=True, include_value=False), None)
+    last = next(plog.iterator(reverse=True, stop=keys.PAYLOG_META, include_value=False), None)
     present = keys.read_u64(last) if last is not None else -1
     if present >= keys.read_u64(raw):
         return

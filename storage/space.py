@@ -154,8 +154,9 @@ class DiskSpace:
                                 "much again beside it)")
             self._next_check = time.monotonic() + RECHECK_S
 
-    def failed(self, handle: GuardedDB, exc: BaseException) -> None:
-        """A write of ``handle`` failed for lack of space: reserve out, store full."""
+    def failed(self, exc: BaseException) -> None:
+        """A write (to a LevelDB or a payload segment) failed for lack of space: reserve
+        out, store full."""
         released = self.release_reserve()
         if self.full_reason is None:
             self.full_reason = f"disk full under {self.path}: {exc}"
@@ -276,7 +277,7 @@ class GuardedDB:
     def _failed(self, exc: BaseException) -> StorageIOError:
         self.broken = True
         if is_no_space(exc):
-            self._space.failed(self, exc)
+            self._space.failed(exc)
             return StorageFull(f"no space left for {self._path}: {exc!r}")
         return StorageIOError(f"write to {self._path} failed: {exc!r}")
 

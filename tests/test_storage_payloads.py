@@ -1,5 +1,5 @@
-"""The payload log (layout 2): WAL bytes in ``<data>/wal-payloads`` keyed by a global sequence,
-the main DB's WAL keys pointing at them. Orphans above the last committed sequence go at
+"""The payload log: WAL bytes keyed by a global sequence (their places in ``<data>/wal-payloads``,
+the bytes in segment files: test_storage_segments), the main DB's WAL keys pointing at them. Orphans above the last committed sequence go at
 open, removals take the payloads with them, reopened stores read back exact bytes, and a
 layout-1 data directory is refused."""
 
@@ -19,7 +19,7 @@ from tmqgate.storage.payloads import PAYLOAD_DIR
 
 
 def payload_seqs(s: Store) -> list[int]:
-    return [keys.read_u64(k) for k in s.core.payloads.db.iterator(include_value=False)]
+    return s.core.payloads.sequences()
 
 
 def indexed_seqs(s: Store) -> list[int]:
@@ -77,15 +77,15 @@ def test_reopened_store_reads_back_exact_bytes(tmp_path: Path) -> None:
 
 def test_payloads_above_last_committed_sequence_are_removed_at_open(tmp_path: Path) -> None:
     path = tmp_path / "d"
-    with Store(path, tail_cache_bytes=0) as s:
-        s.create_database("db", 2)
-        stored = fill(s, "db", 2, 10, random.Random(1))
+    s = Store(path, tail_cache_bytes=0)
+    s.create_database("db", 2)
+    stored = fill(s, "db", 2, 10, random.Random(1))
     # A writer killed between the payload write and the main WriteBatch leaves payloads
-    # nothing indexes (never acknowledged).
-    plog = plyvel.DB(os.path.join(path, PAYLOAD_DIR))
-    for seq in (10, 11, 500):
-        plog.put(keys.u64(seq), b"orphan %d" % seq)
-    plog.close()
+    # nothing indexes (never acknowledged); a place may even point where nothing was written.
+    assert s.core.payloads.stage([b"orphan 10", b"orphan 11"], sync=False) == 10
+    s.core.payloads.db.put(keys.u64(500), keys.pack_payload_ptr(99, 0, 9))
+    s.core.payloads.close()  # killed: no sync, no cleanup
+    s.core.db.close()
     with Store(path, tail_cache_bytes=0) as s:
         assert payload_seqs(s) == list(range(10))
         for (vnode, base), data in stored.items():
@@ -154,7 +154,7 @@ def test_archiver_removes_payloads(tmp_path: Path) -> None:
         assert gone > 0
         assert len(payload_seqs(s)) == 20 - gone
         assert payload_seqs(s) == indexed_seqs(s)
-        assert sum(len(v) for _, v in s.core.payloads.db.iterator()) == s.total_bytes()
+        assert sum(live for _, live in s.core.payloads.segments().values()) == s.total_bytes()
 
 
 def test_drop_database_removes_its_payloads(tmp_path: Path) -> None:
@@ -229,9 +229,9 @@ def test_layout_1_data_dir_is_refused(tmp_path: Path) -> None:
         Store(path)
     assert not os.path.exists(os.path.join(path, PAYLOAD_DIR))
     db = plyvel.DB(str(path))  # the store let go of the directory
-    db.put(keys.LAYOUT, keys.u32(3))
+    db.put(keys.LAYOUT, keys.u32(4))
     db.close()
-    with pytest.raises(LayoutMismatch, match="layout 3"):
+    with pytest.raises(LayoutMismatch, match="layout 4"):
         Store(path)
 
 
