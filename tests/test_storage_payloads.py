@@ -1,7 +1,8 @@
-"""The payload log: WAL bytes keyed by a global sequence (their places in ``<data>/wal-payloads``,
-the bytes in segment files: test_storage_segments), the main DB's WAL keys pointing at them. Orphans above the last committed sequence go at
-open, removals take the payloads with them, reopened stores read back exact bytes, and a
-layout-1 data directory is refused."""
+"""The payload log: WAL bytes keyed by a global sequence (their places in
+``<data>/wal-payloads``, the bytes in segment files: test_storage_segments), the main DB's WAL
+keys pointing at them. Orphans above the last committed sequence go at open, removals take
+the payloads with them, reopened stores read back exact bytes, and a layout-1 data
+directory is refused."""
 
 from __future__ import annotations
 
