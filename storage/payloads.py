@@ -133,6 +133,10 @@ class PayloadLog:
         self._active = 0
         self._fd = -1
         self._pos = 0
+        #: Sealed segments with appends not yet fdatasynced, and whether a segment's name
+        #: is not yet synced in the folder (``_durable``).
+        self._unsynced: set[int] = set()
+        self._new_name = False
         #: Whether deletes punch holes (until the filesystem says it cannot).
         self._punch = True
         #: Moved on whenever places move or segments go: a reader's LevelDB iterator made
@@ -158,9 +162,10 @@ class PayloadLog:
             self.db.close()
 
     def sync(self) -> None:
-        """fsync the active segment, then the LevelDB of places (an empty synced batch)."""
+        """Make every earlier append durable: the segments (``_durable``), then the LevelDB
+        of places (an empty synced batch)."""
         with self._lock:
-            self._fdatasync(self._fd)
+            self._durable()
             self.db.write_batch(sync=True).write()
 
     # writing -------------------------------------------------------------------------------
@@ -175,7 +180,7 @@ class PayloadLog:
             segment, pos = self._append(values, full_on_no_space=True)
             try:
                 if sync:
-                    self._fdatasync(self._fd)
+                    self._durable()
                 ptr = keys.pack_payload_ptr
                 if len(values) == 1:
                     self.db.put(keys.u64(seq), ptr(segment, pos, len(values[0])), sync=sync)
@@ -293,7 +298,7 @@ class PayloadLog:
             data = [self._pread(*keys.read_payload_ptr(p)) for _, p in current]
             segment, pos = self._append(data, full_on_no_space=False)
             try:
-                self._fdatasync(self._fd)
+                self._durable()
                 wb = self.db.write_batch(sync=True)
                 at = pos
                 for (key, _), value in zip(current, data, strict=True):
@@ -424,6 +429,24 @@ class PayloadLog:
         self._pos = pos
         self._segments[self._active].size = pos
 
+    def _durable(self) -> None:
+        """fdatasync what was appended and not yet synced: the segments sealed since the
+        last time, the active one, and the folder when a segment was made (its name must
+        survive a power loss with its bytes). Not at a roll: under wal_level 1 nothing waits
+        for the disk on the event loop."""
+        for segment in sorted(self._unsynced):
+            if segment in self._segments:
+                self._fdatasync(self._reader(segment))
+        self._unsynced.clear()
+        self._fdatasync(self._fd)
+        if self._new_name:
+            dfd = os.open(self._dir, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            self._new_name = False
+
     def _fdatasync(self, fd: int) -> None:
         try:
             os.fdatasync(fd)
@@ -435,19 +458,14 @@ class PayloadLog:
         fd = os.open(self._path(segment), flags, 0o644)
         if new:
             self._segments[segment] = _Segment(0)
-            dfd = os.open(self._dir, os.O_RDONLY)
-            try:
-                os.fsync(dfd)  # the new file's name survives a power loss with its bytes
-            finally:
-                os.close(dfd)
+            self._new_name = True
         self._active, self._fd = segment, fd
         self._pos = os.fstat(fd).st_size
         self._segments[segment].size = self._pos
 
     def _roll(self) -> None:
-        """Close the active segment for appends (synced once, so it never needs it again)
-        and start the next one."""
-        self._fdatasync(self._fd)
+        """Close the active segment for appends (synced by the next ``_durable``) and start
+        the next one."""
         old, fd = self._active, self._fd
         try:
             self._open_active(old + 1, new=True)
@@ -457,6 +475,7 @@ class PayloadLog:
                 raise StorageFull(f"no space left for a new payload segment: {exc!r}") from exc
             raise StorageIOError(f"cannot start payload segment {old + 1}: {exc!r}") from exc
         self._readers[old] = fd
+        self._unsynced.add(old)
 
     def _drop_dead(self, candidates: Iterable[int]) -> None:
         """Unlink the segments among ``candidates`` (not the active one) that nothing points
@@ -562,7 +581,7 @@ class PayloadLog:
                 log.warning("payload log: converting the payload LevelDB's bytes to segment files "
                             "(storage layout 2 to 3), from sequence %d", keys.read_u64(chunk[0][0]))
             segment, pos = self._append([v for _, v in chunk], full_on_no_space=True)
-            self._fdatasync(self._fd)
+            self._durable()
             wb = self.db.write_batch(sync=True)
             at = pos
             for key, value in chunk:

@@ -285,19 +285,19 @@ def test_a_conversion_killed_midway_goes_on_at_the_next_open(tmp_path: Path, mon
         pass
 
     calls = 0
-    real = payloads.PayloadLog._fdatasync
+    real = payloads.PayloadLog._durable
 
-    def dies_at_the_third_chunk(self: payloads.PayloadLog, fd: int) -> None:
+    def dies_at_the_third_chunk(self: payloads.PayloadLog) -> None:
         nonlocal calls
         calls += 1
         if calls == 3:
             raise Killed
-        real(self, fd)
+        real(self)
 
-    monkeypatch.setattr(payloads.PayloadLog, "_fdatasync", dies_at_the_third_chunk)
+    monkeypatch.setattr(payloads.PayloadLog, "_durable", dies_at_the_third_chunk)
     with pytest.raises(Killed):
         Store(path, tail_cache_bytes=0)
-    monkeypatch.setattr(payloads.PayloadLog, "_fdatasync", real)
+    monkeypatch.setattr(payloads.PayloadLog, "_durable", real)
     plog = plyvel.DB(str(path / PAYLOAD_DIR))
     progress = keys.read_u64(plog.get(keys.PAYLOG_MIGRATING))
     assert 2 < progress < 40 and plog.get(keys.PAYLOG_FORMAT) is None
@@ -309,3 +309,31 @@ def test_a_conversion_killed_midway_goes_on_at_the_next_open(tmp_path: Path, mon
         assert [read_all(s, "db", v) for v in (0, 1)] == [written[0], written[1]]
         assert keys.read_u32(s.core.db.get(keys.LAYOUT)) == 3
         assert sum(live for _, live in s.core.payloads.segments().values()) == s.total_bytes()
+
+
+def test_a_periodic_sync_covers_the_segments_sealed_since_the_last(
+    tmp_path: Path, small_segments: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a fsync period appends are not synced, nor is a segment when it is sealed (no
+    wait for the disk on the event loop); ``sync`` then fdatasyncs every segment written
+    since the last one, the newest included."""
+    rng = random.Random(9)
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def recording(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    with Store(tmp_path / "d", wal_level=2, fsync_period_ms=1000, tail_cache_bytes=0) as s:
+        s.create_database("db", 1)
+        s.sync()
+        monkeypatch.setattr(os, "fdatasync", recording)
+        written = [append(s, "db", 0, payload(rng, 20_000)) for _ in range(12)]  # 4 segments
+        assert synced == []
+        s.sync()
+        assert sorted(set(synced)) == [segment_name(sid) for sid in sorted(s.core.payloads.segments())]
+        assert len(s.core.payloads.segments()) >= 4 and written == list(range(12))
+        synced.clear()
+        s.sync()  # nothing written since
+        assert synced == []
