@@ -20,8 +20,11 @@ copy; a segment nothing points into is unlinked. Where the filesystem cannot pun
 ``reclaim`` copies the live payloads of mostly dead segments forward and unlinks those.
 ``storage.core`` owns the write path that ties the stores together.
 
-Threads: the log cleaner reads and reclaims in worker threads while the event loop appends,
-so every step that reads or changes places and segments holds ``_lock``.
+Readers: a reader's places come from one LevelDB snapshot (as the bytes did when they were
+LevelDB values), so the bytes they point at must stay while it reads: holes and unlinks
+wait until no reader is open (``_settle``). Threads: the log cleaner reads and reclaims in
+worker threads while the event loop appends, so every step that reads or changes places and
+segments holds ``_lock``.
 """
 
 from __future__ import annotations
@@ -139,9 +142,11 @@ class PayloadLog:
         self._new_name = False
         #: Whether deletes punch holes (until the filesystem says it cannot).
         self._punch = True
-        #: Moved on whenever places move or segments go: a reader's LevelDB iterator made
-        #: before then may hold stale places, so it makes a new one.
-        self._moves = 0
+        #: Readers open (``entries`` generators started and not finished), and what waits
+        #: for none to be: holes to punch, segments to unlink (``_settle``).
+        self._reading = 0
+        self._holes: list[tuple[int, int, int]] = []
+        self._doomed: set[int] = set()
         self.next_seq = 0
         self.db: LevelDB = space.open(
             os.path.join(data_dir, PAYLOAD_DIR),
@@ -204,7 +209,8 @@ class PayloadLog:
     def delete(self, seqs: Iterable[int], sync: bool = False) -> None:
         """Delete payloads in one batch: ones whose index keys a committed WriteBatch removed
         (listed under PAYGC, so a crash before this finishes is repaired at open), or ones
-        nothing indexes. The segments left with nothing live go."""
+        nothing indexes. Their bytes are punched out and the segments left with nothing live
+        unlinked, once no reader is open (``_settle``)."""
         with self._lock:
             wb = self.db.write_batch(sync=sync or self._punch)
             freed: dict[int, int] = {}
@@ -222,9 +228,24 @@ class PayloadLog:
             for segment, size in freed.items():
                 if segment in self._segments:
                     self._segments[segment].live -= size
-            self._drop_dead(freed)
             if self._punch:
-                self._punch_holes(holes)
+                self._holes.extend(holes)
+            self._drop_dead(freed)
+
+    def _settle(self) -> None:
+        """With no reader open: unlink the doomed segments and punch the queued holes."""
+        if self._reading:
+            return
+        for segment in self._doomed:
+            fd = self._readers.pop(segment, None)
+            if fd is not None:
+                os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(segment))
+        self._doomed.clear()
+        if self._holes:
+            holes, self._holes = self._holes, []
+            self._punch_holes(holes)
 
     def _punch_holes(self, holes: list[tuple[int, int, int]]) -> None:
         """Punch the deleted payloads' bytes out of the segments still there, adjacent
@@ -308,7 +329,6 @@ class PayloadLog:
             except BaseException:
                 self._cut(pos)
                 raise
-            self._moves += 1
             for (key, place), value in zip(current, data, strict=True):
                 old = self._segments.get(keys.read_payload_ptr(place)[0])
                 if old is not None:
@@ -320,30 +340,36 @@ class PayloadLog:
 
     def entries(self, pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[int, int, bytes]]:
         """(base, kind, payload) for (WAL key, index value) pairs, fetched lazily (readers
-        stop at max_bytes): each place through one LevelDB cursor (a step to the next key
-        when the sequence follows the previous one, else a seek; made again when places
-        moved since), then the bytes with one pread."""
-        it = None
-        moves = -1
-        prev = -2
-        version = keys.wal_key_version
-        for k, v in pairs:
-            seq = keys.wal_index_seq(v)
-            want = keys.u64(seq)
+        stop at max_bytes): each place through one LevelDB cursor (its snapshot: a step to
+        the next key when the sequence follows the previous one, else a seek), then the
+        bytes with one pread. Open until it is finished or closed: no hole is punched and no
+        segment unlinked meanwhile."""
+        with self._lock:
+            self._reading += 1
+        try:
+            it = None
+            prev = -2
+            version = keys.wal_key_version
+            for k, v in pairs:
+                seq = keys.wal_index_seq(v)
+                want = keys.u64(seq)
+                with self._lock:
+                    if it is None:
+                        it = self.db.raw_iterator()
+                        it.seek(want)
+                    elif seq == prev + 1 and it.valid():
+                        it.next()
+                    else:
+                        it.seek(want)
+                    if not it.valid() or it.key() != want:
+                        raise StorageError(f"payload {seq} of WAL key {k.hex()} is missing from the payload log")
+                    value = self._pread(*keys.read_payload_ptr(it.value()))
+                prev = seq
+                yield version(k), k[17], value
+        finally:
             with self._lock:
-                if it is None or moves != self._moves:
-                    it = self.db.raw_iterator()
-                    moves = self._moves
-                    it.seek(want)
-                elif seq == prev + 1 and it.valid():
-                    it.next()
-                else:
-                    it.seek(want)
-                if not it.valid() or it.key() != want:
-                    raise StorageError(f"payload {seq} of WAL key {k.hex()} is missing from the payload log")
-                value = self._pread(*keys.read_payload_ptr(it.value()))
-            prev = seq
-            yield version(k), k[17], value
+                self._reading -= 1
+                self._settle()
 
     def sequences(self) -> list[int]:
         """Every payload sequence with a place (tools and tests)."""
@@ -384,7 +410,7 @@ class PayloadLog:
         fd = self._readers.get(segment)
         if fd is not None:
             return fd
-        if segment not in self._segments:
+        if segment not in self._segments and segment not in self._doomed:
             raise StorageError(f"payload segment {segment} is gone")
         try:
             fd = os.open(self._path(segment), os.O_RDWR | os.O_CLOEXEC)
@@ -478,20 +504,16 @@ class PayloadLog:
         self._unsynced.add(old)
 
     def _drop_dead(self, candidates: Iterable[int]) -> None:
-        """Unlink the segments among ``candidates`` (not the active one) that nothing points
-        into, once the deletes that emptied them are synced."""
+        """Doom the segments among ``candidates`` (not the active one) that nothing points
+        into, once the deletes that emptied them are synced; then settle (unlinked at once
+        when no reader is open)."""
         dead = [s for s in candidates if s != self._active and s in self._segments and self._segments[s].live <= 0]
-        if not dead:
-            return
-        self.db.write_batch(sync=True).write()
-        for segment in dead:
-            fd = self._readers.pop(segment, None)
-            if fd is not None:
-                os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._path(segment))
-            del self._segments[segment]
-        self._moves += 1
+        if dead:
+            self.db.write_batch(sync=True).write()
+            for segment in dead:
+                del self._segments[segment]
+            self._doomed.update(dead)
+        self._settle()
 
     # open ----------------------------------------------------------------------------------
 

@@ -171,9 +171,11 @@ def test_a_reader_reads_on_after_a_reclaim_moved_its_places(
         reader = s.core.payloads.entries(pairs)
         got = [next(reader)[2] for _ in range(5)]  # its cursor made before the move
         reclaim()  # as the log cleaner's thread does between two reads
+        assert set(s.core.payloads.segments()).isdisjoint(before)  # every place moved meanwhile
+        assert set(before) <= set(segment_files(tmp_path / "d"))  # the old files stay for the reader
         got += [value for _, _, value in reader]
         assert [g[8:] for g in got] == [k[8:] for k in kept]
-        assert set(s.core.payloads.segments()).isdisjoint(before)  # every place moved meanwhile
+        assert set(segment_files(tmp_path / "d")) == set(s.core.payloads.segments())  # then go
 
 
 def test_a_power_loss_that_took_a_segment_tail_rolls_the_vnode_tails_back(tmp_path: Path) -> None:
@@ -337,3 +339,29 @@ def test_a_periodic_sync_covers_the_segments_sealed_since_the_last(
         synced.clear()
         s.sync()  # nothing written since
         assert synced == []
+
+
+def test_holes_and_unlinks_wait_for_the_readers_open(tmp_path: Path, small_segments: int) -> None:
+    """A reader's places come from one snapshot: bytes deleted meanwhile (DeleteRecords on
+    the event loop while the log cleaner reads in its thread) are still there for it, and
+    their space comes back when it is done."""
+    rng = random.Random(10)
+    path = tmp_path / "d"
+    with Store(path, tail_cache_bytes=0) as s:
+        s.create_database("a", 1)
+        written = [payload(rng, 8_000) for _ in range(40)]
+        for data in written:
+            append(s, "a", 0, data)
+        pairs = list(s.core.db.iterator(prefix=keys.vnode_prefix(keys.WAL, s.catalog.get_database("a").id, 0)))
+        reader = s.core.payloads.entries(pairs)
+        got = [next(reader)[2]]
+        files = segment_files(path)
+        s.delete_before("a", 0, 39)  # all but the last: most segments die whole, the rest is punched
+        assert set(segment_files(path)) == set(files)  # not while the reader is open
+        assert max(s.core.payloads.segments()) == max(files) and len(s.core.payloads.segments()) == 1
+        got += [value for _, _, value in reader]  # finished: the deferred unlinks and holes happen
+        assert [g[8:] for g in got] == [w[8:] for w in written]
+        assert set(segment_files(path)) == {max(files)}
+        [(_, last)] = segment_files(path).items()
+        assert last.st_blocks * 512 < files[max(files)].st_blocks * 512 - 8_000
+        assert read_all(s, "a", 0) == [written[-1][8:]]
