@@ -58,6 +58,9 @@ COPY_BELOW = 0.5
 #: Bytes copied forward (or converted from layout 2) per step under the lock / per batch.
 COPY_CHUNK = 4 << 20
 CONVERT_CHUNK = 32 << 20
+#: At open, a segment holding more disk than its live bytes and this share of its size has
+#: its dead bytes punched out (``_punch_gaps``; each hole leaves its edge blocks allocated).
+GAP_SLACK = 0.125
 #: Read handles of older segments kept open at once (the oldest is closed past it).
 OPEN_READERS = 128
 #: Buffers per pwritev (Linux's IOV_MAX).
@@ -157,7 +160,11 @@ class PayloadLog:
         )
 
     def close(self) -> None:
+        """Settle (no reader reads past the close), then close the segments and the LevelDB."""
         with self._lock:
+            self._reading = 0
+            if self._fd >= 0:
+                self._settle()
             for fd in [self._fd, *self._readers.values()]:
                 if fd >= 0:
                     with contextlib.suppress(OSError):
@@ -537,6 +544,7 @@ class PayloadLog:
             if gc is not None:
                 self.delete(keys.unpack_seqs(gc))
                 main.delete(keys.PAYGC)
+            self._punch_gaps()
             self.next_seq = committed + 1
 
     def _load(self) -> None:
@@ -576,6 +584,34 @@ class PayloadLog:
             self._open_active(newest, new=False)
         else:
             self._open_active(1, new=True)
+
+    def _punch_gaps(self) -> None:
+        """At open: punch out the dead bytes of segments holding much more disk than their
+        live payloads (holes queued when the process died, waiting for a reader). Gaps are
+        found from the places sorted by position, one segment at a time."""
+        if not self._punch:
+            return
+        for sid, seg in list(self._segments.items()):
+            try:
+                allocated = os.stat(self._path(sid)).st_blocks * 512
+            except FileNotFoundError:
+                continue
+            if allocated <= seg.live + seg.size * GAP_SLACK or seg.hi < seg.lo:
+                continue
+            extents = sorted(
+                (pos, size) for _, place in self.db.iterator(start=keys.u64(seg.lo), stop=keys.u64(seg.hi + 1))
+                for segment, pos, size in (keys.read_payload_ptr(place),) if segment == sid
+            )
+            gaps: list[tuple[int, int, int]] = []
+            end = 0
+            for pos, size in extents:
+                if pos > end:
+                    gaps.append((sid, end, pos - end))
+                end = max(end, pos + size)
+            if seg.size > end:
+                gaps.append((sid, end, seg.size - end))
+            if gaps:
+                self._punch_holes(gaps)
 
     def _convert(self) -> None:
         """Move a layout-2 payload log's bytes (LevelDB values) into segments: chunks of

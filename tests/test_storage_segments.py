@@ -365,3 +365,31 @@ def test_holes_and_unlinks_wait_for_the_readers_open(tmp_path: Path, small_segme
         [(_, last)] = segment_files(path).items()
         assert last.st_blocks * 512 < files[max(files)].st_blocks * 512 - 8_000
         assert read_all(s, "a", 0) == [written[-1][8:]]
+
+
+def test_holes_a_killed_process_left_queued_are_punched_at_open(tmp_path: Path, small_segments: int) -> None:
+    """Killed while a reader held the holes back: the dead bytes stay allocated until the
+    next open finds the segments' gaps (from their places, by position) and punches them."""
+    rng = random.Random(11)
+    path = tmp_path / "d"
+    s = Store(path, tail_cache_bytes=0)
+    s.create_database("a", 2)
+    kept = []
+    for i in range(48):  # two vnodes interleaved in every segment
+        data = payload(rng, 6_000)
+        append(s, "a", i % 2, data)
+        if i % 2:
+            kept.append(data[8:])
+    pairs = list(s.core.db.iterator(prefix=keys.vnode_prefix(keys.WAL, s.catalog.get_database("a").id, 1)))
+    reader = s.core.payloads.entries(pairs)
+    next(reader)
+    s.delete_before("a", 0, s.next_version("a", 0))  # half of every segment dies; held back
+    before = {sid: st.st_blocks * 512 for sid, st in segment_files(path).items()}
+    s.core.payloads.db.close()  # killed: the reader never finished, nothing settled
+    s.core.db.close()
+    with Store(path, tail_cache_bytes=0) as s:
+        after = {sid: st.st_blocks * 512 for sid, st in segment_files(path).items()}
+        assert set(after) == set(before)
+        assert sum(after.values()) <= sum(before.values()) - 24 * 4096  # each dead 6,000 bytes: a block at least
+        assert read_all(s, "a", 1) == kept
+        assert sum(live for _, live in s.core.payloads.segments().values()) == s.total_bytes()
