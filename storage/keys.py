@@ -150,6 +150,11 @@ key          payload sequence u64 (global, strictly increasing)     its place: s
                                                                     before it held the bytes as values)
 0xFF "mig"   (nothing)                                              u64: while one of those is converted, the first
                                                                     sequence still holding bytes (below: places)
+0xFF "seg"   segment id u32                                         the segment's figures: live bytes u64 (what
+                                                                    places point at), lowest and highest sequence
+                                                                    pointing into it u64 x 2; put in the batch that
+                                                                    changes its places, deleted with its last one
+                                                                    (so open reads them instead of every place)
 ===========  =====================================================  ===============================================
 
 A segment's bytes are written (and, under the sync rule, fdatasynced) before the places
@@ -260,6 +265,8 @@ LAYOUTS_READ = (2, 3)
 PAYLOG_META = b"\xff"
 PAYLOG_FORMAT = b"\xfffmt"
 PAYLOG_MIGRATING = b"\xffmig"
+PAYLOG_SEGMENT = b"\xffseg"
+_SEGFIG = struct.Struct(">QQq")
 _PTR = struct.Struct(">IQI")
 PAYLOAD_PTR_SIZE = _PTR.size
 
@@ -267,6 +274,20 @@ PAYLOAD_PTR_SIZE = _PTR.size
 def pack_payload_ptr(segment: int, pos: int, size: int) -> bytes:
     """A payload's place: segment id, position in it, length."""
     return _PTR.pack(segment, pos, size)
+
+
+def payload_segment_key(segment: int) -> bytes:
+    return PAYLOG_SEGMENT + _U32.pack(segment)
+
+
+def pack_segment_figures(live: int, lo: int, hi: int) -> bytes:
+    """A segment's live bytes and the range of sequences pointing into it."""
+    return _SEGFIG.pack(live, lo, hi)
+
+
+def read_segment_figures(b: bytes) -> tuple[int, int, int]:
+    live, lo, hi = _SEGFIG.unpack(b)
+    return live, lo, hi
 
 
 def read_payload_ptr(b: bytes) -> tuple[int, int, int]:

@@ -44,7 +44,7 @@ from tmqgate.storage.rollback import roll_back_vnode
 from tmqgate.storage.space import is_no_space
 
 if TYPE_CHECKING:
-    from tmqgate.storage.core import LevelDB
+    from tmqgate.storage.core import LevelDB, WriteBatch
     from tmqgate.storage.space import DiskSpace
 
 log = logging.getLogger("tmqgate.storage")
@@ -86,6 +86,10 @@ def punch_hole(fd: int, pos: int, size: int) -> bool:
     raise OSError(err, f"fallocate(PUNCH_HOLE) failed: {os.strerror(err)}")
 
 
+#: A segment's lowest sequence while none points into it.
+NO_LO = (1 << 64) - 1
+
+
 class _Segment:
     """One segment file's figures: its size, the bytes places point at, and the range of
     sequences pointing into it (where ``reclaim`` looks for them)."""
@@ -95,13 +99,8 @@ class _Segment:
     def __init__(self, size: int) -> None:
         self.size = size
         self.live = 0
-        self.lo = 1 << 64
+        self.lo = NO_LO
         self.hi = -1
-
-    def add(self, first: int, last: int, size: int) -> None:
-        self.live += size
-        self.lo = min(self.lo, first)
-        self.hi = max(self.hi, last)
 
 
 def segment_name(segment: int) -> str:
@@ -194,24 +193,44 @@ class PayloadLog:
                 if sync:
                     self._durable()
                 ptr = keys.pack_payload_ptr
-                if len(values) == 1:
-                    self.db.put(keys.u64(seq), ptr(segment, pos, len(values[0])), sync=sync)
-                else:
-                    wb = self.db.write_batch(sync=sync)
-                    at = pos
-                    for i, value in enumerate(values):
-                        wb.put(keys.u64(seq + i), ptr(segment, at, len(value)))
-                        at += len(value)
-                    wb.write()
+                wb = self.db.write_batch(sync=sync)
+                at = pos
+                for i, value in enumerate(values):
+                    wb.put(keys.u64(seq + i), ptr(segment, at, len(value)))
+                    at += len(value)
+                new = self._figures(wb, {segment: (self._pos - pos, seq, seq + len(values) - 1)})
+                wb.write()
             except BaseException:
                 self._cut(pos)
                 raise
-            self._segments[segment].add(seq, seq + len(values) - 1, self._pos - pos)
+            self._apply(new)
             return seq
 
     def committed(self, last: int) -> None:
         """The main WriteBatch indexing payloads up to ``last`` is written: move past them."""
         self.next_seq = last + 1
+
+    def _figures(self, wb: WriteBatch, changes: dict[int, tuple[int, int, int]]) -> dict[int, tuple[int, int, int]]:
+        """Put into ``wb`` the new figures of the segments whose places it changes
+        (``changes``: segment -> (live bytes added, or removed when negative, lowest and
+        highest sequence added)); returns them, to be applied once ``wb`` is written."""
+        new: dict[int, tuple[int, int, int]] = {}
+        for segment, (delta, lo, hi) in changes.items():
+            seg = self._segments.get(segment)
+            if seg is None:
+                continue
+            figures = seg.live + delta, min(seg.lo, lo), max(seg.hi, hi)
+            new[segment] = figures
+            if figures[0] > 0:
+                wb.put(keys.payload_segment_key(segment), keys.pack_segment_figures(*figures))
+            else:
+                wb.delete(keys.payload_segment_key(segment))
+        return new
+
+    def _apply(self, new: dict[int, tuple[int, int, int]]) -> None:
+        for segment, (live, lo, hi) in new.items():
+            seg = self._segments[segment]
+            seg.live, seg.lo, seg.hi = live, lo, hi
 
     def delete(self, seqs: Iterable[int], sync: bool = False) -> None:
         """Delete payloads in one batch: ones whose index keys a committed WriteBatch removed
@@ -231,10 +250,9 @@ class PayloadLog:
                 wb.delete(keys.u64(seq))
             if not holes:
                 return
+            new = self._figures(wb, {segment: (-size, NO_LO, -1) for segment, size in freed.items()})
             wb.write()  # synced before any hole is punched
-            for segment, size in freed.items():
-                if segment in self._segments:
-                    self._segments[segment].live -= size
+            self._apply(new)
             if self._punch:
                 self._holes.extend(holes)
             self._drop_dead(freed)
@@ -325,6 +343,14 @@ class PayloadLog:
                 return
             data = [self._pread(*keys.read_payload_ptr(p)) for _, p in current]
             segment, pos = self._append(data, full_on_no_space=False)
+            changes: dict[int, tuple[int, int, int]] = {}
+            for (key, place), value in zip(current, data, strict=True):
+                old = keys.read_payload_ptr(place)[0]
+                delta, lo, hi = changes.get(old, (0, NO_LO, -1))
+                changes[old] = delta - len(value), lo, hi
+                seq = keys.read_u64(key)
+                delta, lo, hi = changes.get(segment, (0, NO_LO, -1))
+                changes[segment] = delta + len(value), min(lo, seq), max(hi, seq)
             try:
                 self._durable()
                 wb = self.db.write_batch(sync=True)
@@ -332,16 +358,12 @@ class PayloadLog:
                 for (key, _), value in zip(current, data, strict=True):
                     wb.put(key, keys.pack_payload_ptr(segment, at, len(value)))
                     at += len(value)
+                new = self._figures(wb, changes)
                 wb.write()
             except BaseException:
                 self._cut(pos)
                 raise
-            for (key, place), value in zip(current, data, strict=True):
-                old = self._segments.get(keys.read_payload_ptr(place)[0])
-                if old is not None:
-                    old.live -= len(value)
-                seq = keys.read_u64(key)
-                self._segments[segment].add(seq, seq, len(value))
+            self._apply(new)
 
     # reading -------------------------------------------------------------------------------
 
@@ -548,36 +570,46 @@ class PayloadLog:
             self.next_seq = committed + 1
 
     def _load(self) -> None:
-        """Count each segment's live bytes from the places (those below the conversion
-        point while a layout-2 log is converted), drop the places past their segment's end,
+        """Read each segment's figures (not every place: open costs what the segments are,
+        not the payloads), drop the newest places whose bytes lie past their segment's end
+        (a power loss took those unsynced appends: they are a suffix of the sequences),
         unlink the segments nothing points into, and open the newest for appends."""
         os.makedirs(self._dir, exist_ok=True)
         for name in os.listdir(self._dir):
             stem, dot, ext = name.partition(".")
             if dot and ext == "seg" and stem.isdigit():
                 self._segments[int(stem)] = _Segment(os.path.getsize(os.path.join(self._dir, name)))
+        for key, raw in self.db.iterator(prefix=keys.PAYLOG_SEGMENT):
+            segment = keys.read_u32(key[len(keys.PAYLOG_SEGMENT):])
+            seg = self._segments.get(segment)
+            if seg is None:
+                log.error("payload log: segment %d is missing; the payloads in it are lost", segment)
+                continue
+            seg.live, seg.lo, seg.hi = keys.read_segment_figures(raw)
         if self.db.get(keys.PAYLOG_FORMAT) is not None:
             stop: bytes | None = keys.PAYLOG_META
         else:
             stop = self.db.get(keys.PAYLOG_MIGRATING)
-        lost: list[bytes] = []
+        lost: list[tuple[bytes, int, int]] = []
         if stop is not None:
-            for key, place in self.db.iterator(stop=stop):
+            for key, place in self.db.iterator(stop=stop, reverse=True):
                 segment, pos, size = keys.read_payload_ptr(place)
                 seg = self._segments.get(segment)
-                if seg is None or pos + size > seg.size:
-                    lost.append(key)
-                    continue
-                seq = keys.read_u64(key)
-                seg.add(seq, seq, size)
+                if seg is not None and pos + size <= seg.size:
+                    break
+                lost.append((key, segment, size))
         if lost:
             log.warning("payload log: %d payloads (sequences %d..%d) lie past their segment's end "
                         "(a power loss took their unsynced bytes): dropped",
-                        len(lost), keys.read_u64(lost[0]), keys.read_u64(lost[-1]))
+                        len(lost), keys.read_u64(lost[-1][0]), keys.read_u64(lost[0][0]))
             wb = self.db.write_batch(sync=True)
-            for key in lost:
+            changes: dict[int, tuple[int, int, int]] = {}
+            for key, segment, size in lost:
                 wb.delete(key)
+                changes[segment] = changes.get(segment, (0, NO_LO, -1))[0] - size, NO_LO, -1
+            new = self._figures(wb, changes)
             wb.write()
+            self._apply(new)
         newest = max(self._segments, default=0)
         self._drop_dead([s for s in self._segments if s != newest])
         if newest:
@@ -647,8 +679,9 @@ class PayloadLog:
                 at += len(value)
             last = keys.read_u64(chunk[-1][0])
             wb.put(keys.PAYLOG_MIGRATING, keys.u64(last + 1))
+            new = self._figures(wb, {segment: (size, keys.read_u64(chunk[0][0]), last)})
             wb.write()
-            self._segments[segment].add(keys.read_u64(chunk[0][0]), last, size)
+            self._apply(new)
             self.db.compact_range(start=chunk[0][0], stop=keys.u64(last + 1))
             converted += len(chunk)
         wb = self.db.write_batch(sync=True)

@@ -55,10 +55,16 @@ def places(path: Path) -> dict[int, tuple[int, int, int]]:
         db.close()
 
 
-def kill(s: Store) -> None:
-    """What kill -9 leaves: the handles dropped without the store's close (no sync)."""
-    s.core.payloads.close()
-    s.core.db.close()
+def recount(path: Path) -> dict[int, int]:
+    """Each segment's live bytes counted from every place (what the stored figures must say)."""
+    live: dict[int, int] = {}
+    for segment, _, size in places(path).values():
+        live[segment] = live.get(segment, 0) + size
+    return live
+
+
+def stored_live(s: Store) -> dict[int, int]:
+    return {sid: live for sid, (_, live) in s.core.payloads.segments().items() if live}
 
 
 @pytest.fixture
@@ -120,6 +126,8 @@ def test_a_deleted_head_unlinks_whole_segments_and_punches_the_rest(tmp_path: Pa
     with Store(path, tail_cache_bytes=0) as s:
         assert read_all(s, "a", 0) == remaining
         assert set(segment_files(path)) == set(left)
+        figures = stored_live(s)
+    assert figures == recount(path)
 
 
 def test_without_holes_reclaim_copies_mostly_dead_segments_forward(
@@ -148,6 +156,7 @@ def test_without_holes_reclaim_copies_mostly_dead_segments_forward(
     with Store(path, tail_cache_bytes=0) as s:
         assert read_all(s, "a", 1) == kept
         assert s.core.payloads.segments() == after
+    assert {sid: live for sid, (_, live) in after.items() if live} == recount(path)
 
 
 def test_a_reader_reads_on_after_a_reclaim_moved_its_places(
@@ -202,6 +211,8 @@ def test_a_power_loss_that_took_a_segment_tail_rolls_the_vnode_tails_back(tmp_pa
         assert read_all(s, "db", 1) == [*written[1:5:2], again[8:]]
     with Store(path, tail_cache_bytes=0) as s:
         assert read_all(s, "db", 1) == [*written[1:5:2], again[8:]]
+        figures = stored_live(s)
+    assert figures == recount(path)
 
 
 def test_a_full_disk_cuts_the_segment_back_and_loses_nothing_acknowledged() -> None:
@@ -311,6 +322,8 @@ def test_a_conversion_killed_midway_goes_on_at_the_next_open(tmp_path: Path, mon
         assert [read_all(s, "db", v) for v in (0, 1)] == [written[0], written[1]]
         assert keys.read_u32(s.core.db.get(keys.LAYOUT)) == 3
         assert sum(live for _, live in s.core.payloads.segments().values()) == s.total_bytes()
+        figures = stored_live(s)
+    assert figures == recount(path)
 
 
 def test_a_periodic_sync_covers_the_segments_sealed_since_the_last(
