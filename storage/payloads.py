@@ -55,6 +55,11 @@ SEGMENT_DIR = "wal-segments"
 SEGMENT_BYTES = 64 << 20
 #: ``reclaim`` copies forward the segments whose live bytes are under this share of their size.
 COPY_BELOW = 0.5
+#: Where holes are punched the space is back already; ``reclaim`` then copies forward only
+#: the segments left this sparse, so partly live segments do not pile up as files.
+SPARSE_BELOW = 1 / 16
+#: Segments one ``reclaim`` copies forward at most (the sparsest first): bounded work per call.
+RECLAIM_SEGMENTS = 16
 #: Bytes copied forward (or converted from layout 2) per step under the lock / per batch.
 COPY_CHUNK = 4 << 20
 CONVERT_CHUNK = 32 << 20
@@ -296,22 +301,21 @@ class PayloadLog:
                 log.warning("payload log: could not punch out %d bytes of segment %d: %r", size, segment, exc)
 
     def reclaim(self) -> None:
-        """Give back the space of removed payloads now where deletes could not punch holes:
-        copy the live payloads of segments mostly dead forward, into the active one, and
-        unlink those segments. Safe in a
-        worker thread (the event loop waits at most for one COPY_CHUNK step). Raises
+        """Copy the live payloads of mostly dead segments forward, into the active one, and
+        unlink those segments: where deletes cannot punch holes, to give the space back
+        (segments under COPY_BELOW live); where they can, so that sparse segments (under
+        SPARSE_BELOW) do not pile up. At most RECLAIM_SEGMENTS a call. Safe in a worker
+        thread (the event loop waits at most for one COPY_CHUNK step). Raises
         StorageIOError when the disk has no room for the copies (the store stays writable:
         deletes unlink whole segments without it)."""
+        below = SPARSE_BELOW if self._punch else COPY_BELOW
         with self._lock:
-            if self._punch:  # deletes gave the space back already
-                return
             active = self._segments[self._active]
-            if active.size and active.live < active.size * COPY_BELOW:
+            if active.size and active.live < active.size * below:
                 self._roll()  # sealed, so it can be copied forward and go too
-            victims = {
-                sid: seg for sid, seg in self._segments.items()
-                if sid != self._active and seg.live < seg.size * COPY_BELOW
-            }
+            sparse = sorted((seg.live / max(seg.size, 1), sid) for sid, seg in self._segments.items()
+                            if sid != self._active and seg.live < seg.size * below)
+            victims = {sid: self._segments[sid] for _, sid in sparse[:RECLAIM_SEGMENTS]}
             if not victims:
                 return
             lo = min(seg.lo for seg in victims.values())
