@@ -158,12 +158,12 @@ key          payload sequence u64 (global, strictly increasing)     its place: s
 ===========  =====================================================  ===============================================
 
 A segment's bytes are written (and, under the sync rule, fdatasynced) before the places
-that point into them. Open drops places that point past their segment's end (a power loss
-took those bytes: the payload is lost, as a LevelDB tail would be), truncates the newest
-segment after its last place, and continues appending to it; a segment no place points
-into is unlinked, after the deletes that emptied it are synced; a segment mostly dead is
-copied forward (its live payloads appended to the newest segment, fdatasynced, their places
-moved in one synced batch) and then unlinked.
+that point into them. Open drops the newest places that point past their segment's end (a
+power loss took those bytes: the payloads are lost, as a LevelDB tail would be) and
+continues appending at the newest segment's end. A deleted payload's bytes are punched out
+and a segment no place points into is unlinked, after the deletes are synced; a segment
+mostly dead is copied forward (its live payloads appended to the newest segment,
+fdatasynced, their places moved in one synced batch) and then unlinked.
 
 Writing WAL entries: the payloads go to the payload log first (with the same sync rule),
 then the main WriteBatch with their index keys, the counters and PAYSEQ = the highest

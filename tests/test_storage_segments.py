@@ -432,3 +432,28 @@ def test_sparse_segments_are_copied_forward_even_with_holes(tmp_path: Path, smal
         assert read_all(s, "a", 1) == kept
         figures = stored_live(s)
     assert figures == recount(path)
+
+
+def test_open_segment_handles_stay_bounded_as_segments_roll(
+    tmp_path: Path, small_segments: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each sealed segment's handle is kept for reads, but no more than OPEN_READERS of them
+    (plus the active one): a store that keeps terabytes must not run out of descriptors."""
+    monkeypatch.setattr(payloads, "OPEN_READERS", 3)
+    rng = random.Random(13)
+
+    ours = str(tmp_path / "d" / SEGMENT_DIR)
+
+    def segment_fds() -> int:  # this store's (other tests' killed stores keep theirs)
+        return sum(os.readlink(f"/proc/self/fd/{fd}").startswith(ours) for fd in os.listdir("/proc/self/fd")
+                   if os.path.exists(f"/proc/self/fd/{fd}"))
+
+    with Store(tmp_path / "d", tail_cache_bytes=0) as s:
+        s.create_database("db", 1)
+        written = [payload(rng, 20_000) for _ in range(40)]
+        for data in written:
+            append(s, "db", 0, data)
+        assert len(s.core.payloads.segments()) >= 10
+        assert segment_fds() <= 3 + 1
+        assert read_all(s, "db", 0) == [w[8:] for w in written]
+        assert segment_fds() <= 3 + 1
