@@ -318,7 +318,10 @@ def _query_section(run: _Run) -> list[str]:
                "reports the end. *scanned rows/s* = all rows in the WAL / streaming time, *delivered* = rows "
                "reaching the consumer. *per broker CPU-s* = delivered rows / the broker's CPU seconds over "
                "the whole read (all its threads): what one busy core of the broker delivers, whoever else "
-               "(here the consumer, on the other core) is the limit of the machine.", ""]
+               "(here the consumer, on the other core) is the limit of the machine. *consumer CPU s* = the "
+               "benchmark process's CPU seconds over the whole read (librdkafka's threads and the Python "
+               "loop that takes the records; the broker's sampler, also in it, reads /proc ten times a "
+               "second): where it nears the streaming time, the consumer sets the rate.", ""]
         rows = []
         for label, r in q["topics"].items():
             cpu = _get(q, "resources", label, "cpu_s")
@@ -326,10 +329,11 @@ def _query_section(run: _Run) -> list[str]:
                          _num(r["streaming_s"], 2), _num(r["streaming_records_per_s"]),
                          _num(r["rows_scanned_per_s"]),
                          _num(r["seconds"], 2), _num(r["records_per_s"]), _num(r["mb_per_s"], 1),
-                         _num(cpu, 2), _num(r["records"] / cpu if cpu else None)])
+                         _num(cpu, 2), _num(r["records"] / cpu if cpu else None),
+                         _num(r.get("client_cpu_s"), 2)])
         md += _table(["topic", "delivered / expected", "streaming s", "delivered rows/s", "scanned rows/s",
                       "whole read s", "whole read rows/s", "value MB/s", "broker CPU s",
-                      "delivered rows per broker CPU-s"], rows)
+                      "delivered rows per broker CPU-s", "consumer CPU s"], rows)
         cons = _get(t, "consume")
         if cons:
             md += ["", f"For comparison, the plain topic of workload 2 delivered "

@@ -330,6 +330,7 @@ def consume_to_end(bootstrap: str, topic: str, timeout: float = 1800) -> dict[st
     try:
         parts = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         start = time.perf_counter()
+        cpu0 = time.process_time()  # this process: the consumer (librdkafka's threads and this loop)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         eof: set[int] = set()
         n = nbytes = 0
@@ -356,6 +357,7 @@ def consume_to_end(bootstrap: str, topic: str, timeout: float = 1800) -> dict[st
                 first = first or last
                 n += got
         seconds = time.perf_counter() - start
+        client_cpu = time.process_time() - cpu0
     finally:
         consumer.close()
     # "streaming": from the first delivered record to the last, without the consumer's start-up
@@ -363,7 +365,7 @@ def consume_to_end(bootstrap: str, topic: str, timeout: float = 1800) -> dict[st
     streaming = last - first if n > 1 and last > first else seconds
     return {"records": n, "seconds": seconds, "records_per_s": n / seconds, "mb_per_s": nbytes / seconds / 1e6,
             "value_bytes": nbytes, "first_record_s": first - start if n else None,
-            "streaming_s": streaming, "streaming_records_per_s": n / streaming}
+            "streaming_s": streaming, "streaming_records_per_s": n / streaming, "client_cpu_s": client_cpu}
 
 
 def query_topics(bootstrap: str, http: str, rows: int,
