@@ -228,7 +228,7 @@ class View:
         keeps only the first partition's batches past the partition's limit (as Kafka's), so
         evaluating far more than asked was work thrown away and done again by the next Fetch.
         """
-        scan = self._scan(vnode, from_version, max_bytes, end, committed)
+        scan = self._scan(vnode, from_version, max_bytes, end, committed, self._expected)
         deadline = time.monotonic() + budget_s if budget_s is not None else float("inf")
         produced, evaluated = 0, False
         stop = threading.Event()  # set: a step still running in the pool stops
@@ -279,13 +279,27 @@ class View:
             return self._catalog.tag_table(self.topic.db, run.stable)
         return None
 
+    def _expected(self, rows: int) -> float | None:
+        """The bytes of record batch `rows` scanned rows are expected to make (at the rate of
+        the last evaluated step); None before the first."""
+        per_row = self._bytes_per_row
+        return None if per_row is None else rows * per_row
+
     def _scan(self, vnode: int, from_version: int, max_bytes: int, end: int | None,
-              committed: bool = False) -> Generator[_Run, _Evaluated, list[bytes]]:
+              committed: bool = False, expected: Callable[[int], float | None] | None = None,
+              ) -> Generator[_Run, _Evaluated, list[bytes]]:
         """`read`'s walk over the WAL: yields each run of rows entries to be evaluated, and
         takes back its steps' record batches (None: no row passed) and whether the run was
         evaluated whole (if not, the walk ends there); returns the batches. Control
         batches (transaction markers, stored as data entries) are never rows: skipped as any
-        data entry; `committed`: rows entries of aborted transactions are skipped too."""
+        data entry; `committed`: rows entries of aborted transactions are skipped too.
+
+        `expected` (read_async's, from the bytes a row made in its last step) lets a run go on
+        from one chunk into the next while the run and as many rows again are expected to fit
+        in one step (STEP_FILL of `max_bytes`): a selective topic then evaluates a few long
+        runs instead of one per chunk, and each step's fixed cost (about 1.5 ms of Arrow calls,
+        measured at 10 % selectivity) is paid fewer times. Without it, or where the response
+        would not hold that much more, the run is evaluated at the end of its chunk."""
         out = _Batches()
         run: _Run | None = None
         info = self._store.get_database(self.topic.db)
@@ -294,13 +308,15 @@ class View:
             upper = end if end is not None else self._store.next_version(self.topic.db, vnode)
             aborted = self._store.aborted_rows(self.topic.db, vnode, from_version, upper)
         version = from_version
-        for _ in range(SCAN_CHUNKS):
+        for chunk in range(SCAN_CHUNKS):
             if self._store.get_database(self.topic.db) is not info:
                 break  # dropped while a read_async waited
             entries = self._store.read_entries(self.topic.db, vnode, version, max(max_bytes, 1))
             if end is not None:
                 entries = [e for e in entries if e.version < end]
             if not entries:
+                if run is not None and not out.add((yield run)):
+                    return out.finish()
                 break
             for entry in entries:
                 start = max(version, entry.version)
@@ -326,7 +342,11 @@ class View:
                 if out.size >= max_bytes:
                     break
             else:
-                if run is not None:
+                carry = False
+                if run is not None and expected is not None and chunk < SCAN_CHUNKS - 1:
+                    guess = expected(run.rows + run.last - max(run.first, version) + 1)
+                    carry = guess is not None and out.size + guess <= STEP_FILL * max_bytes
+                if run is not None and not carry:
                     if not out.add((yield run)):
                         return out.finish()
                     run = None
