@@ -16,7 +16,9 @@ from tmqgate.broker.tsdb.rows import (
     build_rows_table,
     conform,
     decode_rows,
+    decode_run,
     encode_rows,
+    schema_message,
 )
 from tmqgate.broker.tsdb.types import Column, StableSchema, parse_type
 
@@ -131,6 +133,45 @@ def test_decode_is_zero_copy() -> None:
 def test_decode_rejects_garbage() -> None:
     with pytest.raises((pa.ArrowInvalid, OSError)):
         decode_rows(b"not arrow at all")
+
+
+def test_schema_message_is_the_same_for_one_schema_only() -> None:
+    """An entry's schema message (the bytes readers key on): equal for entries of one schema
+    whatever their rows, different for another schema or other metadata, and None for bytes
+    not framed as encode_rows frames an entry."""
+    _, t = sample(3)
+    a, b = encode_rows(t), encode_rows(sample(50)[1])
+    head = schema_message(a)
+    assert head is not None and head == schema_message(b) and a.startswith(head) and len(head) % 8 == 0
+    assert pa.ipc.read_schema(pa.py_buffer(head)).equals(t.schema)
+    assert schema_message(encode_rows(conform(t, meters(("note", "VARCHAR(16)"))))) != head
+    assert schema_message(encode_rows(t.replace_schema_metadata({b"tmq.stable": b"meters"}))) != head
+    for bad in (b"", b"not arrow at all", a[:-8], a[:12] + a[-8:], b"\xff\xff\xff\xff\xf0\xff\x00\x00" + a[8:]):
+        assert schema_message(bad) is None, bad[:16]
+
+
+def test_decode_run_reads_many_entries_as_one_stream_zero_copy() -> None:
+    """Entries of one schema read together give each entry's rows, as decoding it alone does,
+    one batch per entry pointing into one buffer; an entry of two batches is refused."""
+    entries = [encode_rows(sample(n)[1]) for n in (1, 7, 0, 300, 2)]
+    head = schema_message(entries[0])
+    assert head is not None
+    batches = decode_run(entries, head)
+    assert [b.num_rows for b in batches] == [1, 7, 0, 300, 2]
+    for batch, data in zip(batches, entries, strict=True):
+        assert pa.Table.from_batches([batch]).equals(decode_rows(data))
+    big = batches[3]
+    addresses = {buf.address for col in big.columns for buf in col.buffers() if buf is not None and buf.size}
+    assert max(addresses) - min(addresses) < sum(map(len, entries)), "one buffer"
+    _, t = sample(4)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as writer:
+        writer.write_table(t.slice(0, 2))
+        writer.write_table(t.slice(2))
+    two = sink.getvalue().to_pybytes()
+    assert schema_message(two) == head
+    with pytest.raises(pa.ArrowInvalid, match="3 record batches in 2 rows entries"):
+        decode_run([entries[0], two], head)
 
 
 def test_conform_adds_nulls_and_drops() -> None:

@@ -36,7 +36,7 @@ from tmqgate.broker.sql.context import SelectLimits, SqlContext, find_database
 from tmqgate.broker.sql.result import Result
 from tmqgate.broker.sql.translate import Plan, translate
 from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY
-from tmqgate.broker.tsdb.rows import arrow_schema, conform
+from tmqgate.broker.tsdb.rows import arrow_schema, conform, schema_message
 from tmqgate.broker.tsdb.types import (
     BIGINT,
     BOOL,
@@ -62,7 +62,6 @@ MAX_RESULT_ROWS = 1_000_000
 QUERY_THREADS = 2
 
 Payload = bytes  # a rows entry's Arrow IPC bytes, as the WAL hands them out
-_CONTINUATION = b"\xff\xff\xff\xff"  # an IPC message's start in Arrow's stream format
 
 #: a result column's TDengine type from its Arrow type, where TDengine does not fix it
 _ARROW_TYPES: dict[pa.DataType, TDType] = {t.arrow: t for t in (BOOL, TINYINT, SMALLINT, INT, BIGINT, UTINYINT,
@@ -210,10 +209,10 @@ def decode(schema: StableSchema, target: pa.Schema, payloads: list[Payload],
     for data in payloads:
         if cancelled is not None and cancelled.is_set():
             raise SqlError("the query was cancelled")
-        if data[:4] != _CONTINUATION:  # not the stream format entries are written in
+        head = schema_message(data)
+        if head is None:  # not the stream format entries are written in
             raise SqlError("a rows entry is not an Arrow IPC stream")
-        start = 8 + int.from_bytes(data[4:8], "little")  # the record batch's message
-        head = data[:start]
+        start = len(head)  # the record batch's message
         if head not in schemas:
             found = pa.ipc.open_stream(data).schema
             schemas[head] = found if (found.metadata or {}).get(STABLE_METADATA_KEY) == name else None

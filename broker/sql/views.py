@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY, TsdbCatalog, join_tags
 from tmqgate.broker.tsdb.encode import EncodingStopped, arange, json_objects, records_batch
-from tmqgate.broker.tsdb.rows import TBNAME, arrow_schema, conform, decode_rows
+from tmqgate.broker.tsdb.rows import TBNAME, arrow_schema, conform, decode_rows, decode_run, schema_message
 
 if TYPE_CHECKING:
     from tmqgate.broker.sql.expr import Filter, Projection
@@ -53,6 +53,10 @@ EVALUATION_THREADS = min(4, os.cpu_count() or 1)
 #: While a step runs, the Fetch asks this often whether its client is gone (and then tells the
 #: step to stop: it stops at its next few columns).
 WATCH_S = 0.05
+#: A view remembers the supertable of at most this many schema messages (schema versions).
+KNOWN_SCHEMAS = 256
+#: A run's entries are combined into one chunk where they average fewer rows than this.
+COMBINE_BELOW = 2048
 
 _pool: ThreadPoolExecutor | None = None
 
@@ -171,6 +175,8 @@ class View:
         #: bytes of record batch a scanned row made in the last evaluated step (None: none yet):
         #: `read_async` sizes its steps by it to the bytes asked for (see there)
         self._bytes_per_row: float | None = None
+        #: schema message → supertable, of the rows entries read (at most KNOWN_SCHEMAS)
+        self._stables: dict[bytes, str] = {}
 
     def invalidate(self) -> None:
         """Forget compiled expressions (a supertable's schema changed)."""
@@ -363,8 +369,7 @@ class View:
         (for its supertable); the rows are decoded where the run is evaluated."""
         if self.topic.meta == "only":
             return None
-        with pa.ipc.open_stream(pa.py_buffer(entry.data)) as reader:
-            stable = (reader.schema.metadata or {}).get(STABLE_METADATA_KEY, b"").decode()
+        stable = self._stable_of(entry.data)
         if self.topic.stable is not None and stable != self.topic.stable:
             return None
         compiled = self._compiled_for(stable)
@@ -372,6 +377,21 @@ class View:
             return None
         skip = start - entry.version
         return stable, compiled, _Piece(entry.data, skip, entry.count - skip)
+
+    def _stable_of(self, data: bytes) -> str:
+        """The supertable a rows entry holds rows of (its schema's metadata), known by the
+        schema message's bytes after the first entry of each schema version: reading the
+        schema was the loop's main cost per entry where entries are small."""
+        head = schema_message(data)
+        stable = self._stables.get(head) if head is not None else None
+        if stable is None:
+            with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
+                stable = (reader.schema.metadata or {}).get(STABLE_METADATA_KEY, b"").decode()
+            if head is not None:
+                if len(self._stables) >= KNOWN_SCHEMAS:
+                    self._stables.clear()
+                self._stables[head] = stable
+        return stable
 
     def _meta(self, entry: WalEntry, last: int) -> bytes | None:
         body = json.loads(entry.data)
@@ -433,18 +453,34 @@ def _steps(run: _Run, max_rows: int | None = None) -> Iterator[_Run]:
 
 
 def _table_of(run: _Run, stop: threading.Event | None = None) -> pa.Table:
-    """A run's rows as one table under its view's schema: each entry decoded (zero-copy),
-    sliced to the rows read, and conformed; EncodingStopped once `stop` is set."""
+    """A run's rows as one table of one chunk under its view's schema: consecutive entries of
+    one schema version decoded together (`decode_run`), each sliced to the rows read, then
+    conformed; EncodingStopped once `stop` is set. Chunks (one per entry) averaging under
+    COMBINE_BELOW rows are combined into one: the filter and the encoding cost about 10 µs
+    a chunk, more than the copy for small entries (filtering 126,000 rows at 90 %: 17 ms in
+    100-row chunks, 3 ms combined first; 1.5 ms in 4,500-row chunks, 2.2 ms combined)."""
     compiled = run.compiled
+    pieces = run.pieces
     tables = []
-    for piece in run.pieces:
+    i = 0
+    while i < len(pieces):
         if stop is not None and stop.is_set():
             raise EncodingStopped
-        table = decode_rows(piece.data)
-        if piece.skip or piece.rows != table.num_rows:
-            table = table.slice(piece.skip, piece.rows)
+        head = schema_message(pieces[i].data)
+        j = i + 1
+        if head is None:  # not framed as encode_rows frames entries: read alone
+            table = decode_rows(pieces[i].data).slice(pieces[i].skip, pieces[i].rows)
+        else:
+            while j < len(pieces) and schema_message(pieces[j].data) == head:
+                j += 1
+            batches = decode_run([p.data for p in pieces[i:j]], head)
+            table = pa.Table.from_batches([b if p.skip == 0 and p.rows == b.num_rows else b.slice(p.skip, p.rows)
+                                           for b, p in zip(batches, pieces[i:j], strict=True)], batches[0].schema)
         tables.append(conform(table, compiled.schema, compiled.arrow).replace_schema_metadata(None))
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        i = j
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    chunks = len(pieces)
+    return table.combine_chunks() if chunks > 1 and len(table) < COMBINE_BELOW * chunks else table
 
 
 def _run_batch(run: _Run, tags: pa.Table | None, stop: threading.Event | None = None) -> bytes | None:

@@ -27,12 +27,18 @@ __all__ = [
     "build_rows_table",
     "conform",
     "decode_rows",
+    "decode_run",
     "encode_rows",
+    "schema_message",
 ]
 
 TBNAME = "tbname"
 
 _WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression=None)
+#: An IPC message opens with this marker, then its metadata's length (int32, little-endian).
+_CONTINUATION = b"\xff\xff\xff\xff"
+#: The end of an IPC stream: the marker and a zero length.
+_END = _CONTINUATION + b"\x00\x00\x00\x00"
 
 
 class RowsError(ValueError):
@@ -75,6 +81,37 @@ def decode_rows(data: bytes | bytearray | memoryview | pa.Buffer) -> pa.Table:
     buf = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
     with pa.ipc.open_stream(buf) as reader:
         return reader.read_all()
+
+
+def schema_message(data: bytes) -> bytes | None:
+    """The IPC schema message a rows entry opens with: the same bytes for every entry of one
+    supertable's schema version, so readers key on them (what the schema says is read once
+    per key). None where the entry is not framed as :func:`encode_rows` frames it: the
+    schema, one batch, the end of the stream."""
+    if len(data) < 16 or not data.startswith(_CONTINUATION) or not data.endswith(_END):
+        return None
+    size = 8 + int.from_bytes(data[4:8], "little")
+    if size % 8 or size > len(data) - 8:
+        return None
+    return data[:size]
+
+
+def decode_run(entries: Sequence[bytes], head: bytes) -> list[pa.RecordBatch]:
+    """The record batches of rows entries that all open with the schema message `head`, one
+    per entry, zero-copy over one buffer.
+
+    Read alone, an entry costs a stream reader and its schema (about 10 µs, most of the
+    decoding of a 100-row entry); here the entries' batch messages are laid one after the
+    other behind one schema message and read as one stream (about 3 µs an entry). IPC
+    messages are padded to 8 bytes, so the batches stay aligned. Raises ``pa.ArrowInvalid``
+    on corrupt input, or where an entry does not hold exactly one batch."""
+    cut = len(head)
+    buf = b"".join([head, *(memoryview(e)[cut:len(e) - 8] for e in entries), _END])
+    with pa.ipc.open_stream(pa.py_buffer(buf)) as reader:
+        batches = list(reader)
+    if len(batches) != len(entries):
+        raise pa.ArrowInvalid(f"{len(batches)} record batches in {len(entries)} rows entries")
+    return batches
 
 
 def _to_array(name: str, values: Any, arrow_type: pa.DataType, n: int) -> pa.Array | pa.ChunkedArray:
