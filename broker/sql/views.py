@@ -136,11 +136,13 @@ class _Compiled:
 @dataclass(frozen=True)
 class _Piece:
     """The rows a run reads of one rows entry: its stored bytes (decoded where the run is
-    evaluated, off the loop: decoding grows with the columns), rows skipped, rows read."""
+    evaluated, off the loop: decoding grows with the columns), rows skipped, rows read, and
+    its schema message (`rows.schema_message`; None: not framed as entries are written)."""
 
     data: bytes
     skip: int
     rows: int
+    head: bytes | None = None
 
 
 @dataclass
@@ -175,8 +177,9 @@ class View:
         #: bytes of record batch a scanned row made in the last evaluated step (None: none yet):
         #: `read_async` sizes its steps by it to the bytes asked for (see there)
         self._bytes_per_row: float | None = None
-        #: schema message → supertable, of the rows entries read (at most KNOWN_SCHEMAS)
-        self._stables: dict[bytes, str] = {}
+        #: schema message → (that message, its supertable), of the rows entries read (at most
+        #: KNOWN_SCHEMAS)
+        self._stables: dict[bytes, tuple[bytes, str]] = {}
 
     def invalidate(self) -> None:
         """Forget compiled expressions (a supertable's schema changed)."""
@@ -369,29 +372,31 @@ class View:
         (for its supertable); the rows are decoded where the run is evaluated."""
         if self.topic.meta == "only":
             return None
-        stable = self._stable_of(entry.data)
+        head, stable = self._stable_of(entry.data)
         if self.topic.stable is not None and stable != self.topic.stable:
             return None
         compiled = self._compiled_for(stable)
         if compiled is None:
             return None
         skip = start - entry.version
-        return stable, compiled, _Piece(entry.data, skip, entry.count - skip)
+        return stable, compiled, _Piece(entry.data, skip, entry.count - skip, head)
 
-    def _stable_of(self, data: bytes) -> str:
-        """The supertable a rows entry holds rows of (its schema's metadata), known by the
-        schema message's bytes after the first entry of each schema version: reading the
-        schema was the loop's main cost per entry where entries are small."""
-        head = schema_message(data)
-        stable = self._stables.get(head) if head is not None else None
-        if stable is None:
-            with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
-                stable = (reader.schema.metadata or {}).get(STABLE_METADATA_KEY, b"").decode()
-            if head is not None:
-                if len(self._stables) >= KNOWN_SCHEMAS:
-                    self._stables.clear()
-                self._stables[head] = stable
-        return stable
+    def _stable_of(self, data: bytes) -> tuple[bytes | None, str]:
+        """(schema message, supertable) of a rows entry: the supertable (its schema's metadata)
+        known by the schema message's bytes after the first entry of each schema version, as
+        reading the schema was the loop's main cost per entry where entries are small; the
+        message returned is the one kept, so the entries of one version share it."""
+        found = schema_message(data)
+        known = self._stables.get(found) if found is not None else None
+        if known is not None:
+            return known
+        with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
+            stable = (reader.schema.metadata or {}).get(STABLE_METADATA_KEY, b"").decode()
+        if found is not None:
+            if len(self._stables) >= KNOWN_SCHEMAS:
+                self._stables.clear()
+            self._stables[found] = (found, stable)
+        return found, stable
 
     def _meta(self, entry: WalEntry, last: int) -> bytes | None:
         body = json.loads(entry.data)
@@ -440,7 +445,7 @@ def _steps(run: _Run, max_rows: int | None = None) -> Iterator[_Run]:
         skip, left = piece.skip, piece.rows
         while left:
             take = min(left, per_step - count)
-            pieces.append(_Piece(piece.data, skip, take))
+            pieces.append(_Piece(piece.data, skip, take, piece.head))
             skip, left, count = skip + take, left - take, count + take
             if count == per_step:
                 first = run.first + done
@@ -466,12 +471,12 @@ def _table_of(run: _Run, stop: threading.Event | None = None) -> pa.Table:
     while i < len(pieces):
         if stop is not None and stop.is_set():
             raise EncodingStopped
-        head = schema_message(pieces[i].data)
+        head = pieces[i].head
         j = i + 1
         if head is None:  # not framed as encode_rows frames entries: read alone
             table = decode_rows(pieces[i].data).slice(pieces[i].skip, pieces[i].rows)
         else:
-            while j < len(pieces) and schema_message(pieces[j].data) == head:
+            while j < len(pieces) and pieces[j].head == head:
                 j += 1
             batches = decode_run([p.data for p in pieces[i:j]], head)
             table = pa.Table.from_batches([b if p.skip == 0 and p.rows == b.num_rows else b.slice(p.skip, p.rows)
