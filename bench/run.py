@@ -343,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
 
         security_bench.splice(out_dir / "RESULTS.md", select_bench.markdown(json.loads(selects.read_text())),
                               select_bench.SECTION)
+    entries = out_dir / "view_entries_results.json"
+    if entries.exists():  # bench/view_entries_bench.py's section, kept likewise
+        from bench import security_bench, view_entries_bench
+
+        security_bench.splice(out_dir / "RESULTS.md",
+                              view_entries_bench.markdown(json.loads(entries.read_text())), view_entries_bench.SECTION)
     shares = out_dir / "share_results.json"
     if shares.exists():  # bench/share_bench.py's section, kept likewise
         from bench import security_bench, share_bench
