@@ -21,6 +21,7 @@ pass (and leaves RESULTS.md alone).  Nothing here asserts timings.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -37,6 +38,10 @@ from bench import pyspy, report, workloads
 from bench.procstats import ResourceSampler, Usage
 
 BENCH_DIR = Path(__file__).resolve().parent
+#: The benchmarks with a RESULTS.md section of their own (module: the stem of its results
+#: file), spliced in after this one writes RESULTS.md, in this order.
+SECTION_BENCHES = {"security_bench": "security", "transactions_e2e": "transactions", "workers_bench": "workers",
+                   "select_bench": "select", "view_entries_bench": "view_entries", "share_bench": "share"}
 
 
 @dataclass(frozen=True)
@@ -320,41 +325,16 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             log("matplotlib not installed (pip install -e .[bench]): no chart")
     (out_dir / "RESULTS.md").write_text(report.markdown(results, chart))
-    security = out_dir / "security_results.json"
-    if security.exists():  # bench/security_bench.py's section, kept across runs of this one
-        from bench import security_bench
+    # The other benchmarks' sections, kept across runs of this one: each module renders its own
+    # results file (written when it last ran) and RESULTS.md takes the section in its place.
+    from bench import security_bench
 
-        security_bench.splice(out_dir / "RESULTS.md", security_bench.markdown(json.loads(security.read_text())))
-    transactions = out_dir / "transactions_results.json"
-    if transactions.exists():  # bench/transactions_e2e.py's section, kept likewise
-        from bench import security_bench, transactions_e2e
-
-        security_bench.splice(out_dir / "RESULTS.md", transactions_e2e.markdown(json.loads(transactions.read_text())),
-                              transactions_e2e.SECTION)
-    workers = out_dir / "workers_results.json"
-    if workers.exists():  # bench/workers_bench.py's section, kept likewise
-        from bench import security_bench, workers_bench
-
-        security_bench.splice(out_dir / "RESULTS.md", workers_bench.markdown(json.loads(workers.read_text())),
-                              workers_bench.SECTION)
-    selects = out_dir / "select_results.json"
-    if selects.exists():  # bench/select_bench.py's section, kept likewise
-        from bench import security_bench, select_bench
-
-        security_bench.splice(out_dir / "RESULTS.md", select_bench.markdown(json.loads(selects.read_text())),
-                              select_bench.SECTION)
-    entries = out_dir / "view_entries_results.json"
-    if entries.exists():  # bench/view_entries_bench.py's section, kept likewise
-        from bench import security_bench, view_entries_bench
-
-        security_bench.splice(out_dir / "RESULTS.md",
-                              view_entries_bench.markdown(json.loads(entries.read_text())), view_entries_bench.SECTION)
-    shares = out_dir / "share_results.json"
-    if shares.exists():  # bench/share_bench.py's section, kept likewise
-        from bench import security_bench, share_bench
-
-        security_bench.splice(out_dir / "RESULTS.md", share_bench.markdown(json.loads(shares.read_text())),
-                              share_bench.SECTION)
+    for module_name, stem in SECTION_BENCHES.items():
+        kept = out_dir / f"{stem}_results.json"
+        if kept.exists():
+            module = importlib.import_module(f"bench.{module_name}")
+            security_bench.splice(out_dir / "RESULTS.md", module.markdown(json.loads(kept.read_text())),
+                                  module.SECTION)
     log(f"done in {results['total_s']:.0f}s: {out_dir / 'RESULTS.md'}")
     return 0
 
