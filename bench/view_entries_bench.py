@@ -37,8 +37,7 @@ MAX_BYTES = 1 << 20
 async def _one(data_dir: str, rows: int, per_entry: int) -> dict[str, Any]:
     from tmqgate.broker.configs.config import BrokerConfig
     from tmqgate.broker.server import Broker
-    from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY
-    from tmqgate.broker.tsdb.rows import build_rows_table, encode_rows
+    from tmqgate.broker.tsdb.rows import build_rows_table
     from tmqgate.protocol.records import iter_batches
 
     broker = Broker(BrokerConfig(listen="127.0.0.1:0", data_dir=data_dir))
@@ -56,9 +55,8 @@ async def _one(data_dir: str, rows: int, per_entry: int) -> dict[str, Any]:
             k = [rnd.randrange(100) for _ in range(n)]
             picked += sum(x < 10 for x in k)
             ts = list(range(TS0 + base, TS0 + base + n))
-            table = build_rows_table(schema, ["c1"] * n, {"ts": ts, "v": [rnd.random() for _ in range(n)], "k": k})
-            broker.store.append_rows("ve", 0, encode_rows(table.replace_schema_metadata({STABLE_METADATA_KEY: b"st"})),
-                                     n, ts[-1], ts[0])
+            ex.append_rows_many("ve", 0, [("st", build_rows_table(schema, ["c1"] * n, {
+                "ts": ts, "v": [rnd.random() for _ in range(n)], "k": k}))])
         ex.execute("CREATE TOPIC ve_sel AS SELECT ts, v FROM ve.st WHERE k < 10")
         view = broker.topics.get("ve_sel").view
         end = broker.store.next_version("ve", 0)

@@ -23,6 +23,7 @@ from tmqgate.broker.server import Broker
 from tmqgate.broker.sql import ast
 from tmqgate.broker.sql.insert import insert_async
 from tmqgate.broker.sql.parser import MAX_QUERY_NODES, parse_script
+from tmqgate.broker.sql.views import View
 from tmqgate.broker.sql.worker import ParseTimeout, ParseWorker, ParseWorkerDied
 from tmqgate.broker.tdengine import SqlError
 from tmqgate.broker.tsdb.rows import decode_rows
@@ -298,7 +299,6 @@ def test_a_selective_view_evaluates_runs_across_wal_chunks(tmp_path: Path, monke
     response has room for it: fewer, longer evaluation steps than one per chunk, and still
     exactly the records the in-place read gives, every version covered once."""
     from tmqgate.broker.sql import views
-    from tmqgate.protocol.records import iter_batches
 
     async def go() -> None:
         broker = Broker(BrokerConfig(listen="127.0.0.1:0", data_dir=str(tmp_path / "data")))
@@ -327,15 +327,7 @@ def test_a_selective_view_evaluates_runs_across_wal_chunks(tmp_path: Path, monke
                     return evaluate(*args)  # type: ignore[arg-type]
 
                 monkeypatch.setattr(views, "_run_batch", counted)
-                have: list[tuple[int, bytes | None, bytes | None]] = []
-                offset = 0
-                while offset < end:
-                    got = await topic.view.read_async(0, offset, max_bytes, end, budget_s=None)
-                    spans = [(h.base_offset, h.base_offset + h.last_offset_delta) for b in got for h in iter_batches(b)]
-                    assert spans[0][0] == offset  # from where it was asked, each batch on from the last
-                    assert all(a[1] + 1 == b[0] for a, b in zip(spans, spans[1:], strict=False))
-                    have += _records(got)
-                    offset = spans[-1][1] + 1
+                have = await _read_on(topic.view, 0, 0, end, max_bytes)
                 monkeypatch.setattr(views, "_run_batch", evaluate)
                 return have, steps
 
@@ -360,8 +352,7 @@ def test_a_view_reads_small_entries_of_two_schema_versions_exactly(tmp_path: Pat
     (consecutive entries of one schema version are decoded together, then conformed)."""
     import json
 
-    from tmqgate.broker.tsdb.catalog import STABLE_METADATA_KEY
-    from tmqgate.broker.tsdb.rows import build_rows_table, encode_rows
+    from tmqgate.broker.tsdb.rows import build_rows_table
     from tmqgate.broker.tsdb.types import Column, StableSchema, parse_type
 
     ts_col, v_col, k_col = (Column(n, parse_type(t)) for n, t in (("ts", "TIMESTAMP"), ("v", "DOUBLE"),
@@ -390,14 +381,11 @@ def test_a_view_reads_small_entries_of_two_schema_versions_exactly(tmp_path: Pat
                 cols: dict[str, list[int] | list[float]] = {"ts": ts, "v": v}
                 if schema is now:
                     cols["k"] = [i * 10 + j for j in range(n)]
-                table = build_rows_table(schema, ["c1"] * n, cols).replace_schema_metadata({STABLE_METADATA_KEY: b"st"})
-                base = broker.store.append_rows("w", 0, encode_rows(table), n, max(ts), min(ts))
+                base = ex.append_rows_many("w", 0, [("st", build_rows_table(schema, ["c1"] * n, cols))])
                 first = base if first is None else first
                 written += [(base + j, ts[j], v[j], cols["k"][j] if "k" in cols else None) for j in range(n)]
                 if i % 11 == 5:  # another supertable's entry ends the run
-                    row = build_rows_table(other, ["d1"], {"ts": [ts[0]], "x": [i]})
-                    broker.store.append_rows("w", 0, encode_rows(row.replace_schema_metadata(
-                        {STABLE_METADATA_KEY: b"o"})), 1, ts[0], ts[0])
+                    ex.append_rows_many("w", 0, [("o", build_rows_table(other, ["d1"], {"ts": [ts[0]], "x": [i]}))])
             end = broker.store.next_version("w", 0)
             assert first is not None
             start = first + 1  # inside the first entry (three rows)
@@ -406,17 +394,30 @@ def test_a_view_reads_small_entries_of_two_schema_versions_exactly(tmp_path: Pat
             assert {k is None for _, _, v, k in written if v > 1} == {True, False}
             view = broker.topics.get("small").view
             for max_bytes in (1 << 20, 300):
-                have: list[tuple[int, bytes | None, bytes | None]] = []
-                offset = start
-                while offset < end:
-                    got = await view.read_async(0, offset, max_bytes, end, budget_s=None)
-                    have += _records(got)
-                    offset = max(_last_offsets(got)) + 1
-                assert have == want, max_bytes
+                assert await _read_on(view, 0, start, end, max_bytes) == want, max_bytes
         finally:
             await broker.stop()
 
     asyncio.run(go())
+
+
+async def _read_on(view: View, vnode: int, start: int, end: int,
+                   max_bytes: int) -> list[tuple[int, bytes | None, bytes | None]]:
+    """The records of a view from `start` to `end`, read as Fetch reads (read_async, each read
+    from where the last one stopped); every read starts where it was asked and its batches
+    follow one another, so every version is covered once."""
+    from tmqgate.protocol.records import iter_batches
+
+    have: list[tuple[int, bytes | None, bytes | None]] = []
+    offset = start
+    while offset < end:
+        got = await view.read_async(vnode, offset, max_bytes, end, budget_s=None)
+        spans = [(h.base_offset, h.base_offset + h.last_offset_delta) for b in got for h in iter_batches(b)]
+        assert spans[0][0] == offset
+        assert all(a[1] + 1 == b[0] for a, b in zip(spans, spans[1:], strict=False))
+        have += _records(got)
+        offset = spans[-1][1] + 1
+    return have
 
 
 def _records(batches: list[bytes]) -> list[tuple[int, bytes | None, bytes | None]]:
