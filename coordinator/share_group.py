@@ -17,15 +17,22 @@ Stable — one or more members, each given its assignment on its next heartbeat.
     the last member leaves or expires.
 Dead — deleted (only when Empty); the coordinator forgets the group. No way out.
 
-The assignor (Kafka's ``simple`` for share groups, homogeneous or not): per topic, the
-members subscribed to it in member-id order; with no more members than partitions each
-partition goes to one member (partition p to member p mod M), with more members each member
-gets one partition (member m to partition m mod P), so partitions are shared and every
-member has work.
+The assignor (Kafka's ``simple`` for share groups): balance first, then stickiness. With M
+members and P partitions each partition is shared by S = ceil(M / P) members (1 while there
+are enough partitions), and the S·P places go out as evenly as they can, so two members'
+counts differ by at most one. A member keeps what its last target gave it, within its
+count and the sharing; only the places left over move, to the members short of theirs.
+Sticky because a member whose partition moves away cannot acknowledge what it fetched there
+(the Java client fails those acknowledgements itself, NOT_LEADER_OR_FOLLOWER, and the records
+come again when their locks run out): a join or a leave moves no partition that balance does
+not need moved. When all members subscribe to the same topics the balance is over all their
+partitions; otherwise it is per topic, among the members subscribed to it (Kafka's
+homogeneous and heterogeneous builders).
 """
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -111,21 +118,66 @@ class HeartbeatAnswer:
     message: str | None = None
 
 
-def assign(members: Mapping[str, tuple[str, ...]], partitions: Mapping[str, int]) -> dict[str, Assignment]:
-    """The simple assignor (see the module docstring): member id → topic → partitions."""
+def assign(members: Mapping[str, tuple[str, ...]], partitions: Mapping[str, int],
+           current: Mapping[str, Assignment] | None = None) -> dict[str, Assignment]:
+    """The simple assignor (see the module docstring): member id → topic → partitions, from
+    what each member subscribes to, each topic's partition count and the last target."""
+    current = current or {}
+    topics = sorted({t for subs in members.values() for t in subs})
+    if len(set(members.values())) <= 1:  # homogeneous: one balance over every partition
+        pools = [(list(members), [(t, p) for t in topics for p in range(partitions.get(t, 0))])]
+    else:
+        pools = [([m for m, subs in members.items() if t in subs], [(t, p) for p in range(partitions.get(t, 0))])
+                 for t in topics]
     out: dict[str, Assignment] = {m: {} for m in members}
-    for topic in sorted({t for subs in members.values() for t in subs}):
-        count = partitions.get(topic, 0)
-        subscribers = sorted(m for m, subs in members.items() if topic in subs)
-        if count <= 0 or not subscribers:
-            continue
-        if len(subscribers) <= count:
-            for p in range(count):
-                out[subscribers[p % len(subscribers)]].setdefault(topic, []).append(p)
-        else:
-            for i, m in enumerate(subscribers):
-                out[m][topic] = [i % count]
-    return out
+    for takers, targets in pools:
+        wanted = set(targets)
+        held = {m: sorted((t, p) for t, ps in current.get(m, {}).items() for p in ps if (t, p) in wanted)
+                for m in takers}
+        for m, places in _share_out(targets, held).items():
+            for t, p in places:
+                out[m].setdefault(t, []).append(p)
+    return {m: {t: sorted(ps) for t, ps in sorted(a.items())} for m, a in out.items()}
+
+
+def _share_out(targets: list[tuple[str, int]], held: dict[str, list[tuple[str, int]]]
+               ) -> dict[str, list[tuple[str, int]]]:
+    """One balance (see the module docstring): `held` maps each member to the places its last
+    target gave it here; the answer, each member's places now."""
+    if not targets or not held:
+        return {m: [] for m in held}
+    sharing = -(-len(held) // len(targets))
+    places = sharing * len(targets)
+    # the counts differ by one at most; the larger ones go to the members holding more
+    order = sorted(held, key=lambda m: (-len(held[m]), m))
+    each, more = divmod(places, len(order))
+    count = {m: each + (i < more) for i, m in enumerate(order)}
+    keep = {m: held[m][:count[m]] for m in order}
+    holders: dict[tuple[str, int], list[str]] = {tp: [] for tp in targets}
+    for m in order:
+        for tp in keep[m]:
+            holders[tp].append(m)
+    for tp, who in holders.items():  # shared by more than `sharing` (members left): the last ones give it up
+        while len(who) > sharing:
+            keep[who.pop()].remove(tp)
+    # places short, partition by partition: to the member furthest below its count (first in
+    # `order` on a tie) that does not hold the partition yet
+    short = [(len(keep[m]) - count[m], i, m) for i, m in enumerate(order) if len(keep[m]) < count[m]]
+    heapq.heapify(short)
+    for tp in targets:
+        skipped = []
+        while len(holders[tp]) < sharing and short:
+            gap, i, m = heapq.heappop(short)
+            if m in holders[tp]:
+                skipped.append((gap, i, m))
+                continue
+            keep[m].append(tp)
+            holders[tp].append(m)
+            if gap + 1 < 0:
+                heapq.heappush(short, (gap + 1, i, m))
+        for entry in skipped:
+            heapq.heappush(short, entry)
+    return keep
 
 
 class ShareGroup:
@@ -219,7 +271,7 @@ class ShareGroup:
             if self.assignment_epoch == self.epoch:
                 self.epoch += 1  # topic metadata changed: a new epoch, as Kafka's
         if self.assignment_epoch != self.epoch:
-            self._target = assign({m.member_id: m.subscribed for m in self.members.values()}, seen)
+            self._target = assign({m.member_id: m.subscribed for m in self.members.values()}, seen, self._target)
             self.assignment_epoch = self.epoch
 
     def remove(self, member_id: str) -> None:

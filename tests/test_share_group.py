@@ -38,10 +38,10 @@ def test_members_join_share_and_leave() -> None:
     a2 = g.heartbeat("a", 1, None, parts)
     assert (a2.epoch, a2.assignment) == (2, {"t": [0]})
     assert g.heartbeat("a", 2, None, parts).assignment is None  # unchanged: not sent
-    c = g.heartbeat("c", 0, ["t"], parts)  # three members, two partitions: one is shared
+    c = g.heartbeat("c", 0, ["t"], parts)  # three members, two partitions: each shared by two
     assert c.assignment == {"t": [0]}
-    assert g.heartbeat("a", 2, None, parts).assignment == {"t": [0]}
-    assert g.heartbeat("b", 2, None, parts).assignment == {"t": [1]}
+    assert g.heartbeat("a", 2, None, parts).assignment == {"t": [0, 1]}  # four places: a has two
+    assert g.heartbeat("b", 2, None, parts).assignment == {"t": [1]}  # kept: nothing moved
     assert g.heartbeat("a", -1, None, parts).epoch == -1
     assert g.heartbeat("b", -1, None, parts).error is ErrorCode.NONE
     assert g.heartbeat("c", 3, None, parts).assignment == {"t": [0, 1]}
@@ -92,34 +92,72 @@ def test_a_silent_member_expires_and_an_empty_group_can_be_deleted() -> None:
         g._transition(ShareGroupState.STABLE)  # nothing leaves Dead
 
 
-@given(st.dictionaries(st.text("abcdef", min_size=1, max_size=3), st.sets(st.sampled_from("tuv"), min_size=1),
-                       max_size=8),
-       st.dictionaries(st.sampled_from("tuv"), st.integers(0, 6)))
-def test_the_assignor_gives_every_partition_out_and_every_member_work(members: dict[str, set[str]],
-                                                                       partitions: dict[str, int]) -> None:
+def _places(out: dict[str, dict[str, list[int]]]) -> dict[str, set[tuple[str, int]]]:
+    return {m: {(t, p) for t, ps in a.items() for p in ps} for m, a in out.items()}
+
+
+def _check_balance(takers: list[str], targets: set[tuple[str, int]], got: dict[str, set[tuple[str, int]]]) -> None:
+    """Kafka's simple assignor: every partition has a member, shared by ceil(M / P) at most
+    (not at all while partitions suffice), members' counts within one, everyone busy while
+    members outnumber partitions."""
+    if not targets or not takers:
+        return
+    sharing = -(-len(takers) // len(targets))
+    mine = {m: got[m] & targets for m in takers}
+    holders = {tp: [m for m in takers if tp in mine[m]] for tp in targets}
+    assert all(1 <= len(who) <= sharing for who in holders.values()), holders
+    loads = [len(mine[m]) for m in takers]
+    assert max(loads) - min(loads) <= 1, mine
+    if sharing > 1:
+        assert min(loads) >= 1
+
+
+_members = st.dictionaries(st.text("abcdef", min_size=1, max_size=3), st.sets(st.sampled_from("tuv"), min_size=1),
+                           max_size=8)
+_partitions = st.dictionaries(st.sampled_from("tuv"), st.integers(0, 6))
+
+
+@given(_members, _partitions)
+def test_the_assignor_balances_as_kafkas_simple_assignor(members: dict[str, set[str]],
+                                                           partitions: dict[str, int]) -> None:
     subs = {m: tuple(sorted(ts)) for m, ts in members.items()}
-    out = assign(subs, partitions)
-    for topic in {t for ts in subs.values() for t in ts}:
-        takers = [m for m, ts in subs.items() if topic in ts]
-        count = partitions.get(topic, 0)
-        given_out = [p for m in takers for p in out[m].get(topic, [])]
-        if count == 0:
-            assert given_out == []
-            continue
-        assert set(given_out) == set(range(count))  # every partition has a member
-        assert all(out[m].get(topic) for m in takers)  # every subscriber has a partition
-        loads = [len(out[m][topic]) for m in takers]
-        assert max(loads) - min(loads) <= 1
-        if len(takers) <= count:
-            assert sorted(given_out) == list(range(count))  # none shared while there are enough
+    got = _places(assign(subs, partitions))
+    assert set(got) == set(subs)
+    for m, places in got.items():  # only what it subscribes to
+        assert {t for t, _ in places} <= set(subs[m])
+    topics = sorted({t for ts in subs.values() for t in ts})
+    if len(set(subs.values())) == 1:  # homogeneous: one balance over every partition
+        _check_balance(list(subs), {(t, p) for t in topics for p in range(partitions.get(t, 0))}, got)
+    else:  # per topic, among its subscribers
+        for t in topics:
+            _check_balance([m for m in subs if t in subs[m]], {(t, p) for p in range(partitions.get(t, 0))}, got)
 
 
-def test_by_duration_reads_iso_8601_durations_as_java_does() -> None:
-    from tmqgate.coordinator.share_group import reset_duration_ms
+@given(_members, _partitions, st.text("abcdef", min_size=1, max_size=3), st.sets(st.sampled_from("tuv"), min_size=1))
+def test_the_assignor_moves_only_what_balance_needs(members: dict[str, set[str]], partitions: dict[str, int],
+                                                   joiner: str, topics: set[str]) -> None:
+    """Recomputed with nothing changed, nothing moves; when a member joins a homogeneous
+    group, each other member keeps as many of its partitions as its new count allows."""
+    subs = {m: tuple(sorted(ts)) for m, ts in members.items()}
+    before = assign(subs, partitions)
+    assert assign(subs, partitions, before) == before
+    if joiner in subs or len(set(subs.values())) > 1:
+        return
+    together = {**subs, joiner: next(iter(subs.values()), tuple(sorted(topics)))}
+    after = assign(together, partitions, before)
+    old, new = _places(before), _places(after)
+    for m in subs:
+        assert len(old[m] & new[m]) == min(len(old[m]), len(new[m])), (old, new)
 
-    assert reset_duration_ms("by_duration:PT1H") == 3_600_000
-    assert reset_duration_ms("by_duration:P1DT2H3M4.5S") == 93_784_500
-    assert reset_duration_ms("BY_DURATION:pt10m") == 600_000
-    for bad in ("by_duration:", "by_duration:PT", "by_duration:P", "by_duration:1H", "by_duration:-PT1H",
-                "latest", "earliest"):
-        assert reset_duration_ms(bad) is None, bad
+
+def test_three_members_joining_one_by_one_keep_what_they_have() -> None:
+    """The case behind CI r61's failure: the second member's partition stays its own when the
+    third joins (before, the third's smaller id moved it, and the Java client then failed the
+    acknowledgements it held there)."""
+    first = assign({"m": ("t",)}, {"t": 2})
+    assert first == {"m": {"t": [0, 1]}}
+    second = assign({"m": ("t",), "z": ("t",)}, {"t": 2}, first)
+    assert second == {"m": {"t": [0]}, "z": {"t": [1]}}
+    third = assign({"m": ("t",), "z": ("t",), "c": ("t",)}, {"t": 2}, second)
+    assert third["z"] == {"t": [1]} and third["m"]["t"][0] == 0
+    assert sorted(p for a in third.values() for p in a["t"]) == [0, 0, 1, 1]
