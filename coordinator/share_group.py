@@ -20,8 +20,8 @@ Dead — deleted (only when Empty); the coordinator forgets the group. No way ou
 The assignor (Kafka's ``simple`` for share groups): balance first, then stickiness. With M
 members and P partitions each partition is shared by S = ceil(M / P) members (1 while there
 are enough partitions), and the S·P places go out as evenly as they can, so two members'
-counts differ by at most one. A member keeps what its last target gave it, within its
-count and the sharing; only the places left over move, to the members short of theirs.
+counts differ by at most one. A member keeps what it was last given, within its count and
+the sharing; only the places left over move, to the members short of theirs.
 Sticky because a member whose partition moves away cannot acknowledge what it fetched there
 (the Java client fails those acknowledgements itself, NOT_LEADER_OR_FOLLOWER, and the records
 come again when their locks run out): a join or a leave moves no partition that balance does
@@ -271,7 +271,10 @@ class ShareGroup:
             if self.assignment_epoch == self.epoch:
                 self.epoch += 1  # topic metadata changed: a new epoch, as Kafka's
         if self.assignment_epoch != self.epoch:
-            self._target = assign({m.member_id: m.subscribed for m in self.members.values()}, seen, self._target)
+            # from what each member was last given: that is what it fetches from (a target not
+            # yet heartbeated out moves nothing)
+            self._target = assign({m.member_id: m.subscribed for m in self.members.values()}, seen,
+                                  {m.member_id: m.assignment for m in self.members.values()})
             self.assignment_epoch = self.epoch
 
     def remove(self, member_id: str) -> None:

@@ -49,6 +49,21 @@ def test_members_join_share_and_leave() -> None:
     assert g.state is ShareGroupState.EMPTY
 
 
+def test_a_member_keeps_what_it_was_given_while_others_join() -> None:
+    """The first member fetches from both partitions; two more join before its next
+    heartbeat. Its target is balanced from what it was given, not from the target it never
+    received, so it keeps both: nothing it may hold records of moves away."""
+    g, _ = _group()
+    parts = {"t": 2}
+    assert g.heartbeat("b", 0, ["t"], parts).assignment == {"t": [0, 1]}
+    assert g.heartbeat("a", 0, ["t"], parts).assignment == {"t": [1]}
+    # balanced from targets, a (first by id, as b's target had one partition too) would take
+    # the larger count and b would lose partition 1
+    assert g.heartbeat("c", 0, ["t"], parts).assignment == {"t": [0]}
+    assert g.heartbeat("a", 2, None, parts).assignment == {"t": [1]}
+    assert g.heartbeat("b", 1, None, parts).assignment == {"t": [0, 1]}
+
+
 def test_kip_932s_errors() -> None:
     g, _ = _group(max_size=2)
     parts = {"t": 1}
