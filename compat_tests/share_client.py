@@ -85,8 +85,11 @@ class ShareRun:
         return [g.value for g in self.got]
 
     def describe(self) -> str:
-        """For assertion messages: the exit code, the last lines out and the last of stderr."""
-        return (f"rc={self.returncode}; stdout ...{self.stdout[-1500:]}\nstderr ...{self.stderr[-1500:]}")
+        """For assertion messages: the exit code, the first and last lines out (which records
+        came first, with their delivery counts, tells most failures apart) and the last of
+        stderr."""
+        out = self.stdout if len(self.stdout) <= 3000 else f"{self.stdout[:1500]}\n...\n{self.stdout[-1500:]}"
+        return f"rc={self.returncode}; stdout {out}\nstderr ...{self.stderr[-1500:]}"
 
 
 def parse(stdout: str, stderr: str, returncode: int | None) -> ShareRun:
