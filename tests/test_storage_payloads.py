@@ -15,7 +15,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from test_storage import make_batch, put
 
-from tmqgate.storage import BatchMeta, LayoutMismatch, ProducerAppend, StorageError, Store, WalEntry, keys
+from tmqgate.storage import BatchMeta, LayoutMismatch, ProducerAppend, StorageError, Store, WalEntry, keys, payloads
 from tmqgate.storage.payloads import PAYLOAD_DIR
 
 
@@ -284,3 +284,50 @@ def test_removing_the_newest_payloads_keeps_sequences_increasing(tmp_path: Path)
         assert s.next_version("db", 0) == 3 and s.log_start("db", 0) == 3
         put(s, "db", 0, 1)
         assert payload_seqs(s) == [3]
+
+
+def test_back_to_back_payloads_are_read_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small batches lying back to back in a segment are read with one pread per READ_AHEAD
+    bytes of them, not one each (a source producing a record at a time); where another
+    vnode's payloads lie between them, or a segment ends (rolled at 200 KiB here), a read
+    starts again. What comes back is exactly what one pread per batch reads, from the start
+    and from inside the log."""
+    monkeypatch.setattr(payloads, "SEGMENT_BYTES", 200 << 10)
+    s = Store(tmp_path / "data", tail_cache_bytes=0)
+    try:
+        s.create_database("db", 2)
+        rng = random.Random(7)
+        for i in range(3000):
+            count = rng.randint(1, 3)
+            batch = make_batch(count, ts=1000 + i, value_size=rng.choice([10, 100, 300]))
+            s.append("db", 0 if i % 10 else 1, batch, count, DefaultRecordBatch(batch).max_timestamp)
+        assert len(s.core.payloads.segments()) > 3
+        preads = 0
+        real_pread = os.pread
+
+        def counted(fd: int, size: int, pos: int) -> bytes:
+            nonlocal preads
+            preads += 1
+            return real_pread(fd, size, pos)
+
+        monkeypatch.setattr(payloads.os, "pread", counted)
+
+        def read_all(vnode: int, start: int) -> list[bytes]:
+            out: list[bytes] = []
+            while batches := s.read("db", vnode, start, 64 << 10):
+                out.extend(batches)
+                last = DefaultRecordBatch(batches[-1])
+                start = last.base_offset + last.last_offset_delta + 1
+            return out
+
+        froms = [(0, 0), (1, 0), (0, 2001)]
+        together = [read_all(v, at) for v, at in froms]
+        read_together, preads = preads, 0
+        monkeypatch.setattr(payloads, "READ_AHEAD", 0)
+        one_by_one = [read_all(v, at) for v, at in froms]
+        assert together == one_by_one
+        batches = sum(map(len, one_by_one))
+        assert batches > 3000 and preads >= batches  # (and the one past each read's limit)
+        assert read_together * 4 < batches, (read_together, batches)
+    finally:
+        s.close()
