@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -199,7 +200,7 @@ def test_records_held_past_the_lock_come_again(broker: Any, tmp_path: Path) -> N
         start = time.monotonic()
         other = ShareProcess(config, group, topic, "implicit", "max:5", "wait:40000", "idle:3000")
         try:
-            run = other.wait_until(_got_held_again, 45)
+            run = other.wait_until(lambda r: any(g.delivery_count >= 2 for g in r.got), 60)
             took = time.monotonic() - start
             run = other.finish(60)
         finally:
@@ -208,8 +209,15 @@ def test_records_held_past_the_lock_come_again(broker: Any, tmp_path: Path) -> N
     finally:
         holder.kill()
     _ended_clean(run)
-    assert sorted(run.got, key=lambda g: g.offset) == _redelivered(held, vals), run.describe()
-    assert took >= 12, f"held records came again after {took:.1f} s, before their 15 s lock expired"
+    # Delivery count 2 as a rule; 3 seen once on the reference broker under CI's load (r65: the
+    # records came after a second lock period, acquired once in between without reaching the
+    # client): each count past the first means one more lock run out, so the wait grows with it.
+    count = max(g.delivery_count for g in run.got)
+    assert count in (2, 3), run.describe()
+    again = [replace(g, delivery_count=2) if g.delivery_count == count else g for g in run.got]
+    assert sorted(again, key=lambda g: g.offset) == _redelivered(held, vals), run.describe()
+    assert took >= 12 + 15 * (count - 2), \
+        f"held records came again at delivery {count} after {took:.1f} s, before {count - 1} locks of 15 s expired"
 
 
 def test_by_duration_starts_at_the_records_written_in_the_look_back(broker: Any, tmp_path: Path) -> None:
