@@ -95,7 +95,14 @@ def test_three_members_share_partitions_each_record_once(broker: Any, tmp_path: 
         for m in members:
             m.kill()
     for run in runs:
-        _ended_clean(run)
+        # A member whose assignment moved away from a partition it had fetched from cannot
+        # acknowledge those records: the Java client fails them itself (NotLeaderOrFollower-
+        # Exception), on either broker. tmqgate assigns at a member's first heartbeat, Kafka
+        # once the share-partitions are initialized (~5 s, by when all three have joined), so
+        # here a member joining a moment after another can move such a partition (CI r66).
+        moved = [(p, n, r) for p, n, r in run.acked if r.endswith("NotLeaderOrFollowerException")]
+        assert len(moved) <= 1, run.acked
+        _ended_clean(replace(run, acked=[a for a in run.acked if a not in moved]))
     got = [g for run in runs for g in run.got]
     assert sorted((g.partition, g.offset, g.value) for g in got) == _records(values), \
         [len(run.got) for run in runs]
