@@ -121,7 +121,8 @@ class HeartbeatAnswer:
 def assign(members: Mapping[str, tuple[str, ...]], partitions: Mapping[str, int],
            current: Mapping[str, Assignment] | None = None) -> dict[str, Assignment]:
     """The simple assignor (see the module docstring): member id → topic → partitions, from
-    what each member subscribes to, each topic's partition count and the last target."""
+    what each member subscribes to, each topic's partition count and what each was last
+    given (`current`)."""
     current = current or {}
     topics = sorted({t for subs in members.values() for t in subs})
     if len(set(members.values())) <= 1:  # homogeneous: one balance over every partition
@@ -142,8 +143,8 @@ def assign(members: Mapping[str, tuple[str, ...]], partitions: Mapping[str, int]
 
 def _share_out(targets: list[tuple[str, int]], held: dict[str, list[tuple[str, int]]]
                ) -> dict[str, list[tuple[str, int]]]:
-    """One balance (see the module docstring): `held` maps each member to the places its last
-    target gave it here; the answer, each member's places now."""
+    """One balance (see the module docstring): `held` maps each member to the places it was
+    last given here; the answer, each member's places now."""
     if not targets or not held:
         return {m: [] for m in held}
     sharing = -(-len(held) // len(targets))

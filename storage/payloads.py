@@ -410,7 +410,6 @@ class PayloadLog:
             self._reading += 1
         try:
             cursor: _Cursor | None = None
-            version = keys.wal_key_version
             run: list[tuple[bytes, int]] = []  # (WAL key, size) of payloads back to back
             segment = start = end = 0
             for k, v in pairs:
@@ -419,37 +418,38 @@ class PayloadLog:
                     if cursor is None:  # made at the first pair: its snapshot holds every place indexed
                         cursor = _Cursor(self.db)
                     place = cursor.place(seq)
-                if place is None:
+                if place is None:  # the entries before it are still read, as a reader may stop there
+                    yield from self._read_run(run, segment, start, end)
                     raise StorageError(f"payload {seq} of WAL key {k.hex()} is missing from the payload log")
                 seg, pos, size = keys.read_payload_ptr(place)
                 if run and (seg != segment or pos != end or end - start + size > READ_AHEAD):
-                    for key, value in self._read_run(run, segment, start, end):
-                        yield version(key), key[17], value
+                    yield from self._read_run(run, segment, start, end)
                     run = []
                 if not run:
                     segment, start, end = seg, pos, pos
                 run.append((k, size))
                 end += size
-            if run:
-                for key, value in self._read_run(run, segment, start, end):
-                    yield version(key), key[17], value
+            yield from self._read_run(run, segment, start, end)
         finally:
             with self._lock:
                 self._reading -= 1
                 self._settle()
 
     def _read_run(self, run: list[tuple[bytes, int]], segment: int, start: int, end: int
-                  ) -> Iterator[tuple[bytes, bytes]]:
-        """(WAL key, payload) of payloads lying back to back from `start` to `end` of
-        `segment`, read with one pread."""
+                  ) -> Iterator[tuple[int, int, bytes]]:
+        """``entries``' (base, kind, payload) of the payloads (WAL key, size) lying back to back
+        from `start` to `end` of `segment`, read with one pread (nothing for no payloads)."""
+        if not run:
+            return
         with self._lock:
             data = self._pread(segment, start, end - start)
+        version = keys.wal_key_version
         if len(run) == 1:
-            yield run[0][0], data
+            yield version(run[0][0]), run[0][0][17], data
             return
         at = 0
         for key, size in run:
-            yield key, data[at:at + size]
+            yield version(key), key[17], data[at:at + size]
             at += size
 
     def sequences(self) -> list[int]:
