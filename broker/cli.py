@@ -490,10 +490,24 @@ async def _serve(config: BrokerConfig, log_format: str = "text", siblings: tuple
     print(event_line(log_format, "tmqgate", f"tmqgate ready: kafka {', '.join(kafka)}, http {http}{note}",
                      event="ready", kafka=kafka, http=http, **extra), flush=True)
     await stop.wait()
+    _ignore_further_stops(loop)
     logging.getLogger("tmqgate").info("shutting down")
     _report_slow_stop(loop)
     await runner.cleanup()
     await broker.stop()
+
+
+def _ignore_further_stops(loop: asyncio.AbstractEventLoop) -> None:
+    """Once the stop began, SIGTERM and SIGINT are ignored until the process ends. The loop's
+    handlers would otherwise be removed when it closes, leaving the default action (end the
+    process) for the rest of the exit; a second SIGTERM then killed a worker that had stopped
+    cleanly (exit -15): a process group's SIGTERM (systemd's, a test's `killpg`, Ctrl-C's
+    SIGINT) reaches each worker and the supervisor, which sends its own a moment later, and
+    under load that moment came after the worker's loop had closed (CI: `tmqgate serve`
+    exited 15)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, signal.SIG_IGN)
 
 
 #: a graceful stop still running after this long prints where it waits (`_report_slow_stop`)

@@ -258,6 +258,43 @@ def test_two_workers_serve_as_one_cluster(tmp_path: Path) -> None:
             proc.wait(30)
 
 
+def test_a_second_sigterm_while_the_workers_end_still_stops_them_cleanly(tmp_path: Path) -> None:
+    """A process group's SIGTERM (systemd's, Ctrl-C's SIGINT, a test's killpg) reaches every
+    worker and the supervisor, which sends its own a moment later: under load that moment may
+    come after a worker's stop ended and its event loop closed. The supervisor is held here
+    (SIGSTOP) while each worker is sent SIGTERM and then again every 2 ms until it is gone; the
+    serve still exits 0 (CI saw 15: the loop's handlers, removed when it closed, had left the
+    default action for the rest of the exit)."""
+    port, http = free_port(2), free_port(2)
+    data = tmp_path / "data"
+    proc = _serve(tmp_path, data, port, http, "--workers", "2")
+    try:
+        _ready(tmp_path, data, 2)
+        workers = [pid for pid in child_pids(proc.pid) if _worker_index(pid) is not None]
+        assert len(workers) == 2
+        os.kill(proc.pid, signal.SIGSTOP)
+        sent = 0
+
+        def ended(pid: int) -> bool:
+            try:
+                os.kill(pid, signal.SIGTERM)
+                with open(f"/proc/{pid}/stat") as fh:
+                    return fh.read().rsplit(")", 1)[1].split()[0] == "Z"  # ended, not yet reaped
+            except (ProcessLookupError, FileNotFoundError):
+                return True
+
+        def all_ended() -> bool:
+            nonlocal sent
+            sent += 1
+            return all([ended(pid) for pid in workers])
+
+        wait_until(all_ended, 60, 0.002, "both workers ended")
+        assert sent > 1  # each was sent SIGTERM again while it ended
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    _stop(proc, tmp_path)
+
+
 def _committed_in_log(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """The group's committed offsets of `topic` as its partition of __consumer_offsets says
     (the newest record of each key; Fetch sent to the partition's leader)."""
