@@ -18,9 +18,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tmqgate.protocol.internal_topics import partition_for
+
 from .clusters import find_coordinator, metadata, three_brokers
 from .helpers import wait_until
-from .raw import RawConn
+from .raw import RawConn, group_commit_records
 
 # kills brokers, runs a soak or starts a cluster: one such module at a time (compat_tests/serial.py)
 pytestmark = pytest.mark.serial
@@ -121,8 +123,9 @@ def test_group_coordinators_are_spread_and_offsets_outlive_the_coordinator(
     """Twelve groups have their coordinators on more than one broker, every broker naming the
     same one. A classic and a KIP-848 group that share a coordinator each read and commit half
     the topic; the coordinator is killed -9; FindCoordinator names a live broker for both, their
-    committed offsets are exactly what was committed, and a consumer of each group reads on
-    from there: the other half, nothing twice."""
+    committed offsets are exactly what was committed — and their records in __consumer_offsets
+    are where they were, at the same offsets —, and a consumer of each group reads on from
+    there: the other half, nothing twice."""
     topic, written = _topic(cluster)
     boot = ",".join(p.bootstrap for p in cluster.values())
 
@@ -168,10 +171,23 @@ def test_group_coordinators_are_spread_and_offsets_outlive_the_coordinator(
             consumer.close()
         assert sum(max(o, 0) for o in committed[group].values()) == 150, committed[group]
 
+    # the groups' commit records in __consumer_offsets, as a lag monitor reading it saw them
+    survivor = next(p.bootstrap for n, p in cluster.items() if n != coordinator)  # one address: RoutedConn's
+    [offsets_topic] = metadata(survivor, ["__consumer_offsets"])["topics"]
+    log_partition = {g: partition_for(g, len(offsets_topic["partitions"])) for g in groups.values()}
+    in_log = {g: group_commit_records(survivor, log_partition[g], g) for g in groups.values()}
+    assert all(in_log.values()), in_log
+
     cluster[coordinator].kill()
     moved = coordinators(list(groups.values()), dead=frozenset({coordinator}))
     assert all(node != coordinator for node in moved.values()), moved
     live = ",".join(p.bootstrap for n, p in cluster.items() if n != coordinator)
+    # the new coordinators serve them as they were, each record at its offset (Kafka's log is
+    # replicated; tmqgate replicates it with the group state: storage/group_log.py)
+    for group in groups.values():
+        assert wait_until(lambda g=group: group_commit_records(survivor, log_partition[g], g), 60, 0.5,
+                          f"{group}'s records in __consumer_offsets from its new coordinator", retry_errors=True,
+                          ok=lambda records, g=group: records == in_log[g]) == in_log[group]
     for protocol, group in groups.items():
         consumer = _consumer(live, group, protocol)
         try:

@@ -198,7 +198,7 @@ class Core:
         wanted = tuple(prefixes)
         state: dict[bytes, bytes | None] = {}
         for key, value in ops:
-            if key[:1] in wanted and ours(key):
+            if key.startswith(wanted) and ours(key):
                 state[key] = value
         wb = self.batch()
         for prefix in wanted:

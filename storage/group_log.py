@@ -12,6 +12,16 @@ readers of ``__consumer_offsets`` are few (``bench/group_log_bench.py``). A part
 reused (dense until compacted): the next offset of a partition is read once from its last batch, then kept in memory and
 advanced only after the WriteBatch is written (``stage`` / ``advance``: a failed write takes nothing).
 
+On a cluster the log is replicated with the state it describes (a cluster's partition p of
+``__consumer_offsets`` / ``__transaction_state`` is led where the state topic's partition p is:
+broker/cluster/coordinator_state.py): each stored batch is also one op (its key, its packed
+value) of the state change it belongs to, handed to the mirror with it (``Staged.op``), and the
+log's own writes — a snapshot, a compaction — go to ``mirror_at`` first, refused where this
+broker no longer leads the partition. A broker that takes the partition over replaces its log
+with the replicated batches (``replace_partition``), so the records keep their offsets across a
+coordinator's move, as Kafka's replicated ``__consumer_offsets`` does (a coordinator's log of its
+own had appended what it took over at its own log end, so offsets changed).
+
 Compaction (Kafka's ``__consumer_offsets`` is ``cleanup.policy=compact``): every commit adds a
 batch, so a group committing every few seconds would grow the log for ever. ``compaction``
 plans, from a read-only scan (a worker thread may run it), to keep only the newest record of
@@ -34,13 +44,14 @@ the plan (on the store's writing thread). Rules:
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tmqgate.protocol import clock
 from tmqgate.protocol.internal_topics import partition_for
 from tmqgate.protocol.records import build_batch
 from tmqgate.storage import keys
+from tmqgate.storage.model import StateNotReplicated
 
 if TYPE_CHECKING:
     from tmqgate.storage.core import Core
@@ -53,6 +64,18 @@ TXN_BASE = 1 << 31
 MIN_DIRTY = 1000
 #: The newest records of a partition that compaction leaves as they are (the active segment).
 ACTIVE = 1000
+
+
+Ops = list[tuple[bytes, bytes | None]]  # (LevelDB key, value; None: deleted), in order
+
+
+class Staged(NamedTuple):
+    """A batch added to a WriteBatch: the partition, its next offset once written (``advance``),
+    and the batch as the op a cluster replicates with the state change it belongs to."""
+
+    partition: int
+    after: int
+    op: tuple[bytes, bytes]
 
 
 _HEAD = struct.Struct(">qI")  # timestamp ms, record count
@@ -108,6 +131,9 @@ class GroupLog:
         #: (a partition not in ``_dirty`` has not been looked at since the store opened)
         self._dirty: dict[int, int] = {}
         self._kept: dict[int, int] = {}
+        #: On a cluster: takes (partition of this log, ops) before the log's own writes (a
+        #: snapshot, a compaction) are written; raises ``StateNotReplicated`` to refuse.
+        self.mirror_at: Callable[[int, Ops], None] | None = None
 
     def configure(self, partitions: int, topic_id: Callable[[str], bytes | None] | None = None) -> None:
         """The partition count (the broker's offsets_topic_num_partitions) and how to find a
@@ -144,26 +170,26 @@ class GroupLog:
         return n
 
     def stage(self, wb: Any, group: str, records: Sequence[tuple[bytes, bytes | None]],
-              timestamp_ms: int | None = None) -> tuple[int, int] | None:
+              timestamp_ms: int | None = None) -> Staged | None:
         """Add to ``wb`` one batch of ``records`` (key, value; None = tombstone) in the group's
-        partition at its next offset; returns (partition, next offset after it) for ``advance``
-        once ``wb`` is written (None: no records)."""
+        partition at its next offset, for ``advance`` once ``wb`` is written (None: no records)."""
         return self.stage_at(wb, self.partition_of(group), records, timestamp_ms)
 
     def stage_at(self, wb: Any, partition: int, records: Sequence[tuple[bytes, bytes | None]],
-                 timestamp_ms: int | None = None) -> tuple[int, int] | None:
+                 timestamp_ms: int | None = None) -> Staged | None:
         """``stage`` in a given partition of the log (``TXN_BASE`` + p: __transaction_state's)."""
         if not records:
             return None
         ms = clock.now_ms() if timestamp_ms is None else timestamp_ms
         base = self.next_offset(partition)
-        wb.put(keys.group_log_key(partition, base), pack(ms, records))
-        return partition, base + len(records)
+        key, value = keys.group_log_key(partition, base), pack(ms, records)
+        wb.put(key, value)
+        return Staged(partition, base + len(records), (key, value))
 
-    def advance(self, staged: tuple[int, int] | None) -> None:
+    def advance(self, staged: Staged | None) -> None:
         """The WriteBatch holding a staged batch was written: its offsets are taken."""
         if staged is not None:
-            partition, after = staged
+            partition, after = staged.partition, staged.after
             before = self._next.get(partition, after)
             self._next[partition] = after
             if partition in self._dirty:
@@ -185,8 +211,26 @@ class GroupLog:
         wb = self._core.batch()
         staged = self.stage_at(wb, partition, records)
         if staged is not None:
+            if self.mirror_at is not None:
+                self.mirror_at(partition, [staged.op])
             self._core.write(wb)
             self.advance(staged)
+
+    def replace_partition(self, partition: int, ops: Iterable[tuple[bytes, bytes | None]]) -> bool:
+        """Make the partition's log what the replicated ``ops`` (a cluster's state partition,
+        replayed in order; other keys skipped) leave of it, in one WriteBatch: a broker taking
+        the partition over gets the previous leader's batches at their offsets. False, and the
+        log left as it is, when the ops hold none of its batches (state replicated before the
+        log was)."""
+        prefix = keys.group_log_prefix(partition)
+        ours = [(k, v) for k, v in ops if k.startswith(prefix)]
+        if not ours:
+            return False
+        self._core.replace_keys((prefix,), lambda key: True, ours)
+        self._next.pop(partition, None)  # read again from its last batch
+        self._dirty.pop(partition, None)  # looked at again by the compactor
+        self._kept.pop(partition, None)
+        return True
 
     # ---- compaction ---------------------------------------------------------------------
 
@@ -257,10 +301,20 @@ class GroupLog:
         return deletes, puts, kept
 
     def apply_compaction(self, partition: int, deletes: Sequence[bytes], puts: Sequence[tuple[bytes, bytes]],
-                         kept: int) -> None:
+                         kept: int) -> bool:
         """Write a plan of ``compaction`` in one WriteBatch (puts after deletes: a batch's first
-        surviving run may sit at the key it replaces)."""
+        surviving run may sit at the key it replaces), mirrored first on a cluster. False when
+        the cluster refused it (this broker does not lead the partition: whoever does compacts
+        the replicated log, and this copy is replaced if it leads it again); the partition is
+        then left until enough is appended to it, as after a compaction."""
         if deletes or puts:
+            if self.mirror_at is not None:
+                try:
+                    self.mirror_at(partition, [*((key, None) for key in deletes), *puts])
+                except StateNotReplicated:
+                    self._dirty[partition] = 0
+                    self._kept[partition] = kept
+                    return False
             wb = self._core.batch()
             for key in deletes:
                 wb.delete(key)
@@ -269,6 +323,7 @@ class GroupLog:
             self._core.write(wb)
         self._dirty[partition] = 0
         self._kept[partition] = kept
+        return True
 
     def read(self, partition: int, offset: int, max_bytes: int) -> list[bytes]:
         """Stored batches from the one holding ``offset`` on, at least one, then while they fit
@@ -311,11 +366,15 @@ class TransactionLog:
         return partition_for(transactional_id, self.partitions)
 
     def stage(self, wb: Any, transactional_id: str, record: tuple[bytes, bytes | None],
-              timestamp_ms: int | None = None) -> tuple[int, int] | None:
+              timestamp_ms: int | None = None) -> Staged | None:
         return self._log.stage_at(wb, TXN_BASE + self.partition_of(transactional_id), [record], timestamp_ms)
 
-    def advance(self, staged: tuple[int, int] | None) -> None:
+    def advance(self, staged: Staged | None) -> None:
         self._log.advance(staged)
+
+    def replace_partition(self, partition: int, ops: Iterable[tuple[bytes, bytes | None]]) -> bool:
+        """``GroupLog.replace_partition`` of partition p."""
+        return self._log.replace_partition(TXN_BASE + partition, ops)
 
     def append_snapshot(self, partition: int, current: dict[bytes, bytes]) -> None:
         """``GroupLog.append_snapshot`` of partition p (every other id tombstoned)."""

@@ -14,7 +14,8 @@ tombstones do.
 
 On a cluster (issue 16, step 4) every change is also handed, as the puts and deletes of its
 state keys (``OFFSET``, ``TXNOFF``, ``GROUP``, and its share groups' ``SHARE`` and
-``SHAREGRP``: ``write_state``), to ``mirror`` before it is written: the broker
+``SHAREGRP``: ``write_state``) and its batch of the ``__consumer_offsets`` log, to ``mirror``
+before it is written: the broker
 appends them to the group's partition of the replicated group-state topic, and a broker that
 becomes that partition's leader rebuilds the partition's groups from it (``replace_partition``).
 The mirror goes first so that a write the cluster refused (this broker no longer leads the
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from tmqgate.storage.group_log import GroupLog
 
 
-#: The keys of a group's state (what a cluster replicates; the log of __consumer_offsets is not).
+#: The keys of a group's state (what a cluster replicates, with the log of __consumer_offsets).
 STATE_PREFIXES = (keys.OFFSET, keys.TXNOFF, keys.GROUP, keys.SHARE, keys.SHAREGRP)
 StateOps = list[tuple[bytes, bytes | None]]  # (key, value; None: deleted), in order
 
@@ -93,11 +94,11 @@ class Offsets:
 
     def _write(self, wb: _Recorded, group: str, records: list[tuple[bytes, bytes | None]] | None = None,
                ms: int | None = None) -> None:
-        """Write ``wb`` (mirrored first, on a cluster) with the batch of ``records`` in the
-        group's partition of the log."""
-        if self.mirror is not None and wb.ops:
-            self.mirror(group, wb.ops)
+        """Write ``wb`` with the batch of ``records`` in the group's partition of the log;
+        mirrored first on a cluster, the log's batch with the state keys (``storage.group_log``)."""
         staged = self._log.stage(wb.wb, group, records or [], ms)
+        if self.mirror is not None and (wb.ops or staged is not None):
+            self.mirror(group, wb.ops if staged is None else [*wb.ops, staged.op])
         self._core.write(wb.wb)
         self._log.advance(staged)
 

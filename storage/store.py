@@ -107,6 +107,7 @@ class Store:
         self.archiver = Archiver(self.core, self.catalog, self.wal, heads)
         self.cleaner = Cleaner(self.core, self.catalog, self.wal_txns)  # compacted topics (storage.cleaner)
         self.group_log = GroupLog(self.core)  # __consumer_offsets as Kafka's records (storage.group_log)
+        self._log_mirrors: list[Callable[[int, StateOps], None] | None] = [None, None]  # groups', txns
         self.offsets = Offsets(self.core, self.group_log)
         self.client_quotas = ClientQuotas(self.core)
         self.dynamic_configs = DynamicConfigs(self.core)
@@ -600,21 +601,46 @@ class Store:
     def delete_group_metadata(self, group: str) -> None:
         self.offsets.delete_group_metadata(group)
 
-    def mirror_groups(self, mirror: Callable[[str, StateOps], None] | None) -> None:
-        """On a cluster: every change of a group's state goes to ``mirror`` first (``storage.offsets``)."""
+    def mirror_groups(self, mirror: Callable[[str, StateOps], None] | None,
+                      mirror_at: Callable[[int, StateOps], None] | None = None) -> None:
+        """On a cluster: every change of a group's state goes to ``mirror`` first (``storage.offsets``),
+        and the ``__consumer_offsets`` log's own writes of its partition p to ``mirror_at(p, ops)``
+        (``storage.group_log``)."""
         self.offsets.mirror = mirror
+        self._log_mirrors[0] = mirror_at
+        self._mirror_log()
 
-    def mirror_txns(self, mirror: Callable[[str, StateOps], None] | None) -> None:
-        """On a cluster: every change of a transactional id's state goes to ``mirror`` first."""
+    def mirror_txns(self, mirror: Callable[[str, StateOps], None] | None,
+                    mirror_at: Callable[[int, StateOps], None] | None = None) -> None:
+        """On a cluster: every change of a transactional id's state goes to ``mirror`` first, and
+        the ``__transaction_state`` log's own writes of its partition p to ``mirror_at(p, ops)``."""
         self.txn_states.mirror = mirror
+        self._log_mirrors[1] = mirror_at
+        self._mirror_log()
+
+    def _mirror_log(self) -> None:
+        groups, txns = self._log_mirrors
+        if groups is None and txns is None:
+            self.group_log.mirror_at = None
+            return
+
+        def mirror_at(partition: int, ops: StateOps) -> None:  # the log's partitions from TXN_BASE: txns'
+            mirror = groups if partition < TXN_BASE else txns
+            if mirror is not None:
+                mirror(partition if partition < TXN_BASE else partition - TXN_BASE, ops)
+
+        self.group_log.mirror_at = mirror_at
 
     def replace_txn_partition(self, in_partition: Callable[[str], bool],
                               ops: Iterable[tuple[bytes, bytes | None]], partition: int, partitions: int) -> int:
         """The ids of one transaction-state partition (``partition`` of ``partitions``) as its
-        replicated ops say; ``__transaction_state``'s partition of the same number then ends
-        with their states, when it has as many partitions (a cluster's: broker/topics.py)."""
+        replicated ops say; ``__transaction_state``'s partition of the same number then holds
+        the replicated log (``storage.group_log``) and ends with their states, when it has as
+        many partitions (a cluster's: broker/topics.py)."""
+        ops = list(ops)
         held = self.txn_states.replace_partition(in_partition, ops)
         if self.transaction_log.partitions == partitions:
+            self.transaction_log.replace_partition(partition, ops)
             self.txn_states.snapshot_log(partition, in_partition)
         return held
 
@@ -622,9 +648,12 @@ class Store:
                                 ops: Iterable[tuple[bytes, bytes | None]], partition: int, partitions: int) -> int:
         """The groups of one group-state partition (``partition`` of ``partitions``) as its
         replicated ops say (``storage.offsets``); ``__consumer_offsets``' partition of the same
-        number then ends with their committed offsets, when it has as many partitions."""
+        number then holds the replicated log (``storage.group_log``) and ends with their
+        committed offsets, when it has as many partitions."""
+        ops = list(ops)
         held = self.offsets.replace_partition(in_partition, ops)
         if self.group_log.partitions == partitions:
+            self.group_log.replace_partition(partition, ops)
             self.offsets.snapshot_log(partition, in_partition)
         return held
 

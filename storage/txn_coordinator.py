@@ -95,16 +95,17 @@ class TxnStates:
 
     def _write(self, wb: Any, transactional_id: str, value: bytes | None, ms: int | None = None,
                state: bytes | None = None) -> None:
-        """Write ``wb`` (``state``: the id's new TXNSTATE value, None: deleted — mirrored first
-        on a cluster) with the log's record ``value``."""
+        """Write ``wb`` (``state``: the id's new TXNSTATE value, None: deleted) with the log's
+        record ``value``; mirrored first on a cluster, the log's batch with the state
+        (``storage.group_log``)."""
+        staged = None if self._log is None else \
+            self._log.stage(wb, transactional_id, (transaction_log_key(transactional_id), value), ms)
         if self.mirror is not None:
-            self.mirror(transactional_id, [(keys.txn_state_key(transactional_id), state)])
-        if self._log is None:
-            self._core.write(wb)
-            return
-        staged = self._log.stage(wb, transactional_id, (transaction_log_key(transactional_id), value), ms)
+            ops: list[tuple[bytes, bytes | None]] = [(keys.txn_state_key(transactional_id), state)]
+            self.mirror(transactional_id, ops if staged is None else [*ops, staged.op])
         self._core.write(wb)
-        self._log.advance(staged)
+        if self._log is not None:
+            self._log.advance(staged)
 
     def load(self) -> dict[str, TxnRecord]:
         """Every transactional id's last written state."""

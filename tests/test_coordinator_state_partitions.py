@@ -14,7 +14,7 @@ from tests.test_coordinator import Topics, join, join_new
 from tmqgate.coordinator.classic import ClassicConfig
 from tmqgate.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from tmqgate.protocol.errors import ErrorCode
-from tmqgate.protocol.internal_topics import parse_offset_commit_key
+from tmqgate.protocol.internal_topics import group_metadata_key, parse_offset_commit_key
 from tmqgate.protocol.records import decode_records
 from tmqgate.storage import Store, keys
 from tmqgate.storage.model import StateNotReplicated
@@ -42,11 +42,16 @@ def test_every_state_change_is_mirrored_before_it_is_written(tmp_path: Any) -> N
     store.put_group_metadata("g", b"{}")
     store.delete_offsets("g", "t", [0])
     assert [g for g, _ in seen] == ["g", "g", "g"]
-    commit, meta, delete = (ops for _, ops in seen)
+    # each change's state keys, then (a commit, a deletion) its batch of __consumer_offsets' log
+    (*commit, commit_log), (meta,), (delete, delete_log) = (ops for _, ops in seen)
     assert [k for k, _ in commit] == [keys.offset_key("g", "t", 0), keys.offset_key("g", "t", 1)]
     assert [keys.unpack_offset(v)[:2] for _, v in commit if v is not None] == [(5, -1), (7, 2)]
-    assert meta == [(keys.group_key("g"), b"{}")]
-    assert len(delete) == 1 and delete[0][1] is None and delete[0][0] == commit[0][0]
+    assert meta == (keys.group_key("g"), b"{}")
+    assert delete[1] is None and delete[0] == commit[0][0]
+    p = store.group_log.partition_of("g")
+    assert [k for k, _ in (commit_log, delete_log)] == [keys.group_log_key(p, 0), keys.group_log_key(p, 2)]
+    assert [dict(db.iterator(prefix=keys.group_log_prefix(p))) for db in [store.core.db]] == \
+        [dict([commit_log, delete_log])], "the log's batches as they were mirrored"
 
     def refuse(group: str, ops: list[tuple[bytes, bytes | None]]) -> None:
         raise StateNotReplicated("not the leader")
@@ -80,6 +85,8 @@ def test_a_replayed_partition_replaces_what_the_store_held_of_its_groups(tmp_pat
     in_one = lambda group: follower.group_log.partition_of(group) == 1  # noqa: E731
     junk = [(b"\x10not a state key", b"x"), (keys.offset_key(theirs[0], "t", 0), b"y")]  # skipped
     before = follower.group_log.next_offset(1)
+    # state replicated before its log was (test_the_log_is_replicated_with_the_state has it)
+    log[1] = [(k, v) for k, v in log[1] if not k.startswith(keys.GROUPLOG)]
     held = follower.replace_group_partition(in_one, log[1] + junk, 1, PARTITIONS)
     assert held == 3
     for g in ours:
@@ -102,6 +109,87 @@ def test_a_replayed_partition_replaces_what_the_store_held_of_its_groups(tmp_pat
     # another partition count (one broker's 50) leaves the log alone
     follower.replace_group_partition(in_one, [], 1, PARTITIONS + 1)
     assert follower.group_log.next_offset(1) == after and _compacted(follower, 1) == log_1
+    leader.close()
+    follower.close()
+
+
+def _mirrored_into(store: Store, log: dict[int, list[tuple[bytes, bytes | None]]]) -> None:
+    """The store's group state mirrored, as a cluster does, into per-partition op lists."""
+    store.mirror_groups(lambda group, ops: log.setdefault(store.group_log.partition_of(group), []).extend(ops),
+                        lambda partition, ops: log.setdefault(partition, []).extend(ops))
+
+
+def _log_of(store: Store, partition: int) -> list[tuple[int, list[tuple[bytes | None, bytes | None]]]]:
+    """The partition of __consumer_offsets as a reader fetching it from offset 0 gets it."""
+    from tmqgate.protocol.records import parse_header
+
+    return [(parse_header(b).base_offset, [(r.key, r.value) for r in decode_records(b)])
+            for b in store.group_log.read(partition, 0, 1 << 30)]
+
+
+def test_the_log_is_replicated_with_the_state(tmp_path: Any) -> None:
+    """A broker taking a partition over serves __consumer_offsets' partition as the previous
+    leader did, every record at its offset, and appends after it: the log's batches went to
+    the mirror with the changes they describe (a log of its own had appended what it took
+    over at its own log end, so offsets changed: CI r64)."""
+    leader, follower = _store(tmp_path / "leader"), _store(tmp_path / "follower")
+    log: dict[int, list[tuple[bytes, bytes | None]]] = {}
+    _mirrored_into(leader, log)
+    ours = _groups_in(leader, 1, 2)
+    for i in range(5):
+        leader.commit_offsets(ours[0], [("t", 0, 10 + i, -1, None), ("t", 1, 20 + i, -1, None)])
+    leader.put_group_metadata(ours[1], b'{"type": "classic"}', (group_metadata_key(ours[1]), b"metadata value"))
+    leader.commit_offsets(ours[1], [("t", 0, 3, -1, "meta")])
+    leader.delete_offsets(ours[1], "t", [0])
+    # the follower led partition 1 once and kept a log of its own there, at other offsets
+    follower.commit_offsets(_groups_in(follower, 1, 3)[2], [("t", 0, 8, -1, None)])
+    follower.commit_offsets(ours[0], [("t", 5, 1, -1, None)])
+
+    in_one = lambda group: follower.group_log.partition_of(group) == 1  # noqa: E731
+    follower.replace_group_partition(in_one, log[1], 1, PARTITIONS)
+    assert _log_of(follower, 1) == _log_of(leader, 1), "the same records at the same offsets"
+    assert follower.group_log.next_offset(1) == leader.group_log.next_offset(1) == 13, "no snapshot appended"
+    # the new coordinator's next commit comes after them, and is mirrored in its turn
+    _mirrored_into(follower, log)
+    follower.commit_offsets(ours[0], [("t", 0, 99, -1, None)])
+    assert _log_of(follower, 1)[-1][0] == 13
+    leader.replace_group_partition(in_one, log[1], 1, PARTITIONS)  # and back: the same log again
+    assert _log_of(leader, 1) == _log_of(follower, 1)
+    leader.close()
+    follower.close()
+
+
+def test_a_compaction_of_the_log_is_replicated_and_only_its_coordinator_compacts(tmp_path: Any) -> None:
+    leader, follower = _store(tmp_path / "leader"), _store(tmp_path / "follower")
+    log: dict[int, list[tuple[bytes, bytes | None]]] = {}
+    _mirrored_into(leader, log)
+    [g] = _groups_in(leader, 2, 1)
+    for i in range(20):
+        leader.commit_offsets(g, [("t", 0, i, -1, None)])
+    before = _log_of(leader, 2)
+    deletes, puts, kept = leader.group_log.compaction(2, 0, 86_400_000, active=3)
+    assert len(deletes) == 17 and puts == [] and kept == 3
+    mirrored = len(log[2])
+    assert leader.group_log.apply_compaction(2, deletes, puts, kept)
+    assert log[2][mirrored:] == [(k, None) for k in deletes], "the deletions went to the mirror first"
+    assert _log_of(leader, 2) == before[-3:]
+    in_two = lambda group: follower.group_log.partition_of(group) == 2  # noqa: E731
+    follower.replace_group_partition(in_two, log[2], 2, PARTITIONS)
+    assert _log_of(follower, 2) == before[-3:], "the follower took the compacted log over"
+
+    # a broker not leading the partition (the mirror refuses) leaves its copy as it is
+    def refuse(partition: int, ops: list[tuple[bytes, bytes | None]]) -> None:
+        raise StateNotReplicated("not the leader")
+
+    for i in range(5):
+        follower.commit_offsets(g, [("t", 1, i, -1, None)])
+    follower.mirror_groups(None, refuse)
+    held = _log_of(follower, 2)
+    assert 2 in follower.group_log.partitions_to_compact(min_dirty=1)
+    deletes, puts, kept = follower.group_log.compaction(2, 0, 86_400_000, active=1)
+    assert deletes and not follower.group_log.apply_compaction(2, deletes, puts, kept)
+    assert _log_of(follower, 2) == held
+    assert 2 not in follower.group_log.partitions_to_compact(), "not planned again until more is appended"
     leader.close()
     follower.close()
 
@@ -198,7 +286,9 @@ def test_a_transactional_ids_state_is_mirrored_and_a_new_coordinator_completes_i
     assert c.add_partitions(now, "tx", init.producer_id, init.producer_epoch, [("t", 0), ("t", 1)]) is ErrorCode.NONE
     old_markers.fail = {("t", 0), ("t", 1)}  # the old coordinator dies before its markers are written:
     assert c.end_txn(now + 1, "tx", init.producer_id, init.producer_epoch, commit=True).error is ErrorCode.NONE
-    assert [k for k, _ in log] == [keys.txn_state_key("tx")] * len(log) and len(log) >= 3
+    # each change: the id's state, then its batch of __transaction_state's log
+    assert [k[:1] for k, _ in log] == [keys.TXNSTATE, keys.GROUPLOG] * (len(log) // 2) and len(log) >= 6
+    assert {k for k, _ in log[::2]} == {keys.txn_state_key("tx")}
     assert c.get("tx").state.value == "PrepareCommit"  # type: ignore[union-attr]
 
     def refuse(tid: str, ops: list[tuple[bytes, bytes | None]]) -> None:

@@ -36,9 +36,11 @@ the same rules for both:
 - A broker that becomes a partition's leader replays the partition from its log start to its
   log end (compacted, it holds the newest value of every key) into its store — what it held of
   those keys before is replaced, and ``__consumer_offsets`` / ``__transaction_state``'s partition
-  of the same number ends with the state taken over (``storage.group_log.append_snapshot``) — and
-  the coordinator loads them (a prepared transaction's markers are written again from there);
-  one that stops leading it unloads them.
+  of the same number is the previous leader's, its records at their offsets: each change's batch
+  of that log is replicated with the change (``storage.group_log``); it ends with the state
+  taken over where the two differ (``append_snapshot``; state replicated before its log was) —
+  and the coordinator loads them (a prepared transaction's markers are written again from
+  there); one that stops leading it unloads them.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ class Kind:
     configs: dict[str, str | None]
     partition_of: Callable[[str], int]
     replace: Callable[[Callable[[str], bool], Iterable[tuple[bytes, bytes | None]], int, int], int]
-    mirror: Callable[[Callable[[str, Ops], None] | None], None]
+    mirror: Callable[[Callable[[str, Ops], None] | None, Callable[[int, Ops], None] | None], None]
 
 
 def kinds(store: Store, cfg: BrokerConfig, groups_of: Callable[[str], int],
@@ -230,7 +232,7 @@ class CoordinatorState:
         partition_of = self.kind.partition_of
         held = self.kind.replace(lambda key: partition_of(key) == partition, ops, partition, self.kind.partitions)
         self._coordinator.machine.load_partition(partition, self._coordinator.now())
-        self._ends[partition] = end
+        self._ends[partition] = max(end, self._ends.get(partition, end))  # past a snapshot appended
         log.info("%s: coordinating the %s of partition %d (%d records replayed, %d keys, %.0f ms)", self.kind.topic,
                  self.kind.what, partition, len(ops), held, (time.monotonic() - started) * 1000)
 
@@ -239,10 +241,14 @@ class CoordinatorState:
     def mirrored(self, key: str, ops: Ops) -> None:
         """The store's mirror: the ops into the key's partition, before they are written
         locally; ``StateNotReplicated`` when this broker may not write it."""
+        self.mirrored_at(self.partition_of(key), ops, key)
+
+    def mirrored_at(self, partition: int, ops: Ops, key: str = "") -> None:
+        """``mirrored`` into a partition (the internal log's own writes: a snapshot, a compaction)."""
         topic = self._topic()
-        partition = self.partition_of(key)
         if topic is None or partition >= topic.partitions or not self._leads(topic, partition):
-            raise StateNotReplicated(f"this broker does not coordinate {key} ({self.kind.topic}-{partition})")
+            raise StateNotReplicated(f"this broker does not coordinate {key or 'partition'} "
+                                     f"({self.kind.topic}-{partition})")
         state = self._topics.partition_state(topic, partition)
         assert state is not None
         now_ms = clock.now_ms()

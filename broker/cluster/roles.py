@@ -142,7 +142,7 @@ class ClusterRoles:
         store.dynamic_configs.observers.append(catalog.configs_changed)
         store.client_quotas.observers.append(catalog.quotas_changed)
         for state in (self._group_state, self._txn_state):
-            state.kind.mirror(state.mirrored)
+            state.kind.mirror(state.mirrored, state.mirrored_at)
         markers.on_written.append(self._txns.marker_written)
         self._markers.on_answered.append(transactions.markers_answered)
         store.producers.use_slot(self._config.node_id)  # producer ids unique in the cluster

@@ -113,8 +113,8 @@ class LogCleaner:
             if plan is None:
                 return
             deletes, puts, kept = plan
-            glog.apply_compaction(partition, deletes, puts, kept)
-            if deletes:
+            # on a cluster only the partition's coordinator compacts it (its compaction replicated)
+            if glog.apply_compaction(partition, deletes, puts, kept) and deletes:
                 log.info("compacted the internal log's partition %d: %d batches rewritten, %d records kept",
                          partition, len(deletes), kept)
             await asyncio.sleep(0)
