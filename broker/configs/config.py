@@ -249,7 +249,8 @@ class BrokerConfig:
     disk_reserve_bytes: int = 128 << 20
     # While the disk is full, how often the broker looks for room to take writes again.
     disk_check_interval_ms: int = 1000
-    # LevelDB's write buffer (memtable) size of each of the two LevelDBs.
+    # LevelDB's write buffer (memtable) size of the main LevelDB; the payloads' places LevelDB
+    # uses at most 8 MiB of it (its values are 16-byte places: storage/payloads.py).
     leveldb_write_buffer_bytes: int = 64 << 20
     # --- Consumer groups (Kafka's group.* settings) -----------------------------------------
     # group.initial.rebalance.delay.ms: a new classic group waits this long for more members.
