@@ -25,8 +25,7 @@ timeout (``cluster_session_timeout_ms``, Kafka's broker.session.timeout.ms):
   elects nothing until every sibling has registered, for at most a session timeout from its own
   start: the workers of a restarted `serve` come up within moments of each other, and the first
   one up would otherwise take the leadership of every partition its siblings led (all the load
-  on one worker until the next rebalance, and the logs of ``__consumer_offsets``, which are each
-  leader's own, read from another worker's). A sibling restarted alone finds the others live;
+  on one worker until the next rebalance). A sibling restarted alone finds the others live;
 - a broker whose shutdown began (``leaving``) neither takes the controller role nor elects: the
   workers of one `serve` stop together, and the last to revoke its lease would otherwise take
   the partitions of those gone a moment before, and keep them after the restart.
