@@ -16,7 +16,8 @@ On a cluster the log is replicated with the state it describes (a cluster's part
 ``__consumer_offsets`` / ``__transaction_state`` is led where the state topic's partition p is:
 broker/cluster/coordinator_state.py): each stored batch is also one op (its key, its packed
 value) of the state change it belongs to, handed to the mirror with it (``Staged.op``), and the
-log's own writes — a snapshot, a compaction — go to ``mirror_at`` first, refused where this
+log's own writes — a snapshot, a compaction — go to ``mirror_groups_at`` /
+``mirror_txns_at`` first (``_mirror``), refused where this
 broker no longer leads the partition. A broker that takes the partition over replaces its log
 with the replicated batches (``replace_partition``), so the records keep their offsets across a
 coordinator's move, as Kafka's replicated ``__consumer_offsets`` does (a coordinator's log of its
@@ -52,6 +53,7 @@ from tmqgate.protocol.internal_topics import partition_for
 from tmqgate.protocol.records import build_batch
 from tmqgate.storage import keys
 from tmqgate.storage.model import StateNotReplicated
+from tmqgate.storage.offsets import StateOps
 
 if TYPE_CHECKING:
     from tmqgate.storage.core import Core
@@ -64,9 +66,6 @@ TXN_BASE = 1 << 31
 MIN_DIRTY = 1000
 #: The newest records of a partition that compaction leaves as they are (the active segment).
 ACTIVE = 1000
-
-
-Ops = list[tuple[bytes, bytes | None]]  # (LevelDB key, value; None: deleted), in order
 
 
 class Staged(NamedTuple):
@@ -131,9 +130,11 @@ class GroupLog:
         #: (a partition not in ``_dirty`` has not been looked at since the store opened)
         self._dirty: dict[int, int] = {}
         self._kept: dict[int, int] = {}
-        #: On a cluster: takes (partition of this log, ops) before the log's own writes (a
-        #: snapshot, a compaction) are written; raises ``StateNotReplicated`` to refuse.
-        self.mirror_at: Callable[[int, Ops], None] | None = None
+        #: On a cluster: take (partition, ops) before the log's own writes (a snapshot, a
+        #: compaction) are written — __consumer_offsets' partitions, __transaction_state's (its
+        #: partition p, not TXN_BASE + p) —; raise ``StateNotReplicated`` to refuse.
+        self.mirror_groups_at: Callable[[int, StateOps], None] | None = None
+        self.mirror_txns_at: Callable[[int, StateOps], None] | None = None
 
     def configure(self, partitions: int, topic_id: Callable[[str], bytes | None] | None = None) -> None:
         """The partition count (the broker's offsets_topic_num_partitions) and how to find a
@@ -211,8 +212,7 @@ class GroupLog:
         wb = self._core.batch()
         staged = self.stage_at(wb, partition, records)
         if staged is not None:
-            if self.mirror_at is not None:
-                self.mirror_at(partition, [staged.op])
+            self._mirror(partition, [staged.op])
             self._core.write(wb)
             self.advance(staged)
 
@@ -231,6 +231,14 @@ class GroupLog:
         self._dirty.pop(partition, None)  # looked at again by the compactor
         self._kept.pop(partition, None)
         return True
+
+    def _mirror(self, partition: int, ops: StateOps) -> None:
+        """The log's own write of ``partition`` to its cluster mirror first, if it has one."""
+        if partition < TXN_BASE:
+            if self.mirror_groups_at is not None:
+                self.mirror_groups_at(partition, ops)
+        elif self.mirror_txns_at is not None:
+            self.mirror_txns_at(partition - TXN_BASE, ops)
 
     # ---- compaction ---------------------------------------------------------------------
 
@@ -307,23 +315,22 @@ class GroupLog:
         the cluster refused it (this broker does not lead the partition: whoever does compacts
         the replicated log, and this copy is replaced if it leads it again); the partition is
         then left until enough is appended to it, as after a compaction."""
+        refused = False
         if deletes or puts:
-            if self.mirror_at is not None:
-                try:
-                    self.mirror_at(partition, [*((key, None) for key in deletes), *puts])
-                except StateNotReplicated:
-                    self._dirty[partition] = 0
-                    self._kept[partition] = kept
-                    return False
-            wb = self._core.batch()
-            for key in deletes:
-                wb.delete(key)
-            for key, value in puts:
-                wb.put(key, value)
-            self._core.write(wb)
+            try:
+                self._mirror(partition, [*((key, None) for key in deletes), *puts])
+            except StateNotReplicated:
+                refused = True
+            else:
+                wb = self._core.batch()
+                for key in deletes:
+                    wb.delete(key)
+                for key, value in puts:
+                    wb.put(key, value)
+                self._core.write(wb)
         self._dirty[partition] = 0
         self._kept[partition] = kept
-        return True
+        return not refused
 
     def read(self, partition: int, offset: int, max_bytes: int) -> list[bytes]:
         """Stored batches from the one holding ``offset`` on, at least one, then while they fit

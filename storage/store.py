@@ -107,7 +107,6 @@ class Store:
         self.archiver = Archiver(self.core, self.catalog, self.wal, heads)
         self.cleaner = Cleaner(self.core, self.catalog, self.wal_txns)  # compacted topics (storage.cleaner)
         self.group_log = GroupLog(self.core)  # __consumer_offsets as Kafka's records (storage.group_log)
-        self._log_mirrors: list[Callable[[int, StateOps], None] | None] = [None, None]  # groups', txns
         self.offsets = Offsets(self.core, self.group_log)
         self.client_quotas = ClientQuotas(self.core)
         self.dynamic_configs = DynamicConfigs(self.core)
@@ -607,29 +606,14 @@ class Store:
         and the ``__consumer_offsets`` log's own writes of its partition p to ``mirror_at(p, ops)``
         (``storage.group_log``)."""
         self.offsets.mirror = mirror
-        self._log_mirrors[0] = mirror_at
-        self._mirror_log()
+        self.group_log.mirror_groups_at = mirror_at
 
     def mirror_txns(self, mirror: Callable[[str, StateOps], None] | None,
                     mirror_at: Callable[[int, StateOps], None] | None = None) -> None:
         """On a cluster: every change of a transactional id's state goes to ``mirror`` first, and
         the ``__transaction_state`` log's own writes of its partition p to ``mirror_at(p, ops)``."""
         self.txn_states.mirror = mirror
-        self._log_mirrors[1] = mirror_at
-        self._mirror_log()
-
-    def _mirror_log(self) -> None:
-        groups, txns = self._log_mirrors
-        if groups is None and txns is None:
-            self.group_log.mirror_at = None
-            return
-
-        def mirror_at(partition: int, ops: StateOps) -> None:  # the log's partitions from TXN_BASE: txns'
-            mirror = groups if partition < TXN_BASE else txns
-            if mirror is not None:
-                mirror(partition if partition < TXN_BASE else partition - TXN_BASE, ops)
-
-        self.group_log.mirror_at = mirror_at
+        self.group_log.mirror_txns_at = mirror_at
 
     def replace_txn_partition(self, in_partition: Callable[[str], bool],
                               ops: Iterable[tuple[bytes, bytes | None]], partition: int, partitions: int) -> int:
